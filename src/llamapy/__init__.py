@@ -1,0 +1,1 @@
+"""llamapy: llama.cpp's inference runtime, rebuilt in Python on PyTorch."""

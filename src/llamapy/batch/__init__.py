@@ -1,0 +1,4 @@
+from .batch import Batch
+from .allocator import BatchAllocator, BatchError, UBatch
+
+__all__ = ["Batch", "BatchAllocator", "BatchError", "UBatch"]
