@@ -1,0 +1,28 @@
+"""Architecture registry: one file per architecture, registered by its GGUF name."""
+from __future__ import annotations
+
+from typing import Callable
+
+
+def register(name: str) -> Callable[[type], type]:
+    def deco(cls: type) -> type:
+        cls.arch_name = name
+        return cls
+
+    return deco
+
+
+def arch_class(name: str) -> type:
+    """The class for GGUF `general.architecture` == name; ValueError if unsupported."""
+    from .llama import LlamaModel
+
+    known = {c.arch_name: c for c in (LlamaModel,)}
+    try:
+        from .gemma3 import Gemma3Model
+
+        known[Gemma3Model.arch_name] = Gemma3Model
+    except ImportError:
+        pass
+    if name not in known:
+        raise ValueError(f"unsupported model architecture '{name}' (supported: {', '.join(sorted(known))})")
+    return known[name]

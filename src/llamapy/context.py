@@ -1,0 +1,138 @@
+"""Context (llama_context): decode() = validate -> split into ubatches -> find KV cells for all
+of them -> run each through the network -> keep logits of the flagged slots."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from .batch import Batch, BatchAllocator, UBatch
+from .cparams import CParams, log_cparams, resolve_cparams
+from .log import logger
+from .memory.kv_cache import KVCache
+from .model.graph import make_inputs
+from .model.model import Model
+from .params import ContextParams
+
+MiB = 1024 * 1024
+
+
+@dataclass(slots=True)
+class DecodeStats:
+    """Counters that show the batch -> ubatch split at work."""
+
+    n_decode_calls: int = 0
+    n_ubatches: int = 0
+    n_tokens: int = 0
+    n_outputs: int = 0
+    ubatches_per_decode: list[int] = field(default_factory=list)
+
+    def reset(self) -> None:
+        self.n_decode_calls = self.n_ubatches = self.n_tokens = self.n_outputs = 0
+        self.ubatches_per_decode.clear()
+
+
+class Context:
+    def __init__(self, model: Model, params: ContextParams | None = None) -> None:
+        self.model = model
+        self.params = params or ContextParams()
+        hp = model.hparams
+        if self.params.n_threads > 0:
+            torch.set_num_threads(self.params.n_threads)
+        self.cparams: CParams = resolve_cparams(self.params, hp)
+        log_cparams(self.cparams, hp)
+        c = self.cparams
+        self.memory = KVCache(hp, c.n_ctx, c.n_seq_max, c.kv_unified, c.type_k, c.type_v, device=model.device, name="llama_kv_cache")
+        _log_kv(self.memory, c)
+        self.alloc = BatchAllocator(hp.n_vocab, c.n_batch, c.n_seq_max)
+        self.stats = DecodeStats()
+        self._logits = torch.empty(0, hp.n_vocab)  # [n_outputs, n_vocab] of the last decode
+        self._output_ids: list[int] = []
+
+    # --- decode -------------------------------------------------------------------------------
+    @torch.inference_mode()
+    def decode(self, batch: Batch) -> None:
+        """Process one batch.  Raises BatchError (bad input) or KVCacheFullError (no cells);
+        in both cases the KV cache and the previous logits are unchanged."""
+        self.alloc.init(batch, self.memory.seq_pos_max)
+        ubatches = self._split()
+        sinfos = self.memory.prepare(ubatches)
+        if self.memory.has_shift():
+            self.memory.apply_shift(self.model.net.rotate_k)
+        n_outputs = self.alloc.n_outputs
+        logits = torch.empty(n_outputs, self.model.n_vocab, dtype=torch.float32)
+        out_ids = self.alloc.output_ids
+        for ub, sinfo in zip(ubatches, sinfos):
+            self.memory.begin_ubatch(ub, sinfo)
+            inp = make_inputs(ub, self.model.device)
+            inp.sinfo[id(self.memory)] = sinfo
+            out = self.model.net.forward(inp, self.memory)  # [n_outputs(ub), n_vocab]
+            if out.shape[0]:
+                rows = torch.tensor([out_ids[ub.idx[r]] for r in range(ub.n_tokens) if ub.output[r]], dtype=torch.long)
+                logits[rows] = out.to("cpu")
+        self._logits, self._output_ids = logits, out_ids
+        s = self.stats
+        s.n_decode_calls += 1
+        s.n_ubatches += len(ubatches)
+        s.n_tokens += batch.n_tokens
+        s.n_outputs += n_outputs
+        s.ubatches_per_decode.append(len(ubatches))
+
+    def _split(self) -> list[UBatch]:
+        """All ubatches of the current batch: split_simple for a unified cache, split_equal
+        (sequence-ordered, equal lengths) for per-sequence streams."""
+        c = self.cparams
+        out: list[UBatch] = []
+        self.alloc.split_reset()
+        while True:
+            ub = self.alloc.split_simple(c.n_ubatch) if c.kv_unified or c.n_seq_max == 1 else self.alloc.split_equal(c.n_ubatch, sequential=True)
+            if ub is None:
+                return out
+            out.append(ub)
+
+    # --- outputs --------------------------------------------------------------------------------
+    def get_logits(self) -> torch.Tensor:
+        """[n_outputs, n_vocab] float32, rows in the order of the flagged slots."""
+        return self._logits
+
+    def get_logits_ith(self, i: int) -> torch.Tensor:
+        """Logits of batch slot i ([n_vocab] float32); negative i counts outputs from the end
+        (llama_get_logits_ith).  Raises IndexError if slot i did not ask for logits."""
+        n_out = self._logits.shape[0]
+        if i < 0:
+            j = n_out + i
+            if j < 0:
+                raise IndexError(f"output index {i} out of range: the last decode produced {n_out} outputs")
+        else:
+            if i >= len(self._output_ids):
+                raise IndexError(f"batch index {i} out of range: the last batch had {len(self._output_ids)} slots")
+            j = self._output_ids[i]
+            if j < 0:
+                raise IndexError(f"batch slot {i} did not ask for logits (set logits=True in Batch.add)")
+        return self._logits[j]
+
+    # --- info -----------------------------------------------------------------------------------
+    @property
+    def n_ctx(self) -> int:
+        return self.cparams.n_ctx
+
+    @property
+    def n_ctx_seq(self) -> int:
+        return self.cparams.n_ctx_seq
+
+    def memory_report(self) -> dict[str, int]:
+        """Bytes by buffer."""
+        return {
+            "model": self.model.n_bytes_resident,
+            "kv_k": self.memory.size_k_bytes(),
+            "kv_v": self.memory.size_v_bytes(),
+            "output": self._logits.numel() * 4,
+        }
+
+
+def _log_kv(kv: KVCache, c: CParams) -> None:
+    k, v = kv.size_k_bytes(), kv.size_v_bytes()
+    logger("llama_kv_cache").info(
+        f"size = {(k + v) / MiB:7.2f} MiB ({kv.kv_size:6d} cells, {len(kv.layers):3d} layers, {c.n_seq_max:2d}/{c.n_seq_max} seqs), "
+        f"K ({c.type_k}): {k / MiB:7.2f} MiB, V ({c.type_v}): {v / MiB:7.2f} MiB"
+    )

@@ -1,0 +1,94 @@
+"""LLM_ARCH_LLAMA: RMSNorm, RoPE (NORM pairs), grouped-query attention, SwiGLU FFN,
+tied or separate output."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from ...memory.kv_cache import KVCache
+from ..graph import UBatchInputs
+from ..hparams import HParams
+from ..layers import attention, rms_norm, swiglu_ffn
+from ..loader import WeightLoader
+from ..rope import ROPE_TYPE_NORM, RopeParams, apply_rope, rope_cos_sin
+from . import register
+
+
+@dataclass(slots=True)
+class LlamaLayer:
+    attn_norm: torch.Tensor  # [n_embd]
+    wq: torch.Tensor  # [n_head * d, n_embd]
+    wk: torch.Tensor  # [n_head_kv * d, n_embd]
+    wv: torch.Tensor  # [n_head_kv * d, n_embd]
+    wo: torch.Tensor  # [n_embd, n_head * d]
+    ffn_norm: torch.Tensor
+    ffn_gate: torch.Tensor  # [n_ff, n_embd]
+    ffn_up: torch.Tensor  # [n_ff, n_embd]
+    ffn_down: torch.Tensor  # [n_embd, n_ff]
+
+
+@register("llama")
+class LlamaModel:
+    rope_type = ROPE_TYPE_NORM
+
+    def __init__(self, hp: HParams, w: WeightLoader) -> None:
+        self.hp = hp
+        self.tok_embd = w.get("token_embd.weight")  # [n_vocab, n_embd]
+        self.output_norm = w.get("output_norm.weight")
+        self.output = w.get("output.weight") if w.has("output.weight") else self.tok_embd  # tied
+        self.layers = [self._load_layer(w, il) for il in range(hp.n_layer)]
+        self.rope = RopeParams(hp.n_rot, hp.rope_freq_base, hp.rope_freq_scale, self.rope_type)
+
+    @staticmethod
+    def _load_layer(w: WeightLoader, il: int) -> LlamaLayer:
+        p = f"blk.{il}."
+        return LlamaLayer(
+            attn_norm=w.get(p + "attn_norm.weight"),
+            wq=w.get(p + "attn_q.weight"),
+            wk=w.get(p + "attn_k.weight"),
+            wv=w.get(p + "attn_v.weight"),
+            wo=w.get(p + "attn_output.weight"),
+            ffn_norm=w.get(p + "ffn_norm.weight"),
+            ffn_gate=w.get(p + "ffn_gate.weight"),
+            ffn_up=w.get(p + "ffn_up.weight"),
+            ffn_down=w.get(p + "ffn_down.weight"),
+        )
+
+    def rope_for_layer(self, il: int) -> RopeParams:
+        return self.rope
+
+    def forward(self, inp: UBatchInputs, kv: KVCache) -> torch.Tensor:
+        """One ubatch through the network; returns logits [n_outputs, n_vocab] float32 for the
+        rows flagged as outputs.  Writes the ubatch's K and V into its cells first."""
+        hp = self.hp
+        n_tokens = inp.tokens.shape[0]
+        d = hp.n_embd_head_k
+        cos, sin = rope_cos_sin(inp.pos, self.rope)  # [n_tokens, 1, n_rot/2]
+        x = F.embedding(inp.tokens, self.tok_embd)  # [n_tokens, n_embd]
+        scale = 1.0 / d**0.5
+        for il, L in enumerate(self.layers):
+            h = rms_norm(x, L.attn_norm, hp.f_norm_rms_eps)
+            q = F.linear(h, L.wq).view(n_tokens, hp.n_head, d)  # [n_tokens, n_head, d]
+            k = F.linear(h, L.wk).view(n_tokens, hp.n_head_kv, d)  # [n_tokens, n_head_kv, d]
+            v = F.linear(h, L.wv)  # [n_tokens, n_head_kv * d]
+            q = apply_rope(q, cos, sin, self.rope)
+            k = apply_rope(k, cos, sin, self.rope)
+            kv.store(il, inp.sinfo[id(kv)], k.reshape(n_tokens, -1), v)
+            attn = torch.empty(n_tokens, hp.n_head * hp.n_embd_head_v, dtype=x.dtype, device=x.device)
+            for rows, st, n_kv, mask in inp.groups(kv):
+                kc, vc = kv.view(il, st, n_kv)  # [n_kv, n_embd_k_gqa], [n_kv, n_embd_v_gqa]
+                attn[rows] = attention(
+                    q[rows], kc.view(n_kv, hp.n_head_kv, d), vc.view(n_kv, hp.n_head_kv, hp.n_embd_head_v), mask, scale
+                )
+            x = x + F.linear(attn, L.wo)
+            x = x + swiglu_ffn(rms_norm(x, L.ffn_norm, hp.f_norm_rms_eps), L.ffn_gate, L.ffn_up, L.ffn_down)
+        x = x.index_select(0, inp.out_rows)  # [n_outputs, n_embd]
+        return F.linear(rms_norm(x, self.output_norm, hp.f_norm_rms_eps), self.output).float()
+
+    def rotate_k(self, il: int, k: torch.Tensor, delta: torch.Tensor) -> torch.Tensor:
+        """K-shift: k [n, n_embd_k_gqa] rotated by delta [n] positions (RoPE composes)."""
+        cos, sin = rope_cos_sin(delta, self.rope_for_layer(il))
+        kh = k.view(k.shape[0], self.hp.n_head_kv, self.hp.n_embd_head_k)
+        return apply_rope(kh, cos, sin, self.rope_for_layer(il)).reshape(k.shape)

@@ -1,0 +1,70 @@
+"""Model: a GGUF file loaded into hparams, weights and a tokenizer (llama_model + llama_vocab)."""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import torch
+
+from ..gguf.reader import GGUFFile
+from ..log import logger
+from .archs import arch_class
+from .hparams import HParams, hparams_from_gguf
+from .loader import WeightLoader
+
+MiB = 1024 * 1024
+
+
+class Model:
+    def __init__(self, path: Path, f: GGUFFile, hp: HParams, net, tokenizer, loader: WeightLoader) -> None:
+        self.path = path
+        self.gguf = f
+        self.hparams = hp
+        self.net = net
+        self.tokenizer = tokenizer
+        self.n_bytes_file = loader.n_bytes_file
+        self.n_bytes_resident = loader.n_bytes_resident
+        self.device = loader.device
+
+    @classmethod
+    def load(cls, name_or_path: str | Path | None = None, device: str = "cpu") -> "Model":
+        """Load a registered model name (pulled on first use) or a path to a .gguf file."""
+        from ..registry import resolve_model
+        from ..tokenizer import Tokenizer
+
+        log = logger("llama_model_loader")
+        path = resolve_model(None if name_or_path is None else str(name_or_path))
+        t0 = time.perf_counter()
+        f = GGUFFile(path)
+        net_cls = arch_class(f.arch)  # unsupported architecture -> ValueError before any weight
+        hp = hparams_from_gguf(f)
+        log.info(f"loaded meta data with {len(f.reader.fields)} key-value pairs and {len(f.tensors)} tensors from {path}")
+        _log_hparams(hp)
+        loader = WeightLoader(f, torch.device(device))
+        net = net_cls(hp, loader)
+        tok = Tokenizer.from_gguf(f.reader)
+        logger("load_tensors").info(f"CPU model buffer size = {loader.n_bytes_resident / MiB:10.2f} MiB (file: {loader.n_bytes_file / MiB:.2f} MiB)")
+        log.info(f"model loaded in {time.perf_counter() - t0:.2f} s")
+        return cls(path, f, hp, net, tok, loader)
+
+    # --- vocabulary -----------------------------------------------------------------------
+    @property
+    def n_vocab(self) -> int:
+        return self.hparams.n_vocab
+
+    def tokenize(self, text: str, add_special: bool = True, parse_special: bool = False) -> list[int]:
+        return self.tokenizer.tokenize(text, add_special=add_special, parse_special=parse_special)
+
+    def detokenize(self, ids: list[int], remove_special: bool = False, unparse_special: bool = False) -> str:
+        return self.tokenizer.detokenize(ids, remove_special=remove_special, unparse_special=unparse_special)
+
+
+def _log_hparams(hp: HParams) -> None:
+    log = logger("print_info")
+    for name in ("arch", "n_ctx_train", "n_embd", "n_layer", "n_head", "n_head_kv", "n_rot", "n_swa", "n_embd_head_k", "n_embd_head_v", "n_ff", "n_vocab"):
+        log.info(f"{name:<13}= {getattr(hp, name)}")
+    log.info(f"{'n_gqa':<13}= {hp.n_gqa}")
+    log.info(f"{'n_embd_k_gqa':<13}= {hp.n_embd_k_gqa()}")
+    log.info(f"{'n_embd_v_gqa':<13}= {hp.n_embd_v_gqa()}")
+    log.info(f"{'f_norm_rms_eps':<13}= {hp.f_norm_rms_eps:.1e}")
+    log.info(f"{'freq_base_train':<13}= {hp.rope_freq_base:.1f}")

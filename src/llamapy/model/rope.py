@@ -1,0 +1,40 @@
+"""Rotary position embedding, ggml conventions: each token rotated by its own position.
+
+rope_type NORM (llama GGUFs: Q/K weights were permuted at conversion) rotates adjacent
+pairs (x[2i], x[2i+1]); NEOX (gemma, qwen, ...) rotates halves (x[i], x[i + n_rot/2])."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+ROPE_TYPE_NORM = 0
+ROPE_TYPE_NEOX = 2
+
+
+@dataclass(frozen=True, slots=True)
+class RopeParams:
+    n_rot: int
+    freq_base: float
+    freq_scale: float = 1.0
+    rope_type: int = ROPE_TYPE_NORM
+
+
+def rope_cos_sin(pos: torch.Tensor, p: RopeParams) -> tuple[torch.Tensor, torch.Tensor]:
+    """pos: [n] int (positions, or position deltas for a K-shift) -> cos, sin: [n, 1, n_rot/2]."""
+    inv = p.freq_base ** (-torch.arange(0, p.n_rot, 2, dtype=torch.float64) / p.n_rot)  # [n_rot/2]
+    theta = (pos.to(torch.float64)[:, None] * p.freq_scale) * inv[None, :]  # [n, n_rot/2]
+    return theta.cos().float()[:, None, :], theta.sin().float()[:, None, :]
+
+
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, p: RopeParams) -> torch.Tensor:
+    """x: [n, n_head, head_dim] float32 -> rotated copy; dims past n_rot pass through."""
+    n_rot = p.n_rot
+    xr, rest = x[..., :n_rot], x[..., n_rot:]
+    if p.rope_type == ROPE_TYPE_NEOX:
+        x0, x1 = xr[..., : n_rot // 2], xr[..., n_rot // 2 :]
+        out = torch.cat((x0 * cos - x1 * sin, x0 * sin + x1 * cos), dim=-1)
+    else:
+        x0, x1 = xr[..., 0::2], xr[..., 1::2]
+        out = torch.stack((x0 * cos - x1 * sin, x0 * sin + x1 * cos), dim=-1).flatten(-2)
+    return out if rest.shape[-1] == 0 else torch.cat((out, rest), dim=-1)
