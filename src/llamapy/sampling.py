@@ -1,0 +1,249 @@
+"""llama.cpp's default sampler chain on torch tensors.
+
+    penalties -> top_k -> top_p -> min_p -> temperature -> dist
+
+(common/sampling.cpp, with DRY, top-n-sigma, typical-p and XTC at their disabled
+defaults.) Each stage is a function over a `TokenDataArray` (llama_token_data_array):
+candidate ids and their logits, possibly sorted by logit. Like llama.cpp, top_p and
+min_p look at the probabilities *before* temperature. temp <= 0 is greedy: the argmax
+of the penalized logits, which is what the chain reduces to when the temperature
+sampler keeps only the largest logit.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections import Counter, deque
+from dataclasses import dataclass
+
+import torch
+
+LLAMA_DEFAULT_SEED = 0xFFFFFFFF  # "pick a random seed"
+TOP_P_PARTIAL_SORT = 256  # llama.cpp's top_p first sorts only this many when n > 1024
+
+
+@dataclass(slots=True)
+class SamplingParams:
+    """common_params_sampling's defaults (llama.cpp common/common.h)."""
+
+    seed: int = LLAMA_DEFAULT_SEED  # LLAMA_DEFAULT_SEED = random
+    n_probs: int = 0  # > 0: top_probs() reports this many (token, prob) pairs
+    min_keep: int = 0  # top_p / min_p keep at least this many candidates
+    top_k: int = 40  # <= 0: disabled
+    top_p: float = 0.95  # 1.0: disabled
+    min_p: float = 0.05  # 0.0: disabled
+    temp: float = 0.80  # <= 0: greedy
+    penalty_last_n: int = 64  # 0: disabled, -1: context size
+    penalty_repeat: float = 1.0  # 1.0: disabled
+    penalty_freq: float = 0.0  # 0.0: disabled
+    penalty_present: float = 0.0  # 0.0: disabled
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.seed <= 0xFFFFFFFF:
+            raise ValueError(f"seed ({self.seed}) must be in [0, 2^32-1]; 4294967295 = random")
+        if self.penalty_last_n < -1:
+            raise ValueError(
+                f"penalty_last_n ({self.penalty_last_n}) must be >= -1 (0 = off, -1 = n_ctx)"
+            )
+        if self.min_keep < 0 or self.n_probs < 0:
+            raise ValueError(
+                f"min_keep ({self.min_keep}) and n_probs ({self.n_probs}) must be >= 0"
+            )
+
+    def penalties_enabled(self) -> bool:
+        return self.penalty_last_n != 0 and not (
+            self.penalty_repeat == 1.0 and self.penalty_freq == 0.0 and self.penalty_present == 0.0
+        )
+
+
+@dataclass(slots=True)
+class TokenDataArray:
+    """Candidates: ids [n_cand] int64 and logits [n_cand] float32, same device.
+
+    `sorted`: logits descending. `probs` [n_cand] is set by dist(); `selected` indexes ids.
+    """
+
+    ids: torch.Tensor
+    logits: torch.Tensor
+    sorted: bool = False
+    probs: torch.Tensor | None = None
+    selected: int = -1
+
+    def take(self, idx: torch.Tensor | slice, now_sorted: bool) -> None:
+        self.ids, self.logits, self.sorted = self.ids[idx], self.logits[idx], now_sorted
+
+
+def apply_penalties(
+    logits: torch.Tensor, counts: Counter[int], repeat: float, freq: float, present: float
+) -> None:
+    """In place on the full vocabulary, logits [n_vocab]: for each token seen `count` times
+    in the window, divide a positive logit by `repeat` (multiply one <= 0), then subtract
+    count*freq + present."""
+    if not counts:
+        return
+    n_vocab = logits.shape[0]
+    for bad in (min(counts), max(counts)):
+        if not 0 <= bad < n_vocab:
+            raise ValueError(f"accepted token {bad} is outside the vocabulary (n_vocab {n_vocab})")
+    tok = torch.tensor(list(counts.keys()), dtype=torch.int64, device=logits.device)
+    cnt = torch.tensor(list(counts.values()), dtype=torch.float32, device=logits.device)
+    l = logits[tok]  # [n_seen]
+    l = torch.where(l <= 0, l * repeat, l / repeat)
+    logits[tok] = l - cnt * freq - present  # every token in `counts` has count > 0
+
+
+def top_k(cur: TokenDataArray, k: int) -> None:
+    """Keep the k largest logits, sorted. k <= 0: no-op."""
+    if k <= 0:
+        return
+    k = min(k, cur.ids.shape[0])
+    vals, idx = torch.topk(cur.logits, k)
+    cur.ids, cur.logits, cur.sorted = cur.ids[idx], vals, True
+
+
+def top_p(cur: TokenDataArray, p: float, min_keep: int = 0) -> None:
+    """Keep the smallest prefix (by probability, descending) whose cumulative probability
+    reaches p, and at least min_keep tokens. p >= 1: no-op. Leaves candidates sorted."""
+    if p >= 1.0:
+        return
+    n = cur.ids.shape[0]
+    probs = torch.softmax(cur.logits, dim=0)  # [n], over all current candidates
+    if cur.sorted:
+        order = None
+        top = probs
+    else:  # like llama.cpp: try the top 256 first, sort everything only if they fall short
+        k = min(TOP_P_PARTIAL_SORT, n) if n > 1024 else n
+        top, order = torch.topk(probs, k)
+        if k < n and top.sum().item() < p:
+            top, order = torch.sort(probs, descending=True)
+    cum = torch.cumsum(top, dim=0)  # [k]
+    reached = cum >= p
+    if min_keep > 1:
+        reached[: min_keep - 1] = False
+    last = int(torch.argmax(reached.to(torch.int8)).item()) + 1 if bool(reached.any()) else n
+    if order is None:
+        cur.take(slice(0, last), True)
+    else:
+        cur.take(order[:last], True)
+
+
+def min_p(cur: TokenDataArray, p: float, min_keep: int = 0) -> None:
+    """Keep tokens with prob >= p * max prob (logit >= max + ln p), at least min_keep.
+    p <= 0: no-op. Keeps the order it was given."""
+    n = cur.ids.shape[0]
+    if p <= 0.0 or n == 0:
+        return
+    min_logit = cur.logits.max() + math.log(p)
+    keep = cur.logits >= min_logit  # [n] bool
+    n_keep = int(keep.sum().item())
+    if n_keep >= max(min_keep, 1):
+        cur.take(keep.nonzero().squeeze(1), cur.sorted)
+        return
+    if not cur.sorted:
+        vals, idx = torch.sort(cur.logits, descending=True)
+        cur.ids, cur.logits, cur.sorted = cur.ids[idx], vals, True
+    cur.take(slice(0, min(min_keep, n)), True)
+
+
+def temperature(cur: TokenDataArray, temp: float) -> None:
+    """Divide logits by temp; temp <= 0 keeps only the (first) largest logit."""
+    if temp <= 0.0:
+        i = int(torch.argmax(cur.logits).item())
+        cur.take(slice(i, i + 1), True)
+        return
+    cur.logits = cur.logits / temp
+
+
+def dist(cur: TokenDataArray, generator: torch.Generator) -> int:
+    """Draw one candidate from softmax(logits) by inverse CDF with one uniform draw from
+    `generator` (drawn even for a single candidate). Sets cur.probs and cur.selected;
+    returns the token id."""
+    u = torch.rand(1, generator=generator, dtype=torch.float64)  # [1], CPU generator
+    e = torch.exp(cur.logits - cur.logits.max())  # [n]
+    cum = torch.cumsum(e.to(torch.float64), dim=0)  # [n]
+    target = cum[-1:] * u.to(cum.device)  # [1]
+    i = min(int(torch.searchsorted(cum, target).item()), cum.shape[0] - 1)
+    cur.probs = e / e.sum()
+    cur.selected = i
+    return int(cur.ids[i].item())
+
+
+def token_probabilities(logits: torch.Tensor, n_top: int) -> list[tuple[int, float]]:
+    """softmax over the raw logits [n_vocab], top n_top (token, prob) pairs, largest first
+    (the server's pre-sampling probabilities)."""
+    probs = torch.softmax(logits.to(torch.float32), dim=0)
+    vals, idx = torch.topk(probs, min(n_top, probs.shape[0]))
+    return list(zip(idx.tolist(), vals.tolist()))
+
+
+class Sampler:
+    """One sequence's sampler chain with its penalty window and its RNG.
+
+    sample(logits) picks a token but does not record it: call accept(token) for every
+    token that enters the sequence (prompt tokens too, if they should be penalized).
+    """
+
+    def __init__(self, params: SamplingParams | None = None, n_ctx: int | None = None) -> None:
+        self.params = params if params is not None else SamplingParams()
+        last_n = self.params.penalty_last_n
+        self._window: deque[int] = deque(maxlen=n_ctx if last_n == -1 else last_n)
+        self._counts: Counter[int] = Counter()
+        self._generator = torch.Generator(device="cpu")
+        self.seed = 0
+        self.cur: TokenDataArray | None = None  # candidates after the last sample()
+        self.reset()
+
+    def reset(self) -> None:
+        """Clear the penalty window and re-seed (a fresh random seed if seed is the default)."""
+        self._window.clear()
+        self._counts.clear()
+        s = self.params.seed
+        self.seed = int.from_bytes(os.urandom(4), "little") if s == LLAMA_DEFAULT_SEED else s
+        self._generator.manual_seed(self.seed)
+        self.cur = None
+
+    def accept(self, token: int) -> None:
+        """Add token to the penalty window (the last penalty_last_n accepted tokens)."""
+        if self.params.penalty_last_n == 0:
+            return
+        if self._window.maxlen is not None and len(self._window) == self._window.maxlen:
+            old = self._window[0]
+            self._counts[old] -= 1
+            if self._counts[old] == 0:
+                del self._counts[old]
+        self._window.append(token)
+        self._counts[token] += 1
+
+    def sample(self, logits: torch.Tensor) -> int:
+        """logits [n_vocab] (any float dtype, any device; not modified) -> token id."""
+        if logits.dim() != 1 or logits.shape[0] == 0:
+            raise ValueError(
+                f"sample() takes one row of logits [n_vocab], got {tuple(logits.shape)}"
+            )
+        p = self.params
+        x = logits.detach().to(dtype=torch.float32, copy=True)  # [n_vocab]
+        if p.penalties_enabled():
+            apply_penalties(x, self._counts, p.penalty_repeat, p.penalty_freq, p.penalty_present)
+        ids = torch.arange(x.shape[0], device=x.device)
+        cur = TokenDataArray(ids, x)
+        if p.temp <= 0.0:  # greedy: the chain would keep only the argmax anyway
+            temperature(cur, 0.0)
+            cur.probs, cur.selected = torch.ones(1, device=x.device), 0
+            self.cur = cur
+            return int(cur.ids[0].item())
+        top_k(cur, p.top_k)
+        top_p(cur, p.top_p, p.min_keep)
+        min_p(cur, p.min_p, p.min_keep)
+        temperature(cur, p.temp)
+        self.cur = cur
+        return dist(cur, self._generator)
+
+    def top_probs(self, n: int | None = None) -> list[tuple[int, float]]:
+        """The n (default params.n_probs) most probable (token, prob) pairs after the chain
+        of the last sample(), largest first; fewer if fewer candidates survived."""
+        n = self.params.n_probs if n is None else n
+        if self.cur is None or self.cur.probs is None:
+            raise RuntimeError("top_probs() needs a sample() first")
+        vals, idx = torch.topk(self.cur.probs, min(n, self.cur.probs.shape[0]))
+        return list(zip(self.cur.ids[idx].tolist(), vals.tolist()))
