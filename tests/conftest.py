@@ -32,3 +32,17 @@ def smollm2(smollm2_path):
     from llamapy.model.model import Model
 
     return Model.load(smollm2_path)
+
+
+@pytest.fixture(scope="session")
+def tiny_path(tmp_path_factory) -> Path:
+    from tiny_model import write_tiny_llama
+
+    return write_tiny_llama(tmp_path_factory.mktemp("tiny") / "tiny-llama.gguf")
+
+
+@pytest.fixture(scope="session")
+def tiny(tiny_path):
+    from llamapy.model.model import Model
+
+    return Model.load(tiny_path)

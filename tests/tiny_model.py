@@ -1,0 +1,97 @@
+"""Write tiny llama-architecture GGUF files for fast tests (random weights, real format).
+
+Vocabulary: the 256 GPT-2 byte tokens, a few merges and <|im_start|>/<|im_end|>/<|endoftext|>
+control tokens, so the real tokenizer path is exercised too."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import gguf
+import numpy as np
+
+
+def _byte_tokens() -> list[str]:
+    """GPT-2's bytes_to_unicode order: printable bytes map to themselves, others to 256+."""
+    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
+    cs = bs[:]
+    n = 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    table = dict(zip(bs, cs))
+    return [chr(table[b]) for b in range(256)]
+
+
+def write_tiny_llama(
+    path: Path,
+    n_embd: int = 64,
+    n_layer: int = 2,
+    n_head: int = 4,
+    n_head_kv: int = 2,
+    n_ff: int = 128,
+    n_ctx_train: int = 4096,
+    seed: int = 0,
+    weight_type: gguf.GGMLQuantizationType = gguf.GGMLQuantizationType.F32,
+    arch: str = "llama",
+) -> Path:
+    rng = np.random.default_rng(seed)
+    tokens = _byte_tokens()
+    merges = ["Ġ t", "h e", "Ġt he", "i n", "a n"]
+    tokens += [m.replace(" ", "") for m in merges]
+    specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+    tokens += specials
+    types = [gguf.TokenType.NORMAL] * (len(tokens) - len(specials)) + [gguf.TokenType.CONTROL] * len(specials)
+    n_vocab = len(tokens)
+
+    w = gguf.GGUFWriter(str(path), arch)
+    w.add_context_length(n_ctx_train)
+    w.add_embedding_length(n_embd)
+    w.add_block_count(n_layer)
+    w.add_feed_forward_length(n_ff)
+    w.add_head_count(n_head)
+    w.add_head_count_kv(n_head_kv)
+    w.add_rope_freq_base(10000.0)
+    w.add_layer_norm_rms_eps(1e-5)
+    w.add_rope_dimension_count(n_embd // n_head)
+    w.add_vocab_size(n_vocab)
+    w.add_tokenizer_model("gpt2")
+    w.add_tokenizer_pre("default")
+    w.add_token_list(tokens)
+    w.add_token_types(types)
+    w.add_token_merges(merges)
+    w.add_bos_token_id(n_vocab - 3)
+    w.add_eos_token_id(n_vocab - 1)
+    w.add_add_bos_token(False)
+
+    def add(name: str, shape: tuple[int, ...], scale: float = 0.2, qtype=weight_type) -> None:
+        a = (rng.standard_normal(shape) * scale).astype(np.float32)
+        if len(shape) == 1:
+            a = 1.0 + 0.1 * a
+            qtype = gguf.GGMLQuantizationType.F32
+        if qtype != gguf.GGMLQuantizationType.F32:
+            q = gguf.quants.quantize(a, qtype)
+            w.add_tensor(name, q, raw_shape=q.shape, raw_dtype=qtype)
+        else:
+            w.add_tensor(name, a)
+
+    d = n_embd // n_head
+    add("token_embd.weight", (n_vocab, n_embd), 1.0)
+    add("output_norm.weight", (n_embd,))
+    for il in range(n_layer):
+        p = f"blk.{il}."
+        add(p + "attn_norm.weight", (n_embd,))
+        add(p + "attn_q.weight", (n_head * d, n_embd))
+        add(p + "attn_k.weight", (n_head_kv * d, n_embd))
+        add(p + "attn_v.weight", (n_head_kv * d, n_embd))
+        add(p + "attn_output.weight", (n_embd, n_head * d))
+        add(p + "ffn_norm.weight", (n_embd,))
+        add(p + "ffn_gate.weight", (n_ff, n_embd))
+        add(p + "ffn_up.weight", (n_ff, n_embd))
+        add(p + "ffn_down.weight", (n_embd, n_ff))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path
