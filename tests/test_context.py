@@ -174,7 +174,6 @@ def _mixed_vs_alone(model, params: ContextParams, lens=(7, 12, 5), seed=0, atol=
     slots = [(s, i, t) for s, toks in enumerate(seqs) for i, t in enumerate(toks)]
     rng = random.Random(seed)
     # shuffle across sequences while keeping each sequence's own order (positions must continue)
-    order = sorted(slots, key=lambda x: (rng.random() + x[1]) if False else rng.random())
     per_seq_next = [0] * len(seqs)
     pending = {s: [x for x in slots if x[0] == s] for s in range(len(seqs))}
     b = Batch()

@@ -56,7 +56,7 @@ def _stream(model, ctx, sampler, ids: list[int], n_predict: int, out=sys.stdout)
     tm = GenTimings()
     dec = StreamDecoder(model.tokenizer)
     for t in generate(ctx, sampler, ids, n_predict, timings=tm):
-        out.write(dec.add(t))
+        out.write(dec.feed(t))
         out.flush()
     out.write(dec.flush())
     out.flush()

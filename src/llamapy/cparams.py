@@ -79,16 +79,16 @@ def resolve_cparams(p: ContextParams, hp: HParams, n_ctx_fitted: int | None = No
 
 def log_cparams(c: CParams, hp: HParams) -> None:
     log = logger("llama_context")
-    log.info(f"n_seq_max     = {c.n_seq_max}")
-    log.info(f"n_ctx         = {c.n_ctx}")
-    log.info(f"n_ctx_seq     = {c.n_ctx_seq}")
-    log.info(f"n_batch       = {c.n_batch}")
-    log.info(f"n_ubatch      = {c.n_ubatch}")
-    log.info(f"causal_attn   = {int(c.causal_attn)}")
-    log.info(f"flash_attn    = {c.flash_attn}")
-    log.info(f"kv_unified    = {'true' if c.kv_unified else 'false'}")
-    log.info(f"freq_base     = {hp.rope_freq_base:.1f}")
-    log.info(f"freq_scale    = {hp.rope_freq_scale:g}")
+    log.info(f"n_seq_max             = {c.n_seq_max}")
+    log.info(f"n_ctx                 = {c.n_ctx}")
+    log.info(f"n_ctx_seq             = {c.n_ctx_seq}")
+    log.info(f"n_batch               = {c.n_batch}")
+    log.info(f"n_ubatch              = {c.n_ubatch}")
+    log.info(f"causal_attn           = {int(c.causal_attn)}")
+    log.info(f"flash_attn            = {c.flash_attn}")
+    log.info(f"kv_unified            = {'true' if c.kv_unified else 'false'}")
+    log.info(f"freq_base             = {hp.rope_freq_base:.1f}")
+    log.info(f"freq_scale            = {hp.rope_freq_scale:g}")
     if c.n_ctx_seq < hp.n_ctx_train:
         log.warning(f"n_ctx_seq ({c.n_ctx_seq}) < n_ctx_train ({hp.n_ctx_train}) -- the full capacity of the model will not be utilized")
     elif c.n_ctx_seq > hp.n_ctx_train:
