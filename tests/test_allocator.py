@@ -3,6 +3,7 @@ positions, output ids, and the three splits with llama.cpp's ubatch counts."""
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings, strategies as st
 
 from llamapy.batch import Batch, BatchAllocator, BatchError
 from llamapy.memory.cells import KVCells
@@ -291,3 +292,48 @@ def test_split_seq_one_sequence_set_per_ubatch():
     assert a.split_seq(8).idx == (1, 3)
     assert a.split_seq(8).idx == (4,)
     assert a.split_seq(8) is None
+
+
+# --- properties of the splits ---------------------------------------------------------------
+
+@st.composite
+def interleaved_batches(draw):
+    """Sequences 0..3 with random lengths, slots interleaved in a random order that keeps
+    each sequence's own order; random output flags."""
+    lengths = draw(st.lists(st.integers(0, 12), min_size=1, max_size=4))
+    order = [s for s, n in enumerate(lengths) for _ in range(n)]
+    order = draw(st.permutations(order)) if order else order
+    b = Batch()
+    nxt = [0] * len(lengths)
+    for s in order:
+        b.add(1, nxt[s], [s], draw(st.booleans()))
+        nxt[s] += 1
+    return b
+
+
+@settings(max_examples=200, deadline=None)
+@given(b=interleaved_batches(), n_ubatch=st.integers(1, 9), mode=st.sampled_from(["simple", "equal", "seq"]))
+def test_splits_use_every_slot_once_and_keep_sequence_order(b, n_ubatch, mode):
+    if len(b) == 0:
+        return
+    a = alloc()
+    a.init(b, no_mem)
+    ubs = []
+    while (ub := getattr(a, f"split_{mode}")(n_ubatch, *([False] if mode == "equal" else []))) is not None:
+        ubs.append(ub)
+        assert 1 <= ub.n_tokens <= n_ubatch
+        if ub.equal_seqs:  # n_seqs groups of n_seq_tokens rows, one sequence set per group
+            k = ub.n_seq_tokens
+            assert k * ub.n_seqs == ub.n_tokens
+            groups = [set(ub.seq_id[g * k:(g + 1) * k]) for g in range(ub.n_seqs)]
+            assert all(len(g) == 1 for g in groups) and len(set.union(*groups)) == ub.n_seqs
+    idx = [i for ub in ubs for i in ub.idx]
+    assert sorted(idx) == list(range(len(b)))
+    if mode == "simple":
+        assert idx == list(range(len(b)))
+        assert [ub.n_tokens for ub in ubs[:-1]] == [n_ubatch] * (len(ubs) - 1)
+    for s in range(4):  # every sequence is fed in position order
+        seen = [p for ub in ubs for p, sids in zip(ub.pos, ub.seq_id) if sids[0] == s]
+        assert seen == sorted(seen)
+    assert sorted(a.out_ids) == [i for i in range(len(b)) if b.logits[i]]
+    assert a.n_used == len(b)
