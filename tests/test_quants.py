@@ -165,3 +165,20 @@ def test_unpack_q4_affine_real(real_tensors):
 def test_unpack_q4_affine_rejects_other_types():
     with pytest.raises(NotImplementedError, match="Q8_0"):
         unpack_q4_affine(torch.zeros(34, dtype=torch.uint8), T.Q8_0, (1, 32))
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_cuda_matches_cpu_bit_for_bit():
+    from llamapy.gguf.quants import QUANTIZE_TYPES, quantize
+
+    for qt in BLOCK_TYPES:
+        bs, _ = type_size(qt)
+        raw = torch.from_numpy(random_blocks(qt, 64, seed=3))
+        cpu = dequantize(raw, qt, (8, 8 * bs))
+        assert torch.equal(dequantize(raw.cuda(), qt, (8, 8 * bs)).cpu().view(torch.int32), cpu.view(torch.int32)), qt.name
+        if qt in Q4_AFFINE_TYPES:
+            for a, b in zip(unpack_q4_affine(raw.cuda(), qt, (8, 8 * bs)), unpack_q4_affine(raw, qt, (8, 8 * bs))):
+                assert torch.equal(a.cpu(), b), qt.name
+    x = torch.randn(16, 7, 256) * torch.logspace(-4, 3, 16)[:, None, None]
+    for qt in QUANTIZE_TYPES:
+        assert torch.equal(quantize(x.cuda(), qt).cpu(), quantize(x, qt)), qt.name

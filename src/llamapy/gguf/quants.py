@@ -61,7 +61,8 @@ def _dq_q8_0(b: torch.Tensor) -> torch.Tensor:  # d f16 | qs[32] int8
 
 def _dq_iq4_nl(b: torch.Tensor) -> torch.Tensor:  # d f16 | qs[16] indices into kvalues
     values = torch.tensor(quants_pack.KVALUES_IQ4NL, dtype=torch.float32, device=b.device)
-    return f16(b[:, 0:2]) * values[nibbles(b[:, 2:], 16).long()]
+    idx = nibbles(b[:, 2:], 16)  # [n, 32]
+    return f16(b[:, 0:2]) * values.index_select(0, idx.reshape(-1).int()).reshape(idx.shape)
 
 
 _DEQUANT_BLOCKS: Mapping[T, Callable[[torch.Tensor], torch.Tensor]] = MappingProxyType({

@@ -25,6 +25,11 @@ def roundf(x: torch.Tensor) -> torch.Tensor:
     return torch.sign(x) * (fl + (a - fl >= 0.5).to(x.dtype))
 
 
+def _div(a: torch.Tensor, b: float) -> torch.Tensor:
+    """a / b, correctly rounded on every device (CUDA turns division by a Python scalar into a * (1/b))."""
+    return a / torch.full((), b, dtype=a.dtype, device=a.device)
+
+
 def _inv(d: torch.Tensor) -> torch.Tensor:
     """`d ? 1.0f/d : 0.0f`"""
     return torch.where(d == 0, torch.zeros_like(d), 1.0 / d)
@@ -46,14 +51,14 @@ def quantize_bf16(x: torch.Tensor) -> torch.Tensor:
 
 def quantize_q8_0(x: torch.Tensor) -> torch.Tensor:
     """[n, 32] -> [n, 34]: d = amax/127, q = roundf(x/d)."""
-    d = x.abs().amax(dim=-1, keepdim=True) / 127
+    d = _div(x.abs().amax(dim=-1, keepdim=True), 127)
     q = roundf(x * _inv(d)).to(torch.int8).view(torch.uint8)
     return torch.cat((f16_bytes(d), q), dim=-1)
 
 
 def quantize_q4_0(x: torch.Tensor) -> torch.Tensor:
     """[n, 32] -> [n, 18]: d = max/-8, q = min(15, (int)(x/d + 8.5))."""
-    d = _absmax_signed(x) / -8
+    d = _div(_absmax_signed(x), -8)
     q = torch.trunc(x * _inv(d) + 8.5).clamp(0, 15).to(torch.uint8)
     return torch.cat((f16_bytes(d), pack_nibbles(q, 16)), dim=-1)
 
@@ -61,7 +66,7 @@ def quantize_q4_0(x: torch.Tensor) -> torch.Tensor:
 def quantize_q4_1(x: torch.Tensor) -> torch.Tensor:
     """[n, 32] -> [n, 20]: d = (max-min)/15, m = min, q = min(15, (int)((x-min)/d + 0.5))."""
     mn = x.amin(dim=-1, keepdim=True)
-    d = (x.amax(dim=-1, keepdim=True) - mn) / 15
+    d = _div(x.amax(dim=-1, keepdim=True) - mn, 15)
     q = torch.trunc((x - mn) * _inv(d) + 0.5).clamp(0, 15).to(torch.uint8)
     return torch.cat((f16_bytes(d), f16_bytes(mn), pack_nibbles(q, 16)), dim=-1)
 
@@ -73,7 +78,7 @@ def _pack_q5(q: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 def quantize_q5_0(x: torch.Tensor) -> torch.Tensor:
     """[n, 32] -> [n, 22]: d = max/-16, q = min(31, (int)(x/d + 16.5))."""
-    d = _absmax_signed(x) / -16
+    d = _div(_absmax_signed(x), -16)
     q = torch.trunc(x * _inv(d) + 16.5).clamp(0, 31).to(torch.uint8)
     qh, qs = _pack_q5(q)
     return torch.cat((f16_bytes(d), qh, qs), dim=-1)
@@ -82,7 +87,7 @@ def quantize_q5_0(x: torch.Tensor) -> torch.Tensor:
 def quantize_q5_1(x: torch.Tensor) -> torch.Tensor:
     """[n, 32] -> [n, 24]: d = (max-min)/31, m = min, q = min(31, (int)((x-min)/d + 0.5))."""
     mn = x.amin(dim=-1, keepdim=True)
-    d = (x.amax(dim=-1, keepdim=True) - mn) / 31
+    d = _div(x.amax(dim=-1, keepdim=True) - mn, 31)
     q = torch.trunc((x - mn) * _inv(d) + 0.5).clamp(0, 31).to(torch.uint8)
     qh, qs = _pack_q5(q)
     return torch.cat((f16_bytes(d), f16_bytes(mn), qh, qs), dim=-1)
