@@ -54,7 +54,7 @@ class Context:
     def decode(self, batch: Batch) -> None:
         """Process one batch.  Raises BatchError (bad input) or KVCacheFullError (no cells);
         in both cases the KV cache and the previous logits are unchanged."""
-        self.alloc.init(batch, self.memory.seq_pos_max)
+        self.alloc.init(batch, self.memory.seq_pos_max, seq_pos_min=self.memory.seq_pos_min)
         ubatches = self._split()
         sinfos = self.memory.prepare(ubatches)
         if self.memory.has_shift():

@@ -18,7 +18,7 @@ from ..batch.allocator import UBatch
 from ..model.hparams import HParams
 from .cells import KVCells
 from .kv_types import KVType
-from .mask import kq_mask
+from .mask_rule import SwaType, kq_mask_np
 
 N_PAD = 256  # llama_kv_cache::get_n_kv(): the padding quantum of n_kv
 
@@ -62,11 +62,11 @@ class KVCache:
             raise ValueError(f"kv_size ({kv_size}) is not divisible by the number of streams ({self.n_stream})")
         self.size = kv_size // self.n_stream  # cells per stream
         self.n_swa = n_swa
+        self.swa_type = SwaType.STANDARD if n_swa > 0 else SwaType.NONE
         self.name = name
         self.type_k, self.type_v = KVType(type_k), KVType(type_v)
         self.device = torch.device(device)
         self.cells = [KVCells(self.size, n_seq_max) for _ in range(self.n_stream)]
-        self.head = [0] * self.n_stream
         self.k: dict[int, torch.Tensor] = {}
         self.v: dict[int, torch.Tensor] = {}
         for il in self.layers:
@@ -104,7 +104,6 @@ class KVCache:
         """Remove s's cells in [p0, p1) (negative: open end); s < 0: every sequence."""
         for st in self._streams_of(s):
             self.cells[st].seq_rm(s, p0, p1)
-            self.head[st] = 0
         return True
 
     def seq_cp(self, s_src: int, s_dst: int, p0: int = -1, p1: int = -1) -> None:
@@ -127,7 +126,6 @@ class KVCache:
     def seq_keep(self, s: int) -> None:
         for st in range(self.n_stream):
             self.cells[st].seq_keep(s)
-            self.head[st] = 0
 
     def seq_add(self, s: int, p0: int, p1: int, delta: int) -> None:
         """Shift s's positions in [p0, p1) by delta; K is re-rotated at the next decode."""
@@ -147,7 +145,6 @@ class KVCache:
     def clear(self, data: bool = False) -> None:
         for st in range(self.n_stream):
             self.cells[st].clear()
-            self.head[st] = 0
         if data:
             for il in self.layers:
                 self.k[il].zero_()
@@ -155,14 +152,14 @@ class KVCache:
 
     # --- slots --------------------------------------------------------------------------------
     def _find_slot(self, ub: UBatch) -> SlotInfo:
+        """Cells for every row of a ubatch, per stream; on a SWA cache, cells every sequence
+        has left behind its window count as free (llama.cpp find_slot)."""
         streams = np.array([self.seq_to_stream(s[0]) for s in ub.seq_id], dtype=np.int64)
         idxs = np.zeros(ub.n_tokens, dtype=np.int64)
         for st in np.unique(streams):
             rows = np.nonzero(streams == st)[0]
             cells = self.cells[int(st)]
-            if self.n_swa > 0:
-                self._reclaim_swa(int(st), ub, rows)
-            found = cells.find_slot(len(rows), self.head[int(st)])
+            found = cells.find_slot(len(rows), n_swa=self.n_swa, swa_type=self.swa_type)
             if found is None:
                 where = "the cache" if self.unified else f"stream {int(st)} (sequence {ub.seq_id[rows[0]][0]})"
                 raise KVCacheFullError(
@@ -174,32 +171,15 @@ class KVCache:
             idxs[rows] = found
         return SlotInfo(streams, idxs)
 
-    def _reclaim_swa(self, st: int, ub: UBatch, rows: np.ndarray) -> None:
-        """Free cells that every sequence seeing them has left behind its window (SWA caches)."""
-        cells = self.cells[st]
-        pmin: dict[int, int] = {}
-        for r in rows:
-            s = ub.seq_id[r][0]
-            pmin[s] = min(pmin.get(s, ub.pos[r]), ub.pos[r])
-        for s, p in pmin.items():
-            cells.seq_rm(s, -1, p - self.n_swa + 1) if p - self.n_swa + 1 > 0 else None
-
     def apply_ubatch(self, sinfo: SlotInfo, ub: UBatch) -> None:
         """Record the ubatch's (pos, seq_ids) in the cells chosen by _find_slot."""
-        for r in range(ub.n_tokens):
-            st, i = int(sinfo.stream[r]), int(sinfo.idxs[r])
-            cells = self.cells[st]
-            if not cells.is_empty(i):
-                cells.rm(i)
-            cells.set_cell(i, ub.pos[r], ub.seq_id[r])
-        for st in np.unique(sinfo.stream):
-            self.head[int(st)] = (int(sinfo.idxs[sinfo.stream == st].max()) + 1) % self.size
+        for st, rows in sinfo.groups():
+            self.cells[st].apply_ubatch(sinfo.idxs[rows].tolist(), [ub.pos[r] for r in rows], [ub.seq_id[r] for r in rows])
 
     def prepare(self, ubatches: list[UBatch]) -> list[SlotInfo]:
         """Find cells for every ubatch of a decode call by simulating them, then undo the
         simulation.  Raises KVCacheFullError before anything changes if one does not fit."""
         snaps = [c.snapshot() for c in self.cells]
-        heads = list(self.head)
         try:
             out = []
             for ub in ubatches:
@@ -210,13 +190,9 @@ class KVCache:
         finally:
             for c, snap in zip(self.cells, snaps):
                 c.restore(snap)
-            self.head = heads
 
     def begin_ubatch(self, ub: UBatch, sinfo: SlotInfo) -> None:
-        """Before the forward of one prepared ubatch: free out-of-window cells, occupy its cells."""
-        if self.n_swa > 0:
-            for st, rows in sinfo.groups():
-                self._reclaim_swa(st, ub, rows)
+        """Before the forward of one prepared ubatch: occupy its cells."""
         self.apply_ubatch(sinfo, ub)
 
     # --- graph inputs ---------------------------------------------------------------------------
@@ -224,7 +200,7 @@ class KVCache:
         """Additive mask [len(rows), n_kv] float32: 0 where the row's query may read the cell."""
         q_seq = np.array([ub.seq_id[r][0] for r in rows], dtype=np.int64)
         q_pos = np.array([ub.pos[r] for r in rows], dtype=np.int64)
-        visible = kq_mask(self.cells[stream], n_kv, q_seq, q_pos, self.n_swa if swa else 0)
+        visible = kq_mask_np(self.cells[stream], n_kv, q_seq, q_pos, self.n_swa, self.swa_type if swa else SwaType.NONE)
         m = torch.zeros(visible.shape, dtype=torch.float32)
         m.masked_fill_(~torch.from_numpy(visible), float("-inf"))
         return m.to(self.device)
