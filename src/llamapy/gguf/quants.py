@@ -70,7 +70,9 @@ _DEQUANT_BLOCKS: Mapping[T, Callable[[torch.Tensor], torch.Tensor]] = MappingPro
     T.IQ4_NL: _dq_iq4_nl, T.Q4_K: quants_k.dequantize_q4_k, T.Q5_K: quants_k.dequantize_q5_k,
     T.Q6_K: quants_k.dequantize_q6_k,
 })
-_FLOAT_TYPES: Mapping[T, torch.dtype] = MappingProxyType({T.F32: torch.float32, T.F16: torch.float16, T.BF16: torch.bfloat16})
+_FLOAT_TYPES: Mapping[T, torch.dtype] = MappingProxyType(
+    {T.F32: torch.float32, T.F16: torch.float16, T.BF16: torch.bfloat16}
+)
 DEQUANTIZE_TYPES = frozenset(_FLOAT_TYPES) | frozenset(_DEQUANT_BLOCKS)
 
 
