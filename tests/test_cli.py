@@ -1,0 +1,61 @@
+"""The command line as a user runs it: a subprocess, real model, llama.cpp's flags."""
+from __future__ import annotations
+
+import subprocess
+import sys
+
+
+def llamapy(*args: str, timeout: int = 300) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "llamapy", *args], capture_output=True, text=True, timeout=timeout)
+
+
+def test_run_continues_with_paris(smollm2_path):
+    r = llamapy("run", "-m", str(smollm2_path), "-p", "The capital of France is", "-n", "16", "--temp", "0", "-c", "2048")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith("The capital of France is")
+    assert "Paris" in r.stdout[len("The capital of France is"):]
+    # llama.cpp's context lines on stderr
+    assert "llama_context: n_ctx                 = 2048" in r.stderr
+    assert "llama_kv_cache: size =   45.00 MiB (  2048 cells,  30 layers,  1/1 seqs), K (f16):   22.50 MiB, V (f16):   22.50 MiB" in r.stderr
+    assert "eval time" in r.stderr
+
+
+def test_default_context_is_trained_context_180_mib(smollm2_path):
+    r = llamapy("run", "-m", str(smollm2_path), "-p", "Hi", "-n", "1", "--temp", "0")
+    assert r.returncode == 0, r.stderr
+    assert "llama_kv_cache: size =  180.00 MiB (  8192 cells,  30 layers,  1/1 seqs), K (f16):   90.00 MiB, V (f16):   90.00 MiB" in r.stderr
+
+
+def test_tokenize_prints_ids(smollm2_path):
+    r = llamapy("tokenize", "-m", str(smollm2_path), "-p", "The capital of France is Paris.", "--ids")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "[504, 3575, 282, 4649, 314, 7042, 30]"  # llama-tokenize's ids
+
+
+def test_missing_model_is_one_line_error(tmp_path):
+    r = llamapy("run", "-m", str(tmp_path / "nope.gguf"), "-p", "x", "-n", "1")
+    assert r.returncode != 0
+    err = [line for line in r.stderr.splitlines() if line.strip()]
+    assert len(err) == 1 and "nope.gguf" in err[0], r.stderr
+
+
+def test_unsupported_architecture_is_one_line_error(tmp_path):
+    from tiny_model import write_tiny_llama
+
+    p = write_tiny_llama(tmp_path / "mamba.gguf", arch="mamba")
+    r = llamapy("run", "-m", str(p), "-p", "x", "-n", "1")
+    assert r.returncode != 0
+    assert "unsupported model architecture 'mamba'" in r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def test_bad_flag_value_names_the_flag(smollm2_path):
+    r = llamapy("run", "-m", str(smollm2_path), "-p", "x", "-n", "1", "-ctk", "q3_k")
+    assert r.returncode != 0
+    assert "-ctk" in r.stderr and "q3_k" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_pull_list():
+    r = llamapy("pull", "--list")
+    assert r.returncode == 0
+    assert "smollm2-135m" in r.stdout and "gemma3-270m" in r.stdout
