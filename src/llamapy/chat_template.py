@@ -1,0 +1,75 @@
+"""Chat templates: the GGUF's `tokenizer.chat_template` rendered with Jinja2 as HF does.
+
+Environment as transformers' apply_chat_template: ImmutableSandboxedEnvironment with
+trim_blocks and lstrip_blocks, the loopcontrols extension, `raise_exception(msg)`,
+`strftime_now(fmt)` and a `tojson` filter that does not HTML-escape (ensure_ascii=False).
+Context: messages, add_generation_prompt, bos_token, eos_token, plus any extra keywords
+(tools, documents, enable_thinking, ...).
+
+When the GGUF carries no template, CHATML_TEMPLATE is used:
+    <|im_start|>{role}\\n{content}<|im_end|>\\n   per message, then
+    <|im_start|>assistant\\n                      when add_generation_prompt.
+"""
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from typing import Any
+
+import jinja2
+import jinja2.ext
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+CHATML_TEMPLATE = (
+    "{% for message in messages %}"
+    "{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n' }}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+)
+
+
+def _raise_exception(message: str) -> None:
+    raise jinja2.exceptions.TemplateError(message)
+
+
+def _tojson(x: Any, ensure_ascii: bool = False, indent: int | None = None,
+            separators: tuple[str, str] | None = None, sort_keys: bool = False) -> str:
+    return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators,
+                      sort_keys=sort_keys)
+
+
+def _strftime_now(fmt: str) -> str:
+    return datetime.now().strftime(fmt)
+
+
+def make_environment() -> ImmutableSandboxedEnvironment:
+    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
+                                        extensions=[jinja2.ext.loopcontrols])
+    env.filters["tojson"] = _tojson
+    env.globals["raise_exception"] = _raise_exception
+    env.globals["strftime_now"] = _strftime_now
+    return env
+
+
+class ChatTemplate:
+    """A compiled chat template plus the special-token strings templates refer to."""
+
+    def __init__(self, source: str | None, bos_token: str = "", eos_token: str = "") -> None:
+        self.is_default = not source
+        self.source = source or CHATML_TEMPLATE
+        self.bos_token = bos_token
+        self.eos_token = eos_token
+        try:
+            self._template = make_environment().from_string(self.source)
+        except jinja2.TemplateSyntaxError as e:
+            raise ValueError(f"tokenizer.chat_template does not compile: {e} (line {e.lineno})") from e
+
+    def render(self, messages: list[dict[str, Any]], add_generation_prompt: bool = True,
+               **extra: Any) -> str:
+        """The prompt text for `messages` ([{"role": ..., "content": ...}, ...]).
+
+        Raises jinja2.TemplateError when the template calls raise_exception (e.g. Gemma's
+        "Conversation roles must alternate user/assistant/user/assistant/...")."""
+        ctx = {"bos_token": self.bos_token, "eos_token": self.eos_token, **extra}
+        return self._template.render(messages=messages,
+                                     add_generation_prompt=add_generation_prompt, **ctx)
