@@ -59,3 +59,16 @@ def test_pull_list():
     r = llamapy("pull", "--list")
     assert r.returncode == 0
     assert "smollm2-135m" in r.stdout and "gemma3-270m" in r.stdout
+
+
+def test_chat_uses_template_and_answers(smollm2_path):
+    r = subprocess.run(
+        [sys.executable, "-m", "llamapy", "chat", "-m", str(smollm2_path), "--temp", "0", "-n", "24", "-c", "1024"],
+        input="What is the capital of France?\nAnd of Italy?\n",
+        capture_output=True, text=True, timeout=300,
+    )
+    assert r.returncode == 0, r.stderr
+    replies = [x for x in r.stdout.split("> ") if x.strip()]
+    assert len(replies) == 2, r.stdout
+    assert "Paris" in replies[0]
+    assert "Rome" in replies[1]  # the second turn saw the first (prefix kept in the cache)
