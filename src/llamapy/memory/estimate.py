@@ -1,0 +1,268 @@
+"""Memory arithmetic: every buffer a Context will allocate, from HParams and resolved CParams
+alone (no tensor data is read).  The seed's formula is the core:
+
+    kv_bytes = n_ctx * sum over layers of (row_bytes(n_embd_k_gqa) + row_bytes(n_embd_v_gqa))
+
+with the two cases it does not cover: quantized K/V rows (KVType.row_bytes, the same code the
+cache allocates with) and sliding-window models, whose SWA layers get a second, smaller cache
+(llama_kv_cache_iswa, see swa_cells()).  The compute term models OUR forward pass
+(model/archs/llama.py), phase by phase; estimate_memory() is the public entry point."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..cparams import CParams, pad, resolve_cparams
+from ..model.hparams import HParams
+from ..params import ContextParams
+from .kv_types import KVType
+
+MiB = 1024 * 1024
+SWA_PAD = 256  # llama_kv_cache_iswa: the SWA cache size is always padded to 256
+F32 = 4  # activations and logits are float32
+
+
+def swa_cells(n_ctx_stream: int, n_swa: int, n_seq_max: int, kv_unified: bool, n_ubatch: int, swa_full: bool = False) -> int:
+    """Cells per stream of the SWA cache (llama_kv_cache_iswa's size_swa).
+
+    A stream must hold the window of every sequence it serves (n_swa each; a unified stream
+    serves all n_seq_max) plus one ubatch being written, padded to 256 and never more than
+    the full cache: pad256(min(n_ctx_stream, n_swa * (n_seq_max if unified else 1) + n_ubatch)).
+    --swa-full gives the SWA layers the full n_ctx_stream cells."""
+    if swa_full:
+        return n_ctx_stream
+    return pad(min(n_ctx_stream, n_swa * (n_seq_max if kv_unified else 1) + n_ubatch), SWA_PAD)
+
+
+@dataclass(frozen=True, slots=True)
+class CacheEstimate:
+    """One llama_kv_cache: its layers, cells per stream, streams, and K/V bytes."""
+
+    name: str  # "" for a plain cache, "non-SWA" / "SWA" for the two halves of an iSWA cache
+    layers: tuple[int, ...]
+    cells: int  # per stream, as llama.cpp prints them
+    n_stream: int
+    n_seq_max: int
+    type_k: str
+    type_v: str
+    k_bytes: int
+    v_bytes: int
+
+    @property
+    def bytes(self) -> int:
+        return self.k_bytes + self.v_bytes
+
+    @property
+    def bytes_per_token(self) -> int:
+        """K + V bytes one cell costs across this cache's layers."""
+        return self.bytes // (self.cells * self.n_stream)
+
+    def log_line(self) -> str:
+        """llama.cpp's `llama_kv_cache: size = ...` line for this cache."""
+        return (
+            f"size = {self.bytes / MiB:7.2f} MiB ({self.cells:6d} cells, {len(self.layers):3d} layers, "
+            f"{self.n_seq_max:2d}/{self.n_seq_max} seqs), K ({self.type_k}): {self.k_bytes / MiB:7.2f} MiB, "
+            f"V ({self.type_v}): {self.v_bytes / MiB:7.2f} MiB"
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class ComputeTerm:
+    """One intermediate of the forward pass: name, shape, float32 bytes, and the phase in which
+    it is alive ("persistent" terms live through the whole ubatch)."""
+
+    name: str
+    shape: tuple[int, ...]
+    phase: str
+
+    @property
+    def bytes(self) -> int:
+        n = F32
+        for x in self.shape:
+            n *= x
+        return n
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryEstimate:
+    """Every buffer of a Context, in bytes; `caches` and `compute_terms` itemise KV and compute."""
+
+    hparams: HParams
+    cparams: CParams
+    weights: int  # resident bytes as the loader keeps them
+    weights_file: int  # bytes of the tensors in the GGUF file (llama.cpp's model buffer)
+    caches: tuple[CacheEstimate, ...]
+    compute_terms: tuple[ComputeTerm, ...]
+    n_outputs: int  # logits rows reserved (output buffer and the logits term of compute)
+    output: int
+
+    @property
+    def kv_k(self) -> int:
+        return sum(c.k_bytes for c in self.caches)
+
+    @property
+    def kv_v(self) -> int:
+        return sum(c.v_bytes for c in self.caches)
+
+    @property
+    def kv(self) -> int:
+        return self.kv_k + self.kv_v
+
+    @property
+    def compute(self) -> int:
+        """Peak of the forward pass: persistent terms + the largest phase."""
+        phases: dict[str, int] = {}
+        for t in self.compute_terms:
+            phases[t.phase] = phases.get(t.phase, 0) + t.bytes
+        persistent = phases.pop("persistent", 0)
+        return persistent + max(phases.values(), default=0)
+
+    def compute_by_phase(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for t in self.compute_terms:
+            out[t.phase] = out.get(t.phase, 0) + t.bytes
+        return out
+
+    @property
+    def total(self) -> int:
+        return self.weights + self.kv + self.compute + self.output
+
+    def as_dict(self) -> dict[str, int]:
+        """Bytes by buffer, with the keys of Context.memory_report()."""
+        return {"model": self.weights, "kv_k": self.kv_k, "kv_v": self.kv_v, "compute": self.compute, "output": self.output}
+
+
+def kv_caches(hp: HParams, c: CParams) -> tuple[CacheEstimate, ...]:
+    """The KV caches a context with resolved params `c` allocates: one for a dense model, the
+    non-SWA + SWA pair for a sliding-window model (llama_kv_cache_iswa)."""
+    n_stream = c.n_stream
+    cells = c.n_ctx // n_stream  # == c.n_ctx_seq
+    if not any(hp.is_swa(il) for il in range(hp.n_layer)):
+        return (_cache("", tuple(range(hp.n_layer)), cells, hp, c),)
+    dense = tuple(il for il in range(hp.n_layer) if not hp.is_swa(il))
+    swa = tuple(il for il in range(hp.n_layer) if hp.is_swa(il))
+    n_swa_cells = swa_cells(cells, hp.n_swa, c.n_seq_max, c.kv_unified, c.n_ubatch, c.swa_full)
+    return (_cache("non-SWA", dense, cells, hp, c), _cache("SWA", swa, n_swa_cells, hp, c))
+
+
+def _cache(name: str, layers: tuple[int, ...], cells: int, hp: HParams, c: CParams) -> CacheEstimate:
+    tk, tv = KVType(c.type_k), KVType(c.type_v)
+    rows = c.n_stream * cells
+    k = sum(rows * tk.row_bytes(hp.n_embd_k_gqa(il)) for il in layers)
+    v = sum(rows * tv.row_bytes(hp.n_embd_v_gqa(il)) for il in layers)
+    return CacheEstimate(name, layers, cells, c.n_stream, c.n_seq_max, c.type_k, c.type_v, k, v)
+
+
+def flash_attn_enabled(c: CParams) -> bool:
+    """-fa auto resolves to on (llama.cpp enables it where supported, and requires it for a
+    quantized V cache)."""
+    return c.flash_attn != "off"
+
+
+def compute_terms(hp: HParams, c: CParams, caches: tuple[CacheEstimate, ...], n_outputs: int) -> tuple[ComputeTerm, ...]:
+    """Worst-case intermediates of one ubatch through model/archs/llama.py: n_tokens =
+    min(n_ctx, n_ubatch) rows against a full stream (n_kv = the largest cache's cells).
+    Flash attention off materializes KQ [n_head, n_tokens, n_kv]; the logits are reserved
+    for n_outputs rows only, not for every row of the ubatch."""
+    n_t = min(c.n_ctx, c.n_ubatch)
+    n_kv = max(ch.cells for ch in caches)
+    dk, dv = hp.n_embd_head_k, hp.n_embd_head_v
+    wk, wv = hp.n_embd_k_gqa(), hp.n_embd_v_gqa()
+    n_out = min(n_t, n_outputs)
+    terms = [
+        ComputeTerm("inp_embd (residual x)", (n_t, hp.n_embd), "persistent"),
+        ComputeTerm("kq_mask", (n_t, n_kv), "persistent"),
+        ComputeTerm("attn_norm", (n_t, hp.n_embd), "attention"),
+        ComputeTerm("Qcur", (n_t, hp.n_head * dk), "attention"),
+        ComputeTerm("Kcur", (n_t, wk), "attention"),
+        ComputeTerm("Vcur", (n_t, wv), "attention"),
+        ComputeTerm("Qcur (rope)", (n_t, hp.n_head * dk), "attention"),
+        ComputeTerm("Kcur (rope)", (n_t, wk), "attention"),
+        ComputeTerm("k cache view (f32)", (n_kv, wk), "attention"),
+        ComputeTerm("v cache view (f32)", (n_kv, wv), "attention"),
+    ]
+    if hp.n_head_kv != hp.n_head:  # GQA broadcast: K/V heads repeated to n_head
+        terms += [ComputeTerm("k (gqa repeat)", (hp.n_head, n_kv, dk), "attention"),
+                  ComputeTerm("v (gqa repeat)", (hp.n_head, n_kv, dv), "attention")]
+    if not flash_attn_enabled(c):
+        terms.append(ComputeTerm("kq (no flash attn)", (hp.n_head, n_t, n_kv), "attention"))
+    terms += [
+        ComputeTerm("kqv_out", (n_t, hp.n_head * dv), "attention"),
+        ComputeTerm("ffn_norm", (n_t, hp.n_embd), "ffn"),
+        ComputeTerm("ffn_gate (act)", (n_t, hp.n_ff), "ffn"),
+        ComputeTerm("ffn_up", (n_t, hp.n_ff), "ffn"),
+        ComputeTerm("ffn_gate_par", (n_t, hp.n_ff), "ffn"),
+        ComputeTerm("ffn_out", (n_t, hp.n_embd), "ffn"),
+        ComputeTerm("result_norm", (n_out, hp.n_embd), "output"),
+        ComputeTerm("result_output (logits)", (n_out, hp.n_vocab), "output"),
+    ]
+    return tuple(terms)
+
+
+def estimate_from(hp: HParams, c: CParams, weights: int = 0, weights_file: int = 0, n_outputs: int | None = None) -> MemoryEstimate:
+    """MemoryEstimate for resolved params.  n_outputs: logits rows to reserve (default
+    n_seq_max, one per sequence as in generation; a perplexity run needs n_ubatch)."""
+    n_out = c.n_seq_max if n_outputs is None else n_outputs
+    if n_out < 1:
+        raise ValueError(f"n_outputs must be >= 1, got {n_out}")
+    caches = kv_caches(hp, c)
+    return MemoryEstimate(
+        hparams=hp,
+        cparams=c,
+        weights=weights,
+        weights_file=weights_file,
+        caches=caches,
+        compute_terms=compute_terms(hp, c, caches, n_out),
+        n_outputs=n_out,
+        output=n_out * hp.n_vocab * F32,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class ModelInfo:
+    """What the estimate needs from a model: hyperparameters and weight bytes."""
+
+    hparams: HParams
+    weights: int  # resident
+    weights_file: int
+
+
+def model_info(model_or_path) -> ModelInfo:
+    """From a loaded Model (its real byte counts) or a GGUF path / registered name / None for
+    the default model (header only: the loader's dtype times each tensor's element count)."""
+    if hasattr(model_or_path, "hparams"):
+        m = model_or_path
+        return ModelInfo(m.hparams, m.n_bytes_resident, sum(t.n_bytes for t in m.gguf.tensors.values()))
+    from ..gguf.header import GGUFHeader
+    from ..model.hparams import hparams_from_gguf
+
+    path = None if model_or_path is None else Path(model_or_path)
+    if path is None or not path.is_file():
+        from ..registry import resolve_model
+
+        path = resolve_model(None if model_or_path is None else str(model_or_path))
+    h = GGUFHeader(path)
+    return ModelInfo(hparams_from_gguf(h), resident_weight_bytes(h.tensors), sum(t.n_bytes for t in h.tensors.values()))
+
+
+def resident_weight_bytes(tensors) -> int:
+    """Bytes of the weights once loaded: WeightLoader dequantizes every tensor to its dtype."""
+    import torch
+
+    from ..model.loader import WeightLoader
+
+    esize = torch.empty((), dtype=WeightLoader.__dataclass_fields__["dtype"].default).element_size()
+    total = 0
+    for t in tensors.values():
+        n = 1
+        for x in t.ne:
+            n *= x
+        total += n * esize
+    return total
+
+
+def estimate_memory(model_or_path, params: ContextParams | None = None, n_outputs: int | None = None, n_ctx_fitted: int | None = None) -> MemoryEstimate:
+    """Predict every buffer of Context(model, params) without reading tensor data."""
+    info = model_or_path if isinstance(model_or_path, ModelInfo) else model_info(model_or_path)
+    c = resolve_cparams(params or ContextParams(), info.hparams, n_ctx_fitted)
+    return estimate_from(info.hparams, c, info.weights, info.weights_file, n_outputs)
