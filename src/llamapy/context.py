@@ -9,7 +9,7 @@ import torch
 from .batch import Batch, BatchAllocator, UBatch
 from .cparams import CParams, log_cparams, resolve_cparams
 from .log import logger
-from .memory.kv_cache import KVCache
+from .memory.factory import Memory, bind_slot_info, create_memory
 from .model.graph import make_inputs
 from .model.model import Model
 from .params import ContextParams
@@ -42,8 +42,7 @@ class Context:
         self.cparams: CParams = resolve_cparams(self.params, hp)
         log_cparams(self.cparams, hp)
         c = self.cparams
-        self.memory = KVCache(hp, c.n_ctx, c.n_seq_max, c.kv_unified, c.type_k, c.type_v, device=model.device, name="llama_kv_cache")
-        _log_kv(self.memory, c)
+        self.memory: Memory = create_memory(hp, c, model.device)  # KVCache, or KVCacheISWA (n_swa > 0)
         self.alloc = BatchAllocator(hp.n_vocab, c.n_batch, c.n_seq_max)
         self.stats = DecodeStats()
         self._logits = torch.empty(0, hp.n_vocab)  # [n_outputs, n_vocab] of the last decode
@@ -65,7 +64,7 @@ class Context:
         for ub, sinfo in zip(ubatches, sinfos):
             self.memory.begin_ubatch(ub, sinfo)
             inp = make_inputs(ub, self.model.device)
-            inp.sinfo[id(self.memory)] = sinfo
+            bind_slot_info(inp, self.memory, sinfo)
             out = self.model.net.forward(inp, self.memory)  # [n_outputs(ub), n_vocab]
             if out.shape[0]:
                 rows = torch.tensor([out_ids[ub.idx[r]] for r in range(ub.n_tokens) if ub.output[r]], dtype=torch.long)
@@ -129,10 +128,3 @@ class Context:
             "output": self._logits.numel() * 4,
         }
 
-
-def _log_kv(kv: KVCache, c: CParams) -> None:
-    k, v = kv.size_k_bytes(), kv.size_v_bytes()
-    logger("llama_kv_cache").info(
-        f"size = {(k + v) / MiB:7.2f} MiB ({kv.kv_size:6d} cells, {len(kv.layers):3d} layers, {c.n_seq_max:2d}/{c.n_seq_max} seqs), "
-        f"K ({c.type_k}): {k / MiB:7.2f} MiB, V ({c.type_v}): {v / MiB:7.2f} MiB"
-    )

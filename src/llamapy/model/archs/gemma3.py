@@ -1,0 +1,134 @@
+"""LLM_ARCH_GEMMA3 (llama.cpp src/models/gemma3.cpp, graph<iswa>): embeddings scaled by
+sqrt(n_embd); per layer RMSNorm -> Q/K/V -> per-head RMSNorm of Q and K -> RoPE NEOX with the
+layer kind's base (sliding-window layers: rope_freq_base_swa = 10000; global layers: the GGUF
+rope.freq_base and rope scaling) -> Q scaled by f_attention_scale -> attention over the layer's
+cache (window-masked on SWA layers) -> post-attention RMSNorm + residual -> RMSNorm -> GELU(tanh)
+gated FFN -> post-FFN RMSNorm + residual; output RMSNorm; tied output; optional final logit
+soft-capping.
+
+Norm weights are used as stored: the GGUF converter already added Gemma's `1 +` to every
+`*norm.weight` (transformers subtracts it again when it loads a GGUF)."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from ...memory.factory import Memory, cache_for_layer
+from ..graph import UBatchInputs
+from ..hparams import HParams
+from ..layers import attention, geglu_ffn, rms_norm
+from ..loader import WeightLoader
+from ..rope import ROPE_TYPE_NEOX, RopeParams, apply_rope, rope_cos_sin
+from . import register
+
+
+@dataclass(slots=True)
+class Gemma3Layer:
+    attn_norm: torch.Tensor  # [n_embd]
+    wq: torch.Tensor  # [n_head * d, n_embd]
+    wk: torch.Tensor  # [n_head_kv * d, n_embd]
+    wv: torch.Tensor  # [n_head_kv * d, n_embd]
+    wo: torch.Tensor  # [n_embd, n_head * d]
+    attn_q_norm: torch.Tensor  # [d]
+    attn_k_norm: torch.Tensor  # [d]
+    attn_post_norm: torch.Tensor  # [n_embd]
+    ffn_norm: torch.Tensor  # [n_embd]
+    ffn_gate: torch.Tensor  # [n_ff, n_embd]
+    ffn_up: torch.Tensor  # [n_ff, n_embd]
+    ffn_down: torch.Tensor  # [n_embd, n_ff]
+    ffn_post_norm: torch.Tensor  # [n_embd]
+
+
+def attention_scale(hp: HParams) -> float:
+    """llama_model_gemma3::load_arch_hparams: 1/sqrt(n_embd / n_head) for the 27B (62 layers),
+    else 1/sqrt(n_embd_head_k) (gemma_pytorch's query_pre_attn_scalar)."""
+    if hp.f_attention_scale:
+        return hp.f_attention_scale
+    if hp.n_layer == 62:
+        return 1.0 / math.sqrt(hp.n_embd // hp.n_head)
+    return 1.0 / math.sqrt(hp.n_embd_head_k)
+
+
+@register("gemma3")
+class Gemma3Model:
+    rope_type = ROPE_TYPE_NEOX
+
+    def __init__(self, hp: HParams, w: WeightLoader) -> None:
+        self.hp = hp
+        self.tok_embd = w.get("token_embd.weight")  # [n_vocab, n_embd]
+        self.output_norm = w.get("output_norm.weight")
+        self.output = w.get("output.weight") if w.has("output.weight") else self.tok_embd  # tied
+        self.layers = [self._load_layer(w, il) for il in range(hp.n_layer)]
+        self.f_attention_scale = attention_scale(hp)
+        self.f_final_logit_softcapping = float(w.f.get(f"{hp.arch}.final_logit_softcapping", 0.0) or 0.0)
+        self.rope_global = RopeParams(hp.n_rot, hp.rope_freq_base, hp.rope_freq_scale, self.rope_type)
+        self.rope_swa = RopeParams(hp.n_rot, hp.rope_freq_base_swa, 1.0, self.rope_type)  # rope_freq_scale_train_swa
+
+    @staticmethod
+    def _load_layer(w: WeightLoader, il: int) -> Gemma3Layer:
+        p = f"blk.{il}."
+        return Gemma3Layer(
+            attn_norm=w.get(p + "attn_norm.weight"),
+            wq=w.get(p + "attn_q.weight"),
+            wk=w.get(p + "attn_k.weight"),
+            wv=w.get(p + "attn_v.weight"),
+            wo=w.get(p + "attn_output.weight"),
+            attn_q_norm=w.get(p + "attn_q_norm.weight"),
+            attn_k_norm=w.get(p + "attn_k_norm.weight"),
+            attn_post_norm=w.get(p + "post_attention_norm.weight"),
+            ffn_norm=w.get(p + "ffn_norm.weight"),
+            ffn_gate=w.get(p + "ffn_gate.weight"),
+            ffn_up=w.get(p + "ffn_up.weight"),
+            ffn_down=w.get(p + "ffn_down.weight"),
+            ffn_post_norm=w.get(p + "post_ffw_norm.weight"),
+        )
+
+    def rope_for_layer(self, il: int) -> RopeParams:
+        """llama_model::get_rope_freq_base/scale: the SWA values on window layers."""
+        return self.rope_swa if self.hp.is_swa(il) else self.rope_global
+
+    def forward(self, inp: UBatchInputs, kv: Memory) -> torch.Tensor:
+        """One ubatch through the network; returns logits [n_outputs, n_vocab] float32 for the
+        rows flagged as outputs.  Each layer writes K and V into its own cache (SWA or not)."""
+        hp = self.hp
+        n_tokens = inp.tokens.shape[0]
+        d, eps = hp.n_embd_head_k, hp.f_norm_rms_eps
+        ropes = {p: rope_cos_sin(inp.pos, p) for p in {self.rope_global, self.rope_swa}}  # [n_tokens, 1, n_rot/2]
+        x = F.embedding(inp.tokens, self.tok_embd) * math.sqrt(hp.n_embd)  # [n_tokens, n_embd]
+        for il, L in enumerate(self.layers):
+            rope = self.rope_for_layer(il)
+            cos, sin = ropes[rope]
+            swa = hp.is_swa(il)
+            cache = cache_for_layer(kv, il)
+            h = rms_norm(x, L.attn_norm, eps)
+            q = rms_norm(F.linear(h, L.wq).view(n_tokens, hp.n_head, d), L.attn_q_norm, eps)  # [n_tokens, n_head, d]
+            k = rms_norm(F.linear(h, L.wk).view(n_tokens, hp.n_head_kv, d), L.attn_k_norm, eps)  # [n_tokens, n_head_kv, d]
+            v = F.linear(h, L.wv)  # [n_tokens, n_head_kv * d_v]
+            q = apply_rope(q, cos, sin, rope) * self.f_attention_scale
+            k = apply_rope(k, cos, sin, rope)
+            cache.store(il, inp.sinfo[id(cache)], k.reshape(n_tokens, -1), v)
+            attn = torch.empty(n_tokens, hp.n_head * hp.n_embd_head_v, dtype=x.dtype, device=x.device)
+            for rows, st, n_kv, mask in inp.groups(cache, swa):
+                kc, vc = cache.view(il, st, n_kv)  # [n_kv, n_embd_k_gqa], [n_kv, n_embd_v_gqa]
+                attn[rows] = attention(
+                    q[rows], kc.view(n_kv, hp.n_head_kv, d), vc.view(n_kv, hp.n_head_kv, hp.n_embd_head_v), mask, 1.0
+                )
+            sa_out = x + rms_norm(F.linear(attn, L.wo), L.attn_post_norm, eps)
+            f = geglu_ffn(rms_norm(sa_out, L.ffn_norm, eps), L.ffn_gate, L.ffn_up, L.ffn_down)
+            x = sa_out + rms_norm(f, L.ffn_post_norm, eps)
+        x = x.index_select(0, inp.out_rows)  # [n_outputs, n_embd]
+        logits = F.linear(rms_norm(x, self.output_norm, eps), self.output).float()
+        if self.f_final_logit_softcapping:
+            c = self.f_final_logit_softcapping
+            logits = torch.tanh(logits / c) * c
+        return logits
+
+    def rotate_k(self, il: int, k: torch.Tensor, delta: torch.Tensor) -> torch.Tensor:
+        """K-shift: k [n, n_embd_k_gqa] rotated by delta [n] positions with layer il's RoPE."""
+        rope = self.rope_for_layer(il)
+        cos, sin = rope_cos_sin(delta, rope)
+        kh = k.view(k.shape[0], self.hp.n_head_kv, self.hp.n_embd_head_k)
+        return apply_rope(kh, cos, sin, rope).reshape(k.shape)
