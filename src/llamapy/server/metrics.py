@@ -1,0 +1,76 @@
+"""Server counters (written by the scheduler thread only) and their Prometheus text form,
+with llama-server's metric names plus the KV cell counts it dropped."""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+
+@dataclass(slots=True)
+class ServerMetrics:
+    n_prompt_tokens_processed_total: int = 0  # prompt tokens decoded (cached ones excluded)
+    t_prompt_processing_total: float = 0.0  # seconds of decode calls that carried prompt tokens
+    n_tokens_predicted_total: int = 0
+    t_tokens_generation_total: float = 0.0  # seconds of decode calls that carried generated tokens
+    n_decode_total: int = 0
+    n_busy_slots_total: int = 0  # summed over decode calls: slots that had rows in the batch
+    n_requests_total: int = 0
+    n_requests_finished: int = 0
+    n_requests_cancelled: int = 0
+    n_requests_processing: int = 0
+    n_requests_deferred: int = 0
+    kv_cells_used: int = 0
+    kv_cells_total: int = 0
+    t_start: float = field(default_factory=time.perf_counter)
+
+    def on_decode(self, n_busy: int, n_prompt: int, n_gen: int, dt: float) -> None:
+        """One decode call with n_prompt prompt rows and n_gen generation rows took dt s;
+        the time is split between the two in proportion to their rows."""
+        self.n_decode_total += 1
+        self.n_busy_slots_total += n_busy
+        n = max(1, n_prompt + n_gen)
+        self.n_prompt_tokens_processed_total += n_prompt
+        self.t_prompt_processing_total += dt * n_prompt / n
+        self.t_tokens_generation_total += dt * n_gen / n
+
+    def on_tokens(self, n: int) -> None:
+        self.n_tokens_predicted_total += n
+
+    def snapshot(self) -> dict[str, float]:
+        return {k: getattr(self, k) for k in self.__slots__}  # type: ignore[attr-defined]
+
+
+def _rate(n: float, t: float) -> float:
+    return n / t if t > 0 else 0.0
+
+
+def render_prometheus(m: dict[str, float]) -> str:
+    """Prometheus exposition text from a ServerMetrics.snapshot()."""
+    rows = [
+        ("counter", "prompt_tokens_total", "Number of prompt tokens processed.", m["n_prompt_tokens_processed_total"]),
+        ("counter", "prompt_seconds_total", "Prompt process time.", m["t_prompt_processing_total"]),
+        ("counter", "tokens_predicted_total", "Number of generation tokens processed.", m["n_tokens_predicted_total"]),
+        ("counter", "tokens_predicted_seconds_total", "Predict process time.", m["t_tokens_generation_total"]),
+        ("counter", "n_decode_total", "Total number of llama_decode() calls.", m["n_decode_total"]),
+        ("counter", "requests_total", "Requests accepted.", m["n_requests_total"]),
+        ("counter", "requests_cancelled_total", "Requests cancelled (client gone or shutdown).", m["n_requests_cancelled"]),
+        ("gauge", "n_busy_slots_per_decode", "Average number of busy slots per llama_decode() call.",
+         m["n_busy_slots_total"] / m["n_decode_total"] if m["n_decode_total"] else 0.0),
+        ("gauge", "prompt_tokens_seconds", "Average prompt throughput in tokens/s.",
+         _rate(m["n_prompt_tokens_processed_total"], m["t_prompt_processing_total"])),
+        ("gauge", "predicted_tokens_seconds", "Average generation throughput in tokens/s.",
+         _rate(m["n_tokens_predicted_total"], m["t_tokens_generation_total"])),
+        ("gauge", "requests_processing", "Number of requests processing.", m["n_requests_processing"]),
+        ("gauge", "requests_deferred", "Number of requests deferred (waiting for a slot).", m["n_requests_deferred"]),
+        ("gauge", "kv_cache_tokens", "KV cells in use.", m["kv_cells_used"]),
+        ("gauge", "kv_cells_used", "KV cells in use.", m["kv_cells_used"]),
+        ("gauge", "kv_cells_total", "KV cells allocated.", m["kv_cells_total"]),
+        ("gauge", "kv_cache_usage_ratio", "KV cells in use / allocated.",
+         m["kv_cells_used"] / m["kv_cells_total"] if m["kv_cells_total"] else 0.0),
+    ]
+    out: list[str] = []
+    for kind, name, help_, v in rows:
+        out.append(f"# HELP llamacpp:{name} {help_}")
+        out.append(f"# TYPE llamacpp:{name} {kind}")
+        out.append(f"llamacpp:{name} {float(v):g}" if isinstance(v, float) else f"llamacpp:{name} {v}")
+    return "\n".join(out) + "\n"

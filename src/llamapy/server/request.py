@@ -1,0 +1,60 @@
+"""What flows between the HTTP layer and the scheduler: a Request going in, Events coming out.
+
+The scheduler thread never touches asyncio: it calls `Request.sink(event)`, which the HTTP
+layer binds to `loop.call_soon_threadsafe(queue.put_nowait, event)`."""
+from __future__ import annotations
+
+import itertools
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+from ..sampling import SamplingParams
+
+_ids = itertools.count(1)
+
+
+def next_request_id() -> int:
+    return next(_ids)
+
+
+@dataclass(slots=True)
+class Usage:
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    prompt_tokens_cached: int = 0  # reused from the slot's prompt cache, not decoded again
+
+    @property
+    def total_tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+
+@dataclass(slots=True)
+class Event:
+    """One result for one request.  final=False: a piece of text (maybe empty when held back
+    by a partial stop string) for `token`; final=True: the end, with finish_reason in
+    stop | length | abort | error, and `error` set for error/abort."""
+
+    request_id: int
+    text: str = ""
+    token: int = -1
+    probs: list[tuple[int, float]] | None = None
+    final: bool = False
+    finish_reason: str = ""
+    error: str = ""
+    usage: Usage | None = None
+    timings: dict[str, float] | None = None
+
+
+@dataclass(slots=True)
+class Request:
+    """A generation request, already tokenized.  max_tokens < 0: until EOG or the slot's end."""
+
+    prompt: list[int]
+    max_tokens: int = 16
+    sampling: SamplingParams = field(default_factory=lambda: SamplingParams(temp=0.8))
+    stop: list[str] = field(default_factory=list)
+    n_probs: int = 0
+    sink: Callable[[Event], None] = lambda ev: None
+    id: int = field(default_factory=next_request_id)
+    t_arrival: float = field(default_factory=time.perf_counter)

@@ -1,0 +1,110 @@
+"""Slot (server_slot): one sequence of the shared Context serving one request at a time.
+
+A slot's seq_id is its index.  `cache_tokens` are the tokens whose K/V sit in the cache for
+that seq_id at positions 0..len-1; they survive the request (the prompt cache) until the next
+request keeps their longest common prefix, or a cancel removes them."""
+from __future__ import annotations
+
+import enum
+import time
+from dataclasses import dataclass, field
+
+from ..sampling import Sampler
+from ..tokenizer import StreamDecoder
+from .request import Request
+from .stops import StopMatcher
+
+
+class SlotState(enum.Enum):
+    IDLE = "idle"
+    PREFILLING = "prefilling"
+    GENERATING = "generating"
+
+
+class PromptTooLongError(ValueError):
+    """A prompt that cannot fit the context of one slot; the message names the numbers."""
+
+
+def check_prompt_fits(n_prompt: int, n_ctx_seq: int, n_ctx: int, n_slots: int, kv_unified: bool) -> None:
+    """Raise PromptTooLongError unless a prompt of n_prompt tokens leaves room for at least
+    one generated token in a slot of n_ctx_seq cells."""
+    if n_prompt == 0:
+        raise ValueError("empty prompt: nothing to decode")
+    if n_prompt < n_ctx_seq:
+        return
+    if kv_unified:
+        raise PromptTooLongError(
+            f"prompt is {n_prompt} tokens; the unified cache shared by the {n_slots} slots holds "
+            f"{n_ctx_seq} (-c {n_ctx}); use a larger -c")
+    raise PromptTooLongError(
+        f"prompt is {n_prompt} tokens; each of the {n_slots} slots holds {n_ctx_seq} "
+        f"(-c {n_ctx} / -np {n_slots}); use --kv-unified or a larger -c")
+
+
+def common_prefix(a: list[int], b: list[int]) -> int:
+    n = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+@dataclass(slots=True)
+class Slot:
+    id: int  # = seq_id
+    n_ctx: int  # cells this slot may use (n_ctx_seq)
+    state: SlotState = SlotState.IDLE
+    request: Request | None = None
+    cache_tokens: list[int] = field(default_factory=list)  # in the KV cache at pos 0..len-1
+    n_past: int = 0  # prompt tokens in the cache (prefill progress)
+    n_cached: int = 0  # prompt tokens reused from the previous request
+    sampled: int = -1  # last sampled token, not yet decoded
+    n_decoded: int = 0  # tokens generated for the current request
+    i_batch: int = -1  # row of this slot's output in the current batch, -1: none
+    sampler: Sampler | None = None
+    decoder: StreamDecoder | None = None
+    stops: StopMatcher | None = None
+    t_start: float = 0.0
+    t_prompt_done: float = 0.0
+    t_last: float = 0.0  # when the slot was last used (LRU choice)
+
+    @property
+    def is_idle(self) -> bool:
+        return self.state is SlotState.IDLE
+
+    def start(self, req: Request, sampler: Sampler, decoder: StreamDecoder) -> int:
+        """Take a request; returns how many prompt tokens are reused from the cache (the longest
+        common prefix, less one so the last prompt token is decoded for fresh logits).
+        The caller removes the cache tail from that position on."""
+        n_keep = min(common_prefix(self.cache_tokens, req.prompt), len(req.prompt) - 1)
+        self.cache_tokens = self.cache_tokens[:n_keep]
+        self.request, self.state = req, SlotState.PREFILLING
+        self.n_past = self.n_cached = n_keep
+        self.sampled, self.n_decoded, self.i_batch = -1, 0, -1
+        self.sampler, self.decoder, self.stops = sampler, decoder, StopMatcher(list(req.stop))
+        self.t_start = time.perf_counter()
+        return n_keep
+
+    def release(self) -> None:
+        """Back to idle; cache_tokens stay (prompt cache)."""
+        self.state, self.request, self.i_batch = SlotState.IDLE, None, -1
+        self.sampler = self.decoder = self.stops = None
+        self.t_last = time.perf_counter()
+
+    def info(self) -> dict:
+        """The /slots view."""
+        req = self.request
+        return {
+            "id": self.id,
+            "state": self.state.value,
+            "is_processing": not self.is_idle,
+            "n_ctx": self.n_ctx,
+            "id_task": req.id if req else -1,
+            "n_tokens_cached": len(self.cache_tokens),
+            "n_prompt_tokens": len(req.prompt) if req else 0,
+            "n_prompt_tokens_processed": self.n_past if req else 0,
+            "n_prompt_tokens_cached": self.n_cached if req else 0,
+            "prompt_progress": (self.n_past / len(req.prompt)) if req else 0.0,
+            "n_decoded": self.n_decoded,
+        }

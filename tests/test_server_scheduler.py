@@ -1,0 +1,171 @@
+"""Scheduler on the tiny model, stepped synchronously (no thread, no HTTP)."""
+from __future__ import annotations
+
+import pytest
+
+from llamapy import Context, ContextParams
+from llamapy.sampling import SamplingParams
+from llamapy.server.request import Event, Request
+from llamapy.server.scheduler import Scheduler
+from llamapy.server.slots import PromptTooLongError, SlotState
+
+
+def _sched(tiny, n_ctx=1024, np_=4, n_batch=32, unified=False) -> Scheduler:
+    ctx = Context(tiny, ContextParams(n_ctx=n_ctx, n_batch=n_batch, n_ubatch=n_batch, n_seq_max=np_, kv_unified=unified, type_k="f32", type_v="f32"))
+    return Scheduler(ctx)
+
+
+def _req(prompt: list[int], max_tokens: int = 8, stop: list[str] | None = None) -> tuple[Request, list[Event]]:
+    events: list[Event] = []
+    r = Request(prompt=prompt, max_tokens=max_tokens, sampling=SamplingParams(temp=0.0), stop=stop or [], sink=events.append)
+    return r, events
+
+
+def _prompt(n: int, seed: int = 0) -> list[int]:
+    return [(7 * i + 13 * seed + 3) % 256 for i in range(n)]
+
+
+def _run(s: Scheduler, evs: list[list[Event]], max_steps: int = 500) -> None:
+    for _ in range(max_steps):
+        if all(e and e[-1].final for e in evs):
+            return
+        s.update_slots()
+    raise AssertionError("requests did not finish")
+
+
+def _tokens(ev: list[Event]) -> list[int]:
+    return [e.token for e in ev if not e.final]
+
+
+def test_chunked_prefill_gen_first_within_n_batch(tiny):
+    s = _sched(tiny, n_batch=32)
+    a, ea = _req(_prompt(5), max_tokens=40)
+    s.submit(a)
+    s.update_slots()
+    assert s.slots[0].state is SlotState.GENERATING or ea[-1].final
+    if ea[-1].final:
+        pytest.skip("tiny model ended the first request at once (EOG)")
+    b, eb = _req(_prompt(100, 1), max_tokens=2)
+    s.submit(b)
+    n_prefill_steps = 0
+    while not eb:
+        s.update_slots()
+        rows = s.last_batch
+        assert 0 < len(rows) <= 32
+        kinds = [r.kind for r in rows]
+        assert kinds == sorted(kinds, key=lambda k: k != "gen"), "decode tokens must come before prompt chunks"
+        if "prompt" in kinds:
+            n_prefill_steps += 1
+            if not ea[-1].final:
+                assert rows[0] == rows[0].__class__(0, rows[0].pos, "gen")  # A never stalls
+    assert n_prefill_steps == -(-100 // 31)  # 31 prompt rows fit beside A's one token
+
+
+def test_queue_beyond_slots(tiny):
+    s = _sched(tiny, np_=2)
+    reqs = [_req(_prompt(10 + i, i), max_tokens=3) for i in range(5)]
+    for r, _ in reqs:
+        s.submit(r)
+    s.update_slots()
+    assert sum(not sl.is_idle for sl in s.slots) == 2
+    assert len(s.waiting) == 3
+    assert s.snapshot()[1]["n_requests_deferred"] == 3
+    _run(s, [e for _, e in reqs])
+    assert all(e[-1].finish_reason in ("length", "stop") for _, e in reqs)
+    assert not s.waiting
+
+
+def test_cancel_frees_cells(tiny):
+    s = _sched(tiny, np_=2)
+    a, ea = _req(_prompt(20), max_tokens=100)
+    b, eb = _req(_prompt(12, 3), max_tokens=100)
+    s.submit(a), s.submit(b)
+    for _ in range(3):
+        s.update_slots()
+    used_before = s.ctx.memory.n_used()
+    slot_a = next(sl for sl in s.slots if sl.request is a)
+    n_a = len(slot_a.cache_tokens)
+    assert n_a >= 20 and not ea[-1].final
+    s.cancel(a.id)
+    s.update_slots()
+    assert ea[-1].final and ea[-1].finish_reason == "abort"
+    assert slot_a.is_idle and slot_a.cache_tokens == []
+    assert s.ctx.memory.seq_pos_max(slot_a.id) == -1
+    assert s.ctx.memory.n_used() <= used_before - n_a + 1  # b may have grown by one token
+
+
+def test_prompt_too_long_message(tiny):
+    s = _sched(tiny, n_ctx=1024, np_=4)
+    r, _ = _req(_prompt(300))
+    with pytest.raises(PromptTooLongError) as ei:
+        s.submit(r)
+    assert str(ei.value) == "prompt is 300 tokens; each of the 4 slots holds 256 (-c 1024 / -np 4); use --kv-unified or a larger -c"
+    su = _sched(tiny, n_ctx=1024, np_=4, unified=True)
+    su.submit(r)  # fits the unified cache
+
+
+def test_prefix_reuse_same_output(tiny):
+    s = _sched(tiny, np_=1)
+    p = _prompt(40)
+    r1, e1 = _req(p, max_tokens=4)
+    s.submit(r1)
+    _run(s, [e1])
+    n_proc = s.metrics.n_prompt_tokens_processed_total
+    p2 = p[:30] + _prompt(10, 5)
+    r2, e2 = _req(p2, max_tokens=6)
+    s.submit(r2)
+    _run(s, [e2])
+    assert e2[-1].usage.prompt_tokens_cached == 30
+    assert s.metrics.n_prompt_tokens_processed_total - n_proc == 10
+    fresh = _sched(tiny, np_=1)
+    r3, e3 = _req(p2, max_tokens=6)
+    fresh.submit(r3)
+    _run(fresh, [e3])
+    assert _tokens(e2) == _tokens(e3)
+
+
+def test_context_end_is_length(tiny):
+    s = _sched(tiny, n_ctx=1024, np_=4)  # 256 cells per slot
+    r, ev = _req(_prompt(250), max_tokens=-1)
+    s.submit(r)
+    _run(s, [ev])
+    if ev[-1].finish_reason == "stop":
+        pytest.skip("tiny model hit EOG before the slot's end")
+    assert ev[-1].finish_reason == "length"
+    assert ev[-1].usage.completion_tokens == 256 - 250 + 1  # the last one needs no cell
+    assert s.ctx.memory.seq_pos_max(s.slots[0].id) == 255
+
+
+@pytest.mark.parametrize("unified", [False, True])
+def test_batched_equals_alone(tiny, unified):
+    prompts = [_prompt(n, i) for i, n in enumerate((3, 45, 17, 70, 8, 29))]
+    alone = []
+    for p in prompts:
+        s = _sched(tiny, np_=4, unified=unified)
+        r, e = _req(p, max_tokens=6)
+        s.submit(r)
+        _run(s, [e])
+        alone.append(_tokens(e))
+    s = _sched(tiny, np_=4, unified=unified)
+    reqs = [_req(p, max_tokens=6) for p in prompts]
+    for r, _ in reqs:
+        s.submit(r)
+    _run(s, [e for _, e in reqs])
+    assert [_tokens(e) for _, e in reqs] == alone
+
+
+def test_stop_string_cuts_text(tiny):
+    s = _sched(tiny, np_=1)
+    r, e = _req(_prompt(10), max_tokens=12)
+    s.submit(r)
+    _run(s, [e])
+    text = "".join(x.text for x in e)
+    if len(text) < 4:
+        pytest.skip("too little text to pick a stop string")
+    stop = text[2:4]
+    s2 = _sched(tiny, np_=1)
+    r2, e2 = _req(_prompt(10), max_tokens=12, stop=[stop])
+    s2.submit(r2)
+    _run(s2, [e2])
+    assert e2[-1].finish_reason == "stop"
+    assert "".join(x.text for x in e2) == text[: text.index(stop)]
