@@ -1,0 +1,72 @@
+"""What llama-bench prints about the model and the machine: llama_model_desc ("llama 256M Q4_1"),
+llama_model_size (bytes of tensor data), llama_model_n_params, cpu_info, backends."""
+from __future__ import annotations
+
+import platform
+from pathlib import Path
+
+import torch
+
+# llama_ftype -> llama_model_ftype_name (llama-model-loader.cpp)
+_FTYPE_NAMES = {
+    0: "all F32", 1: "F16", 2: "Q4_0", 3: "Q4_1", 7: "Q8_0", 8: "Q5_0", 9: "Q5_1",
+    10: "Q2_K - Medium", 11: "Q3_K - Small", 12: "Q3_K - Medium", 13: "Q3_K - Large",
+    14: "Q4_K - Small", 15: "Q4_K - Medium", 16: "Q5_K - Small", 17: "Q5_K - Medium", 18: "Q6_K",
+    19: "IQ2_XXS - 2.0625 bpw", 20: "IQ2_XS - 2.3125 bpw", 21: "Q2_K - Small", 22: "IQ3_XS - 3.3 bpw",
+    23: "IQ3_XXS - 3.0625 bpw", 24: "IQ1_S - 1.5625 bpw", 25: "IQ4_NL - 4.5 bpw", 32: "BF16",
+}
+
+# (arch, n_layer) -> llm_type name, the few entries of llama.cpp's per-arch tables we meet
+_TYPE_NAMES = {
+    ("llama", 16): "1B", ("llama", 22): "1B", ("llama", 26): "3B", ("llama", 28): "3B",
+    ("llama", 30): "256M", ("llama", 40): "13B", ("llama", 48): "34B", ("llama", 60): "30B",
+    ("gemma3", 18): "270M", ("gemma3", 26): "1B", ("gemma3", 34): "4B", ("gemma3", 48): "12B",
+    ("gemma3", 62): "27B",
+}
+
+
+def model_desc(model) -> str:
+    """llama_model_desc: "{arch} {type} {ftype}", e.g. "llama 256M Q4_1"."""
+    f = model.gguf
+    hp = model.hparams
+    type_name = _TYPE_NAMES.get((f.arch, hp.n_layer), "?B")
+    ft = f.get("general.file_type")
+    ftype = _FTYPE_NAMES.get(int(ft), f"unknown, may not work") if ft is not None else "all F32 (guessed)"
+    return f"{f.arch} {type_name} {ftype}"
+
+
+def model_size(model) -> int:
+    """llama_model_size: bytes of all tensor data in the GGUF (not the file's header)."""
+    return sum(t.n_bytes for t in model.gguf.tensors.values())
+
+
+def model_n_params(model) -> int:
+    """llama_model_n_params: elements of all tensors."""
+    n = 0
+    for t in model.gguf.tensors.values():
+        k = 1
+        for d in t.ne:
+            k *= d
+        n += k
+    return n
+
+
+def cpu_info() -> str:
+    """The CPU's model name as /proc/cpuinfo has it (llama-bench's get_cpu_info)."""
+    p = Path("/proc/cpuinfo")
+    if p.is_file():
+        for line in p.read_text(errors="replace").splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    return platform.processor() or platform.machine()
+
+
+def gpu_info(device: str) -> str:
+    if device.startswith("cuda") and torch.cuda.is_available():
+        return torch.cuda.get_device_name(0)
+    return ""
+
+
+def backend_name(device: str) -> str:
+    """llama-bench's `backend` column: CPU, or the accelerator's backend."""
+    return "CUDA" if device.startswith("cuda") else "CPU"

@@ -1,0 +1,209 @@
+"""llama-bench: every combination of the comma-list options is one instance; each instance
+runs pp (prompt in n_batch chunks), tg (one token per decode) or pp+tg, after one warm-up,
+`reps` times on a cleared cache, and reports tokens per second (tools/llama-bench)."""
+from __future__ import annotations
+
+import itertools
+import random
+import time
+from dataclasses import dataclass, field
+
+import torch
+
+from ..batch import Batch
+from ..context import Context
+from ..model.model import Model
+from ..params import ContextParams
+from . import info
+
+MiB = 1024 * 1024
+FA_VALUES = {"auto": -1, "-1": -1, "off": 0, "0": 0, "on": 1, "1": 1}
+
+
+@dataclass(slots=True)
+class BenchParams:
+    """cmd_params: lists are swept as a cartesian product, in llama-bench's loop order."""
+
+    model: str
+    n_prompt: list[int] = field(default_factory=lambda: [512])
+    n_gen: list[int] = field(default_factory=lambda: [128])
+    n_pg: list[tuple[int, int]] = field(default_factory=list)
+    n_depth: list[int] = field(default_factory=lambda: [0])
+    n_batch: list[int] = field(default_factory=lambda: [2048])
+    n_ubatch: list[int] = field(default_factory=lambda: [512])
+    type_k: list[str] = field(default_factory=lambda: ["f16"])
+    type_v: list[str] = field(default_factory=lambda: ["f16"])
+    flash_attn: list[str] = field(default_factory=lambda: ["auto"])
+    n_ctx: list[int] = field(default_factory=lambda: [0])  # llamapy extra: 0 = n_prompt + n_gen + n_depth
+    n_threads: list[int] = field(default_factory=lambda: [torch.get_num_threads()])
+    reps: int = 5
+    no_warmup: bool = False
+    device: str = "cpu"
+    seed: int = 1
+
+
+@dataclass(frozen=True, slots=True)
+class Instance:
+    """cmd_params_instance: one point of the sweep."""
+
+    n_prompt: int
+    n_gen: int
+    n_depth: int
+    n_batch: int
+    n_ubatch: int
+    type_k: str
+    type_v: str
+    flash_attn: str
+    n_ctx: int
+    n_threads: int
+
+    @property
+    def test_name(self) -> str:
+        """pp512, tg128, pp512+tg128, with " @ d<depth>" when n_depth > 0."""
+        if self.n_prompt > 0 and self.n_gen == 0:
+            s = f"pp{self.n_prompt}"
+        elif self.n_gen > 0 and self.n_prompt == 0:
+            s = f"tg{self.n_gen}"
+        else:
+            s = f"pp{self.n_prompt}+tg{self.n_gen}"
+        return s + (f" @ d{self.n_depth}" if self.n_depth > 0 else "")
+
+    def ctx_params(self, device: str) -> ContextParams:
+        n_ctx = self.n_ctx or (self.n_prompt + self.n_gen + self.n_depth)
+        return ContextParams(n_ctx=n_ctx, n_batch=self.n_batch, n_ubatch=self.n_ubatch, type_k=self.type_k,
+                             type_v=self.type_v, flash_attn=self.flash_attn, n_threads=self.n_threads, device=device)
+
+
+def get_instances(p: BenchParams) -> list[Instance]:
+    """get_cmd_params_instances: for each option combination, the pp tests, then tg, then pg."""
+    out: list[Instance] = []
+    for nb, nub, tk, tv, fa, nc, nt, nd in itertools.product(p.n_batch, p.n_ubatch, p.type_k, p.type_v,
+                                                             p.flash_attn, p.n_ctx, p.n_threads, p.n_depth):
+        tests = [(n, 0) for n in p.n_prompt if n > 0] + [(0, n) for n in p.n_gen if n > 0]
+        tests += [pg for pg in p.n_pg if pg != (0, 0)]
+        for npp, ntg in tests:
+            out.append(Instance(npp, ntg, nd, nb, nub, tk, tv, fa, nc, nt))
+    return out
+
+
+@dataclass(slots=True)
+class TestResult:
+    """One printed row (llama-bench's `test`): the instance, the model facts, the samples."""
+
+    inst: Instance
+    model_filename: str
+    model_type: str
+    model_size: int
+    model_n_params: int
+    backend: str
+    cpu_info: str
+    gpu_info: str
+    test_time: str
+    compute_bytes: int = 0
+    n_ctx: int = 0
+    samples_ns: list[int] = field(default_factory=list)
+
+    def samples_ts(self) -> list[float]:
+        n_tokens = self.inst.n_prompt + self.inst.n_gen
+        return [1e9 * n_tokens / t for t in self.samples_ns]
+
+    def avg_ns(self) -> int:
+        return int(_avg(self.samples_ns))
+
+    def stddev_ns(self) -> int:
+        return int(_stdev(self.samples_ns))
+
+    def avg_ts(self) -> float:
+        return _avg(self.samples_ts())
+
+    def stddev_ts(self) -> float:
+        return _stdev(self.samples_ts())
+
+
+def _avg(v: list[float] | list[int]) -> float:
+    return sum(v) / len(v) if v else 0.0
+
+
+def _stdev(v: list[float] | list[int]) -> float:
+    """llama-bench's stdev: sample standard deviation (n - 1), 0 for fewer than 2 samples."""
+    n = len(v)
+    if n <= 1:
+        return 0.0
+    mean = _avg(v)
+    var = sum(x * x for x in v) / (n - 1) - mean * mean * n / (n - 1)
+    return max(var, 0.0) ** 0.5
+
+
+def test_prompt(ctx: Context, n_prompt: int, n_batch: int, rng: random.Random) -> None:
+    """Random tokens (BOS first when the vocab adds BOS) decoded in n_batch-sized calls,
+    positions continuing sequence 0 (llama_batch_get_one)."""
+    tok = ctx.model.tokenizer
+    n_vocab = ctx.model.n_vocab
+    n_done = 0
+    while n_done < n_prompt:
+        n = min(n_prompt - n_done, n_batch)
+        ids = [rng.randrange(n_vocab) for _ in range(n)]
+        if n_done == 0 and tok.add_bos and tok.bos is not None:
+            ids[0] = tok.bos
+        ctx.decode(Batch.get_one(ids))
+        n_done += n
+
+
+def test_gen(ctx: Context, n_gen: int, rng: random.Random) -> None:
+    """n_gen decode calls of one token each, logits requested, random next token."""
+    tok = ctx.model.tokenizer
+    n_vocab = ctx.model.n_vocab
+    token = tok.bos if tok.add_bos and tok.bos is not None else rng.randrange(n_vocab)
+    pos = ctx.memory.seq_pos_max(0) + 1
+    batch = Batch()
+    for _ in range(n_gen):
+        batch.clear()
+        batch.add(token, pos, (0,), logits=True)
+        ctx.decode(batch)
+        pos += 1
+        token = rng.randrange(n_vocab)
+
+
+def run_instance(model: Model, inst: Instance, p: BenchParams, rng: random.Random) -> TestResult:
+    """Create a context for `inst`, warm up once, then time `p.reps` runs on a cleared cache."""
+    ctx = Context(model, inst.ctx_params(p.device))
+    res = TestResult(
+        inst=inst, model_filename=str(model.path), model_type=info.model_desc(model), model_size=info.model_size(model),
+        model_n_params=info.model_n_params(model), backend=info.backend_name(p.device), cpu_info=info.cpu_info(),
+        gpu_info=info.gpu_info(p.device), test_time=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        n_ctx=ctx.n_ctx,
+    )
+    ctx.memory.clear()
+    if not p.no_warmup:
+        if inst.n_prompt > 0:
+            test_prompt(ctx, inst.n_prompt, inst.n_batch, rng)
+        if inst.n_gen > 0:
+            test_gen(ctx, 1, rng)
+    for _ in range(p.reps):
+        ctx.memory.clear()
+        if inst.n_depth > 0:
+            test_prompt(ctx, inst.n_depth, inst.n_batch, rng)
+        t0 = time.perf_counter_ns()
+        if inst.n_prompt > 0:
+            test_prompt(ctx, inst.n_prompt, inst.n_batch, rng)
+        if inst.n_gen > 0:
+            test_gen(ctx, inst.n_gen, rng)
+        if p.device.startswith("cuda"):
+            torch.cuda.synchronize()
+        res.samples_ns.append(time.perf_counter_ns() - t0)
+    res.compute_bytes = int(ctx.memory_report().get("compute", 0))
+    return res
+
+
+def run_bench(p: BenchParams, on_result=None) -> list[TestResult]:
+    """Load the model once, run every instance in order; `on_result(r)` is called as each
+    finishes (the printers stream rows the way llama-bench does)."""
+    model = Model.load(p.model, device=p.device)
+    rng = random.Random(p.seed)
+    results: list[TestResult] = []
+    for inst in get_instances(p):
+        r = run_instance(model, inst, p, rng)
+        results.append(r)
+        if on_result is not None:
+            on_result(r)
+    return results

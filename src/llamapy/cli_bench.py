@@ -1,0 +1,159 @@
+"""`llamapy bench`, `llamapy batched-bench`, `llamapy perplexity`: llama-bench,
+llama-batched-bench and llama-perplexity with their flag spellings and output."""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+
+def _ints(s: str) -> list[int]:
+    try:
+        return [int(x) for x in s.split(",") if x != ""]
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(f"expected a comma-separated list of integers, got '{s}'") from e
+
+
+def _strs(s: str) -> list[str]:
+    return [x for x in s.split(",") if x != ""]
+
+
+def _pairs(s: str) -> tuple[int, int]:
+    a = _ints(s)
+    if len(a) != 2:
+        raise argparse.ArgumentTypeError(f"-pg takes <pp,tg>, got '{s}'")
+    return a[0], a[1]
+
+
+def add_parser(sub, common) -> None:
+    """Register bench, batched-bench and perplexity; `common` is the cli module."""
+    p = sub.add_parser("bench", help="llama-bench: pp/tg tokens per second over every combination of options")
+    common._add_model(p)
+    p.add_argument("-p", "--n-prompt", type=_ints, action="append", help="prompt tokens (default 512)")
+    p.add_argument("-n", "--n-gen", type=_ints, action="append", help="generated tokens (default 128)")
+    p.add_argument("-pg", type=_pairs, action="append", default=[], metavar="PP,TG", help="prompt then generation test")
+    p.add_argument("-d", "--n-depth", type=_ints, default=[0], help="tokens already in the cache before the test")
+    p.add_argument("-b", "--batch-size", type=_ints, default=[2048])
+    p.add_argument("-ub", "--ubatch-size", type=_ints, default=[512])
+    p.add_argument("-ctk", "--cache-type-k", type=_strs, default=["f16"])
+    p.add_argument("-ctv", "--cache-type-v", type=_strs, default=["f16"])
+    p.add_argument("-fa", "--flash-attn", type=_strs, default=["auto"])
+    p.add_argument("-c", "--ctx-size", type=_ints, default=[0], help="KV cells (0: n_prompt + n_gen + n_depth)")
+    p.add_argument("-t", "--threads", type=_ints, default=None, help="CPU threads (default: torch's)")
+    p.add_argument("-r", "--repetitions", type=int, default=5)
+    p.add_argument("-o", "--output", default="md", choices=("md", "csv", "json", "jsonl"))
+    p.add_argument("--no-warmup", action="store_true")
+    p.add_argument("--plot", default=None, metavar="FILE.png", help="draw pp t/s and compute MiB against -ub")
+    p.add_argument("--device", default="cpu")
+    p.add_argument("-v", "--verbose", action="store_true")
+    p.set_defaults(fn=cmd_bench)
+
+    p = sub.add_parser("batched-bench", help="llama-batched-bench: pp/tg speed with B parallel sequences")
+    common._add_model(p), common._add_context(p)
+    p.add_argument("-npp", type=_ints, default=[128], help="prompt tokens per sequence")
+    p.add_argument("-ntg", type=_ints, default=[128], help="generated tokens per sequence")
+    p.add_argument("-npl", type=_ints, default=[1], help="parallel sequences (B)")
+    p.add_argument("-pps", action="store_true", help="one prompt shared by all sequences (seq_cp)")
+    p.add_argument("-tgs", action="store_true", help="generate for each sequence separately")
+    p.add_argument("-no-kvu", "--no-kv-unified", dest="kv_unified", action="store_false",
+                   help="one KV stream per sequence instead of the unified cache")
+    p.add_argument("--output-format", default="md", choices=("md", "jsonl"))
+    p.add_argument("-v", "--verbose", action="store_true")
+    p.set_defaults(fn=cmd_batched_bench, kv_unified=True)
+
+    p = sub.add_parser("perplexity", help="llama-perplexity: PPL over the second half of each n_ctx chunk")
+    common._add_model(p), common._add_context(p)
+    p.add_argument("-f", "--file", required=True, help="text file to score")
+    p.add_argument("--chunks", type=int, default=-1, help="max chunks (-1: all)")
+    p.add_argument("-v", "--verbose", action="store_true")
+    p.set_defaults(fn=cmd_perplexity, ctx_size=512)
+
+
+def _quiet_logs(verbose: bool) -> None:
+    """llama-bench's tools silence the library's log unless -v: only errors get through."""
+    import logging
+
+    from .log import setup_logging
+
+    setup_logging(verbose=verbose)
+    if not verbose:
+        logging.getLogger("llamapy").setLevel(logging.ERROR)
+
+
+def _threads(a: argparse.Namespace) -> int:
+    import torch
+
+    return a.threads if a.threads and a.threads > 0 else torch.get_num_threads()
+
+
+def cmd_bench(a: argparse.Namespace) -> int:
+    import torch
+
+    from .bench.llama_bench import BenchParams, run_bench
+    from .bench.plot import plot_ubatch
+    from .bench.printers import make_printer
+
+    _quiet_logs(a.verbose)
+    flat = lambda xs, d: [v for x in xs for v in x] if xs else d  # noqa: E731  (-p 1 -p 2 == -p 1,2)
+    p = BenchParams(
+        model=a.model, n_prompt=flat(a.n_prompt, [512]), n_gen=flat(a.n_gen, [128]), n_pg=a.pg, n_depth=a.n_depth,
+        n_batch=a.batch_size, n_ubatch=a.ubatch_size, type_k=a.cache_type_k, type_v=a.cache_type_v,
+        flash_attn=a.flash_attn, n_ctx=a.ctx_size, n_threads=a.threads or [torch.get_num_threads()],
+        reps=a.repetitions, no_warmup=a.no_warmup, device=a.device,
+    )
+    if p.reps < 1:
+        raise ValueError(f"-r {p.reps}: need at least one repetition")
+    printer = make_printer(a.output, sys.stdout)
+    printer.header(p)
+    results = run_bench(p, on_result=printer.test)
+    printer.footer()
+    sys.stdout.flush()
+    if a.plot:
+        out = plot_ubatch(results, a.plot)
+        print(f"plot written to {out}", file=sys.stderr)
+    return 0
+
+
+def cmd_batched_bench(a: argparse.Namespace) -> int:
+    from .bench.batched_bench import jsonl_row, md_header, md_row, run_batched_bench
+    from .cli_cmds import _ctx_params
+    from .context import Context
+    from .model.model import Model
+
+    _quiet_logs(a.verbose)
+    cp = _ctx_params(a)
+    cp.n_seq_max = max(a.npl) if a.npl else 1  # ensure enough sequences are available
+    model = Model.load(a.model, device=a.device)
+    ctx = Context(model, cp)
+    nt = _threads(a)
+    if a.output_format == "md":
+        print(md_header(ctx, a.pps, a.tgs, nt))
+    for r in run_batched_bench(ctx, a.npp, a.ntg, a.npl, a.pps, a.tgs):
+        print(md_row(r) if a.output_format == "md" else jsonl_row(ctx, r, a.pps, nt), flush=True)
+    print()
+    return 0
+
+
+def cmd_perplexity(a: argparse.Namespace) -> int:
+    import time
+
+    from .bench.perplexity import make_context, perplexity
+    from .model.model import Model
+
+    _quiet_logs(a.verbose)
+    text = Path(a.file).read_text(encoding="utf-8", errors="replace")
+    model = Model.load(a.model, device=a.device)
+    n_ctx = a.ctx_size
+    ctx = make_context(model, n_ctx, a.batch_size, a.ubatch_size, type_k=a.cache_type_k, type_v=a.cache_type_v,
+                       flash_attn=a.flash_attn, n_threads=a.threads, device=a.device)
+    t0 = time.perf_counter()
+    tokens = model.tokenize(text, add_special=True, parse_special=False)
+    print(f"perplexity: tokenization took {(time.perf_counter() - t0) * 1e3:g} ms", file=sys.stderr)
+    n_seq = ctx.cparams.n_seq_max
+    n_chunk = len(tokens) // n_ctx if a.chunks < 0 else min(a.chunks, len(tokens) // n_ctx)
+    print(f"perplexity: calculating perplexity over {n_chunk} chunks, n_ctx={n_ctx}, batch_size={ctx.cparams.n_batch}, "
+          f"n_seq={n_seq}", file=sys.stderr)
+    res = perplexity(ctx, tokens, n_ctx, a.chunks, on_chunk=lambda i, p: print(f"[{i}]{p:.4f},", end="", flush=True))
+    print()
+    print(f"Final estimate: PPL = {res.ppl:.4f} +/- {res.ppl_err:.5f}")
+    return 0
