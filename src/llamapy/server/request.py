@@ -38,7 +38,8 @@ class Event:
     request_id: int
     text: str = ""
     token: int = -1
-    probs: list[tuple[int, float]] | None = None
+    probs: list[tuple[int, float]] | None = None  # top n_probs (token, prob) before sampling
+    prob: float = 0.0  # probability of `token` before sampling (set when n_probs > 0)
     final: bool = False
     finish_reason: str = ""
     error: str = ""

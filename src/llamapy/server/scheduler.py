@@ -13,11 +13,13 @@ import time
 from collections import deque
 from dataclasses import dataclass
 
+import torch
+
 from ..batch import Batch
 from ..context import Context
 from ..log import logger
 from ..memory.kv_cache import KVCacheFullError
-from ..sampling import Sampler
+from ..sampling import Sampler, token_probabilities
 from ..tokenizer import StreamDecoder
 from .metrics import ServerMetrics
 from .request import Event, Request, Usage
@@ -235,7 +237,8 @@ class Scheduler:
     # --- sampling and results -------------------------------------------------------------------
     def _sample(self, s: Slot) -> None:
         req = s.request
-        tok = s.sampler.sample(self.ctx.get_logits_ith(s.i_batch))
+        logits = self.ctx.get_logits_ith(s.i_batch)  # [n_vocab]
+        tok = s.sampler.sample(logits)
         s.sampler.accept(tok)
         if s.state is SlotState.PREFILLING:
             s.state, s.t_prompt_done = SlotState.GENERATING, time.perf_counter()
@@ -244,9 +247,12 @@ class Scheduler:
         if self.tok.is_eog(tok):
             self._finish(s, "stop")
             return
-        probs = s.sampler.top_probs(req.n_probs) if req.n_probs > 0 else None
+        probs, prob = None, 0.0
+        if req.n_probs > 0:  # llama-server's default: probabilities before the sampler chain
+            probs = token_probabilities(logits, req.n_probs)
+            prob = float(torch.softmax(logits, dim=0)[tok])
         text = s.stops.push(s.decoder.feed(tok))
-        req.sink(Event(req.id, text=text, token=tok, probs=probs))
+        req.sink(Event(req.id, text=text, token=tok, probs=probs, prob=prob))
         if s.stops.matched:
             self._finish(s, "stop")
         elif 0 <= req.max_tokens <= s.n_decoded:

@@ -1,0 +1,88 @@
+"""The asyncio side of a request: submit to the scheduler thread, receive its Events on an
+asyncio.Queue (fed through loop.call_soon_threadsafe), cancel when the client goes away."""
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+from typing import AsyncIterator, Awaitable, Callable
+
+from ..context import Context
+from ..model.model import Model
+from .request import Event, Request
+from .scheduler import Scheduler
+
+
+@dataclass(slots=True)
+class ServerState:
+    """What the routes see.  scheduler is None while the model loads (/health answers 503)."""
+
+    api_key: str | None = None
+    metrics: bool = False
+    alias: str = "llamapy"
+    model: Model | None = None
+    ctx: Context | None = None
+    scheduler: Scheduler | None = None
+    t_created: int = field(default_factory=lambda: int(time.time()))
+
+    @property
+    def ready(self) -> bool:
+        return self.scheduler is not None
+
+    def attach(self, model: Model, ctx: Context, scheduler: Scheduler) -> None:
+        self.model, self.ctx, self.scheduler = model, ctx, scheduler
+
+
+class Pending:
+    """One submitted request.  submit() raises PromptTooLongError / ValueError synchronously,
+    before any response byte is sent."""
+
+    def __init__(self, sched: Scheduler, req: Request) -> None:
+        self.sched, self.req = sched, req
+        self.queue: asyncio.Queue[Event] = asyncio.Queue()
+        self.done = False
+        loop = asyncio.get_running_loop()
+
+        def sink(ev: Event) -> None:
+            try:
+                loop.call_soon_threadsafe(self.queue.put_nowait, ev)
+            except RuntimeError:  # the event loop is gone (shutdown): nobody is listening
+                pass
+
+        req.sink = sink
+        sched.submit(req)
+
+    async def events(self, is_disconnected: Callable[[], Awaitable[bool]] | None = None) -> AsyncIterator[Event]:
+        """Yield events up to and including the final one.  If the consumer stops early (a
+        streaming client disconnected) or is_disconnected() turns true, the request is
+        cancelled, which frees its slot and cells at the scheduler's next step."""
+        try:
+            while True:
+                if is_disconnected is None:
+                    ev = await self.queue.get()
+                else:
+                    try:
+                        ev = await asyncio.wait_for(self.queue.get(), timeout=0.25)
+                    except asyncio.TimeoutError:
+                        if await is_disconnected():
+                            return
+                        continue
+                if ev.final:
+                    self.done = True
+                yield ev
+                if ev.final:
+                    return
+        finally:
+            if not self.done:
+                self.sched.cancel(self.req.id)
+
+    def close(self) -> None:
+        """The response is over: cancel the request unless it already finished."""
+        if not self.done:
+            self.done = True
+            self.sched.cancel(self.req.id)
+
+    async def collect(self, is_disconnected: Callable[[], Awaitable[bool]] | None = None) -> tuple[str, list[Event]]:
+        """Whole text and all events (the last one final unless the client left)."""
+        evs = [ev async for ev in self.events(is_disconnected)]
+        return "".join(e.text for e in evs), evs

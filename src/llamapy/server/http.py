@@ -1,0 +1,223 @@
+"""The FastAPI app: errors in OpenAI's shape, the API key check, llama.cpp's native routes
+(/health, /props, /slots, /metrics, /completion, /tokenize, /detokenize); the OpenAI routes
+live in http_openai.py.  Nothing here touches torch: requests go to the scheduler thread."""
+from __future__ import annotations
+
+import json
+from typing import Any, AsyncIterator, Callable
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from .bridge import Pending, ServerState
+from .metrics import render_prometheus
+from .request import Event, Request as GenRequest
+from .schemas import DetokenizeRequest, NativeCompletionRequest, TokenizeRequest
+from .slots import PromptTooLongError
+
+OPEN_PATHS = ("/health", "/v1/health")
+ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 404: "not_found_error",
+               405: "invalid_request_error", 422: "invalid_request_error", 500: "server_error", 503: "unavailable_error"}
+
+
+class APIError(Exception):
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status, self.message = status, message
+
+
+def error_body(status: int, message: str) -> dict[str, Any]:
+    return {"error": {"message": message, "type": ERROR_TYPES.get(status, "server_error"), "code": status}}
+
+
+def error_response(status: int, message: str) -> JSONResponse:
+    return JSONResponse(error_body(status, message), status_code=status)
+
+
+def sse(obj: Any) -> str:
+    return f"data: {json.dumps(obj, ensure_ascii=False)}\n\n"
+
+
+class EventStream(StreamingResponse):
+    """text/event-stream that runs on_close when the response ends for any reason (a client
+    that went away included), so its request is cancelled and its slot freed."""
+
+    def __init__(self, content: AsyncIterator[str], on_close: Callable[[], None]) -> None:
+        super().__init__(content, media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
+        self._on_close = on_close
+
+    async def __call__(self, scope, receive, send) -> None:  # type: ignore[override]
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self._on_close()
+
+
+def submit(state: ServerState, req: GenRequest) -> Pending:
+    """Hand a request to the scheduler; 503 while loading, 400 for a prompt that cannot fit."""
+    if state.scheduler is None:
+        raise APIError(503, "Loading model")
+    try:
+        return Pending(state.scheduler, req)
+    except PromptTooLongError as e:
+        raise APIError(400, str(e)) from None
+    except ValueError as e:
+        raise APIError(400, str(e)) from None
+
+
+def final_error(ev: Event) -> APIError | None:
+    """A final event that ended in error/abort, as the HTTP error it maps to."""
+    if ev.finish_reason == "abort":
+        return APIError(503, ev.error or "request aborted")
+    if ev.finish_reason == "error":
+        return APIError(500, ev.error or "internal error")
+    return None
+
+
+def tokenize_prompt(state: ServerState, prompt: str | list[int]) -> list[int]:
+    if isinstance(prompt, list):
+        bad = [t for t in prompt if not 0 <= t < state.model.n_vocab]
+        if bad:
+            raise APIError(400, f"prompt: token id {bad[0]} out of range (n_vocab = {state.model.n_vocab})")
+        return list(prompt)
+    return state.model.tokenize(prompt, add_special=True, parse_special=True)
+
+
+def create_app(state: ServerState) -> FastAPI:
+    from .http_openai import router as openai_router
+
+    app = FastAPI(title="llamapy server", docs_url=None, redoc_url=None, openapi_url=None)
+    app.state.llama = state
+
+    @app.exception_handler(APIError)
+    async def _api_error(request: Request, e: APIError) -> JSONResponse:
+        return error_response(e.status, e.message)
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(request: Request, e: RequestValidationError) -> JSONResponse:
+        errs = e.errors()
+        if any(err.get("type") == "json_invalid" for err in errs):
+            return error_response(400, "malformed JSON in request body: " + "; ".join(str(err.get("ctx", {}).get("error", err["msg"])) for err in errs))
+        parts = [f"{'.'.join(str(x) for x in err['loc'] if x != 'body') or 'body'}: {err['msg']}" for err in errs]
+        return error_response(422, "; ".join(parts))
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(request: Request, e: StarletteHTTPException) -> JSONResponse:
+        msg = f"File Not Found: {request.method} {request.url.path}" if e.status_code == 404 else str(e.detail)
+        return error_response(e.status_code, msg)
+
+    @app.middleware("http")
+    async def _auth(request: Request, call_next):
+        key = state.api_key
+        if key and request.url.path not in OPEN_PATHS:
+            got = request.headers.get("authorization", "")
+            if got != f"Bearer {key}":
+                return error_response(401, "Invalid API Key" if got else "Missing API key: send 'Authorization: Bearer <key>'")
+        return await call_next(request)
+
+    @app.get("/health")
+    @app.get("/v1/health")
+    async def health() -> JSONResponse:
+        if not state.ready:
+            return error_response(503, "Loading model")
+        return JSONResponse({"status": "ok"})
+
+    @app.get("/props")
+    async def props() -> dict[str, Any]:
+        _ready(state)
+        c = state.ctx.cparams
+        return {
+            "default_generation_settings": {"n_ctx": c.n_ctx_seq, "params": {"temperature": 0.8, "top_k": 40, "top_p": 0.95, "min_p": 0.05}},
+            "total_slots": c.n_seq_max, "n_ctx": c.n_ctx, "n_ctx_seq": c.n_ctx_seq, "kv_unified": c.kv_unified,
+            "n_batch": c.n_batch, "n_ubatch": c.n_ubatch, "model_alias": state.alias, "model_path": str(state.model.path),
+            "chat_template": state.model.tokenizer.vocab.chat_template or "", "build_info": "llamapy",
+        }
+
+    @app.get("/slots")
+    async def slots() -> list[dict[str, Any]]:
+        _ready(state)
+        return state.scheduler.snapshot()[0]
+
+    @app.get("/metrics")
+    async def metrics() -> PlainTextResponse:
+        if not state.metrics:
+            raise APIError(501, "This server does not support metrics endpoint. Start it with `--metrics`")
+        _ready(state)
+        return PlainTextResponse(render_prometheus(state.scheduler.snapshot()[1]), media_type="text/plain; version=0.0.4")
+
+    @app.post("/tokenize")
+    async def tokenize(body: TokenizeRequest) -> dict[str, Any]:
+        _ready(state)
+        ids = state.model.tokenize(body.content, add_special=body.add_special, parse_special=body.parse_special)
+        if not body.with_pieces:
+            return {"tokens": ids}
+        tok = state.model.tokenizer
+        return {"tokens": [{"id": i, "piece": tok.token_to_piece(i).decode("utf-8", errors="replace")} for i in ids]}
+
+    @app.post("/detokenize")
+    async def detokenize(body: DetokenizeRequest) -> dict[str, Any]:
+        _ready(state)
+        bad = [t for t in body.tokens if t >= state.model.n_vocab]
+        if bad:
+            raise APIError(400, f"tokens: token id {bad[0]} out of range (n_vocab = {state.model.n_vocab})")
+        return {"content": state.model.detokenize(body.tokens)}
+
+    @app.post("/completion")
+    @app.post("/completions")
+    async def completion(body: NativeCompletionRequest, request: Request):
+        _ready(state)
+        ids = tokenize_prompt(state, body.prompt)
+        req = GenRequest(ids, max_tokens=body.n_predict, sampling=body.sampling(body.n_probs), stop=body.stop_list(), n_probs=body.n_probs)
+        p = submit(state, req)
+        if body.stream:
+            return EventStream(_native_stream(p), p.close)
+        text, evs = await p.collect(request.is_disconnected)
+        if not evs or not evs[-1].final:
+            return error_response(499, "client closed the request")
+        if (err := final_error(evs[-1])) is not None:
+            raise err
+        return _native_final(state, evs[-1], text, [e for e in evs if e.token >= 0])
+
+    app.include_router(openai_router)
+    return app
+
+
+def _ready(state: ServerState) -> None:
+    if not state.ready:
+        raise APIError(503, "Loading model")
+
+
+def _probs(state: ServerState, ev: Event) -> list[dict[str, Any]]:
+    tok = state.model.tokenizer
+    piece = lambda t: tok.token_to_piece(t).decode("utf-8", errors="replace")  # noqa: E731
+    top = [{"id": t, "token": piece(t), "prob": p} for t, p in (ev.probs or [])]
+    return [{"id": ev.token, "token": piece(ev.token), "prob": ev.prob, "top_probs": top}]
+
+
+def _native_final(state: ServerState, ev: Event, text: str, toks: list[Event]) -> dict[str, Any]:
+    u = ev.usage
+    out: dict[str, Any] = {
+        "content": text, "stop": True, "stop_type": "eos" if ev.finish_reason == "stop" else "limit",
+        "tokens_predicted": u.completion_tokens, "tokens_evaluated": u.prompt_tokens, "tokens_cached": u.prompt_tokens_cached,
+        "truncated": False, "timings": ev.timings, "model": state.alias,
+    }
+    if toks and toks[0].probs is not None:
+        out["completion_probabilities"] = [p for e in toks for p in _probs(state, e)]
+    return out
+
+
+async def _native_stream(p: Pending) -> AsyncIterator[str]:
+    state_alias = p.sched.ctx.model
+    async for ev in p.events():
+        if not ev.final:
+            yield sse({"content": ev.text, "stop": False, "tokens": [ev.token]})
+            continue
+        if (err := final_error(ev)) is not None:
+            yield sse(error_body(err.status, err.message))
+            return
+        u = ev.usage
+        yield sse({"content": ev.text, "stop": True, "stop_type": "eos" if ev.finish_reason == "stop" else "limit",
+                   "tokens_predicted": u.completion_tokens, "tokens_evaluated": u.prompt_tokens, "timings": ev.timings,
+                   "model": str(state_alias.path.name)})

@@ -1,0 +1,149 @@
+"""OpenAI-compatible routes: /v1/models, /v1/completions, /v1/chat/completions (SSE streaming
+ending in `data: [DONE]`, usage, logprobs)."""
+from __future__ import annotations
+
+import math
+import time
+import uuid
+from typing import Any, AsyncIterator
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse
+
+from .bridge import Pending, ServerState
+from .http import APIError, EventStream, error_body, error_response, final_error, sse, submit, tokenize_prompt
+from .request import Event, Request as GenRequest, Usage
+from .schemas import ChatCompletionRequest, CompletionRequest
+
+router = APIRouter()
+
+
+def _state(request: Request) -> ServerState:
+    state: ServerState = request.app.state.llama
+    if not state.ready:
+        raise APIError(503, "Loading model")
+    return state
+
+
+def _usage(u: Usage | None) -> dict[str, Any] | None:
+    if u is None:
+        return None
+    return {"prompt_tokens": u.prompt_tokens, "completion_tokens": u.completion_tokens, "total_tokens": u.total_tokens,
+            "prompt_tokens_details": {"cached_tokens": u.prompt_tokens_cached}}
+
+
+def _piece(state: ServerState, t: int) -> str:
+    return state.model.tokenizer.token_to_piece(t).decode("utf-8", errors="replace")
+
+
+def _lp(p: float) -> float:
+    return math.log(p) if p > 0 else -9999.0
+
+
+def _chat_logprobs(state: ServerState, evs: list[Event]) -> dict[str, Any] | None:
+    toks = [e for e in evs if e.token >= 0 and e.probs is not None]
+    if not toks:
+        return None
+    content = []
+    for e in toks:
+        tops = [{"token": _piece(state, t), "logprob": _lp(p), "bytes": list(_piece(state, t).encode())} for t, p in e.probs]
+        content.append({"token": _piece(state, e.token), "logprob": _lp(e.prob), "bytes": list(_piece(state, e.token).encode()), "top_logprobs": tops})
+    return {"content": content}
+
+
+def _cmpl_logprobs(state: ServerState, evs: list[Event]) -> dict[str, Any] | None:
+    toks = [e for e in evs if e.token >= 0 and e.probs is not None]
+    if not toks:
+        return None
+    return {"tokens": [_piece(state, e.token) for e in toks], "token_logprobs": [_lp(e.prob) for e in toks],
+            "top_logprobs": [{_piece(state, t): _lp(p) for t, p in e.probs} for e in toks], "text_offset": []}
+
+
+@router.get("/v1/models")
+@router.get("/models")
+async def models(request: Request) -> dict[str, Any]:
+    state: ServerState = request.app.state.llama
+    data = [{"id": state.alias, "object": "model", "created": state.t_created, "owned_by": "llamapy"}]
+    if state.ready:
+        hp = state.model.hparams
+        data[0]["meta"] = {"n_vocab": hp.n_vocab, "n_ctx_train": hp.n_ctx_train, "n_embd": hp.n_embd, "size": state.model.n_bytes_file}
+    return {"object": "list", "data": data}
+
+
+@router.post("/v1/completions")
+async def completions(body: CompletionRequest, request: Request):
+    state = _state(request)
+    ids = tokenize_prompt(state, body.prompt)
+    n_probs = body.logprobs or 0
+    req = GenRequest(ids, max_tokens=-1 if body.max_tokens is None else body.max_tokens, sampling=body.sampling(n_probs), stop=body.stop_list(), n_probs=n_probs)
+    p = submit(state, req)
+    cid, created = f"cmpl-{uuid.uuid4().hex}", int(time.time())
+    head = {"id": cid, "object": "text_completion", "created": created, "model": state.alias}
+    if body.stream:
+        return EventStream(_stream(state, p, head, chat=False), p.close)
+    text, evs = await p.collect(request.is_disconnected)
+    if not evs or not evs[-1].final:
+        return error_response(499, "client closed the request")
+    if (err := final_error(evs[-1])) is not None:
+        raise err
+    prefix = body.prompt if body.echo and isinstance(body.prompt, str) else ""
+    choice = {"index": 0, "text": prefix + text, "logprobs": _cmpl_logprobs(state, evs), "finish_reason": evs[-1].finish_reason}
+    return {**head, "choices": [choice], "usage": _usage(evs[-1].usage), "timings": evs[-1].timings}
+
+
+@router.post("/v1/chat/completions")
+@router.post("/chat/completions")
+async def chat_completions(body: ChatCompletionRequest, request: Request):
+    state = _state(request)
+    try:
+        text = state.model.tokenizer.apply_chat_template([m.as_dict() for m in body.messages], add_generation_prompt=True)
+    except Exception as e:  # a template that rejects the conversation (e.g. roles out of order)
+        raise APIError(400, f"messages: the chat template failed: {e}") from None
+    ids = state.model.tokenize(text, add_special=True, parse_special=True)
+    n_probs = body.n_probs()
+    req = GenRequest(ids, max_tokens=body.n_predict(), sampling=body.sampling(n_probs), stop=body.stop_list(), n_probs=n_probs)
+    p = submit(state, req)
+    cid, created = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
+    head = {"id": cid, "object": "chat.completion", "created": created, "model": state.alias}
+    if body.stream:
+        return EventStream(_stream(state, p, {**head, "object": "chat.completion.chunk"}, chat=True), p.close)
+    out, evs = await p.collect(request.is_disconnected)
+    if not evs or not evs[-1].final:
+        return error_response(499, "client closed the request")
+    if (err := final_error(evs[-1])) is not None:
+        raise err
+    choice = {"index": 0, "message": {"role": "assistant", "content": out}, "logprobs": _chat_logprobs(state, evs),
+              "finish_reason": evs[-1].finish_reason}
+    return JSONResponse({**head, "choices": [choice], "usage": _usage(evs[-1].usage), "timings": evs[-1].timings})
+
+
+async def _stream(state: ServerState, p: Pending, head: dict[str, Any], chat: bool) -> AsyncIterator[str]:
+    """SSE chunks: a role delta first (chat), one chunk per text piece, a final chunk with
+    finish_reason and usage, then [DONE].  An abort/error ends with an error event."""
+    def chunk(text: str | None, finish: str | None, ev: Event | None = None, role: bool = False) -> dict[str, Any]:
+        if chat:
+            delta: dict[str, Any] = {"role": "assistant", "content": ""} if role else ({"content": text} if text else {})
+            c: dict[str, Any] = {"index": 0, "delta": delta, "finish_reason": finish}
+            if ev is not None and ev.probs is not None:
+                c["logprobs"] = _chat_logprobs(state, [ev])
+        else:
+            c = {"index": 0, "text": text or "", "finish_reason": finish}
+            if ev is not None and ev.probs is not None:
+                c["logprobs"] = _cmpl_logprobs(state, [ev])
+        return {**head, "choices": [c]}
+
+    if chat:
+        yield sse(chunk(None, None, role=True))
+    async for ev in p.events():
+        if not ev.final:
+            if ev.text or ev.probs is not None:
+                yield sse(chunk(ev.text, None, ev))
+            continue
+        if (err := final_error(ev)) is not None:
+            yield sse(error_body(err.status, err.message))
+        else:
+            if ev.text:
+                yield sse(chunk(ev.text, None))
+            yield sse({**chunk(None, ev.finish_reason), "usage": _usage(ev.usage), "timings": ev.timings})
+        yield "data: [DONE]\n\n"
+        return

@@ -1,0 +1,123 @@
+"""Request bodies, validated by pydantic: wrong types and out-of-range values become 422s that
+name the field.  Unknown fields are ignored, as OpenAI clients send many."""
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from ..sampling import LLAMA_DEFAULT_SEED, SamplingParams
+
+
+class _Sampling(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    model: str | None = None
+    temperature: float = Field(0.8, ge=0.0, le=100.0)
+    top_k: int = Field(40, ge=0)
+    top_p: float = Field(0.95, ge=0.0, le=1.0)
+    min_p: float = Field(0.05, ge=0.0, le=1.0)
+    seed: int | None = Field(None, ge=-1, le=0xFFFFFFFF)
+    presence_penalty: float = Field(0.0, ge=-2.0, le=2.0)
+    frequency_penalty: float = Field(0.0, ge=-2.0, le=2.0)
+    repeat_penalty: float = Field(1.0, ge=0.0)
+    repeat_last_n: int = Field(64, ge=-1)
+    stop: str | list[str] | None = None
+    stream: bool = False
+
+    def stop_list(self) -> list[str]:
+        if self.stop is None:
+            return []
+        return [self.stop] if isinstance(self.stop, str) else [s for s in self.stop if s]
+
+    def sampling(self, n_probs: int = 0) -> SamplingParams:
+        seed = LLAMA_DEFAULT_SEED if self.seed is None or self.seed < 0 else self.seed
+        return SamplingParams(
+            seed=seed, n_probs=n_probs, top_k=self.top_k, top_p=self.top_p, min_p=self.min_p,
+            temp=self.temperature, penalty_last_n=self.repeat_last_n, penalty_repeat=self.repeat_penalty,
+            penalty_freq=self.frequency_penalty, penalty_present=self.presence_penalty,
+        )
+
+
+class StreamOptions(BaseModel):
+    include_usage: bool = False
+
+
+class CompletionRequest(_Sampling):
+    """POST /v1/completions."""
+
+    prompt: str | list[int] = Field(min_length=1)
+    max_tokens: int | None = Field(16, ge=-1)
+    logprobs: int | None = Field(None, ge=0, le=20)
+    n: int = Field(1, ge=1, le=1)
+    echo: bool = False
+    stream_options: StreamOptions | None = None
+
+
+class ContentPart(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    type: Literal["text"]
+    text: str
+
+
+class Message(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    role: Literal["system", "developer", "user", "assistant", "tool"]
+    content: str | list[ContentPart] | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        c = self.content
+        text = "".join(p.text for p in c) if isinstance(c, list) else (c or "")
+        return {"role": "system" if self.role == "developer" else self.role, "content": text}
+
+
+class ChatCompletionRequest(_Sampling):
+    """POST /v1/chat/completions."""
+
+    messages: list[Message] = Field(min_length=1)
+    max_tokens: int | None = Field(None, ge=-1)
+    max_completion_tokens: int | None = Field(None, ge=-1)
+    logprobs: bool = False
+    top_logprobs: int | None = Field(None, ge=0, le=20)
+    n: int = Field(1, ge=1, le=1)
+    stream_options: StreamOptions | None = None
+
+    def n_predict(self) -> int:
+        v = self.max_completion_tokens if self.max_completion_tokens is not None else self.max_tokens
+        return -1 if v is None else v
+
+    def n_probs(self) -> int:
+        return (self.top_logprobs or 1) if self.logprobs else 0
+
+
+class NativeCompletionRequest(_Sampling):
+    """POST /completion (llama.cpp's own shape)."""
+
+    prompt: str | list[int] = Field(min_length=1)
+    n_predict: int = Field(-1, ge=-1)
+    n_probs: int = Field(0, ge=0, le=100)
+    cache_prompt: bool = True
+
+
+class TokenizeRequest(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    content: str
+    add_special: bool = False
+    parse_special: bool = True
+    with_pieces: bool = False
+
+
+class DetokenizeRequest(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    tokens: list[int]
+
+    @model_validator(mode="after")
+    def _non_negative(self) -> "DetokenizeRequest":
+        bad = [t for t in self.tokens if t < 0]
+        if bad:
+            raise ValueError(f"tokens: negative token id {bad[0]}")
+        return self
