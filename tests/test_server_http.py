@@ -1,0 +1,102 @@
+"""HTTP layer on the tiny model, in-process through httpx's ASGI transport: routes, SSE,
+errors in OpenAI's shape, API key, metrics; /health while loading."""
+from __future__ import annotations
+
+import asyncio
+import json
+
+import httpx
+import pytest
+from server_harness import serving_state
+
+from llamapy.server.bridge import ServerState
+from llamapy.server.http import create_app
+
+
+def _call(state: ServerState, method: str, path: str, **kw) -> httpx.Response:
+    async def go() -> httpx.Response:
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=create_app(state)), base_url="http://test") as c:
+            return await c.request(method, path, **kw)
+
+    return asyncio.run(go())
+
+
+@pytest.fixture(scope="module")
+def state(tiny):
+    with serving_state(tiny, n_ctx=1024, np_=4, n_batch=64) as st:
+        yield st
+
+
+def test_health_503_while_loading():
+    st = ServerState()
+    r = _call(st, "GET", "/health")
+    assert r.status_code == 503 and r.json()["error"]["message"] == "Loading model"
+    assert _call(st, "POST", "/v1/completions", json={"prompt": "hi"}).status_code == 503
+
+
+def test_completion_and_usage(state):
+    r = _call(state, "POST", "/v1/completions", json={"prompt": "hello there", "max_tokens": 5, "temperature": 0})
+    assert r.status_code == 200, r.text
+    body = r.json()
+    n_prompt = len(state.model.tokenize("hello there", add_special=True, parse_special=True))
+    assert body["usage"]["prompt_tokens"] == n_prompt
+    assert body["usage"]["completion_tokens"] <= 5
+    assert body["choices"][0]["finish_reason"] in ("length", "stop")
+    r2 = _call(state, "POST", "/completion", json={"prompt": "hello there", "n_predict": 5, "temperature": 0})
+    assert r2.json()["content"] == body["choices"][0]["text"]  # same greedy text, native route
+
+
+def test_chat_stream_ends_with_done(state):
+    r = _call(state, "POST", "/v1/chat/completions",
+              json={"messages": [{"role": "user", "content": "hi"}], "max_tokens": 4, "temperature": 0, "stream": True})
+    assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
+    events = [ln[len("data: "):] for ln in r.text.split("\n\n") if ln.startswith("data: ")]
+    assert events[-1] == "[DONE]"
+    chunks = [json.loads(e) for e in events[:-1]]
+    assert chunks[0]["choices"][0]["delta"]["role"] == "assistant"
+    final = chunks[-1]
+    assert final["choices"][0]["finish_reason"] in ("length", "stop") and final["usage"]["completion_tokens"] <= 4
+    streamed = "".join(c["choices"][0]["delta"].get("content", "") for c in chunks)
+    r2 = _call(state, "POST", "/v1/chat/completions", json={"messages": [{"role": "user", "content": "hi"}], "max_tokens": 4, "temperature": 0})
+    assert r2.json()["choices"][0]["message"]["content"] == streamed
+
+
+def test_errors_in_openai_shape(state):
+    r = _call(state, "POST", "/v1/completions", json={"prompt": "x" * 300, "max_tokens": 2})
+    assert r.status_code == 400
+    n = len(state.model.tokenize("x" * 300, add_special=True, parse_special=True))
+    assert r.json()["error"]["message"] == f"prompt is {n} tokens; each of the 4 slots holds 256 (-c 1024 / -np 4); use --kv-unified or a larger -c"
+    r = _call(state, "POST", "/v1/completions", json={"prompt": "hi", "temperature": -1})
+    assert r.status_code == 422 and "temperature" in r.json()["error"]["message"]
+    r = _call(state, "POST", "/v1/chat/completions", json={"messages": [{"role": "wizard", "content": "x"}]})
+    assert r.status_code == 422 and "messages.0.role" in r.json()["error"]["message"]
+    r = _call(state, "POST", "/v1/completions", content=b"{not json", headers={"content-type": "application/json"})
+    assert r.status_code == 400 and "malformed JSON" in r.json()["error"]["message"]
+    r = _call(state, "GET", "/v1/nothing")
+    assert r.status_code == 404 and set(r.json()["error"]) == {"message", "type", "code"}
+    r = _call(state, "POST", "/detokenize", json={"tokens": [10**6]})
+    assert r.status_code == 400 and "out of range" in r.json()["error"]["message"]
+
+
+def test_api_key(tiny):
+    with serving_state(tiny, n_ctx=512, np_=1, n_batch=64, api_key="sekrit") as st:
+        assert _call(st, "GET", "/health").status_code == 200
+        assert _call(st, "GET", "/v1/models").status_code == 401
+        assert _call(st, "GET", "/v1/models", headers={"Authorization": "Bearer wrong"}).status_code == 401
+        r = _call(st, "GET", "/v1/models", headers={"Authorization": "Bearer sekrit"})
+        assert r.status_code == 200 and r.json()["data"][0]["id"] == "test-model"
+
+
+def test_tokenize_detokenize_props_slots_metrics(state):
+    ids = _call(state, "POST", "/tokenize", json={"content": "hello world"}).json()["tokens"]
+    assert ids == state.model.tokenize("hello world", add_special=False, parse_special=True)
+    assert _call(state, "POST", "/detokenize", json={"tokens": ids}).json()["content"] == "hello world"
+    props = _call(state, "GET", "/props").json()
+    assert props["total_slots"] == 4 and props["default_generation_settings"]["n_ctx"] == 256
+    slots = _call(state, "GET", "/slots").json()
+    assert [s["n_ctx"] for s in slots] == [256] * 4 and all("state" in s for s in slots)
+    text = _call(state, "GET", "/metrics").text
+    lines = dict(ln.rsplit(" ", 1) for ln in text.splitlines() if not ln.startswith("#"))
+    assert int(lines["llamacpp:kv_cells_total"]) == 1024
+    assert int(lines["llamacpp:kv_cells_used"]) == state.ctx.memory.n_used()
+    assert int(lines["llamacpp:n_decode_total"]) == state.scheduler.metrics.n_decode_total > 0
