@@ -217,3 +217,29 @@ def test_largest_fitting_ctx_per_kv_type():
     n8 = largest_fitting_ctx(info, ContextParams(flash_attn="on", type_k="q8_0", type_v="q8_0"), 4096 * MiB)
     assert 0 < n16 < n8 and n16 % 256 == 0
     assert estimate_from(info.hparams, estimate_memory(info, ContextParams(n_ctx=n16, flash_attn="on")).cparams).total <= 4096 * MiB
+
+
+# --- predicted == allocated by the memory factory Context uses, on real models' headers -----------
+REAL_GRID = [
+    dict(n_ctx=8192, type_k="q8_0", type_v="q8_0"),
+    dict(n_ctx=4096, n_seq_max=2, n_ubatch=128, type_k="q4_0", type_v="q5_1"),
+    dict(n_ctx=3000, n_seq_max=3, kv_unified=True, n_ubatch=64, type_k="iq4_nl", type_v="bf16"),
+    dict(n_ctx=2048, n_seq_max=4, n_batch=256, type_k="f32", type_v="q4_1"),
+    dict(n_ctx=8192, swa_full=True, type_k="q5_0", type_v="f16"),
+]
+
+
+@pytest.mark.parametrize("kw", REAL_GRID)
+@pytest.mark.parametrize("which", ["smollm2", "gemma3"])
+def test_kv_bytes_equal_create_memory_real_headers(request, which, kw):
+    """The caches Context allocates (memory.factory.create_memory, KVCacheISWA for Gemma 3),
+    built from the real model's hyperparameters, hold exactly the predicted bytes and cells."""
+    from llamapy.memory.factory import create_memory
+
+    info = model_info(request.getfixturevalue(f"{which}_path"))
+    e = estimate_memory(info, ContextParams(**kw))
+    mem = create_memory(info.hparams, e.cparams)
+    caches = getattr(mem, "caches", (mem,))
+    assert (e.kv_k, e.kv_v) == (mem.size_k_bytes(), mem.size_v_bytes())
+    assert [c.cells for c in e.caches] == [c.size for c in caches]
+    assert [list(c.layers) for c in e.caches] == [c.layers for c in caches]
