@@ -34,10 +34,7 @@ def perplexity_layout(n_ctx: int, n_batch: int) -> tuple[int, int]:
     if n_ctx <= 0:
         raise ValueError(f"perplexity needs -c > 0, got {n_ctx}")
     n_seq = max(1, n_batch // n_ctx)
-    n_batch = min(n_batch, n_seq * n_ctx)
-    if not (n_batch < n_ctx or n_batch % n_ctx == 0):
-        raise ValueError(f"-b {n_batch} must be < -c {n_ctx} or a multiple of it")
-    return n_seq, n_batch
+    return n_seq, min(n_batch, n_seq * n_ctx)
 
 
 def make_context(model: Model, n_ctx: int, n_batch: int, n_ubatch: int = 512, **kw) -> Context:
