@@ -56,6 +56,7 @@ class Request:
     sampling: SamplingParams = field(default_factory=lambda: SamplingParams(temp=0.8))
     stop: list[str] = field(default_factory=list)
     n_probs: int = 0
+    ignore_eos: bool = False  # llama.cpp's ignore_eos: end-of-generation tokens are never sampled
     sink: Callable[[Event], None] = lambda ev: None
     id: int = field(default_factory=next_request_id)
     t_arrival: float = field(default_factory=time.perf_counter)

@@ -238,6 +238,9 @@ class Scheduler:
     def _sample(self, s: Slot) -> None:
         req = s.request
         logits = self.ctx.get_logits_ith(s.i_batch)  # [n_vocab]
+        if req.ignore_eos:
+            logits = logits.clone()
+            logits[sorted(self.tok.vocab.eog_ids)] = float("-inf")
         tok = s.sampler.sample(logits)
         s.sampler.accept(tok)
         if s.state is SlotState.PREFILLING:

@@ -24,6 +24,7 @@ class _Sampling(BaseModel):
     repeat_last_n: int = Field(64, ge=-1)
     stop: str | list[str] | None = None
     stream: bool = False
+    ignore_eos: bool = False
 
     def stop_list(self) -> list[str]:
         if self.stop is None:
