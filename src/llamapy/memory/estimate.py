@@ -169,18 +169,22 @@ def compute_terms(hp: HParams, c: CParams, caches: tuple[CacheEstimate, ...], n_
     dk, dv = hp.n_embd_head_k, hp.n_embd_head_v
     wk, wv = hp.n_embd_k_gqa(), hp.n_embd_v_gqa()
     n_out = min(n_t, n_outputs)
-    terms = [
-        ComputeTerm("inp_embd (residual x)", (n_t, hp.n_embd), "persistent"),
-        ComputeTerm("kq_mask", (n_t, n_kv), "persistent"),
+    terms = [ComputeTerm("inp_embd (residual x)", (n_t, hp.n_embd), "persistent")]
+    for ch in caches:  # one mask per cache, built once per ubatch (kept for every layer)
+        terms.append(ComputeTerm(f"kq_mask{' (' + ch.name + ')' if ch.name else ''}", (n_t, ch.cells), "persistent"))
+    terms += [
         ComputeTerm("attn_norm", (n_t, hp.n_embd), "attention"),
         ComputeTerm("Qcur", (n_t, hp.n_head * dk), "attention"),
         ComputeTerm("Kcur", (n_t, wk), "attention"),
         ComputeTerm("Vcur", (n_t, wv), "attention"),
         ComputeTerm("Qcur (rope)", (n_t, hp.n_head * dk), "attention"),
         ComputeTerm("Kcur (rope)", (n_t, wk), "attention"),
-        ComputeTerm("k cache view (f32)", (n_kv, wk), "attention"),
-        ComputeTerm("v cache view (f32)", (n_kv, wv), "attention"),
     ]
+    # KVCache.view(): the first n_kv cells decoded to f32 (an f32 cache is read in place)
+    if c.type_k != "f32":
+        terms.append(ComputeTerm("k cache view (f32)", (n_kv, wk), "attention"))
+    if c.type_v != "f32":
+        terms.append(ComputeTerm("v cache view (f32)", (n_kv, wv), "attention"))
     if hp.n_head_kv != hp.n_head:  # GQA broadcast: K/V heads repeated to n_head
         terms += [ComputeTerm("k (gqa repeat)", (hp.n_head, n_kv, dk), "attention"),
                   ComputeTerm("v (gqa repeat)", (hp.n_head, n_kv, dv), "attention")]
@@ -246,14 +250,25 @@ def model_info(model_or_path) -> ModelInfo:
 
 
 def resident_weight_bytes(tensors) -> int:
-    """Bytes of the weights once loaded: WeightLoader dequantizes every tensor to its dtype."""
+    """Bytes of the weights once loaded.  Matrices (2-D) are sized by the loader's own
+    `model.qmatrix.qmatrix_nbytes(qtype, shape, exact, dense_dtype)` when it provides one
+    (kept-quantized formats); otherwise every tensor is counted dequantized to
+    WeightLoader's dtype, which is what the loader does for vectors and dense matrices."""
     import torch
 
-    from ..model.loader import WeightLoader
+    from ..model import loader
 
-    esize = torch.empty((), dtype=WeightLoader.__dataclass_fields__["dtype"].default).element_size()
+    dtype = loader.WeightLoader.__dataclass_fields__["dtype"].default
+    esize = torch.empty((), dtype=dtype).element_size()
+    try:
+        from ..model.qmatrix import qmatrix_nbytes as qbytes
+    except ImportError:  # the loader keeps every tensor dequantized
+        qbytes = None
     total = 0
     for t in tensors.values():
+        if qbytes is not None and len(t.ne) == 2:
+            total += qbytes(t.qtype, t.shape, False, dtype)
+            continue
         n = 1
         for x in t.ne:
             n *= x
