@@ -172,7 +172,7 @@ def create_app(state: ServerState) -> FastAPI:
         req = GenRequest(ids, max_tokens=body.n_predict, sampling=body.sampling(body.n_probs), stop=body.stop_list(), n_probs=body.n_probs, ignore_eos=body.ignore_eos)
         p = submit(state, req)
         if body.stream:
-            return EventStream(_native_stream(p), p.close)
+            return EventStream(_native_stream(state, p), p.close)
         text, evs = await p.collect(request.is_disconnected)
         if not evs or not evs[-1].final:
             return error_response(499, "client closed the request")
@@ -208,8 +208,7 @@ def _native_final(state: ServerState, ev: Event, text: str, toks: list[Event]) -
     return out
 
 
-async def _native_stream(p: Pending) -> AsyncIterator[str]:
-    state_alias = p.sched.ctx.model
+async def _native_stream(state: ServerState, p: Pending) -> AsyncIterator[str]:
     async for ev in p.events():
         if not ev.final:
             yield sse({"content": ev.text, "stop": False, "tokens": [ev.token]})
@@ -220,4 +219,4 @@ async def _native_stream(p: Pending) -> AsyncIterator[str]:
         u = ev.usage
         yield sse({"content": ev.text, "stop": True, "stop_type": "eos" if ev.finish_reason == "stop" else "limit",
                    "tokens_predicted": u.completion_tokens, "tokens_evaluated": u.prompt_tokens, "timings": ev.timings,
-                   "model": str(state_alias.path.name)})
+                   "model": state.alias})

@@ -266,24 +266,14 @@ class Scheduler:
             s.sampled = tok
 
     def _finish(self, s: Slot, reason: str, error: str = "", drop_cells: bool = False) -> None:
-        req = s.request
-        tail = "" if s.stops is None or s.stops.matched else s.stops.push(s.decoder.flush()) + s.stops.flush()
-        now = time.perf_counter()
-        n_prompt_new = len(req.prompt) - s.n_cached
-        t_p = (s.t_prompt_done or now) - s.t_start
-        t_g = now - s.t_prompt_done if s.t_prompt_done else 0.0
-        timings = {
-            "prompt_n": n_prompt_new, "prompt_ms": t_p * 1000, "predicted_n": s.n_decoded, "predicted_ms": t_g * 1000,
-            "cache_n": s.n_cached, "queue_ms": (s.t_start - req.t_arrival) * 1000,
-        }
-        usage = Usage(len(req.prompt), s.n_decoded, s.n_cached)
+        """End the slot's request with a final event; drop_cells also removes its cells."""
+        req, ev = s.request, s.final_event(reason, error)
         if drop_cells:
             self.ctx.memory.seq_rm(s.id, -1, -1)
             s.cache_tokens = []
-        s.t_prompt_done = 0.0
         s.release()
         self.metrics.n_requests_finished += 1
-        req.sink(Event(req.id, text=tail, final=True, finish_reason=reason, error=error, usage=usage, timings=timings))
+        req.sink(ev)
 
     def _publish(self) -> None:
         m = self.metrics

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 from ..sampling import Sampler
 from ..tokenizer import StreamDecoder
-from .request import Request
+from .request import Event, Request, Usage
 from .stops import StopMatcher
 
 
@@ -86,9 +86,26 @@ class Slot:
         self.t_start = time.perf_counter()
         return n_keep
 
+    def final_event(self, reason: str, error: str = "") -> Event:
+        """The request's last event: held-back text, usage and llama-server's timings."""
+        req = self.request
+        tail = "" if self.stops is None or self.stops.matched else self.stops.push(self.decoder.flush()) + self.stops.flush()
+        now = time.perf_counter()
+        n_prompt_new = len(req.prompt) - self.n_cached
+        t_p = (self.t_prompt_done or now) - self.t_start
+        t_g = now - self.t_prompt_done if self.t_prompt_done else 0.0
+        timings = {
+            "prompt_n": n_prompt_new, "prompt_ms": t_p * 1000, "predicted_n": self.n_decoded, "predicted_ms": t_g * 1000,
+            "cache_n": self.n_cached, "queue_ms": (self.t_start - req.t_arrival) * 1000,
+            "prompt_per_second": n_prompt_new / t_p if t_p > 0 else 0.0,
+            "predicted_per_second": self.n_decoded / t_g if t_g > 0 else 0.0,
+        }
+        usage = Usage(len(req.prompt), self.n_decoded, self.n_cached)
+        return Event(req.id, text=tail, final=True, finish_reason=reason, error=error, usage=usage, timings=timings)
+
     def release(self) -> None:
         """Back to idle; cache_tokens stay (prompt cache)."""
-        self.state, self.request, self.i_batch = SlotState.IDLE, None, -1
+        self.state, self.request, self.i_batch, self.t_prompt_done = SlotState.IDLE, None, -1, 0.0
         self.sampler = self.decoder = self.stops = None
         self.t_last = time.perf_counter()
 
