@@ -11,12 +11,21 @@ import torch
 from tiny_gemma3 import write_tiny_gemma3
 
 import llamapy
-from llamapy.gguf.reader import GGUFFile
+from llamapy.gguf.header import GGUFHeader
 from llamapy.memory.factory import can_reuse_prefix
 from llamapy.memory.iswa import KVCacheISWA, swa_cache_size
 from llamapy.model.hparams import hparams_from_gguf
 
 ATOL = 2e-4  # same model, same f32/f16 data: only the order of the cells differs
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    """Tiny matrices: one torch thread avoids thread-pool stalls on a shared 2-core machine."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
 
 
 @pytest.fixture(scope="module")
@@ -60,7 +69,7 @@ def test_swa_cache_size_formula():
 
 
 def test_gemma3_270m_cache_log_lines(gemma3_path, caplog):
-    hp = hparams_from_gguf(GGUFFile(gemma3_path))
+    hp = hparams_from_gguf(GGUFHeader(gemma3_path))
     with caplog.at_level(logging.INFO, logger="llamapy"):
         kv = KVCacheISWA(hp, 8192, 1, False, 512)
     msgs = [f"{r.name.split('.', 1)[1]}: {r.getMessage()}" for r in caplog.records]

@@ -1,0 +1,115 @@
+"""Gemma 3 forward against an independent reference: transformers loads the same GGUF (it
+subtracts the 1 the converter added to every norm weight, and runs its own Gemma3 with
+sliding-window and global layers).  A tiny random gemma3 with a 16-token window checks the
+window rule exactly and fast; the real gemma3-270m is checked teacher-forced over 1,100 tokens
+of prose (twice its 512-token window), decoded in 512-row ubatches through the iSWA cache."""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from tiny_gemma3 import write_tiny_gemma3
+
+import llamapy
+from llamapy.gguf.header import GGUFHeader
+from llamapy.model.archs.gemma3 import attention_scale
+from llamapy.model.hparams import hparams_from_gguf
+
+DATA = Path(__file__).parent / "data"
+MAX_ABS_270M = 0.1  # logits are O(20); measured 0.038 (fp32 both sides, op order only)
+MAX_ABS_TINY = 1e-4  # measured 1e-5
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    """Tiny matrices: one torch thread avoids thread-pool stalls on a shared 2-core machine."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+def _decode_all(model: llamapy.Model, ids: list[int], **params) -> torch.Tensor:
+    ctx = llamapy.Context(model, llamapy.ContextParams(**params))
+    b = llamapy.Batch()
+    for i, t in enumerate(ids):
+        b.add(t, i, [0], logits=True)
+    ctx.decode(b)
+    return ctx.get_logits()  # [len(ids), n_vocab]
+
+
+def test_gemma3_270m_hparams(gemma3_path):
+    """Every 6th layer global with the GGUF's base 1e6, window layers base 10000; the attention
+    scale is 1/sqrt(n_embd_head_k) = 1/16 for this size (llama.cpp load_arch_hparams)."""
+    hp = hparams_from_gguf(GGUFHeader(gemma3_path))
+    assert hp.n_swa == 512 and hp.n_embd_head_k == 256
+    assert [il for il in range(hp.n_layer) if not hp.is_swa(il)] == [5, 11, 17]
+    assert hp.rope_freq_base == 1e6 and hp.rope_freq_base_swa == 1e4
+    assert attention_scale(hp) == 1 / 16
+
+
+def test_tiny_gemma3_matches_transformers(tmp_path):
+    """Window 16 over 100 tokens in 32-row ubatches: equal to transformers to 1e-4; a 17-token
+    window is not (so the window rule, RoPE bases and norms are all pinned)."""
+    transformers = pytest.importorskip("transformers")
+    path = write_tiny_gemma3(tmp_path / "g3w16.gguf", n_swa=16)
+    # the GGUF does not carry query_pre_attn_scalar (transformers' default is 256); llama.cpp
+    # uses 1/sqrt(n_embd_head_k), so tell transformers the tiny head size
+    ref = transformers.AutoModelForCausalLM.from_pretrained(
+        str(tmp_path), gguf_file=path.name, dtype=torch.float32, query_pre_attn_scalar=32
+    )
+    assert ref.config.sliding_window == 16
+    ids = np.random.default_rng(0).integers(0, 256, 100).tolist()
+    with torch.inference_mode():
+        want = ref(torch.tensor([ids])).logits[0]  # [100, n_vocab]
+    params = dict(n_ctx=256, n_ubatch=32, type_k="f32", type_v="f32")
+    ours = _decode_all(llamapy.Model.load(path), ids, **params)
+    assert (ours - want).abs().max().item() < MAX_ABS_TINY
+    other = _decode_all(llamapy.Model.load(write_tiny_gemma3(tmp_path / "g3w17.gguf", n_swa=17)), ids, **params)
+    assert (other - want)[17:].abs().max().item() > 1e-2
+    assert (other - want)[:16].abs().max().item() < MAX_ABS_TINY
+
+
+def test_tiny_gemma3_embedding_scale_and_tied_output(tmp_path):
+    """A one-token forward by hand: sqrt(n_embd)-scaled embedding, and the logits come from
+    the token embedding matrix (no output.weight in the file)."""
+    model = llamapy.Model.load(write_tiny_gemma3(tmp_path / "g3.gguf"))
+    net = model.net
+    assert net.output is net.tok_embd
+    logits = _decode_all(model, [7], n_ctx=256, type_k="f32", type_v="f32")[0]
+    hp = model.hparams
+    x = net.tok_embd[7] * math.sqrt(hp.n_embd)
+    from llamapy.model.layers import geglu_ffn, rms_norm
+
+    for L in net.layers:  # one token: attention returns V of that token
+        h = rms_norm(x, L.attn_norm, hp.f_norm_rms_eps)
+        v = torch.nn.functional.linear(h, L.wv).repeat(hp.n_head // hp.n_head_kv)
+        sa = x + rms_norm(torch.nn.functional.linear(v, L.wo), L.attn_post_norm, hp.f_norm_rms_eps)
+        f = geglu_ffn(rms_norm(sa[None], L.ffn_norm, hp.f_norm_rms_eps), L.ffn_gate, L.ffn_up, L.ffn_down)[0]
+        x = sa + rms_norm(f, L.ffn_post_norm, hp.f_norm_rms_eps)
+    want = torch.nn.functional.linear(rms_norm(x, net.output_norm, hp.f_norm_rms_eps), net.tok_embd)
+    assert torch.allclose(logits, want, atol=1e-4)
+
+
+@pytest.mark.slow
+def test_gemma3_270m_matches_transformers(gemma3_path):
+    transformers = pytest.importorskip("transformers")
+    model = llamapy.Model.load(gemma3_path)
+    text = (DATA / "prose_en.txt").read_text() + (DATA / "prose_en_2.txt").read_text()
+    ids = model.tokenize(text)[:1100]
+    assert len(ids) == 1100 and ids[0] == 2  # <bos>
+    ours = _decode_all(model, ids, n_ctx=2048, n_ubatch=512)
+    ref = transformers.AutoModelForCausalLM.from_pretrained(
+        str(gemma3_path.parent), gguf_file=gemma3_path.name, dtype=torch.float32
+    )
+    assert ref.config.sliding_window == 512
+    with torch.inference_mode():
+        want = ref(torch.tensor([ids])).logits[0]  # [1100, n_vocab]
+    agree = (ours.argmax(-1) == want.argmax(-1)).float()
+    max_abs = (ours - want).abs().max().item()
+    print(f"top-1 agreement {agree.mean():.4f} (after the window: {agree[512:].mean():.4f}), max |diff| {max_abs:.4f}")
+    assert agree.mean().item() >= 0.99 and agree[512:].mean().item() >= 0.99
+    assert max_abs < MAX_ABS_270M
