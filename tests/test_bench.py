@@ -263,3 +263,13 @@ def test_cli_perplexity_output(tiny_path, tmp_path, capsys):
     out = capsys.readouterr().out
     assert re.fullmatch(r"\[1\][\d.]+,\[2\][\d.]+,\[3\][\d.]+,\n", out.splitlines(keepends=True)[0])
     assert re.search(r"^Final estimate: PPL = \d+\.\d{4} \+/- \d+\.\d{5}$", out, re.M)
+
+
+def test_cli_batched_bench_md(tiny_path, capsys):
+    a = _cli(["batched-bench", "-m", str(tiny_path), "-c", "256", "-npp", "8,16", "-ntg", "2", "-npl", "1,3", "-t", "1"])
+    assert a.kv_unified is True
+    assert a.fn(a) == 0
+    lines = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("|")]
+    assert [c.strip() for c in lines[0].strip("|").split("|")] == ["PP", "TG", "B", "N_KV", "T_PP s", "S_PP t/s", "T_TG s", "S_TG t/s", "T s", "S t/s"]
+    rows = [[c.strip() for c in ln.strip("|").split("|")] for ln in lines[2:]]
+    assert [(r[0], r[2], r[3]) for r in rows] == [("8", "1", "10"), ("8", "3", "30"), ("16", "1", "18"), ("16", "3", "54")]

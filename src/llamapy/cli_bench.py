@@ -18,6 +18,9 @@ def _strs(s: str) -> list[str]:
     return [x for x in s.split(",") if x != ""]
 
 
+_FA = {"1": "on", "0": "off", "-1": "auto"}  # llama-bench also takes -fa 1/0
+
+
 def _pairs(s: str) -> tuple[int, int]:
     a = _ints(s)
     if len(a) != 2:
@@ -31,7 +34,7 @@ def add_parser(sub, common) -> None:
     common._add_model(p)
     p.add_argument("-p", "--n-prompt", type=_ints, action="append", help="prompt tokens (default 512)")
     p.add_argument("-n", "--n-gen", type=_ints, action="append", help="generated tokens (default 128)")
-    p.add_argument("-pg", type=_pairs, action="append", default=[], metavar="PP,TG", help="prompt then generation test")
+    p.add_argument("-pg", type=_pairs, action="append", default=None, metavar="PP,TG", help="prompt then generation test")
     p.add_argument("-d", "--n-depth", type=_ints, default=[0], help="tokens already in the cache before the test")
     p.add_argument("-b", "--batch-size", type=_ints, default=[2048])
     p.add_argument("-ub", "--ubatch-size", type=_ints, default=[512])
@@ -96,9 +99,9 @@ def cmd_bench(a: argparse.Namespace) -> int:
     _quiet_logs(a.verbose)
     flat = lambda xs, d: [v for x in xs for v in x] if xs else d  # noqa: E731  (-p 1 -p 2 == -p 1,2)
     p = BenchParams(
-        model=a.model, n_prompt=flat(a.n_prompt, [512]), n_gen=flat(a.n_gen, [128]), n_pg=a.pg, n_depth=a.n_depth,
+        model=a.model, n_prompt=flat(a.n_prompt, [512]), n_gen=flat(a.n_gen, [128]), n_pg=a.pg or [], n_depth=a.n_depth,
         n_batch=a.batch_size, n_ubatch=a.ubatch_size, type_k=a.cache_type_k, type_v=a.cache_type_v,
-        flash_attn=a.flash_attn, n_ctx=a.ctx_size, n_threads=a.threads or [torch.get_num_threads()],
+        flash_attn=[_FA.get(x, x) for x in a.flash_attn], n_ctx=a.ctx_size, n_threads=a.threads or [torch.get_num_threads()],
         reps=a.repetitions, no_warmup=a.no_warmup, device=a.device,
     )
     if p.reps < 1:
