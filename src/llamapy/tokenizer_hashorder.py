@@ -1,0 +1,73 @@
+"""The iteration order of llama.cpp's `std::unordered_map<std::string, llama_token> token_to_id`.
+
+llama.cpp finds EOT/EOM/FIM ids by walking that map and taking the first token whose text is
+in a list (e.g. SmolLM2 has both <|endoftext|> and <|im_end|> in the EOT list). The walk
+order is libstdc++'s: std::hash<std::string> (_Hash_bytes, a 64-bit MurmurHash2 with seed
+0xc70f6907), buckets grown by _Prime_rehash_policy (max_load_factor 1) as the vocabulary is
+inserted in id order, and a node list in which a node entering an empty bucket goes to the
+front of the list and a node entering a used bucket goes to the front of its bucket's run
+(both on insert and on rehash). We replay that, so the pick matches a Linux (gcc) build of
+llama.cpp. Only needed when several candidate texts are present; costs ~1 µs per token.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+_MASK = (1 << 64) - 1
+_MUL = (0xC6A4A793 << 32) + 0x5BD1E995
+_SEED = 0xC70F6907
+
+# bucket counts of a default-constructed unordered_map grown one insert at a time: it holds
+# 13 buckets after the first insert and rehashes to the next count when its size reaches
+# the current one (libstdc++'s __prime_list walked by _M_next_bkt, growth factor 2)
+BUCKET_CHAIN = (13, 29, 59, 127, 257, 541, 1109, 2357, 5087, 10273, 20753, 42043, 85229,
+                172933, 351061, 712697, 1447153, 2938679, 5967347)
+
+
+def _shift_mix(v: int) -> int:
+    return v ^ (v >> 47)
+
+
+def hash_bytes(data: bytes, seed: int = _SEED) -> int:
+    """libstdc++'s std::_Hash_bytes for a 64-bit size_t."""
+    n = len(data)
+    h = (seed ^ (n * _MUL)) & _MASK
+    aligned = n & ~7
+    for i in range(0, aligned, 8):
+        d = (_shift_mix((int.from_bytes(data[i:i + 8], "little") * _MUL) & _MASK) * _MUL) & _MASK
+        h = ((h ^ d) * _MUL) & _MASK
+    if n & 7:
+        h = ((h ^ int.from_bytes(data[aligned:], "little")) * _MUL) & _MASK
+    h = (_shift_mix(h) * _MUL) & _MASK
+    return _shift_mix(h)
+
+
+def unordered_map_order(keys: Iterable[str]) -> list[int]:
+    """Indices of `keys` (inserted in this order, all distinct) in the order a libstdc++
+    unordered_map<std::string, int> iterates them.
+
+    The list is kept as bucket runs: `groups` holds bucket ids in the order they were first
+    entered (the list shows them reversed), `runs[b]` the indices in arrival order (shown
+    reversed) — so every step is an append."""
+    hashes = [hash_bytes(k.encode("utf-8")) for k in keys]
+    n_bkt, chain = BUCKET_CHAIN[0], iter(BUCKET_CHAIN[1:])
+    groups: list[int] = []
+    runs: dict[int, list[int]] = {}
+    for idx, h in enumerate(hashes):
+        if idx >= n_bkt:                                   # _M_need_rehash -> _M_rehash_aux
+            n_bkt = next(chain)
+            order = [i for b in reversed(groups) for i in reversed(runs[b])]
+            groups, runs = [], {}
+            for i in order:
+                _insert(i, hashes[i] % n_bkt, groups, runs)
+        _insert(idx, h % n_bkt, groups, runs)
+    return [i for b in reversed(groups) for i in reversed(runs[b])]
+
+
+def _insert(idx: int, bkt: int, groups: list[int], runs: dict[int, list[int]]) -> None:
+    run = runs.get(bkt)
+    if run is None:
+        runs[bkt] = [idx]
+        groups.append(bkt)
+    else:
+        run.append(idx)
