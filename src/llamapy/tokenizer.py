@@ -39,9 +39,17 @@ def _byte_decoder() -> dict[str, int]:
 class Tokenizer:
     vocab: Vocab
     hf: HFTokenizer                      # the model for raw fragments (no special tokens)
-    chat: ChatTemplate
     spell: dict[int, tuple[int, ...]] = field(default_factory=dict)  # SPM phantom id -> bytes
+    chat: ChatTemplate = field(init=False)
     _byte_dec: dict[str, int] = field(default_factory=_byte_decoder, repr=False)
+
+    def __post_init__(self) -> None:
+        """The chat template gets BOS/EOS as llama.cpp passes them: their pieces (special)."""
+        def piece(t: int | None) -> str:
+            return "" if t is None else self.token_to_piece(t, special=True).decode("utf-8", "replace")
+        v = self.vocab
+        self.chat = ChatTemplate(v.chat_template, bos_token=piece(self.bos),
+                                 eos_token=piece(self.eos), add_bos=v.add_bos, add_eos=v.add_eos)
 
     @classmethod
     def from_gguf(cls, src: Any) -> "Tokenizer":
@@ -58,12 +66,7 @@ class Tokenizer:
         else:
             raise ValueError(f"tokenizer.ggml.model = {model!r} is not supported "
                              "(supported: 'gpt2' byte-level BPE, 'llama' SentencePiece)")
-        sp = vocab.special
-        chat = ChatTemplate(vocab.chat_template,
-                            bos_token=vocab.tokens[sp["bos"]] if sp["bos"] is not None else "",
-                            eos_token=vocab.tokens[sp["eos"]] if sp["eos"] is not None else "",
-                            add_bos=vocab.add_bos, add_eos=vocab.add_eos)
-        return cls(vocab=vocab, hf=hf, chat=chat, spell=spell)
+        return cls(vocab=vocab, hf=hf, spell=spell)
 
     # ---- vocabulary facts -------------------------------------------------------------
     @property

@@ -7,11 +7,13 @@ order is libstdc++'s: std::hash<std::string> (_Hash_bytes, a 64-bit MurmurHash2 
 inserted in id order, and a node list in which a node entering an empty bucket goes to the
 front of the list and a node entering a used bucket goes to the front of its bucket's run
 (both on insert and on rehash). We replay that, so the pick matches a Linux (gcc) build of
-llama.cpp. Only needed when several candidate texts are present; costs ~1 µs per token.
+llama.cpp. Only needed when several candidate texts are present.
 """
 from __future__ import annotations
 
 from collections.abc import Iterable
+
+import numpy as np
 
 _MASK = (1 << 64) - 1
 _MUL = (0xC6A4A793 << 32) + 0x5BD1E995
@@ -46,28 +48,24 @@ def unordered_map_order(keys: Iterable[str]) -> list[int]:
     """Indices of `keys` (inserted in this order, all distinct) in the order a libstdc++
     unordered_map<std::string, int> iterates them.
 
-    The list is kept as bucket runs: `groups` holds bucket ids in the order they were first
-    entered (the list shows them reversed), `runs[b]` the indices in arrival order (shown
-    reversed) — so every step is an append."""
-    hashes = [hash_bytes(k.encode("utf-8")) for k in keys]
-    n_bkt, chain = BUCKET_CHAIN[0], iter(BUCKET_CHAIN[1:])
-    groups: list[int] = []
-    runs: dict[int, list[int]] = {}
-    for idx, h in enumerate(hashes):
-        if idx >= n_bkt:                                   # _M_need_rehash -> _M_rehash_aux
-            n_bkt = next(chain)
-            order = [i for b in reversed(groups) for i in reversed(runs[b])]
-            groups, runs = [], {}
-            for i in order:
-                _insert(i, hashes[i] % n_bkt, groups, runs)
-        _insert(idx, h % n_bkt, groups, runs)
-    return [i for b in reversed(groups) for i in reversed(runs[b])]
-
-
-def _insert(idx: int, bkt: int, groups: list[int], runs: dict[int, list[int]]) -> None:
-    run = runs.get(bkt)
-    if run is None:
-        runs[bkt] = [idx]
-        groups.append(bkt)
-    else:
-        run.append(idx)
+    Between two rehashes every node, whether re-inserted by the rehash (walking the old list)
+    or newly inserted, follows one rule: into an empty bucket -> list front, else -> front of
+    its bucket's run. So the list is the bucket runs ordered by their first arrival, newest
+    first, each run newest first: one lexsort per bucket count."""
+    hashes = np.array([hash_bytes(k.encode("utf-8")) for k in keys], dtype=np.uint64)
+    n = len(hashes)
+    order = np.zeros(0, dtype=np.int64)
+    lo = 0
+    for n_bkt in BUCKET_CHAIN:
+        hi = min(n, n_bkt)                                # size at which the next rehash comes
+        seq = np.concatenate([order, np.arange(lo, hi, dtype=np.int64)])  # arrival order
+        bkt = (hashes[seq] % np.uint64(n_bkt)).astype(np.int64)
+        uniq, first = np.unique(bkt, return_index=True)   # first arrival in each bucket
+        first_of = np.empty(n_bkt, dtype=np.int64)
+        first_of[uniq] = first
+        arrival = np.arange(len(seq), dtype=np.int64)
+        order = seq[np.lexsort((-arrival, -first_of[bkt]))]
+        lo = hi
+        if hi == n:
+            return order.tolist()
+    raise ValueError(f"{n} keys is past the modelled bucket counts (max {BUCKET_CHAIN[-1]})")
