@@ -8,13 +8,11 @@ import torch
 
 from .batch import Batch, BatchAllocator, UBatch
 from .cparams import CParams, log_cparams, resolve_cparams
-from .log import logger
 from .memory.factory import Memory, bind_slot_info, create_memory
 from .model.graph import make_inputs
 from .model.model import Model
 from .params import ContextParams
 
-MiB = 1024 * 1024
 
 
 @dataclass(slots=True)
