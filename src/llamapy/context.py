@@ -14,7 +14,6 @@ from .model.model import Model
 from .params import ContextParams
 
 
-
 @dataclass(slots=True)
 class DecodeStats:
     """Counters that show the batch -> ubatch split at work."""
