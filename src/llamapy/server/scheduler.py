@@ -156,6 +156,10 @@ class Scheduler:
             slot = max(idle, key=lambda s: (common_prefix(s.cache_tokens, req.prompt), -s.t_last))
             sampler = Sampler(req.sampling, n_ctx=slot.n_ctx)
             n_keep = slot.start(req, sampler, StreamDecoder(self.tok))
+            can_reuse = getattr(self.ctx.memory, "can_reuse_prefix", None)  # SWA: the window may have moved on
+            if n_keep > 0 and can_reuse is not None and not can_reuse(slot.id, n_keep):
+                n_keep = slot.n_past = slot.n_cached = 0
+                slot.cache_tokens = []
             self.ctx.memory.seq_rm(slot.id, n_keep, -1)
             for t in req.prompt:  # like llama-server: prompt tokens enter the penalty window
                 sampler.accept(t)
