@@ -8,20 +8,23 @@ ref_tokenize_corpus.py and writes tests/data/tokenizer_ref_<tag>.json:
      "vocab": {"bos", "eos", "eot", "eom": id or null, "eog": [ids]}  (llama.cpp's load log)
      "toy": the vocabulary itself (toys only, so the test can write the same GGUF),
      "entries": [{"name", "text", "add_special", "parse_special", "ids",
-                  "pieces_hex"?, "detok_hex"}]}
+                  "pieces_hex"?, "detok"}]}
 
-Tags: smollm2 and gemma3 (the real models); toy_spm and toy_phi3, SentencePiece vocabularies
-cut from Gemma 3's first N_TOY ids and written WITHOUT add_bos/add_space_prefix keys, so
-llama.cpp's SPM defaults apply (BOS, a space prefixed to the text: the path Gemma 3 turns
-off), the phi3 one named "Phi-3 ..." so every special token gets RSTRIP; toy_gpt2, SmolLM2's
-first N_TOY ids and their merges under pre "gpt-2", whose detokenize runs llama.cpp's
-clean_spaces passes.
+Tags: smollm2 and gemma3 (the real models); toy_spm and toy_bpe hold one toy vocabulary
+each ("toy": the vocabulary itself, so the test can write the same GGUF) and a list of
+"variants" (general.name / tokenizer.ggml.pre, each with its own "vocab" and "entries"):
+toy_spm is Gemma 3's first N_TOY ids without add_bos/add_space_prefix keys, so llama.cpp's
+SPM defaults apply (BOS, a space prefixed to the text: the path Gemma 3 turns off), once as
+is and once named "Phi-3 ..." (every special token gets RSTRIP); toy_bpe is SmolLM2's first
+N_TOY ids and their merges under the pre types gpt-2 (clean_spaces on detokenize),
+llama-bpe (BOS, ignore_merges, llama.cpp's custom llama3 splitter), qwen2 and default.
 
 `add_special` is False when --no-bos was passed (llama-tokenize adds BOS/EOS only then).
 `pieces_hex`: llama-tokenize's non---ids output (`%6d -> '<piece>'` per token, pieces from
 llama_token_to_piece with special=true), hex because pieces may be partial UTF-8.
-`detok_hex`: llama_detokenize of `ids` with (remove_special, unparse_special) = (0,0), (0,1),
-(1,0), (1,1), from ref_detokenize.cpp (compiled here against the same llama.cpp build).
+`detok`: llama_detokenize of `ids` (text, or {"hex": ...} when not UTF-8) for
+(remove_special, unparse_special) = (0,0), (0,1), (1,0), (1,1), from ref_detokenize.cpp
+(compiled here against the same llama.cpp build).
 Input goes through a file (-f) with --no-escape so the bytes reach llama_tokenize verbatim.
 
 Usage: scripts/ref_tokenize.py [--bin DIR] [--smollm2 PATH] [--gemma3 PATH] [--only-toys]
@@ -107,30 +110,38 @@ def detokenize(helper: Path, model: Path, id_lists: list[list[int]]) -> list[lis
     return [line.split(" ") for line in out.split("\n")[:len(id_lists)]]
 
 
+def _text_or_hex(b: bytes) -> str | dict:
+    try:
+        return b.decode("utf-8")
+    except UnicodeDecodeError:
+        return {"hex": b.hex()}
+
+
 def build(binary: Path, helper: Path, model: Path, corpus: list[tuple[str, str]],
-          every: bool = False) -> dict:
+          every: bool = False, pieces: bool = True) -> dict:
     entries = []
     for name, text in corpus:
         for k, (add_special, parse_special) in enumerate(variants(name, every)):
             out = run(binary, model, text, add_special, parse_special, ids=True)
             entry = {"name": name, "text": text, "add_special": add_special,
                      "parse_special": parse_special, "ids": json.loads(out.decode().strip())}
-            if k == 0:
+            if k == 0 and pieces:
                 entry["pieces_hex"] = run(binary, model, text, add_special, parse_special,
                                           ids=False).hex()
             entries.append(entry)
     for entry, hexes in zip(entries, detokenize(helper, model, [e["ids"] for e in entries])):
-        entry["detok_hex"] = hexes
+        entry["detok"] = [_text_or_hex(bytes.fromhex(h)) for h in hexes]
     version = subprocess.run([str(binary), "--version"], capture_output=True, text=True)
     return {"model": model.name, "llama_tokenize": (version.stderr + version.stdout).strip(),
             "vocab": vocab_info(binary, model), "entries": entries}
 
 
-def toy_vocab(source: Path, name: str) -> dict:
-    """The first N_TOY tokens of a real GGUF vocab (and, for BPE, the merges inside them)."""
+def toy_vocab(source: Path) -> dict:
+    """The first N_TOY tokens of a real GGUF vocab (and, for BPE, the merges inside them).
+    SPM toys get "<|endoftext|>" in place of Gemma's <unused0>: llama.cpp's Phi-3 attribute
+    code requires that token, and it makes a second EOT candidate (hash-order pick)."""
     import gguf  # the project venv's; only the toys need it
-    r = gguf.GGUFReader(str(source))
-    f = r.fields
+    f = gguf.GGUFReader(str(source)).fields
 
     def arr(key: str, n: int | None = N_TOY) -> list:
         fld = f[key]
@@ -139,30 +150,30 @@ def toy_vocab(source: Path, name: str) -> dict:
         return [conv(fld.parts[i]) for i in fld.data[:n]]
 
     tokens = arr("tokenizer.ggml.tokens")
-    toy = {"name": name, "model": bytes(f["tokenizer.ggml.model"].parts[-1]).decode(),
-           "tokens": tokens, "types": arr("tokenizer.ggml.token_type")}
+    toy = {"model": bytes(f["tokenizer.ggml.model"].parts[-1]).decode(), "tokens": tokens,
+           "types": arr("tokenizer.ggml.token_type")}
     if toy["model"] == "llama":
-        if "phi-3" in name.lower():
-            tokens[6] = "<|endoftext|>"  # llama.cpp's Phi-3 attribute code requires this token
+        tokens[6] = "<|endoftext|>"
         toy.update(scores=arr("tokenizer.ggml.scores"), bos=2, eos=1, unk=3)
     else:
         have = set(tokens)
-        toy.update(pre="gpt-2", bos=0, eos=0, merges=[
+        toy.update(bos=0, eos=0, merges=[
             m for m in arr("tokenizer.ggml.merges", None)
             if m.replace(" ", "", 1) in have and all(p in have for p in m.split(" ", 1))])
     return toy
 
 
-def write_toy_gguf(path: Path, toy: dict) -> None:
-    """The toy vocab plus the few llama hparams llama.cpp needs to load a vocab-only model."""
+def write_toy_gguf(path: Path, toy: dict, name: str, pre: str | None) -> None:
+    """The toy vocab plus the few llama hparams llama.cpp needs to load a vocab-only model;
+    no add_bos / add_space_prefix keys, so llama.cpp's defaults for the type and pre apply."""
     import gguf
     w = gguf.GGUFWriter(str(path), "llama")
-    w.add_name(toy["name"])
+    w.add_name(name)
     w.add_context_length(64), w.add_embedding_length(8), w.add_block_count(1)
     w.add_feed_forward_length(16), w.add_head_count(1), w.add_layer_norm_rms_eps(1e-5)
     w.add_tokenizer_model(toy["model"])
-    if "pre" in toy:
-        w.add_tokenizer_pre(toy["pre"])
+    if pre is not None:
+        w.add_tokenizer_pre(pre)
     w.add_token_list(toy["tokens"]), w.add_token_types(toy["types"])
     if "scores" in toy:
         w.add_token_scores(toy["scores"])
@@ -172,6 +183,19 @@ def write_toy_gguf(path: Path, toy: dict) -> None:
     if "unk" in toy:
         w.add_unk_token_id(toy["unk"])
     w.write_header_to_file(), w.write_kv_data_to_file(), w.write_tensors_to_file(), w.close()
+
+
+def build_toys(binary: Path, helper: Path, tmp: Path, source: Path,
+               variants_: list[tuple[str, str | None, list[tuple[str, str]]]]) -> dict:
+    """One toy vocab, run under each (general.name, tokenizer.ggml.pre, corpus) variant."""
+    toy = toy_vocab(source)
+    out = {"model": f"{source.name}[:{N_TOY}]", "toy": toy, "variants": []}
+    for k, (name, pre, corpus) in enumerate(variants_):
+        path = tmp / f"toy{k}.gguf"
+        write_toy_gguf(path, toy, name, pre)
+        data = build(binary, helper, path, corpus, every=True, pieces=k == 0)  # same pieces
+        out["variants"].append({"name": name, "pre": pre, **data, "model": out["model"]})
+    return out
 
 
 def main() -> None:
@@ -195,20 +219,18 @@ def main() -> None:
         if not args.only_toys:
             for tag, model in (("smollm2", args.smollm2), ("gemma3", args.gemma3)):
                 jobs.append((tag, build(binary, helper, model, CORPUS)))
-        for tag, source, name, corpus in (
-                ("toy_spm", args.gemma3, "toy spm", pick(TOY_CORPUS)),
-                ("toy_phi3", args.gemma3, "Phi-3 toy spm", PHI3_TEXTS),
-                ("toy_gpt2", args.smollm2, "toy gpt-2", pick(GPT2_TOY_CORPUS))):
-            toy = toy_vocab(source, name)
-            write_toy_gguf(Path(tmp) / f"{tag}.gguf", toy)
-            data = build(binary, helper, Path(tmp) / f"{tag}.gguf", corpus, every=True)
-            data.update(model=f"{source.name}[:{N_TOY}] as {name!r}", toy=toy)
-            jobs.append((tag, data))
+        toy_corpus, bpe_corpus = pick(TOY_CORPUS), pick(GPT2_TOY_CORPUS)
+        jobs.append(("toy_spm", build_toys(binary, helper, Path(tmp), args.gemma3, [
+            ("toy spm", None, toy_corpus), ("Phi-3 toy spm", None, PHI3_TEXTS)])))
+        jobs.append(("toy_bpe", build_toys(binary, helper, Path(tmp), args.smollm2, [
+            ("toy bpe", pre, bpe_corpus) for pre in ("gpt-2", "llama-bpe", "qwen2", "default")])))
         for tag, data in jobs:
             path = out_dir / f"tokenizer_ref_{tag}.json"
             indent = None if "toy" in data else 1
             path.write_text(json.dumps(data, ensure_ascii=False, indent=indent) + "\n", "utf-8")
-            print(f"{path}: {len(data['entries'])} entries, vocab {data['vocab']}")
+            for d in data.get("variants", [data]):
+                print(f"{path}: {d.get('name', '')} {d.get('pre') or ''}: "
+                      f"{len(d['entries'])} entries, vocab {d['vocab']}")
 
 
 if __name__ == "__main__":

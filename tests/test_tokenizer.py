@@ -62,8 +62,8 @@ def _check_against_llamacpp(tok: Tokenizer, ref: dict) -> None:
     for e in ref["entries"]:
         if "pieces_hex" in e:
             assert _pieces_output(tok, e["ids"]) == bytes.fromhex(e["pieces_hex"]), e["name"]
-        for (rs, us), h in zip(_DETOK_FLAGS, e["detok_hex"], strict=True):
-            want = bytes.fromhex(h).decode("utf-8", errors="replace")
+        for (rs, us), d in zip(_DETOK_FLAGS, e["detok"], strict=True):
+            want = bytes.fromhex(d["hex"]).decode("utf-8", "replace") if isinstance(d, dict) else d
             assert tok.detokenize(e["ids"], remove_special=rs, unparse_special=us) == want, \
                 f"{e['name']}: detokenize(remove_special={rs}, unparse_special={us})"
     v = ref["vocab"]
@@ -84,14 +84,14 @@ def test_gemma3_matches_llamacpp(gemma):
     _check_against_llamacpp(gemma, ref)
 
 
-def _write_toy_gguf(path: Path, toy: dict) -> Path:
+def _write_toy_gguf(path: Path, toy: dict, name: str, pre: str | None) -> Path:
     """The tokenizer keys scripts/ref_tokenize.py wrote for llama.cpp (no add_bos /
-    add_space_prefix: the per-type defaults apply)."""
+    add_space_prefix: the per-type and per-pre defaults apply)."""
     w = gguf.GGUFWriter(str(path), "llama")
-    w.add_name(toy["name"])
+    w.add_name(name)
     w.add_tokenizer_model(toy["model"])
-    if "pre" in toy:
-        w.add_tokenizer_pre(toy["pre"])
+    if pre is not None:
+        w.add_tokenizer_pre(pre)
     w.add_token_list(toy["tokens"])
     w.add_token_types(toy["types"])
     if "scores" in toy:
@@ -106,16 +106,27 @@ def _write_toy_gguf(path: Path, toy: dict) -> Path:
     return path
 
 
-@pytest.mark.parametrize("tag", ["toy_spm", "toy_phi3", "toy_gpt2"])
-def test_toy_vocabs_match_llamacpp(tmp_path, tag):
+# (add_bos, add_space_prefix, clean_spaces) each toy variant runs under, as llama.cpp sets them
+_TOY_FLAGS = {("toy_spm", "toy spm"): (True, True, False),
+              ("toy_spm", "Phi-3 toy spm"): (True, True, False),
+              ("toy_bpe", "gpt-2"): (False, False, True),
+              ("toy_bpe", "llama-bpe"): (True, False, True),
+              ("toy_bpe", "qwen2"): (False, False, False),
+              ("toy_bpe", "default"): (False, False, True)}
+
+
+@pytest.mark.parametrize("tag,variant", list(_TOY_FLAGS), ids=lambda x: str(x))
+def test_toy_vocabs_match_llamacpp(tmp_path, tag, variant):
     """SPM defaults (BOS + space prefix, and its removal on detokenize), Phi-3's RSTRIP
-    special tokens, and pre "gpt-2"'s clean_spaces detokenize — paths the two real models
-    do not take — against llama.cpp on vocabularies cut from the real ones."""
-    ref = _ref(tag)
-    tok = Tokenizer.from_gguf(_write_toy_gguf(tmp_path / f"{tag}.gguf", ref["toy"]))
-    flags = {"toy_spm": (True, True, False), "toy_phi3": (True, True, False),
-             "toy_gpt2": (False, False, True)}[tag]
-    assert (tok.add_bos, tok.vocab.add_space_prefix, tok.vocab.clean_spaces) == flags
+    special tokens, and the gpt-2 / llama-bpe / qwen2 / default pre types (clean_spaces,
+    ignore_merges, llama.cpp's custom llama3 and qwen2 splitters) — paths the two real
+    models do not take — against llama.cpp on vocabularies cut from the real ones."""
+    data = _ref(tag)
+    ref = next(v for v in data["variants"] if variant in (v["name"], v["pre"]))
+    path = _write_toy_gguf(tmp_path / "toy.gguf", data["toy"], ref["name"], ref["pre"])
+    tok = Tokenizer.from_gguf(path)
+    assert (tok.add_bos, tok.vocab.add_space_prefix, tok.vocab.clean_spaces) == _TOY_FLAGS[tag, variant]
+    assert (tok.vocab.attrs[1] & TokenAttr.RSTRIP != 0) == variant.startswith("Phi-3")
     _check_against_llamacpp(tok, ref)
 
 
