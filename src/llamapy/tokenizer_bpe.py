@@ -19,7 +19,9 @@ i.e. llama.cpp's parse_special=True.)
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 
 from tokenizers import Regex
 from tokenizers import Tokenizer as HFTokenizer
@@ -92,7 +94,8 @@ _GROUPS: tuple[tuple[tuple[str, ...], PreType], ...] = (
     (("gpt-4o", "llama4", "kanana2", "talkie", "minimax-m2"),
      PreType("gpt-4o", (GPT4O,), clean_spaces=False)),
 )
-PRE_TYPES: dict[str, PreType] = {name: pt for names, pt in _GROUPS for name in names}
+PRE_TYPES: Mapping[str, PreType] = MappingProxyType(
+    {name: pt for names, pt in _GROUPS for name in names})
 
 
 def pre_type(pre: str | None) -> PreType:

@@ -8,6 +8,8 @@ the per-model LSTRIP/RSTRIP attributes.
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
+from types import MappingProxyType
 from typing import Any
 
 import gguf
@@ -20,7 +22,7 @@ EOT_TEXTS = ("<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftex
              "<|end_of_text|>", "<EOT>", "_<EOT>", "[EOT]", "<｜end▁of▁sentence｜>",
              "<end_of_utterance>")
 EOM_TEXTS = ("<|eom_id|>",)
-FIM_TEXTS = {
+FIM_TEXTS: Mapping[str, tuple[str, ...]] = MappingProxyType({
     "fim_pre": ("<|fim_prefix|>", "<fim-prefix>", "<fim_prefix>", "<｜fim▁begin｜>", "<PRE>",
                 "▁<PRE>", "<|code_prefix|>", "<|prefix|>"),
     "fim_suf": ("<|fim_suffix|>", "<fim-suffix>", "<fim_suffix>", "<｜fim▁hole｜>", "<SUF>",
@@ -30,7 +32,7 @@ FIM_TEXTS = {
     "fim_pad": ("<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<PAD>", "[PAD]"),
     "fim_rep": ("<|fim_repo|>", "<|repo_name|>", "<fim-repo>", "<REPO>", "<reponame>"),
     "fim_sep": ("<|file_sep|>",),
-}
+})
 EOG_TEXTS = frozenset((
     "<|eot_id|>", "<|im_end|>", "<|end|>", "<|return|>", "<|call|>", "<|flush|>", "<|calls|>",
     "<end_of_turn>", "<|endoftext|>", "</s>", "<|eom_id|>", "<EOT>", "_<EOT>", "[EOT]", "[EOS]",
@@ -45,10 +47,10 @@ _SPECIAL_KEYS = (("bos", K.BOS_ID), ("eos", K.EOS_ID), ("eot", K.EOT_ID), ("eom"
                  ("fim_pre", K.PREFIX_ID), ("fim_suf", K.SUFFIX_ID), ("fim_mid", K.MIDDLE_ID))
 
 # llama.cpp's defaults per `tokenizer.ggml.model`: special ids and flags
-_TYPE_DEFAULTS: dict[str, dict[str, Any]] = {
+_TYPE_DEFAULTS: Mapping[str, Mapping[str, Any]] = MappingProxyType({
     "llama": dict(bos=1, eos=2, unk=0, add_space_prefix=True, clean_spaces=False, add_bos=True),
     "gpt2": dict(bos=11, eos=11, add_space_prefix=False, clean_spaces=True),
-}
+})
 
 
 

@@ -6,9 +6,11 @@ text before the model-specific tokenizer (BPE or SPM) runs on the remaining raw 
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import IntEnum, IntFlag
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 import gguf
@@ -42,11 +44,11 @@ class TokenAttr(IntFlag):
     SINGLE_WORD = 1 << 9
 
 
-TYPE_TO_ATTR = {
+TYPE_TO_ATTR: Mapping[TokenType, TokenAttr] = MappingProxyType({
     TokenType.UNKNOWN: TokenAttr.UNKNOWN, TokenType.UNUSED: TokenAttr.UNUSED,
     TokenType.NORMAL: TokenAttr.NORMAL, TokenType.CONTROL: TokenAttr.CONTROL,
     TokenType.USER_DEFINED: TokenAttr.USER_DEFINED, TokenType.BYTE: TokenAttr.BYTE,
-}
+})
 
 def open_reader(src: Any) -> gguf.GGUFReader:
     """A GGUFReader from a path, a GGUFReader, or anything holding one as `.reader`."""
