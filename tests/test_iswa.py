@@ -13,7 +13,8 @@ from tiny_gemma3 import write_tiny_gemma3
 import llamapy
 from llamapy.gguf.header import GGUFHeader
 from llamapy.memory.factory import can_reuse_prefix
-from llamapy.memory.iswa import KVCacheISWA, swa_cache_size
+from llamapy.memory.estimate import swa_cells as swa_cache_size
+from llamapy.memory.iswa import KVCacheISWA
 from llamapy.model.hparams import hparams_from_gguf
 
 ATOL = 2e-4  # same model, same f32/f16 data: only the order of the cells differs

@@ -89,6 +89,8 @@ def cmd_run(a: argparse.Namespace) -> int:
 def cmd_chat(a: argparse.Namespace) -> int:
     """Each turn re-renders the conversation with the chat template, keeps the longest common
     token prefix already in the cache and decodes only the rest."""
+    from .memory.factory import can_reuse_prefix
+
     setup_logging(verbose=a.verbose)
     model, ctx = _load(a)
     sampler = _sampler(a)
@@ -107,6 +109,8 @@ def cmd_chat(a: argparse.Namespace) -> int:
         messages.append({"role": "user", "content": user})
         ids = model.tokenize(model.tokenizer.apply_chat_template(messages, add_generation_prompt=True), add_special=True, parse_special=True)
         n_keep = _common_prefix(cached, ids[:-1])  # re-decode at least one token for fresh logits
+        if not can_reuse_prefix(ctx.memory, 0, n_keep):  # SWA cells of that prefix are gone
+            n_keep = 0
         ctx.memory.seq_rm(0, n_keep, -1)
         buf = _Tee(sys.stdout)
         tm = _stream(model, ctx, sampler, ids[n_keep:], a.n_predict, out=buf)

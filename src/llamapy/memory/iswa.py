@@ -24,6 +24,7 @@ from ..batch.allocator import UBatch
 from ..log import logger
 from ..model.hparams import HParams
 from .kv_cache import N_PAD, KVCache, SlotInfo
+from .estimate import swa_cells
 from .kv_log import log_kv_size
 
 
@@ -33,14 +34,6 @@ class ISWASlotInfo:
 
     base: SlotInfo
     swa: SlotInfo
-
-
-def swa_cache_size(n_ctx_seq: int, n_swa: int, n_seq_max: int, unified: bool, n_ubatch: int, swa_full: bool) -> int:
-    """Cells per stream of the SWA cache (llama_kv_cache_iswa's constructor)."""
-    if swa_full:
-        return n_ctx_seq
-    want = min(n_ctx_seq, n_swa * (n_seq_max if unified else 1) + n_ubatch)
-    return -(-want // N_PAD) * N_PAD
 
 
 class KVCacheISWA:
@@ -60,7 +53,7 @@ class KVCacheISWA:
             raise ValueError(f"{hp.arch}: n_swa = {hp.n_swa} and no sliding-window layer: use a plain KVCache")
         log = logger("llama_kv_cache_iswa")
         n_stream = 1 if unified else n_seq_max
-        size_swa = swa_cache_size(n_ctx_seq, hp.n_swa, n_seq_max, unified, n_ubatch, swa_full)
+        size_swa = swa_cells(n_ctx_seq, hp.n_swa, n_seq_max, unified, n_ubatch, swa_full)
         if swa_full:
             log.warning("using full-size SWA cache (ref: https://github.com/ggml-org/llama.cpp/pull/13194#issuecomment-2868343055)")
         self.swa_full = swa_full

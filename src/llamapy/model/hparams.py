@@ -74,7 +74,8 @@ def hparams_from_gguf(f: GGUFFile) -> HParams:
     freq_base_swa = freq_base
     if arch == "gemma3" and n_swa > 0:
         swa_layers = _swa_pattern(n_layer, 6)
-        freq_base_swa = 10000.0  # llama.cpp: rope_freq_base_train_swa for gemma3
+        # llama.cpp: {arch}.rope.freq_base_swa when present, else 10000 for gemma3's local layers
+        freq_base_swa = float(key("rope.freq_base_swa", 10000.0))
     return HParams(
         arch=arch,
         n_ctx_train=int(key("context_length", required=True)),
