@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import random
 import subprocess
@@ -90,6 +91,7 @@ def py_all(model_path: Path, text_file: Path, a) -> dict[str, float]:
     from llamapy.bench import perplexity as ppl
     from llamapy.model.model import Model
 
+    logging.getLogger("llamapy").setLevel(logging.ERROR)  # as llama-bench silences llama's log
     torch.set_num_threads(a.threads)
     res: dict[str, float] = {}
     p = lb.BenchParams(model=str(model_path), n_prompt=[a.pp], n_gen=[a.tg], n_threads=[a.threads], reps=a.reps)
