@@ -11,11 +11,14 @@ import torch
 import llamapy
 
 DATA = Path(__file__).parent / "data"
-MAX_ABS = 0.1  # logits are O(10); fp32 both sides, differences come from op order only
+# Logits are O(10).  exact mode (fp32 weights and activations): differences come from op order
+# only.  Default mode keeps 4-bit weights packed and runs them with bf16 activations (as
+# llama.cpp quantizes activations to 8 bits for its Q4 kernels): small drift, same argmax.
+MAX_ABS = {True: 0.1, False: 1.5}
 
 
-@pytest.mark.slow
-def test_llama_logits_match_transformers(smollm2, smollm2_path):
+@pytest.fixture(scope="module")
+def reference(smollm2, smollm2_path):
     transformers = pytest.importorskip("transformers")
     ids = smollm2.tokenize((DATA / "prose_en.txt").read_text(), add_special=True)[:1100]
     assert len(ids) >= 1000
@@ -24,8 +27,15 @@ def test_llama_logits_match_transformers(smollm2, smollm2_path):
     )
     with torch.inference_mode():
         ref_logits = ref(torch.tensor([ids])).logits[0]  # [n, n_vocab]
-    del ref
-    ctx = llamapy.Context(smollm2, llamapy.ContextParams(n_ctx=2048, n_ubatch=512))
+    return ids, ref_logits
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("exact", [True, False], ids=["exact-f32", "packed-q4"])
+def test_llama_logits_match_transformers(reference, smollm2, smollm2_path, exact):
+    ids, ref_logits = reference
+    model = llamapy.Model.load(smollm2_path, exact=True) if exact else smollm2
+    ctx = llamapy.Context(model, llamapy.ContextParams(n_ctx=2048, n_ubatch=512))
     batch = llamapy.Batch()
     for i, t in enumerate(ids):
         batch.add(t, i, [0], logits=True)
@@ -34,6 +44,6 @@ def test_llama_logits_match_transformers(smollm2, smollm2_path):
     assert ours.shape == ref_logits.shape
     agree = (ours.argmax(-1) == ref_logits.argmax(-1)).float().mean().item()
     max_abs = (ours - ref_logits).abs().max().item()
-    print(f"top-1 agreement {agree:.4f} over {len(ids)} tokens, max |diff| {max_abs:.4f}")
+    print(f"exact={exact}: top-1 agreement {agree:.4f} over {len(ids)} tokens, max |diff| {max_abs:.4f}")
     assert agree >= 0.99
-    assert max_abs < MAX_ABS
+    assert max_abs < MAX_ABS[exact]

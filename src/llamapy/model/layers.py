@@ -2,8 +2,17 @@
 rows: attention, which consults the KQ mask."""
 from __future__ import annotations
 
+from typing import Callable
+
 import torch
 import torch.nn.functional as F
+
+Linear = Callable[[torch.Tensor], torch.Tensor] | torch.Tensor  # a QMatrix, or a dense [n_out, n_in]
+
+
+def linear(x: torch.Tensor, w: Linear) -> torch.Tensor:
+    """x: [n, n_in] -> [n, n_out] through a QMatrix or a dense weight."""
+    return F.linear(x, w) if isinstance(w, torch.Tensor) else w(x)
 
 
 def rms_norm(x: torch.Tensor, w: torch.Tensor | None, eps: float) -> torch.Tensor:
@@ -31,11 +40,16 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Ten
     return out.transpose(0, 1).reshape(n_tokens, -1)
 
 
-def swiglu_ffn(x: torch.Tensor, gate: torch.Tensor, up: torch.Tensor, down: torch.Tensor) -> torch.Tensor:
+def swiglu(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
+    """silu(gate) * up, elementwise: [n, n_ff] each."""
+    return F.silu(gate) * up
+
+
+def swiglu_ffn(x: torch.Tensor, gate: Linear, up: Linear, down: Linear) -> torch.Tensor:
     """x: [n, n_embd] -> down(silu(gate x) * up x): [n, n_embd]."""
-    return F.linear(F.silu(F.linear(x, gate)) * F.linear(x, up), down)
+    return linear(F.silu(linear(x, gate)) * linear(x, up), down)
 
 
-def geglu_ffn(x: torch.Tensor, gate: torch.Tensor, up: torch.Tensor, down: torch.Tensor) -> torch.Tensor:
+def geglu_ffn(x: torch.Tensor, gate: Linear, up: Linear, down: Linear) -> torch.Tensor:
     """x: [n, n_embd] -> down(gelu_tanh(gate x) * up x) (Gemma)."""
-    return F.linear(F.gelu(F.linear(x, gate), approximate="tanh") * F.linear(x, up), down)
+    return linear(F.gelu(linear(x, gate), approximate="tanh") * linear(x, up), down)

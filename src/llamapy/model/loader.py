@@ -10,6 +10,7 @@ import torch
 
 from ..gguf.quants import dequantize
 from ..gguf.reader import GGUFFile
+from .qmatrix import QMatrix, make_qmatrix
 
 
 @dataclass(slots=True)
@@ -17,22 +18,40 @@ class WeightLoader:
     f: GGUFFile
     device: torch.device
     dtype: torch.dtype = torch.float32
+    exact: bool = False  # True: every matrix dequantized to float32 (reference mode)
     n_bytes_file: int = 0
     n_bytes_resident: int = 0
     loaded: set[str] = field(default_factory=set)
+    slot_orders: dict[tuple[int, int], torch.Tensor] = field(default_factory=dict)
 
     def has(self, name: str) -> bool:
         return name in self.f.tensors
 
-    def get(self, name: str, shape: tuple[int, ...] | None = None) -> torch.Tensor:
-        """Tensor `name` in torch order ([n_out, n_in] for matrices), dequantized."""
+    def _raw(self, name: str, shape: tuple[int, ...] | None):
         info = self.f.tensors.get(name)
         if info is None:
             raise ValueError(f"{self.f.path.name}: missing tensor '{name}' (is this GGUF complete?)")
         if shape is not None and tuple(shape) != info.shape:
             raise ValueError(f"{self.f.path.name}: tensor '{name}' has shape {info.shape}, expected {tuple(shape)}")
-        raw = torch.from_numpy(self.f.tensor_data(name).copy())
-        t = dequantize(raw.view(torch.uint8).reshape(-1), info.qtype, info.shape)
+        return info, torch.from_numpy(self.f.tensor_data(name).copy()).view(torch.uint8).reshape(-1)
+
+    def matrix(self, *names: str) -> QMatrix:
+        """Weight matrices ([n_out, n_in] each, same n_in) kept quantized where a kernel exists;
+        several names are stacked along n_out into one matrix (one matmul for Q|K|V)."""
+        parts = []
+        for name in names:
+            info, raw = self._raw(name, None)
+            parts.append((raw, info.qtype, info.shape))
+            self.n_bytes_file += info.n_bytes
+            self.loaded.add(name)
+        m = make_qmatrix(parts, self.exact, self.dtype, self.slot_orders)
+        self.n_bytes_resident += m.nbytes
+        return m
+
+    def get(self, name: str, shape: tuple[int, ...] | None = None) -> torch.Tensor:
+        """Tensor `name` in torch order, dequantized to float32 (norms, small vectors)."""
+        info, raw = self._raw(name, shape)
+        t = dequantize(raw, info.qtype, info.shape)
         t = t.to(device=self.device, dtype=self.dtype)
         self.n_bytes_file += info.n_bytes
         self.n_bytes_resident += t.numel() * t.element_size()

@@ -27,8 +27,10 @@ class Model:
         self.device = loader.device
 
     @classmethod
-    def load(cls, name_or_path: str | Path | None = None, device: str = "cpu") -> "Model":
-        """Load a registered model name (pulled on first use) or a path to a .gguf file."""
+    def load(cls, name_or_path: str | Path | None = None, device: str = "cpu", exact: bool = False) -> "Model":
+        """Load a registered model name (pulled on first use) or a path to a .gguf file.
+        exact=True dequantizes every weight to float32 (slow, for reference comparisons);
+        otherwise weights stay quantized where a kernel exists (see model/qmatrix.py)."""
         from ..registry import resolve_model
         from ..tokenizer import Tokenizer
 
@@ -40,7 +42,7 @@ class Model:
         hp = hparams_from_gguf(f)
         log.info(f"loaded meta data with {len(f.reader.fields)} key-value pairs and {len(f.tensors)} tensors from {path}")
         _log_hparams(hp)
-        loader = WeightLoader(f, torch.device(device))
+        loader = WeightLoader(f, torch.device(device), exact=exact)
         net = net_cls(hp, loader)
         tok = Tokenizer.from_gguf(f.reader)
         logger("load_tensors").info(f"CPU model buffer size = {loader.n_bytes_resident / MiB:10.2f} MiB (file: {loader.n_bytes_file / MiB:.2f} MiB)")

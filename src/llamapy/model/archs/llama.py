@@ -10,8 +10,9 @@ import torch.nn.functional as F
 from ...memory.kv_cache import KVCache
 from ..graph import UBatchInputs
 from ..hparams import HParams
-from ..layers import attention, rms_norm, swiglu_ffn
+from ..layers import attention, rms_norm, swiglu
 from ..loader import WeightLoader
+from ..qmatrix import QMatrix
 from ..rope import ROPE_TYPE_NORM, RopeParams, apply_rope, rope_cos_sin
 from . import register
 
@@ -19,14 +20,11 @@ from . import register
 @dataclass(slots=True)
 class LlamaLayer:
     attn_norm: torch.Tensor  # [n_embd]
-    wq: torch.Tensor  # [n_head * d, n_embd]
-    wk: torch.Tensor  # [n_head_kv * d, n_embd]
-    wv: torch.Tensor  # [n_head_kv * d, n_embd]
-    wo: torch.Tensor  # [n_embd, n_head * d]
+    wqkv: QMatrix  # [(n_head + 2 n_head_kv) * d, n_embd]: Q, K, V stacked, one matmul
+    wo: QMatrix  # [n_embd, n_head * d]
     ffn_norm: torch.Tensor
-    ffn_gate: torch.Tensor  # [n_ff, n_embd]
-    ffn_up: torch.Tensor  # [n_ff, n_embd]
-    ffn_down: torch.Tensor  # [n_embd, n_ff]
+    ffn_gate_up: QMatrix  # [2 n_ff, n_embd]: gate and up stacked
+    ffn_down: QMatrix  # [n_embd, n_ff]
 
 
 @register("llama")
@@ -35,9 +33,9 @@ class LlamaModel:
 
     def __init__(self, hp: HParams, w: WeightLoader) -> None:
         self.hp = hp
-        self.tok_embd = w.get("token_embd.weight")  # [n_vocab, n_embd]
+        self.tok_embd = w.matrix("token_embd.weight")  # [n_vocab, n_embd]
         self.output_norm = w.get("output_norm.weight")
-        self.output = w.get("output.weight") if w.has("output.weight") else self.tok_embd  # tied
+        self.output = w.matrix("output.weight") if w.has("output.weight") else self.tok_embd  # tied
         self.layers = [self._load_layer(w, il) for il in range(hp.n_layer)]
         self.rope = RopeParams(hp.n_rot, hp.rope_freq_base, hp.rope_freq_scale, self.rope_type)
 
@@ -46,14 +44,11 @@ class LlamaModel:
         p = f"blk.{il}."
         return LlamaLayer(
             attn_norm=w.get(p + "attn_norm.weight"),
-            wq=w.get(p + "attn_q.weight"),
-            wk=w.get(p + "attn_k.weight"),
-            wv=w.get(p + "attn_v.weight"),
-            wo=w.get(p + "attn_output.weight"),
+            wqkv=w.matrix(p + "attn_q.weight", p + "attn_k.weight", p + "attn_v.weight"),
+            wo=w.matrix(p + "attn_output.weight"),
             ffn_norm=w.get(p + "ffn_norm.weight"),
-            ffn_gate=w.get(p + "ffn_gate.weight"),
-            ffn_up=w.get(p + "ffn_up.weight"),
-            ffn_down=w.get(p + "ffn_down.weight"),
+            ffn_gate_up=w.matrix(p + "ffn_gate.weight", p + "ffn_up.weight"),
+            ffn_down=w.matrix(p + "ffn_down.weight"),
         )
 
     def rope_for_layer(self, il: int) -> RopeParams:
@@ -66,13 +61,14 @@ class LlamaModel:
         n_tokens = inp.tokens.shape[0]
         d = hp.n_embd_head_k
         cos, sin = rope_cos_sin(inp.pos, self.rope)  # [n_tokens, 1, n_rot/2]
-        x = F.embedding(inp.tokens, self.tok_embd)  # [n_tokens, n_embd]
+        x = self.tok_embd.get_rows(inp.tokens)  # [n_tokens, n_embd]
         scale = 1.0 / d**0.5
         for il, L in enumerate(self.layers):
             h = rms_norm(x, L.attn_norm, hp.f_norm_rms_eps)
-            q = F.linear(h, L.wq).view(n_tokens, hp.n_head, d)  # [n_tokens, n_head, d]
-            k = F.linear(h, L.wk).view(n_tokens, hp.n_head_kv, d)  # [n_tokens, n_head_kv, d]
-            v = F.linear(h, L.wv)  # [n_tokens, n_head_kv * d]
+            qkv = L.wqkv(h)  # [n_tokens, (n_head + 2 n_head_kv) * d]
+            q, k, v = qkv.split((hp.n_head * d, hp.n_head_kv * d, hp.n_head_kv * d), dim=1)
+            q = q.reshape(n_tokens, hp.n_head, d)  # [n_tokens, n_head, d]
+            k = k.reshape(n_tokens, hp.n_head_kv, d)  # [n_tokens, n_head_kv, d]
             q = apply_rope(q, cos, sin, self.rope)
             k = apply_rope(k, cos, sin, self.rope)
             kv.store(il, inp.sinfo[id(kv)], k.reshape(n_tokens, -1), v)
@@ -82,10 +78,11 @@ class LlamaModel:
                 attn[rows] = attention(
                     q[rows], kc.view(n_kv, hp.n_head_kv, d), vc.view(n_kv, hp.n_head_kv, hp.n_embd_head_v), mask, scale
                 )
-            x = x + F.linear(attn, L.wo)
-            x = x + swiglu_ffn(rms_norm(x, L.ffn_norm, hp.f_norm_rms_eps), L.ffn_gate, L.ffn_up, L.ffn_down)
+            x = x + L.wo(attn)
+            gate, up = L.ffn_gate_up(rms_norm(x, L.ffn_norm, hp.f_norm_rms_eps)).chunk(2, dim=1)  # [n_tokens, n_ff] each
+            x = x + L.ffn_down(swiglu(gate, up))
         x = x.index_select(0, inp.out_rows)  # [n_outputs, n_embd]
-        return F.linear(rms_norm(x, self.output_norm, hp.f_norm_rms_eps), self.output).float()
+        return self.output(rms_norm(x, self.output_norm, hp.f_norm_rms_eps))
 
     def rotate_k(self, il: int, k: torch.Tensor, delta: torch.Tensor) -> torch.Tensor:
         """K-shift: k [n, n_embd_k_gqa] rotated by delta [n] positions (RoPE composes)."""

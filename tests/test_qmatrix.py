@@ -1,0 +1,68 @@
+"""QMatrix: weights kept quantized, multiplied by real kernels.  Each path against the
+exact float32 product of gguf's own dequantization."""
+from __future__ import annotations
+
+import gguf
+import numpy as np
+import pytest
+import torch
+
+from llamapy.model.qmatrix import DENSE_ROWS, REFINE_TOP, make_qmatrix
+
+T = gguf.GGMLQuantizationType
+
+
+def _raw(w: np.ndarray, qtype: T) -> torch.Tensor:
+    return torch.from_numpy(gguf.quants.quantize(w, qtype)).view(torch.uint8).reshape(-1)
+
+
+def _ref(raw: torch.Tensor, qtype: T, shape) -> torch.Tensor:
+    return torch.from_numpy(gguf.quants.dequantize(raw.numpy().reshape(shape[0], -1), qtype).astype(np.float32))
+
+
+@pytest.mark.parametrize("qtype", [T.Q4_0, T.Q4_1, T.Q8_0])
+@pytest.mark.parametrize("rows", [1, 5, DENSE_ROWS + 3])
+def test_paths_match_exact_product(qtype, rows):
+    rng = np.random.default_rng(0)
+    shape = (96, 128)
+    w = rng.standard_normal(shape).astype(np.float32)
+    raw = _raw(w, qtype)
+    m = make_qmatrix([(raw, qtype, shape)], exact=False, dense_dtype=torch.float32, slot_orders={})
+    assert m.kind == ("q8_0" if qtype == T.Q8_0 else "int4")
+    W = _ref(raw, qtype, shape)
+    torch.testing.assert_close(m.dequant(), W, atol=1e-5, rtol=0)  # same weights, whatever the layout
+    x = torch.from_numpy(rng.standard_normal((rows, shape[1])).astype(np.float32))
+    y, ref = m(x), x @ W.T
+    # dense path: fp32; int4 few rows: hi/lo bf16, ~16-bit; q8_0 few rows: the int8 per-row
+    # copy is ~1% off outside each row's refined top outputs
+    tol = 1e-4 if rows >= DENSE_ROWS else (2e-2 if qtype == T.Q8_0 else 5e-3)
+    assert (y - ref).abs().max().item() <= tol * ref.abs().max().item()
+    assert torch.equal(y.argmax(1), ref.argmax(1))
+
+
+def test_q8_0_refined_top_outputs_are_exact():
+    rng = np.random.default_rng(1)
+    shape = (4 * REFINE_TOP, 64)
+    raw = _raw(rng.standard_normal(shape).astype(np.float32), T.Q8_0)
+    m = make_qmatrix([(raw, T.Q8_0, shape)], exact=False, dense_dtype=torch.float32, slot_orders={})
+    x = torch.from_numpy(rng.standard_normal((2, shape[1])).astype(np.float32))
+    y, ref = m(x), x @ _ref(raw, T.Q8_0, shape).T
+    top = ref.topk(REFINE_TOP // 2, dim=1).indices
+    torch.testing.assert_close(y.gather(1, top), ref.gather(1, top), atol=1e-5, rtol=1e-6)
+
+
+def test_fused_matrices_equal_separate_ones():
+    rng = np.random.default_rng(2)
+    shapes = [(64, 96), (32, 96), (32, 96)]
+    parts = [(_raw(rng.standard_normal(s).astype(np.float32), T.Q4_1), T.Q4_1, s) for s in shapes]
+    fused = make_qmatrix(parts, exact=False, dense_dtype=torch.float32, slot_orders={})
+    x = torch.from_numpy(rng.standard_normal((3, 96)).astype(np.float32))
+    sep = torch.cat([make_qmatrix([p], exact=False, dense_dtype=torch.float32, slot_orders={})(x) for p in parts], 1)
+    torch.testing.assert_close(fused(x), sep, atol=1e-6, rtol=0)
+    assert fused.n_out == 128
+
+
+def test_resident_bytes_close_to_file(smollm2):
+    ratio = smollm2.n_bytes_resident / smollm2.n_bytes_file
+    print(f"resident {smollm2.n_bytes_resident / 2**20:.2f} MiB, file {smollm2.n_bytes_file / 2**20:.2f} MiB, ratio {ratio:.3f}")
+    assert ratio < 1.5
