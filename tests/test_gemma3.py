@@ -81,16 +81,21 @@ def test_tiny_gemma3_embedding_scale_and_tied_output(tmp_path):
     assert net.output is net.tok_embd
     logits = _decode_all(model, [7], n_ctx=256, type_k="f32", type_v="f32")[0]
     hp = model.hparams
-    x = net.tok_embd[7] * math.sqrt(hp.n_embd)
+    emb = net.tok_embd.dequant()
+    x = emb[7] * math.sqrt(hp.n_embd)
     from llamapy.model.layers import geglu_ffn, rms_norm
+
+    def lin(t: torch.Tensor, m) -> torch.Tensor:
+        return torch.nn.functional.linear(t, m.dequant())
 
     for L in net.layers:  # one token: attention returns V of that token
         h = rms_norm(x, L.attn_norm, hp.f_norm_rms_eps)
-        v = torch.nn.functional.linear(h, L.wv).repeat(hp.n_head // hp.n_head_kv)
-        sa = x + rms_norm(torch.nn.functional.linear(v, L.wo), L.attn_post_norm, hp.f_norm_rms_eps)
-        f = geglu_ffn(rms_norm(sa[None], L.ffn_norm, hp.f_norm_rms_eps), L.ffn_gate, L.ffn_up, L.ffn_down)[0]
+        v = lin(h, L.wv).repeat(hp.n_head // hp.n_head_kv)
+        sa = x + rms_norm(lin(v, L.wo), L.attn_post_norm, hp.f_norm_rms_eps)
+        g = rms_norm(sa[None], L.ffn_norm, hp.f_norm_rms_eps)
+        f = geglu_ffn(g, L.ffn_gate.dequant(), L.ffn_up.dequant(), L.ffn_down.dequant())[0]
         x = sa + rms_norm(f, L.ffn_post_norm, hp.f_norm_rms_eps)
-    want = torch.nn.functional.linear(rms_norm(x, net.output_norm, hp.f_norm_rms_eps), net.tok_embd)
+    want = torch.nn.functional.linear(rms_norm(x, net.output_norm, hp.f_norm_rms_eps), emb)
     assert torch.allclose(logits, want, atol=1e-4)
 
 

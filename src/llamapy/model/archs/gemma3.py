@@ -14,13 +14,13 @@ import math
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 
 from ...memory.factory import Memory, cache_for_layer
 from ..graph import UBatchInputs
 from ..hparams import HParams
 from ..layers import attention, geglu_ffn, rms_norm
 from ..loader import WeightLoader
+from ..qmatrix import QMatrix
 from ..rope import ROPE_TYPE_NEOX, RopeParams, apply_rope, rope_cos_sin
 from . import register
 
@@ -28,17 +28,17 @@ from . import register
 @dataclass(slots=True)
 class Gemma3Layer:
     attn_norm: torch.Tensor  # [n_embd]
-    wq: torch.Tensor  # [n_head * d, n_embd]
-    wk: torch.Tensor  # [n_head_kv * d, n_embd]
-    wv: torch.Tensor  # [n_head_kv * d, n_embd]
-    wo: torch.Tensor  # [n_embd, n_head * d]
+    wq: QMatrix  # [n_head * d, n_embd]
+    wk: QMatrix  # [n_head_kv * d, n_embd]
+    wv: QMatrix  # [n_head_kv * d, n_embd]
+    wo: QMatrix  # [n_embd, n_head * d]
     attn_q_norm: torch.Tensor  # [d]
     attn_k_norm: torch.Tensor  # [d]
     attn_post_norm: torch.Tensor  # [n_embd]
     ffn_norm: torch.Tensor  # [n_embd]
-    ffn_gate: torch.Tensor  # [n_ff, n_embd]
-    ffn_up: torch.Tensor  # [n_ff, n_embd]
-    ffn_down: torch.Tensor  # [n_embd, n_ff]
+    ffn_gate: QMatrix  # [n_ff, n_embd]
+    ffn_up: QMatrix  # [n_ff, n_embd]
+    ffn_down: QMatrix  # [n_embd, n_ff]
     ffn_post_norm: torch.Tensor  # [n_embd]
 
 
@@ -58,9 +58,9 @@ class Gemma3Model:
 
     def __init__(self, hp: HParams, w: WeightLoader) -> None:
         self.hp = hp
-        self.tok_embd = w.get("token_embd.weight")  # [n_vocab, n_embd]
+        self.tok_embd = w.matrix("token_embd.weight")  # [n_vocab, n_embd]
         self.output_norm = w.get("output_norm.weight")
-        self.output = w.get("output.weight") if w.has("output.weight") else self.tok_embd  # tied
+        self.output = w.matrix("output.weight") if w.has("output.weight") else self.tok_embd  # tied
         self.layers = [self._load_layer(w, il) for il in range(hp.n_layer)]
         self.f_attention_scale = attention_scale(hp)
         self.f_final_logit_softcapping = float(w.f.get(f"{hp.arch}.final_logit_softcapping", 0.0) or 0.0)
@@ -72,17 +72,17 @@ class Gemma3Model:
         p = f"blk.{il}."
         return Gemma3Layer(
             attn_norm=w.get(p + "attn_norm.weight"),
-            wq=w.get(p + "attn_q.weight"),
-            wk=w.get(p + "attn_k.weight"),
-            wv=w.get(p + "attn_v.weight"),
-            wo=w.get(p + "attn_output.weight"),
+            wq=w.matrix(p + "attn_q.weight"),
+            wk=w.matrix(p + "attn_k.weight"),
+            wv=w.matrix(p + "attn_v.weight"),
+            wo=w.matrix(p + "attn_output.weight"),
             attn_q_norm=w.get(p + "attn_q_norm.weight"),
             attn_k_norm=w.get(p + "attn_k_norm.weight"),
             attn_post_norm=w.get(p + "post_attention_norm.weight"),
             ffn_norm=w.get(p + "ffn_norm.weight"),
-            ffn_gate=w.get(p + "ffn_gate.weight"),
-            ffn_up=w.get(p + "ffn_up.weight"),
-            ffn_down=w.get(p + "ffn_down.weight"),
+            ffn_gate=w.matrix(p + "ffn_gate.weight"),
+            ffn_up=w.matrix(p + "ffn_up.weight"),
+            ffn_down=w.matrix(p + "ffn_down.weight"),
             ffn_post_norm=w.get(p + "post_ffw_norm.weight"),
         )
 
@@ -97,16 +97,16 @@ class Gemma3Model:
         n_tokens = inp.tokens.shape[0]
         d, eps = hp.n_embd_head_k, hp.f_norm_rms_eps
         ropes = {p: rope_cos_sin(inp.pos, p) for p in {self.rope_global, self.rope_swa}}  # [n_tokens, 1, n_rot/2]
-        x = F.embedding(inp.tokens, self.tok_embd) * math.sqrt(hp.n_embd)  # [n_tokens, n_embd]
+        x = self.tok_embd.get_rows(inp.tokens) * math.sqrt(hp.n_embd)  # [n_tokens, n_embd]
         for il, L in enumerate(self.layers):
             rope = self.rope_for_layer(il)
             cos, sin = ropes[rope]
             swa = hp.is_swa(il)
             cache = cache_for_layer(kv, il)
             h = rms_norm(x, L.attn_norm, eps)
-            q = rms_norm(F.linear(h, L.wq).view(n_tokens, hp.n_head, d), L.attn_q_norm, eps)  # [n_tokens, n_head, d]
-            k = rms_norm(F.linear(h, L.wk).view(n_tokens, hp.n_head_kv, d), L.attn_k_norm, eps)  # [n_tokens, n_head_kv, d]
-            v = F.linear(h, L.wv)  # [n_tokens, n_head_kv * d_v]
+            q = rms_norm(L.wq(h).view(n_tokens, hp.n_head, d), L.attn_q_norm, eps)  # [n_tokens, n_head, d]
+            k = rms_norm(L.wk(h).view(n_tokens, hp.n_head_kv, d), L.attn_k_norm, eps)  # [n_tokens, n_head_kv, d]
+            v = L.wv(h)  # [n_tokens, n_head_kv * d_v]
             q = apply_rope(q, cos, sin, rope) * self.f_attention_scale
             k = apply_rope(k, cos, sin, rope)
             cache.store(il, inp.sinfo[id(cache)], k.reshape(n_tokens, -1), v)
@@ -116,11 +116,11 @@ class Gemma3Model:
                 attn[rows] = attention(
                     q[rows], kc.view(n_kv, hp.n_head_kv, d), vc.view(n_kv, hp.n_head_kv, hp.n_embd_head_v), mask, 1.0
                 )
-            sa_out = x + rms_norm(F.linear(attn, L.wo), L.attn_post_norm, eps)
+            sa_out = x + rms_norm(L.wo(attn), L.attn_post_norm, eps)
             f = geglu_ffn(rms_norm(sa_out, L.ffn_norm, eps), L.ffn_gate, L.ffn_up, L.ffn_down)
             x = sa_out + rms_norm(f, L.ffn_post_norm, eps)
         x = x.index_select(0, inp.out_rows)  # [n_outputs, n_embd]
-        logits = F.linear(rms_norm(x, self.output_norm, eps), self.output).float()
+        logits = self.output(rms_norm(x, self.output_norm, eps))
         if self.f_final_logit_softcapping:
             c = self.f_final_logit_softcapping
             logits = torch.tanh(logits / c) * c
