@@ -288,3 +288,10 @@ def test_seq_keep_and_clear(tiny):
     assert [ctx.memory.seq_pos_max(s) for s in range(3)] == [-1, 4, -1]
     ctx.memory.clear()
     assert ctx.memory.n_used() == 0 and ctx.memory.seq_pos_max(1) == -1
+
+
+def test_flash_attn_off_materializes_same_result(tiny):
+    toks = rand_tokens(40, tiny.n_vocab, 50)
+    on = decode_seq(Context(tiny, ContextParams(n_ctx=512, flash_attn="on")), toks, 0)
+    off = decode_seq(Context(tiny, ContextParams(n_ctx=512, flash_attn="off")), toks, 0)
+    torch.testing.assert_close(on, off, atol=TOL, rtol=0)

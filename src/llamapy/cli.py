@@ -21,6 +21,8 @@ def _add_context(p: argparse.ArgumentParser) -> None:
     p.add_argument("-ctv", "--cache-type-v", default="f16")
     p.add_argument("-fa", "--flash-attn", default="auto", choices=("on", "off", "auto"))
     p.add_argument("--kv-unified", action="store_true", help="one KV stream shared by all sequences")
+    p.add_argument("--swa-full", action="store_true", help="full-size cache for sliding-window layers")
+    p.add_argument("--mem-budget", type=float, default=0.0, help="MiB that -c 0 is fitted under (default: free memory minus 1 GiB)")
     p.add_argument("-t", "--threads", type=int, default=0, help="CPU threads (0: torch's default)")
     p.add_argument("--device", default="cpu")
 

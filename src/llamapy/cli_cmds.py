@@ -18,6 +18,8 @@ def _ctx_params(a: argparse.Namespace) -> ContextParams:
         type_v=a.cache_type_v,
         flash_attn=a.flash_attn,
         kv_unified=a.kv_unified,
+        swa_full=getattr(a, "swa_full", False),
+        mem_budget_mib=getattr(a, "mem_budget", 0.0),
         n_threads=a.threads,
         device=a.device,
     )
@@ -83,6 +85,9 @@ def cmd_run(a: argparse.Namespace) -> int:
     sys.stdout.write("\n")
     print(file=sys.stderr)
     _print_perf(tm)
+    from .context import print_memory_breakdown
+
+    print_memory_breakdown(ctx)
     return 0
 
 

@@ -22,11 +22,8 @@ def add_parser(sub, common) -> None:
     p = sub.add_parser("mem", help="predict weights, KV cache, compute and output memory without loading the model")
     common._add_model(p)
     common._add_context(p)
-    if not any("--swa-full" in a.option_strings for a in p._actions):
-        p.add_argument("--swa-full", action="store_true", help="full-size cache for sliding-window layers")
     p.add_argument("--json", action="store_true", help="print the estimate as JSON")
     p.add_argument("--fit", action="store_true", help="print the largest -c that fits for each -np, -ub and KV type")
-    p.add_argument("--mem-budget", type=float, default=None, metavar="MiB", help="memory budget (default: free memory - 1024 MiB)")
     p.add_argument("--n-outputs", type=int, default=None, help="logits rows to reserve (default: -np, one per sequence)")
     g = p.add_argument_group("hyperparameters without a model file (any of them skips -m)")
     g.add_argument("--n-layer", type=int, default=None)
@@ -78,7 +75,7 @@ def _estimate(info: ModelInfo, p: ContextParams, a: argparse.Namespace) -> tuple
     root.addHandler(col)
     verdict = None
     try:
-        budget = None if a.mem_budget is None else int(a.mem_budget * MiB)
+        budget = int(a.mem_budget * MiB) if a.mem_budget else None
         if p.n_ctx == 0 and (budget is not None or info.weights):
             fit = fit_ctx(info, p, default_budget(p.device) if budget is None else budget, a.n_outputs)
             p = replace(p, n_ctx=fit.n_ctx)
@@ -159,7 +156,7 @@ def to_json(e: MemoryEstimate, clamps: list[str], verdict: str | None) -> dict:
 
 
 def fit_table(info: ModelInfo, a: argparse.Namespace) -> tuple[int, list[dict]]:
-    budget = int(a.mem_budget * MiB) if a.mem_budget is not None else default_budget(a.device)
+    budget = int(a.mem_budget * MiB) if a.mem_budget else default_budget(a.device)
     rows = []
     types = list(dict.fromkeys((*FIT_TYPES, a.cache_type_k)))
     for np_ in sorted({1, 4, a.parallel}):

@@ -8,10 +8,14 @@ import torch
 
 from .batch import Batch, BatchAllocator, UBatch
 from .cparams import CParams, log_cparams, resolve_cparams
+from .log import logger
+from .memory.estimate import MemoryEstimate, estimate_from
 from .memory.factory import Memory, bind_slot_info, create_memory
 from .model.graph import make_inputs
 from .model.model import Model
 from .params import ContextParams
+
+MiB = 1024 * 1024
 
 
 @dataclass(slots=True)
@@ -36,14 +40,26 @@ class Context:
         hp = model.hparams
         if self.params.n_threads > 0:
             torch.set_num_threads(self.params.n_threads)
-        self.cparams: CParams = resolve_cparams(self.params, hp)
+        self.cparams: CParams = resolve_cparams(self.params, hp, self._fitted_n_ctx())
         log_cparams(self.cparams, hp)
         c = self.cparams
         self.memory: Memory = create_memory(hp, c, model.device)  # KVCache, or KVCacheISWA (n_swa > 0)
+        self.estimate = estimate_from(hp, c, model.n_bytes_resident, model.n_bytes_file)
+        _log_buffers(self.estimate)
         self.alloc = BatchAllocator(hp.n_vocab, c.n_batch, c.n_seq_max)
         self.stats = DecodeStats()
         self._logits = torch.empty(0, hp.n_vocab)  # [n_outputs, n_vocab] of the last decode
         self._output_ids: list[int] = []
+
+    def _fitted_n_ctx(self) -> int | None:
+        """n_ctx 0: the trained context, reduced (logged) to fit the memory budget, never below
+        4096; an explicit -c is checked against the budget, never changed."""
+        from .memory.estimate import model_info
+        from .memory.fit import fit_ctx
+
+        budget = int(self.params.mem_budget_mib * MiB) if self.params.mem_budget_mib > 0 else None
+        r = fit_ctx(model_info(self.model), self.params, budget)
+        return r.n_ctx if self.params.n_ctx == 0 else None
 
     # --- decode -------------------------------------------------------------------------------
     @torch.inference_mode()
@@ -60,7 +76,7 @@ class Context:
         out_ids = self.alloc.output_ids
         for ub, sinfo in zip(ubatches, sinfos):
             self.memory.begin_ubatch(ub, sinfo)
-            inp = make_inputs(ub, self.model.device)
+            inp = make_inputs(ub, self.model.device, self.cparams.flash_attn != "off")
             bind_slot_info(inp, self.memory, sinfo)
             out = self.model.net.forward(inp, self.memory)  # [n_outputs(ub), n_vocab]
             if out.shape[0]:
@@ -117,11 +133,32 @@ class Context:
         return self.cparams.n_ctx_seq
 
     def memory_report(self) -> dict[str, int]:
-        """Bytes by buffer."""
+        """Bytes by buffer: model (resident weights), kv_k, kv_v (allocated), compute (the
+        worst-case forward of memory/estimate.py), output (logits of the last decode)."""
         return {
             "model": self.model.n_bytes_resident,
             "kv_k": self.memory.size_k_bytes(),
             "kv_v": self.memory.size_v_bytes(),
+            "compute": self.estimate.compute,
             "output": self._logits.numel() * 4,
         }
+
+
+def _log_buffers(e: MemoryEstimate) -> None:
+    """llama.cpp's buffer lines, plus how the compute reservation splits by phase."""
+    log = logger("llama_context")
+    log.info(f"       CPU  output buffer size = {e.output / MiB:8.2f} MiB")
+    log.info(f"       CPU compute buffer size = {e.compute / MiB:8.2f} MiB")
+    split = ", ".join(f"{k} {v / MiB:.2f}" for k, v in e.compute_by_phase().items())
+    log.info(f"compute buffer by phase (MiB; peak = persistent + largest phase): {split}")
+
+
+def print_memory_breakdown(ctx: "Context", out=None) -> None:
+    """The memory breakdown at exit (llama_memory_breakdown_print's role), in MiB."""
+    import sys
+
+    r = ctx.memory_report()
+    total = sum(r.values())
+    parts = " + ".join(f"{k} {v / MiB:.2f}" for k, v in r.items())
+    print(f"llama_memory_breakdown_print: | CPU | {total / MiB:.2f} MiB = {parts} |", file=out or sys.stderr)
 

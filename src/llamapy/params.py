@@ -24,5 +24,6 @@ class ContextParams:
     flash_attn: str = "auto"  # on | off | auto
     kv_unified: bool = False
     swa_full: bool = False
+    mem_budget_mib: float = 0.0  # n_ctx 0 is fitted under this (0: free memory minus a margin)
     n_threads: int = 0  # 0: leave torch's default
     device: str = "cpu"

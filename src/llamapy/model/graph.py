@@ -19,6 +19,7 @@ class UBatchInputs:
     tokens: torch.Tensor
     pos: torch.Tensor
     out_rows: torch.Tensor
+    flash_attn: bool = True  # fused attention (-fa on/auto) or the explicit KQ matrix (-fa off)
     sinfo: dict[int, SlotInfo] = field(default_factory=dict)  # id(cache) -> slot info
     masks: dict[tuple[int, bool], list[tuple[torch.Tensor, int, int, torch.Tensor]]] = field(default_factory=dict)
 
@@ -35,11 +36,12 @@ class UBatchInputs:
         return self.masks[key]
 
 
-def make_inputs(ub: UBatch, device: torch.device) -> UBatchInputs:
+def make_inputs(ub: UBatch, device: torch.device, flash_attn: bool = True) -> UBatchInputs:
     out_rows = np.nonzero(np.array(ub.output, dtype=bool))[0]
     return UBatchInputs(
         ubatch=ub,
         tokens=torch.tensor(ub.token, dtype=torch.long, device=device),
         pos=torch.tensor(ub.pos, dtype=torch.long, device=device),
         out_rows=torch.as_tensor(out_rows, dtype=torch.long, device=device),
+        flash_attn=flash_attn,
     )

@@ -21,8 +21,10 @@ def rms_norm(x: torch.Tensor, w: torch.Tensor | None, eps: float) -> torch.Tenso
     return y if w is None else y * w
 
 
-def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor, scale: float) -> torch.Tensor:
-    """Grouped-query attention through an additive mask.
+def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor, scale: float,
+              flash: bool = True) -> torch.Tensor:
+    """Grouped-query attention through an additive mask.  flash: fused SDPA (the KQ matrix is
+    never materialized by us); otherwise KQ = q·kᵀ·scale + mask, softmax, ·v explicitly.
 
     q: [n_tokens, n_head, d_k]; k: [n_kv, n_head_kv, d_k]; v: [n_kv, n_head_kv, d_v];
     mask: [n_tokens, n_kv] (0 or -inf).  Query head h reads KV head h // (n_head / n_head_kv),
@@ -36,7 +38,11 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Ten
         r = n_head // n_head_kv
         kh = kh.repeat_interleave(r, dim=0)
         vh = vh.repeat_interleave(r, dim=0)
-    out = F.scaled_dot_product_attention(qh, kh, vh, attn_mask=mask, scale=scale)  # [n_head, n_tokens, d_v]
+    if flash:
+        out = F.scaled_dot_product_attention(qh, kh, vh, attn_mask=mask, scale=scale)  # [n_head, n_tokens, d_v]
+    else:
+        kq = torch.baddbmm(mask.expand(n_head, -1, -1), qh, kh.transpose(1, 2), alpha=scale)  # [n_head, n_tokens, n_kv]
+        out = torch.bmm(kq.softmax(-1), vh)  # [n_head, n_tokens, d_v]
     return out.transpose(0, 1).reshape(n_tokens, -1)
 
 

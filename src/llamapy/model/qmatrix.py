@@ -131,15 +131,59 @@ class QMatrix:
         return (q * s[..., :1] + s[..., 1:]).reshape(self.n_out, self.n_in)
 
 
+def _kind(qtype: T, n_in: int, exact: bool) -> str:
+    if exact or n_in % 32:
+        return "dense"
+    return "int4" if qtype in Q4_TYPES else "q8_0" if qtype == T.Q8_0 else "dense"
+
+
+def qmatrix_nbytes(qtype: T, shape: tuple[int, int], exact: bool, dense_dtype: torch.dtype) -> int:
+    """Resident bytes of the QMatrix make_qmatrix builds for one [n_out, n_in] tensor (the
+    memory estimate uses this, so predicted == allocated)."""
+    n_out, n_in = shape
+    kind = _kind(qtype, n_in, exact)
+    if kind == "int4":  # packed nibbles + (hi, lo) bf16 [n_in/32, n_out, 2] tables
+        return n_out * n_in // 2 + 2 * (n_in // 32) * n_out * 2 * 2
+    if kind == "q8_0":  # int8 values + f32 block scales + per-row int8 copy + bf16 row scales
+        return n_out * n_in + (n_in // 32) * n_out * 4 + n_out * n_in + n_out * 2
+    esize = 4 if exact else torch.empty((), dtype=dense_dtype).element_size()
+    return n_out * n_in * esize
+
+
+@dataclass(slots=True)
+class StackedMatrix:
+    """Matrices of different kinds sharing an input, stacked along n_out: one call, the parts'
+    own kernels (so Q|K|V of mixed GGUF types keep each type's kernel and bytes)."""
+
+    parts: list[QMatrix]
+
+    @property
+    def n_out(self) -> int:
+        return sum(p.n_out for p in self.parts)
+
+    @property
+    def nbytes(self) -> int:
+        return sum(p.nbytes for p in self.parts)
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.cat([p(x) for p in self.parts], dim=1)
+
+    def dequant(self, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+        return torch.cat([p.dequant(dtype) for p in self.parts])
+
+
 def make_qmatrix(parts: list[tuple[torch.Tensor, T, tuple[int, int]]], exact: bool, dense_dtype: torch.dtype,
-                 slot_orders: dict[tuple[int, int], torch.Tensor]) -> QMatrix:
-    """Build one QMatrix from GGUF tensors (raw bytes, type, [n_out, n_in]) stacked along
-    n_out: one tensor, or several sharing their input (Q|K|V, gate|up) fused into one matmul."""
+                 slot_orders: dict[tuple[int, int], torch.Tensor]) -> QMatrix | StackedMatrix:
+    """Build one matrix from GGUF tensors (raw bytes, type, [n_out, n_in]) stacked along
+    n_out: one tensor, or several sharing their input (Q|K|V, gate|up) fused into one matmul
+    when they have the same kind of kernel (else a StackedMatrix of the separate ones)."""
     n_in = parts[0][2][1]
+    if len({_kind(qt, n_in, exact) for _, qt, _ in parts}) > 1:
+        return StackedMatrix([make_qmatrix([p], exact, dense_dtype, slot_orders) for p in parts])
     n_out = sum(shape[0] for _, _, shape in parts)
     types = {qt for _, qt, _ in parts}
     qtype = parts[0][1] if len(types) == 1 else T.F32
-    if exact or n_in % 32 or not (types <= set(Q4_TYPES) or types == {T.Q8_0}):
+    if _kind(parts[0][1], n_in, exact) == "dense":
         w = torch.cat([dequantize(raw, qt, shape) for raw, qt, shape in parts])
         return QMatrix(n_out, n_in, qtype, "dense", dense=w.to(torch.float32 if exact else dense_dtype))
     if types <= set(Q4_TYPES):

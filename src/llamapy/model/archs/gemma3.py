@@ -18,7 +18,8 @@ import torch
 from ...memory.factory import Memory, cache_for_layer
 from ..graph import UBatchInputs
 from ..hparams import HParams
-from ..layers import attention, geglu_ffn, rms_norm
+from ..attend import attend
+from ..layers import geglu_ffn, rms_norm
 from ..loader import WeightLoader
 from ..qmatrix import QMatrix
 from ..rope import ROPE_TYPE_NEOX, RopeParams, apply_rope, rope_cos_sin
@@ -109,13 +110,7 @@ class Gemma3Model:
             v = L.wv(h)  # [n_tokens, n_head_kv * d_v]
             q = apply_rope(q, cos, sin, rope) * self.f_attention_scale
             k = apply_rope(k, cos, sin, rope)
-            cache.store(il, inp.sinfo[id(cache)], k.reshape(n_tokens, -1), v)
-            attn = torch.empty(n_tokens, hp.n_head * hp.n_embd_head_v, dtype=x.dtype, device=x.device)
-            for rows, st, n_kv, mask in inp.groups(cache, swa):
-                kc, vc = cache.view(il, st, n_kv)  # [n_kv, n_embd_k_gqa], [n_kv, n_embd_v_gqa]
-                attn[rows] = attention(
-                    q[rows], kc.view(n_kv, hp.n_head_kv, d), vc.view(n_kv, hp.n_head_kv, hp.n_embd_head_v), mask, 1.0
-                )
+            attn = attend(inp, cache, il, q, k, v, 1.0, swa)  # q already carries the attention scale
             sa_out = x + rms_norm(L.wo(attn), L.attn_post_norm, eps)
             f = geglu_ffn(rms_norm(sa_out, L.ffn_norm, eps), L.ffn_gate, L.ffn_up, L.ffn_down)
             x = sa_out + rms_norm(f, L.ffn_post_norm, eps)

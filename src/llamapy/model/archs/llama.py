@@ -10,7 +10,8 @@ import torch.nn.functional as F
 from ...memory.kv_cache import KVCache
 from ..graph import UBatchInputs
 from ..hparams import HParams
-from ..layers import attention, rms_norm, swiglu
+from ..attend import attend
+from ..layers import rms_norm, swiglu
 from ..loader import WeightLoader
 from ..qmatrix import QMatrix
 from ..rope import ROPE_TYPE_NORM, RopeParams, apply_rope, rope_cos_sin
@@ -71,14 +72,7 @@ class LlamaModel:
             k = k.reshape(n_tokens, hp.n_head_kv, d)  # [n_tokens, n_head_kv, d]
             q = apply_rope(q, cos, sin, self.rope)
             k = apply_rope(k, cos, sin, self.rope)
-            kv.store(il, inp.sinfo[id(kv)], k.reshape(n_tokens, -1), v)
-            attn = torch.empty(n_tokens, hp.n_head * hp.n_embd_head_v, dtype=x.dtype, device=x.device)
-            for rows, st, n_kv, mask in inp.groups(kv):
-                kc, vc = kv.view(il, st, n_kv)  # [n_kv, n_embd_k_gqa], [n_kv, n_embd_v_gqa]
-                attn[rows] = attention(
-                    q[rows], kc.view(n_kv, hp.n_head_kv, d), vc.view(n_kv, hp.n_head_kv, hp.n_embd_head_v), mask, scale
-                )
-            x = x + L.wo(attn)
+            x = x + L.wo(attend(inp, kv, il, q, k, v, scale))
             gate, up = L.ffn_gate_up(rms_norm(x, L.ffn_norm, hp.f_norm_rms_eps)).chunk(2, dim=1)  # [n_tokens, n_ff] each
             x = x + L.ffn_down(swiglu(gate, up))
         x = x.index_select(0, inp.out_rows)  # [n_outputs, n_embd]
