@@ -72,6 +72,8 @@ def _estimate(info: ModelInfo, p: ContextParams, a: argparse.Namespace) -> tuple
     budget verdict (None when no budget was asked about)."""
     col = _Collect()
     root = logging.getLogger("llamapy")
+    level = root.level
+    root.setLevel(min(level or logging.WARNING, logging.WARNING))  # a quieter caller must not hide clamps
     root.addHandler(col)
     verdict = None
     try:
@@ -89,6 +91,7 @@ def _estimate(info: ModelInfo, p: ContextParams, a: argparse.Namespace) -> tuple
         est, verdict = estimate_memory(info, p, a.n_outputs), f"does NOT fit: {e}"
     finally:
         root.removeHandler(col)
+        root.setLevel(level)
     return est, col.lines, verdict
 
 
