@@ -295,3 +295,20 @@ def test_flash_attn_off_materializes_same_result(tiny):
     on = decode_seq(Context(tiny, ContextParams(n_ctx=512, flash_attn="on")), toks, 0)
     off = decode_seq(Context(tiny, ContextParams(n_ctx=512, flash_attn="off")), toks, 0)
     torch.testing.assert_close(on, off, atol=TOL, rtol=0)
+
+
+def test_graph_reuse_single_stream_decode(tiny):
+    """n_kv moves in 256-cell bands, so one-token decode rebuilds its inputs at most once per
+    256 steps and reuses them in between."""
+    ctx = Context(tiny, ContextParams(n_ctx=1024))
+    decode_seq(ctx, rand_tokens(10, tiny.n_vocab, 60), 0)  # the prompt: its own shape
+    g = ctx.graphs
+    builds0 = g.n_builds
+    for pos in range(10, 610):
+        b = Batch()
+        b.add(7, pos, [0], logits=True)
+        ctx.decode(b)
+    # 600 steps cross n_kv 256 -> 512 -> 768: three one-token shapes
+    assert g.n_builds - builds0 == 3
+    assert g.n_reuses == 600 - 3
+    assert ctx.memory.n_kv(0) == 768

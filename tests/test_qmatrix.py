@@ -22,9 +22,9 @@ def _ref(raw: torch.Tensor, qtype: T, shape) -> torch.Tensor:
 
 @pytest.mark.parametrize("qtype", [T.Q4_0, T.Q4_1, T.Q8_0])
 @pytest.mark.parametrize("rows", [1, 5, DENSE_ROWS + 3])
-def test_paths_match_exact_product(qtype, rows):
+@pytest.mark.parametrize("shape", [(96, 128), (128, 96)], ids=["probed-layout", "blocked-layout"])
+def test_paths_match_exact_product(qtype, rows, shape):
     rng = np.random.default_rng(0)
-    shape = (96, 128)
     w = rng.standard_normal(shape).astype(np.float32)
     raw = _raw(w, qtype)
     m = make_qmatrix([(raw, qtype, shape)], exact=False, dense_dtype=torch.float32, slot_orders={})

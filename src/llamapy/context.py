@@ -11,7 +11,7 @@ from .cparams import CParams, log_cparams, resolve_cparams
 from .log import logger
 from .memory.estimate import MemoryEstimate, estimate_from
 from .memory.factory import Memory, bind_slot_info, create_memory
-from .model.graph import make_inputs
+from .model.graph import GraphCache, make_inputs
 from .model.model import Model
 from .params import ContextParams
 
@@ -48,6 +48,7 @@ class Context:
         _log_buffers(self.estimate)
         self.alloc = BatchAllocator(hp.n_vocab, c.n_batch, c.n_seq_max)
         self.stats = DecodeStats()
+        self.graphs = GraphCache(model.device)  # input buffers per (n_tokens, n_kv) shape
         self._logits = torch.empty(0, hp.n_vocab)  # [n_outputs, n_vocab] of the last decode
         self._output_ids: list[int] = []
 
@@ -76,8 +77,9 @@ class Context:
         out_ids = self.alloc.output_ids
         for ub, sinfo in zip(ubatches, sinfos):
             self.memory.begin_ubatch(ub, sinfo)
-            inp = make_inputs(ub, self.model.device, self.cparams.flash_attn != "off")
+            inp = make_inputs(ub, self.model.device, self.cparams.flash_attn != "off", self.graphs)
             bind_slot_info(inp, self.memory, sinfo)
+            self.graphs.begin((ub.n_tokens, self._n_kv_key()))
             out = self.model.net.forward(inp, self.memory)  # [n_outputs(ub), n_vocab]
             if out.shape[0]:
                 rows = torch.tensor([out_ids[ub.idx[r]] for r in range(ub.n_tokens) if ub.output[r]], dtype=torch.long)
@@ -101,6 +103,11 @@ class Context:
             if ub is None:
                 return out
             out.append(ub)
+
+    def _n_kv_key(self) -> tuple[int, ...]:
+        """n_kv of every stream of every cache: with the ubatch size, the shape of the graph."""
+        caches = getattr(self.memory, "caches", (self.memory,))
+        return tuple(c.n_kv(st) for c in caches for st in range(c.n_stream))
 
     # --- outputs --------------------------------------------------------------------------------
     def get_logits(self) -> torch.Tensor:

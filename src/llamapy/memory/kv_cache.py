@@ -196,14 +196,16 @@ class KVCache:
         self.apply_ubatch(sinfo, ub)
 
     # --- graph inputs ---------------------------------------------------------------------------
-    def kq_mask(self, ub: UBatch, stream: int, rows: np.ndarray, n_kv: int, swa: bool = False) -> torch.Tensor:
-        """Additive mask [len(rows), n_kv] float32: 0 where the row's query may read the cell."""
+    def kq_mask(self, ub: UBatch, stream: int, rows: np.ndarray, n_kv: int, swa: bool = False,
+                out: torch.Tensor | None = None) -> torch.Tensor:
+        """Additive mask [len(rows), n_kv] float32: 0 where the row's query may read the cell.
+        Written into `out` when given (a reused graph input buffer)."""
         q_seq = np.array([ub.seq_id[r][0] for r in rows], dtype=np.int64)
         q_pos = np.array([ub.pos[r] for r in rows], dtype=np.int64)
         visible = kq_mask_np(self.cells[stream], n_kv, q_seq, q_pos, self.n_swa, self.swa_type if swa else SwaType.NONE)
-        m = torch.zeros(visible.shape, dtype=torch.float32)
-        m.masked_fill_(~torch.from_numpy(visible), float("-inf"))
-        return m.to(self.device)
+        blocked = torch.from_numpy(~visible).to(self.device)
+        m = torch.zeros(visible.shape, dtype=torch.float32, device=self.device) if out is None else out.zero_()
+        return m.masked_fill_(blocked, float("-inf"))
 
     def store(self, il: int, sinfo: SlotInfo, k: torch.Tensor, v: torch.Tensor) -> None:
         """k: [n_tokens, n_embd_k_gqa], v: [n_tokens, n_embd_v_gqa] float32 -> the ubatch's cells."""

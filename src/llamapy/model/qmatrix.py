@@ -52,6 +52,23 @@ def _int4_slot_order(n: int, k: int) -> torch.Tensor:
     return order
 
 
+def _unpack_blocked(packed: torch.Tensor, n: int, k: int) -> torch.Tensor:
+    """q uint8 [n, k] from torch's CPU int4 layout as observed: 64-row blocks, and for each
+    column k 32 bytes whose low nibbles are rows 0..31 of the block and high nibbles rows
+    32..63.  Used only when _blocked_layout_holds() confirmed it for this torch."""
+    b = packed.reshape(n // 64, k, 32)
+    q = torch.cat((b & 15, b >> 4), dim=2)  # [n/64, k, 64]
+    return q.transpose(1, 2).reshape(n, k)
+
+
+def _blocked_layout_holds() -> bool:
+    """Check _unpack_blocked against the probe-derived slot order on a small matrix."""
+    n, k = 128, 64
+    q = torch.randint(0, 16, (n, k), dtype=torch.int32)
+    packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(q, 1)
+    return packed.shape == (n, k // 2) and torch.equal(_unpack_blocked(packed, n, k).to(torch.int32), q)
+
+
 @dataclass(slots=True)
 class QMatrix:
     n_out: int
@@ -61,7 +78,7 @@ class QMatrix:
     dense: torch.Tensor | None = None  # [n_out, n_in] dense_dtype
     packed: torch.Tensor | None = None  # int4: torch's packed layout; q8_0: int8 [n_out, n_in]
     scales: torch.Tensor | None = None  # int4: bf16 [2, n_in/32, n_out, 2] (hi, lo) of (scale, zero'); q8_0: f32 [n_in/32, n_out]
-    slot_order: torch.Tensor | None = None  # int4: flat index of each nibble slot (shared per shape)
+    slot_order: torch.Tensor | None = None  # int4 fallback: flat index of each nibble slot (None: blocked layout)
     row_q: torch.Tensor | None = None  # q8_0: int8 [n_out, n_in] requantized with one scale per row
     row_scale: torch.Tensor | None = None  # q8_0: bf16 [n_out]
 
@@ -123,10 +140,13 @@ class QMatrix:
         if self.kind == "q8_0":
             w = self.packed.view(self.n_out, -1, 32).to(dtype) * self.scales.t()[:, :, None].to(dtype)
             return w.reshape(self.n_out, self.n_in)
-        nib = torch.stack((self.packed & 15, self.packed >> 4), -1).reshape(-1)
-        q = torch.empty(self.n_out * self.n_in, dtype=torch.uint8)
-        q[self.slot_order] = nib
-        q = q.view(self.n_out, -1, 32).to(dtype) - 8  # [n_out, n_in/32, 32]
+        if self.slot_order is None:
+            q = _unpack_blocked(self.packed, self.n_out, self.n_in)
+        else:
+            nib = torch.stack((self.packed & 15, self.packed >> 4), -1).reshape(-1)
+            q = torch.empty(self.n_out * self.n_in, dtype=torch.uint8)
+            q[self.slot_order] = nib
+        q = q.reshape(self.n_out, -1, 32).to(dtype) - 8  # [n_out, n_in/32, 32]
         s = (self.scales[0].float() + self.scales[1].float()).to(dtype).permute(1, 0, 2)  # [n_out, n_in/32, 2]
         return (q * s[..., :1] + s[..., 1:]).reshape(self.n_out, self.n_in)
 
@@ -193,10 +213,15 @@ def make_qmatrix(parts: list[tuple[torch.Tensor, T, tuple[int, int]]], exact: bo
         # torch's kernel computes (q - 8) * scale + zero', so zero' = zero + 8 * scale
         sz = torch.stack((scale.t(), (zero + 8 * scale).t()), -1)  # [n_in/32, n_out, 2] f32
         hi = sz.bfloat16()
-        if (n_out, n_in) not in slot_orders:
-            slot_orders[(n_out, n_in)] = _int4_slot_order(n_out, n_in)
+        if "blocked" not in slot_orders:
+            slot_orders["blocked"] = _blocked_layout_holds()
+        order = None
+        if not (slot_orders["blocked"] and n_out % 64 == 0):
+            if (n_out, n_in) not in slot_orders:
+                slot_orders[(n_out, n_in)] = _int4_slot_order(n_out, n_in)
+            order = slot_orders[(n_out, n_in)]
         return QMatrix(n_out, n_in, qtype, "int4", packed=packed, scales=torch.stack((hi, (sz - hi.float()).bfloat16())),
-                       slot_order=slot_orders[(n_out, n_in)])
+                       slot_order=order)
     blocks = torch.cat([raw.view(torch.uint8).reshape(shape[0], n_in // 32, 34) for raw, _, shape in parts])
     d = blocks[:, :, :2].contiguous().view(torch.float16).reshape(n_out, n_in // 32).float()
     q = blocks[:, :, 2:].contiguous().view(torch.int8).reshape(n_out, n_in)
