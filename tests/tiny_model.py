@@ -11,17 +11,11 @@ import numpy as np
 
 
 def _byte_tokens() -> list[str]:
-    """GPT-2's bytes_to_unicode order: printable bytes map to themselves, others to 256+."""
-    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
-    cs = bs[:]
-    n = 0
-    for b in range(256):
-        if b not in bs:
-            bs.append(b)
-            cs.append(256 + n)
-            n += 1
-    table = dict(zip(bs, cs))
-    return [chr(table[b]) for b in range(256)]
+    """The 256 GPT-2 byte-level characters, in byte order (llamapy's own table, inverted)."""
+    from llamapy.tokenizer import _byte_decoder
+
+    by_byte = {b: ch for ch, b in _byte_decoder().items()}
+    return [by_byte[b] for b in range(256)]
 
 
 def write_tiny_llama(

@@ -94,6 +94,7 @@ def cmd_run(a: argparse.Namespace) -> int:
 def cmd_chat(a: argparse.Namespace) -> int:
     """Each turn re-renders the conversation with the chat template, keeps the longest common
     token prefix already in the cache and decodes only the rest."""
+    from .generate import common_prefix
     from .memory.factory import can_reuse_prefix
 
     setup_logging(verbose=a.verbose)
@@ -113,7 +114,7 @@ def cmd_chat(a: argparse.Namespace) -> int:
             break
         messages.append({"role": "user", "content": user})
         ids = model.tokenize(model.tokenizer.apply_chat_template(messages, add_generation_prompt=True), add_special=True, parse_special=True)
-        n_keep = _common_prefix(cached, ids[:-1])  # re-decode at least one token for fresh logits
+        n_keep = common_prefix(cached, ids[:-1])  # re-decode at least one token for fresh logits
         if not can_reuse_prefix(ctx.memory, 0, n_keep):  # SWA cells of that prefix are gone
             n_keep = 0
         ctx.memory.seq_rm(0, n_keep, -1)
@@ -123,15 +124,6 @@ def cmd_chat(a: argparse.Namespace) -> int:
         cached = ids + tm.tokens
         messages.append({"role": "assistant", "content": buf.text()})
     return 0
-
-
-def _common_prefix(a: list[int], b: list[int]) -> int:
-    n = 0
-    for x, y in zip(a, b):
-        if x != y:
-            break
-        n += 1
-    return n
 
 
 class _Tee:

@@ -21,6 +21,16 @@ class GenTimings:
     tokens: list[int] = field(default_factory=list)
 
 
+def common_prefix(a: list[int], b: list[int]) -> int:
+    """Length of the longest common prefix of two token lists (the reusable cached part)."""
+    n = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
 def prefill(ctx: Context, ids: list[int], seq_id: int = 0) -> None:
     """Decode a prompt in n_batch-sized calls, logits for its last token only."""
     if not ids:

@@ -23,7 +23,8 @@ from ..sampling import Sampler, token_probabilities
 from ..tokenizer import StreamDecoder
 from .metrics import ServerMetrics
 from .request import Event, Request, Usage
-from .slots import Slot, SlotState, check_prompt_fits, common_prefix
+from ..generate import common_prefix
+from .slots import Slot, SlotState, check_prompt_fits
 
 log = logger("srv")
 

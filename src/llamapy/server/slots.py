@@ -9,6 +9,7 @@ import enum
 import time
 from dataclasses import dataclass, field
 
+from ..generate import common_prefix
 from ..sampling import Sampler
 from ..tokenizer import StreamDecoder
 from .request import Event, Request, Usage
@@ -39,15 +40,6 @@ def check_prompt_fits(n_prompt: int, n_ctx_seq: int, n_ctx: int, n_slots: int, k
     raise PromptTooLongError(
         f"prompt is {n_prompt} tokens; each of the {n_slots} slots holds {n_ctx_seq} "
         f"(-c {n_ctx} / -np {n_slots}); use --kv-unified or a larger -c")
-
-
-def common_prefix(a: list[int], b: list[int]) -> int:
-    n = 0
-    for x, y in zip(a, b):
-        if x != y:
-            break
-        n += 1
-    return n
 
 
 @dataclass(slots=True)
