@@ -13,7 +13,10 @@ MiB = 1024 * 1024
 def plot_ubatch(results: list[TestResult], path: str | Path) -> Path:
     """Write a PNG with two panels sharing the -ub axis: t/s of the pp tests (mean ± sd) and
     compute MiB.  Raises ValueError if no pp test ran (nothing to draw)."""
-    import matplotlib
+    try:
+        import matplotlib
+    except ImportError as e:
+        raise RuntimeError("--plot needs matplotlib: pip install 'llamapy[plot]'") from e
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
