@@ -12,7 +12,9 @@ import torch
 import llamapy
 from llamapy import Batch, BatchError, Context, ContextParams, KVCacheFullError
 
-TOL = 1e-4  # fp32 forward; only GEMM blocking differs between batch shapes
+# fp32 forward; only GEMM blocking differs between batch shapes.  On CUDA (the tiny model
+# loads there when a GPU is present) cuBLAS/SDPA pick other algorithms per shape: 5e-3.
+TOL = 5e-3 if torch.cuda.is_available() else 1e-4
 
 
 def decode_seq(ctx: Context, tokens: list[int], seq: int, pos0: int = 0) -> torch.Tensor:

@@ -76,7 +76,7 @@ def test_tiny_gemma3_matches_transformers(tmp_path):
 def test_tiny_gemma3_embedding_scale_and_tied_output(tmp_path):
     """A one-token forward by hand: sqrt(n_embd)-scaled embedding, and the logits come from
     the token embedding matrix (no output.weight in the file)."""
-    model = llamapy.Model.load(write_tiny_gemma3(tmp_path / "g3.gguf"))
+    model = llamapy.Model.load(write_tiny_gemma3(tmp_path / "g3.gguf"), device="cpu")
     net = model.net
     assert net.output is net.tok_embd
     logits = _decode_all(model, [7], n_ctx=256, type_k="f32", type_v="f32")[0]

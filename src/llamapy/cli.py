@@ -24,7 +24,7 @@ def _add_context(p: argparse.ArgumentParser) -> None:
     p.add_argument("--swa-full", action="store_true", help="full-size cache for sliding-window layers")
     p.add_argument("--mem-budget", type=float, default=0.0, help="MiB that -c 0 is fitted under (default: free memory minus 1 GiB)")
     p.add_argument("-t", "--threads", type=int, default=0, help="CPU threads (0: torch's default)")
-    p.add_argument("--device", default="cpu")
+    p.add_argument("--device", default="auto", help="cpu, cuda or auto (CUDA when available)")
 
 
 def _add_sampling(p: argparse.ArgumentParser) -> None:

@@ -47,7 +47,7 @@ def add_parser(sub, common) -> None:
     p.add_argument("-o", "--output", default="md", choices=("md", "csv", "json", "jsonl"))
     p.add_argument("--no-warmup", action="store_true")
     p.add_argument("--plot", default=None, metavar="FILE.png", help="draw pp t/s and compute MiB against -ub")
-    p.add_argument("--device", default="cpu")
+    p.add_argument("--device", default="auto", help="cpu, cuda or auto")
     p.add_argument("-v", "--verbose", action="store_true")
     p.set_defaults(fn=cmd_bench)
 

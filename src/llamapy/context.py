@@ -2,7 +2,7 @@
 of them -> run each through the network -> keep logits of the flagged slots."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 
@@ -59,7 +59,7 @@ class Context:
         from .memory.fit import fit_ctx
 
         budget = int(self.params.mem_budget_mib * MiB) if self.params.mem_budget_mib > 0 else None
-        r = fit_ctx(model_info(self.model), self.params, budget)
+        r = fit_ctx(model_info(self.model), replace(self.params, device=str(self.model.device)), budget)
         return r.n_ctx if self.params.n_ctx == 0 else None
 
     # --- decode -------------------------------------------------------------------------------

@@ -232,7 +232,7 @@ class KVCache:
             idx = np.nonzero((cells.shift != 0) & (cells.pos >= 0))[0]
             if len(idx):
                 ix = torch.as_tensor(idx, device=self.device)
-                delta = torch.as_tensor(cells.shift[idx].astype(np.int64))
+                delta = torch.as_tensor(cells.shift[idx].astype(np.int64), device=self.device)
                 for il in self.layers:
                     w = self.hp.n_embd_k_gqa(il)
                     k = self.type_k.decode(self.k[il][st, ix], w)

@@ -45,6 +45,8 @@ class WeightLoader:
             self.n_bytes_file += info.n_bytes
             self.loaded.add(name)
         m = make_qmatrix(parts, self.exact, self.dtype, self.slot_orders)
+        if self.device.type != "cpu":  # exact (dense) on accelerators: see Model.load
+            m.dense = m.dense.to(self.device)
         self.n_bytes_resident += m.nbytes
         return m
 

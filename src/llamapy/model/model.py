@@ -27,10 +27,13 @@ class Model:
         self.device = loader.device
 
     @classmethod
-    def load(cls, name_or_path: str | Path | None = None, device: str = "cpu", exact: bool = False) -> "Model":
+    def load(cls, name_or_path: str | Path | None = None, device: str = "auto", exact: bool = False) -> "Model":
         """Load a registered model name (pulled on first use) or a path to a .gguf file.
         exact=True dequantizes every weight to float32 (slow, for reference comparisons);
-        otherwise weights stay quantized where a kernel exists (see model/qmatrix.py)."""
+        otherwise weights stay quantized where a kernel exists (see model/qmatrix.py).  The
+        quantized kernels are PyTorch's CPU ones: on CUDA weights are dense float32.
+        device "auto": CUDA when available, else the CPU."""
+        device = resolve_device(device)
         from ..registry import resolve_model
         from ..tokenizer import Tokenizer
 
@@ -42,7 +45,7 @@ class Model:
         hp = hparams_from_gguf(f)
         log.info(f"loaded meta data with {len(f.reader.fields)} key-value pairs and {len(f.tensors)} tensors from {path}")
         _log_hparams(hp)
-        loader = WeightLoader(f, torch.device(device), exact=exact)
+        loader = WeightLoader(f, torch.device(device), exact=exact or torch.device(device).type != "cpu")
         net = net_cls(hp, loader)
         tok = Tokenizer.from_gguf(f.reader)
         logger("load_tensors").info(f"CPU model buffer size = {loader.n_bytes_resident / MiB:10.2f} MiB (file: {loader.n_bytes_file / MiB:.2f} MiB)")
@@ -59,6 +62,15 @@ class Model:
 
     def detokenize(self, ids: list[int], remove_special: bool = False, unparse_special: bool = False) -> str:
         return self.tokenizer.detokenize(ids, remove_special=remove_special, unparse_special=unparse_special)
+
+
+def resolve_device(device: str) -> str:
+    """"auto" -> "cuda" when torch sees a GPU, else "cpu"; anything else as given."""
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise ValueError(f"--device {device}: no CUDA device is available (use --device cpu)")
+    return device
 
 
 def _log_hparams(hp: HParams) -> None:

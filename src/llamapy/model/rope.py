@@ -22,7 +22,7 @@ class RopeParams:
 
 def rope_cos_sin(pos: torch.Tensor, p: RopeParams) -> tuple[torch.Tensor, torch.Tensor]:
     """pos: [n] int (positions, or position deltas for a K-shift) -> cos, sin: [n, 1, n_rot/2]."""
-    inv = p.freq_base ** (-torch.arange(0, p.n_rot, 2, dtype=torch.float64) / p.n_rot)  # [n_rot/2]
+    inv = p.freq_base ** (-torch.arange(0, p.n_rot, 2, dtype=torch.float64, device=pos.device) / p.n_rot)  # [n_rot/2]
     theta = (pos.to(torch.float64)[:, None] * p.freq_scale) * inv[None, :]  # [n, n_rot/2]
     return theta.cos().float()[:, None, :], theta.sin().float()[:, None, :]
 
