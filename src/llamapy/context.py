@@ -56,10 +56,14 @@ class Context:
         """n_ctx 0: the trained context, reduced (logged) to fit the memory budget, never below
         4096; an explicit -c is checked against the budget, never changed."""
         from .memory.estimate import model_info
-        from .memory.fit import fit_ctx
+        from .memory.fit import default_budget, fit_ctx
 
-        budget = int(self.params.mem_budget_mib * MiB) if self.params.mem_budget_mib > 0 else None
-        r = fit_ctx(model_info(self.model), replace(self.params, device=str(self.model.device)), budget)
+        device = str(self.model.device)
+        if self.params.mem_budget_mib > 0:
+            budget = int(self.params.mem_budget_mib * MiB)
+        else:  # the weights are loaded already: free memory no longer includes them
+            budget = default_budget(device) + self.model.n_bytes_resident
+        r = fit_ctx(model_info(self.model), replace(self.params, device=device), budget)
         return r.n_ctx if self.params.n_ctx == 0 else None
 
     # --- decode -------------------------------------------------------------------------------
