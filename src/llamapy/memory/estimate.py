@@ -15,6 +15,8 @@ from pathlib import Path
 from ..cparams import CParams, pad, resolve_cparams
 from ..model.hparams import HParams
 from ..params import ContextParams
+from ..model.layers import FLASH_SCORE_BYTES
+from ..model.qmatrix import DENSE_ROWS
 from .kv_types import KVType
 
 MiB = 1024 * 1024
@@ -74,10 +76,11 @@ class ComputeTerm:
     name: str
     shape: tuple[int, ...]
     phase: str
+    itemsize: int = F32
 
     @property
     def bytes(self) -> int:
-        n = F32
+        n = self.itemsize
         for x in self.shape:
             n *= x
         return n
@@ -179,17 +182,32 @@ def compute_terms(hp: HParams, c: CParams, caches: tuple[CacheEstimate, ...], n_
         ComputeTerm("Vcur", (n_t, wv), "attention"),
         ComputeTerm("Qcur (rope)", (n_t, hp.n_head * dk), "attention"),
         ComputeTerm("Kcur (rope)", (n_t, wk), "attention"),
+        # rope halves/stacks, the Q|K|V split, head transposes and SDPA's blocked output
+        ComputeTerm("rope/split/transpose copies", (6, n_t, hp.n_head * dk), "attention"),
     ]
     # KVCache.view(): the first n_kv cells decoded to f32 (an f32 cache is read in place)
     if c.type_k != "f32":
         terms.append(ComputeTerm("k cache view (f32)", (n_kv, wk), "attention"))
     if c.type_v != "f32":
         terms.append(ComputeTerm("v cache view (f32)", (n_kv, wv), "attention"))
-    if hp.n_head_kv != hp.n_head:  # GQA broadcast: K/V heads repeated to n_head
+    if hp.n_head_kv != hp.n_head and not flash_attn_enabled(c):  # -fa off: K/V heads repeated to n_head
         terms += [ComputeTerm("k (gqa repeat)", (hp.n_head, n_kv, dk), "attention"),
                   ComputeTerm("v (gqa repeat)", (hp.n_head, n_kv, dv), "attention")]
-    if not flash_attn_enabled(c):
-        terms.append(ComputeTerm("kq (no flash attn)", (hp.n_head, n_t, n_kv), "attention"))
+    if not flash_attn_enabled(c):  # KQ and its softmax, whole
+        terms += [ComputeTerm("kq (no flash attn)", (hp.n_head, n_t, n_kv), "attention"),
+                  ComputeTerm("kq softmax", (hp.n_head, n_t, n_kv), "attention")]
+    else:  # layers.attention: SDPA over query blocks of at most FLASH_SCORE_BYTES of scores
+        rows = min(n_t, max(1, FLASH_SCORE_BYTES // (F32 * hp.n_head * n_kv)))
+        terms += [ComputeTerm("kq block (flash)", (hp.n_head, rows, n_kv), "attention"),
+                  ComputeTerm("kq block + mask", (hp.n_head, rows, n_kv), "attention"),
+                  ComputeTerm("kq block softmax", (hp.n_head, rows, n_kv), "attention"),
+                  ComputeTerm("mask block (per head group)", (hp.n_gqa, rows, n_kv), "attention")]
+    if n_t >= DENSE_ROWS:  # qmatrix: big ubatches dequantize one matrix at a time to f32
+        qkv = (hp.n_head * dk + wk + wv) * hp.n_embd
+        terms += [ComputeTerm("weights dequant (f32)", (max(qkv, hp.n_head * dv * hp.n_embd),), "attention"),
+                  ComputeTerm("weights unpack (u8 x2)", (2 * max(qkv, hp.n_head * dv * hp.n_embd),), "attention", 1),
+                  ComputeTerm("weights dequant (f32)", (2 * hp.n_ff * hp.n_embd,), "ffn"),
+                  ComputeTerm("weights unpack (u8 x2)", (4 * hp.n_ff * hp.n_embd,), "ffn", 1)]
     terms += [
         ComputeTerm("kqv_out", (n_t, hp.n_head * dv), "attention"),
         ComputeTerm("ffn_norm", (n_t, hp.n_embd), "ffn"),

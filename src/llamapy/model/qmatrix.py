@@ -146,9 +146,9 @@ class QMatrix:
             nib = torch.stack((self.packed & 15, self.packed >> 4), -1).reshape(-1)
             q = torch.empty(self.n_out * self.n_in, dtype=torch.uint8)
             q[self.slot_order] = nib
-        q = q.reshape(self.n_out, -1, 32).to(dtype) - 8  # [n_out, n_in/32, 32]
+        w = q.reshape(self.n_out, -1, 32).to(dtype).sub_(8)  # [n_out, n_in/32, 32], one buffer, in place
         s = (self.scales[0].float() + self.scales[1].float()).to(dtype).permute(1, 0, 2)  # [n_out, n_in/32, 2]
-        return (q * s[..., :1] + s[..., 1:]).reshape(self.n_out, self.n_in)
+        return w.mul_(s[..., :1]).add_(s[..., 1:]).reshape(self.n_out, self.n_in)
 
 
 def _kind(qtype: T, n_in: int, exact: bool) -> str:
