@@ -59,3 +59,10 @@ class WeightLoader:
         self.n_bytes_resident += t.numel() * t.element_size()
         self.loaded.add(name)
         return t
+
+    def embeddings(self) -> tuple[QMatrix, torch.Tensor, QMatrix]:
+        """token_embd [n_vocab, n_embd], output_norm [n_embd], and the output matrix: its own
+        `output.weight`, or token_embd itself when the model ties them."""
+        tok_embd = self.matrix("token_embd.weight")
+        output = self.matrix("output.weight") if self.has("output.weight") else tok_embd
+        return tok_embd, self.get("output_norm.weight"), output

@@ -34,9 +34,7 @@ class LlamaModel:
 
     def __init__(self, hp: HParams, w: WeightLoader) -> None:
         self.hp = hp
-        self.tok_embd = w.matrix("token_embd.weight")  # [n_vocab, n_embd]
-        self.output_norm = w.get("output_norm.weight")
-        self.output = w.matrix("output.weight") if w.has("output.weight") else self.tok_embd  # tied
+        self.tok_embd, self.output_norm, self.output = w.embeddings()  # output is tok_embd when tied
         self.layers = [self._load_layer(w, il) for il in range(hp.n_layer)]
         self.rope = RopeParams(hp.n_rot, hp.rope_freq_base, hp.rope_freq_scale, self.rope_type)
 
