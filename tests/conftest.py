@@ -46,3 +46,14 @@ def tiny(tiny_path):
     from llamapy.model.model import Model
 
     return Model.load(tiny_path)
+
+
+@pytest.fixture
+def one_thread():
+    """Tiny matrices: one torch thread avoids thread-pool stalls on a shared 2-core machine."""
+    import torch
+
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)

@@ -23,13 +23,7 @@ MAX_ABS_270M = 0.1  # logits are O(20); measured 0.038 (fp32 both sides, op orde
 MAX_ABS_TINY = 1e-4  # measured 1e-5
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """Tiny matrices: one torch thread avoids thread-pool stalls on a shared 2-core machine."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def _decode_all(model: llamapy.Model, ids: list[int], **params) -> torch.Tensor:

@@ -20,13 +20,7 @@ from llamapy.model.hparams import hparams_from_gguf
 ATOL = 2e-4  # same model, same f32/f16 data: only the order of the cells differs
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """Tiny matrices: one torch thread avoids thread-pool stalls on a shared 2-core machine."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")
