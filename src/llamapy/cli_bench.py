@@ -66,8 +66,14 @@ def add_parser(sub, common) -> None:
 
     p = sub.add_parser("perplexity", help="llama-perplexity: PPL over the second half of each n_ctx chunk")
     common._add_model(p), common._add_context(p)
-    p.add_argument("-f", "--file", required=True, help="text file to score")
+    p.add_argument("-f", "--file", default=None, help="text file to score (with --kl-divergence: the base file's tokens)")
     p.add_argument("--chunks", type=int, default=-1, help="max chunks (-1: all)")
+    p.add_argument("--kl-divergence-base", default=None, metavar="FILE",
+                   help="save the log-probabilities of every scored token to FILE (llama.cpp's format); "
+                        "with --kl-divergence: read them from FILE")
+    p.add_argument("--kl-divergence", action="store_true",
+                   help="score the tokens of --kl-divergence-base FILE and compare with it: KL divergence, same top p, Δp")
+    p.add_argument("--exact", action="store_true", help="dequantize all weights to float32: the reference")
     p.add_argument("-v", "--verbose", action="store_true")
     p.set_defaults(fn=cmd_perplexity, ctx_size=512)
 
@@ -138,14 +144,23 @@ def cmd_batched_bench(a: argparse.Namespace) -> int:
 
 
 def cmd_perplexity(a: argparse.Namespace) -> int:
+    """llama-perplexity's main(): perplexity(), or kl_divergence() with --kl-divergence."""
     import time
 
+    from .bench import kld
     from .bench.perplexity import make_context, perplexity
     from .model.model import Model
 
     _quiet_logs(a.verbose)
+    if a.kl_divergence and not a.kl_divergence_base:
+        raise ValueError("--kl-divergence needs --kl-divergence-base FILE: the log-probabilities of the base model "
+                         "(written by a run with --kl-divergence-base FILE alone)")
+    if not a.kl_divergence and not a.file:
+        raise ValueError("perplexity needs -f FILE, the text to score (or --kl-divergence with --kl-divergence-base FILE)")
+    model = Model.load(a.model, device=a.device, exact=a.exact)
+    if a.kl_divergence:
+        return _kl_divergence(a, model)
     text = Path(a.file).read_text(encoding="utf-8", errors="replace")
-    model = Model.load(a.model, device=a.device)
     n_ctx = a.ctx_size
     ctx = make_context(model, n_ctx, a.batch_size, a.ubatch_size, type_k=a.cache_type_k, type_v=a.cache_type_v,
                        flash_attn=a.flash_attn, n_threads=a.threads, device=a.device)
@@ -156,7 +171,50 @@ def cmd_perplexity(a: argparse.Namespace) -> int:
     n_chunk = len(tokens) // n_ctx if a.chunks < 0 else min(a.chunks, len(tokens) // n_ctx)
     print(f"perplexity: calculating perplexity over {n_chunk} chunks, n_ctx={n_ctx}, batch_size={ctx.cparams.n_batch}, "
           f"n_seq={n_seq}", file=sys.stderr)
-    res = perplexity(ctx, tokens, n_ctx, a.chunks, on_chunk=lambda i, p: print(f"[{i}]{p:.4f},", end="", flush=True))
+    writer = None
+    if a.kl_divergence_base and len(tokens) >= 2 * n_ctx:
+        writer = kld.BaseWriter.create(a.kl_divergence_base, n_ctx, model.n_vocab, tokens, n_chunk)
+        print(f"perplexity: saving all logits to {a.kl_divergence_base}", file=sys.stderr)
+    try:
+        res = perplexity(ctx, tokens, n_ctx, a.chunks, on_chunk=lambda i, p: print(f"[{i}]{p:.4f},", end="", flush=True),
+                         on_logits=writer)
+    finally:
+        if writer is not None:
+            writer.close()
     print()
     print(f"Final estimate: PPL = {res.ppl:.4f} +/- {res.ppl_err:.5f}")
+    return 0
+
+
+def _kl_divergence(a: argparse.Namespace, model) -> int:
+    """llama-perplexity's kl_divergence(): the tokens and n_ctx come from the base file (-c only
+    has to be at least its n_ctx); -f, when given, must tokenize to the same tokens; --chunks is
+    ignored, as llama.cpp ignores it here (it applies when writing the base file)."""
+    from .bench import kld
+    from .bench.perplexity import make_context, perplexity
+
+    with kld.BaseFile.open(a.kl_divergence_base, model.n_vocab) as base:
+        if base.n_ctx > a.ctx_size:
+            raise ValueError(f"{base.path} has been computed with n_ctx {base.n_ctx}, while the current context is "
+                             f"{a.ctx_size}. Increase it with -c and retry")
+        if base.n_chunk < 1:
+            raise ValueError(f"{base.path} holds no chunks")
+        if a.file:
+            text = Path(a.file).read_text(encoding="utf-8", errors="replace")
+            base.check_tokens(model.tokenize(text, add_special=True, parse_special=False))
+        ctx = make_context(model, base.n_ctx, a.batch_size, a.ubatch_size, type_k=a.cache_type_k, type_v=a.cache_type_v,
+                           flash_attn=a.flash_attn, n_threads=a.threads, device=a.device)
+        print(f"kl_divergence: computing over {base.n_chunk} chunks, n_ctx={base.n_ctx}, "
+              f"batch_size={ctx.cparams.n_batch}, n_seq={ctx.cparams.n_seq_max}", file=sys.stderr)
+        run = kld.KldRun(base)
+        print()
+        print(kld.CHUNK_HEADER)
+        # perplexity() wants 2*n_ctx tokens (llama.cpp's perplexity() limit), kl_divergence() has
+        # no such limit: a one-chunk file gets a chunk of padding that n_chunks leaves unscored
+        tokens = base.tokens + [0] * max(0, 2 * base.n_ctx - len(base.tokens))
+        perplexity(ctx, tokens, base.n_ctx, base.n_chunk, on_chunk=lambda i, p: print(run.stats.chunk_line(i), flush=True),
+                   on_logits=run)
+    print()
+    for line in run.stats.summary_lines():
+        print(line)
     return 0

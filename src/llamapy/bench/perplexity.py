@@ -51,10 +51,13 @@ def nll_terms(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
 
 
 def perplexity(ctx: Context, tokens: list[int], n_ctx: int, n_chunks: int = -1,
-               on_chunk: Callable[[int, float], None] | None = None) -> PerplexityResult:
+               on_chunk: Callable[[int, float], None] | None = None,
+               on_logits: Callable[[torch.Tensor, torch.Tensor], None] | None = None) -> PerplexityResult:
     """Score `tokens` (already tokenized with BOS handling) in chunks of n_ctx.  The context
     must come from make_context(model, n_ctx, n_batch).  Raises ValueError when the text has
-    fewer than 2*n_ctx tokens (llama.cpp's limit)."""
+    fewer than 2*n_ctx tokens (llama.cpp's limit).  on_logits(logits, targets), when given, sees
+    every chunk's scored rows in chunk order, before on_chunk: logits [n_ctx-1-n_ctx/2, n_vocab]
+    float32 and the ids they predict [n_ctx-1-n_ctx/2] (the KL-divergence mode, bench/kld.py)."""
     tok = ctx.model.tokenizer
     add_bos = bool(tok.add_bos and tok.bos is not None)
     if len(tokens) < 2 * n_ctx:
@@ -95,6 +98,8 @@ def perplexity(ctx: Context, tokens: list[int], n_ctx: int, n_chunks: int = -1,
             lg = torch.cat(rows[seq])[: n_ctx - 1 - first]  # [n_ctx-1-first, n_vocab]
             s0 = start + seq * n_ctx + first
             targets = torch.tensor(tokens[s0 + 1:s0 + n_ctx - first], dtype=torch.long)
+            if on_logits is not None:
+                on_logits(lg, targets)
             v = nll_terms(lg, targets)
             res.nll += float(v.sum())
             res.nll2 += float((v * v).sum())
