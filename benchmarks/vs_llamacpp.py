@@ -11,6 +11,11 @@ prints one table of ratios against the issue's targets:
     perplexity           llamapy / llama.cpp   target within 1%
     weights resident     llamapy / GGUF size   target <= 1.1
 
+and an accuracy row pair (skip with --skip-kld): llamapy with --exact weights (all dequantized to
+float32: the reference) writes a --kl-divergence-base file, then llama.cpp's llama-perplexity
+--kl-divergence and llamapy's default mode each score against it: "same top-1" (how often the
+most likely token is the reference's) and "mean KLD" (KL(reference || model) per token).
+
     .venv/bin/python benchmarks/vs_llamacpp.py -m smollm2-135m -t 2
     .venv/bin/python benchmarks/vs_llamacpp.py --quick          # small sizes, minutes not tens
 Not a test: it takes minutes and its numbers depend on the machine.
@@ -40,7 +45,7 @@ class Row:
     cpp: float | None
     py: float | None
     target: str
-    kind: str = "speed"  # speed: ratio py/cpp; ppl: relative difference; mem: py / file
+    kind: str = "speed"  # speed: ratio py/cpp; ppl: relative difference; mem: py / file; top: fraction, difference; kld
 
 
 def _run(cmd: list[str], timeout: int) -> str:
@@ -81,12 +86,55 @@ def cpp_perplexity(bin_dir: Path, model: Path, text_file: Path, a) -> float:
     raise RuntimeError("llama-perplexity printed no final estimate")
 
 
+def cpp_kld(bin_dir: Path, model: Path, base: Path, a) -> dict[str, float]:
+    """llama-perplexity --kl-divergence against llamapy's f32 base file: its "Same top p" and
+    "Mean    KLD" lines."""
+    out = _run([str(bin_dir / "llama-perplexity"), "-m", str(model), "--kl-divergence-base", str(base), "--kl-divergence",
+                "-c", str(a.ppl_ctx), "-t", str(a.threads)], a.timeout)
+    res: dict[str, float] = {}
+    for ln in out.splitlines():
+        if ln.startswith("Same top p:"):
+            res["same_top"] = float(ln.split(":")[1].split()[0]) / 100
+        elif ln.startswith("Mean    KLD:"):
+            res["kld"] = float(ln.split(":")[1].split()[0])
+    if len(res) != 2:
+        raise RuntimeError("llama-perplexity --kl-divergence printed no 'Same top p' / 'Mean    KLD' line")
+    return res
+
+
 # --- llamapy ------------------------------------------------------------------------------------
-def py_all(model_path: Path, text_file: Path, a) -> dict[str, float]:
+def py_kld_base(model_path: Path, text_file: Path, a, base: Path) -> float:
+    """The f32 reference: llamapy with every weight dequantized to float32 writes the
+    --kl-divergence-base file for text_file at -c ppl_ctx.  Returns its perplexity."""
+    import gc
+
+    import torch
+
+    from llamapy.bench import kld
+    from llamapy.bench import perplexity as ppl
+    from llamapy.model.model import Model
+
+    logging.getLogger("llamapy").setLevel(logging.ERROR)
+    torch.set_num_threads(a.threads)
+    t0 = time.perf_counter()
+    model = Model.load(model_path, exact=True)
+    tokens = model.tokenize(text_file.read_text(encoding="utf-8"), add_special=True)
+    n_chunk = len(tokens) // a.ppl_ctx
+    with kld.BaseWriter.create(base, a.ppl_ctx, model.n_vocab, tokens, n_chunk) as w:
+        r = ppl.perplexity(ppl.make_context(model, a.ppl_ctx, 2048, 512, n_threads=a.threads), tokens, a.ppl_ctx, on_logits=w)
+    print(f"  llamapy --exact base: PPL = {r.ppl:.4f} over {r.n_chunk} chunks -> {base} ({time.perf_counter() - t0:.1f} s)",
+          file=sys.stderr, flush=True)
+    del model, w
+    gc.collect()
+    return r.ppl
+
+
+def py_all(model_path: Path, text_file: Path, a, kld_base: Path | None = None) -> dict[str, float]:
     import torch
 
     from llamapy import Context, ContextParams
     from llamapy.bench import batched_bench as bb
+    from llamapy.bench import kld
     from llamapy.bench import llama_bench as lb
     from llamapy.bench import perplexity as ppl
     from llamapy.model.model import Model
@@ -111,12 +159,22 @@ def py_all(model_path: Path, text_file: Path, a) -> dict[str, float]:
         res["batched"] = rows[-1].speed_tg
         print("  llamapy batched: " + bb.md_row(rows[-1]), file=sys.stderr, flush=True)
         del ctx
-    if not a.skip_ppl:
+    if not a.skip_ppl or kld_base is not None:  # one run does both: the base file holds this text's tokens
         ctx = ppl.make_context(model, a.ppl_ctx, 2048, 512, n_threads=a.threads)
         tokens = model.tokenize(text_file.read_text(encoding="utf-8"), add_special=True)
-        r = ppl.perplexity(ctx, tokens, a.ppl_ctx)
-        res["ppl"] = r.ppl
-        print(f"  llamapy PPL = {r.ppl:.4f} +/- {r.ppl_err:.5f} over {r.n_chunk} chunks", file=sys.stderr, flush=True)
+        run = kld.KldRun(kld.BaseFile.open(kld_base, model.n_vocab)) if kld_base is not None else None
+        try:
+            r = ppl.perplexity(ctx, tokens, a.ppl_ctx, on_logits=run)
+        finally:
+            if run is not None:
+                run.base.close()
+        if not a.skip_ppl:
+            res["ppl"] = r.ppl
+            print(f"  llamapy PPL = {r.ppl:.4f} +/- {r.ppl_err:.5f} over {r.n_chunk} chunks", file=sys.stderr, flush=True)
+        if run is not None:
+            res["same_top"], res["kld"] = run.stats.same_top, run.stats.mean_kld
+            print(f"  llamapy vs f32 reference: same top p {100 * run.stats.same_top:.3f} %, mean KLD {run.stats.mean_kld:.6f}",
+                  file=sys.stderr, flush=True)
     return res
 
 
@@ -125,18 +183,29 @@ def _fmt(v: float | None, kind: str) -> str:
         return "-"
     if kind == "mem":
         return f"{v / 2**20:.1f} MiB"
+    if kind == "top":
+        return f"{100 * v:.3f}%"
+    if kind == "kld":
+        return f"{v:.6f}"
     return f"{v:.4f}" if kind == "ppl" else f"{v:.2f}"
 
 
+def _ratio(r: Row) -> str:
+    if r.cpp is None or r.py is None:
+        return "-"
+    if r.kind == "top":
+        return f"{(r.py - r.cpp) * 100:+.2f} pt"
+    if not r.cpp or (r.kind == "kld" and (r.cpp <= 0 or r.py <= 0)):
+        return "-"
+    return f"{(r.py / r.cpp - 1) * 100:+.2f}%" if r.kind == "ppl" else f"{r.py / r.cpp:.2f}x"
+
+
 def print_table(rows: list[Row]) -> None:
-    print(f"| {'metric':<24} | {'llama.cpp':>12} | {'llamapy':>12} | {'ratio':>9} | {'target':<14} |")
-    print(f"| {'-' * 24} | {'-' * 11}: | {'-' * 11}: | {'-' * 8}: | {'-' * 14} |")
+    w = max(24, *(len(r.metric) for r in rows))
+    print(f"| {'metric':<{w}} | {'llama.cpp':>12} | {'llamapy':>12} | {'ratio':>9} | {'target':<14} |")
+    print(f"| {'-' * w} | {'-' * 11}: | {'-' * 11}: | {'-' * 8}: | {'-' * 14} |")
     for r in rows:
-        if r.cpp and r.py is not None:
-            ratio = f"{(r.py / r.cpp - 1) * 100:+.2f}%" if r.kind == "ppl" else f"{r.py / r.cpp:.2f}x"
-        else:
-            ratio = "-"
-        print(f"| {r.metric:<24} | {_fmt(r.cpp, r.kind):>12} | {_fmt(r.py, r.kind):>12} | {ratio:>9} | {r.target:<14} |")
+        print(f"| {r.metric:<{w}} | {_fmt(r.cpp, r.kind):>12} | {_fmt(r.py, r.kind):>12} | {_ratio(r):>9} | {r.target:<14} |")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -155,6 +224,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="-p 128 -n 32 -npp 32 -ntg 32 -r 1")
     ap.add_argument("--skip-batched", action="store_true")
     ap.add_argument("--skip-ppl", action="store_true")
+    ap.add_argument("--skip-kld", action="store_true", help="no accuracy rows (same top-1 / mean KLD vs the f32 reference)")
     ap.add_argument("--skip-llamacpp", action="store_true", help="llamapy's numbers only")
     ap.add_argument("--timeout", type=int, default=3600, help="seconds per llama.cpp tool")
     ap.add_argument("--json", type=Path, default=None, help="also write the numbers here")
@@ -169,6 +239,11 @@ def main(argv: list[str] | None = None) -> int:
         tmp = Path(tempfile.mkdtemp(prefix="vs_llamacpp_")) / "prose.txt"
         tmp.write_text("".join(p.read_text(encoding="utf-8") for p in PROSE), encoding="utf-8")
         a.ppl_file = tmp
+    kld_base = None
+    py_ref: dict[str, float] = {}
+    if not a.skip_kld:  # llamapy --exact writes the reference both programs are scored against
+        kld_base = Path(tempfile.mkdtemp(prefix="vs_llamacpp_kld_")) / "f32-base.kld"
+        py_ref["ppl_f32"] = py_kld_base(model, a.ppl_file, a, kld_base)
     cpp: dict[str, float] = {}
     if not a.skip_llamacpp:
         if not (a.llamacpp_bin / "llama-bench").is_file():
@@ -178,13 +253,20 @@ def main(argv: list[str] | None = None) -> int:
             cpp["batched"] = cpp_batched(a.llamacpp_bin, model, a)
         if not a.skip_ppl:
             cpp["ppl"] = cpp_perplexity(a.llamacpp_bin, model, a.ppl_file, a)
-    py = py_all(model, a.ppl_file, a)
+        if kld_base is not None:
+            cpp.update(cpp_kld(a.llamacpp_bin, model, kld_base, a))
+    py = py_all(model, a.ppl_file, a, kld_base) | py_ref
+    if kld_base is not None:
+        kld_base.unlink()  # ~2 bytes per vocabulary entry per scored token
     file_size = model.stat().st_size
     rows = [Row(f"pp{a.pp} t/s", cpp.get("pp"), py.get("pp"), ">= 2x"),
             Row(f"tg{a.tg} t/s", cpp.get("tg"), py.get("tg"), ">= 1x"),
             Row(f"batched S_TG B={a.npl} t/s", cpp.get("batched"), py.get("batched"), ">= 2x"),
             Row(f"perplexity -c {a.ppl_ctx}", cpp.get("ppl"), py.get("ppl"), "within 1%", "ppl"),
             Row("weights resident", float(file_size), py.get("resident"), "<= 1.1x file", "mem")]
+    if not a.skip_kld:
+        rows += [Row("same top-1 vs f32 reference", cpp.get("same_top"), py.get("same_top"), ">= llama.cpp", "top"),
+                 Row("mean KLD vs f32 reference", cpp.get("kld"), py.get("kld"), "<= llama.cpp", "kld")]
     print(f"\nmodel: {model} ({file_size / 2**20:.1f} MiB), threads: {a.threads}\n")
     print_table(rows)
     if a.json:
