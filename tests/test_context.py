@@ -12,9 +12,11 @@ import torch
 import llamapy
 from llamapy import Batch, BatchError, Context, ContextParams, KVCacheFullError
 
-# fp32 forward; only GEMM blocking differs between batch shapes.  On CUDA (the tiny model
-# loads there when a GPU is present) cuBLAS/SDPA pick other algorithms per shape: 5e-3.
-TOL = 5e-3 if torch.cuda.is_available() else 1e-4
+# fp32 forward; only GEMM and attention blocking differ between batch shapes (a dense mask
+# over n_kv cells, or the visible cells gathered per sequence).  The tiny random model
+# amplifies rounding: scaling layer 0's attention output by (1 + 1e-6) moves its logits
+# (~30) by 5e-4.  A leak across sequences moves them by O(1).  5e-3 on CPU and CUDA alike.
+TOL = 5e-3
 
 
 def decode_seq(ctx: Context, tokens: list[int], seq: int, pos0: int = 0) -> torch.Tensor:

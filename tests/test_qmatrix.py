@@ -49,6 +49,13 @@ def test_paths_match_exact_product(qtype, rows, shape):
         assert (y - ref_k).abs().max().item() <= 2**-7 * ref_k.abs().max().item()
 
 
+@pytest.mark.parametrize("qtype", [T.Q4_1, T.Q8_0])
+def test_no_rows(qtype):  # a ubatch that asks for no logits
+    raw = _raw(np.ones((64, 64), dtype=np.float32), qtype)
+    m = make_qmatrix([(raw, qtype, (64, 64))], exact=False, dense_dtype=torch.float32, slot_orders={})
+    assert m(torch.zeros(0, 64)).shape == (0, 64)
+
+
 def test_q8_0_rows_and_embeddings_exact():
     rng = np.random.default_rng(3)
     for shape in [(192, 64), (96, 64)]:  # blocked layout, probed layout

@@ -196,28 +196,58 @@ class KVCache:
         self.apply_ubatch(sinfo, ub)
 
     # --- graph inputs ---------------------------------------------------------------------------
-    def kq_mask(self, ub: UBatch, stream: int, rows: np.ndarray, n_kv: int, swa: bool = False,
-                out: torch.Tensor | None = None) -> torch.Tensor:
-        """Additive mask [len(rows), n_kv] float32: 0 where the row's query may read the cell.
-        Written into `out` when given (a reused graph input buffer)."""
+    def kq_visible(self, ub: UBatch, stream: int, rows: np.ndarray, n_kv: int, swa: bool = False) -> np.ndarray:
+        """bool [len(rows), n_kv]: True where the row's query may read the cell (the mask rule)."""
         q_seq = np.array([ub.seq_id[r][0] for r in rows], dtype=np.int64)
         q_pos = np.array([ub.pos[r] for r in rows], dtype=np.int64)
-        visible = kq_mask_np(self.cells[stream], n_kv, q_seq, q_pos, self.n_swa, self.swa_type if swa else SwaType.NONE)
+        return kq_mask_np(self.cells[stream], n_kv, q_seq, q_pos, self.n_swa, self.swa_type if swa else SwaType.NONE)
+
+    def kq_mask(self, ub: UBatch, stream: int, rows: np.ndarray, n_kv: int, swa: bool = False,
+                out: torch.Tensor | None = None, visible: np.ndarray | None = None) -> torch.Tensor:
+        """Additive mask [len(rows), n_kv] float32: 0 where the row's query may read the cell.
+        Written into `out` when given (a reused graph input buffer)."""
+        if visible is None:
+            visible = self.kq_visible(ub, stream, rows, n_kv, swa)
         blocked = torch.from_numpy(~visible).to(self.device)
         m = torch.zeros(visible.shape, dtype=torch.float32, device=self.device) if out is None else out.zero_()
         return m.masked_fill_(blocked, float("-inf"))
 
-    def store(self, il: int, sinfo: SlotInfo, k: torch.Tensor, v: torch.Tensor) -> None:
-        """k: [n_tokens, n_embd_k_gqa], v: [n_tokens, n_embd_v_gqa] float32 -> the ubatch's cells."""
-        st = torch.as_tensor(sinfo.stream, device=self.device)
-        ix = torch.as_tensor(sinfo.idxs, device=self.device)
-        self.k[il][st, ix] = self.type_k.encode(k)
-        self.v[il][st, ix] = self.type_v.encode(v)
+    def store_plan(self, sinfo: SlotInfo) -> list[tuple[int, slice | torch.Tensor, slice | torch.Tensor]]:
+        """(stream, cells, ubatch rows) per stream the ubatch writes: slices when the cells are
+        one ascending run and the rows are consecutive (the common case: one copy per layer),
+        else index tensors.  Computed once per ubatch, used by store() in every layer."""
+        plan = []
+        for st, rows in sinfo.groups():
+            idx = sinfo.idxs[rows]
+            n = len(rows)
+            if n and idx[-1] - idx[0] == n - 1 and np.all(np.diff(idx) == 1) and rows[-1] - rows[0] == n - 1:
+                plan.append((st, slice(int(idx[0]), int(idx[0]) + n), slice(int(rows[0]), int(rows[0]) + n)))
+            else:
+                plan.append((st, torch.as_tensor(idx, device=self.device), torch.as_tensor(rows, device=self.device)))
+        return plan
+
+    def store(self, il: int, plan: list, k: torch.Tensor, v: torch.Tensor) -> None:
+        """k: [n_tokens, n_embd_k_gqa], v: [n_tokens, n_embd_v_gqa] float32 -> the ubatch's
+        cells, as store_plan() placed them."""
+        for st, cells, rows in plan:
+            kd, vd = self.k[il][st], self.v[il][st]
+            if isinstance(cells, slice):
+                kd[cells].copy_(self.type_k.encode(k[rows]) if self.type_k.is_block else k[rows])
+                vd[cells].copy_(self.type_v.encode(v[rows]) if self.type_v.is_block else v[rows])
+            else:
+                kd.index_copy_(0, cells, self.type_k.encode(k.index_select(0, rows)))
+                vd.index_copy_(0, cells, self.type_v.encode(v.index_select(0, rows)))
 
     def view(self, il: int, stream: int, n_kv: int) -> tuple[torch.Tensor, torch.Tensor]:
         """K, V of the first n_kv cells of a stream as float32: [n_kv, n_embd_{k,v}_gqa]."""
         k = self.type_k.decode(self.k[il][stream, :n_kv], self.hp.n_embd_k_gqa(il))
         v = self.type_v.decode(self.v[il][stream, :n_kv], self.hp.n_embd_v_gqa(il))
+        return k, v
+
+    def gather(self, il: int, stream: int, cells: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """K, V of the given cells of a stream as float32: [len(cells), n_embd_{k,v}_gqa]."""
+        k = self.type_k.decode(self.k[il][stream].index_select(0, cells), self.hp.n_embd_k_gqa(il))
+        v = self.type_v.decode(self.v[il][stream].index_select(0, cells), self.hp.n_embd_v_gqa(il))
         return k, v
 
     # --- K-shift after seq_add / seq_div ------------------------------------------------------------

@@ -1,13 +1,14 @@
 """The attention step of one layer, shared by every architecture: write the ubatch's K and V
-into its cells, then attend over the first n_kv cells of each stream it touches through the
-KQ mask (flash: fused SDPA; otherwise the KQ matrix is materialized, as llama.cpp's -fa off)."""
+into its cells, then attend per stream group (model/graph.py AttnGroup): over the first n_kv
+cells through the KQ mask, or over the gathered cells each sequence can see (the same mask,
+compressed).  Flash: fused SDPA; otherwise the KQ matrix is materialized, as llama.cpp's -fa off."""
 from __future__ import annotations
 
 import torch
 
 from ..memory.kv_cache import KVCache
 from .graph import UBatchInputs
-from .layers import attention
+from .layers import attention, attention_gathered
 
 
 def attend(inp: UBatchInputs, cache: KVCache, il: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
@@ -17,11 +18,20 @@ def attend(inp: UBatchInputs, cache: KVCache, il: int, q: torch.Tensor, k: torch
     hp = cache.hp
     n_tokens, n_head, d_k = q.shape
     d_v = hp.n_embd_head_v
-    cache.store(il, inp.sinfo[id(cache)], k.reshape(n_tokens, -1), v)
-    out = torch.empty(n_tokens, n_head * d_v, dtype=q.dtype, device=q.device)
-    for rows, st, n_kv, mask in inp.groups(cache, swa):
-        kc, vc = cache.view(il, st, n_kv)  # [n_kv, n_embd_k_gqa], [n_kv, n_embd_v_gqa]
-        out[rows] = attention(
-            q[rows], kc.view(n_kv, hp.n_head_kv, d_k), vc.view(n_kv, hp.n_head_kv, d_v), mask, scale, inp.flash_attn
-        )
+    cache.store(il, inp.store_plan(cache), k.reshape(n_tokens, -1), v)
+    groups = inp.groups(cache, swa)
+    out = None
+    for g in groups:
+        if g.mask is None:
+            kc, vc = cache.gather(il, g.stream, g.cells)  # [S * c_max, n_embd_{k,v}_gqa]
+            o = attention_gathered(q.index_select(0, g.q_index), kc, vc, g.bias, g.take, hp.n_head_kv, scale, inp.flash_attn)
+        else:
+            kc, vc = cache.view(il, g.stream, g.n_kv)  # [n_kv, n_embd_k_gqa], [n_kv, n_embd_v_gqa]
+            qr = q if len(groups) == 1 else q.index_select(0, g.rows)
+            o = attention(qr, kc.view(g.n_kv, hp.n_head_kv, d_k), vc.view(g.n_kv, hp.n_head_kv, d_v), g.mask, scale, inp.flash_attn)
+        if len(groups) == 1:
+            return o
+        if out is None:
+            out = torch.empty(n_tokens, n_head * d_v, dtype=q.dtype, device=q.device)
+        out[g.rows] = o
     return out

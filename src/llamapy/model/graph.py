@@ -13,9 +13,61 @@ from ..memory.kv_cache import KVCache, SlotInfo
 
 
 @dataclass(slots=True)
+class AttnGroup:
+    """How the rows of one ubatch that live in one stream of one cache attend.
+
+    Dense (mask set): over the first n_kv cells through the additive KQ mask [len(rows), n_kv].
+    Gathered (mask None): the mask compressed per sequence: the rows of each of S sequences
+    (padded to r_max) against just the cells some of them can see (padded to c_max), with
+    bias [S, r_max, c_max] (0 / -inf, the same mask rule) -- so 16 one-token sequences in a
+    4096-cell unified cache read 16 x ~256 cells, not 16 x 4096.  q_index [S * r_max] are
+    the ubatch rows of each padded slot (pads repeat a real row); take [n] selects the real
+    slots, in the order of `rows`."""
+
+    rows: torch.Tensor  # [n] long: ubatch rows in this stream
+    stream: int
+    n_kv: int
+    mask: torch.Tensor | None = None  # dense: [n, n_kv] float32
+    cells: torch.Tensor | None = None  # gathered: [S * c_max] long (pads: a visible cell)
+    q_index: torch.Tensor | None = None  # gathered: [S * r_max] long
+    take: torch.Tensor | None = None  # gathered: [n] long into the S * r_max slots
+    bias: torch.Tensor | None = None  # gathered: [S, r_max, c_max] float32
+
+
+GATHER_MAX_FRACTION = 0.5  # gather when the compressed mask has at most this share of the dense one
+
+
+def compact_mask(visible: np.ndarray, q_seq: np.ndarray, n_head: int, max_score_bytes: int) -> tuple | None:
+    """The gathered form of a mask (see AttnGroup), or None when it would not pay: when
+    S * r_max * c_max exceeds GATHER_MAX_FRACTION of n * n_kv, when the gathered K/V would be
+    larger than the dense view (S * c_max > n_kv), or when its scores would exceed
+    max_score_bytes.  visible: bool [n, n_kv]; q_seq: [n] each row's sequence.
+    Returns numpy (cells, q_index, take, bias)."""
+    n, n_kv = visible.shape
+    seqs, inv = np.unique(q_seq, return_inverse=True)
+    groups = [np.nonzero(inv == g)[0] for g in range(len(seqs))]
+    seen = [np.nonzero(visible[r].any(0))[0] for r in groups]
+    S, r_max, c_max = len(groups), max(len(r) for r in groups), max(len(c) for c in seen)
+    if (S * r_max * c_max > GATHER_MAX_FRACTION * n * n_kv or S * c_max > n_kv
+            or S * n_head * r_max * c_max * 4 > max_score_bytes or c_max == 0):
+        return None
+    cells = np.zeros((S, c_max), dtype=np.int64)
+    q_index = np.zeros((S, r_max), dtype=np.int64)
+    bias = np.full((S, r_max, c_max), -np.inf, dtype=np.float32)
+    take = np.zeros(n, dtype=np.int64)
+    for g, (r, c) in enumerate(zip(groups, seen)):
+        cells[g, : len(c)], cells[g, len(c):] = c, c[0]
+        q_index[g, : len(r)], q_index[g, len(r):] = r, r[0]
+        bias[g, : len(r), : len(c)] = np.where(visible[np.ix_(r, c)], 0.0, -np.inf)
+        bias[g, len(r):, 0] = 0.0  # pad rows see one cell: no all -inf row
+        take[r] = g * r_max + np.arange(len(r))
+    return cells.reshape(-1), q_index.reshape(-1), take, bias
+
+
+@dataclass(slots=True)
 class UBatchInputs:
     """inp_tokens [n_tokens], inp_pos [n_tokens], out_rows [n_outputs], and per KV cache the
-    slot info plus one mask per stream group (rows, n_kv, mask [len(rows), n_kv])."""
+    slot info, the store plan and one AttnGroup per stream the ubatch touches."""
 
     ubatch: UBatch
     tokens: torch.Tensor
@@ -24,18 +76,37 @@ class UBatchInputs:
     flash_attn: bool = True  # fused attention (-fa on/auto) or the explicit KQ matrix (-fa off)
     graphs: "GraphCache | None" = None
     sinfo: dict[int, SlotInfo] = field(default_factory=dict)  # id(cache) -> slot info
-    masks: dict[tuple[int, bool], list[tuple[torch.Tensor, int, int, torch.Tensor]]] = field(default_factory=dict)
+    plans: dict[int, list] = field(default_factory=dict)  # id(cache) -> KVCache.store_plan()
+    masks: dict[tuple[int, bool], list[AttnGroup]] = field(default_factory=dict)
+    rope: dict = field(default_factory=dict)  # per RopeParams: the ubatch's rotation tables
 
-    def groups(self, cache: KVCache, swa: bool = False) -> list[tuple[torch.Tensor, int, int, torch.Tensor]]:
-        """(rows, stream, n_kv, mask) for each stream this ubatch touches in `cache`; cached."""
+    def store_plan(self, cache: KVCache) -> list:
+        key = id(cache)
+        if key not in self.plans:
+            self.plans[key] = cache.store_plan(self.sinfo[key])
+        return self.plans[key]
+
+    def groups(self, cache: KVCache, swa: bool = False) -> list[AttnGroup]:
+        """One AttnGroup for each stream this ubatch touches in `cache`; built once per ubatch."""
         key = (id(cache), swa)
         if key not in self.masks:
+            from .layers import FLASH_SCORE_BYTES
+
             sinfo = self.sinfo[id(cache)]
             out = []
             for st, rows in sinfo.groups():
                 n_kv = cache.n_kv(st)
+                vis = cache.kq_visible(self.ubatch, st, rows, n_kv, swa)
+                q_seq = np.array([self.ubatch.seq_id[r][0] for r in rows], dtype=np.int64)
+                c = compact_mask(vis, q_seq, cache.hp.n_head, FLASH_SCORE_BYTES)
+                dev = cache.device
+                if c is not None:
+                    cells, q_index, take, bias = (torch.from_numpy(a).to(dev) for a in c)
+                    out.append(AttnGroup(torch.as_tensor(rows, device=dev), st, n_kv, None, cells, torch.as_tensor(rows, device=dev)[q_index], take, bias))
+                    continue
                 buf = None if self.graphs is None else self.graphs.buffer((id(cache), swa, st), (len(rows), n_kv))
-                out.append((torch.as_tensor(rows), st, n_kv, cache.kq_mask(self.ubatch, st, rows, n_kv, swa, out=buf)))
+                mask = cache.kq_mask(self.ubatch, st, rows, n_kv, swa, out=buf, visible=vis)
+                out.append(AttnGroup(torch.as_tensor(rows, device=dev), st, n_kv, mask))
             self.masks[key] = out
         return self.masks[key]
 

@@ -17,8 +17,7 @@ def linear(x: torch.Tensor, w: Linear) -> torch.Tensor:
 
 def rms_norm(x: torch.Tensor, w: torch.Tensor | None, eps: float) -> torch.Tensor:
     """x: [..., n] -> x / sqrt(mean(x^2) + eps) * w   (ggml_rms_norm then ggml_mul)."""
-    y = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
-    return y if w is None else y * w
+    return F.rms_norm(x, (x.shape[-1],), w, eps)
 
 
 FLASH_SCORE_BYTES = 4 * 1024 * 1024  # flash: query rows per SDPA call keep its scores under this
@@ -28,10 +27,9 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Ten
               flash: bool = True) -> torch.Tensor:
     """Grouped-query attention through an additive mask.
 
-    flash: SDPA over blocks of query rows, so at most FLASH_SCORE_BYTES of scores live at once
-    (PyTorch's CPU SDPA materializes them when given a mask), whatever n_ubatch and n_kv are;
-    the r = n_head / n_head_kv query heads that share a KV head ride as extra rows of one
-    SDPA head, so K and V are never repeated.  Otherwise (-fa off) KQ = q·kᵀ·scale + mask
+    flash: SDPA (PyTorch's fused CPU kernel: scores in small tiles, K/V heads shared by
+    enable_gqa, never repeated) over blocks of query rows of at most FLASH_SCORE_BYTES of
+    scores, whatever n_ubatch and n_kv are.  Otherwise (-fa off) KQ = q·kᵀ·scale + mask
     [n_head, n_tokens, n_kv] is materialized whole, softmaxed, and multiplied by v.
 
     q: [n_tokens, n_head, d_k]; k: [n_kv, n_head_kv, d_k]; v: [n_kv, n_head_kv, d_v];
@@ -42,22 +40,47 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Ten
     r = n_head // n_head_kv
     kh = k.transpose(0, 1)  # [n_head_kv, n_kv, d_k]
     vh = v.transpose(0, 1)  # [n_head_kv, n_kv, d_v]
+    qh = q.transpose(0, 1)  # [n_head, n_tokens, d_k]
     if not flash:
-        qh = q.transpose(0, 1)  # [n_head, n_tokens, d_k]
         if r > 1:
             kh, vh = kh.repeat_interleave(r, dim=0), vh.repeat_interleave(r, dim=0)
         kq = torch.baddbmm(mask.expand(n_head, -1, -1), qh, kh.transpose(1, 2), alpha=scale)  # [n_head, n_tokens, n_kv]
         return torch.bmm(kq.softmax(-1), vh).transpose(0, 1).reshape(n_tokens, -1)
-    qg = q.view(n_tokens, n_head_kv, r, d_k).permute(1, 2, 0, 3)  # [n_head_kv, r, n_tokens, d_k]
     step = max(1, FLASH_SCORE_BYTES // (4 * n_head * n_kv))
-    out = torch.empty(n_tokens, n_head_kv, r, d_v, dtype=q.dtype, device=q.device)
+    if step >= n_tokens:
+        o = F.scaled_dot_product_attention(qh[None], kh[None], vh[None], attn_mask=mask, scale=scale, enable_gqa=r > 1)
+        return o[0].transpose(0, 1).reshape(n_tokens, n_head * d_v)  # [n_tokens, n_head * d_v]
+    out = torch.empty(n_tokens, n_head, d_v, dtype=q.dtype, device=q.device)
     for i in range(0, n_tokens, step):
-        m = mask[i : i + step]  # [rows, n_kv]
-        rows = m.shape[0]
-        qb = qg[:, :, i : i + step].reshape(n_head_kv, r * rows, d_k)
-        ob = F.scaled_dot_product_attention(qb, kh, vh, attn_mask=m.repeat(r, 1), scale=scale)  # [n_head_kv, r*rows, d_v]
-        out[i : i + rows] = ob.view(n_head_kv, r, rows, d_v).permute(2, 0, 1, 3)
+        ob = F.scaled_dot_product_attention(qh[None, :, i : i + step], kh[None], vh[None], attn_mask=mask[i : i + step],
+                                            scale=scale, enable_gqa=r > 1)  # [1, n_head, rows, d_v]
+        out[i : i + step] = ob[0].transpose(0, 1)
     return out.reshape(n_tokens, n_head * d_v)
+
+
+def attention_gathered(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor, take: torch.Tensor,
+                       n_head_kv: int, scale: float, flash: bool = True) -> torch.Tensor:
+    """Attention over gathered cells (model/graph.py AttnGroup): S sequences, each with r_max
+    query slots against its own c_max cells.
+
+    q: [S * r_max, n_head, d_k] (the padded slots' queries); k: [S * c_max, n_head_kv * d_k];
+    v: [S * c_max, n_head_kv * d_v]; bias: [S, r_max, c_max] (0 / -inf); take: [n] the real
+    slots.  Returns [n, n_head * d_v]."""
+    S, r_max, c_max = bias.shape
+    _, n_head, d_k = q.shape
+    d_v = v.shape[1] // n_head_kv
+    qh = q.view(S, r_max, n_head, d_k).transpose(1, 2)  # [S, n_head, r_max, d_k]
+    kh = k.view(S, c_max, n_head_kv, d_k).transpose(1, 2)  # [S, n_head_kv, c_max, d_k]
+    vh = v.view(S, c_max, n_head_kv, d_v).transpose(1, 2)  # [S, n_head_kv, c_max, d_v]
+    if flash:
+        o = F.scaled_dot_product_attention(qh, kh, vh, attn_mask=bias[:, None], scale=scale, enable_gqa=n_head > n_head_kv)
+    else:  # the (small) KQ of every sequence, materialized
+        r = n_head // n_head_kv
+        kh, vh = kh.repeat_interleave(r, dim=1), vh.repeat_interleave(r, dim=1)
+        kq = torch.matmul(qh, kh.transpose(2, 3)).mul_(scale).add_(bias[:, None])  # [S, n_head, r_max, c_max]
+        o = torch.matmul(kq.softmax(-1), vh)
+    o = o.transpose(1, 2).reshape(S * r_max, n_head * d_v)  # [S * r_max, n_head * d_v]
+    return o.index_select(0, take)
 
 
 def swiglu(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:

@@ -106,6 +106,8 @@ class QMatrix:
         """x: [n, n_in] float32 -> [n, n_out] float32."""
         if self.kind == "dense":
             return F.linear(x.to(self.dense.dtype), self.dense).float()
+        if x.shape[0] == 0:  # a ubatch with no output rows
+            return torch.zeros(0, self.n_out, dtype=torch.float32, device=x.device)
         if x.shape[0] >= DENSE_ROWS:
             return self._dense_rows(x)
         y = torch.ops.aten._weight_int4pack_mm_for_cpu(x.bfloat16(), self.packed, 32, self.scales)  # [n, n_rows]

@@ -58,23 +58,20 @@ class LlamaModel:
         rows flagged as outputs.  Writes the ubatch's K and V into its cells first."""
         hp = self.hp
         n_tokens = inp.tokens.shape[0]
-        d = hp.n_embd_head_k
+        d, eps = hp.n_embd_head_k, hp.f_norm_rms_eps
+        n_q, n_k = hp.n_head * d, hp.n_head_kv * d
         cos, sin = rope_cos_sin(inp.pos, self.rope)  # [n_tokens, 1, n_rot/2]
         x = self.tok_embd.get_rows(inp.tokens)  # [n_tokens, n_embd]
         scale = 1.0 / d**0.5
         for il, L in enumerate(self.layers):
-            h = rms_norm(x, L.attn_norm, hp.f_norm_rms_eps)
-            qkv = L.wqkv(h)  # [n_tokens, (n_head + 2 n_head_kv) * d]
-            q, k, v = qkv.split((hp.n_head * d, hp.n_head_kv * d, hp.n_head_kv * d), dim=1)
-            q = q.reshape(n_tokens, hp.n_head, d)  # [n_tokens, n_head, d]
-            k = k.reshape(n_tokens, hp.n_head_kv, d)  # [n_tokens, n_head_kv, d]
-            q = apply_rope(q, cos, sin, self.rope)
-            k = apply_rope(k, cos, sin, self.rope)
-            x = x + L.wo(attend(inp, kv, il, q, k, v, scale))
-            gate, up = L.ffn_gate_up(rms_norm(x, L.ffn_norm, hp.f_norm_rms_eps)).chunk(2, dim=1)  # [n_tokens, n_ff] each
+            qkv = L.wqkv(rms_norm(x, L.attn_norm, eps))  # [n_tokens, (n_head + 2 n_head_kv) * d]
+            # Q and K rotated together: [n_tokens, n_head + n_head_kv, d]
+            qk = apply_rope(qkv[:, : n_q + n_k].view(n_tokens, hp.n_head + hp.n_head_kv, d), cos, sin, self.rope)
+            x = x + L.wo(attend(inp, kv, il, qk[:, : hp.n_head], qk[:, hp.n_head :], qkv[:, n_q + n_k :], scale))
+            gate, up = L.ffn_gate_up(rms_norm(x, L.ffn_norm, eps)).chunk(2, dim=1)  # [n_tokens, n_ff] each
             x = x + L.ffn_down(swiglu(gate, up))
         x = x.index_select(0, inp.out_rows)  # [n_outputs, n_embd]
-        return self.output(rms_norm(x, self.output_norm, hp.f_norm_rms_eps))
+        return self.output(rms_norm(x, self.output_norm, eps))
 
     def rotate_k(self, il: int, k: torch.Tensor, delta: torch.Tensor) -> torch.Tensor:
         """K-shift: k [n, n_embd_k_gqa] rotated by delta [n] positions (RoPE composes)."""
