@@ -231,8 +231,9 @@ def test_mixed_ubatch_same_argmax_fast_kernels(smollm2):
     for s, ref in enumerate(alone):
         mixed = torch.stack([ctx.get_logits_ith(j) for j in range(b.n_tokens) if b.seq_id[j][0] == s])
         assert torch.equal(mixed.argmax(-1), ref.argmax(-1))
-        # the int4 kernel returns bf16: its outputs carry a relative 2^-9 rounding
-        torch.testing.assert_close(mixed.max(-1).values, ref.max(-1).values, atol=0, rtol=5e-3)
+        # bf16 activations, group scales and outputs (2^-9 each) in every one of the 121
+        # matmuls, rounded differently as the row count changes: measured up to 0.54%
+        torch.testing.assert_close(mixed.max(-1).values, ref.max(-1).values, atol=0, rtol=1e-2)
 
 
 def test_seq_cp_prefix_continues_like_recomputed(tiny):

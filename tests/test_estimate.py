@@ -177,7 +177,7 @@ def test_compute_kq_only_without_flash_attn_and_logits_only_for_outputs():
     assert {t.name: t for t in many.compute_terms}["result_output (logits)"].shape == (512, hp.n_vocab)
     # the compute buffer stops growing with -c above n_ubatch only through n_kv-sized terms
     small = est(hp, n_ctx=256, n_ubatch=512)
-    assert {t.name: t.shape for t in small.compute_terms}["Qcur"] == (256, 4096)
+    assert {t.name: t.shape for t in small.compute_terms}["wqkv output"] == (256, 4096 + 2 * 1024)
 
 
 # --- fitting ----------------------------------------------------------------------------------------

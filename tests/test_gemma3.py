@@ -19,7 +19,7 @@ from llamapy.model.archs.gemma3 import attention_scale
 from llamapy.model.hparams import hparams_from_gguf
 
 DATA = Path(__file__).parent / "data"
-MAX_ABS_270M = 0.1  # logits are O(20); measured 0.038 (fp32 both sides, op order only)
+MAX_ABS_270M = 0.5  # logits are O(20); 512-row ubatches run bf16 GEMMs: measured 0.36 (exact f32 weights: 0.038)
 MAX_ABS_TINY = 1e-4  # measured 1e-5
 
 

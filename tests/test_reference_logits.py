@@ -12,12 +12,14 @@ import llamapy
 
 DATA = Path(__file__).parent / "data"
 # Logits are O(10).  exact mode (fp32 weights and activations): differences come from op order
-# only.  Packed mode at 16-row ubatches runs PyTorch's int4 kernel, which rounds its outputs
-# to bf16 (relative 2^-9 per matmul, 120 matmuls deep), as llama.cpp's Q4 kernels round their
-# activations to 8 bits: the argmax flips at near-ties only.  Measured: exact 100% / 0.026,
-# packed 98.9% / < 1.5 on prose_en.txt; big ubatches (>= 32 rows) take the exact path.
-MAX_ABS = {True: 0.1, False: 1.5}
-MIN_TOP1 = {True: 0.99, False: 0.98}
+# only.  The default mode rounds activations, group scales and matmul outputs to bf16
+# (relative 2^-9 per matmul, 120 matmuls deep): 16-row ubatches through PyTorch's int4
+# kernel, 512-row ubatches through bf16 GEMMs; the vocabulary projection's top outputs are
+# exact.  llama.cpp's own Q4_1 kernels round activations to 8 bits (Q8_1): against the same
+# f32 reference its top-1 agreement is 96.0% (`llamapy perplexity --kl-divergence`, -c 128).
+# Measured here: exact 100% / 0.026; 16 rows 98.3% / 0.74; 512 rows 98.1% / 0.85.
+MAX_ABS = {"exact-f32": 0.1, "packed-16": 1.5, "packed-512": 1.5}
+MIN_TOP1 = {"exact-f32": 0.99, "packed-16": 0.975, "packed-512": 0.975}
 
 
 @pytest.fixture(scope="module")
@@ -34,12 +36,13 @@ def reference(smollm2, smollm2_path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("exact", [True, False], ids=["exact-f32", "packed-q4"])
-def test_llama_logits_match_transformers(reference, smollm2, smollm2_path, exact):
+@pytest.mark.parametrize("mode", ["exact-f32", "packed-16", "packed-512"])
+def test_llama_logits_match_transformers(reference, smollm2, smollm2_path, mode):
     ids, ref_logits = reference
+    exact = mode == "exact-f32"
     model = llamapy.Model.load(smollm2_path, exact=True) if exact else smollm2
-    # exact: 512-row ubatches; packed: 16-row ubatches, so the int4/int8 kernels do the work
-    ctx = llamapy.Context(model, llamapy.ContextParams(n_ctx=2048, n_ubatch=512 if exact else 16))
+    # packed-16: the int4 kernels do the work; 512-row ubatches: dense (bf16) GEMMs
+    ctx = llamapy.Context(model, llamapy.ContextParams(n_ctx=2048, n_ubatch=16 if mode == "packed-16" else 512))
     batch = llamapy.Batch()
     for i, t in enumerate(ids):
         batch.add(t, i, [0], logits=True)
@@ -48,6 +51,6 @@ def test_llama_logits_match_transformers(reference, smollm2, smollm2_path, exact
     assert ours.shape == ref_logits.shape
     agree = (ours.argmax(-1) == ref_logits.argmax(-1)).float().mean().item()
     max_abs = (ours - ref_logits).abs().max().item()
-    print(f"exact={exact}: top-1 agreement {agree:.4f} over {len(ids)} tokens, max |diff| {max_abs:.4f}")
-    assert agree >= MIN_TOP1[exact]
-    assert max_abs < MAX_ABS[exact]
+    print(f"{mode}: top-1 agreement {agree:.4f} over {len(ids)} tokens, max |diff| {max_abs:.4f}")
+    assert agree >= MIN_TOP1[mode]
+    assert max_abs < MAX_ABS[mode]

@@ -15,7 +15,6 @@ from pathlib import Path
 from ..cparams import CParams, pad, resolve_cparams
 from ..model.hparams import HParams
 from ..params import ContextParams
-from ..model.layers import FLASH_SCORE_BYTES
 from ..model.qmatrix import DENSE_ROWS
 from .kv_types import KVType
 
@@ -71,12 +70,15 @@ class CacheEstimate:
 @dataclass(frozen=True, slots=True)
 class ComputeTerm:
     """One intermediate of the forward pass: name, shape, float32 bytes, and the phase in which
-    it is alive ("persistent" terms live through the whole ubatch)."""
+    it is alive ("persistent" terms live through the whole ubatch).  Terms with a `call` live
+    only during that one call of their phase (a matmul's temporaries, the attention kernel's
+    inputs); terms come in forward order, so a call sees only the lasting terms before it."""
 
     name: str
     shape: tuple[int, ...]
     phase: str
     itemsize: int = F32
+    call: str = ""
 
     @property
     def bytes(self) -> int:
@@ -114,17 +116,30 @@ class MemoryEstimate:
     @property
     def compute(self) -> int:
         """Peak of the forward pass: persistent terms + the largest phase."""
-        phases: dict[str, int] = {}
-        for t in self.compute_terms:
-            phases[t.phase] = phases.get(t.phase, 0) + t.bytes
+        phases = self.compute_by_phase()
         persistent = phases.pop("persistent", 0)
         return persistent + max(phases.values(), default=0)
 
     def compute_by_phase(self) -> dict[str, int]:
-        out: dict[str, int] = {}
+        """Peak bytes of each phase, walking its terms in forward order: lasting terms
+        accumulate as they are created; a call adds its terms only while it runs."""
+        lasting: dict[str, int] = {}
+        peak: dict[str, int] = {}
+        calls: dict[tuple[str, str], int] = {}
         for t in self.compute_terms:
-            out[t.phase] = out.get(t.phase, 0) + t.bytes
-        return out
+            if t.call:
+                calls[(t.phase, t.call)] = calls.get((t.phase, t.call), 0) + t.bytes
+        seen: set[tuple[str, str]] = set()
+        for t in self.compute_terms:
+            now = lasting.get(t.phase, 0)
+            if t.call:
+                if (t.phase, t.call) not in seen:
+                    seen.add((t.phase, t.call))
+                    peak[t.phase] = max(peak.get(t.phase, 0), now + calls[(t.phase, t.call)])
+                continue
+            lasting[t.phase] = now + t.bytes
+            peak[t.phase] = max(peak.get(t.phase, 0), lasting[t.phase])
+        return peak
 
     @property
     def total(self) -> int:
@@ -162,62 +177,76 @@ def flash_attn_enabled(c: CParams) -> bool:
     return c.flash_attn != "off"
 
 
+def _matmul_terms(name: str, n_t: int, n_in: int, n_out: int, phase: str, input_name: str = "") -> list[ComputeTerm]:
+    """model/qmatrix.py QMatrix.__call__ on [n_t, n_in] -> float32 [n_t, n_out]: the float32
+    result (lasting), and during the call: the float32 input when it is a temporary
+    (input_name), its bf16 copy, and the largest of (from DENSE_ROWS rows on) the weights
+    dequantized to bf16 while their unpacked uint8 nibbles are alive, the weights with the
+    bf16 product, the bf16 product alone."""
+    w = n_out * n_in if n_t >= DENSE_ROWS else 0
+    out_b = n_t * n_out * 2
+    terms = [ComputeTerm(input_name, (n_t, n_in), phase, F32, name)] if input_name else []
+    terms += [ComputeTerm(f"{name} temporaries", (n_t * n_in * 2 + max(3 * w, 2 * w + out_b, out_b),), phase, 1, name),
+              ComputeTerm(f"{name} output", (n_t, n_out), phase)]
+    return terms
+
+
+def flash_tile_bytes(n_t: int, n_kv: int, n_threads: int) -> int:
+    """PyTorch's fused CPU attention works in tiles of q_split x kv_split scores per thread
+    (its q_split: 256 rows from 768 queries, 64 from 192, else 32; kv_split: 512 or n_kv),
+    with a score tile and its exponentials, each float32."""
+    q_split = 256 if n_t >= 768 else 64 if n_t >= 192 else 32
+    return n_threads * 2 * q_split * min(512, n_kv) * F32
+
+
 def compute_terms(hp: HParams, c: CParams, caches: tuple[CacheEstimate, ...], n_outputs: int) -> tuple[ComputeTerm, ...]:
     """Worst-case intermediates of one ubatch through model/archs/llama.py: n_tokens =
     min(n_ctx, n_ubatch) rows against a full stream (n_kv = the largest cache's cells).
     Flash attention off materializes KQ [n_head, n_tokens, n_kv]; the logits are reserved
     for n_outputs rows only, not for every row of the ubatch."""
+    import torch
+
     n_t = min(c.n_ctx, c.n_ubatch)
     n_kv = max(ch.cells for ch in caches)
     dk, dv = hp.n_embd_head_k, hp.n_embd_head_v
     wk, wv = hp.n_embd_k_gqa(), hp.n_embd_v_gqa()
+    n_qkv = hp.n_head * dk + wk + wv
     n_out = min(n_t, n_outputs)
     terms = [ComputeTerm("inp_embd (residual x)", (n_t, hp.n_embd), "persistent")]
     for ch in caches:  # one mask per cache, built once per ubatch (kept for every layer)
         terms.append(ComputeTerm(f"kq_mask{' (' + ch.name + ')' if ch.name else ''}", (n_t, ch.cells), "persistent"))
-    terms += [
-        ComputeTerm("attn_norm", (n_t, hp.n_embd), "attention"),
-        ComputeTerm("Qcur", (n_t, hp.n_head * dk), "attention"),
-        ComputeTerm("Kcur", (n_t, wk), "attention"),
-        ComputeTerm("Vcur", (n_t, wv), "attention"),
-        ComputeTerm("Qcur (rope)", (n_t, hp.n_head * dk), "attention"),
-        ComputeTerm("Kcur (rope)", (n_t, wk), "attention"),
-        # rope halves/stacks, the Q|K|V split, head transposes and SDPA's blocked output
-        ComputeTerm("rope/split/transpose copies", (6, n_t, hp.n_head * dk), "attention"),
-    ]
-    # KVCache.view(): the first n_kv cells decoded to f32 (an f32 cache is read in place)
+    terms += [*_matmul_terms("wqkv", n_t, hp.n_embd, n_qkv, "attention", "attn_norm"),
+              ComputeTerm("Qcur|Kcur (rope)", (n_t, hp.n_head * dk + wk), "attention"),
+              ComputeTerm("Kcur (contiguous)", (n_t, wk), "attention")]
+    # the attention call: KVCache.view() decodes the first n_kv cells to f32 (an f32 cache is
+    # read in place), then the fused kernel's score tiles, or (-fa off) the K/V heads repeated
+    # to n_head and the whole KQ with its softmax
+    att = []
     if c.type_k != "f32":
-        terms.append(ComputeTerm("k cache view (f32)", (n_kv, wk), "attention"))
+        att.append(ComputeTerm("k cache view (f32)", (n_kv, wk), "attention", F32, "attention"))
     if c.type_v != "f32":
-        terms.append(ComputeTerm("v cache view (f32)", (n_kv, wv), "attention"))
-    if hp.n_head_kv != hp.n_head and not flash_attn_enabled(c):  # -fa off: K/V heads repeated to n_head
-        terms += [ComputeTerm("k (gqa repeat)", (hp.n_head, n_kv, dk), "attention"),
-                  ComputeTerm("v (gqa repeat)", (hp.n_head, n_kv, dv), "attention")]
-    if not flash_attn_enabled(c):  # KQ and its softmax, whole
-        terms += [ComputeTerm("kq (no flash attn)", (hp.n_head, n_t, n_kv), "attention"),
-                  ComputeTerm("kq softmax", (hp.n_head, n_t, n_kv), "attention")]
-    else:  # layers.attention: SDPA over query blocks of at most FLASH_SCORE_BYTES of scores
-        rows = min(n_t, max(1, FLASH_SCORE_BYTES // (F32 * hp.n_head * n_kv)))
-        terms += [ComputeTerm("kq block (flash)", (hp.n_head, rows, n_kv), "attention"),
-                  ComputeTerm("kq block + mask", (hp.n_head, rows, n_kv), "attention"),
-                  ComputeTerm("kq block softmax", (hp.n_head, rows, n_kv), "attention"),
-                  ComputeTerm("mask block (per head group)", (hp.n_gqa, rows, n_kv), "attention")]
-    if n_t >= DENSE_ROWS:  # qmatrix: big ubatches dequantize one matrix at a time to f32
-        qkv = (hp.n_head * dk + wk + wv) * hp.n_embd
-        terms += [ComputeTerm("weights dequant (f32)", (max(qkv, hp.n_head * dv * hp.n_embd),), "attention"),
-                  ComputeTerm("weights unpack (u8 x2)", (2 * max(qkv, hp.n_head * dv * hp.n_embd),), "attention", 1),
-                  ComputeTerm("weights dequant (f32)", (2 * hp.n_ff * hp.n_embd,), "ffn"),
-                  ComputeTerm("weights unpack (u8 x2)", (4 * hp.n_ff * hp.n_embd,), "ffn", 1)]
-    terms += [
-        ComputeTerm("kqv_out", (n_t, hp.n_head * dv), "attention"),
-        ComputeTerm("ffn_norm", (n_t, hp.n_embd), "ffn"),
-        ComputeTerm("ffn_gate (act)", (n_t, hp.n_ff), "ffn"),
-        ComputeTerm("ffn_up", (n_t, hp.n_ff), "ffn"),
-        ComputeTerm("ffn_gate_par", (n_t, hp.n_ff), "ffn"),
-        ComputeTerm("ffn_out", (n_t, hp.n_embd), "ffn"),
-        ComputeTerm("result_norm", (n_out, hp.n_embd), "output"),
-        ComputeTerm("result_output (logits)", (n_out, hp.n_vocab), "output"),
-    ]
+        att.append(ComputeTerm("v cache view (f32)", (n_kv, wv), "attention", F32, "attention"))
+    if not flash_attn_enabled(c):
+        if hp.n_head_kv != hp.n_head:
+            att += [ComputeTerm("k (gqa repeat)", (hp.n_head, n_kv, dk), "attention", F32, "attention"),
+                    ComputeTerm("v (gqa repeat)", (hp.n_head, n_kv, dv), "attention", F32, "attention")]
+        att += [ComputeTerm("kq (no flash attn)", (hp.n_head, n_t, n_kv), "attention", F32, "attention"),
+                ComputeTerm("kq softmax", (hp.n_head, n_t, n_kv), "attention", F32, "attention"),
+                ComputeTerm("kqv (heads first)", (hp.n_head, n_t, dv), "attention", F32, "attention")]
+    else:
+        n_threads = torch.get_num_threads()  # the Context sets -t before it estimates
+        att.append(ComputeTerm("flash attn tiles", (flash_tile_bytes(n_t, n_kv, n_threads),), "attention", 1, "attention"))
+    terms += att
+    terms += [ComputeTerm("kqv_out", (n_t, hp.n_head * dv), "attention", F32, "attention"),
+              *_matmul_terms("wo", n_t, hp.n_head * dv, hp.n_embd, "attention", "kqv_out (heads merged)"),
+              ComputeTerm("x + attn_out", (n_t, hp.n_embd), "attention"),
+              *_matmul_terms("ffn_gate|up", n_t, hp.n_embd, 2 * hp.n_ff, "ffn", "ffn_norm"),
+              ComputeTerm("ffn_gate (act)", (n_t, hp.n_ff), "ffn"),
+              ComputeTerm("ffn_gate_par", (n_t, hp.n_ff), "ffn"),
+              *_matmul_terms("ffn_down", n_t, hp.n_ff, hp.n_embd, "ffn"),
+              ComputeTerm("x + ffn_out", (n_t, hp.n_embd), "ffn"),
+              ComputeTerm("result_norm", (n_out, hp.n_embd), "output"),
+              ComputeTerm("result_output (logits)", (n_out, hp.n_vocab), "output")]
     return tuple(terms)
 
 

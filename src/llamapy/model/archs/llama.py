@@ -57,21 +57,29 @@ class LlamaModel:
         """One ubatch through the network; returns logits [n_outputs, n_vocab] float32 for the
         rows flagged as outputs.  Writes the ubatch's K and V into its cells first."""
         hp = self.hp
-        n_tokens = inp.tokens.shape[0]
-        d, eps = hp.n_embd_head_k, hp.f_norm_rms_eps
-        n_q, n_k = hp.n_head * d, hp.n_head_kv * d
         cos, sin = rope_cos_sin(inp.pos, self.rope)  # [n_tokens, 1, n_rot/2]
         x = self.tok_embd.get_rows(inp.tokens)  # [n_tokens, n_embd]
-        scale = 1.0 / d**0.5
-        for il, L in enumerate(self.layers):
-            qkv = L.wqkv(rms_norm(x, L.attn_norm, eps))  # [n_tokens, (n_head + 2 n_head_kv) * d]
-            # Q and K rotated together: [n_tokens, n_head + n_head_kv, d]
-            qk = apply_rope(qkv[:, : n_q + n_k].view(n_tokens, hp.n_head + hp.n_head_kv, d), cos, sin, self.rope)
-            x = x + L.wo(attend(inp, kv, il, qk[:, : hp.n_head], qk[:, hp.n_head :], qkv[:, n_q + n_k :], scale))
-            gate, up = L.ffn_gate_up(rms_norm(x, L.ffn_norm, eps)).chunk(2, dim=1)  # [n_tokens, n_ff] each
-            x = x + L.ffn_down(swiglu(gate, up))
+        for il, L in enumerate(self.layers):  # each block's temporaries die when it returns
+            x = x + self._attention(inp, kv, il, L, x, cos, sin)
+            x = x + self._ffn(L, x)
         x = x.index_select(0, inp.out_rows)  # [n_outputs, n_embd]
-        return self.output(rms_norm(x, self.output_norm, eps))
+        return self.output(rms_norm(x, self.output_norm, hp.f_norm_rms_eps))
+
+    def _attention(self, inp: UBatchInputs, kv: KVCache, il: int, L: LlamaLayer, x: torch.Tensor,
+                   cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        """x [n_tokens, n_embd] -> the attention block's output [n_tokens, n_embd]."""
+        hp = self.hp
+        n_tokens, d = x.shape[0], hp.n_embd_head_k
+        n_q, n_k = hp.n_head * d, hp.n_head_kv * d
+        qkv = L.wqkv(rms_norm(x, L.attn_norm, hp.f_norm_rms_eps))  # [n_tokens, (n_head + 2 n_head_kv) * d]
+        # Q and K rotated together: [n_tokens, n_head + n_head_kv, d]
+        qk = apply_rope(qkv[:, : n_q + n_k].view(n_tokens, hp.n_head + hp.n_head_kv, d), cos, sin, self.rope)
+        return L.wo(attend(inp, kv, il, qk[:, : hp.n_head], qk[:, hp.n_head :], qkv[:, n_q + n_k :], 1.0 / d**0.5))
+
+    def _ffn(self, L: LlamaLayer, x: torch.Tensor) -> torch.Tensor:
+        """x [n_tokens, n_embd] -> the SwiGLU block's output [n_tokens, n_embd]."""
+        gate, up = L.ffn_gate_up(rms_norm(x, L.ffn_norm, self.hp.f_norm_rms_eps)).chunk(2, dim=1)  # [n_tokens, n_ff] each
+        return L.ffn_down(swiglu(gate, up))
 
     def rotate_k(self, il: int, k: torch.Tensor, delta: torch.Tensor) -> torch.Tensor:
         """K-shift: k [n, n_embd_k_gqa] rotated by delta [n] positions (RoPE composes)."""
