@@ -78,7 +78,6 @@ class UBatchInputs:
     sinfo: dict[int, SlotInfo] = field(default_factory=dict)  # id(cache) -> slot info
     plans: dict[int, list] = field(default_factory=dict)  # id(cache) -> KVCache.store_plan()
     masks: dict[tuple[int, bool], list[AttnGroup]] = field(default_factory=dict)
-    rope: dict = field(default_factory=dict)  # per RopeParams: the ubatch's rotation tables
 
     def store_plan(self, cache: KVCache) -> list:
         key = id(cache)
@@ -99,14 +98,14 @@ class UBatchInputs:
                 vis = cache.kq_visible(self.ubatch, st, rows, n_kv, swa)
                 q_seq = np.array([self.ubatch.seq_id[r][0] for r in rows], dtype=np.int64)
                 c = compact_mask(vis, q_seq, cache.hp.n_head, FLASH_SCORE_BYTES)
-                dev = cache.device
+                rows_t = torch.as_tensor(rows, device=cache.device)
                 if c is not None:
-                    cells, q_index, take, bias = (torch.from_numpy(a).to(dev) for a in c)
-                    out.append(AttnGroup(torch.as_tensor(rows, device=dev), st, n_kv, None, cells, torch.as_tensor(rows, device=dev)[q_index], take, bias))
+                    cells, q_index, take, bias = (torch.from_numpy(a).to(cache.device) for a in c)
+                    out.append(AttnGroup(rows_t, st, n_kv, None, cells, rows_t[q_index], take, bias))
                     continue
                 buf = None if self.graphs is None else self.graphs.buffer((id(cache), swa, st), (len(rows), n_kv))
                 mask = cache.kq_mask(self.ubatch, st, rows, n_kv, swa, out=buf, visible=vis)
-                out.append(AttnGroup(torch.as_tensor(rows, device=dev), st, n_kv, mask))
+                out.append(AttnGroup(rows_t, st, n_kv, mask))
             self.masks[key] = out
         return self.masks[key]
 

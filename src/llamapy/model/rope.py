@@ -31,7 +31,8 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, p: RopePar
     """x: [n, n_head, head_dim] float32 -> rotated copy; dims past n_rot pass through.
     NORM over the whole head is one complex multiplication: adjacent pairs are (re, im)."""
     n_rot = p.n_rot
-    if p.rope_type == ROPE_TYPE_NORM and n_rot == x.shape[-1] and x.dtype == torch.float32 and x.stride(-1) == 1:
+    if (p.rope_type == ROPE_TYPE_NORM and n_rot == x.shape[-1] and x.dtype == torch.float32 and x.stride(-1) == 1
+            and x.storage_offset() % 2 == 0 and all(st % 2 == 0 for st in x.stride()[:-1])):  # view_as_complex's rules
         xc = torch.view_as_complex(x.unflatten(-1, (-1, 2)))  # [n, n_head, n_rot/2]
         return torch.view_as_real(xc * torch.complex(cos, sin)).flatten(-2)
     xr, rest = x[..., :n_rot], x[..., n_rot:]
