@@ -17,9 +17,9 @@ DATA = Path(__file__).parent / "data"
 # kernel, 512-row ubatches through bf16 GEMMs; the vocabulary projection's top outputs are
 # exact.  llama.cpp's own Q4_1 kernels round activations to 8 bits (Q8_1): against the same
 # f32 reference its top-1 agreement is 96.0% (`llamapy perplexity --kl-divergence`, -c 128).
-# Measured here: exact 100% / 0.026; 16 rows 98.3% / 0.74; 512 rows 98.1% / 0.85.
+# Measured here: exact 99.9% / 0.028; 16 rows 98.3% / 0.76; 512 rows 97.9% / 0.80.
 MAX_ABS = {"exact-f32": 0.1, "packed-16": 1.5, "packed-512": 1.5}
-MIN_TOP1 = {"exact-f32": 0.99, "packed-16": 0.975, "packed-512": 0.975}
+MIN_TOP1 = {"exact-f32": 0.99, "packed-16": 0.97, "packed-512": 0.97}
 
 
 @pytest.fixture(scope="module")
