@@ -129,8 +129,10 @@ def render(e: MemoryEstimate, clamps: list[str], verdict: str | None, a: argpars
     lines.append(f"sched_reserve:        CPU compute buffer size = {e.compute / MiB:8.2f} MiB (ubatch of {min(e.cparams.n_ctx, e.cparams.n_ubatch)} tokens against {max(ch.cells for ch in e.caches)} cells)")
     by_phase = e.compute_by_phase()
     for t in e.compute_terms:
-        lines.append(f"    {t.phase:<10} {t.name:<24} {str(list(t.shape)):<18} {t.bytes / MiB:9.2f} MiB")
-    lines.append("    peak = persistent + largest phase: " + ", ".join(f"{k} {v / MiB:.2f} MiB" for k, v in by_phase.items()))
+        during = f"  (during {t.call})" if t.call else ""
+        lines.append(f"    {t.phase:<10} {t.name:<24} {str(list(t.shape)):<18} {t.bytes / MiB:9.2f} MiB{during}")
+    lines.append("    peak = persistent + largest phase (a phase's terms in order; a call's only while it runs): "
+                 + ", ".join(f"{k} {v / MiB:.2f} MiB" for k, v in by_phase.items()))
     if e.weights or e.weights_file:
         lines.append(f"load_tensors:          CPU model buffer size = {e.weights / MiB:10.2f} MiB (file: {e.weights_file / MiB:.2f} MiB)")
     lines.append(f"total: {breakdown(e)}")
