@@ -1,0 +1,74 @@
+#!/usr/bin/env python3
+"""Where a decode step's time goes: B sequences, one token each per step, after a prompt of
+-p tokens per sequence, timed over -n steps, then torch.profiler's table of the top ops over a
+few more steps (self CPU time per op, summed over the profiled steps).
+
+    .venv/bin/python benchmarks/decode_profile.py -B 1       # single-stream decode (tg)
+    .venv/bin/python benchmarks/vs_llamacpp.py ...          # the ratios; this says why
+    .venv/bin/python benchmarks/decode_profile.py -B 16      # batched decode, unified cache
+Not a test: the numbers depend on the machine.
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("-m", "--model", default="smollm2-135m")
+    ap.add_argument("-B", type=int, default=1, help="parallel sequences")
+    ap.add_argument("-p", type=int, default=128, help="prompt tokens per sequence")
+    ap.add_argument("-n", type=int, default=32, help="timed steps")
+    ap.add_argument("-t", "--threads", type=int, default=2)
+    ap.add_argument("--rows", type=int, default=12, help="profiler table rows")
+    a = ap.parse_args(argv)
+
+    import torch
+    from torch.profiler import profile
+
+    import llamapy
+
+    logging.getLogger("llamapy").setLevel(logging.ERROR)
+    torch.set_num_threads(a.threads)
+    model = llamapy.Model.load(a.model)
+    n_ctx = a.B * (a.p + a.n + 64)
+    ctx = llamapy.Context(model, llamapy.ContextParams(n_ctx=n_ctx, n_seq_max=a.B, kv_unified=True, n_threads=a.threads))
+    b = llamapy.Batch()
+    for s in range(a.B):
+        for i in range(a.p):
+            b.add((7 + 31 * s + i) % model.n_vocab, i, [s], logits=i == a.p - 1)
+    ctx.decode(b)
+    pos = a.p
+
+    def step() -> None:
+        nonlocal pos
+        b = llamapy.Batch()
+        for s in range(a.B):
+            b.add(5, pos, [s], logits=True)
+        ctx.decode(b)
+        pos += 1
+
+    for _ in range(3):
+        step()
+    t0 = time.perf_counter()
+    for _ in range(a.n):
+        step()
+    dt = (time.perf_counter() - t0) / a.n
+    print(f"B={a.B}, prompt {a.p}: {dt * 1e3:.2f} ms per step, {a.B / dt:.1f} t/s")
+    n_prof = 8
+    with profile() as prof:
+        for _ in range(n_prof):
+            step()
+    print(f"top ops over {n_prof} steps (self CPU time):")
+    print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=a.rows))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
