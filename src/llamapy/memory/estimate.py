@@ -311,10 +311,13 @@ def resident_weight_bytes(tensors) -> int:
         from ..model.qmatrix import qmatrix_nbytes as qbytes
     except ImportError:  # the loader keeps every tensor dequantized
         qbytes = None
+    from ..kernels import load_kernels
+
+    blocks = load_kernels() is not None  # the loader keeps Q4_0/Q4_1/Q8_0 in their blocks
     total = 0
     for t in tensors.values():
         if qbytes is not None and len(t.ne) == 2:
-            total += qbytes(t.qtype, t.shape, False, dtype)
+            total += qbytes(t.qtype, t.shape, False, dtype, blocks)
             continue
         n = 1
         for x in t.ne:

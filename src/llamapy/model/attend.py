@@ -1,13 +1,17 @@
 """The attention step of one layer, shared by every architecture: write the ubatch's K and V
 into its cells, then attend per stream group (model/graph.py AttnGroup): over the first n_kv
 cells through the KQ mask, or over the gathered cells each sequence can see (the same mask,
-compressed).  Flash: fused SDPA; otherwise the KQ matrix is materialized, as llama.cpp's -fa off."""
+compressed).  Flash: fused SDPA, or for few rows over an f16 cache the CPU kernel (one
+online-softmax pass over the cells the mask lets each row see); otherwise the KQ matrix is
+materialized, as llama.cpp's -fa off."""
 from __future__ import annotations
 
 import torch
 
 from ..memory.kv_cache import KVCache
 from .graph import UBatchInputs
+from ..kernels import ops as kops
+from ..kernels.ops import fast_lib
 from .layers import attention, attention_gathered
 
 
@@ -19,10 +23,14 @@ def attend(inp: UBatchInputs, cache: KVCache, il: int, q: torch.Tensor, k: torch
     n_tokens, n_head, d_k = q.shape
     d_v = hp.n_embd_head_v
     cache.store(il, inp.store_plan(cache), k.reshape(n_tokens, -1), v)
-    groups = inp.groups(cache, swa)
+    lib = fast_lib(q) if inp.flash_attn and cache.type_k.name == cache.type_v.name == "f16" else None
+    groups = inp.groups(cache, swa, gather=lib is None)
     out = None
     for g in groups:
-        if g.mask is None:
+        if lib is not None:  # few rows over an f16 cache: the fused kernel reads only visible cells
+            qr = q if len(groups) == 1 else q.index_select(0, g.rows)
+            o = kops.attn_f16(lib, qr, cache.k[il][g.stream], cache.v[il][g.stream], g.n_kv, hp.n_head_kv, g.mask, scale)
+        elif g.mask is None:
             kc, vc = cache.gather(il, g.stream, g.cells)  # [S * c_max, n_embd_{k,v}_gqa]
             o = attention_gathered(q.index_select(0, g.q_index), kc, vc, g.bias, g.take, hp.n_head_kv, scale, inp.flash_attn)
         else:

@@ -77,7 +77,7 @@ class UBatchInputs:
     graphs: "GraphCache | None" = None
     sinfo: dict[int, SlotInfo] = field(default_factory=dict)  # id(cache) -> slot info
     plans: dict[int, list] = field(default_factory=dict)  # id(cache) -> KVCache.store_plan()
-    masks: dict[tuple[int, bool], list[AttnGroup]] = field(default_factory=dict)
+    masks: dict[tuple[int, bool, bool], list[AttnGroup]] = field(default_factory=dict)
 
     def store_plan(self, cache: KVCache) -> list:
         key = id(cache)
@@ -85,9 +85,10 @@ class UBatchInputs:
             self.plans[key] = cache.store_plan(self.sinfo[key])
         return self.plans[key]
 
-    def groups(self, cache: KVCache, swa: bool = False) -> list[AttnGroup]:
-        """One AttnGroup for each stream this ubatch touches in `cache`; built once per ubatch."""
-        key = (id(cache), swa)
+    def groups(self, cache: KVCache, swa: bool = False, gather: bool = True) -> list[AttnGroup]:
+        """One AttnGroup for each stream this ubatch touches in `cache`; built once per ubatch.
+        gather False: dense masks only (the CPU kernel skips masked cells by itself)."""
+        key = (id(cache), swa, gather)
         if key not in self.masks:
             from .layers import FLASH_SCORE_BYTES
 
@@ -97,7 +98,7 @@ class UBatchInputs:
                 n_kv = cache.n_kv(st)
                 vis = cache.kq_visible(self.ubatch, st, rows, n_kv, swa)
                 q_seq = np.array([self.ubatch.seq_id[r][0] for r in rows], dtype=np.int64)
-                c = compact_mask(vis, q_seq, cache.hp.n_head, FLASH_SCORE_BYTES)
+                c = compact_mask(vis, q_seq, cache.hp.n_head, FLASH_SCORE_BYTES) if gather else None
                 rows_t = torch.as_tensor(rows, device=cache.device)
                 if c is not None:
                     cells, q_index, take, bias = (torch.from_numpy(a).to(cache.device) for a in c)

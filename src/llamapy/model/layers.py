@@ -7,6 +7,9 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
+from ..kernels import ops as kops
+from ..kernels.ops import fast_lib
+
 Linear = Callable[[torch.Tensor], torch.Tensor] | torch.Tensor  # a QMatrix, or a dense [n_out, n_in]
 
 
@@ -16,7 +19,11 @@ def linear(x: torch.Tensor, w: Linear) -> torch.Tensor:
 
 
 def rms_norm(x: torch.Tensor, w: torch.Tensor | None, eps: float) -> torch.Tensor:
-    """x: [..., n] -> x / sqrt(mean(x^2) + eps) * w   (ggml_rms_norm then ggml_mul)."""
+    """x: [..., n] -> x / sqrt(mean(x^2) + eps) * w   (ggml_rms_norm then ggml_mul).
+    Few-row [n, n_embd] activations take the fused CPU kernel (one call, not six ops)."""
+    lib = fast_lib(x) if x.dim() == 2 else None
+    if lib is not None:
+        return kops.rms_norm(lib, x, w, eps)
     return F.rms_norm(x, (x.shape[-1],), w, eps)
 
 
@@ -86,6 +93,14 @@ def attention_gathered(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: 
 def swiglu(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
     """silu(gate) * up, elementwise: [n, n_ff] each."""
     return F.silu(gate) * up
+
+
+def swiglu_stacked(gu: torch.Tensor) -> torch.Tensor:
+    """gu: [n, 2 n_ff], gate | up (one stacked product) -> silu(gate) * up [n, n_ff]."""
+    lib = fast_lib(gu)
+    if lib is not None:
+        return kops.swiglu_stacked(lib, gu)
+    return swiglu(*gu.chunk(2, dim=1))
 
 
 def swiglu_ffn(x: torch.Tensor, gate: Linear, up: Linear, down: Linear) -> torch.Tensor:

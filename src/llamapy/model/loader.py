@@ -10,6 +10,7 @@ import torch
 
 from ..gguf.quants import dequantize
 from ..gguf.reader import GGUFFile
+from ..kernels import KernelLib
 from .qmatrix import QMatrix, make_qmatrix
 
 
@@ -23,6 +24,7 @@ class WeightLoader:
     n_bytes_resident: int = 0
     loaded: set[str] = field(default_factory=set)
     slot_orders: dict[tuple[int, int], torch.Tensor] = field(default_factory=dict)
+    kernels: KernelLib | None = None  # llamapy's CPU kernels: Q4_0/Q4_1/Q8_0 stay in their blocks
 
     def has(self, name: str) -> bool:
         return name in self.f.tensors
@@ -44,7 +46,7 @@ class WeightLoader:
             parts.append((raw, info.qtype, info.shape))
             self.n_bytes_file += info.n_bytes
             self.loaded.add(name)
-        m = make_qmatrix(parts, self.exact, self.dtype, self.slot_orders)
+        m = make_qmatrix(parts, self.exact, self.dtype, self.slot_orders, self.kernels)
         if self.device.type != "cpu":  # exact (dense) on accelerators: see Model.load
             m.dense = m.dense.to(self.device)
         self.n_bytes_resident += m.nbytes

@@ -34,6 +34,7 @@ class Model:
         quantized kernels are PyTorch's CPU ones: on CUDA weights are dense float32.
         device "auto": CUDA when available, else the CPU."""
         device = resolve_device(device)
+        from ..kernels import load_kernels
         from ..registry import resolve_model
         from ..tokenizer import Tokenizer
 
@@ -45,7 +46,9 @@ class Model:
         hp = hparams_from_gguf(f)
         log.info(f"loaded meta data with {len(f.reader.fields)} key-value pairs and {len(f.tensors)} tensors from {path}")
         _log_hparams(hp)
-        loader = WeightLoader(f, torch.device(device), exact=exact or torch.device(device).type != "cpu")
+        exact = exact or torch.device(device).type != "cpu"
+        kernels = None if exact else load_kernels()
+        loader = WeightLoader(f, torch.device(device), exact=exact, kernels=kernels)
         net = net_cls(hp, loader)
         tok = Tokenizer.from_gguf(f.reader)
         logger("load_tensors").info(f"CPU model buffer size = {loader.n_bytes_resident / MiB:10.2f} MiB (file: {loader.n_bytes_file / MiB:.2f} MiB)")

@@ -31,6 +31,8 @@ import torch
 import torch.nn.functional as F
 
 from ..gguf.quants import dequantize, unpack_q4_affine
+from ..kernels import KernelLib
+from .block_matrix import BLOCK_TYPES, BlockMatrix, block_matrix
 
 T = gguf.GGMLQuantizationType
 Q4_TYPES = (T.Q4_0, T.Q4_1, T.Q4_K)
@@ -101,6 +103,10 @@ class QMatrix:
     def n_rows(self) -> int:
         """Rows of the packed int4 matrix."""
         return 2 * self.n_out if self.kind == "q8_0" else self.n_out
+
+    def add_into(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """y += x W^T in place; y [n, n_out] float32."""
+        return y.add_(self(x))
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         """x: [n, n_in] float32 -> [n, n_out] float32."""
@@ -191,10 +197,13 @@ def _kind(qtype: T, n_in: int, exact: bool) -> str:
     return "int4" if qtype in Q4_TYPES else "q8_0" if qtype == T.Q8_0 else "dense"
 
 
-def qmatrix_nbytes(qtype: T, shape: tuple[int, int], exact: bool, dense_dtype: torch.dtype) -> int:
-    """Resident bytes of the QMatrix make_qmatrix builds for one [n_out, n_in] tensor (the
-    memory estimate uses this, so predicted == allocated)."""
+def qmatrix_nbytes(qtype: T, shape: tuple[int, int], exact: bool, dense_dtype: torch.dtype, blocks: bool = False) -> int:
+    """Resident bytes of the matrix make_qmatrix builds for one [n_out, n_in] tensor (the
+    memory estimate uses this, so predicted == allocated).  blocks: the CPU kernels are
+    available, so Q4_0 / Q4_1 / Q8_0 stay in the file's blocks (model/block_matrix.py)."""
     n_out, n_in = shape
+    if blocks and not exact and qtype in BLOCK_TYPES and n_in % 32 == 0:
+        return n_out * n_in // 32 * BLOCK_TYPES[qtype]
     kind = _kind(qtype, n_in, exact)
     groups = (n_in // 32) * n_out
     if kind == "int4":  # packed nibbles + bf16 (scale, zero') per group
@@ -223,6 +232,9 @@ class StackedMatrix:
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         return torch.cat([p(x) for p in self.parts], dim=1)
 
+    def add_into(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return y.add_(self(x))
+
     def dequant(self, dtype: torch.dtype = torch.float32) -> torch.Tensor:
         return torch.cat([p.dequant(dtype) for p in self.parts])
 
@@ -246,11 +258,19 @@ def _pack_int4(q: torch.Tensor, scale: torch.Tensor, zero: torch.Tensor, slot_or
 
 
 def make_qmatrix(parts: list[tuple[torch.Tensor, T, tuple[int, int]]], exact: bool, dense_dtype: torch.dtype,
-                 slot_orders: dict[tuple[int, int], torch.Tensor]) -> QMatrix | StackedMatrix:
+                 slot_orders: dict[tuple[int, int], torch.Tensor],
+                 lib: KernelLib | None = None) -> QMatrix | StackedMatrix | BlockMatrix:
     """Build one matrix from GGUF tensors (raw bytes, type, [n_out, n_in]) stacked along
     n_out: one tensor, or several sharing their input (Q|K|V, gate|up) fused into one matmul
-    when they have the same kind of kernel (else a StackedMatrix of the separate ones)."""
+    when they have the same kind of kernel (else a StackedMatrix of the separate ones).
+    lib (the CPU kernels): Q4_0 / Q4_1 / Q8_0 stay in their blocks, as a BlockMatrix."""
     n_in = parts[0][2][1]
+    if lib is not None and not exact:
+        bm = block_matrix(parts, lib)
+        if bm is not None:
+            return bm
+        if len(parts) > 1 and any(qt in BLOCK_TYPES for _, qt, _ in parts):
+            return StackedMatrix([make_qmatrix([p], exact, dense_dtype, slot_orders, lib) for p in parts])
     kinds = {_kind(qt, n_in, exact) for _, qt, _ in parts}
     if len(kinds) > 1 or (kinds == {"q8_0"} and len(parts) > 1):
         return StackedMatrix([make_qmatrix([p], exact, dense_dtype, slot_orders) for p in parts])

@@ -8,6 +8,9 @@ from dataclasses import dataclass
 
 import torch
 
+from ..kernels import ops as kops
+from ..kernels.ops import fast_lib
+
 ROPE_TYPE_NORM = 0
 ROPE_TYPE_NEOX = 2
 
@@ -43,3 +46,13 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, p: RopePar
         x0, x1 = xr[..., 0::2], xr[..., 1::2]
         out = torch.stack((x0 * cos - x1 * sin, x0 * sin + x1 * cos), dim=-1).flatten(-2)
     return out if rest.shape[-1] == 0 else torch.cat((out, rest), dim=-1)
+
+
+def apply_rope_(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, p: RopeParams) -> torch.Tensor:
+    """apply_rope in place on x [n, n_head, head_dim] (a view into the stacked QKV product):
+    few rows take the fused CPU kernel; returns x."""
+    lib = fast_lib(x)
+    if lib is not None and x.stride(2) == 1 and x.stride(1) == x.shape[2]:
+        kops.rope_(lib, x, cos, sin, p.n_rot, p.rope_type == ROPE_TYPE_NEOX)
+        return x
+    return x.copy_(apply_rope(x, cos, sin, p))

@@ -11,10 +11,10 @@ from ...memory.kv_cache import KVCache
 from ..graph import UBatchInputs
 from ..hparams import HParams
 from ..attend import attend
-from ..layers import rms_norm, swiglu
+from ..layers import rms_norm, swiglu_stacked
 from ..loader import WeightLoader
 from ..qmatrix import QMatrix
-from ..rope import ROPE_TYPE_NORM, RopeParams, apply_rope, rope_cos_sin
+from ..rope import ROPE_TYPE_NORM, RopeParams, apply_rope, apply_rope_, rope_cos_sin
 from . import register
 
 
@@ -60,26 +60,27 @@ class LlamaModel:
         cos, sin = rope_cos_sin(inp.pos, self.rope)  # [n_tokens, 1, n_rot/2]
         x = self.tok_embd.get_rows(inp.tokens)  # [n_tokens, n_embd]
         for il, L in enumerate(self.layers):  # each block's temporaries die when it returns
-            x = x + self._attention(inp, kv, il, L, x, cos, sin)
-            x = x + self._ffn(L, x)
+            self._attention(inp, kv, il, L, x, cos, sin)
+            self._ffn(L, x)
         x = x.index_select(0, inp.out_rows)  # [n_outputs, n_embd]
         return self.output(rms_norm(x, self.output_norm, hp.f_norm_rms_eps))
 
     def _attention(self, inp: UBatchInputs, kv: KVCache, il: int, L: LlamaLayer, x: torch.Tensor,
-                   cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-        """x [n_tokens, n_embd] -> the attention block's output [n_tokens, n_embd]."""
+                   cos: torch.Tensor, sin: torch.Tensor) -> None:
+        """x [n_tokens, n_embd] += the attention block's output (the residual add in place)."""
         hp = self.hp
         n_tokens, d = x.shape[0], hp.n_embd_head_k
         n_q, n_k = hp.n_head * d, hp.n_head_kv * d
         qkv = L.wqkv(rms_norm(x, L.attn_norm, hp.f_norm_rms_eps))  # [n_tokens, (n_head + 2 n_head_kv) * d]
-        # Q and K rotated together: [n_tokens, n_head + n_head_kv, d]
-        qk = apply_rope(qkv[:, : n_q + n_k].view(n_tokens, hp.n_head + hp.n_head_kv, d), cos, sin, self.rope)
-        return L.wo(attend(inp, kv, il, qk[:, : hp.n_head], qk[:, hp.n_head :], qkv[:, n_q + n_k :], 1.0 / d**0.5))
+        # Q and K rotated together, in place: [n_tokens, n_head + n_head_kv, d]
+        qk = apply_rope_(qkv[:, : n_q + n_k].view(n_tokens, hp.n_head + hp.n_head_kv, d), cos, sin, self.rope)
+        o = attend(inp, kv, il, qk[:, : hp.n_head], qk[:, hp.n_head :], qkv[:, n_q + n_k :], 1.0 / d**0.5)
+        L.wo.add_into(o, x)
 
-    def _ffn(self, L: LlamaLayer, x: torch.Tensor) -> torch.Tensor:
-        """x [n_tokens, n_embd] -> the SwiGLU block's output [n_tokens, n_embd]."""
-        gate, up = L.ffn_gate_up(rms_norm(x, L.ffn_norm, self.hp.f_norm_rms_eps)).chunk(2, dim=1)  # [n_tokens, n_ff] each
-        return L.ffn_down(swiglu(gate, up))
+    def _ffn(self, L: LlamaLayer, x: torch.Tensor) -> None:
+        """x [n_tokens, n_embd] += the SwiGLU block's output."""
+        gu = L.ffn_gate_up(rms_norm(x, L.ffn_norm, self.hp.f_norm_rms_eps))  # [n_tokens, 2 n_ff]: gate | up
+        L.ffn_down.add_into(swiglu_stacked(gu), x)
 
     def rotate_k(self, il: int, k: torch.Tensor, delta: torch.Tensor) -> torch.Tensor:
         """K-shift: k [n, n_embd_k_gqa] rotated by delta [n] positions (RoPE composes)."""

@@ -1,0 +1,375 @@
+/* llamapy's CPU kernels: what no library does for GGUF weights on the CPU, for the few-row
+ * ubatches of decode (batched or not), where PyTorch's per-op overhead and its int4 kernel's
+ * layout dominate.  Built once per machine by llamapy/kernels/build.py (gcc -O3
+ * -march=native -fopenmp), loaded with ctypes; every function works on contiguous,
+ * row-major buffers the caller allocated.  OpenMP here shares PyTorch's runtime (the same
+ * libgomp.so.1 is already loaded), so the two never fight for the cores.
+ *
+ * Weights stay in the GGUF file's own blocks (ggml's block_q4_0 / block_q4_1 / block_q8_0):
+ * resident bytes are the file's bytes.  Products are exact fp32: each block is expanded to
+ * 32 floats in registers (q * d + m, the same arithmetic as dequantization) and multiplied
+ * by fp32 activations; llama.cpp instead rounds activations to 8 bits (Q8_0 / Q8_1).
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
+
+enum { LP_Q4_0 = 2, LP_Q4_1 = 3, LP_Q8_0 = 8 }; /* GGMLQuantizationType values */
+
+int lp_abi_version(void) { return 1; }
+
+int lp_simd(void) {
+#if defined(__AVX512F__)
+#if defined(__AVX512BF16__)
+    return 516; /* AVX-512 with BF16 dot products */
+#endif
+    return 512;
+#else
+    return 0;
+#endif
+}
+
+static inline float f16_to_f32(uint16_t h) {
+    _Float16 v;
+    memcpy(&v, &h, 2);
+    return (float)v;
+}
+
+static inline uint16_t f32_to_f16(float f) {
+    _Float16 v = (_Float16)f; /* round to nearest even, as torch's .half() */
+    uint16_t h;
+    memcpy(&h, &v, 2);
+    return h;
+}
+
+static int64_t block_bytes(int type) {
+    switch (type) {
+    case LP_Q4_0: return 18;
+    case LP_Q4_1: return 20;
+    case LP_Q8_0: return 34;
+    default: return 0;
+    }
+}
+
+/* One block (32 weights) as floats: w[j] = its dequantized value (ggml's formulas). */
+static inline void block_to_f32(int type, const uint8_t *b, float *w) {
+    const float d = f16_to_f32((uint16_t)(b[0] | (b[1] << 8)));
+    if (type == LP_Q8_0) {
+        const int8_t *q = (const int8_t *)(b + 2);
+        for (int j = 0; j < 32; j++) w[j] = q[j] * d;
+        return;
+    }
+    const float m = type == LP_Q4_1 ? f16_to_f32((uint16_t)(b[2] | (b[3] << 8))) : 0.0f;
+    const uint8_t *qs = b + (type == LP_Q4_1 ? 4 : 2);
+    const int off = type == LP_Q4_0 ? 8 : 0;
+    for (int j = 0; j < 16; j++) {
+        if (type == LP_Q4_1) {
+            w[j] = (qs[j] & 15) * d + m;
+            w[j + 16] = (qs[j] >> 4) * d + m;
+        } else {
+            w[j] = ((qs[j] & 15) - off) * d;
+            w[j + 16] = ((qs[j] >> 4) - off) * d;
+        }
+    }
+}
+
+/* Rows r0..r1 of a block matrix [n_out, n_in] as float [r1 - r0, n_in]. */
+void lp_dequant(int type, const uint8_t *w, int64_t n_in, int64_t r0, int64_t r1, float *out) {
+    const int64_t nb = n_in / 32, bb = block_bytes(type);
+#pragma omp parallel for schedule(static)
+    for (int64_t r = r0; r < r1; r++)
+        for (int64_t b = 0; b < nb; b++) block_to_f32(type, w + (r * nb + b) * bb, out + (r - r0) * n_in + b * 32);
+}
+
+/* The same rows rounded to bfloat16 (round to nearest even; no NaNs occur in weights). */
+void lp_dequant_bf16(int type, const uint8_t *w, int64_t n_in, int64_t r0, int64_t r1, uint16_t *out) {
+    const int64_t nb = n_in / 32, bb = block_bytes(type);
+#pragma omp parallel for schedule(static)
+    for (int64_t r = r0; r < r1; r++) {
+        float t[32];
+        for (int64_t b = 0; b < nb; b++) {
+            block_to_f32(type, w + (r * nb + b) * bb, t);
+            uint16_t *o = out + (r - r0) * n_in + b * 32;
+            for (int j = 0; j < 32; j++) {
+                uint32_t u;
+                memcpy(&u, &t[j], 4);
+                o[j] = (uint16_t)((u + 0x7fff + ((u >> 16) & 1)) >> 16);
+            }
+        }
+    }
+}
+
+/* Rows ids[0..n) as float [n, n_in] (ggml_get_rows: the token embeddings). */
+void lp_get_rows(int type, const uint8_t *w, int64_t n_in, const int64_t *ids, int64_t n, float *out) {
+    const int64_t nb = n_in / 32, bb = block_bytes(type);
+    for (int64_t i = 0; i < n; i++)
+        for (int64_t b = 0; b < nb; b++) block_to_f32(type, w + (ids[i] * nb + b) * bb, out + i * n_in + b * 32);
+}
+
+#if defined(__AVX512F__)
+/* One block as two vectors of 16 floats: lo = weights 0..15, hi = weights 16..31.  4-bit
+ * types: a 16-entry table of the block's values (d * q + m for q = 0..15, one FMA) read by
+ * vpermps with the nibbles as indices, so no int-to-float conversions occupy the FMA pipes. */
+static inline __attribute__((always_inline)) void block_to_vec(int type, const uint8_t *b, __m512 *lo, __m512 *hi) {
+    int32_t dm;
+    memcpy(&dm, b, 4);
+    const __m128 s = _mm_cvtph_ps(_mm_cvtsi32_si128(dm)); /* d, and m for Q4_1 */
+    const __m512 d = _mm512_broadcastss_ps(s);
+    if (type == LP_Q8_0) {
+        *lo = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(b + 2)))), d);
+        *hi = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(b + 18)))), d);
+        return;
+    }
+    const __m512 iota = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    const int q41 = type == LP_Q4_1;
+    const __m512 tab = q41 ? _mm512_fmadd_ps(iota, d, _mm512_broadcastss_ps(_mm_movehdup_ps(s)))
+                           : _mm512_mul_ps(_mm512_sub_ps(iota, _mm512_set1_ps(8.0f)), d);
+    const __m512i q = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(b + (q41 ? 4 : 2))));
+    *lo = _mm512_permutexvar_ps(q, tab); /* vpermps reads the low 4 bits of each index */
+    *hi = _mm512_permutexvar_ps(_mm512_srli_epi32(q, 4), tab);
+}
+
+/* One activation row against one output row, exact fp32 (each block's weights as floats,
+ * by block_to_vec).  Four accumulators keep the FMA chains from bounding the loop. */
+static inline __attribute__((always_inline)) float mm_row1(const int type, const uint8_t *row, int64_t nb, int64_t bb,
+                                                           const float *x) {
+    __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps(), a2 = _mm512_setzero_ps(), a3 = _mm512_setzero_ps();
+    int64_t b = 0;
+    for (; b + 2 <= nb; b += 2) {
+        __m512 lo, hi, lo2, hi2;
+        block_to_vec(type, row + b * bb, &lo, &hi);
+        block_to_vec(type, row + (b + 1) * bb, &lo2, &hi2);
+        a0 = _mm512_fmadd_ps(lo, _mm512_loadu_ps(x + b * 32), a0);
+        a1 = _mm512_fmadd_ps(hi, _mm512_loadu_ps(x + b * 32 + 16), a1);
+        a2 = _mm512_fmadd_ps(lo2, _mm512_loadu_ps(x + b * 32 + 32), a2);
+        a3 = _mm512_fmadd_ps(hi2, _mm512_loadu_ps(x + b * 32 + 48), a3);
+    }
+    if (b < nb) {
+        __m512 lo, hi;
+        block_to_vec(type, row + b * bb, &lo, &hi);
+        a0 = _mm512_fmadd_ps(lo, _mm512_loadu_ps(x + b * 32), a0);
+        a1 = _mm512_fmadd_ps(hi, _mm512_loadu_ps(x + b * 32 + 16), a1);
+    }
+    return _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
+}
+#endif
+
+#if defined(__AVX512BF16__)
+/* RT activation rows (bf16, row stride n_in) against one output row: the block is expanded
+ * once to 32 bf16 weights and multiplied by every row (vdpbf16ps: 32 products per
+ * instruction, fp32 accumulation).  The weights and activations are bf16-rounded. */
+static inline __attribute__((always_inline)) void mm_rows_bf16(const int type, const uint8_t *wrow, int64_t nb, int64_t bb,
+                                                               const uint16_t *xb, int64_t n_in, int rt, float *acc) {
+    __m512 a[16];
+    for (int r = 0; r < 16; r++) a[r] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        __m512 lo, hi;
+        block_to_vec(type, wrow + b * bb, &lo, &hi);
+        const __m512bh wv = _mm512_cvtne2ps_pbh(hi, lo);
+        const uint16_t *xc = xb + b * 32;
+        if (rt == 16) {
+            for (int r = 0; r < 16; r++) a[r] = _mm512_dpbf16_ps(a[r], wv, (__m512bh)_mm512_loadu_si512(xc + r * n_in));
+        } else {
+            for (int r = 0; r < 16; r++)
+                if (r < rt) a[r] = _mm512_dpbf16_ps(a[r], wv, (__m512bh)_mm512_loadu_si512(xc + r * n_in));
+        }
+    }
+    for (int r = 0; r < 16; r++)
+        if (r < rt) acc[r] = _mm512_reduce_add_ps(a[r]);
+}
+#endif
+
+/* Portable: output row o against rows r0..r0+nr of x (fp32, auto-vectorized loops). */
+static void mm_generic(int type, const uint8_t *wrow, int64_t nb, int64_t bb, const float *x, int64_t n_in, int nr,
+                       float *acc) {
+    float wv[32];
+    for (int r = 0; r < nr; r++) acc[r] = 0.0f;
+    for (int64_t b = 0; b < nb; b++) {
+        block_to_f32(type, wrow + b * bb, wv);
+        for (int r = 0; r < nr; r++) {
+            const float *xr = x + r * n_in + b * 32;
+            float s = 0.0f;
+            for (int j = 0; j < 32; j++) s += wv[j] * xr[j];
+            acc[r] += s;
+        }
+    }
+}
+
+static inline void put(float *y, float v, int accumulate) { *y = accumulate ? *y + v : v; }
+
+/* y[r, o] (+)= sum_k x[r, k] W[o, k]: x float [n_rows, n_in], W blocks [n_out, n_in], y float
+ * rows of stride ldy.  Output rows are split among the threads in chunks of 16; each chunk's
+ * weights are read once per 16 activation rows.  One row: exact fp32 products.  Several rows
+ * (with AVX512-BF16): bf16 products, fp32 sums. */
+/* Output rows o0..o1 of the product (see lp_mm); `type` is a constant in each instance. */
+static inline __attribute__((always_inline)) void mm_chunk(const int type, const uint8_t *w, int64_t o0, int64_t o1,
+                                                           int64_t n_in, const float *x, const uint16_t *xb,
+                                                           int64_t n_rows, float *y, int64_t ldy, int accumulate) {
+    const int64_t nb = n_in / 32, bb = block_bytes(type);
+    float acc[16];
+#if defined(__AVX512F__)
+    if (n_rows == 1) {
+        for (int64_t o = o0; o < o1; o++) put(y + o, mm_row1(type, w + o * nb * bb, nb, bb, x), accumulate);
+        return;
+    }
+#endif
+    (void)xb;
+    for (int64_t r0 = 0; r0 < n_rows; r0 += 16) {
+        const int nr = (int)(n_rows - r0 < 16 ? n_rows - r0 : 16);
+        for (int64_t o = o0; o < o1; o++) {
+#if defined(__AVX512BF16__)
+            mm_rows_bf16(type, w + o * nb * bb, nb, bb, xb + r0 * n_in, n_in, nr, acc);
+#else
+            mm_generic(type, w + o * nb * bb, nb, bb, x + r0 * n_in, n_in, nr, acc);
+#endif
+            for (int r = 0; r < nr; r++) put(y + (r0 + r) * ldy + o, acc[r], accumulate);
+        }
+    }
+}
+
+/* y[r, o] (+)= sum_k x[r, k] W[o, k]: x float [n_rows, n_in], W blocks [n_out, n_in], y float
+ * rows of stride ldy.  Output rows are split among the threads in chunks of 16; each chunk's
+ * weights are read once per 16 activation rows.  One row: exact fp32 products.  Several rows
+ * (with AVX512-BF16): bf16 products, fp32 sums. */
+void lp_mm(int type, const uint8_t *w, int64_t n_out, int64_t n_in, const float *x, int64_t n_rows, float *y,
+           int64_t ldy, int accumulate) {
+    const int64_t chunk = 16;
+    uint16_t *xb = NULL;
+#if defined(__AVX512BF16__)
+    if (n_rows > 1) {
+        xb = (uint16_t *)malloc((size_t)(n_rows * n_in) * 2);
+        for (int64_t i = 0; i < n_rows * n_in; i++) {
+            uint32_t u;
+            memcpy(&u, &x[i], 4);
+            xb[i] = (uint16_t)((u + 0x7fff + ((u >> 16) & 1)) >> 16);
+        }
+    }
+#endif
+#pragma omp parallel for schedule(static)
+    for (int64_t o0 = 0; o0 < n_out; o0 += chunk) {
+        const int64_t o1 = o0 + chunk < n_out ? o0 + chunk : n_out;
+        switch (type) { /* one specialized instance per block type */
+        case LP_Q4_0: mm_chunk(LP_Q4_0, w, o0, o1, n_in, x, xb, n_rows, y, ldy, accumulate); break;
+        case LP_Q4_1: mm_chunk(LP_Q4_1, w, o0, o1, n_in, x, xb, n_rows, y, ldy, accumulate); break;
+        case LP_Q8_0: mm_chunk(LP_Q8_0, w, o0, o1, n_in, x, xb, n_rows, y, ldy, accumulate); break;
+        }
+    }
+    free(xb);
+}
+
+/* out = x / sqrt(mean(x^2) + eps) * w per row (ggml_rms_norm then ggml_mul); w may be NULL. */
+void lp_rms_norm(const float *x, const float *w, int64_t n_rows, int64_t n, float eps, float *out) {
+    for (int64_t r = 0; r < n_rows; r++) {
+        const float *xr = x + r * n;
+        float *o = out + r * n;
+        float ss = 0.0f;
+        for (int64_t i = 0; i < n; i++) ss += xr[i] * xr[i];
+        const float s = 1.0f / sqrtf(ss / (float)n + eps);
+        for (int64_t i = 0; i < n; i++) o[i] = w ? xr[i] * s * w[i] : xr[i] * s;
+    }
+}
+
+/* out[r, i] = silu(gu[r, i]) * gu[r, n_ff + i]: gate | up stacked in one row of 2 n_ff. */
+void lp_swiglu(const float *gu, int64_t n_rows, int64_t n_ff, float *out) {
+    for (int64_t r = 0; r < n_rows; r++) {
+        const float *g = gu + r * 2 * n_ff, *u = g + n_ff;
+        float *o = out + r * n_ff;
+        for (int64_t i = 0; i < n_ff; i++) o[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+    }
+}
+
+/* RoPE in place on n_head heads of each row: x [n_rows, row stride ldx], head h at
+ * x + h * d; cos, sin [n_rows, n_rot/2].  neox: pairs (i, i + n_rot/2), else (2i, 2i+1);
+ * dims past n_rot are left alone. */
+void lp_rope(float *x, int64_t n_rows, int64_t ldx, int64_t n_head, int64_t d, int64_t n_rot, const float *cos_,
+             const float *sin_, int neox) {
+    const int64_t half = n_rot / 2;
+    for (int64_t r = 0; r < n_rows; r++) {
+        const float *c = cos_ + r * half, *s = sin_ + r * half;
+        for (int64_t h = 0; h < n_head; h++) {
+            float *v = x + r * ldx + h * d;
+            for (int64_t i = 0; i < half; i++) {
+                const int64_t a = neox ? i : 2 * i, b = neox ? i + half : 2 * i + 1;
+                const float x0 = v[a], x1 = v[b];
+                v[a] = x0 * c[i] - x1 * s[i];
+                v[b] = x0 * s[i] + x1 * c[i];
+            }
+        }
+    }
+}
+
+/* dst f16 row cells[i] (or cell0 + i when cells is NULL) = src row i, for i < n:
+ * src float [n, width] of row stride lds; dst [n_cells, width]. */
+void lp_store_f16(const float *src, int64_t n, int64_t lds, int64_t width, uint16_t *dst, const int64_t *cells,
+                  int64_t cell0) {
+    for (int64_t i = 0; i < n; i++) {
+        uint16_t *o = dst + (cells ? cells[i] : cell0 + i) * width;
+        const float *s = src + i * lds;
+        for (int64_t j = 0; j < width; j++) o[j] = f32_to_f16(s[j]);
+    }
+}
+
+/* dot of a float vector with an f16 one, and y += p * f16 vector, over d elements. */
+static inline float dot_f16(const float *q, const uint16_t *k, int64_t d) {
+#if defined(__AVX512F__)
+    __m512 acc = _mm512_setzero_ps();
+    int64_t j = 0;
+    for (; j + 16 <= d; j += 16)
+        acc = _mm512_fmadd_ps(_mm512_loadu_ps(q + j), _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(k + j))), acc);
+    float s = _mm512_reduce_add_ps(acc);
+#else
+    float s = 0.0f;
+    int64_t j = 0;
+#endif
+    for (; j < d; j++) s += q[j] * f16_to_f32(k[j]);
+    return s;
+}
+
+static inline void axpy_f16(float *y, float p, const uint16_t *v, int64_t d) {
+    int64_t j = 0;
+#if defined(__AVX512F__)
+    const __m512 vp = _mm512_set1_ps(p);
+    for (; j + 16 <= d; j += 16)
+        _mm512_storeu_ps(y + j, _mm512_fmadd_ps(vp, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(v + j))),
+                                                _mm512_loadu_ps(y + j)));
+#endif
+    for (; j < d; j++) y[j] += p * f16_to_f32(v[j]);
+}
+
+/* Attention of few query rows over an f16 KV cache, through the KQ mask (online softmax,
+ * one pass; masked cells are skipped, so only the cells a row can see are read).
+ * q float [n, ldq] with head h at q + h * d_k; k f16 [n_cells, n_head_kv * d_k]; v f16
+ * [n_cells, n_head_kv * d_v]; mask float [n, n_kv] (0 / -inf, or finite biases); out float
+ * [n, n_head * d_v].  Query head h reads KV head h / (n_head / n_head_kv).  A row that sees
+ * no cell gets zeros. */
+void lp_attn_f16(const float *q, int64_t n, int64_t ldq, int64_t n_head, int64_t n_head_kv, int64_t d_k, int64_t d_v,
+                 const uint16_t *k, const uint16_t *v, int64_t n_kv, const float *mask, float scale, float *out) {
+    const int64_t r = n_head / n_head_kv, ldk = n_head_kv * d_k, ldv = n_head_kv * d_v;
+#pragma omp parallel for schedule(dynamic, 1)
+    for (int64_t t = 0; t < n * n_head; t++) {
+        const int64_t i = t / n_head, h = t % n_head, hk = h / r;
+        const float *qh = q + i * ldq + h * d_k, *mi = mask + i * n_kv;
+        float *o = out + i * n_head * d_v + h * d_v;
+        float mx = -INFINITY, l = 0.0f;
+        for (int64_t j = 0; j < d_v; j++) o[j] = 0.0f;
+        for (int64_t c = 0; c < n_kv; c++) {
+            if (mi[c] == -INFINITY) continue;
+            const float s = dot_f16(qh, k + c * ldk + hk * d_k, d_k) * scale + mi[c];
+            if (s > mx) { /* rescale what was summed so far */
+                const float f = mx == -INFINITY ? 0.0f : expf(mx - s);
+                for (int64_t j = 0; j < d_v; j++) o[j] *= f;
+                l *= f;
+                mx = s;
+            }
+            const float p = expf(s - mx);
+            l += p;
+            axpy_f16(o, p, v + c * ldv + hk * d_v, d_v);
+        }
+        if (l > 0.0f)
+            for (int64_t j = 0; j < d_v; j++) o[j] /= l;
+    }
+}

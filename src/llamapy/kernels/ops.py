@@ -1,0 +1,63 @@
+"""Torch-facing calls of the small CPU kernels the decode path fuses (kernels/cpu_kernels.c):
+each takes tensors, checks what the C code assumes (CPU, float32 / float16, the strides it
+reads), allocates the output and passes pointers.  `fast_rows(x)` is the gate: the
+kernels are for ubatches of few rows, where PyTorch's per-op overhead dominates; big
+ubatches keep PyTorch's multithreaded ops."""
+from __future__ import annotations
+
+import torch
+
+from .build import KernelLib, load_kernels
+
+FAST_ROWS = 32  # ubatches of fewer rows take the fused kernels
+
+
+def fast_lib(x: torch.Tensor) -> KernelLib | None:
+    """The kernels when x (float32, on the CPU) is a few-row activation they should handle."""
+    if x.device.type != "cpu" or x.dtype != torch.float32 or x.shape[0] >= FAST_ROWS:
+        return None
+    return load_kernels()
+
+
+def rms_norm(lib: KernelLib, x: torch.Tensor, w: torch.Tensor | None, eps: float) -> torch.Tensor:
+    """x: [n, n_embd] -> x / sqrt(mean(x^2) + eps) * w, a new tensor."""
+    x = x.contiguous()
+    out = torch.empty_like(x)
+    lib.fn.lp_rms_norm(x.data_ptr(), None if w is None else w.contiguous().data_ptr(), x.shape[0], x.shape[1], eps,
+                       out.data_ptr())
+    return out
+
+
+def swiglu_stacked(lib: KernelLib, gu: torch.Tensor) -> torch.Tensor:
+    """gu: [n, 2 n_ff] (gate | up) -> silu(gate) * up [n, n_ff]."""
+    gu = gu.contiguous()
+    n_ff = gu.shape[1] // 2
+    out = torch.empty(gu.shape[0], n_ff, dtype=torch.float32)
+    lib.fn.lp_swiglu(gu.data_ptr(), gu.shape[0], n_ff, out.data_ptr())
+    return out
+
+
+def rope_(lib: KernelLib, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, n_rot: int, neox: bool) -> None:
+    """x: [n, n_head, d] float32 whose heads are contiguous (rows may be strided, as a view of
+    the stacked QKV product), rotated in place; cos, sin: [n, 1, n_rot/2]."""
+    n, n_head, d = x.shape
+    assert x.stride(2) == 1 and x.stride(1) == d, "rope_: heads must be contiguous within a row"
+    cos, sin = cos.contiguous(), sin.contiguous()
+    lib.fn.lp_rope(x.data_ptr(), n, x.stride(0), n_head, d, n_rot, cos.data_ptr(), sin.data_ptr(), int(neox))
+
+
+def attn_f16(lib: KernelLib, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, n_kv: int, n_head_kv: int,
+             mask: torch.Tensor, scale: float) -> torch.Tensor:
+    """q: [n, n_head, d_k] float32 (heads contiguous); k: [n_cells, n_head_kv * d_k], v:
+    [n_cells, n_head_kv * d_v] float16 (a stream of the cache); mask [n, n_kv] float32 ->
+    [n, n_head * d_v].  The online-softmax attention of cpu_kernels.c over the visible cells."""
+    n, n_head, d_k = q.shape
+    if q.stride(2) != 1 or q.stride(1) != d_k:
+        q = q.contiguous()
+    d_v = v.shape[1] // n_head_kv
+    assert k.dtype == v.dtype == torch.float16 and k.is_contiguous() and v.is_contiguous()
+    mask = mask.contiguous()
+    out = torch.empty(n, n_head * d_v, dtype=torch.float32)
+    lib.fn.lp_attn_f16(q.data_ptr(), n, q.stride(0), n_head, n_head_kv, d_k, d_v, k.data_ptr(), v.data_ptr(), n_kv,
+                       mask.data_ptr(), scale, out.data_ptr())
+    return out
