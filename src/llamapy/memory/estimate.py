@@ -177,16 +177,19 @@ def flash_attn_enabled(c: CParams) -> bool:
     return c.flash_attn != "off"
 
 
-def _matmul_terms(name: str, n_t: int, n_in: int, n_out: int, phase: str, input_name: str = "") -> list[ComputeTerm]:
-    """model/qmatrix.py QMatrix.__call__ on [n_t, n_in] -> float32 [n_t, n_out]: the float32
-    result (lasting), and during the call: the float32 input when it is a temporary
-    (input_name), its bf16 copy, and the largest of (from DENSE_ROWS rows on) the weights
-    dequantized to bf16 while their unpacked uint8 nibbles are alive, the weights with the
-    bf16 product, the bf16 product alone."""
+def _matmul_terms(name: str, n_t: int, n_in: int, n_out: int, phase: str, input_name: str = "",
+                  blocks: bool = False) -> list[ComputeTerm]:
+    """A matrix product on [n_t, n_in] -> float32 [n_t, n_out]: the float32 result
+    (lasting), and during the call: the float32 input when it is a temporary (input_name),
+    its bf16 copy, and from DENSE_ROWS rows on the largest of: the weights dequantized to
+    bf16 with the bf16 product, the product alone, and for model/qmatrix.py's QMatrix (not
+    blocks, model/block_matrix.py, which dequantizes straight to bf16) the bf16 weights while
+    their unpacked uint8 nibbles are alive."""
     w = n_out * n_in if n_t >= DENSE_ROWS else 0
     out_b = n_t * n_out * 2
+    work = max(2 * w + out_b, out_b) if blocks else max(3 * w, 2 * w + out_b, out_b)
     terms = [ComputeTerm(input_name, (n_t, n_in), phase, F32, name)] if input_name else []
-    terms += [ComputeTerm(f"{name} temporaries", (n_t * n_in * 2 + max(3 * w, 2 * w + out_b, out_b),), phase, 1, name),
+    terms += [ComputeTerm(f"{name} temporaries", (n_t * n_in * 2 + work,), phase, 1, name),
               ComputeTerm(f"{name} output", (n_t, n_out), phase)]
     return terms
 
@@ -203,8 +206,13 @@ def compute_terms(hp: HParams, c: CParams, caches: tuple[CacheEstimate, ...], n_
     """Worst-case intermediates of one ubatch through model/archs/llama.py: n_tokens =
     min(n_ctx, n_ubatch) rows against a full stream (n_kv = the largest cache's cells).
     Flash attention off materializes KQ [n_head, n_tokens, n_kv]; the logits are reserved
-    for n_outputs rows only, not for every row of the ubatch."""
+    for n_outputs rows only, not for every row of the ubatch.  The residual adds are in place
+    (BlockMatrix.add_into / QMatrix.add_into)."""
     import torch
+
+    from ..kernels import load_kernels
+
+    blocks = load_kernels() is not None  # the loader's BlockMatrix kernels (model/block_matrix.py)
 
     n_t = min(c.n_ctx, c.n_ubatch)
     n_kv = max(ch.cells for ch in caches)
@@ -215,7 +223,7 @@ def compute_terms(hp: HParams, c: CParams, caches: tuple[CacheEstimate, ...], n_
     terms = [ComputeTerm("inp_embd (residual x)", (n_t, hp.n_embd), "persistent")]
     for ch in caches:  # one mask per cache, built once per ubatch (kept for every layer)
         terms.append(ComputeTerm(f"kq_mask{' (' + ch.name + ')' if ch.name else ''}", (n_t, ch.cells), "persistent"))
-    terms += [*_matmul_terms("wqkv", n_t, hp.n_embd, n_qkv, "attention", "attn_norm"),
+    terms += [*_matmul_terms("wqkv", n_t, hp.n_embd, n_qkv, "attention", "attn_norm", blocks),
               ComputeTerm("Qcur|Kcur (rope)", (n_t, hp.n_head * dk + wk), "attention"),
               ComputeTerm("Kcur (contiguous)", (n_t, wk), "attention")]
     # the attention call: KVCache.view() decodes the first n_kv cells to f32 (an f32 cache is
@@ -238,13 +246,11 @@ def compute_terms(hp: HParams, c: CParams, caches: tuple[CacheEstimate, ...], n_
         att.append(ComputeTerm("flash attn tiles", (flash_tile_bytes(n_t, n_kv, n_threads),), "attention", 1, "attention"))
     terms += att
     terms += [ComputeTerm("kqv_out", (n_t, hp.n_head * dv), "attention", F32, "attention"),
-              *_matmul_terms("wo", n_t, hp.n_head * dv, hp.n_embd, "attention", "kqv_out (heads merged)"),
-              ComputeTerm("x + attn_out", (n_t, hp.n_embd), "attention"),
-              *_matmul_terms("ffn_gate|up", n_t, hp.n_embd, 2 * hp.n_ff, "ffn", "ffn_norm"),
+              *_matmul_terms("wo", n_t, hp.n_head * dv, hp.n_embd, "attention", "kqv_out (heads merged)", blocks),
+              *_matmul_terms("ffn_gate|up", n_t, hp.n_embd, 2 * hp.n_ff, "ffn", "ffn_norm", blocks),
               ComputeTerm("ffn_gate (act)", (n_t, hp.n_ff), "ffn"),
               ComputeTerm("ffn_gate_par", (n_t, hp.n_ff), "ffn"),
-              *_matmul_terms("ffn_down", n_t, hp.n_ff, hp.n_embd, "ffn"),
-              ComputeTerm("x + ffn_out", (n_t, hp.n_embd), "ffn"),
+              *_matmul_terms("ffn_down", n_t, hp.n_ff, hp.n_embd, "ffn", "", blocks),
               ComputeTerm("result_norm", (n_out, hp.n_embd), "output"),
               ComputeTerm("result_output (logits)", (n_out, hp.n_vocab), "output")]
     return tuple(terms)

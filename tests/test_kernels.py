@@ -1,0 +1,129 @@
+"""llamapy's CPU kernels (kernels/cpu_kernels.c) against PyTorch and gguf's own arithmetic:
+the AVX-512 build and the portable one (LLAMAPY_KERNELS_GENERIC's loops) alike."""
+from __future__ import annotations
+
+import gguf
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from llamapy.kernels import load_kernels
+from llamapy.kernels import ops as kops
+from llamapy.model.block_matrix import DENSE_ROWS, block_matrix
+from llamapy.model.rope import ROPE_TYPE_NEOX, ROPE_TYPE_NORM, RopeParams, apply_rope, rope_cos_sin
+
+T = gguf.GGMLQuantizationType
+
+
+@pytest.fixture(scope="module", params=[False, True], ids=["native", "generic"])
+def lib(request):
+    k = load_kernels(generic=request.param)
+    if k is None:
+        pytest.skip("no C compiler: the CPU kernels are off (the PyTorch paths are tested elsewhere)")
+    if request.param:
+        assert k.simd == 0
+    return k
+
+
+def _matrix(qtype: T, shape, seed=0):
+    w = np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+    raw = torch.from_numpy(gguf.quants.quantize(w, qtype)).view(torch.uint8).reshape(-1)
+    ref = torch.from_numpy(gguf.quants.dequantize(raw.numpy().reshape(shape[0], -1), qtype).astype(np.float32))
+    return raw, ref
+
+
+@pytest.mark.parametrize("qtype", [T.Q4_0, T.Q4_1, T.Q8_0])
+def test_dequant_and_rows_exact(lib, qtype):
+    raw, ref = _matrix(qtype, (80, 96))
+    m = block_matrix([(raw, qtype, (80, 96))], lib)
+    assert m.nbytes == raw.numel()  # the file's bytes, nothing more
+    assert torch.equal(m.dequant(), ref)
+    assert torch.equal(m.dequant(torch.float32, 16, 48), ref[16:48])
+    assert torch.equal(m.dequant(torch.bfloat16), ref.bfloat16())  # round to nearest even, as torch
+    ids = torch.tensor([79, 0, 5, 5])
+    assert torch.equal(m.get_rows(ids), ref[ids])
+    with pytest.raises(IndexError, match=r"\[0, 80\)"):
+        m.get_rows(torch.tensor([80]))
+
+
+@pytest.mark.parametrize("qtype", [T.Q4_0, T.Q4_1, T.Q8_0])
+@pytest.mark.parametrize("rows", [1, 3, 17, DENSE_ROWS + 3])
+def test_matmul_against_exact_product(lib, qtype, rows):
+    shape = (72, 160)  # not a multiple of the 16-row chunks, n_in an odd number of blocks
+    raw, W = _matrix(qtype, shape, seed=rows)
+    m = block_matrix([(raw, qtype, shape)], lib)
+    x = torch.randn(rows, shape[1], generator=torch.Generator().manual_seed(1))
+    ref = (x.double() @ W.double().T).float()
+    y = m(x)
+    scale = ref.abs().max().item()
+    # one row: exact fp32; several: bf16 products where the CPU has AVX512-BF16; many: a
+    # bf16 GEMM (4-bit) or the exact fp32 one (Q8_0)
+    bf16 = (rows > 1 and lib.simd == 516 and rows < DENSE_ROWS) or (rows >= DENSE_ROWS and qtype != T.Q8_0)
+    tol = 1e-2 if bf16 else 1e-5
+    assert (y - ref).abs().max().item() <= tol * scale
+    acc = torch.ones(rows, shape[0])
+    m.add_into(x, acc)  # the residual add fused into the product
+    assert (acc - 1 - y).abs().max().item() <= 1e-5 * scale
+
+
+def test_stacked_matrix_is_the_parts(lib):
+    parts = [_matrix(T.Q4_1, (64, 64), seed=s) for s in range(3)]
+    m = block_matrix([(raw, T.Q4_1, (64, 64)) for raw, _ in parts], lib)
+    x = torch.randn(1, 64)
+    ref = torch.cat([x @ W.T for _, W in parts], dim=1)
+    assert m.n_out == 192 and torch.allclose(m(x), ref, rtol=1e-5, atol=1e-4)
+
+
+def test_rms_norm_and_swiglu(lib):
+    x = torch.randn(5, 96)
+    w = torch.randn(96)
+    torch.testing.assert_close(kops.rms_norm(lib, x, w, 1e-5), F.rms_norm(x, (96,), w, 1e-5), rtol=1e-5, atol=1e-6)
+    gu = torch.randn(3, 2 * 40)
+    ref = F.silu(gu[:, :40]) * gu[:, 40:]
+    torch.testing.assert_close(kops.swiglu_stacked(lib, gu), ref, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("rope_type", [ROPE_TYPE_NORM, ROPE_TYPE_NEOX])
+def test_rope_in_place_matches_torch(lib, rope_type):
+    n, n_head, d = 4, 5, 32
+    p = RopeParams(d, 10000.0, 1.0, rope_type)
+    qkv = torch.randn(n, n_head * d + 7)  # heads in a strided row, as in the stacked product
+    x = qkv[:, : n_head * d].view(n, n_head, d)
+    cos, sin = rope_cos_sin(torch.tensor([0, 3, 17, 400]), p)
+    ref = apply_rope(x.clone(), cos, sin, p)
+    tail = qkv[:, n_head * d :].clone()
+    kops.rope_(lib, x, cos, sin, p.n_rot, rope_type == ROPE_TYPE_NEOX)
+    torch.testing.assert_close(x, ref, rtol=1e-5, atol=1e-5)
+    assert torch.equal(qkv[:, n_head * d :], tail)  # the rest of the row is not touched
+
+
+@pytest.mark.parametrize("n_head,n_head_kv", [(6, 2), (4, 4)])
+def test_attention_matches_sdpa(lib, n_head, n_head_kv):
+    g = torch.Generator().manual_seed(0)
+    n, n_kv, n_cells, d = 5, 48, 64, 32
+    q = torch.randn(n, n_head, d, generator=g)
+    k = torch.randn(n_cells, n_head_kv * d, generator=g).half()
+    v = torch.randn(n_cells, n_head_kv * d, generator=g).half()
+    visible = torch.rand(n, n_kv, generator=g) < 0.4
+    visible[:, 0] = True
+    visible[3] = False  # a row that sees nothing gets zeros
+    mask = torch.zeros(n, n_kv).masked_fill_(~visible, float("-inf"))
+    out = kops.attn_f16(lib, q, k, v, n_kv, n_head_kv, mask, 0.125)
+    kh = k[:n_kv].float().view(n_kv, n_head_kv, d).transpose(0, 1)[None]
+    vh = v[:n_kv].float().view(n_kv, n_head_kv, d).transpose(0, 1)[None]
+    ref = F.scaled_dot_product_attention(q.transpose(0, 1)[None], kh, vh, attn_mask=mask, scale=0.125,
+                                         enable_gqa=n_head > n_head_kv)[0].transpose(0, 1).reshape(n, -1)
+    keep = torch.arange(n) != 3
+    torch.testing.assert_close(out[keep], ref[keep], rtol=1e-4, atol=1e-5)
+    assert torch.equal(out[3], torch.zeros(n_head * d))
+
+
+def test_store_f16_rounds_as_torch(lib):
+    src = torch.randn(3, 40) * 1000
+    dst = torch.zeros(8, 24, dtype=torch.float16)
+    cells = torch.tensor([6, 1, 4])
+    lib.fn.lp_store_f16(src.data_ptr(), 3, src.stride(0), 24, dst.data_ptr(), cells.data_ptr(), 0)
+    assert torch.equal(dst[cells], src[:, :24].half())
+    lib.fn.lp_store_f16(src.data_ptr(), 2, src.stride(0), 24, dst.data_ptr(), None, 2)
+    assert torch.equal(dst[2:4], src[:2, :24].half())
