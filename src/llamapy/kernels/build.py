@@ -20,7 +20,7 @@ from pathlib import Path
 
 from ..log import logger
 
-ABI_VERSION = 1
+ABI_VERSION = 2
 SOURCE = Path(__file__).with_name("cpu_kernels.c")
 
 P, I64, I, F = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int, ctypes.c_float
@@ -33,7 +33,7 @@ SIGNATURES: dict[str, tuple] = {  # name -> argument types (all return void unle
     "lp_swiglu": (P, I64, I64, P),
     "lp_rope": (P, I64, I64, I64, I64, I64, P, P, I),
     "lp_store_f16": (P, I64, I64, I64, P, P, I64),
-    "lp_attn_f16": (P, I64, I64, I64, I64, I64, I64, P, P, I64, P, F, P),
+    "lp_attn_f16": (P, I64, I64, I64, I64, I64, I64, P, P, I64, P, P, P, F, P),
 }
 RETURNS = {"lp_abi_version": ctypes.c_int, "lp_simd": ctypes.c_int}
 
@@ -48,7 +48,7 @@ class KernelLib:
 
 
 def _flags(generic: bool) -> list[str]:
-    flags = ["-O3", "-march=native", "-fopenmp", "-shared", "-fPIC", "-std=gnu11", "-fno-math-errno"]
+    flags = ["-O3", "-march=native", "-fopenmp", "-shared", "-fPIC", "-std=gnu11", "-fno-math-errno", "-fno-trapping-math"]
     return flags + (["-mno-avx512f"] if generic else [])
 
 

@@ -11,6 +11,7 @@
  * by fp32 activations; llama.cpp instead rounds activations to 8 bits (Q8_0 / Q8_1).
  */
 #include <math.h>
+#include <omp.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,7 +21,7 @@
 
 enum { LP_Q4_0 = 2, LP_Q4_1 = 3, LP_Q8_0 = 8 }; /* GGMLQuantizationType values */
 
-int lp_abi_version(void) { return 1; }
+int lp_abi_version(void) { return 2; }
 
 int lp_simd(void) {
 #if defined(__AVX512F__)
@@ -278,6 +279,7 @@ void lp_swiglu(const float *gu, int64_t n_rows, int64_t n_ff, float *out) {
     for (int64_t r = 0; r < n_rows; r++) {
         const float *g = gu + r * 2 * n_ff, *u = g + n_ff;
         float *o = out + r * n_ff;
+#pragma omp simd
         for (int64_t i = 0; i < n_ff; i++) o[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
     }
 }
@@ -340,36 +342,107 @@ static inline void axpy_f16(float *y, float p, const uint16_t *v, int64_t d) {
     for (; j < d; j++) y[j] += p * f16_to_f32(v[j]);
 }
 
-/* Attention of few query rows over an f16 KV cache, through the KQ mask (online softmax,
- * one pass; masked cells are skipped, so only the cells a row can see are read).
- * q float [n, ldq] with head h at q + h * d_k; k f16 [n_cells, n_head_kv * d_k]; v f16
- * [n_cells, n_head_kv * d_v]; mask float [n, n_kv] (0 / -inf, or finite biases); out float
- * [n, n_head * d_v].  Query head h reads KV head h / (n_head / n_head_kv).  A row that sees
- * no cell gets zeros. */
-void lp_attn_f16(const float *q, int64_t n, int64_t ldq, int64_t n_head, int64_t n_head_kv, int64_t d_k, int64_t d_v,
-                 const uint16_t *k, const uint16_t *v, int64_t n_kv, const float *mask, float scale, float *out) {
-    const int64_t r = n_head / n_head_kv, ldk = n_head_kv * d_k, ldv = n_head_kv * d_v;
-#pragma omp parallel for schedule(dynamic, 1)
-    for (int64_t t = 0; t < n * n_head; t++) {
-        const int64_t i = t / n_head, h = t % n_head, hk = h / r;
-        const float *qh = q + i * ldq + h * d_k, *mi = mask + i * n_kv;
-        float *o = out + i * n_head * d_v + h * d_v;
-        float mx = -INFINITY, l = 0.0f;
-        for (int64_t j = 0; j < d_v; j++) o[j] = 0.0f;
-        for (int64_t c = 0; c < n_kv; c++) {
-            if (mi[c] == -INFINITY) continue;
-            const float s = dot_f16(qh, k + c * ldk + hk * d_k, d_k) * scale + mi[c];
-            if (s > mx) { /* rescale what was summed so far */
-                const float f = mx == -INFINITY ? 0.0f : expf(mx - s);
-                for (int64_t j = 0; j < d_v; j++) o[j] *= f;
-                l *= f;
-                mx = s;
-            }
-            const float p = expf(s - mx);
-            l += p;
-            axpy_f16(o, p, v + c * ldv + hk * d_v, d_v);
+#if defined(__AVX512F__)
+/* The common small-head case (d_k = d_v = 64, up to 4 query heads per KV head), one row's
+ * KV head: each cell's K and V rows are converted from f16 once for all r heads, and the r
+ * outputs stay in registers through the V pass.  p: scratch [r * nc]. */
+static void attn_group_d64(const float *q0, int64_t r, const uint16_t *k, const uint16_t *v, int64_t ldk,
+                           int64_t ldv, const float *mi, const int64_t *cells, int64_t nc, float scale, float *p,
+                           float *o0) {
+    __m512 qv[4][4], acc[4][4];
+    float mx[4] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY}, l[4] = {0, 0, 0, 0};
+    for (int64_t h = 0; h < r; h++)
+        for (int j = 0; j < 4; j++) qv[h][j] = _mm512_loadu_ps(q0 + h * 64 + 16 * j);
+    for (int64_t c = 0; c < nc; c++) {
+        const uint16_t *kr = k + cells[c] * ldk;
+        __m512 kv[4];
+        for (int j = 0; j < 4; j++) kv[j] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(kr + 16 * j)));
+        for (int64_t h = 0; h < r; h++) {
+            __m512 t = _mm512_mul_ps(qv[h][0], kv[0]);
+            for (int j = 1; j < 4; j++) t = _mm512_fmadd_ps(qv[h][j], kv[j], t);
+            const float sc = _mm512_reduce_add_ps(t) * scale + mi[cells[c]];
+            p[h * nc + c] = sc;
+            mx[h] = sc > mx[h] ? sc : mx[h];
         }
-        if (l > 0.0f)
-            for (int64_t j = 0; j < d_v; j++) o[j] /= l;
+    }
+    for (int64_t h = 0; h < r; h++) {
+        float *ph = p + h * nc, m = mx[h], s = 0.0f;
+#pragma omp simd reduction(+ : s)
+        for (int64_t c = 0; c < nc; c++) {
+            ph[c] = m == -INFINITY ? 0.0f : expf(ph[c] - m);
+            s += ph[c];
+        }
+        l[h] = s;
+        for (int j = 0; j < 4; j++) acc[h][j] = _mm512_setzero_ps();
+    }
+    for (int64_t c = 0; c < nc; c++) {
+        const uint16_t *vr = v + cells[c] * ldv;
+        __m512 vv[4];
+        for (int j = 0; j < 4; j++) vv[j] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(vr + 16 * j)));
+        for (int64_t h = 0; h < r; h++) {
+            const __m512 w = _mm512_set1_ps(p[h * nc + c]);
+            for (int j = 0; j < 4; j++) acc[h][j] = _mm512_fmadd_ps(w, vv[j], acc[h][j]);
+        }
+    }
+    for (int64_t h = 0; h < r; h++) {
+        const __m512 inv = _mm512_set1_ps(l[h] > 0.0f ? 1.0f / l[h] : 0.0f);
+        for (int j = 0; j < 4; j++) _mm512_storeu_ps(o0 + h * 64 + 16 * j, _mm512_mul_ps(acc[h][j], inv));
+    }
+}
+#endif
+
+/* Attention of few query rows over an f16 KV cache, through the KQ mask, reading only the
+ * cells each row can see: row i's visible cells are cells[ptr[i] .. ptr[i+1]) (the mask's
+ * non -inf entries, listed once per ubatch), and mask[i, c] is added to the score (0 for
+ * the causal rule).  Two passes per (row, head): the scores and their max, then the
+ * softmax-weighted sum of V.  Work is split by (row, KV head), so the cells' K/V rows are
+ * read from memory once for the query heads that share them, or by (row, head) when that
+ * leaves too few tasks for the threads.
+ * q float [n, ldq] with head h at q + h * d_k; k f16 [n_cells, n_head_kv * d_k]; v f16
+ * [n_cells, n_head_kv * d_v]; mask float [n, n_kv]; out float [n, n_head * d_v].  Query
+ * head h reads KV head h / (n_head / n_head_kv).  A row that sees no cell gets zeros. */
+void lp_attn_f16(const float *q, int64_t n, int64_t ldq, int64_t n_head, int64_t n_head_kv, int64_t d_k, int64_t d_v,
+                 const uint16_t *k, const uint16_t *v, int64_t n_kv, const float *mask, const int64_t *ptr,
+                 const int64_t *cells, float scale, float *out) {
+    const int64_t r = n_head / n_head_kv, ldk = n_head_kv * d_k, ldv = n_head_kv * d_v;
+    const int64_t hpt = n * n_head_kv >= 4 * omp_get_max_threads() ? r : 1; /* query heads per task */
+    int64_t most = 0;
+    for (int64_t i = 0; i < n; i++) most = ptr[i + 1] - ptr[i] > most ? ptr[i + 1] - ptr[i] : most;
+#pragma omp parallel
+    {
+        float *p = (float *)malloc((size_t)(most > 0 ? most : 1) * (size_t)hpt * sizeof(float));
+#pragma omp for schedule(dynamic, 1)
+        for (int64_t t = 0; t < n * n_head / hpt; t++) {
+            const int64_t i = t / (n_head / hpt), h0 = t % (n_head / hpt) * hpt, hk = h0 / r;
+            const int64_t c0 = ptr[i], nc = ptr[i + 1] - c0;
+            const float *mi = mask + i * n_kv;
+#if defined(__AVX512F__)
+            if (d_k == 64 && d_v == 64 && hpt <= 4) {
+                attn_group_d64(q + i * ldq + h0 * d_k, hpt, k + hk * d_k, v + hk * d_v, ldk, ldv, mi, cells + c0, nc,
+                               scale, p, out + i * n_head * d_v + h0 * d_v);
+                continue;
+            }
+#endif
+            for (int64_t h = h0; h < h0 + hpt; h++) {
+                const float *qh = q + i * ldq + h * d_k;
+                float *o = out + i * n_head * d_v + h * d_v;
+                for (int64_t j = 0; j < d_v; j++) o[j] = 0.0f;
+                float mx = -INFINITY, l = 0.0f;
+                for (int64_t c = 0; c < nc; c++) {
+                    const int64_t cell = cells[c0 + c];
+                    p[c] = dot_f16(qh, k + cell * ldk + hk * d_k, d_k) * scale + mi[cell];
+                    mx = p[c] > mx ? p[c] : mx;
+                }
+                if (nc == 0 || mx == -INFINITY) continue;
+#pragma omp simd reduction(+ : l)
+                for (int64_t c = 0; c < nc; c++) {
+                    p[c] = expf(p[c] - mx);
+                    l += p[c];
+                }
+                const float inv = 1.0f / l;
+                for (int64_t c = 0; c < nc; c++) axpy_f16(o, p[c] * inv, v + cells[c0 + c] * ldv + hk * d_v, d_v);
+            }
+        }
+        free(p);
     }
 }

@@ -46,18 +46,29 @@ def rope_(lib: KernelLib, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
     lib.fn.lp_rope(x.data_ptr(), n, x.stride(0), n_head, d, n_rot, cos.data_ptr(), sin.data_ptr(), int(neox))
 
 
+def visible_cells(mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The cells each row of a KQ mask [n, n_kv] can see, as (ptr [n + 1], cells [nnz]) int64:
+    row i's are cells[ptr[i]:ptr[i + 1]], ascending.  Built once per ubatch."""
+    rows, cells = torch.nonzero(mask != float("-inf"), as_tuple=True)
+    ptr = torch.zeros(mask.shape[0] + 1, dtype=torch.int64)
+    ptr[1:] = torch.bincount(rows, minlength=mask.shape[0]).cumsum(0)
+    return ptr, cells.contiguous()
+
+
 def attn_f16(lib: KernelLib, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, n_kv: int, n_head_kv: int,
-             mask: torch.Tensor, scale: float) -> torch.Tensor:
+             mask: torch.Tensor, scale: float, visible: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
     """q: [n, n_head, d_k] float32 (heads contiguous); k: [n_cells, n_head_kv * d_k], v:
     [n_cells, n_head_kv * d_v] float16 (a stream of the cache); mask [n, n_kv] float32 ->
-    [n, n_head * d_v].  The online-softmax attention of cpu_kernels.c over the visible cells."""
+    [n, n_head * d_v].  cpu_kernels.c's attention over the visible cells (visible_cells(mask),
+    computed here unless given)."""
     n, n_head, d_k = q.shape
     if q.stride(2) != 1 or q.stride(1) != d_k:
         q = q.contiguous()
     d_v = v.shape[1] // n_head_kv
     assert k.dtype == v.dtype == torch.float16 and k.is_contiguous() and v.is_contiguous()
     mask = mask.contiguous()
+    ptr, cells = visible_cells(mask) if visible is None else visible
     out = torch.empty(n, n_head * d_v, dtype=torch.float32)
     lib.fn.lp_attn_f16(q.data_ptr(), n, q.stride(0), n_head, n_head_kv, d_k, d_v, k.data_ptr(), v.data_ptr(), n_kv,
-                       mask.data_ptr(), scale, out.data_ptr())
+                       mask.data_ptr(), ptr.data_ptr(), cells.data_ptr(), scale, out.data_ptr())
     return out

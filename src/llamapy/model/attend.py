@@ -29,7 +29,8 @@ def attend(inp: UBatchInputs, cache: KVCache, il: int, q: torch.Tensor, k: torch
     for g in groups:
         if lib is not None:  # few rows over an f16 cache: the fused kernel reads only visible cells
             qr = q if len(groups) == 1 else q.index_select(0, g.rows)
-            o = kops.attn_f16(lib, qr, cache.k[il][g.stream], cache.v[il][g.stream], g.n_kv, hp.n_head_kv, g.mask, scale)
+            o = kops.attn_f16(lib, qr, cache.k[il][g.stream], cache.v[il][g.stream], g.n_kv, hp.n_head_kv, g.mask,
+                              scale, g.visible)
         elif g.mask is None:
             kc, vc = cache.gather(il, g.stream, g.cells)  # [S * c_max, n_embd_{k,v}_gqa]
             o = attention_gathered(q.index_select(0, g.q_index), kc, vc, g.bias, g.take, hp.n_head_kv, scale, inp.flash_attn)
