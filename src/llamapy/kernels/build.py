@@ -52,11 +52,24 @@ def _flags(generic: bool) -> list[str]:
     return flags + (["-mno-avx512f"] if generic else [])
 
 
+def _cpu_id() -> str:
+    """What -march=native depends on: the CPU's model and feature flags (Linux), so a cache
+    shared between machines never hands one CPU's build to another."""
+    try:
+        info = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        import platform
+
+        return platform.processor() + platform.machine()
+    lines = [ln for ln in info.splitlines() if ln.startswith(("model name", "flags", "Features"))]
+    return "\n".join(sorted(set(lines)))
+
+
 def _build(cc: str, generic: bool) -> Path:
     """Compile into the cache (atomically: a temp file renamed into place); returns the .so path."""
     flags = _flags(generic)
     src = SOURCE.read_bytes()
-    key = hashlib.sha256(src + " ".join([cc, *flags]).encode()).hexdigest()[:16]
+    key = hashlib.sha256(src + " ".join([cc, *flags, _cpu_id()]).encode()).hexdigest()[:16]
     root = Path(os.environ.get("LLAMAPY_CACHE", Path.home() / ".cache" / "llamapy")) / "kernels" / key
     lib = root / "libllamapy_cpu.so"
     if lib.exists():

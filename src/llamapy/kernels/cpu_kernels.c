@@ -309,6 +309,7 @@ void lp_mm(int type, const uint8_t *w, int64_t n_out, int64_t n_in, const float 
 
 /* out = x / sqrt(mean(x^2) + eps) * w per row (ggml_rms_norm then ggml_mul); w may be NULL. */
 void lp_rms_norm(const float *x, const float *w, int64_t n_rows, int64_t n, float eps, float *out) {
+#pragma omp parallel for schedule(static) if (n_rows * n >= 8192)
     for (int64_t r = 0; r < n_rows; r++) {
         const float *xr = x + r * n;
         float *o = out + r * n;
@@ -321,6 +322,7 @@ void lp_rms_norm(const float *x, const float *w, int64_t n_rows, int64_t n, floa
 
 /* out[r, i] = silu(gu[r, i]) * gu[r, n_ff + i]: gate | up stacked in one row of 2 n_ff. */
 void lp_swiglu(const float *gu, int64_t n_rows, int64_t n_ff, float *out) {
+#pragma omp parallel for schedule(static) if (n_rows * n_ff >= 8192)
     for (int64_t r = 0; r < n_rows; r++) {
         const float *g = gu + r * 2 * n_ff, *u = g + n_ff;
         float *o = out + r * n_ff;
