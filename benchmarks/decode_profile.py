@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Where a decode step's time goes: B sequences, one token each per step, after a prompt of
--p tokens per sequence, timed over -n steps, then torch.profiler's table of the top ops over a
-few more steps (self CPU time per op, summed over the profiled steps).
+-p tokens per sequence, timed over -n steps; then llamapy's CPU kernels (kernels/
+cpu_kernels.c, which torch.profiler cannot see) timed per function and matrix shape, and
+torch.profiler's table of the top PyTorch ops over a few more steps.
 
     .venv/bin/python benchmarks/decode_profile.py -B 1       # single-stream decode (tg)
     .venv/bin/python benchmarks/vs_llamacpp.py ...          # the ratios; this says why
@@ -14,6 +15,7 @@ import argparse
 import logging
 import sys
 import time
+from collections import defaultdict
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
@@ -33,6 +35,7 @@ def main(argv: list[str] | None = None) -> int:
     from torch.profiler import profile
 
     import llamapy
+    from llamapy.kernels import load_kernels
 
     logging.getLogger("llamapy").setLevel(logging.ERROR)
     torch.set_num_threads(a.threads)
@@ -56,6 +59,30 @@ def main(argv: list[str] | None = None) -> int:
 
     for _ in range(3):
         step()
+    lib = load_kernels()
+    if lib is not None:  # time each C call (a wrapper around the ctypes functions, then removed)
+        stats: dict[str, list[float]] = defaultdict(lambda: [0, 0.0])
+        fn = lib.fn
+
+        class Timed:
+            def __getattr__(self, name):
+                f = getattr(fn, name)
+
+                def call(*args):
+                    t = time.perf_counter()
+                    f(*args)
+                    key = f"{name}[{args[2]}x{args[3]}]" if name == "lp_mm" else name
+                    stats[key][0] += 1
+                    stats[key][1] += time.perf_counter() - t
+                return call
+
+        object.__setattr__(lib, "fn", Timed())
+        for _ in range(a.n):
+            step()
+        object.__setattr__(lib, "fn", fn)
+        print(f"llamapy CPU kernels over {a.n} steps (ms per step):")
+        for key, (n, t) in sorted(stats.items(), key=lambda kv: -kv[1][1]):
+            print(f"  {key:<24} {n / a.n:6.1f} calls  {t / a.n * 1e3:8.3f} ms")
     t0 = time.perf_counter()
     for _ in range(a.n):
         step()
