@@ -130,3 +130,49 @@ def test_store_f16_rounds_as_torch(lib):
     assert torch.equal(dst[cells], src[:, :24].half())
     lib.fn.lp_store_f16(src.data_ptr(), 2, src.stride(0), 24, dst.data_ptr(), None, 2)
     assert torch.equal(dst[2:4], src[:2, :24].half())
+
+
+def _decode_steps(model, n_seq: int) -> torch.Tensor:
+    """A 40-token prompt per sequence, then 4 steps of one token each; the last logits."""
+    from llamapy import Batch, Context, ContextParams
+
+    ctx = Context(model, ContextParams(n_ctx=512, n_seq_max=n_seq, kv_unified=True))
+    b = Batch()
+    for s in range(n_seq):
+        for i in range(40):
+            b.add((3 + 7 * i + 11 * s) % model.n_vocab, i, [s], logits=i == 39)
+    ctx.decode(b)
+    for p in range(40, 44):
+        b = Batch()
+        for s in range(n_seq):
+            b.add((5 * p + s) % model.n_vocab, p, [s], logits=True)
+        ctx.decode(b)
+    return ctx.get_logits().clone()
+
+
+@pytest.mark.parametrize("n_seq", [1, 3])
+def test_decode_with_and_without_kernels(tmp_path, monkeypatch, n_seq):
+    """The whole decode path (block matmuls, fused norm/rope/swiglu/attention) against the
+    PyTorch path of the same Q4_1 file (LLAMAPY_KERNELS=0): the same logits up to the
+    rounding of each path (bf16 activations in PyTorch's int4 kernel)."""
+    from llamapy import Model
+    from tiny_model import write_tiny_llama
+
+    if load_kernels() is None:
+        pytest.skip("no C compiler: the CPU kernels are off")
+    path = write_tiny_llama(tmp_path / "q4_1.gguf", weight_type=T.Q4_1)
+    fast = Model.load(path)
+    assert type(fast.net.layers[0].wqkv).__name__ == "BlockMatrix"
+    assert fast.n_bytes_resident < Model.load(path, exact=True).n_bytes_resident / 4
+    y_fast = _decode_steps(fast, n_seq)
+    monkeypatch.setenv("LLAMAPY_KERNELS", "0")
+    load_kernels.cache_clear()
+    try:
+        slow = Model.load(path)
+        assert type(slow.net.layers[0].wqkv).__name__ == "QMatrix"
+        y_slow = _decode_steps(slow, n_seq)
+    finally:
+        monkeypatch.delenv("LLAMAPY_KERNELS")
+        load_kernels.cache_clear()
+    assert (y_fast - y_slow).abs().max().item() <= 3e-2 * y_slow.abs().max().item()
+    assert torch.equal(y_fast.argmax(1), y_slow.argmax(1))

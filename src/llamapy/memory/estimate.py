@@ -15,6 +15,7 @@ from pathlib import Path
 from ..cparams import CParams, pad, resolve_cparams
 from ..model.hparams import HParams
 from ..params import ContextParams
+from ..kernels.ops import FAST_ROWS
 from ..model.qmatrix import DENSE_ROWS
 from .kv_types import KVType
 
@@ -223,6 +224,10 @@ def compute_terms(hp: HParams, c: CParams, caches: tuple[CacheEstimate, ...], n_
     terms = [ComputeTerm("inp_embd (residual x)", (n_t, hp.n_embd), "persistent")]
     for ch in caches:  # one mask per cache, built once per ubatch (kept for every layer)
         terms.append(ComputeTerm(f"kq_mask{' (' + ch.name + ')' if ch.name else ''}", (n_t, ch.cells), "persistent"))
+    if blocks and n_t < FAST_ROWS and flash_attn_enabled(c) and c.type_k == c.type_v == "f16":
+        for ch in caches:  # the CPU kernel's attention: each row's visible cells, int64 (kernels/ops.py)
+            terms.append(ComputeTerm(f"kq visible cells{' (' + ch.name + ')' if ch.name else ''}", (n_t, ch.cells),
+                                     "persistent", 8))
     terms += [*_matmul_terms("wqkv", n_t, hp.n_embd, n_qkv, "attention", "attn_norm", blocks),
               ComputeTerm("Qcur|Kcur (rope)", (n_t, hp.n_head * dk + wk), "attention"),
               ComputeTerm("Kcur (contiguous)", (n_t, wk), "attention")]

@@ -191,8 +191,10 @@ class QMatrix:
         return w.mul_(s[..., :1]).add_(s[..., 1:]).view(r1 - r0, self.n_in)
 
 
-def _kind(qtype: T, n_in: int, exact: bool) -> str:
-    if exact or n_in % 32:
+def _kind(qtype: T, n_in: int, exact: bool, n_out: int = 0) -> str:
+    """"int4" / "q8_0" where PyTorch's int4 kernel takes the matrix (n_in in groups of 32,
+    n_out a multiple of 16, its packing rule), else "dense"."""
+    if exact or n_in % 32 or n_out % 16:
         return "dense"
     return "int4" if qtype in Q4_TYPES else "q8_0" if qtype == T.Q8_0 else "dense"
 
@@ -204,7 +206,7 @@ def qmatrix_nbytes(qtype: T, shape: tuple[int, int], exact: bool, dense_dtype: t
     n_out, n_in = shape
     if blocks and not exact and qtype in BLOCK_TYPES and n_in % 32 == 0:
         return n_out * n_in // 32 * BLOCK_TYPES[qtype]
-    kind = _kind(qtype, n_in, exact)
+    kind = _kind(qtype, n_in, exact, n_out)
     groups = (n_in // 32) * n_out
     if kind == "int4":  # packed nibbles + bf16 (scale, zero') per group
         return n_out * n_in // 2 + groups * 4
@@ -271,7 +273,7 @@ def make_qmatrix(parts: list[tuple[torch.Tensor, T, tuple[int, int]]], exact: bo
             return bm
         if len(parts) > 1 and any(qt in BLOCK_TYPES for _, qt, _ in parts):
             return StackedMatrix([make_qmatrix([p], exact, dense_dtype, slot_orders, lib) for p in parts])
-    kinds = {_kind(qt, n_in, exact) for _, qt, _ in parts}
+    kinds = {_kind(qt, n_in, exact, shape[0]) for _, qt, shape in parts}
     if len(kinds) > 1 or (kinds == {"q8_0"} and len(parts) > 1):
         return StackedMatrix([make_qmatrix([p], exact, dense_dtype, slot_orders) for p in parts])
     n_out = sum(shape[0] for _, _, shape in parts)
