@@ -122,16 +122,6 @@ def test_attention_matches_sdpa(lib, n_head, n_head_kv, d, n):
         assert torch.equal(out[empty], torch.zeros(n_head * d))
 
 
-def test_store_f16_rounds_as_torch(lib):
-    src = torch.randn(3, 40) * 1000
-    dst = torch.zeros(8, 24, dtype=torch.float16)
-    cells = torch.tensor([6, 1, 4])
-    lib.fn.lp_store_f16(src.data_ptr(), 3, src.stride(0), 24, dst.data_ptr(), cells.data_ptr(), 0)
-    assert torch.equal(dst[cells], src[:, :24].half())
-    lib.fn.lp_store_f16(src.data_ptr(), 2, src.stride(0), 24, dst.data_ptr(), None, 2)
-    assert torch.equal(dst[2:4], src[:2, :24].half())
-
-
 def _decode_steps(model, n_seq: int) -> torch.Tensor:
     """A 40-token prompt per sequence, then 4 steps of one token each; the last logits."""
     from llamapy import Batch, Context, ContextParams

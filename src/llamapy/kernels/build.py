@@ -32,7 +32,6 @@ SIGNATURES: dict[str, tuple] = {  # name -> argument types (all return void unle
     "lp_rms_norm": (P, P, I64, I64, F, P),
     "lp_swiglu": (P, I64, I64, P),
     "lp_rope": (P, I64, I64, I64, I64, I64, P, P, I),
-    "lp_store_f16": (P, I64, I64, I64, P, P, I64),
     "lp_attn_f16": (P, I64, I64, I64, I64, I64, I64, P, P, I64, P, P, P, F, P),
 }
 RETURNS = {"lp_abi_version": ctypes.c_int, "lp_simd": ctypes.c_int}

@@ -40,11 +40,10 @@ static inline float f16_to_f32(uint16_t h) {
     return (float)v;
 }
 
-static inline uint16_t f32_to_f16(float f) {
-    _Float16 v = (_Float16)f; /* round to nearest even, as torch's .half() */
-    uint16_t h;
-    memcpy(&h, &v, 2);
-    return h;
+static inline uint16_t f32_to_bf16(float f) { /* round to nearest even (no NaNs occur here) */
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return (uint16_t)((u + 0x7fff + ((u >> 16) & 1)) >> 16);
 }
 
 static int64_t block_bytes(int type) {
@@ -95,11 +94,7 @@ void lp_dequant_bf16(int type, const uint8_t *w, int64_t n_in, int64_t r0, int64
         for (int64_t b = 0; b < nb; b++) {
             block_to_f32(type, w + (r * nb + b) * bb, t);
             uint16_t *o = out + (r - r0) * n_in + b * 32;
-            for (int j = 0; j < 32; j++) {
-                uint32_t u;
-                memcpy(&u, &t[j], 4);
-                o[j] = (uint16_t)((u + 0x7fff + ((u >> 16) & 1)) >> 16);
-            }
+            for (int j = 0; j < 32; j++) o[j] = f32_to_bf16(t[j]);
         }
     }
 }
@@ -288,11 +283,7 @@ void lp_mm(int type, const uint8_t *w, int64_t n_out, int64_t n_in, const float 
 #if defined(__AVX512BF16__)
     if (n_rows > 1) {
         xb = (uint16_t *)malloc((size_t)(n_rows * n_in) * 2);
-        for (int64_t i = 0; i < n_rows * n_in; i++) {
-            uint32_t u;
-            memcpy(&u, &x[i], 4);
-            xb[i] = (uint16_t)((u + 0x7fff + ((u >> 16) & 1)) >> 16);
-        }
+        for (int64_t i = 0; i < n_rows * n_in; i++) xb[i] = f32_to_bf16(x[i]);
     }
 #endif
 #pragma omp parallel for schedule(static)
@@ -348,17 +339,6 @@ void lp_rope(float *x, int64_t n_rows, int64_t ldx, int64_t n_head, int64_t d, i
                 v[b] = x0 * s[i] + x1 * c[i];
             }
         }
-    }
-}
-
-/* dst f16 row cells[i] (or cell0 + i when cells is NULL) = src row i, for i < n:
- * src float [n, width] of row stride lds; dst [n_cells, width]. */
-void lp_store_f16(const float *src, int64_t n, int64_t lds, int64_t width, uint16_t *dst, const int64_t *cells,
-                  int64_t cell0) {
-    for (int64_t i = 0; i < n; i++) {
-        uint16_t *o = dst + (cells ? cells[i] : cell0 + i) * width;
-        const float *s = src + i * lds;
-        for (int64_t j = 0; j < width; j++) o[j] = f32_to_f16(s[j]);
     }
 }
 
