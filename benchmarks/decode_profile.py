@@ -29,6 +29,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("-n", type=int, default=32, help="timed steps")
     ap.add_argument("-t", "--threads", type=int, default=2)
     ap.add_argument("--rows", type=int, default=12, help="profiler table rows")
+    ap.add_argument("--per-op", action="store_true",
+                    help="llama: run the per-op path (each kernel timed) instead of all layers in one C call")
     a = ap.parse_args(argv)
 
     import torch
@@ -40,6 +42,8 @@ def main(argv: list[str] | None = None) -> int:
     logging.getLogger("llamapy").setLevel(logging.ERROR)
     torch.set_num_threads(a.threads)
     model = llamapy.Model.load(a.model)
+    if a.per_op and getattr(model.net, "fused", None) is not None:
+        model.net.fused = None
     n_ctx = a.B * (a.p + a.n + 64)
     ctx = llamapy.Context(model, llamapy.ContextParams(n_ctx=n_ctx, n_seq_max=a.B, kv_unified=True, n_threads=a.threads))
     b = llamapy.Batch()
@@ -70,10 +74,11 @@ def main(argv: list[str] | None = None) -> int:
 
                 def call(*args):
                     t = time.perf_counter()
-                    f(*args)
+                    r = f(*args)
                     key = f"{name}[{args[2]}x{args[3]}]" if name == "lp_mm" else name
                     stats[key][0] += 1
                     stats[key][1] += time.perf_counter() - t
+                    return r
                 return call
 
         object.__setattr__(lib, "fn", Timed())

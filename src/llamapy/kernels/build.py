@@ -20,7 +20,7 @@ from pathlib import Path
 
 from ..log import logger
 
-ABI_VERSION = 2
+ABI_VERSION = 3
 SOURCE = Path(__file__).with_name("cpu_kernels.c")
 
 P, I64, I, F = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int, ctypes.c_float
@@ -33,8 +33,9 @@ SIGNATURES: dict[str, tuple] = {  # name -> argument types (all return void unle
     "lp_swiglu": (P, I64, I64, P),
     "lp_rope": (P, I64, I64, I64, I64, I64, P, P, I),
     "lp_attn_f16": (P, I64, I64, I64, I64, I64, I64, P, P, I64, P, P, P, F, P),
+    "lp_llama_layers": (P, I64, P, P, I64, P, P, P, P, I64, P, P),
 }
-RETURNS = {"lp_abi_version": ctypes.c_int, "lp_simd": ctypes.c_int}
+RETURNS = {"lp_abi_version": ctypes.c_int, "lp_simd": ctypes.c_int, "lp_llama_layers": ctypes.c_int}
 
 
 @dataclass(frozen=True, slots=True)

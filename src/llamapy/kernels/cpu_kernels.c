@@ -19,9 +19,15 @@
 #include <immintrin.h>
 #endif
 
+#if defined(__AVX512BF16__)
+#define LP_BF16 1 /* few-row products take bf16 dot products (the activations rounded once) */
+#else
+#define LP_BF16 0
+#endif
+
 enum { LP_Q4_0 = 2, LP_Q4_1 = 3, LP_Q8_0 = 8 }; /* GGMLQuantizationType values */
 
-int lp_abi_version(void) { return 2; }
+int lp_abi_version(void) { return 3; }
 
 int lp_simd(void) {
 #if defined(__AVX512F__)
@@ -224,10 +230,6 @@ static void mm_generic(int type, const uint8_t *wrow, int64_t nb, int64_t bb, co
 
 static inline void put(float *y, float v, int accumulate) { *y = accumulate ? *y + v : v; }
 
-/* y[r, o] (+)= sum_k x[r, k] W[o, k]: x float [n_rows, n_in], W blocks [n_out, n_in], y float
- * rows of stride ldy.  Output rows are split among the threads in chunks of 16; each chunk's
- * weights are read once per 16 activation rows.  One row: exact fp32 products.  Several rows
- * (with AVX512-BF16): bf16 products, fp32 sums. */
 /* Output rows o0..o1 of the product (see lp_mm); `type` is a constant in each instance. */
 static inline __attribute__((always_inline)) void mm_chunk(const int type, const uint8_t *w, int64_t o0, int64_t o1,
                                                            int64_t n_in, const float *x, const uint16_t *xb,
@@ -272,21 +274,20 @@ static inline __attribute__((always_inline)) void mm_chunk(const int type, const
     }
 }
 
-/* y[r, o] (+)= sum_k x[r, k] W[o, k]: x float [n_rows, n_in], W blocks [n_out, n_in], y float
- * rows of stride ldy.  Output rows are split among the threads in chunks of 16; each chunk's
- * weights are read once per 16 activation rows.  One row: exact fp32 products.  Several rows
- * (with AVX512-BF16): bf16 products, fp32 sums. */
-void lp_mm(int type, const uint8_t *w, int64_t n_out, int64_t n_in, const float *x, int64_t n_rows, float *y,
-           int64_t ldy, int accumulate) {
+/* x [n] float as bfloat16 (round to nearest even), split among the threads of the
+ * enclosing parallel region (serial outside one). */
+static void to_bf16_for(const float *x, int64_t n, uint16_t *out) {
+#pragma omp for schedule(static)
+    for (int64_t i = 0; i < n; i++) out[i] = f32_to_bf16(x[i]);
+}
+
+/* The product of lp_mm, its output chunks split among the threads of the enclosing parallel
+ * region (an orphaned `omp for`: lp_mm runs it in its own region, lp_llama_layers in the
+ * region of the whole forward).  xb: x as bf16, needed when n_rows > 1 and AVX512-BF16. */
+static void mm_for(int type, const uint8_t *w, int64_t n_out, int64_t n_in, const float *x, const uint16_t *xb,
+                   int64_t n_rows, float *y, int64_t ldy, int accumulate) {
     const int64_t chunk = 16;
-    uint16_t *xb = NULL;
-#if defined(__AVX512BF16__)
-    if (n_rows > 1) {
-        xb = (uint16_t *)malloc((size_t)(n_rows * n_in) * 2);
-        for (int64_t i = 0; i < n_rows * n_in; i++) xb[i] = f32_to_bf16(x[i]);
-    }
-#endif
-#pragma omp parallel for schedule(static)
+#pragma omp for schedule(static)
     for (int64_t o0 = 0; o0 < n_out; o0 += chunk) {
         const int64_t o1 = o0 + chunk < n_out ? o0 + chunk : n_out;
         switch (type) { /* one specialized instance per block type */
@@ -295,51 +296,69 @@ void lp_mm(int type, const uint8_t *w, int64_t n_out, int64_t n_in, const float 
         case LP_Q8_0: mm_chunk(LP_Q8_0, w, o0, o1, n_in, x, xb, n_rows, y, ldy, accumulate); break;
         }
     }
+}
+
+/* y[r, o] (+)= sum_k x[r, k] W[o, k]: x float [n_rows, n_in], W blocks [n_out, n_in], y float
+ * rows of stride ldy.  Output rows are split among the threads in chunks of 16; each chunk's
+ * weights are read once per 16 activation rows.  One row: exact fp32 products.  Several rows
+ * (with AVX512-BF16): bf16 products, fp32 sums. */
+void lp_mm(int type, const uint8_t *w, int64_t n_out, int64_t n_in, const float *x, int64_t n_rows, float *y,
+           int64_t ldy, int accumulate) {
+    uint16_t *xb = n_rows > 1 && LP_BF16 ? (uint16_t *)malloc((size_t)(n_rows * n_in) * 2) : NULL;
+#pragma omp parallel
+    {
+        if (xb) to_bf16_for(x, n_rows * n_in, xb);
+        mm_for(type, w, n_out, n_in, x, xb, n_rows, y, ldy, accumulate);
+    }
     free(xb);
 }
 
-/* out = x / sqrt(mean(x^2) + eps) * w per row (ggml_rms_norm then ggml_mul); w may be NULL. */
+/* out = x / sqrt(mean(x^2) + eps) * w for one row of n (ggml_rms_norm then ggml_mul); w may
+ * be NULL. */
+static void rms_norm_row(const float *x, const float *w, int64_t n, float eps, float *out) {
+    float ss = 0.0f;
+    for (int64_t i = 0; i < n; i++) ss += x[i] * x[i];
+    const float s = 1.0f / sqrtf(ss / (float)n + eps);
+    for (int64_t i = 0; i < n; i++) out[i] = w ? x[i] * s * w[i] : x[i] * s;
+}
+
+/* out[i] = silu(g[i]) * u[i] over one row of n_ff. */
+static void swiglu_row(const float *g, const float *u, int64_t n_ff, float *out) {
+#pragma omp simd
+    for (int64_t i = 0; i < n_ff; i++) out[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+}
+
+/* rms_norm_row over rows [n_rows, n]. */
 void lp_rms_norm(const float *x, const float *w, int64_t n_rows, int64_t n, float eps, float *out) {
 #pragma omp parallel for schedule(static) if (n_rows * n >= 8192)
-    for (int64_t r = 0; r < n_rows; r++) {
-        const float *xr = x + r * n;
-        float *o = out + r * n;
-        float ss = 0.0f;
-        for (int64_t i = 0; i < n; i++) ss += xr[i] * xr[i];
-        const float s = 1.0f / sqrtf(ss / (float)n + eps);
-        for (int64_t i = 0; i < n; i++) o[i] = w ? xr[i] * s * w[i] : xr[i] * s;
-    }
+    for (int64_t r = 0; r < n_rows; r++) rms_norm_row(x + r * n, w, n, eps, out + r * n);
 }
 
 /* out[r, i] = silu(gu[r, i]) * gu[r, n_ff + i]: gate | up stacked in one row of 2 n_ff. */
 void lp_swiglu(const float *gu, int64_t n_rows, int64_t n_ff, float *out) {
 #pragma omp parallel for schedule(static) if (n_rows * n_ff >= 8192)
-    for (int64_t r = 0; r < n_rows; r++) {
-        const float *g = gu + r * 2 * n_ff, *u = g + n_ff;
-        float *o = out + r * n_ff;
-#pragma omp simd
-        for (int64_t i = 0; i < n_ff; i++) o[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+    for (int64_t r = 0; r < n_rows; r++) swiglu_row(gu + r * 2 * n_ff, gu + r * 2 * n_ff + n_ff, n_ff, out + r * n_ff);
+}
+
+/* RoPE in place on the n_head heads of one row, head h at x + h * d; c, s [n_rot/2].  neox:
+ * pairs (i, i + n_rot/2), else (2i, 2i+1); dims past n_rot are left alone. */
+static void rope_row(float *x, int64_t n_head, int64_t d, int64_t n_rot, const float *c, const float *s, int neox) {
+    const int64_t half = n_rot / 2;
+    for (int64_t h = 0; h < n_head; h++) {
+        float *v = x + h * d;
+        for (int64_t i = 0; i < half; i++) {
+            const int64_t a = neox ? i : 2 * i, b = neox ? i + half : 2 * i + 1;
+            const float x0 = v[a], x1 = v[b];
+            v[a] = x0 * c[i] - x1 * s[i];
+            v[b] = x0 * s[i] + x1 * c[i];
+        }
     }
 }
 
-/* RoPE in place on n_head heads of each row: x [n_rows, row stride ldx], head h at
- * x + h * d; cos, sin [n_rows, n_rot/2].  neox: pairs (i, i + n_rot/2), else (2i, 2i+1);
- * dims past n_rot are left alone. */
+/* rope_row on each row of x [n_rows, row stride ldx]; cos, sin [n_rows, n_rot/2]. */
 void lp_rope(float *x, int64_t n_rows, int64_t ldx, int64_t n_head, int64_t d, int64_t n_rot, const float *cos_,
              const float *sin_, int neox) {
-    const int64_t half = n_rot / 2;
-    for (int64_t r = 0; r < n_rows; r++) {
-        const float *c = cos_ + r * half, *s = sin_ + r * half;
-        for (int64_t h = 0; h < n_head; h++) {
-            float *v = x + r * ldx + h * d;
-            for (int64_t i = 0; i < half; i++) {
-                const int64_t a = neox ? i : 2 * i, b = neox ? i + half : 2 * i + 1;
-                const float x0 = v[a], x1 = v[b];
-                v[a] = x0 * c[i] - x1 * s[i];
-                v[b] = x0 * s[i] + x1 * c[i];
-            }
-        }
-    }
+    for (int64_t r = 0; r < n_rows; r++) rope_row(x + r * ldx, n_head, d, n_rot, cos_ + r * (n_rot / 2), sin_ + r * (n_rot / 2), neox);
 }
 
 /* dot of a float vector with an f16 one, and y += p * f16 vector, over d elements. */
@@ -428,48 +447,154 @@ static void attn_group_d64(const float *q0, int64_t r, const uint16_t *k, const 
  * q float [n, ldq] with head h at q + h * d_k; k f16 [n_cells, n_head_kv * d_k]; v f16
  * [n_cells, n_head_kv * d_v]; mask float [n, n_kv]; out float [n, n_head * d_v].  Query
  * head h reads KV head h / (n_head / n_head_kv).  A row that sees no cell gets zeros. */
+/* Query heads per attention task: a row's whole KV-head group when there are enough tasks
+ * for the threads, else one head; and the most cells any row sees (the scratch per task). */
+static int64_t attn_heads_per_task(int64_t n, int64_t n_head, int64_t n_head_kv) {
+    return n * n_head_kv >= 4 * omp_get_max_threads() ? n_head / n_head_kv : 1;
+}
+
+static int64_t most_visible(const int64_t *ptr, int64_t n) {
+    int64_t most = 1;
+    for (int64_t i = 0; i < n; i++) most = ptr[i + 1] - ptr[i] > most ? ptr[i + 1] - ptr[i] : most;
+    return most;
+}
+
+/* lp_attn_f16's tasks, split among the threads of the enclosing parallel region; p: this
+ * thread's scratch of most_visible() * hpt floats. */
+static void attn_for(const float *q, int64_t n, int64_t ldq, int64_t n_head, int64_t n_head_kv, int64_t d_k,
+                     int64_t d_v, const uint16_t *k, const uint16_t *v, int64_t n_kv, const float *mask,
+                     const int64_t *ptr, const int64_t *cells, float scale, float *out, int64_t hpt, float *p) {
+    const int64_t r = n_head / n_head_kv, ldk = n_head_kv * d_k, ldv = n_head_kv * d_v;
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t t = 0; t < n * n_head / hpt; t++) {
+        const int64_t i = t / (n_head / hpt), h0 = t % (n_head / hpt) * hpt, hk = h0 / r;
+        const int64_t c0 = ptr[i], nc = ptr[i + 1] - c0;
+        const float *mi = mask + i * n_kv;
+#if defined(__AVX512F__)
+        if (d_k == 64 && d_v == 64 && hpt <= 4) {
+            attn_group_d64(q + i * ldq + h0 * d_k, hpt, k + hk * d_k, v + hk * d_v, ldk, ldv, mi, cells + c0, nc,
+                           scale, p, out + i * n_head * d_v + h0 * d_v);
+            continue;
+        }
+#endif
+        for (int64_t h = h0; h < h0 + hpt; h++) {
+            const float *qh = q + i * ldq + h * d_k;
+            float *o = out + i * n_head * d_v + h * d_v;
+            for (int64_t j = 0; j < d_v; j++) o[j] = 0.0f;
+            float mx = -INFINITY, l = 0.0f;
+            for (int64_t c = 0; c < nc; c++) {
+                const int64_t cell = cells[c0 + c];
+                p[c] = dot_f16(qh, k + cell * ldk + hk * d_k, d_k) * scale + mi[cell];
+                mx = p[c] > mx ? p[c] : mx;
+            }
+            if (nc == 0 || mx == -INFINITY) continue;
+#pragma omp simd reduction(+ : l)
+            for (int64_t c = 0; c < nc; c++) {
+                p[c] = expf(p[c] - mx);
+                l += p[c];
+            }
+            const float inv = 1.0f / l;
+            for (int64_t c = 0; c < nc; c++) axpy_f16(o, p[c] * inv, v + cells[c0 + c] * ldv + hk * d_v, d_v);
+        }
+    }
+}
+
 void lp_attn_f16(const float *q, int64_t n, int64_t ldq, int64_t n_head, int64_t n_head_kv, int64_t d_k, int64_t d_v,
                  const uint16_t *k, const uint16_t *v, int64_t n_kv, const float *mask, const int64_t *ptr,
                  const int64_t *cells, float scale, float *out) {
-    const int64_t r = n_head / n_head_kv, ldk = n_head_kv * d_k, ldv = n_head_kv * d_v;
-    const int64_t hpt = n * n_head_kv >= 4 * omp_get_max_threads() ? r : 1; /* query heads per task */
-    int64_t most = 0;
-    for (int64_t i = 0; i < n; i++) most = ptr[i + 1] - ptr[i] > most ? ptr[i + 1] - ptr[i] : most;
+    const int64_t hpt = attn_heads_per_task(n, n_head, n_head_kv), most = most_visible(ptr, n);
 #pragma omp parallel
     {
-        float *p = (float *)malloc((size_t)(most > 0 ? most : 1) * (size_t)hpt * sizeof(float));
-#pragma omp for schedule(dynamic, 1)
-        for (int64_t t = 0; t < n * n_head / hpt; t++) {
-            const int64_t i = t / (n_head / hpt), h0 = t % (n_head / hpt) * hpt, hk = h0 / r;
-            const int64_t c0 = ptr[i], nc = ptr[i + 1] - c0;
-            const float *mi = mask + i * n_kv;
+        float *p = (float *)malloc((size_t)(most * hpt) * sizeof(float));
+        attn_for(q, n, ldq, n_head, n_head_kv, d_k, d_v, k, v, n_kv, mask, ptr, cells, scale, out, hpt, p);
+        free(p);
+    }
+}
+
+/* f32 -> f16, round to nearest even (torch's float16 conversion). */
+static inline void store_f16(uint16_t *dst, const float *x, int64_t n) {
+    int64_t j = 0;
 #if defined(__AVX512F__)
-            if (d_k == 64 && d_v == 64 && hpt <= 4) {
-                attn_group_d64(q + i * ldq + h0 * d_k, hpt, k + hk * d_k, v + hk * d_v, ldk, ldv, mi, cells + c0, nc,
-                               scale, p, out + i * n_head * d_v + h0 * d_v);
-                continue;
-            }
+    for (; j + 16 <= n; j += 16)
+        _mm256_storeu_si256((__m256i *)(dst + j), _mm512_cvtps_ph(_mm512_loadu_ps(x + j), _MM_FROUND_TO_NEAREST_INT));
 #endif
-            for (int64_t h = h0; h < h0 + hpt; h++) {
-                const float *qh = q + i * ldq + h * d_k;
-                float *o = out + i * n_head * d_v + h * d_v;
-                for (int64_t j = 0; j < d_v; j++) o[j] = 0.0f;
-                float mx = -INFINITY, l = 0.0f;
-                for (int64_t c = 0; c < nc; c++) {
-                    const int64_t cell = cells[c0 + c];
-                    p[c] = dot_f16(qh, k + cell * ldk + hk * d_k, d_k) * scale + mi[cell];
-                    mx = p[c] > mx ? p[c] : mx;
-                }
-                if (nc == 0 || mx == -INFINITY) continue;
-#pragma omp simd reduction(+ : l)
-                for (int64_t c = 0; c < nc; c++) {
-                    p[c] = expf(p[c] - mx);
-                    l += p[c];
-                }
-                const float inv = 1.0f / l;
-                for (int64_t c = 0; c < nc; c++) axpy_f16(o, p[c] * inv, v + cells[c0 + c] * ldv + hk * d_v, d_v);
+    for (; j < n; j++) {
+        const _Float16 h = (_Float16)x[j];
+        memcpy(dst + j, &h, 2);
+    }
+}
+
+/* One LLM_ARCH_LLAMA layer's weights and its stream of an f16 KV cache (see lp_llama_layers). */
+typedef struct {
+    const float *attn_norm, *ffn_norm;                        /* [n_embd] */
+    const uint8_t *wqkv, *wo, *ffn_gate_up, *ffn_down;        /* block matrices, stacked as in llama.py */
+    int64_t t_qkv, t_o, t_gate_up, t_down;                    /* their GGML types */
+    uint16_t *k, *v;                                          /* [n_cells, n_head_kv * d] f16 */
+} lp_llama_layer;
+
+typedef struct {
+    int64_t n_embd, n_head, n_head_kv, d, n_rot, n_ff;
+    float eps, scale;
+    int64_t neox;
+} lp_llama_dims;
+
+/* Every layer of an LLM_ARCH_LLAMA forward for a ubatch of n (few) rows, in one call and one
+ * parallel region, the threads meeting at a barrier after each step: the same steps, in the
+ * same order and arithmetic, as llama.py's per-op path with these kernels --
+ *   x += wo . attn(rope(wqkv . rms_norm(x)))   (K, V of each row stored in its cell first)
+ *   x += ffn_down . swiglu(ffn_gate_up . rms_norm(x))
+ * x [n, n_embd] float, updated in place.  cos, sin [n, n_rot/2]; store_cells [n] each row's
+ * cell in the cache stream; mask [n, n_kv] and (ptr, cells) the KQ mask and its visible
+ * cells as for lp_attn_f16.  Returns 0, or -1 when scratch memory could not be allocated (x
+ * and the cache untouched). */
+int lp_llama_layers(const lp_llama_layer *L, int64_t n_layer, const lp_llama_dims *hp, float *x, int64_t n,
+                    const float *cos_, const float *sin_, const int64_t *store_cells, const float *mask, int64_t n_kv,
+                    const int64_t *ptr, const int64_t *cells) {
+    const int64_t ne = hp->n_embd, d = hp->d, nq = hp->n_head * d, nk = hp->n_head_kv * d, nqkv = nq + 2 * nk;
+    const int64_t n_ff = hp->n_ff, half = hp->n_rot / 2;
+    const int64_t wide = ne > nq ? (ne > n_ff ? ne : n_ff) : (nq > n_ff ? nq : n_ff);
+    const int64_t hpt = attn_heads_per_task(n, hp->n_head, hp->n_head_kv), most = most_visible(ptr, n);
+    const int bf = n > 1 && LP_BF16;
+    float *xn = (float *)malloc((size_t)(n * (ne + nqkv + nq + 3 * n_ff)) * sizeof(float));
+    uint16_t *xb = bf ? (uint16_t *)malloc((size_t)(n * wide) * 2) : NULL;
+    if (!xn || (bf && !xb)) {
+        free(xn);
+        free(xb);
+        return -1;
+    }
+    float *qkv = xn + n * ne, *att = qkv + n * nqkv, *gu = att + n * nq, *h = gu + n * 2 * n_ff;
+#pragma omp parallel
+    {
+        float *p = (float *)malloc((size_t)(most * hpt) * sizeof(float));
+        for (int64_t il = 0; il < n_layer; il++) {
+            const lp_llama_layer *l = L + il;
+#pragma omp for schedule(static)
+            for (int64_t r = 0; r < n; r++) rms_norm_row(x + r * ne, l->attn_norm, ne, hp->eps, xn + r * ne);
+            if (bf) to_bf16_for(xn, n * ne, xb);
+            mm_for((int)l->t_qkv, l->wqkv, nqkv, ne, xn, xb, n, qkv, nqkv, 0);
+#pragma omp for schedule(static)
+            for (int64_t r = 0; r < n; r++) { /* Q and K rotated, then K and V into the row's cell */
+                float *row = qkv + r * nqkv;
+                rope_row(row, hp->n_head + hp->n_head_kv, d, hp->n_rot, cos_ + r * half, sin_ + r * half, (int)hp->neox);
+                store_f16(l->k + store_cells[r] * nk, row + nq, nk);
+                store_f16(l->v + store_cells[r] * nk, row + nq + nk, nk);
             }
+            attn_for(qkv, n, nqkv, hp->n_head, hp->n_head_kv, d, d, l->k, l->v, n_kv, mask, ptr, cells, hp->scale, att,
+                     hpt, p);
+            if (bf) to_bf16_for(att, n * nq, xb);
+            mm_for((int)l->t_o, l->wo, ne, nq, att, xb, n, x, ne, 1);
+#pragma omp for schedule(static)
+            for (int64_t r = 0; r < n; r++) rms_norm_row(x + r * ne, l->ffn_norm, ne, hp->eps, xn + r * ne);
+            if (bf) to_bf16_for(xn, n * ne, xb);
+            mm_for((int)l->t_gate_up, l->ffn_gate_up, 2 * n_ff, ne, xn, xb, n, gu, 2 * n_ff, 0);
+#pragma omp for schedule(static)
+            for (int64_t r = 0; r < n; r++) swiglu_row(gu + r * 2 * n_ff, gu + r * 2 * n_ff + n_ff, n_ff, h + r * n_ff);
+            if (bf) to_bf16_for(h, n * n_ff, xb);
+            mm_for((int)l->t_down, l->ffn_down, ne, n_ff, h, xb, n, x, ne, 1);
         }
         free(p);
     }
+    free(xn);
+    free(xb);
+    return 0;
 }

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from ...kernels.llama_layers import FusedLlama
 from ...memory.kv_cache import KVCache
 from ..graph import UBatchInputs
 from ..hparams import HParams
@@ -37,6 +38,7 @@ class LlamaModel:
         self.tok_embd, self.output_norm, self.output = w.embeddings()  # output is tok_embd when tied
         self.layers = [self._load_layer(w, il) for il in range(hp.n_layer)]
         self.rope = RopeParams(hp.n_rot, hp.rope_freq_base, hp.rope_freq_scale, self.rope_type)
+        self.fused = FusedLlama.build(self, w.kernels) if type(self) is LlamaModel else None  # subclasses differ
 
     @staticmethod
     def _load_layer(w: WeightLoader, il: int) -> LlamaLayer:
@@ -59,9 +61,10 @@ class LlamaModel:
         hp = self.hp
         cos, sin = rope_cos_sin(inp.pos, self.rope)  # [n_tokens, 1, n_rot/2]
         x = self.tok_embd.get_rows(inp.tokens)  # [n_tokens, n_embd]
-        for il, L in enumerate(self.layers):  # each block's temporaries die when it returns
-            self._attention(inp, kv, il, L, x, cos, sin)
-            self._ffn(L, x)
+        if self.fused is None or not self.fused.run(inp, kv, x, cos, sin):  # few rows: all layers in one C call
+            for il, L in enumerate(self.layers):  # each block's temporaries die when it returns
+                self._attention(inp, kv, il, L, x, cos, sin)
+                self._ffn(L, x)
         x = x.index_select(0, inp.out_rows)  # [n_outputs, n_embd]
         return self.output(rms_norm(x, self.output_norm, hp.f_norm_rms_eps))
 

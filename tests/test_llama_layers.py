@@ -1,0 +1,130 @@
+"""The fused decode path (kernels/llama_layers.py: every llama layer in one C call) against
+the per-op path of the same model and kernels: the same logits, bit for bit, wherever the
+fused path is taken, and the per-op path wherever it must not be."""
+from __future__ import annotations
+
+import gguf
+import pytest
+import torch
+
+from llamapy import Batch, Context, ContextParams, Model
+from llamapy.kernels import load_kernels
+from tiny_model import write_tiny_llama
+
+T = gguf.GGMLQuantizationType
+
+pytestmark = pytest.mark.skipif(load_kernels() is None, reason="no C compiler: the CPU kernels are off")
+
+
+def _run(model: Model, fused: bool, params: ContextParams, n_seq: int, prompt: int = 23, steps: int = 4,
+         holes: bool = False) -> tuple[torch.Tensor, int]:
+    """A prompt per sequence (one batch), `steps` one-token-per-sequence decodes; with holes,
+    sequence 0's tail (positions 10..) is removed and 7 new tokens decoded as one ubatch into
+    the freed cells, which lie before sequence 1's.  Returns every output's logits stacked and how many forwards took the fused path."""
+    net = model.net
+    saved = net.fused
+    if not fused:
+        net.fused = None
+    calls0 = saved.calls if saved is not None else 0
+    try:
+        ctx = Context(model, params)
+        out = []
+        b = Batch()
+        for s in range(n_seq):
+            for i in range(prompt + s):
+                b.add((3 + 7 * i + 11 * s) % model.n_vocab, i, [s], logits=i == prompt + s - 1)
+        ctx.decode(b)
+        out.append(ctx.get_logits().clone())
+        pos = [prompt + s for s in range(n_seq)]
+        if holes:
+            assert ctx.memory.seq_rm(0, 10, -1)
+            b = Batch()
+            for i in range(10, 17):
+                b.add((9 * i + 1) % model.n_vocab, i, [0], logits=i == 16)
+            ctx.decode(b)
+            out.append(ctx.get_logits().clone())
+            pos[0] = 17
+        for t in range(steps):
+            b = Batch()
+            for s in range(n_seq):
+                b.add((5 * t + 13 * s + 2) % model.n_vocab, pos[s], [s], logits=True)
+                pos[s] += 1
+            ctx.decode(b)
+            out.append(ctx.get_logits().clone())
+        return torch.cat(out), (saved.calls - calls0 if saved is not None else 0)
+    finally:
+        net.fused = saved
+
+
+@pytest.fixture(scope="module", params=[T.Q4_0, T.Q4_1, T.Q8_0], ids=lambda t: t.name)
+def block_model(request, tmp_path_factory):
+    path = write_tiny_llama(tmp_path_factory.mktemp("fused") / f"{request.param.name}.gguf", weight_type=request.param)
+    m = Model.load(path)
+    assert m.net.fused is not None
+    return m
+
+
+@pytest.mark.parametrize("n_seq", [1, 3, 12])
+def test_fused_layers_are_the_per_op_path(block_model, n_seq):
+    """One row (exact fp32 products) and several (bf16 products), prompt and decode ubatches."""
+    p = ContextParams(n_ctx=512, n_seq_max=n_seq, kv_unified=True)
+    y_op, calls_op = _run(block_model, False, p, n_seq)
+    y_fused, calls = _run(block_model, True, p, n_seq)
+    assert calls_op == 0
+    n_prompt = sum(23 + s for s in range(n_seq))
+    assert calls == 4 + (n_prompt < 32)  # the steps, and the prompt when it has fewer than 32 rows
+    assert torch.equal(y_fused, y_op)
+
+
+def test_fused_layers_scattered_cells(block_model):
+    """A ubatch written into cells freed by seq_rm between other sequences' cells, which
+    attention must then skip or read through the mask."""
+    p = ContextParams(n_ctx=512, n_seq_max=2, kv_unified=True)
+    y_op, _ = _run(block_model, False, p, 2, holes=True)
+    y_fused, calls = _run(block_model, True, p, 2, holes=True)
+    assert calls == 5  # the 7-row refill and the 4 steps (the 47-row prompt is per-op)
+    assert torch.equal(y_fused, y_op)
+
+
+def test_fused_layers_d64_heads(tmp_path):
+    """64-wide heads (the attention kernel's register path), 3 query heads per KV head."""
+    m = Model.load(write_tiny_llama(tmp_path / "d64.gguf", n_embd=384, n_head=6, n_head_kv=2, n_ff=256,
+                                    weight_type=T.Q4_1))
+    p = ContextParams(n_ctx=512, n_seq_max=4, kv_unified=True)
+    for n_seq in (1, 4):
+        y_op, _ = _run(m, False, p, n_seq)
+        y_fused, calls = _run(m, True, p, n_seq)
+        assert calls == 4 + (n_seq == 1)
+        assert torch.equal(y_fused, y_op)
+
+
+@pytest.mark.parametrize("case", ["streams", "q8_0 cache", "fa off", "big ubatch"])
+def test_fused_layers_fall_back(block_model, case):
+    """Where the fused path does not apply, the per-op path runs (and gives its logits)."""
+    n_seq, prompt = 2, 5
+    p = ContextParams(n_ctx=512, n_seq_max=n_seq, kv_unified=True)
+    if case == "streams":
+        p = ContextParams(n_ctx=512, n_seq_max=n_seq, kv_unified=False)  # one stream per sequence
+    elif case == "q8_0 cache":
+        p = ContextParams(n_ctx=512, n_seq_max=n_seq, kv_unified=True, type_k="q8_0", type_v="q8_0", flash_attn="on")
+    elif case == "fa off":
+        p = ContextParams(n_ctx=512, n_seq_max=n_seq, kv_unified=True, flash_attn="off")
+    else:
+        prompt = 40  # 40 + 41 prompt rows: one ubatch of 81 rows (per-op), then 2-row steps (fused)
+    y_op, _ = _run(block_model, False, p, n_seq, prompt=prompt)
+    y_fused, calls = _run(block_model, True, p, n_seq, prompt=prompt)
+    # else 5, the 11-row prompt and the steps; "streams": split_equal's 5 + 5 rows of the two
+    # prompts and the steps touch two streams, the 1 row left of the longer prompt one
+    assert calls == {"big ubatch": 4, "streams": 1}.get(case, 0)
+    assert torch.equal(y_fused, y_op)
+
+
+def test_fused_layers_real_model(smollm2):
+    """SmolLM2-135M (Q4_1 layers): one sequence and four."""
+    assert smollm2.net.fused is not None
+    for n_seq in (1, 4):
+        p = ContextParams(n_ctx=1024, n_seq_max=n_seq, kv_unified=True)
+        y_op, _ = _run(smollm2, False, p, n_seq, steps=2)
+        y_fused, calls = _run(smollm2, True, p, n_seq, steps=2)
+        assert calls == 2 + (n_seq == 1)
+        assert torch.equal(y_fused, y_op)
