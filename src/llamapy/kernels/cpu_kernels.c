@@ -25,16 +25,21 @@
 #define LP_BF16 0
 #endif
 
+#if defined(__AVX512VNNI__) && defined(__AVX512BW__)
+#define LP_I16 1 /* one-row products take int16 activations (vpdpwssd), see quantize_x_i16 */
+#else
+#define LP_I16 0
+#endif
+
 enum { LP_Q4_0 = 2, LP_Q4_1 = 3, LP_Q8_0 = 8 }; /* GGMLQuantizationType values */
 
 int lp_abi_version(void) { return 3; }
 
+/* 0: the portable loops; else 512 (AVX-512 intrinsics) + 4 with BF16 dot products (the
+ * few-row products) + 1 with VNNI (the one-row products on int16 activations). */
 int lp_simd(void) {
 #if defined(__AVX512F__)
-#if defined(__AVX512BF16__)
-    return 516; /* AVX-512 with BF16 dot products */
-#endif
-    return 512;
+    return 512 + 4 * LP_BF16 + LP_I16;
 #else
     return 0;
 #endif
@@ -160,6 +165,109 @@ static inline __attribute__((always_inline)) float mm_row1(const int type, const
 }
 #endif
 
+/* One activation row prepared for the int16 product (mm_row1_i16), per pair of blocks bp
+ * (blocks 2bp, 2bp+1; a missing last block is zeros):
+ *   q   int16 [64]: x_2bp[0:16], x_2bp+1[0:16], x_2bp[16:32], x_2bp+1[16:32], each x / sx
+ *   sx  float [16]: the two blocks' scales, 8 lanes each (sx = max |x| / 32767 over the block)
+ *   xs  float [16]: the two blocks' sums of x (fp32), divided by 8, 8 lanes each
+ * so an element's rounding error is at most max |x| / 65534 of its block (bf16's is 1/256
+ * of the element). */
+typedef struct {
+    int16_t *q;
+    float *sx, *xs;
+} lp_xi16;
+
+static int64_t xi16_bytes(int64_t n_in) { return (n_in / 32 + 1) / 2 * (64 * 2 + 32 * 4); }
+
+static lp_xi16 xi16_at(void *buf, int64_t n_in) {
+    const int64_t nbp = (n_in / 32 + 1) / 2;
+    lp_xi16 r = {(int16_t *)buf, (float *)((char *)buf + nbp * 128), (float *)((char *)buf + nbp * 128 + nbp * 64)};
+    return r;
+}
+
+static void quantize_x_i16(const float *x, int64_t n_in, lp_xi16 xq) {
+    const int64_t nb = n_in / 32, nbp = (nb + 1) / 2;
+    for (int64_t b = 0; b < 2 * nbp; b++) {
+        const int64_t bp = b / 2, hb = b % 2;
+        float mx = 0.0f, sum = 0.0f;
+        if (b < nb)
+            for (int j = 0; j < 32; j++) {
+                mx = fabsf(x[b * 32 + j]) > mx ? fabsf(x[b * 32 + j]) : mx;
+                sum += x[b * 32 + j];
+            }
+        const float sc = mx / 32767.0f, inv = mx > 0.0f ? 32767.0f / mx : 0.0f;
+        for (int j = 0; j < 16; j++) {
+            long lo = b < nb ? lrintf(x[b * 32 + j] * inv) : 0, hi = b < nb ? lrintf(x[b * 32 + 16 + j] * inv) : 0;
+            xq.q[bp * 64 + hb * 16 + j] = (int16_t)(lo > 32767 ? 32767 : lo < -32767 ? -32767 : lo);
+            xq.q[bp * 64 + 32 + hb * 16 + j] = (int16_t)(hi > 32767 ? 32767 : hi < -32767 ? -32767 : hi);
+        }
+        for (int j = 0; j < 8; j++) {
+            xq.sx[bp * 16 + hb * 8 + j] = sc;
+            xq.xs[bp * 16 + hb * 8 + j] = sum * 0.125f;
+        }
+    }
+}
+
+#if LP_I16
+/* One output row against one int16-prepared activation row: per pair of blocks, the 32 + 32
+ * weights as int16 (nibbles, or Q8_0's bytes) in the order of lp_xi16.q, two vpdpwssd into
+ * 16 int32 lanes (8 per block), then scaled by d * sx per lane; Q4_1's m (and Q4_0's -8 d)
+ * multiplies the block's sum of x. */
+/* Blocks 2bp, 2bp+1 (b1 may repeat b0 where the row has an odd number of blocks: x is zero
+ * there) into the accumulators: acc += (q . xq) * d * sx, accm += m * sum(x) / 8 per lane. */
+static inline __attribute__((always_inline)) void pair_i16(const int type, const uint8_t *b0, const uint8_t *b1,
+                                                           const int16_t *q, const float *sx, const float *xs,
+                                                           __m512 *acc, __m512 *accm) {
+    const __m512i idx_d = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 2, 2, 2, 2, 2, 2, 2, 2);
+    int32_t t0, t1;
+    memcpy(&t0, b0, 4);
+    memcpy(&t1, b1, 4);
+    const __m512 s = _mm512_castps128_ps512(_mm_cvtph_ps(_mm_unpacklo_epi32(_mm_cvtsi32_si128(t0), _mm_cvtsi32_si128(t1))));
+    const __m512 dv = _mm512_permutexvar_ps(idx_d, s); /* d0 x8, d1 x8 */
+    __m512i lo, hi;
+    if (type == LP_Q8_0) {
+        lo = _mm512_cvtepi8_epi16(_mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(b0 + 2))),
+                                                          _mm_loadu_si128((const __m128i *)(b1 + 2)), 1));
+        hi = _mm512_cvtepi8_epi16(_mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(b0 + 18))),
+                                                          _mm_loadu_si128((const __m128i *)(b1 + 18)), 1));
+    } else {
+        const int64_t o = type == LP_Q4_1 ? 4 : 2;
+        const __m512i w = _mm512_cvtepu8_epi16(_mm256_inserti128_si256(
+            _mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(b0 + o))), _mm_loadu_si128((const __m128i *)(b1 + o)), 1));
+        lo = _mm512_and_si512(w, _mm512_set1_epi16(15));
+        hi = _mm512_srli_epi16(w, 4);
+    }
+    __m512i p = _mm512_dpwssd_epi32(_mm512_setzero_si512(), lo, _mm512_loadu_si512(q));
+    p = _mm512_dpwssd_epi32(p, hi, _mm512_loadu_si512(q + 32));
+    *acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), _mm512_mul_ps(dv, _mm512_loadu_ps(sx)), *acc);
+    if (type != LP_Q8_0) { /* w = d q + m: m sum(x); Q4_0's w = d (q - 8): m = -8 d */
+        const __m512i idx_m = _mm512_setr_epi32(1, 1, 1, 1, 1, 1, 1, 1, 3, 3, 3, 3, 3, 3, 3, 3);
+        const __m512 mv = type == LP_Q4_1 ? _mm512_permutexvar_ps(idx_m, s) : _mm512_mul_ps(dv, _mm512_set1_ps(-8.0f));
+        *accm = _mm512_fmadd_ps(mv, _mm512_loadu_ps(xs), *accm);
+    }
+}
+
+/* One output row against one int16-prepared activation row: per pair of blocks, the 32 + 32
+ * weights as int16 (nibbles, or Q8_0's bytes) in the order of lp_xi16.q, two vpdpwssd into
+ * 16 int32 lanes (8 per block), then scaled by d * sx per lane; Q4_1's m (and Q4_0's -8 d)
+ * multiplies the block's sum of x. */
+static inline __attribute__((always_inline)) float mm_row1_i16(const int type, const uint8_t *row, int64_t nb,
+                                                               int64_t bb, lp_xi16 xq) {
+    __m512 a0 = _mm512_setzero_ps(), a1 = a0, m0 = a0, m1 = a0;
+    int64_t bp = 0;
+    for (; 2 * bp + 4 <= nb; bp += 2) { /* two pairs per step: two accumulator chains */
+        const uint8_t *b = row + 2 * bp * bb;
+        pair_i16(type, b, b + bb, xq.q + bp * 64, xq.sx + bp * 16, xq.xs + bp * 16, &a0, &m0);
+        pair_i16(type, b + 2 * bb, b + 3 * bb, xq.q + bp * 64 + 64, xq.sx + bp * 16 + 16, xq.xs + bp * 16 + 16, &a1, &m1);
+    }
+    for (; 2 * bp < nb; bp++) {
+        const uint8_t *b = row + 2 * bp * bb;
+        pair_i16(type, b, 2 * bp + 1 < nb ? b + bb : b, xq.q + bp * 64, xq.sx + bp * 16, xq.xs + bp * 16, &a0, &m0);
+    }
+    return _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(m0, m1)));
+}
+#endif
+
 #if defined(__AVX512BF16__)
 /* RT activation rows (bf16, row stride n_in) against one output row: the block is expanded
  * once to 32 bf16 weights and multiplied by every row (vdpbf16ps: 32 products per
@@ -233,9 +341,18 @@ static inline void put(float *y, float v, int accumulate) { *y = accumulate ? *y
 /* Output rows o0..o1 of the product (see lp_mm); `type` is a constant in each instance. */
 static inline __attribute__((always_inline)) void mm_chunk(const int type, const uint8_t *w, int64_t o0, int64_t o1,
                                                            int64_t n_in, const float *x, const uint16_t *xb,
-                                                           int64_t n_rows, float *y, int64_t ldy, int accumulate) {
+                                                           const lp_xi16 *xq, int64_t n_rows, float *y, int64_t ldy,
+                                                           int accumulate) {
     const int64_t nb = n_in / 32, bb = block_bytes(type);
     float acc[16];
+#if LP_I16
+    if (n_rows == 1 && xq) {
+        for (int64_t o = o0; o < o1; o++) put(y + o, mm_row1_i16(type, w + o * nb * bb, nb, bb, *xq), accumulate);
+        return;
+    }
+#else
+    (void)xq;
+#endif
 #if defined(__AVX512F__)
     if (n_rows == 1) {
         for (int64_t o = o0; o < o1; o++) put(y + o, mm_row1(type, w + o * nb * bb, nb, bb, x), accumulate);
@@ -283,17 +400,18 @@ static void to_bf16_for(const float *x, int64_t n, uint16_t *out) {
 
 /* The product of lp_mm, its output chunks split among the threads of the enclosing parallel
  * region (an orphaned `omp for`: lp_mm runs it in its own region, lp_llama_layers in the
- * region of the whole forward).  xb: x as bf16, needed when n_rows > 1 and AVX512-BF16. */
+ * region of the whole forward).  xb: x as bf16, needed when n_rows > 1 and LP_BF16; xq: the
+ * one row as int16 (quantize_x_i16), needed when n_rows == 1 and LP_I16 (NULL: exact fp32). */
 static void mm_for(int type, const uint8_t *w, int64_t n_out, int64_t n_in, const float *x, const uint16_t *xb,
-                   int64_t n_rows, float *y, int64_t ldy, int accumulate) {
+                   const lp_xi16 *xq, int64_t n_rows, float *y, int64_t ldy, int accumulate) {
     const int64_t chunk = 16;
 #pragma omp for schedule(static)
     for (int64_t o0 = 0; o0 < n_out; o0 += chunk) {
         const int64_t o1 = o0 + chunk < n_out ? o0 + chunk : n_out;
         switch (type) { /* one specialized instance per block type */
-        case LP_Q4_0: mm_chunk(LP_Q4_0, w, o0, o1, n_in, x, xb, n_rows, y, ldy, accumulate); break;
-        case LP_Q4_1: mm_chunk(LP_Q4_1, w, o0, o1, n_in, x, xb, n_rows, y, ldy, accumulate); break;
-        case LP_Q8_0: mm_chunk(LP_Q8_0, w, o0, o1, n_in, x, xb, n_rows, y, ldy, accumulate); break;
+        case LP_Q4_0: mm_chunk(LP_Q4_0, w, o0, o1, n_in, x, xb, xq, n_rows, y, ldy, accumulate); break;
+        case LP_Q4_1: mm_chunk(LP_Q4_1, w, o0, o1, n_in, x, xb, xq, n_rows, y, ldy, accumulate); break;
+        case LP_Q8_0: mm_chunk(LP_Q8_0, w, o0, o1, n_in, x, xb, xq, n_rows, y, ldy, accumulate); break;
         }
     }
 }
@@ -302,15 +420,31 @@ static void mm_for(int type, const uint8_t *w, int64_t n_out, int64_t n_in, cons
  * rows of stride ldy.  Output rows are split among the threads in chunks of 16; each chunk's
  * weights are read once per 16 activation rows.  One row: exact fp32 products.  Several rows
  * (with AVX512-BF16): bf16 products, fp32 sums. */
+/* The activations of a product in the form its kernel reads (inside a parallel region, the
+ * threads meeting after it): one row as int16 into xq (when given), several as bf16 into xb
+ * (when given); else nothing (fp32 as they are).  Returns the xq to pass to mm_for. */
+static const lp_xi16 *prep_x(const float *x, int64_t n_rows, int64_t n_in, uint16_t *xb, const lp_xi16 *xq) {
+    if (n_rows == 1 && xq) {
+#pragma omp single
+        quantize_x_i16(x, n_in, *xq);
+        return xq;
+    }
+    if (n_rows > 1 && xb) to_bf16_for(x, n_rows * n_in, xb);
+    return NULL;
+}
+
 void lp_mm(int type, const uint8_t *w, int64_t n_out, int64_t n_in, const float *x, int64_t n_rows, float *y,
            int64_t ldy, int accumulate) {
     uint16_t *xb = n_rows > 1 && LP_BF16 ? (uint16_t *)malloc((size_t)(n_rows * n_in) * 2) : NULL;
+    void *qbuf = n_rows == 1 && LP_I16 ? malloc((size_t)xi16_bytes(n_in)) : NULL;
+    const lp_xi16 xq = xi16_at(qbuf, n_in);
 #pragma omp parallel
     {
-        if (xb) to_bf16_for(x, n_rows * n_in, xb);
-        mm_for(type, w, n_out, n_in, x, xb, n_rows, y, ldy, accumulate);
+        const lp_xi16 *q = prep_x(x, n_rows, n_in, xb, qbuf ? &xq : NULL);
+        mm_for(type, w, n_out, n_in, x, xb, q, n_rows, y, ldy, accumulate);
     }
     free(xb);
+    free(qbuf);
 }
 
 /* out = x / sqrt(mean(x^2) + eps) * w for one row of n (ggml_rms_norm then ggml_mul); w may
@@ -554,14 +688,17 @@ int lp_llama_layers(const lp_llama_layer *L, int64_t n_layer, const lp_llama_dim
     const int64_t n_ff = hp->n_ff, half = hp->n_rot / 2;
     const int64_t wide = ne > nq ? (ne > n_ff ? ne : n_ff) : (nq > n_ff ? nq : n_ff);
     const int64_t hpt = attn_heads_per_task(n, hp->n_head, hp->n_head_kv), most = most_visible(ptr, n);
-    const int bf = n > 1 && LP_BF16;
+    const int bf = n > 1 && LP_BF16, i16 = n == 1 && LP_I16;
     float *xn = (float *)malloc((size_t)(n * (ne + nqkv + nq + 3 * n_ff)) * sizeof(float));
     uint16_t *xb = bf ? (uint16_t *)malloc((size_t)(n * wide) * 2) : NULL;
-    if (!xn || (bf && !xb)) {
+    void *qbuf = i16 ? malloc((size_t)xi16_bytes(wide)) : NULL;
+    if (!xn || (bf && !xb) || (i16 && !qbuf)) {
         free(xn);
         free(xb);
+        free(qbuf);
         return -1;
     }
+    const lp_xi16 xq_buf = xi16_at(qbuf, wide), *xq0 = i16 ? &xq_buf : NULL;
     float *qkv = xn + n * ne, *att = qkv + n * nqkv, *gu = att + n * nq, *h = gu + n * 2 * n_ff;
 #pragma omp parallel
     {
@@ -570,8 +707,8 @@ int lp_llama_layers(const lp_llama_layer *L, int64_t n_layer, const lp_llama_dim
             const lp_llama_layer *l = L + il;
 #pragma omp for schedule(static)
             for (int64_t r = 0; r < n; r++) rms_norm_row(x + r * ne, l->attn_norm, ne, hp->eps, xn + r * ne);
-            if (bf) to_bf16_for(xn, n * ne, xb);
-            mm_for((int)l->t_qkv, l->wqkv, nqkv, ne, xn, xb, n, qkv, nqkv, 0);
+            const lp_xi16 *xq = prep_x(xn, n, ne, xb, xq0);
+            mm_for((int)l->t_qkv, l->wqkv, nqkv, ne, xn, xb, xq, n, qkv, nqkv, 0);
 #pragma omp for schedule(static)
             for (int64_t r = 0; r < n; r++) { /* Q and K rotated, then K and V into the row's cell */
                 float *row = qkv + r * nqkv;
@@ -581,20 +718,21 @@ int lp_llama_layers(const lp_llama_layer *L, int64_t n_layer, const lp_llama_dim
             }
             attn_for(qkv, n, nqkv, hp->n_head, hp->n_head_kv, d, d, l->k, l->v, n_kv, mask, ptr, cells, hp->scale, att,
                      hpt, p);
-            if (bf) to_bf16_for(att, n * nq, xb);
-            mm_for((int)l->t_o, l->wo, ne, nq, att, xb, n, x, ne, 1);
+            xq = prep_x(att, n, nq, xb, xq0);
+            mm_for((int)l->t_o, l->wo, ne, nq, att, xb, xq, n, x, ne, 1);
 #pragma omp for schedule(static)
             for (int64_t r = 0; r < n; r++) rms_norm_row(x + r * ne, l->ffn_norm, ne, hp->eps, xn + r * ne);
-            if (bf) to_bf16_for(xn, n * ne, xb);
-            mm_for((int)l->t_gate_up, l->ffn_gate_up, 2 * n_ff, ne, xn, xb, n, gu, 2 * n_ff, 0);
+            xq = prep_x(xn, n, ne, xb, xq0);
+            mm_for((int)l->t_gate_up, l->ffn_gate_up, 2 * n_ff, ne, xn, xb, xq, n, gu, 2 * n_ff, 0);
 #pragma omp for schedule(static)
             for (int64_t r = 0; r < n; r++) swiglu_row(gu + r * 2 * n_ff, gu + r * 2 * n_ff + n_ff, n_ff, h + r * n_ff);
-            if (bf) to_bf16_for(h, n * n_ff, xb);
-            mm_for((int)l->t_down, l->ffn_down, ne, n_ff, h, xb, n, x, ne, 1);
+            xq = prep_x(h, n, n_ff, xb, xq0);
+            mm_for((int)l->t_down, l->ffn_down, ne, n_ff, h, xb, xq, n, x, ne, 1);
         }
         free(p);
     }
     free(xn);
     free(xb);
+    free(qbuf);
     return 0;
 }
