@@ -273,3 +273,15 @@ def test_cli_batched_bench_md(tiny_path, capsys):
     assert [c.strip() for c in lines[0].strip("|").split("|")] == ["PP", "TG", "B", "N_KV", "T_PP s", "S_PP t/s", "T_TG s", "S_TG t/s", "T s", "S t/s"]
     rows = [[c.strip() for c in ln.strip("|").split("|")] for ln in lines[2:]]
     assert [(r[0], r[2], r[3]) for r in rows] == [("8", "1", "10"), ("8", "3", "30"), ("16", "1", "18"), ("16", "3", "54")]
+
+
+def test_nkvo_is_swept_and_reported(tiny_path):
+    """-nkvo 0,1: both instances run; md shows llama-bench's nkvo column, json its bool."""
+    p = _params(tiny_path, n_prompt=[8], n_gen=[0], reps=1, no_kv_offload=[False, True], no_warmup=True)
+    rs = lb.run_bench(p)
+    assert [r.inst.no_kv_offload for r in rs] == [False, True]
+    lines = _render("md", p, rs).splitlines()
+    head = [c.strip() for c in lines[0].strip("|").split("|")]
+    assert "nkvo" in head
+    assert [ln.strip("|").split("|")[head.index("nkvo")].strip() for ln in lines[2:4]] == ["0", "1"]
+    assert [json.loads(ln)["no_kv_offload"] for ln in _render("jsonl", p, rs).splitlines()] == [False, True]

@@ -51,3 +51,27 @@ def test_smollm2_cuda_paris_and_mixed_sequences(smollm2_path):
         ctx.decode(b)
         pos += 1
     assert "Paris" in model.detokenize(out)
+
+
+def test_nkvo_on_cpu_changes_nothing(tiny_path):
+    """Without a GPU the cache is in host memory anyway: -nkvo gives the same logits."""
+    model = llamapy.Model.load(tiny_path, device="cpu")
+    toks = random.Random(1).choices(range(200), k=24)
+    a = _logits(model, toks)
+    ctx = Context(model, ContextParams(n_ctx=512, offload_kqv=False))
+    assert ctx.cparams.offload_kqv and ctx.memory.k[0].device.type == "cpu"
+    torch.testing.assert_close(_logits(model, toks, offload_kqv=False), a, atol=0, rtol=0)
+
+
+@cuda
+def test_nkvo_keeps_the_cache_in_host_memory(tiny_path):
+    """-nkvo under a CUDA model: the cache and masks in host memory, attention there, the
+    same logits as the offloaded cache."""
+    model = llamapy.Model.load(tiny_path, device="cuda")
+    toks = random.Random(2).choices(range(200), k=40)
+    ctx = Context(model, ContextParams(n_ctx=512, offload_kqv=False))
+    assert not ctx.cparams.offload_kqv and ctx.memory.k[0].device.type == "cpu"
+    on = _logits(model, toks)
+    off = _logits(model, toks, offload_kqv=False)
+    assert off.device.type == "cpu"
+    torch.testing.assert_close(off, on, atol=1e-3, rtol=1e-3)

@@ -244,3 +244,21 @@ def test_kv_bytes_equal_create_memory_real_headers(request, which, kw):
     assert (e.kv_k, e.kv_v) == (mem.size_k_bytes(), mem.size_v_bytes())
     assert [c.cells for c in e.caches] == [c.size for c in caches]
     assert [list(c.layers) for c in e.caches] == [c.layers for c in caches]
+
+
+def test_nkvo_keeps_the_kv_cache_out_of_the_device_budget():
+    """-nkvo on CUDA: the KV cache is host memory, so the device's budget holds weights,
+    compute and output only (llama.cpp's no_kv_offload); on the CPU it changes nothing."""
+    info = ModelInfo(hp_8b(), 4000 * MiB, 0)
+    gpu = ContextParams(n_ctx=32768, device="cuda", offload_kqv=False)
+    e = estimate_memory(info, gpu)
+    assert not e.cparams.offload_kqv and e.kv == 4096 * MiB
+    assert e.device_total == e.total - e.kv
+    r = fit_ctx(info, gpu, 6000 * MiB)  # with the cache on the device, 32768 needs > 8 GiB
+    assert r.n_ctx == 32768
+    with pytest.raises(MemoryBudgetError, match=r"on the device \(KV 4096.00 MiB in host memory, -nkvo\)"):
+        fit_ctx(info, gpu, e.device_total - 1)
+    cpu = estimate_memory(info, replace(gpu, device="cpu"))
+    assert cpu.cparams.offload_kqv and cpu.device_total == cpu.total
+    with pytest.raises(MemoryBudgetError):
+        fit_ctx(info, replace(gpu, device="cpu"), 6000 * MiB)

@@ -25,6 +25,8 @@ def _add_context(p: argparse.ArgumentParser) -> None:
     p.add_argument("--mem-budget", type=float, default=0.0, help="MiB that -c 0 is fitted under (default: free memory minus 1 GiB)")
     p.add_argument("-t", "--threads", type=int, default=0, help="CPU threads (0: torch's default)")
     p.add_argument("--device", default="auto", help="cpu, cuda or auto (CUDA when available)")
+    p.add_argument("-nkvo", "--no-kv-offload", action="store_true",
+                   help="CUDA: keep the KV cache (and attention) in host memory; saves device memory, costs speed")
 
 
 def _add_sampling(p: argparse.ArgumentParser) -> None:

@@ -41,6 +41,7 @@ def add_parser(sub, common) -> None:
     p.add_argument("-ctk", "--cache-type-k", type=_strs, default=["f16"])
     p.add_argument("-ctv", "--cache-type-v", type=_strs, default=["f16"])
     p.add_argument("-fa", "--flash-attn", type=_strs, default=["auto"])
+    p.add_argument("-nkvo", "--no-kv-offload", type=_ints, default=[0], help="0,1: KV cache on the device / in host memory")
     p.add_argument("-c", "--ctx-size", type=_ints, default=[0], help="KV cells (0: n_prompt + n_gen + n_depth)")
     p.add_argument("-t", "--threads", type=_ints, default=None, help="CPU threads (default: torch's)")
     p.add_argument("-r", "--repetitions", type=int, default=5)
@@ -108,7 +109,7 @@ def cmd_bench(a: argparse.Namespace) -> int:
         model=a.model, n_prompt=flat(a.n_prompt, [512]), n_gen=flat(a.n_gen, [128]), n_pg=a.pg or [], n_depth=a.n_depth,
         n_batch=a.batch_size, n_ubatch=a.ubatch_size, type_k=a.cache_type_k, type_v=a.cache_type_v,
         flash_attn=[_FA.get(x, x) for x in a.flash_attn], n_ctx=a.ctx_size, n_threads=a.threads or [torch.get_num_threads()],
-        reps=a.repetitions, no_warmup=a.no_warmup, device=a.device,
+        reps=a.repetitions, no_warmup=a.no_warmup, device=a.device, no_kv_offload=[bool(x) for x in a.no_kv_offload],
     )
     if p.reps < 1:
         raise ValueError(f"-r {p.reps}: need at least one repetition")
@@ -163,7 +164,8 @@ def cmd_perplexity(a: argparse.Namespace) -> int:
     text = Path(a.file).read_text(encoding="utf-8", errors="replace")
     n_ctx = a.ctx_size
     ctx = make_context(model, n_ctx, a.batch_size, a.ubatch_size, type_k=a.cache_type_k, type_v=a.cache_type_v,
-                       flash_attn=a.flash_attn, n_threads=a.threads, device=a.device)
+                       flash_attn=a.flash_attn, n_threads=a.threads, device=a.device,
+                       offload_kqv=not a.no_kv_offload)
     t0 = time.perf_counter()
     tokens = model.tokenize(text, add_special=True, parse_special=False)
     print(f"perplexity: tokenization took {(time.perf_counter() - t0) * 1e3:g} ms", file=sys.stderr)
@@ -203,7 +205,8 @@ def _kl_divergence(a: argparse.Namespace, model) -> int:
             text = Path(a.file).read_text(encoding="utf-8", errors="replace")
             base.check_tokens(model.tokenize(text, add_special=True, parse_special=False))
         ctx = make_context(model, base.n_ctx, a.batch_size, a.ubatch_size, type_k=a.cache_type_k, type_v=a.cache_type_v,
-                           flash_attn=a.flash_attn, n_threads=a.threads, device=a.device)
+                           flash_attn=a.flash_attn, n_threads=a.threads, device=a.device,
+                       offload_kqv=not a.no_kv_offload)
         print(f"kl_divergence: computing over {base.n_chunk} chunks, n_ctx={base.n_ctx}, "
               f"batch_size={ctx.cparams.n_batch}, n_seq={ctx.cparams.n_seq_max}", file=sys.stderr)
         run = kld.KldRun(base)

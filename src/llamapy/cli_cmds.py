@@ -22,6 +22,7 @@ def _ctx_params(a: argparse.Namespace) -> ContextParams:
         mem_budget_mib=getattr(a, "mem_budget", 0.0),
         n_threads=a.threads,
         device=a.device,
+        offload_kqv=not getattr(a, "no_kv_offload", False),
     )
 
 

@@ -54,7 +54,7 @@ def hparams_from_args(a: argparse.Namespace) -> HParams:
 def _params(a: argparse.Namespace, **over) -> ContextParams:
     p = ContextParams(n_ctx=a.ctx_size, n_batch=a.batch_size, n_ubatch=a.ubatch_size, n_seq_max=a.parallel,
                       type_k=a.cache_type_k, type_v=a.cache_type_v, flash_attn=a.flash_attn,
-                      kv_unified=a.kv_unified, swa_full=a.swa_full, device=a.device)
+                      kv_unified=a.kv_unified, swa_full=a.swa_full, device=a.device, offload_kqv=not a.no_kv_offload)
     return replace(p, **over)
 
 

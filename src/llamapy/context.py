@@ -11,6 +11,7 @@ from .cparams import CParams, log_cparams, resolve_cparams
 from .log import logger
 from .memory.estimate import MemoryEstimate, estimate_from
 from .memory.factory import Memory, bind_slot_info, create_memory
+from .memory.kv_log import buffer_name
 from .model.graph import GraphCache, make_inputs
 from .model.model import Model
 from .params import ContextParams
@@ -40,12 +41,16 @@ class Context:
         hp = model.hparams
         if self.params.n_threads > 0:
             torch.set_num_threads(self.params.n_threads)
+        self.params = replace(self.params, device=str(model.device))
         self.cparams: CParams = resolve_cparams(self.params, hp, self._fitted_n_ctx())
         log_cparams(self.cparams, hp)
         c = self.cparams
-        self.memory: Memory = create_memory(hp, c, model.device)  # KVCache, or KVCacheISWA (n_swa > 0)
+        self.kv_device = model.device if c.offload_kqv else torch.device("cpu")  # -nkvo: host memory
         self.estimate = estimate_from(hp, c, model.n_bytes_resident, model.n_bytes_file)
-        _log_buffers(self.estimate)
+        log = logger("llama_context")  # llama.cpp's order: output buffer, KV cache, compute buffer
+        log.info(f"{'CUDA_Host' if model.device.type == 'cuda' else 'CPU':>10}  output buffer size = {self.estimate.output / MiB:8.2f} MiB")
+        self.memory: Memory = create_memory(hp, c, self.kv_device)  # KVCache, or KVCacheISWA (n_swa > 0)
+        _log_compute_buffer(self.estimate, model.device)
         self.alloc = BatchAllocator(hp.n_vocab, c.n_batch, c.n_seq_max)
         self.stats = DecodeStats()
         self.graphs = GraphCache(model.device)  # input buffers per (n_tokens, n_kv) shape
@@ -155,11 +160,10 @@ class Context:
         }
 
 
-def _log_buffers(e: MemoryEstimate) -> None:
-    """llama.cpp's buffer lines, plus how the compute reservation splits by phase."""
+def _log_compute_buffer(e: MemoryEstimate, device: torch.device) -> None:
+    """llama.cpp's compute buffer line, plus how the reservation splits by phase."""
     log = logger("llama_context")
-    log.info(f"       CPU  output buffer size = {e.output / MiB:8.2f} MiB")
-    log.info(f"       CPU compute buffer size = {e.compute / MiB:8.2f} MiB")
+    log.info(f"{buffer_name(device):>10} compute buffer size = {e.compute / MiB:8.2f} MiB")
     split = ", ".join(f"{k} {v / MiB:.2f}" for k, v in e.compute_by_phase().items())
     log.info(f"compute buffer by phase (MiB; peak = persistent + largest phase): {split}")
 
@@ -169,7 +173,11 @@ def print_memory_breakdown(ctx: "Context", out=None) -> None:
     import sys
 
     r = ctx.memory_report()
-    total = sum(r.values())
-    parts = " + ".join(f"{k} {v / MiB:.2f}" for k, v in r.items())
-    print(f"llama_memory_breakdown_print: | CPU | {total / MiB:.2f} MiB = {parts} |", file=out or sys.stderr)
+    rows = {buffer_name(ctx.model.device): r}
+    if ctx.kv_device != ctx.model.device:  # -nkvo: the KV cache is a host buffer of its own
+        rows["Host"] = {k: r.pop(k) for k in ("kv_k", "kv_v")}
+    for dev, parts_ in rows.items():
+        parts = " + ".join(f"{k} {v / MiB:.2f}" for k, v in parts_.items())
+        print(f"llama_memory_breakdown_print: | {dev} | {sum(parts_.values()) / MiB:.2f} MiB = {parts} |",
+              file=out or sys.stderr)
 

@@ -25,6 +25,7 @@ class CParams:
     flash_attn: str
     swa_full: bool
     causal_attn: bool = True
+    offload_kqv: bool = True  # the KV cache lives with the weights (False: -nkvo on CUDA, host memory)
 
     @property
     def n_stream(self) -> int:
@@ -74,6 +75,7 @@ def resolve_cparams(p: ContextParams, hp: HParams, n_ctx_fitted: int | None = No
         flash_attn=p.flash_attn,
         swa_full=p.swa_full,
         causal_attn=hp.causal_attn,
+        offload_kqv=p.offload_kqv or not str(p.device).startswith("cuda"),  # on the CPU, host memory either way
     )
 
 

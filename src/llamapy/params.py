@@ -27,3 +27,4 @@ class ContextParams:
     mem_budget_mib: float = 0.0  # n_ctx 0 is fitted under this (0: free memory minus a margin)
     n_threads: int = 0  # 0: leave torch's default
     device: str = "cpu"
+    offload_kqv: bool = True  # False (-nkvo): a CUDA model's KV cache and attention stay in host memory

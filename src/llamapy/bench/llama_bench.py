@@ -34,6 +34,7 @@ class BenchParams:
     type_k: list[str] = field(default_factory=lambda: ["f16"])
     type_v: list[str] = field(default_factory=lambda: ["f16"])
     flash_attn: list[str] = field(default_factory=lambda: ["auto"])
+    no_kv_offload: list[bool] = field(default_factory=lambda: [False])
     n_ctx: list[int] = field(default_factory=lambda: [0])  # llamapy extra: 0 = n_prompt + n_gen + n_depth
     n_threads: list[int] = field(default_factory=lambda: [torch.get_num_threads()])
     reps: int = 5
@@ -56,6 +57,7 @@ class Instance:
     flash_attn: str
     n_ctx: int
     n_threads: int
+    no_kv_offload: bool = False
 
     @property
     def test_name(self) -> str:
@@ -71,18 +73,20 @@ class Instance:
     def ctx_params(self, device: str) -> ContextParams:
         n_ctx = self.n_ctx or (self.n_prompt + self.n_gen + self.n_depth)
         return ContextParams(n_ctx=n_ctx, n_batch=self.n_batch, n_ubatch=self.n_ubatch, type_k=self.type_k,
-                             type_v=self.type_v, flash_attn=self.flash_attn, n_threads=self.n_threads, device=device)
+                             type_v=self.type_v, flash_attn=self.flash_attn, n_threads=self.n_threads, device=device,
+                             offload_kqv=not self.no_kv_offload)
 
 
 def get_instances(p: BenchParams) -> list[Instance]:
     """get_cmd_params_instances: for each option combination, the pp tests, then tg, then pg."""
     out: list[Instance] = []
-    for nb, nub, tk, tv, fa, nc, nt, nd in itertools.product(p.n_batch, p.n_ubatch, p.type_k, p.type_v,
-                                                             p.flash_attn, p.n_ctx, p.n_threads, p.n_depth):
+    for nb, nub, tk, tv, nkvo, fa, nc, nt, nd in itertools.product(p.n_batch, p.n_ubatch, p.type_k, p.type_v,
+                                                                   p.no_kv_offload, p.flash_attn, p.n_ctx, p.n_threads,
+                                                                   p.n_depth):
         tests = [(n, 0) for n in p.n_prompt if n > 0] + [(0, n) for n in p.n_gen if n > 0]
         tests += [pg for pg in p.n_pg if pg != (0, 0)]
         for npp, ntg in tests:
-            out.append(Instance(npp, ntg, nd, nb, nub, tk, tv, fa, nc, nt))
+            out.append(Instance(npp, ntg, nd, nb, nub, tk, tv, fa, nc, nt, nkvo))
     return out
 
 

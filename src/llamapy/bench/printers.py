@@ -37,7 +37,7 @@ def values(r: TestResult) -> dict[str, str]:
         "model_size": str(r.model_size), "model_n_params": str(r.model_n_params), "n_batch": str(i.n_batch),
         "n_ubatch": str(i.n_ubatch), "n_threads": str(i.n_threads), "cpu_mask": "0x0", "cpu_strict": "0",
         "poll": "50", "type_k": i.type_k, "type_v": i.type_v, "n_gpu_layers": "-1",
-        "n_cpu_moe": "0", "split_mode": "layer", "main_gpu": "0", "no_kv_offload": "0",
+        "n_cpu_moe": "0", "split_mode": "layer", "main_gpu": "0", "no_kv_offload": str(int(i.no_kv_offload)),
         "flash_attn": str(FA_VALUES.get(i.flash_attn, -1)), "devices": "auto", "tensor_split": "0.00",
         "tensor_buft_overrides": "none", "load_mode": "auto", "lazy_mode": "auto", "embeddings": "0",
         "no_op_offload": "0", "no_host": "0", "repack": "0", "fit_target": "0", "fit_min_ctx": "0",
@@ -116,7 +116,8 @@ class JsonlPrinter(Printer):
 
 # markdown: (field, display name, width); negative width = left-aligned
 _MD_OPTIONAL = (("n_batch", "n_batch", 7, [2048]), ("n_ubatch", "n_ubatch", 8, [512]), ("type_k", "type_k", 6, ["f16"]),
-                ("type_v", "type_v", 6, ["f16"]), ("flash_attn", "fa", 3, ["auto"]), ("n_ctx", "n_ctx", 6, [0]))
+                ("type_v", "type_v", 6, ["f16"]), ("no_kv_offload", "nkvo", 4, [False]), ("flash_attn", "fa", 3, ["auto"]),
+                ("n_ctx", "n_ctx", 6, [0]))
 
 
 class MarkdownPrinter(Printer):

@@ -146,6 +146,12 @@ class MemoryEstimate:
     def total(self) -> int:
         return self.weights + self.kv + self.compute + self.output
 
+    @property
+    def device_total(self) -> int:
+        """What the model's device must hold: the total, less the KV cache when -nkvo keeps it
+        in host memory (what the fitter checks against the device's budget)."""
+        return self.total - (0 if self.cparams.offload_kqv else self.kv)
+
     def as_dict(self) -> dict[str, int]:
         """Bytes by buffer, with the keys of Context.memory_report()."""
         return {"model": self.weights, "kv_k": self.kv_k, "kv_v": self.kv_v, "compute": self.compute, "output": self.output}

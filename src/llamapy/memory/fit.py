@@ -55,6 +55,9 @@ def default_budget(device: str = "cpu") -> int:
 
 
 def breakdown(e: MemoryEstimate) -> str:
+    if not e.cparams.offload_kqv:  # -nkvo: the KV cache is host memory, outside the device's budget
+        return (f"weights {e.weights / MiB:.2f} MiB + compute {e.compute / MiB:.2f} MiB + output {e.output / MiB:.2f} MiB"
+                f" = {e.device_total / MiB:.2f} MiB on the device (KV {e.kv / MiB:.2f} MiB in host memory, -nkvo)")
     return (
         f"weights {e.weights / MiB:.2f} MiB + KV {e.kv / MiB:.2f} MiB + compute {e.compute / MiB:.2f} MiB"
         f" + output {e.output / MiB:.2f} MiB = {e.total / MiB:.2f} MiB"
@@ -84,11 +87,11 @@ def largest_fitting_ctx(info: ModelInfo, p: ContextParams, budget: int, lo: int 
     buffer grows monotonically with n_ctx."""
     hi = info.hparams.n_ctx_train if hi is None else hi
     k_lo, k_hi = -(-lo // N_CTX_STEP), hi // N_CTX_STEP
-    if k_hi < k_lo or _est(info, p, k_lo * N_CTX_STEP, n_outputs).total > budget:
+    if k_hi < k_lo or _est(info, p, k_lo * N_CTX_STEP, n_outputs).device_total > budget:
         return 0
     while k_lo < k_hi:
         mid = (k_lo + k_hi + 1) // 2
-        if _est(info, p, mid * N_CTX_STEP, n_outputs).total <= budget:
+        if _est(info, p, mid * N_CTX_STEP, n_outputs).device_total <= budget:
             k_lo = mid
         else:
             k_hi = mid - 1
@@ -105,14 +108,14 @@ def fit_ctx(info: ModelInfo, p: ContextParams, budget: int | None = None, n_outp
     n_train = info.hparams.n_ctx_train
     if p.n_ctx > 0:
         e = _est(info, p, p.n_ctx, n_outputs)
-        if e.total > budget:
+        if e.device_total > budget:
             raise MemoryBudgetError(
                 f"-c {p.n_ctx} needs {breakdown(e)} but the memory budget is {budget / MiB:.2f} MiB; "
                 f"lower -c/--ctx-size, quantize the cache (-ctk q8_0 -ctv q8_0), lower -np/-ub, or raise --mem-budget"
             )
         return FitResult(e.cparams.n_ctx, n_train, budget, e, False)
     e = _est(info, p, n_train, n_outputs)
-    if e.total <= budget:
+    if e.device_total <= budget:
         return FitResult(e.cparams.n_ctx, n_train, budget, e, False)
     floor = min(N_CTX_MIN_FIT, n_train)
     n = largest_fitting_ctx(info, p, budget, lo=floor, hi=n_train, n_outputs=n_outputs)
@@ -126,7 +129,7 @@ def fit_ctx(info: ModelInfo, p: ContextParams, budget: int | None = None, n_outp
     e_fit = _est(info, p, n, n_outputs)
     log.warning(
         f"context size reduced from {n_train} to {n}: the trained context needs {breakdown(e)}, "
-        f"over the memory budget of {budget / MiB:.2f} MiB; {n} needs {e_fit.total / MiB:.2f} MiB "
+        f"over the memory budget of {budget / MiB:.2f} MiB; {n} needs {e_fit.device_total / MiB:.2f} MiB "
         f"(set -c to choose, --mem-budget to change the budget)"
     )
     return FitResult(n, n_train, budget, e_fit, True)

@@ -3,7 +3,9 @@ into its cells, then attend per stream group (model/graph.py AttnGroup): over th
 cells through the KQ mask, or over the gathered cells each sequence can see (the same mask,
 compressed).  Flash: fused SDPA, or for few rows over an f16 cache the CPU kernel (one
 online-softmax pass over the cells the mask lets each row see); otherwise the KQ matrix is
-materialized, as llama.cpp's -fa off."""
+materialized, as llama.cpp's -fa off.  A cache in host memory under a CUDA model (-nkvo)
+gets q, k, v copied to it, attention runs there, and the output is copied back: llama.cpp
+runs the KQ and KQV ops of -nkvo on the CPU the same way."""
 from __future__ import annotations
 
 import torch
@@ -19,6 +21,8 @@ def attend(inp: UBatchInputs, cache: KVCache, il: int, q: torch.Tensor, k: torch
            scale: float, swa: bool = False) -> torch.Tensor:
     """q: [n_tokens, n_head, d_k], k: [n_tokens, n_head_kv, d_k], v: [n_tokens, n_head_kv * d_v]
     -> [n_tokens, n_head * d_v].  swa selects the sliding-window mask."""
+    if q.device != cache.device:  # -nkvo: attention where the cache is
+        return attend(inp, cache, il, q.to(cache.device), k.to(cache.device), v.to(cache.device), scale, swa).to(q.device)
     hp = cache.hp
     n_tokens, n_head, d_k = q.shape
     d_v = hp.n_embd_head_v

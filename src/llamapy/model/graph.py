@@ -106,7 +106,7 @@ class UBatchInputs:
                     cells, q_index, take, bias = (torch.from_numpy(a).to(cache.device) for a in c)
                     out.append(AttnGroup(rows_t, st, n_kv, None, cells, rows_t[q_index], take, bias))
                     continue
-                buf = None if self.graphs is None else self.graphs.buffer((id(cache), swa, st), (len(rows), n_kv))
+                buf = None if self.graphs is None else self.graphs.buffer((id(cache), swa, st), (len(rows), n_kv), cache.device)
                 mask = cache.kq_mask(self.ubatch, st, rows, n_kv, swa, out=buf, visible=vis)
                 out.append(AttnGroup(rows_t, st, n_kv, mask, visible=None if gather else visible_cells(mask)))
             self.masks[key] = out
@@ -137,11 +137,13 @@ class GraphCache:
             self._shapes[key] = {}
         self._cur = self._shapes[key]
 
-    def buffer(self, name: tuple, shape: tuple[int, ...]) -> torch.Tensor:
-        """The float32 buffer `name` of the current shape (allocated on first use)."""
+    def buffer(self, name: tuple, shape: tuple[int, ...], device: torch.device | None = None) -> torch.Tensor:
+        """The float32 buffer `name` of the current shape (allocated on first use) on `device`
+        (default: the model's; a -nkvo cache's masks live in host memory)."""
+        device = self.device if device is None else torch.device(device)
         t = self._cur.get(name)
-        if t is None or tuple(t.shape) != shape:
-            t = self._cur[name] = torch.empty(shape, dtype=torch.float32, device=self.device)
+        if t is None or tuple(t.shape) != shape or t.device != device:
+            t = self._cur[name] = torch.empty(shape, dtype=torch.float32, device=device)
         return t
 
 
