@@ -12,6 +12,7 @@ from .log import logger
 from .memory.estimate import MemoryEstimate, estimate_from
 from .memory.factory import Memory, bind_slot_info, create_memory
 from .memory.kv_log import buffer_name
+from .model.cuda_graphs import CudaGraphs
 from .model.graph import GraphCache, make_inputs
 from .model.model import Model
 from .params import ContextParams
@@ -54,6 +55,7 @@ class Context:
         self.alloc = BatchAllocator(hp.n_vocab, c.n_batch, c.n_seq_max)
         self.stats = DecodeStats()
         self.graphs = GraphCache(model.device)  # input buffers per (n_tokens, n_kv) shape
+        self.cuda_graphs = CudaGraphs.for_device(model.device)  # decode replayed as CUDA graphs (None on the CPU)
         self._logits = torch.empty(0, hp.n_vocab)  # [n_outputs, n_vocab] of the last decode
         self._output_ids: list[int] = []
 
@@ -88,8 +90,12 @@ class Context:
             self.memory.begin_ubatch(ub, sinfo)
             inp = make_inputs(ub, self.model.device, self.cparams.flash_attn != "off", self.graphs)
             bind_slot_info(inp, self.memory, sinfo)
-            self.graphs.begin((ub.n_tokens, self._n_kv_key()))
-            out = self.model.net.forward(inp, self.memory)  # [n_outputs(ub), n_vocab]
+            key = (ub.n_tokens, self._n_kv_key())
+            self.graphs.begin(key)
+            if self.cuda_graphs is not None:
+                out = self.cuda_graphs.forward(self.model.net, inp, self.memory, key)  # [n_outputs(ub), n_vocab]
+            else:
+                out = self.model.net.forward(inp, self.memory)
             if out.shape[0]:
                 rows = torch.tensor([out_ids[ub.idx[r]] for r in range(ub.n_tokens) if ub.output[r]], dtype=torch.long)
                 logits[rows] = out.to("cpu")
