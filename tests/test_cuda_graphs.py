@@ -78,7 +78,7 @@ def test_iswa_model(tmp_path):
     torch.testing.assert_close(got, ref, rtol=0, atol=0)
 
 
-def test_a_stale_input_is_caught_and_graphs_turn_off(dense_tiny, monkeypatch, caplog):
+def test_a_stale_input_is_caught_and_graphs_turn_off(dense_tiny, monkeypatch):
     """A graph that missed an input (here: positions never refreshed) differs from the eager
     forward at its second check: graphs go off, and every returned logit is the eager one."""
     ref, _ = _decode(dense_tiny, None)
@@ -95,7 +95,6 @@ def test_a_stale_input_is_caught_and_graphs_turn_off(dense_tiny, monkeypatch, ca
     assert not g.enabled and "differs from the eager forward" in g.disabled_reason
     assert g.n_replays == 0
     assert torch.equal(got, ref)
-    assert "CUDA graphs disabled" in caplog.text
 
 
 def test_a_failing_capture_falls_back(dense_tiny, monkeypatch):
