@@ -55,7 +55,8 @@ class Context:
         self.alloc = BatchAllocator(hp.n_vocab, c.n_batch, c.n_seq_max)
         self.stats = DecodeStats()
         self.graphs = GraphCache(model.device)  # input buffers per (n_tokens, n_kv) shape
-        self.cuda_graphs = CudaGraphs.for_device(model.device)  # decode replayed as CUDA graphs (None on the CPU)
+        # decode replayed as CUDA graphs (None on the CPU, and under -nkvo: attention copies to the host)
+        self.cuda_graphs = CudaGraphs.for_device(model.device) if c.offload_kqv else None
         self._logits = torch.empty(0, hp.n_vocab)  # [n_outputs, n_vocab] of the last decode
         self._output_ids: list[int] = []
 

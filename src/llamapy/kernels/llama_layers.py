@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from ..memory.kv_cache import KVCache
 from .build import KernelLib
 from .ops import FAST_ROWS
 
@@ -78,7 +79,7 @@ class FusedLlama:
         """x [n_tokens, n_embd] float32 through every layer, in place, when this ubatch fits the
         fused path (see the module doc); False (nothing done) otherwise."""
         n = x.shape[0]
-        if (n == 0 or n >= FAST_ROWS or x.device.type != "cpu" or not inp.flash_attn
+        if (n == 0 or n >= FAST_ROWS or not isinstance(cache, KVCache) or x.device.type != "cpu" or not inp.flash_attn
                 or not cache.type_k.name == cache.type_v.name == "f16" or cache.layers != list(range(self.n_layer))):
             return False
         groups = inp.groups(cache, False, gather=False)
