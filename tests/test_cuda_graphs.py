@@ -84,9 +84,9 @@ def test_a_stale_input_is_caught_and_graphs_turn_off(dense_tiny, monkeypatch):
     ref, _ = _decode(dense_tiny, None)
     fill = CudaGraphs._fill
 
-    def stale_pos(self, e, inp, caches):
+    def stale_pos(self, e, inp, caches, where):
         keep = e.pos.clone()
-        fill(self, e, inp, caches)
+        fill(self, e, inp, caches, where)
         e.pos.copy_(keep)
 
     monkeypatch.setattr(CudaGraphs, "_fill", stale_pos)

@@ -48,8 +48,7 @@ class Context:
         c = self.cparams
         self.kv_device = model.device if c.offload_kqv else torch.device("cpu")  # -nkvo: host memory
         self.estimate = estimate_from(hp, c, model.n_bytes_resident, model.n_bytes_file)
-        log = logger("llama_context")  # llama.cpp's order: output buffer, KV cache, compute buffer
-        log.info(f"{'CUDA_Host' if model.device.type == 'cuda' else 'CPU':>10}  output buffer size = {self.estimate.output / MiB:8.2f} MiB")
+        _log_output_buffer(self.estimate, model.device)  # llama.cpp's order: output, KV cache, compute
         self.memory: Memory = create_memory(hp, c, self.kv_device)  # KVCache, or KVCacheISWA (n_swa > 0)
         _log_compute_buffer(self.estimate, model.device)
         self.alloc = BatchAllocator(hp.n_vocab, c.n_batch, c.n_seq_max)
@@ -165,6 +164,12 @@ class Context:
             "compute": self.estimate.compute,
             "output": self._logits.numel() * 4,
         }
+
+
+def _log_output_buffer(e: MemoryEstimate, device: torch.device) -> None:
+    """llama.cpp's output buffer line: logits live in host memory (CUDA_Host under CUDA)."""
+    host = "CUDA_Host" if device.type == "cuda" else "CPU"
+    logger("llama_context").info(f"{host:>10}  output buffer size = {e.output / MiB:8.2f} MiB")
 
 
 def _log_compute_buffer(e: MemoryEstimate, device: torch.device) -> None:

@@ -209,10 +209,6 @@ static void quantize_x_i16(const float *x, int64_t n_in, lp_xi16 xq) {
 }
 
 #if LP_I16
-/* One output row against one int16-prepared activation row: per pair of blocks, the 32 + 32
- * weights as int16 (nibbles, or Q8_0's bytes) in the order of lp_xi16.q, two vpdpwssd into
- * 16 int32 lanes (8 per block), then scaled by d * sx per lane; Q4_1's m (and Q4_0's -8 d)
- * multiplies the block's sum of x. */
 /* Blocks 2bp, 2bp+1 (b1 may repeat b0 where the row has an odd number of blocks: x is zero
  * there) into the accumulators: acc += (q . xq) * d * sx, accm += m * sum(x) / 8 per lane. */
 static inline __attribute__((always_inline)) void pair_i16(const int type, const uint8_t *b0, const uint8_t *b1,
@@ -571,16 +567,6 @@ static void attn_group_d64(const float *q0, int64_t r, const uint16_t *k, const 
 }
 #endif
 
-/* Attention of few query rows over an f16 KV cache, through the KQ mask, reading only the
- * cells each row can see: row i's visible cells are cells[ptr[i] .. ptr[i+1]) (the mask's
- * non -inf entries, listed once per ubatch), and mask[i, c] is added to the score (0 for
- * the causal rule).  Two passes per (row, head): the scores and their max, then the
- * softmax-weighted sum of V.  Work is split by (row, KV head), so the cells' K/V rows are
- * read from memory once for the query heads that share them, or by (row, head) when that
- * leaves too few tasks for the threads.
- * q float [n, ldq] with head h at q + h * d_k; k f16 [n_cells, n_head_kv * d_k]; v f16
- * [n_cells, n_head_kv * d_v]; mask float [n, n_kv]; out float [n, n_head * d_v].  Query
- * head h reads KV head h / (n_head / n_head_kv).  A row that sees no cell gets zeros. */
 /* Query heads per attention task: a row's whole KV-head group when there are enough tasks
  * for the threads, else one head; and the most cells any row sees (the scratch per task). */
 static int64_t attn_heads_per_task(int64_t n, int64_t n_head, int64_t n_head_kv) {
@@ -633,6 +619,16 @@ static void attn_for(const float *q, int64_t n, int64_t ldq, int64_t n_head, int
     }
 }
 
+/* Attention of few query rows over an f16 KV cache, through the KQ mask, reading only the
+ * cells each row can see: row i's visible cells are cells[ptr[i] .. ptr[i+1]) (the mask's
+ * non -inf entries, listed once per ubatch), and mask[i, c] is added to the score (0 for
+ * the causal rule).  Two passes per (row, head): the scores and their max, then the
+ * softmax-weighted sum of V.  Work is split by (row, KV head), so the cells' K/V rows are
+ * read from memory once for the query heads that share them, or by (row, head) when that
+ * leaves too few tasks for the threads.
+ * q float [n, ldq] with head h at q + h * d_k; k f16 [n_cells, n_head_kv * d_k]; v f16
+ * [n_cells, n_head_kv * d_v]; mask float [n, n_kv]; out float [n, n_head * d_v].  Query
+ * head h reads KV head h / (n_head / n_head_kv).  A row that sees no cell gets zeros. */
 void lp_attn_f16(const float *q, int64_t n, int64_t ldq, int64_t n_head, int64_t n_head_kv, int64_t d_k, int64_t d_v,
                  const uint16_t *k, const uint16_t *v, int64_t n_kv, const float *mask, const int64_t *ptr,
                  const int64_t *cells, float scale, float *out) {

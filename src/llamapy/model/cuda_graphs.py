@@ -24,6 +24,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Callable
 
+import numpy as np
 import torch
 
 from ..log import logger
@@ -69,23 +70,24 @@ class CudaGraphs:
         """net.forward(inp, memory), through this key's graph when it has one (see the module
         doc).  key: the ubatch's graph shape (Context: n_tokens and every stream's n_kv)."""
         caches = getattr(memory, "caches", (memory,))
-        gkey = self._key(inp, caches, key)
-        if gkey is None:
+        where = self._where(inp, caches)
+        if where is None:
             return net.forward(inp, memory)
+        gkey = (key, int(inp.out_rows.shape[0]), tuple(st for st, _ in where))
         e = self._entries.pop(gkey, None)
         if e is None:
             out = net.forward(inp, memory)  # the warm-up, which also shows the masks it used
-            self._remember(gkey, self._new_entry(inp, caches))
+            self._remember(gkey, self._new_entry(inp, caches, where))
             return out
         self._entries[gkey] = e  # most recent last
         try:
-            self._fill(e, inp, caches)
+            self._fill(e, inp, caches, where)
             if e.state == 2:
                 e.replay()
                 self.n_replays += 1
                 return e.out.clone()
             if e.state == 0:
-                self._capture(e, net, inp, memory, caches)
+                self._capture(e, net, inp, memory, caches, where)
             else:
                 e.replay()
             got = e.out.clone()
@@ -101,56 +103,55 @@ class CudaGraphs:
         return out
 
     # --- internals ------------------------------------------------------------------------------
-    def _key(self, inp: UBatchInputs, caches, key: tuple) -> tuple | None:
+    def _where(self, inp: UBatchInputs, caches) -> list[tuple[int, np.ndarray]] | None:
+        """Per cache, the one stream the ubatch is in and its rows (all of them); None when the
+        ubatch is not graphed (graphs off, too many rows, rows in several streams: the
+        grouping would change from step to step)."""
         n = int(inp.tokens.shape[0])
         if not self.enabled or n == 0 or n >= GRAPH_MAX_TOKENS:
             return None
-        streams = []
+        where = []
         for c in caches:
             groups = inp.sinfo[id(c)].groups()
-            if len(groups) != 1:  # rows in several streams: the grouping changes step to step
+            if len(groups) != 1:
                 return None
-            streams.append(groups[0][0])
-        return (key, int(inp.out_rows.shape[0]), tuple(streams))
+            where.append(groups[0])
+        return where
 
     def _remember(self, gkey: tuple, e: _Entry) -> None:
         if len(self._entries) >= MAX_GRAPHS:
             self._entries.pop(next(iter(self._entries)))
         self._entries[gkey] = e
 
-    def _new_entry(self, inp: UBatchInputs, caches) -> _Entry:
+    def _new_entry(self, inp: UBatchInputs, caches, where) -> _Entry:
         dev, n = inp.tokens.device, int(inp.tokens.shape[0])
         e = _Entry(tokens=inp.tokens.clone(), pos=inp.pos.clone(), out_rows=inp.out_rows.clone(),
                    rows=torch.arange(n, device=dev))
-        by_id = {id(c): c for c in caches}
+        stream = {id(c): (c, st) for c, (st, _) in zip(caches, where)}
         for cid, swa, _gather in inp.masks:  # the masks the warm-up forward built
-            c = by_id[cid]
-            (st, _), = inp.sinfo[cid].groups()
+            c, st = stream[cid]
             e.masks[(cid, swa)] = torch.empty(n, c.n_kv(st), dtype=torch.float32, device=c.device)
         for c in caches:
             e.cells[id(c)] = torch.empty(n, dtype=torch.long, device=c.device)
         return e
 
-    def _fill(self, e: _Entry, inp: UBatchInputs, caches) -> None:
+    def _fill(self, e: _Entry, inp: UBatchInputs, caches, where) -> None:
         """This step's inputs into the static tensors (the graph reads nothing else)."""
         e.tokens.copy_(inp.tokens)
         e.pos.copy_(inp.pos)
         e.out_rows.copy_(inp.out_rows)
-        for c in caches:
-            si = inp.sinfo[id(c)]
-            (st, rows), = si.groups()
-            e.cells[id(c)].copy_(torch.from_numpy(si.idxs[rows]))
+        for c, (st, rows) in zip(caches, where):
+            e.cells[id(c)].copy_(torch.from_numpy(inp.sinfo[id(c)].idxs[rows]))
             for (cid, swa), m in e.masks.items():
                 if cid == id(c):
                     c.kq_mask(inp.ubatch, st, rows, m.shape[1], swa, out=m)
 
-    def _static_inputs(self, e: _Entry, inp: UBatchInputs, caches) -> UBatchInputs:
+    def _static_inputs(self, e: _Entry, inp: UBatchInputs, caches, where) -> UBatchInputs:
         """UBatchInputs over the static tensors, with the store plans and attention groups
         already made, so the forward computes nothing on the host."""
         s = UBatchInputs(ubatch=inp.ubatch, tokens=e.tokens, pos=e.pos, out_rows=e.out_rows, flash_attn=inp.flash_attn,
                          sinfo=inp.sinfo)
-        for c in caches:
-            (st, _), = inp.sinfo[id(c)].groups()
+        for c, (st, _) in zip(caches, where):
             s.plans[id(c)] = [(st, e.cells[id(c)], e.rows)]
             for (cid, swa), m in e.masks.items():
                 if cid == id(c):
@@ -158,8 +159,8 @@ class CudaGraphs:
                     s.masks[(cid, swa, True)] = s.masks[(cid, swa, False)] = group
         return s
 
-    def _capture(self, e: _Entry, net, inp: UBatchInputs, memory, caches) -> None:
-        sinp = self._static_inputs(e, inp, caches)
+    def _capture(self, e: _Entry, net, inp: UBatchInputs, memory, caches, where) -> None:
+        sinp = self._static_inputs(e, inp, caches, where)
         if self.emulate:
             def replay() -> None:
                 e.out.copy_(net.forward(sinp, memory))
