@@ -3,9 +3,26 @@ a session-wide loaded SmolLM2, so the suite loads it once."""
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
+
+
+def pytest_configure(config) -> None:
+    """Tokenizer tables built by the tests go to a folder of this session (subprocesses
+    inherit it), never into the user's $LLAMAPY_HOME/tokenizers/."""
+    if "LLAMAPY_TOKENIZER_CACHE" not in os.environ:
+        config._llamapy_tok_cache = tempfile.mkdtemp(prefix="llamapy-tokcache-")
+        os.environ["LLAMAPY_TOKENIZER_CACHE"] = config._llamapy_tok_cache
+
+
+def pytest_unconfigure(config) -> None:
+    folder = getattr(config, "_llamapy_tok_cache", None)
+    if folder:
+        os.environ.pop("LLAMAPY_TOKENIZER_CACHE", None)
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def _model_path(env: str, name: str) -> Path:

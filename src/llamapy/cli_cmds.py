@@ -145,11 +145,10 @@ class _Tee:
 
 
 def cmd_tokenize(a: argparse.Namespace) -> int:
-    from .gguf.reader import GGUFFile
     from .registry import resolve_model
     from .tokenizer import Tokenizer
 
-    tok = Tokenizer.from_gguf(GGUFFile(resolve_model(a.model)).reader)
+    tok = Tokenizer.from_gguf(resolve_model(a.model))  # the vocabulary only: no weights, no torch
     ids = tok.tokenize(a.prompt, add_special=not a.no_bos, parse_special=a.parse_special)
     if a.ids:
         print(ids)

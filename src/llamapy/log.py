@@ -31,3 +31,44 @@ def setup_logging(verbose: bool = True, stream=None) -> None:
     root.addHandler(handler)
     root.setLevel(logging.INFO if verbose else logging.WARNING)
     root.propagate = False
+
+
+class Progress:
+    """llama.cpp's progress dots for a step that can take a while: the component's line,
+    then one dot per 2% of the work, then a newline, on the stream setup_logging chose.
+    Silent when the logger is below INFO or writes nowhere (library use, tests).
+
+        with Progress("llama_model_loader", "reading 90.12 MiB into the page cache") as p:
+            for ...: p.update(done / total)"""
+
+    STEP = 0.02
+
+    def __init__(self, component: str, message: str) -> None:
+        log = logger(component)
+        self.stream = None
+        if log.isEnabledFor(logging.INFO):
+            root = logging.getLogger("llamapy")
+            streams = [h.stream for h in root.handlers if isinstance(h, logging.StreamHandler)]
+            self.stream = streams[0] if streams else None
+        self.head = f"{component}: {message} "
+        self.shown = 0
+
+    def __enter__(self) -> "Progress":
+        if self.stream is not None:
+            self.stream.write(self.head)
+            self.stream.flush()
+        return self
+
+    def update(self, fraction: float) -> None:
+        if self.stream is None:
+            return
+        n = int(min(1.0, fraction) / self.STEP)
+        if n > self.shown:
+            self.stream.write("." * (n - self.shown))
+            self.stream.flush()
+            self.shown = n
+
+    def __exit__(self, *exc) -> None:
+        if self.stream is not None:
+            self.stream.write(" done\n" if exc[0] is None else "\n")
+            self.stream.flush()

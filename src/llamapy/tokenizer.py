@@ -9,16 +9,23 @@ Ids are checked against llama.cpp's own `llama-tokenize` (scripts/ref_tokenize.p
 from __future__ import annotations
 
 import codecs
+import contextlib
+import ctypes
+import gc
+import sys
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Iterable
 
 from tokenizers import Tokenizer as HFTokenizer
 
 from .chat_template import ChatTemplate
-from .tokenizer_bpe import build_bpe, pre_type
-from .tokenizer_spm import SPACE, build_spm
+from .gguf.reader import GGUFFile
+from .tokenizer_bpe import bpe_merge_ids, build_bpe, pre_type
+from .tokenizer_cache import VocabTables, cached_tables
+from .tokenizer_spm import SPACE, build_spm, spm_tables
 from .tokenizer_special import load_vocab
-from .tokenizer_vocab import K, TokenAttr, Vocab, open_reader, read_field
+from .tokenizer_vocab import K, TokenAttr, TokenIds, Vocab, open_gguf, read_field
 
 
 def _byte_decoder() -> dict[str, int]:
@@ -41,6 +48,7 @@ class Tokenizer:
     hf: HFTokenizer                      # the model for raw fragments (no special tokens)
     spell: dict[int, tuple[int, ...]] = field(default_factory=dict)  # SPM phantom id -> bytes
     chat: ChatTemplate = field(init=False)
+    cache_status: str = field(default="uncached", init=False)  # tokenizer_cache: loaded / built / uncached
     _byte_dec: dict[str, int] = field(default_factory=_byte_decoder, repr=False)
 
     def __post_init__(self) -> None:
@@ -52,21 +60,38 @@ class Tokenizer:
                                  eos_token=piece(self.eos), add_bos=v.add_bos, add_eos=v.add_eos)
 
     @classmethod
-    def from_gguf(cls, src: Any) -> "Tokenizer":
-        """Build from a GGUF path, a gguf.GGUFReader, or an object holding one as `.reader`."""
-        reader = open_reader(src)
-        model = str(read_field(reader, K.MODEL, "") or "")
-        if model == "gpt2":
-            pt = pre_type(read_field(reader, K.PRE))
-            vocab = load_vocab(reader, pre_flags=pt.flags())
-            hf, spell = build_bpe(vocab, pt), {}
-        elif model == "llama":
-            vocab = load_vocab(reader)
-            hf, spell = build_spm(vocab)
-        else:
+    def from_gguf(cls, src: Any, cache: Path | None = None) -> "Tokenizer":
+        """Build from a GGUF path or an open GGUFFile.  The vocabulary stays in the mapped
+        file; the tables derived by walking it come from tokenizer_cache.py (cache: a folder
+        instead of $LLAMAPY_HOME/tokenizers/, which holds vocabularies of 4096+ tokens)."""
+        with gc_paused():  # ~1M short-lived tuples and strings: no collection passes over them
+            return cls._build(open_gguf(src), cache)
+
+    @classmethod
+    def _build(cls, f: GGUFFile, cache: Path | None) -> "Tokenizer":
+        model = str(read_field(f, K.MODEL, "") or "")
+        if model not in ("gpt2", "llama"):
             raise ValueError(f"tokenizer.ggml.model = {model!r} is not supported "
                              "(supported: 'gpt2' byte-level BPE, 'llama' SentencePiece)")
-        return cls(vocab=vocab, hf=hf, spell=spell)
+        pt = pre_type(read_field(f, K.PRE)) if model == "gpt2" else None
+        vocab, texts, t2i = load_vocab(f, pre_flags=pt.flags() if pt else None)
+        if pt is not None:
+            def derive() -> VocabTables:
+                return VocabTables(bpe_merge_ids(vocab.merges.tolist() if vocab.merges else [], t2i), [])
+        else:
+            def derive() -> VocabTables:
+                return VocabTables(*spm_tables(vocab, texts, t2i))
+        tables, how = cached_tables(f, vocab.n_vocab, derive, cache)
+        if pt is not None:
+            hf, spell = build_bpe(pt, texts, t2i, tables.merges), {}
+        else:
+            hf, spell = build_spm(vocab, texts, t2i, tables.merges, tables.phantoms)
+        vocab.token_to_id = TokenIds(hf.token_to_id, vocab.tokens)
+        del texts, t2i
+        release_heap()  # the transient lists and dicts of the build go back to the system
+        tok = cls(vocab=vocab, hf=hf, spell=spell)
+        tok.cache_status = how
+        return tok
 
     # ---- vocabulary facts -------------------------------------------------------------
     @property
@@ -94,7 +119,7 @@ class Tokenizer:
         return token in self.vocab.eog_ids
 
     def token_attr(self, token: int) -> TokenAttr:
-        return self.vocab.attrs[token]
+        return TokenAttr(int(self.vocab.attrs[token]))
 
     # ---- text -> ids ------------------------------------------------------------------
     def tokenize(self, text: str, add_special: bool = True, parse_special: bool = False) -> list[int]:
@@ -147,7 +172,7 @@ class Tokenizer:
         v = self.vocab
         if not 0 <= token < v.n_vocab:
             raise ValueError(f"token id {token} out of range (n_vocab = {v.n_vocab})")
-        attr, text = v.attrs[token], v.tokens[token]
+        attr, text = int(v.attrs[token]), v.tokens[token]
         if attr & (TokenAttr.UNKNOWN | TokenAttr.CONTROL):
             return text.encode("utf-8") if special else b""
         if attr & TokenAttr.USER_DEFINED:
@@ -201,6 +226,28 @@ class Tokenizer:
                             **extra: Any) -> str:
         """Render the GGUF's tokenizer.chat_template (ChatML when it has none)."""
         return self.chat.render(messages, add_generation_prompt=add_generation_prompt, **extra)
+
+
+@contextlib.contextmanager
+def gc_paused():
+    """No cyclic garbage collection inside (the objects made are acyclic); back on after."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
+def release_heap() -> None:
+    """glibc keeps freed small blocks in its arenas; hand them back (malloc_trim), so the
+    build's transient objects do not stay in the process's resident set."""
+    if sys.platform.startswith("linux"):
+        try:
+            ctypes.CDLL(None).malloc_trim(0)
+        except (OSError, AttributeError):  # not glibc
+            pass
 
 
 def clean_spaces(text: bytearray) -> bytearray:

@@ -23,11 +23,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 
+import numpy as np
 from tokenizers import Regex
 from tokenizers import Tokenizer as HFTokenizer
 from tokenizers import models, pre_tokenizers
 
-from .tokenizer_vocab import Vocab
+from .tokenizer_spm import merge_pairs
 
 _CONTRACTIONS = r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])"
 GPT2 = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"
@@ -118,24 +119,30 @@ def split_merge(merge: str) -> tuple[str, str] | None:
     return merge[:pos], merge[pos + 1:]
 
 
-def build_bpe(vocab: Vocab, pt: PreType) -> HFTokenizer:
-    """A `tokenizers` pipeline: llama.cpp's regex list -> byte-level encoding -> ranked merges.
-
-    Special tokens are not added here: Tokenizer cuts them out first (Vocab.partition), so
-    this pipeline only ever sees raw text fragments, as llama.cpp's BPE session does."""
-    t2i = vocab.token_to_id
-    merges: list[tuple[str, str]] = []
+def bpe_merge_ids(merges: list[str], t2i: Mapping[str, int]) -> np.ndarray:
+    """tokenizer.ggml.merges as id pairs [n_merges, 2] int32, in rank order; every part and
+    every joined pair must be a token (llama.cpp asserts the same)."""
+    pairs: list[int] = []
     dropped: list[str] = []
-    for m in vocab.merges:
+    for m in merges:
         pair = split_merge(m)
         if pair is None or pair[0] not in t2i or pair[1] not in t2i or pair[0] + pair[1] not in t2i:
             dropped.append(m)
             continue
-        merges.append(pair)
+        pairs += (t2i[pair[0]], t2i[pair[1]])
     if dropped:
-        raise ValueError(f"{len(dropped)} of {len(vocab.merges)} tokenizer.ggml.merges name "
+        raise ValueError(f"{len(dropped)} of {len(merges)} tokenizer.ggml.merges name "
                          f"tokens missing from the vocabulary (first: {dropped[0]!r})")
-    model = models.BPE(vocab=dict(t2i), merges=merges, ignore_merges=pt.ignore_merges,
+    return np.array(pairs, dtype=np.int32).reshape(-1, 2)
+
+
+def build_bpe(pt: PreType, texts: list[str], t2i: dict[str, int], merges: np.ndarray) -> HFTokenizer:
+    """A `tokenizers` pipeline: llama.cpp's regex list -> byte-level encoding -> ranked merges
+    (id pairs from bpe_merge_ids).
+
+    Special tokens are not added here: Tokenizer cuts them out first (Vocab.partition), so
+    this pipeline only ever sees raw text fragments, as llama.cpp's BPE session does."""
+    model = models.BPE(vocab=t2i, merges=merge_pairs(merges, texts), ignore_merges=pt.ignore_merges,
                        byte_fallback=False)
     hf = HFTokenizer(model)
     splits = [pre_tokenizers.Split(Regex(r), behavior="isolated") for r in pt.regexes]

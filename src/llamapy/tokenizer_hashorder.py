@@ -44,15 +44,53 @@ def hash_bytes(data: bytes, seed: int = _SEED) -> int:
     return _shift_mix(h)
 
 
+def hash_bytes_many(buf, starts: np.ndarray, lengths: np.ndarray, seed: int = _SEED) -> np.ndarray:
+    """hash_bytes of many byte strings at once (buf[starts[i] : starts[i] + lengths[i]]):
+    the same MurmurHash2 steps, each applied to every string that has that 8-byte word,
+    in numpy uint64 arithmetic (which wraps mod 2^64, as size_t does)."""
+    data = np.frombuffer(buf, dtype=np.uint8)
+    starts, lengths = np.asarray(starts, dtype=np.int64), np.asarray(lengths, dtype=np.int64)
+    mul, u = np.uint64(_MUL), np.uint64
+    with np.errstate(over="ignore"):
+        h = u(seed) ^ (lengths.astype(np.uint64) * mul)
+        words = lengths // 8
+        for k in range(int(words.max(initial=0))):
+            idx = np.nonzero(words > k)[0]
+            d = _gather_le(data, starts[idx] + 8 * k, np.full(len(idx), 8)) * mul
+            d = (d ^ (d >> u(47))) * mul
+            h[idx] = (h[idx] ^ d) * mul
+        idx = np.nonzero(lengths & 7)[0]
+        if len(idx):
+            tail = _gather_le(data, starts[idx] + 8 * words[idx], lengths[idx] & 7)
+            h[idx] = (h[idx] ^ tail) * mul
+        h = (h ^ (h >> u(47))) * mul
+        return h ^ (h >> u(47))
+
+
+def _gather_le(data: np.ndarray, pos: np.ndarray, n: np.ndarray) -> np.ndarray:
+    """The little-endian integer of the n[i] (<= 8) bytes at data[pos[i]:], as uint64."""
+    out = np.zeros(len(pos), dtype=np.uint64)
+    for j in range(8):
+        m = n > j
+        if not m.any():
+            break
+        out[m] |= data[pos[m] + j].astype(np.uint64) << np.uint64(8 * j)
+    return out
+
+
 def unordered_map_order(keys: Iterable[str]) -> list[int]:
-    """Indices of `keys` (inserted in this order, all distinct) in the order a libstdc++
-    unordered_map<std::string, int> iterates them.
+    """unordered_map_order_of(hashes) for keys given as strings (hashed in Python)."""
+    return unordered_map_order_of(np.array([hash_bytes(k.encode("utf-8")) for k in keys], dtype=np.uint64))
+
+
+def unordered_map_order_of(hashes: np.ndarray) -> list[int]:
+    """Indices of the keys with these std::hash values (inserted in index order, all
+    distinct) in the order a libstdc++ unordered_map<std::string, int> iterates them.
 
     Between two rehashes every node, whether re-inserted by the rehash (walking the old list)
     or newly inserted, follows one rule: into an empty bucket -> list front, else -> front of
     its bucket's run. So the list is the bucket runs ordered by their first arrival, newest
     first, each run newest first: one lexsort per bucket count."""
-    hashes = np.array([hash_bytes(k.encode("utf-8")) for k in keys], dtype=np.uint64)
     n = len(hashes)
     order = np.zeros(0, dtype=np.int64)
     lo = 0

@@ -12,10 +12,11 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any
 
-import gguf
+import numpy as np
 
-from .tokenizer_hashorder import unordered_map_order
-from .tokenizer_vocab import TYPE_TO_ATTR, K, TokenAttr, TokenType, Vocab, read_field
+from .gguf.reader import GGUFFile
+from .tokenizer_hashorder import hash_bytes, hash_bytes_many, unordered_map_order_of
+from .tokenizer_vocab import TYPE_TO_ATTR, K, TokenAttr, TokenTexts, TokenType, Vocab, read_field
 
 # llama.cpp's text lists (llama-vocab.cpp, "auto-detect special tokens by text").
 EOT_TEXTS = ("<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>",
@@ -54,29 +55,30 @@ _TYPE_DEFAULTS: Mapping[str, Mapping[str, Any]] = MappingProxyType({
 
 
 
-def load_vocab(reader: gguf.GGUFReader, pre_flags: dict[str, Any] | None = None) -> Vocab:
+def load_vocab(f: GGUFFile, pre_flags: dict[str, Any] | None = None) -> tuple[Vocab, list[str], dict[str, int]]:
     """llama_vocab::load for the "gpt2" and "llama" tokenizer models.
 
     `pre_flags` are the BPE pre-type's overrides (add_bos, clean_spaces, ...), applied before
-    the GGUF's own add_bos/add_eos/add_space_prefix keys, as llama.cpp does."""
-    model = str(read_field(reader, K.MODEL, "") or "")
+    the GGUF's own add_bos/add_eos/add_space_prefix keys, as llama.cpp does.  Returns the
+    Vocab, and for the builders the decoded texts and a text -> id dict (llama.cpp's
+    token_to_id: the last id wins), both transient: the Vocab keeps no per-token objects."""
+    model = str(read_field(f, K.MODEL, "") or "")
     defaults = _TYPE_DEFAULTS.get(model)
     if defaults is None:
         raise ValueError(f"tokenizer.ggml.model = {model!r} is not supported "
                          f"(supported: {sorted(_TYPE_DEFAULTS)})")
-    tokens = read_field(reader, K.LIST)
-    if not tokens:
+    strings = f.strings(K.LIST)
+    if strings is None or len(strings) == 0:
         raise ValueError("GGUF has no tokenizer.ggml.tokens: cannot build a tokenizer")
+    tokens = TokenTexts(strings)
     n = len(tokens)
-    tokens = [t if t else f"[EMPTY_{i}]" for i, t in enumerate(tokens)]
-    scores = [float(s) for s in read_field(reader, K.SCORES, [0.0] * n)]
-    types = read_field(reader, K.TOKEN_TYPE, None)
+    scores = f.array(K.SCORES)
+    scores = np.zeros(n, dtype=np.float32) if scores is None else scores.astype(np.float32, copy=False)
+    types = f.array(K.TOKEN_TYPE)
     if len(scores) < n or (types is not None and len(types) < n):
-        raise ValueError(f"scores ({len(scores)}) / token types ({len(types or [])}) "
+        raise ValueError(f"scores ({len(scores)}) / token types ({0 if types is None else len(types)}) "
                          f"shorter than the vocabulary ({n})")
-    attrs = [TokenAttr.NORMAL] * n if types is None else \
-        [TYPE_TO_ATTR.get(TokenType(t) if 0 <= t <= 6 else TokenType.UNDEFINED,
-                           TokenAttr.UNDEFINED) for t in types[:n]]
+    attrs = np.full(n, int(TokenAttr.NORMAL), dtype=np.int32) if types is None else _type_attrs(types[:n])
     flags = {**defaults, **(pre_flags or {})}
     special: dict[str, int | None] = {name: None for name, _ in _SPECIAL_KEYS}
     for name in ("bos", "eos", "unk"):
@@ -84,26 +86,47 @@ def load_vocab(reader: gguf.GGUFReader, pre_flags: dict[str, Any] | None = None)
     for name, key in _SPECIAL_KEYS:
         if special[name] is not None and special[name] >= n:
             special[name] = None
-        v = read_field(reader, key)
+        v = read_field(f, key)
         if v is not None and 0 <= int(v) < n:
             special[name] = int(v)
-    add_bos = bool(read_field(reader, K.ADD_BOS, flags.get("add_bos", False)))
+    add_bos = bool(read_field(f, K.ADD_BOS, flags.get("add_bos", False)))
+    texts = tokens.tolist()
+    t2i = dict(zip(texts, range(n)))
     vocab = Vocab(
-        model=model, pre=str(read_field(reader, K.PRE, "default") or "default"),
-        tokens=tokens, scores=scores, attrs=attrs, merges=read_field(reader, K.MERGES, []) or [],
+        model=model, pre=str(read_field(f, K.PRE, "default") or "default"),
+        tokens=tokens, scores=scores[:n], attrs=attrs, merges=f.strings(K.MERGES),
         special=special, add_bos=add_bos,
-        add_eos=bool(read_field(reader, K.ADD_EOS, flags.get("add_eos", False))),
-        add_space_prefix=bool(read_field(reader, K.ADD_PREFIX, flags["add_space_prefix"])),
+        add_eos=bool(read_field(f, K.ADD_EOS, flags.get("add_eos", False))),
+        add_space_prefix=bool(read_field(f, K.ADD_PREFIX, flags["add_space_prefix"])),
         clean_spaces=bool(flags["clean_spaces"]),
-        chat_template=read_field(reader, K.CHAT_TEMPLATE),
-        token_to_id={t: i for i, t in enumerate(tokens)})
+        chat_template=read_field(f, K.CHAT_TEMPLATE),
+        token_to_id=t2i)
     _detect_specials(vocab)
-    _model_token_attrs(vocab, reader)
-    return vocab
+    _model_token_attrs(vocab, f)
+    vocab.special_texts = {i: texts[i] for i in vocab.special_cache}
+    return vocab, texts, t2i
+
+
+def _type_attrs(types: np.ndarray) -> np.ndarray:
+    """token types -> TokenAttr bits (types outside 0..6 are UNDEFINED), one int32 array."""
+    lut = np.array([int(TYPE_TO_ATTR.get(TokenType(t), TokenAttr.UNDEFINED)) for t in range(7)], dtype=np.int32)
+    t = np.asarray(types).astype(np.int64)
+    ok = (t >= 0) & (t <= 6)
+    return np.where(ok, lut[np.where(ok, t, 0)], 0).astype(np.int32)
 
 
 def _mark_control(vocab: Vocab, tid: int) -> None:
     vocab.attrs[tid] |= TokenAttr.CONTROL
+
+
+def _map_order_rank(vocab: Vocab) -> dict[int, int]:
+    """id -> position in llama.cpp's token_to_id iteration (the raw token bytes hashed, an
+    empty token as its "[EMPTY_i]" text, as llama.cpp stores them)."""
+    s = vocab.tokens.strings
+    hashes = hash_bytes_many(s._buf, s.starts, s.lengths)
+    for i in vocab.tokens.empty:
+        hashes[i] = hash_bytes(vocab.tokens[i].encode("utf-8"))
+    return {tid: k for k, tid in enumerate(unordered_map_order_of(hashes))}
 
 
 def _detect_specials(vocab: Vocab) -> None:
@@ -119,11 +142,11 @@ def _detect_specials(vocab: Vocab) -> None:
         if sp[name] is not None or not found:
             continue
         if len(found) > 1 and rank is None:
-            rank = {tid: k for k, tid in enumerate(unordered_map_order(vocab.tokens))}
+            rank = _map_order_rank(vocab)
         sp[name] = min(found, key=rank.__getitem__) if len(found) > 1 else found[0]
         _mark_control(vocab, sp[name])
-    for tid, attr in enumerate(vocab.attrs):
-        if attr & TokenAttr.CONTROL and "unused" in vocab.tokens[tid]:
+    for tid in np.nonzero(vocab.attrs & TokenAttr.CONTROL)[0].tolist():
+        if "unused" in vocab.tokens[tid]:
             vocab.attrs[tid] |= TokenAttr.UNUSED
     eog = {sp[k] for k in ("fim_pad", "fim_rep", "fim_sep") if sp[k] is not None}
     for text in EOG_TEXTS:
@@ -144,18 +167,18 @@ def _detect_specials(vocab: Vocab) -> None:
         vocab.attrs[texts["</s>"]] = TokenAttr.NORMAL
     vocab.eog_ids = frozenset(eog)
     mask = TokenAttr.CONTROL | TokenAttr.USER_DEFINED | TokenAttr.UNKNOWN
-    cache = [i for i, a in enumerate(vocab.attrs) if a & mask]
+    cache = np.nonzero(vocab.attrs & mask)[0].tolist()
     cache.sort(key=lambda i: -len(vocab.tokens[i].encode("utf-8")))
     vocab.special_cache = cache
 
 
-def _model_token_attrs(vocab: Vocab, reader: gguf.GGUFReader) -> None:
+def _model_token_attrs(vocab: Vocab, f: GGUFFile) -> None:
     """llama.cpp's per-model LSTRIP/RSTRIP attributes ("Handle per token attributes"),
     set after the special-token cache is built: Phi-3 specials swallow the whitespace
     after them; a few BERT-style vocabs' mask token the whitespace before it."""
     t2i = vocab.token_to_id
-    name = str(read_field(reader, "general.name", "") or "").lower()
-    arch = str(read_field(reader, "general.architecture", "") or "")
+    name = str(read_field(f, "general.name", "") or "").lower()
+    arch = str(read_field(f, "general.architecture", "") or "")
 
     def setattr_(text: str, attr: TokenAttr, on: bool) -> None:
         if text in t2i:

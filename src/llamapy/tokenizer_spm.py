@@ -18,6 +18,9 @@ Gemma 3's file the two orders agree on normal tokens (scores fall by 1 per id).
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
+
+import numpy as np
 from tokenizers import Tokenizer as HFTokenizer
 from tokenizers import models
 
@@ -26,28 +29,37 @@ from .tokenizer_vocab import Vocab
 SPACE = "\u2581"  # ▁
 
 
-def phantom_chars(vocab: Vocab) -> list[str]:
+def phantom_chars(texts: list[str], t2i: Mapping[str, int]) -> list[str]:
     """Characters that occur inside tokens but are not tokens themselves, sorted."""
-    t2i = vocab.token_to_id
-    return sorted({c for t in vocab.tokens if len(t) > 1 for c in t if c not in t2i})
+    return sorted({c for t in texts if len(t) > 1 for c in t if c not in t2i})
 
 
-def spm_merges(vocab: Vocab, phantoms: set[str]) -> list[tuple[str, str]]:
-    """Every (a, b) with a+b a token and a, b tokens or phantom characters, best score of
-    a+b first (then lower id)."""
-    t2i, scores = vocab.token_to_id, vocab.scores
-    ranked: list[tuple[float, int, str, str]] = []
-    for tid, text in enumerate(vocab.tokens):
-        if len(text) < 2:
-            continue
+def spm_tables(vocab: Vocab, texts: list[str], t2i: Mapping[str, int]) -> tuple[np.ndarray, list[str]]:
+    """The BPE model's merges as id pairs, and the phantom characters (ids n_vocab + k).
+
+    Every (a, b) with a+b a token and a, b tokens or phantom characters, best score of a+b
+    first, then lower id, then shorter a: a Python walk over every split of every token, so
+    its result is what tokenizer_cache.py keeps."""
+    phantoms = phantom_chars(texts, t2i)
+    ids = dict(t2i)
+    n = len(texts)
+    for k, ch in enumerate(phantoms):
+        ids[ch] = n + k
+    get = ids.get
+    tids: list[int] = []
+    pairs: list[int] = []
+    for tid, text in enumerate(texts):
         for i in range(1, len(text)):
-            a = text[:i]
-            if a in t2i or a in phantoms:
-                b = text[i:]
-                if b in t2i or b in phantoms:
-                    ranked.append((-scores[tid], tid, a, b))
-    ranked.sort()
-    return [(a, b) for _, _, a, b in ranked]
+            a = get(text[:i])
+            if a is not None:
+                b = get(text[i:])
+                if b is not None:
+                    tids.append(tid)
+                    pairs += (a, b)
+    tid_arr = np.array(tids, dtype=np.int64)
+    order = np.lexsort((tid_arr, -vocab.scores.astype(np.float64)[tid_arr]))  # stable: splits stay in order
+    merges = np.array(pairs, dtype=np.int32).reshape(-1, 2)[order]
+    return merges, phantoms
 
 
 def byte_token(vocab: Vocab, byte: int) -> int:
@@ -61,21 +73,29 @@ def byte_token(vocab: Vocab, byte: int) -> int:
     return tid
 
 
-def build_spm(vocab: Vocab) -> tuple[HFTokenizer, dict[int, tuple[int, ...]]]:
-    """A `tokenizers` BPE model equivalent to llama.cpp's SPM bigram merge, and the map
-    phantom id -> byte token ids.
+def build_spm(vocab: Vocab, texts: list[str], t2i: dict[str, int], merges: np.ndarray,
+              phantoms: list[str]) -> tuple[HFTokenizer, dict[int, tuple[int, ...]]]:
+    """A `tokenizers` BPE model equivalent to llama.cpp's SPM bigram merge (from spm_tables'
+    merges and phantoms), and the map phantom id -> byte token ids.
 
     No normalizer or pre-tokenizer: Tokenizer hands it one raw fragment at a time with
     spaces already escaped to ▁, so the whole fragment is merged as one word, as in
-    llama.cpp's llm_tokenizer_spm_session."""
-    phantoms = phantom_chars(vocab)
-    bpe_vocab = dict(vocab.token_to_id)
+    llama.cpp's llm_tokenizer_spm_session.  t2i is extended with the phantoms."""
+    n = len(texts)
     spell: dict[int, tuple[int, ...]] = {}
     for k, ch in enumerate(phantoms):
-        bpe_vocab[ch] = vocab.n_vocab + k
-        spell[vocab.n_vocab + k] = tuple(byte_token(vocab, b) for b in ch.encode("utf-8"))
+        t2i[ch] = n + k
+        spell[n + k] = tuple(byte_token(vocab, b) for b in ch.encode("utf-8"))
     unk = vocab.special.get("unk")
-    model = models.BPE(vocab=bpe_vocab, merges=spm_merges(vocab, set(phantoms)),
+    model = models.BPE(vocab=t2i, merges=merge_pairs(merges, texts + phantoms),
                        byte_fallback=True, fuse_unk=False,
-                       unk_token=vocab.tokens[unk] if unk is not None else None)
+                       unk_token=texts[unk] if unk is not None else None)
     return HFTokenizer(model), spell
+
+
+def merge_pairs(merges: np.ndarray, texts: list[str]) -> list[tuple[str, str]]:
+    """Merge id pairs -> the (text, text) pairs `tokenizers` takes (C-level loops; the
+    texts are shared, not copied)."""
+    obj = np.empty(len(texts), dtype=object)
+    obj[:] = texts
+    return list(zip(obj[merges[:, 0]].tolist(), obj[merges[:, 1]].tolist()))

@@ -3,10 +3,13 @@
 What every tokenizer type shares, filled in by tokenizer_special.load_vocab, plus
 `partition()` — llama.cpp's tokenizer_st_partition, which cuts special tokens out of the
 text before the model-specific tokenizer (BPE or SPM) runs on the remaining raw fragments.
+
+Kept compactly: token texts stay in the mapped GGUF (TokenTexts), scores are a numpy view
+over it, attributes one int32 array; text -> id asks the built `tokenizers` model.
 """
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import IntEnum, IntFlag
 from pathlib import Path
@@ -14,6 +17,9 @@ from types import MappingProxyType
 from typing import Any
 
 import gguf
+import numpy as np
+
+from .gguf.reader import GGUFFile, GGUFStrings
 
 K = gguf.Keys.Tokenizer
 
@@ -50,28 +56,69 @@ TYPE_TO_ATTR: Mapping[TokenType, TokenAttr] = MappingProxyType({
     TokenType.USER_DEFINED: TokenAttr.USER_DEFINED, TokenType.BYTE: TokenAttr.BYTE,
 })
 
-def open_reader(src: Any) -> gguf.GGUFReader:
-    """A GGUFReader from a path, a GGUFReader, or anything holding one as `.reader`."""
-    if isinstance(src, gguf.GGUFReader):
+def open_gguf(src: Any) -> GGUFFile:
+    """The GGUFFile to read a vocabulary from: itself, or opened from a path."""
+    if isinstance(src, GGUFFile):
         return src
-    if isinstance(getattr(src, "reader", None), gguf.GGUFReader):
-        return src.reader
     path = Path(src)
     if not path.is_file():
         raise FileNotFoundError(f"tokenizer source not found: {path}")
-    return gguf.GGUFReader(str(path), "r")
+    return GGUFFile(path)
 
 
-def read_field(reader: gguf.GGUFReader, key: str, default: Any = None) -> Any:
-    """One metadata value: scalars as Python values, arrays as lists; default if absent."""
-    f = reader.fields.get(key)
-    if f is None:
-        return default
-    if f.types and f.types[0] == gguf.GGUFValueType.ARRAY:
-        if f.types[-1] == gguf.GGUFValueType.STRING:
-            return [bytes(f.parts[i]).decode("utf-8", errors="replace") for i in f.data]
-        return [f.parts[i][0].item() for i in f.data]
-    return f.contents()
+def read_field(f: GGUFFile, key: str, default: Any = None) -> Any:
+    """One scalar (or small list) metadata value; default if absent."""
+    return f.get(key, default)
+
+
+class TokenTexts(Sequence[str]):
+    """The vocabulary's token texts over the mapped file (GGUFStrings), nothing decoded up
+    front: texts[i] decodes one token; an empty token reads as "[EMPTY_i]" (llama.cpp)."""
+
+    def __init__(self, strings: GGUFStrings) -> None:
+        self.strings = strings
+        self.empty = frozenset(np.nonzero(strings.lengths == 0)[0].tolist())
+
+    def __len__(self) -> int:
+        return len(self.strings)
+
+    def __getitem__(self, i):  # type: ignore[override]
+        if isinstance(i, slice):
+            return [self[k] for k in range(*i.indices(len(self)))]
+        return f"[EMPTY_{i}]" if i in self.empty else self.strings[i]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.tolist())
+
+    def tolist(self) -> list[str]:
+        """Every text, decoded in one pass (a transient list: the builders' input)."""
+        out = self.strings.tolist()
+        for i in self.empty:
+            out[i] = f"[EMPTY_{i}]"
+        return out
+
+
+class TokenIds(Mapping[str, int]):
+    """text -> id over the built `tokenizers` model's own vocabulary (no Python dict of the
+    whole vocabulary is kept): ids past n_vocab (SPM phantoms) are not tokens."""
+
+    def __init__(self, lookup: Callable[[str], int | None], texts: TokenTexts) -> None:
+        self._lookup, self._texts = lookup, texts
+
+    def __getitem__(self, text: str) -> int:
+        i = self._lookup(text)
+        if i is None or not 0 <= i < len(self._texts):
+            raise KeyError(text)
+        return i
+
+    def __contains__(self, text: object) -> bool:
+        return isinstance(text, str) and self.get(text) is not None
+
+    def __iter__(self) -> Iterator[str]:
+        return iter({t: None for t in self._texts.tolist()})
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
 
 
 _C_SPACE = " \t\n\v\f\r"  # C isspace()
@@ -81,19 +128,20 @@ _C_SPACE = " \t\n\v\f\r"  # C isspace()
 class Vocab:
     model: str                       # tokenizer.ggml.model: "gpt2" (BPE) or "llama" (SPM)
     pre: str                         # tokenizer.ggml.pre ("default" when absent)
-    tokens: list[str]
-    scores: list[float]
-    attrs: list[TokenAttr]
-    merges: list[str]
+    tokens: TokenTexts
+    scores: np.ndarray               # float32 [n_vocab] (a view over the file, or zeros)
+    attrs: np.ndarray                # int32 [n_vocab] of TokenAttr bits
+    merges: GGUFStrings | None       # BPE: tokenizer.ggml.merges ("a b"), read by the builder
     special: dict[str, int | None]   # bos, eos, eot, eom, unk, sep, pad, mask, fim_*
     add_bos: bool
     add_eos: bool
     add_space_prefix: bool
     clean_spaces: bool
     chat_template: str | None
-    token_to_id: dict[str, int] = field(default_factory=dict)
+    token_to_id: Mapping[str, int] = field(default_factory=dict)
     eog_ids: frozenset[int] = frozenset()
     special_cache: list[int] = field(default_factory=list)  # longest text first
+    special_texts: dict[int, str] = field(default_factory=dict)  # the special_cache tokens' texts
 
     @property
     def n_vocab(self) -> int:
@@ -107,10 +155,10 @@ class Vocab:
         the model runs). Non-overlapping, left to right, within the still-raw fragments."""
         frags: list[str | int] = [text] if text else []
         for tid in self.special_cache:
-            attr = self.attrs[tid]
+            attr = int(self.attrs[tid])
             if not parse_special and attr & (TokenAttr.CONTROL | TokenAttr.UNKNOWN):
                 continue
-            needle = self.tokens[tid]
+            needle = self.special_texts[tid]
             if not any(isinstance(f, str) and needle in f for f in frags):
                 continue
             out: list[str | int] = []
@@ -125,7 +173,7 @@ class Vocab:
     def _cut(self, text: str, tid: int, out: list[str | int]) -> None:
         """Every occurrence of token `tid` in `text`, left to right; an LSTRIP token eats the
         whitespace before it, an RSTRIP token the whitespace after it (C isspace)."""
-        needle, attr = self.tokens[tid], self.attrs[tid]
+        needle, attr = self.special_texts[tid], int(self.attrs[tid])
         rest, first = text, True
         while True:
             if attr & TokenAttr.RSTRIP and not first:

@@ -1,43 +1,55 @@
-"""A fast, header-only GGUF reader: metadata and tensor infos, no tensor data, no vocabulary.
+"""The GGUF header: metadata and tensor infos, read in one walk, no per-element objects.
 
-gguf.GGUFReader builds numpy views for every element of every array, which costs seconds on
-a 49k-token vocabulary.  `llamapy mem` needs only the hyperparameters and the tensor infos,
-so GGUFHeader walks the header once: scalars and small arrays are decoded, large arrays are
-skipped (string arrays by their length prefixes) and kept as ArrayRef(type, count, offset).
+gguf.GGUFReader builds numpy views for every element of every array, which costs seconds
+(and hundreds of MiB) on a 262k-token vocabulary.  This walk decodes scalars and small
+arrays; a large array is kept as ArrayRef(type, count, offset, nbytes), and a string array
+also gets the file offset of each element (so gguf/reader.py can hand out any string, or all
+of them, later).  GGUFHeader is the header alone (`llamapy mem`: the file is mapped for the
+walk and closed); gguf/reader.py's GGUFFile keeps the map and adds the data.
 
 Layout (GGUF v2/v3, little endian): magic "GGUF", u32 version, u64 n_tensors, u64 n_kv;
 n_kv times (string key, u32 type, value); n_tensors times (string name, u32 n_dims,
 u64 ne[n_dims], u32 ggml type, u64 offset); padding to general.alignment; tensor data.
 A string is u64 length + utf-8 bytes; an array is u32 element type + u64 count + elements.
 
-GGUFHeader offers the part of GGUFFile's interface that hparams_from_gguf() uses
-(path, arch, get, has, tensors, reader.fields[key].data)."""
+A hostile file (truncated, wrong magic, absurd counts or lengths, tensors past the end)
+gives a ValueError that names the byte offset and the numbers, never a struct.error."""
 from __future__ import annotations
 
 import mmap
 import struct
-from dataclasses import dataclass
+from array import array
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import gguf
-
-from .reader import TensorInfo
+import numpy as np
 
 VT = gguf.GGUFValueType
 _SCALAR = {VT.UINT8: "<B", VT.INT8: "<b", VT.UINT16: "<H", VT.INT16: "<h", VT.UINT32: "<I", VT.INT32: "<i",
            VT.FLOAT32: "<f", VT.BOOL: "<?", VT.UINT64: "<Q", VT.INT64: "<q", VT.FLOAT64: "<d"}
+NUMPY_DTYPE = {VT.UINT8: np.uint8, VT.INT8: np.int8, VT.UINT16: np.uint16, VT.INT16: np.int16,
+               VT.UINT32: np.uint32, VT.INT32: np.int32, VT.FLOAT32: np.float32, VT.BOOL: np.bool_,
+               VT.UINT64: np.uint64, VT.INT64: np.int64, VT.FLOAT64: np.float64}
 KEEP_NUMERIC = 4096  # numeric arrays up to this many elements are decoded (per-layer arrays)
 KEEP_STRINGS = 64  # string arrays up to this many elements are decoded (general.languages)
+GGML_MAX_DIMS = 4
+DEFAULT_ALIGNMENT = 32  # general.alignment when absent
+_U64 = struct.Struct("<Q")
 
 
 @dataclass(frozen=True, slots=True)
 class ArrayRef:
-    """A large array left undecoded: its element type, length and file offset of element 0."""
+    """A large array left undecoded: element type, length, file offset of element 0 and the
+    bytes its elements span.  A string array also carries `item_offsets`, the file offset of
+    each element's u64 length (int64 [count])."""
 
     type: gguf.GGUFValueType
     count: int
     offset: int
+    nbytes: int
+    item_offsets: Any = field(default=None, compare=False, repr=False)
 
     def __len__(self) -> int:
         return self.count
@@ -60,62 +72,114 @@ class HeaderField:
         return self.value
 
 
+@dataclass(frozen=True, slots=True)
+class TensorInfo:
+    name: str
+    qtype: gguf.GGMLQuantizationType
+    ne: tuple[int, ...]  # ggml order: ne[0] is the contiguous (row) length
+    n_bytes: int
+    offset: int = 0  # absolute file offset of the tensor's first byte
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        """torch order: reversed ne, e.g. a [n_out, n_in] weight matrix."""
+        return tuple(reversed(self.ne))
+
+
 class _Cursor:
+    """A position in the mapped file; every read is bounds-checked against `end`."""
+
     def __init__(self, buf, path: Path) -> None:
-        self.buf, self.pos, self.path = buf, 0, path
+        self.buf, self.pos, self.path, self.end = buf, 0, path, len(buf)
+
+    def fail(self, what: str, at: int | None = None) -> ValueError:
+        return ValueError(f"{self.path}: {what} at byte {self.pos if at is None else at} "
+                          f"(file size {self.end} bytes)")
 
     def unpack(self, fmt: str) -> Any:
         try:
             (v,) = struct.unpack_from(fmt, self.buf, self.pos)
-        except struct.error as e:
-            raise ValueError(f"{self.path}: truncated GGUF header at byte {self.pos}") from e
+        except struct.error:
+            raise self.fail("truncated GGUF header") from None
         self.pos += struct.calcsize(fmt)
         return v
 
+    def count(self, what: str, min_item_bytes: int) -> int:
+        """A u64 element count that the rest of the file can hold (each item >= min bytes)."""
+        at = self.pos
+        n = self.unpack("<Q")
+        if n * min_item_bytes > self.end - self.pos:
+            raise self.fail(f"{what} count {n} needs at least {n * min_item_bytes} bytes, "
+                            f"but only {self.end - self.pos} remain", at)
+        return n
+
     def string(self) -> str:
         n = self.unpack("<Q")
-        if self.pos + n > len(self.buf):
-            raise ValueError(f"{self.path}: string of {n} bytes at byte {self.pos} runs past the end of the file")
+        if n > self.end - self.pos:
+            raise self.fail(f"string of {n} bytes runs past the end of the file", self.pos - 8)
         s = bytes(self.buf[self.pos : self.pos + n]).decode("utf-8", errors="replace")
         self.pos += n
         return s
+
+    def value_type(self) -> gguf.GGUFValueType:
+        at = self.pos
+        t = self.unpack("<I")
+        try:
+            return VT(t)
+        except ValueError:
+            raise self.fail(f"unknown GGUF value type {t}", at) from None
 
     def value(self, t: gguf.GGUFValueType) -> Any:
         if t == VT.STRING:
             return self.string()
         if t == VT.ARRAY:
             return self.array()
-        fmt = _SCALAR.get(t)
-        if fmt is None:
-            raise ValueError(f"{self.path}: unknown GGUF value type {int(t)} at byte {self.pos}")
-        return self.unpack(fmt)
+        return self.unpack(_SCALAR[t])
 
     def array(self) -> list | ArrayRef:
-        et = VT(self.unpack("<I"))
-        n = self.unpack("<Q")
-        start = self.pos
+        et = self.value_type()
         if et == VT.STRING:
+            n = self.count("string array", 8)
             if n <= KEEP_STRINGS:
                 return [self.string() for _ in range(n)]
-            buf, pos, unpack = self.buf, self.pos, struct.unpack_from
-            for _ in range(n):  # skip: only the length prefixes are read
-                pos += 8 + unpack("<Q", buf, pos)[0]
-            self.pos = pos
-            return ArrayRef(et, n, start)
+            return self._skip_strings(n)
         if et == VT.ARRAY:
+            n = self.count("nested array", 12)
             return [self.array() for _ in range(n)]
         fmt = _SCALAR[et]
         size = struct.calcsize(fmt)
-        if n <= KEEP_NUMERIC:
-            vals = list(struct.unpack_from(f"<{n}{fmt[1]}", self.buf, self.pos))
-            self.pos += n * size
-            return vals
+        n = self.count(f"{et.name} array", size)
+        start = self.pos
         self.pos += n * size
-        return ArrayRef(et, n, start)
+        if n <= KEEP_NUMERIC:
+            return list(struct.unpack_from(f"<{n}{fmt[1]}", self.buf, start))
+        return ArrayRef(et, n, start, n * size)
+
+    def _skip_strings(self, n: int) -> ArrayRef:
+        """Walk n strings by their length prefixes only, recording where each one starts."""
+        buf, pos, end, unpack = self.buf, self.pos, self.end, _U64.unpack_from
+        start = pos
+        offs = array("q", bytes(8 * n))
+        i = 0
+        try:
+            for i in range(n):
+                offs[i] = pos
+                pos += 8 + unpack(buf, pos)[0]
+                if pos > end:
+                    break
+        except struct.error:
+            raise self.fail(f"string {i} of {n} in an array starting at byte {start}: truncated", pos) from None
+        if pos > end:
+            raise self.fail(f"string {i} of {n} ({pos - offs[i] - 8} bytes) runs past the end of the file", offs[i])
+        self.pos = pos
+        return ArrayRef(VT.STRING, n, start, pos - start, np.frombuffer(offs, dtype=np.int64))
 
 
 class GGUFHeader:
-    """Metadata + tensor infos of a GGUF file, read without touching tensor data."""
+    """Metadata + tensor infos of a GGUF file, read without touching tensor data.
+
+    `fields`: key -> HeaderField; `tensors`: name -> TensorInfo (absolute data offsets);
+    `kv_end`: the byte after the last metadata value; `data_offset`: where tensor data starts."""
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
@@ -123,38 +187,70 @@ class GGUFHeader:
             raise FileNotFoundError(f"model file not found: {self.path}")
         with open(self.path, "rb") as fh:
             try:
-                buf = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+                buf = self._map(fh)
             except ValueError as e:  # empty file
                 raise ValueError(f"{self.path}: not a valid GGUF file (empty)") from e
         try:
             self._parse(buf)
-        finally:
+        except BaseException:
             buf.close()
-        self.reader = self  # hparams_from_gguf() reads f.reader.fields
+            raise
+        self._keep(buf)
+        self.reader = self  # older callers read f.reader.fields
+
+    def _map(self, fh) -> mmap.mmap:
+        return mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+
+    def _keep(self, buf: mmap.mmap) -> None:
+        """The header alone needs nothing more from the file."""
+        buf.close()
 
     def _parse(self, buf) -> None:
-        if bytes(buf[:4]) != b"GGUF":
+        if len(buf) < 4 or bytes(buf[:4]) != b"GGUF":
             raise ValueError(f"{self.path}: not a valid GGUF file (magic {bytes(buf[:4])!r}, expected b'GGUF')")
         cur = _Cursor(buf, self.path)
         cur.pos = 4
         self.version = cur.unpack("<I")
         if self.version not in (2, 3):
             raise ValueError(f"{self.path}: GGUF version {self.version} is not supported (2 or 3)")
-        n_tensors, n_kv = cur.unpack("<Q"), cur.unpack("<Q")
+        n_tensors = cur.count("tensor", 8 + 4 + 4 + 8)  # name length, n_dims, type, offset
+        n_kv = cur.count("metadata key", 8 + 4 + 1)  # key length, type, smallest value
         self.fields: dict[str, HeaderField] = {}
         for _ in range(n_kv):
             key = cur.string()
-            t = VT(cur.unpack("<I"))
+            t = cur.value_type()
             self.fields[key] = HeaderField(key, t, cur.value(t))
-        self.tensors: dict[str, TensorInfo] = {}
+        self.kv_end = cur.pos
+        infos = []
         for _ in range(n_tensors):
+            at = cur.pos
             name = cur.string()
             n_dims = cur.unpack("<I")
+            if n_dims > GGML_MAX_DIMS:
+                raise cur.fail(f"tensor '{name}' has {n_dims} dimensions (at most {GGML_MAX_DIMS})", at)
             ne = tuple(cur.unpack("<Q") for _ in range(n_dims))
-            qtype = gguf.GGMLQuantizationType(cur.unpack("<I"))
-            cur.unpack("<Q")  # data offset: not needed
-            self.tensors[name] = TensorInfo(name, qtype, ne, tensor_nbytes(qtype, ne))
+            t = cur.unpack("<I")
+            try:
+                qtype = gguf.GGMLQuantizationType(t)
+            except ValueError:
+                raise cur.fail(f"tensor '{name}' has unknown ggml type {t}", cur.pos - 4) from None
+            infos.append((name, qtype, ne, cur.unpack("<Q"), at))
         self.header_bytes = cur.pos
+        align = self.get("general.alignment", DEFAULT_ALIGNMENT)
+        if not isinstance(align, int) or align <= 0 or align & (align - 1):
+            raise ValueError(f"{self.path}: general.alignment = {align!r} is not a power of two")
+        self.alignment = align
+        self.data_offset = -(-cur.pos // align) * align
+        self.tensors: dict[str, TensorInfo] = {}
+        for name, qtype, ne, rel, at in infos:
+            n_bytes = tensor_nbytes(qtype, ne, f"{self.path}: tensor '{name}' (info at byte {at})")
+            off = self.data_offset + rel
+            if off + n_bytes > cur.end:
+                raise ValueError(f"{self.path}: tensor '{name}' (info at byte {at}): data at bytes {off}..{off + n_bytes} "
+                                 f"runs past the end of the file ({cur.end} bytes; truncated download?)")
+            if name in self.tensors:
+                raise ValueError(f"{self.path}: tensor '{name}' appears twice (second info at byte {at})")
+            self.tensors[name] = TensorInfo(name, qtype, ne, n_bytes, off)
 
     def get(self, key: str, default: Any = None) -> Any:
         """Metadata value (scalars as Python values, small arrays as lists, large arrays as
@@ -173,9 +269,14 @@ class GGUFHeader:
         return self.path.stat().st_size
 
 
-def tensor_nbytes(qtype: gguf.GGMLQuantizationType, ne: tuple[int, ...]) -> int:
+def tensor_nbytes(qtype: gguf.GGMLQuantizationType, ne: tuple[int, ...], where: str = "tensor") -> int:
     """Bytes of a tensor of ggml type qtype and shape ne: rows of ne[0] elements in blocks."""
-    bs, ts = gguf.GGML_QUANT_SIZES[qtype]
+    sizes = gguf.GGML_QUANT_SIZES.get(qtype)
+    if sizes is None:
+        raise ValueError(f"{where}: ggml type {qtype.name} has no known block size")
+    bs, ts = sizes
+    if ne and ne[0] % bs:
+        raise ValueError(f"{where}: row length {ne[0]} is not a multiple of {qtype.name}'s block of {bs}")
     n = 1
     for x in ne:
         n *= x

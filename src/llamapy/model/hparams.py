@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..gguf.reader import GGUFFile
+from ..gguf.header import GGUFHeader
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,7 +48,8 @@ def _swa_pattern(n_layer: int, period: int) -> tuple[bool, ...]:
     return tuple((il % period) < (period - 1) for il in range(n_layer))
 
 
-def hparams_from_gguf(f: GGUFFile) -> HParams:
+def hparams_from_gguf(f: GGUFHeader) -> HParams:
+    """From a GGUFHeader (header only) or a GGUFFile (a subclass)."""
     arch = f.arch
 
     def key(name: str, default=None, required: bool = False):
@@ -63,8 +64,8 @@ def hparams_from_gguf(f: GGUFFile) -> HParams:
     head_k = int(key("attention.key_length", n_embd // n_head))
     head_v = int(key("attention.value_length", n_embd // n_head))
     n_layer = int(key("block_count", required=True))
-    tokens = f.reader.fields.get("tokenizer.ggml.tokens")
-    n_vocab = int(key("vocab_size", len(tokens.data) if tokens is not None else 0))
+    tokens = f.get("tokenizer.ggml.tokens")
+    n_vocab = int(key("vocab_size", len(tokens) if tokens is not None else 0))
     if n_vocab == 0 and "token_embd.weight" in f.tensors:
         n_vocab = f.tensors["token_embd.weight"].ne[1]
     freq_base = float(key("rope.freq_base", 10000.0))

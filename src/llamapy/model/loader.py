@@ -1,13 +1,21 @@
 """Tensor names -> torch weights, with byte accounting (llama_model_loader).
 
-Weights are dequantized to `dtype` for now; `n_bytes_file` keeps what the GGUF holds so
-the memory report can show both."""
+Weights live in the GGUF file's own memory: a matrix is a view over the mapped file
+(gguf/reader.py), so its pages join the process only as the kernels first read them, and
+the page cache shares them with any other process mapping the same file.  Matrices stacked
+along n_out for one product (Q|K|V, gate|up) are read with os.preadv straight from the file
+into one new buffer, the parts at their offsets: the stack costs its bytes once, with no
+torch.cat copy and no mapped page of the parts touched.  Parts of different types stay
+separate views.  Where no kernel reads a type as it lies (model/qmatrix.py's fallback), that
+matrix is converted and costs what the conversion allocates.  `n_bytes_file` keeps what the
+GGUF holds so the memory report can show both."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
 import torch
 
+from ..gguf.header import TensorInfo
 from ..gguf.quants import dequantize
 from ..gguf.reader import GGUFFile
 from ..kernels import KernelLib
@@ -22,44 +30,69 @@ class WeightLoader:
     exact: bool = False  # True: every matrix dequantized to float32 (reference mode)
     n_bytes_file: int = 0
     n_bytes_resident: int = 0
+    n_bytes_stacked: int = 0  # read into new buffers (stacks), the rest stays mapped
     loaded: set[str] = field(default_factory=set)
     slot_orders: dict[tuple[int, int], torch.Tensor] = field(default_factory=dict)
-    kernels: KernelLib | None = None  # llamapy's CPU kernels: Q4_0/Q4_1/Q8_0 stay in their blocks
+    kernels: KernelLib | None = None  # llamapy's CPU kernels: matrices stay in their blocks
 
     def has(self, name: str) -> bool:
         return name in self.f.tensors
 
-    def _raw(self, name: str, shape: tuple[int, ...] | None):
+    def _info(self, name: str, shape: tuple[int, ...] | None = None) -> TensorInfo:
         info = self.f.tensors.get(name)
         if info is None:
             raise ValueError(f"{self.f.path.name}: missing tensor '{name}' (is this GGUF complete?)")
         if shape is not None and tuple(shape) != info.shape:
             raise ValueError(f"{self.f.path.name}: tensor '{name}' has shape {info.shape}, expected {tuple(shape)}")
-        return info, torch.from_numpy(self.f.tensor_data(name).copy()).view(torch.uint8).reshape(-1)
+        return info
+
+    def _done(self, info: TensorInfo) -> None:
+        self.n_bytes_file += info.n_bytes
+        self.loaded.add(info.name)
+
+    def _stacked(self, infos: list[TensorInfo]) -> torch.Tensor:
+        """The tensors' bytes one after another in a new uint8 buffer, read from the file."""
+        out = torch.empty(sum(i.n_bytes for i in infos), dtype=torch.uint8)
+        mv = memoryview(out.numpy())
+        pos = 0
+        for i in infos:
+            self.f.read_into(i.name, mv[pos : pos + i.n_bytes])
+            pos += i.n_bytes
+        self.n_bytes_stacked += pos
+        return out
 
     def matrix(self, *names: str) -> QMatrix:
-        """Weight matrices ([n_out, n_in] each, same n_in) kept quantized where a kernel exists;
-        several names are stacked along n_out into one matrix (one matmul for Q|K|V)."""
-        parts = []
-        for name in names:
-            info, raw = self._raw(name, None)
-            parts.append((raw, info.qtype, info.shape))
-            self.n_bytes_file += info.n_bytes
-            self.loaded.add(name)
+        """Weight matrices ([n_out, n_in] each, same n_in) kept in their blocks where a kernel
+        reads them; several names are stacked along n_out into one matrix (one matmul for
+        Q|K|V): one part read into one buffer when they share a type, else the parts' views."""
+        infos = [self._info(name) for name in names]
+        for i in infos:
+            if len(i.ne) != 2:
+                raise ValueError(f"{self.f.path.name}: tensor '{i.name}' has shape {i.shape}, expected a matrix")
+        n_in = {i.shape[1] for i in infos}
+        if len(n_in) != 1:
+            raise ValueError(f"{self.f.path.name}: cannot stack {', '.join(names)}: their rows differ ({sorted(n_in)})")
+        if len(infos) > 1 and len({i.qtype for i in infos}) == 1:
+            shape = (sum(i.shape[0] for i in infos), infos[0].shape[1])
+            parts = [(self._stacked(infos), infos[0].qtype, shape)]
+        else:
+            parts = [(self.f.tensor_data(i.name), i.qtype, i.shape) for i in infos]
         m = make_qmatrix(parts, self.exact, self.dtype, self.slot_orders, self.kernels)
         if self.device.type != "cpu":  # exact (dense) on accelerators: see Model.load
             m.dense = m.dense.to(self.device)
+        for i in infos:
+            self._done(i)
         self.n_bytes_resident += m.nbytes
         return m
 
     def get(self, name: str, shape: tuple[int, ...] | None = None) -> torch.Tensor:
-        """Tensor `name` in torch order, dequantized to float32 (norms, small vectors)."""
-        info, raw = self._raw(name, shape)
-        t = dequantize(raw, info.qtype, info.shape)
+        """Tensor `name` in torch order, dequantized to float32 (norms, small vectors; an F32
+        tensor stays a view over the file)."""
+        info = self._info(name, shape)
+        t = dequantize(self.f.tensor_data(name), info.qtype, info.shape)
         t = t.to(device=self.device, dtype=self.dtype)
-        self.n_bytes_file += info.n_bytes
         self.n_bytes_resident += t.numel() * t.element_size()
-        self.loaded.add(name)
+        self._done(info)
         return t
 
     def embeddings(self) -> tuple[QMatrix, torch.Tensor, QMatrix]:

@@ -7,7 +7,7 @@ from pathlib import Path
 import torch
 
 from ..gguf.reader import GGUFFile
-from ..log import logger
+from ..log import Progress, logger
 from .archs import arch_class
 from .hparams import HParams, hparams_from_gguf
 from .loader import WeightLoader
@@ -24,14 +24,15 @@ class Model:
         self.tokenizer = tokenizer
         self.n_bytes_file = loader.n_bytes_file
         self.n_bytes_resident = loader.n_bytes_resident
+        self.n_bytes_stacked = loader.n_bytes_stacked  # read into new buffers; the rest is mapped
         self.device = loader.device
 
     @classmethod
     def load(cls, name_or_path: str | Path | None = None, device: str = "auto", exact: bool = False) -> "Model":
         """Load a registered model name (pulled on first use) or a path to a .gguf file.
         exact=True dequantizes every weight to float32 (slow, for reference comparisons);
-        otherwise weights stay quantized where a kernel exists (see model/qmatrix.py).  The
-        quantized kernels are PyTorch's CPU ones: on CUDA weights are dense float32.
+        otherwise weights stay in the file's blocks where a kernel reads them (a view over the
+        mapped file, see model/loader.py).  On CUDA weights are dense float32.
         device "auto": CUDA when available, else the CPU."""
         device = resolve_device(device)
         from ..kernels import load_kernels
@@ -44,14 +45,18 @@ class Model:
         f = GGUFFile(path)
         net_cls = arch_class(f.arch)  # unsupported architecture -> ValueError before any weight
         hp = hparams_from_gguf(f)
-        log.info(f"loaded meta data with {len(f.reader.fields)} key-value pairs and {len(f.tensors)} tensors from {path}")
+        log.info(f"loaded meta data with {len(f.fields)} key-value pairs and {len(f.tensors)} tensors from {path} "
+                 f"(version GGUF V{f.version})")
         _log_hparams(hp)
+        _warm_page_cache(f)
         exact = exact or torch.device(device).type != "cpu"
         kernels = None if exact else load_kernels()
         loader = WeightLoader(f, torch.device(device), exact=exact, kernels=kernels)
         net = net_cls(hp, loader)
-        tok = Tokenizer.from_gguf(f.reader)
-        logger("load_tensors").info(f"CPU model buffer size = {loader.n_bytes_resident / MiB:10.2f} MiB (file: {loader.n_bytes_file / MiB:.2f} MiB)")
+        tok = Tokenizer.from_gguf(f)
+        logger("load_tensors").info(f"CPU model buffer size = {loader.n_bytes_resident / MiB:10.2f} MiB (file: {loader.n_bytes_file / MiB:.2f} MiB; "
+                                    f"{(loader.n_bytes_file - loader.n_bytes_stacked) / MiB:.2f} MiB mapped from the file, "
+                                    f"{loader.n_bytes_stacked / MiB:.2f} MiB read into stacked matrices)")
         log.info(f"model loaded in {time.perf_counter() - t0:.2f} s")
         return cls(path, f, hp, net, tok, loader)
 
@@ -74,6 +79,34 @@ def resolve_device(device: str) -> str:
     if device.startswith("cuda") and not torch.cuda.is_available():
         raise ValueError(f"--device {device}: no CUDA device is available (use --device cpu)")
     return device
+
+
+def _warm_page_cache(f: GGUFFile) -> None:
+    """Sample the tensor data's pages: when some are not in the page cache (a cold start),
+    read the file once through the cache with progress dots, as llama.cpp's populated map
+    does, so the first forward pass does not wait on the disk a page fault at a time.  When
+    all are cached, only an asynchronous read-ahead hint."""
+    probe = f.cached_pages()
+    span = f.file_size() - f.data_offset
+    if probe is None or probe[0] == probe[1] or span > _available_memory():
+        f.advise_willneed()
+        return
+    msg = (f"page cache cold ({probe[0]} of {probe[1]} sampled pages cached): reading {span / MiB:.2f} MiB "
+           f"of tensor data")
+    with Progress("llama_model_loader", msg) as p:
+        f.read_ahead(p.update)
+
+
+def _available_memory() -> int:
+    """MemAvailable (Linux), else unbounded."""
+    try:
+        with open("/proc/meminfo") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 1 << 62
 
 
 def _log_hparams(hp: HParams) -> None:
