@@ -135,6 +135,8 @@ def render(e: MemoryEstimate, clamps: list[str], verdict: str | None, a: argpars
                  + ", ".join(f"{k} {v / MiB:.2f} MiB" for k, v in by_phase.items()))
     if e.weights or e.weights_file:
         lines.append(f"load_tensors:          CPU model buffer size = {e.weights / MiB:10.2f} MiB (file: {e.weights_file / MiB:.2f} MiB)")
+    if e.process is not None:
+        lines.append(f"llama_model_loader:    {e.process.line()}")
     lines.append(f"total: {breakdown(e)}")
     if verdict:
         lines.append(verdict)
@@ -147,6 +149,7 @@ def to_json(e: MemoryEstimate, clamps: list[str], verdict: str | None) -> dict:
         "buffers": e.as_dict(),
         "total": e.total,
         "weights_file": e.weights_file,
+        "process": None if e.process is None else {**asdict(e.process), "total": e.process.total},
         "caches": [{"name": ch.name, "n_layer": len(ch.layers), "cells": ch.cells, "n_stream": ch.n_stream,
                     "type_k": ch.type_k, "type_v": ch.type_v, "k_bytes": ch.k_bytes, "v_bytes": ch.v_bytes,
                     "bytes_per_token": ch.bytes_per_token} for ch in e.caches],

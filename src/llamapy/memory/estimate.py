@@ -9,19 +9,25 @@ cache allocates with) and sliding-window models, whose SWA layers get a second, 
 (model/archs/llama.py), phase by phase; estimate_memory() is the public entry point."""
 from __future__ import annotations
 
+import os
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..cparams import CParams, pad, resolve_cparams
 from ..model.hparams import HParams
 from ..params import ContextParams
-from ..kernels.ops import FAST_ROWS
-from ..model.qmatrix import DENSE_ROWS
 from .kv_types import KVType
+from .process import ProcessEstimate, process_estimate
+from .process import resident_weight_bytes as _resident_bytes
 
 MiB = 1024 * 1024
 SWA_PAD = 256  # llama_kv_cache_iswa: the SWA cache size is always padded to 256
 F32 = 4  # activations and logits are float32
+# `llamapy mem` never imports torch, so these restate kernels/ops.py's FAST_ROWS and
+# model/block_matrix.py's (and qmatrix.py's) DENSE_ROWS; tests/test_estimate.py holds them equal
+FAST_ROWS = 32  # ubatches of fewer rows take the fused decode kernels
+DENSE_ROWS = 32  # from this many rows on, a matmul dequantizes and runs a dense GEMM
 
 
 def swa_cells(n_ctx_stream: int, n_swa: int, n_seq_max: int, kv_unified: bool, n_ubatch: int, swa_full: bool = False) -> int:
@@ -101,6 +107,7 @@ class MemoryEstimate:
     compute_terms: tuple[ComputeTerm, ...]
     n_outputs: int  # logits rows reserved (output buffer and the logits term of compute)
     output: int
+    process: ProcessEstimate | None = None  # the loaded model in the process (weights, vocabulary, metadata)
 
     @property
     def kv_k(self) -> int:
@@ -215,11 +222,7 @@ def compute_terms(hp: HParams, c: CParams, caches: tuple[CacheEstimate, ...], n_
     Flash attention off materializes KQ [n_head, n_tokens, n_kv]; the logits are reserved
     for n_outputs rows only, not for every row of the ubatch.  The residual adds are in place
     (BlockMatrix.add_into / QMatrix.add_into)."""
-    import torch
-
-    from ..kernels import load_kernels
-
-    blocks = load_kernels() is not None  # the loader's BlockMatrix kernels (model/block_matrix.py)
+    blocks = kernels_expected()  # the loader's BlockMatrix kernels (model/block_matrix.py)
 
     n_t = min(c.n_ctx, c.n_ubatch)
     n_kv = max(ch.cells for ch in caches)
@@ -253,7 +256,7 @@ def compute_terms(hp: HParams, c: CParams, caches: tuple[CacheEstimate, ...], n_
                 ComputeTerm("kq softmax", (hp.n_head, n_t, n_kv), "attention", F32, "attention"),
                 ComputeTerm("kqv (heads first)", (hp.n_head, n_t, dv), "attention", F32, "attention")]
     else:
-        n_threads = torch.get_num_threads()  # the Context sets -t before it estimates
+        n_threads = torch_threads()  # the Context sets -t before it estimates
         att.append(ComputeTerm("flash attn tiles", (flash_tile_bytes(n_t, n_kv, n_threads),), "attention", 1, "attention"))
     terms += att
     terms += [ComputeTerm("kqv_out", (n_t, hp.n_head * dv), "attention", F32, "attention"),
@@ -267,7 +270,40 @@ def compute_terms(hp: HParams, c: CParams, caches: tuple[CacheEstimate, ...], n_
     return tuple(terms)
 
 
-def estimate_from(hp: HParams, c: CParams, weights: int = 0, weights_file: int = 0, n_outputs: int | None = None) -> MemoryEstimate:
+def torch_threads() -> int:
+    """torch.get_num_threads() where torch is loaded; else what it will default to, without
+    importing it (`llamapy mem`): OMP_NUM_THREADS, else the physical cores this process may
+    run on."""
+    if "torch" in sys.modules:
+        return sys.modules["torch"].get_num_threads()
+    env = os.environ.get("OMP_NUM_THREADS", "")
+    if env.isdigit() and int(env) > 0:
+        return int(env)
+    cpus = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else set(range(os.cpu_count() or 1))
+    cores: set[tuple[str, str]] = set()
+    try:
+        cpu = phys = core = ""
+        with open("/proc/cpuinfo") as fh:
+            for line in list(fh) + [""]:
+                k, _, v = line.partition(":")
+                k, v = k.strip(), v.strip()
+                if k == "processor":
+                    cpu = v
+                elif k == "physical id":
+                    phys = v
+                elif k == "core id":
+                    core = v
+                elif not k and cpu:
+                    if cpu.isdigit() and int(cpu) in cpus:
+                        cores.add((phys, core or cpu))
+                    cpu = phys = core = ""
+    except OSError:
+        pass
+    return max(1, len(cores) or len(cpus))
+
+
+def estimate_from(hp: HParams, c: CParams, weights: int = 0, weights_file: int = 0, n_outputs: int | None = None,
+                  process: ProcessEstimate | None = None) -> MemoryEstimate:
     """MemoryEstimate for resolved params.  n_outputs: logits rows to reserve (default
     n_seq_max, one per sequence as in generation; a perplexity run needs n_ubatch)."""
     n_out = c.n_seq_max if n_outputs is None else n_outputs
@@ -283,6 +319,7 @@ def estimate_from(hp: HParams, c: CParams, weights: int = 0, weights_file: int =
         compute_terms=compute_terms(hp, c, caches, n_out),
         n_outputs=n_out,
         output=n_out * hp.n_vocab * F32,
+        process=process,
     )
 
 
@@ -293,14 +330,16 @@ class ModelInfo:
     hparams: HParams
     weights: int  # resident
     weights_file: int
+    process: ProcessEstimate | None = None  # None: typed-in hyperparameters, no file
 
 
 def model_info(model_or_path) -> ModelInfo:
     """From a loaded Model (its real byte counts) or a GGUF path / registered name / None for
-    the default model (header only: the loader's dtype times each tensor's element count)."""
+    the default model (header only, no torch: each tensor as the loader keeps it)."""
     if hasattr(model_or_path, "hparams"):
         m = model_or_path
-        return ModelInfo(m.hparams, m.n_bytes_resident, sum(t.n_bytes for t in m.gguf.tensors.values()))
+        return ModelInfo(m.hparams, m.n_bytes_resident, sum(t.n_bytes for t in m.gguf.tensors.values()),
+                         process_estimate(m.gguf, m.n_bytes_resident))
     from ..gguf.header import GGUFHeader
     from ..model.hparams import hparams_from_gguf
 
@@ -310,41 +349,40 @@ def model_info(model_or_path) -> ModelInfo:
 
         path = resolve_model(None if model_or_path is None else str(model_or_path))
     h = GGUFHeader(path)
-    return ModelInfo(hparams_from_gguf(h), resident_weight_bytes(h.tensors), sum(t.n_bytes for t in h.tensors.values()))
+    weights = resident_weight_bytes(h.tensors)
+    return ModelInfo(hparams_from_gguf(h), weights, sum(t.n_bytes for t in h.tensors.values()), process_estimate(h, weights))
 
 
 def resident_weight_bytes(tensors) -> int:
-    """Bytes of the weights once loaded.  Matrices (2-D) are sized by the loader's own
-    `model.qmatrix.qmatrix_nbytes(qtype, shape, exact, dense_dtype)` when it provides one
-    (kept-quantized formats); otherwise every tensor is counted dequantized to
-    WeightLoader's dtype, which is what the loader does for vectors and dense matrices."""
-    import torch
+    """Bytes of the weights once loaded (memory/process.py): matrices in the file's blocks
+    where llamapy's CPU kernels are available and read the type, else as model/qmatrix.py
+    converts them; other tensors as float32."""
+    return _resident_bytes(tensors, blocks=kernels_expected())
 
-    from ..model import loader
 
-    dtype = loader.WeightLoader.__dataclass_fields__["dtype"].default
-    esize = torch.empty((), dtype=dtype).element_size()
-    try:
-        from ..model.qmatrix import qmatrix_nbytes as qbytes
-    except ImportError:  # the loader keeps every tensor dequantized
-        qbytes = None
-    from ..kernels import load_kernels
+def kernels_expected() -> bool:
+    """Whether the loader has llamapy's CPU kernels: load_kernels() itself where torch is
+    loaded (it loads torch's OpenMP runtime before the library); without torch (`llamapy
+    mem`), what load_kernels decides on: not turned off (LLAMAPY_KERNELS=0) and a C compiler
+    to build them with."""
+    if "torch" in sys.modules:
+        from ..kernels import load_kernels
 
-    blocks = load_kernels() is not None  # the loader keeps Q4_0/Q4_1/Q8_0 in their blocks
-    total = 0
-    for t in tensors.values():
-        if qbytes is not None and len(t.ne) == 2:
-            total += qbytes(t.qtype, t.shape, False, dtype, blocks)
-            continue
-        n = 1
-        for x in t.ne:
-            n *= x
-        total += n * esize
-    return total
+        return load_kernels() is not None
+    return kernels_buildable()
+
+
+def kernels_buildable() -> bool:
+    """load_kernels()'s conditions, checked without loading anything."""
+    import shutil
+
+    if os.environ.get("LLAMAPY_KERNELS", "1") == "0":
+        return False
+    return bool(os.environ.get("CC") or shutil.which("gcc") or shutil.which("cc"))
 
 
 def estimate_memory(model_or_path, params: ContextParams | None = None, n_outputs: int | None = None, n_ctx_fitted: int | None = None) -> MemoryEstimate:
     """Predict every buffer of Context(model, params) without reading tensor data."""
     info = model_or_path if isinstance(model_or_path, ModelInfo) else model_info(model_or_path)
     c = resolve_cparams(params or ContextParams(), info.hparams, n_ctx_fitted)
-    return estimate_from(info.hparams, c, info.weights, info.weights_file, n_outputs)
+    return estimate_from(info.hparams, c, info.weights, info.weights_file, n_outputs, info.process)

@@ -6,12 +6,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from typing import TYPE_CHECKING
+
 import gguf
-import torch
 
 from ..params import KV_TYPES
 
-_TORCH = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}
+if TYPE_CHECKING:
+    import torch
+
+_FLOAT_BYTES = {"f32": 4, "f16": 2, "bf16": 2}  # the float types, by element size (torch is loaded only to store)
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,12 +32,14 @@ class KVType:
 
     @property
     def is_block(self) -> bool:
-        return self.name not in _TORCH
+        return self.name not in _FLOAT_BYTES
 
     @property
-    def torch_dtype(self) -> torch.dtype:
+    def torch_dtype(self) -> "torch.dtype":
         """Storage dtype: the float type itself, or uint8 for block types."""
-        return _TORCH.get(self.name, torch.uint8)
+        import torch
+
+        return {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}.get(self.name, torch.uint8)
 
     def row_width(self, n: int) -> int:
         """Storage elements for a row of n values (bytes for block types)."""
@@ -45,9 +51,9 @@ class KVType:
         return n // bs * ts
 
     def row_bytes(self, n: int) -> int:
-        return self.row_width(n) * torch.empty((), dtype=self.torch_dtype).element_size()
+        return self.row_width(n) * _FLOAT_BYTES.get(self.name, 1)
 
-    def encode(self, x: torch.Tensor) -> torch.Tensor:
+    def encode(self, x: "torch.Tensor") -> "torch.Tensor":
         """x: [..., n] float32 -> storage [..., row_width(n)]."""
         if not self.is_block:
             return x.to(self.torch_dtype)
@@ -55,7 +61,7 @@ class KVType:
 
         return quantize(x.float(), self.qtype)
 
-    def decode(self, raw: torch.Tensor, n: int) -> torch.Tensor:
+    def decode(self, raw: "torch.Tensor", n: int) -> "torch.Tensor":
         """storage [..., row_width(n)] -> float32 [..., n]."""
         if not self.is_block:
             return raw.float()
