@@ -2,7 +2,9 @@
 and print the resident-memory high-water mark of that decode next to the reservation.
 
 glibc is told (MALLOC_MMAP_THRESHOLD_, set by the caller) to map every allocation above
-64 KiB on its own, so freed intermediates leave RSS and VmHWM sees the true peak."""
+64 KiB on its own, so freed intermediates leave RSS and VmHWM sees the true peak.  The weights
+are views of the mapped file, whose pages join RSS when first read: the filling decode reads
+every matrix (one output row included) so the measured one sees only its own buffers."""
 from __future__ import annotations
 
 import json
@@ -26,8 +28,8 @@ def main() -> None:
     ctx = llamapy.Context(model, llamapy.ContextParams(n_ctx=n_ctx, n_ubatch=n_ubatch, n_batch=n_ctx, flash_attn=fa))
     toks = [random.Random(0).randrange(model.n_vocab) for _ in range(n_ctx)]
     b = llamapy.Batch()
-    for i in range(n_ctx - n_ubatch):  # fill the cache, so the measured ubatch sees n_kv = n_ctx
-        b.add(toks[i], i, [0])
+    for i in range(n_ctx - n_ubatch):  # fill the cache, so the measured ubatch sees n_kv = n_ctx;
+        b.add(toks[i], i, [0], logits=i == n_ctx - n_ubatch - 1)  # one output: every weight page read once
     ctx.decode(b)
     b = llamapy.Batch()
     for i in range(n_ctx - n_ubatch, n_ctx):

@@ -1,6 +1,8 @@
-"""The fused decode path (kernels/llama_layers.py: every llama layer in one C call) against
-the per-op path of the same model and kernels: the same logits, bit for bit, wherever the
-fused path is taken, and the per-op path wherever it must not be."""
+"""The fused decode path (kernels/fused_layers.py: every layer in one C call) against the
+per-op path of the same model and kernels: for llama the same logits, bit for bit, wherever
+the fused path is taken, and the per-op path wherever it must not be; for gemma3 (sliding-
+window and global layers, Q/K norms, post norms, GELU) the same logits up to the per-op
+path's PyTorch norms and RoPE."""
 from __future__ import annotations
 
 import gguf
@@ -9,6 +11,7 @@ import torch
 
 from llamapy import Batch, Context, ContextParams, Model
 from llamapy.kernels import load_kernels
+from tiny_gemma3 import write_tiny_gemma3
 from tiny_model import write_tiny_llama
 
 T = gguf.GGMLQuantizationType
@@ -66,7 +69,8 @@ def block_model(request, tmp_path_factory):
 
 @pytest.mark.parametrize("n_seq", [1, 3, 12])
 def test_fused_layers_are_the_per_op_path(block_model, n_seq):
-    """One row (exact fp32 products) and several (bf16 products), prompt and decode ubatches."""
+    """One row (int16 activations), a few (the same, through the canonical rows) and more (fp32
+    products), prompt and decode ubatches."""
     p = ContextParams(n_ctx=512, n_seq_max=n_seq, kv_unified=True)
     y_op, calls_op = _run(block_model, False, p, n_seq)
     y_fused, calls = _run(block_model, True, p, n_seq)
@@ -87,7 +91,7 @@ def test_fused_layers_scattered_cells(block_model):
 
 
 def test_fused_layers_d64_heads(tmp_path):
-    """64-wide heads (the attention kernel's register path), 3 query heads per KV head."""
+    """64-wide heads, 3 query heads per KV head."""
     m = Model.load(write_tiny_llama(tmp_path / "d64.gguf", n_embd=384, n_head=6, n_head_kv=2, n_ff=256,
                                     weight_type=T.Q4_1))
     p = ContextParams(n_ctx=512, n_seq_max=4, kv_unified=True)
@@ -128,3 +132,21 @@ def test_fused_layers_real_model(smollm2):
         y_fused, calls = _run(smollm2, True, p, n_seq, steps=2)
         assert calls == 2 + (n_seq == 1)
         assert torch.equal(y_fused, y_op)
+
+
+@pytest.mark.parametrize("types", ["f32", "mixed"])
+def test_fused_gemma3_layers(tmp_path, types):
+    """Gemma 3's shape: window and global layers (two caches, two RoPE bases), Q/K norms, post
+    norms, GeGLU, separate Q/K/V of different types; against its per-op path, over more
+    tokens than the window (so the window cache's mask hides cells)."""
+    wt = {} if types == "f32" else {"attn_q": T.Q5_0, "attn_k": T.Q5_0, "attn_v": T.Q8_0, "attn_output": T.Q4_0,
+                                    "ffn_gate": T.Q5_1, "ffn_up": T.Q4_1, "ffn_down": T.Q8_0}
+    m = Model.load(write_tiny_gemma3(tmp_path / "g.gguf", n_embd=128, head_dim=64, n_ff=256, weight_types=wt))
+    assert m.net.fused is not None
+    for n_seq in (1, 3):
+        p = ContextParams(n_ctx=512, n_seq_max=n_seq, kv_unified=True)
+        y_op, calls_op = _run(m, False, p, n_seq, prompt=20, steps=6)
+        y_fused, calls = _run(m, True, p, n_seq, prompt=20, steps=6)
+        assert calls_op == 0 and calls == 6 + (n_seq == 1)
+        torch.testing.assert_close(y_fused, y_op, rtol=1e-4, atol=1e-4 * y_op.abs().max().item())
+        assert torch.equal(y_fused.argmax(-1), y_op.argmax(-1))

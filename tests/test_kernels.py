@@ -1,5 +1,6 @@
-"""llamapy's CPU kernels (kernels/cpu_kernels.c) against PyTorch and gguf's own arithmetic:
-the AVX-512 build and the portable one (LLAMAPY_KERNELS_GENERIC's loops) alike."""
+"""llamapy's CPU kernels (kernels/c/) against PyTorch and gguf's own arithmetic, on every ISA
+level this CPU runs: the AVX-512 build (skipped, with the reason, where the CPU lacks
+AVX-512), the AVX2 build, and the portable one (scalar), for every GGUF type they read."""
 from __future__ import annotations
 
 import gguf
@@ -10,33 +11,70 @@ import torch.nn.functional as F
 
 from llamapy.kernels import load_kernels
 from llamapy.kernels import ops as kops
-from llamapy.model.block_matrix import DENSE_ROWS, block_matrix
+from llamapy.kernels.build import cpu_features, resolve_level, IsaError
+from llamapy.model.block_matrix import DENSE_ROWS, block_matrix, dense_dtype
 from llamapy.model.rope import ROPE_TYPE_NEOX, ROPE_TYPE_NORM, RopeParams, apply_rope, rope_cos_sin
 
 T = gguf.GGMLQuantizationType
+X86_LEVELS = ("avx512", "avx2", "scalar")
+QUANT_TYPES = [T.Q4_0, T.Q4_1, T.Q5_0, T.Q5_1, T.Q8_0, T.Q2_K, T.Q3_K, T.Q4_K, T.Q5_K, T.Q6_K]
+FLOAT_TYPES = [T.F16, T.BF16, T.F32]
+# byte offsets of the f16 scale fields inside one block of the types gguf cannot quantize
+F16_FIELDS = {T.Q2_K: (80, 82), T.Q3_K: (108,), T.Q4_K: (0, 2), T.Q5_K: (0, 2), T.Q6_K: (208,)}
 
 
-@pytest.fixture(scope="module", params=[False, True], ids=["native", "generic"])
+def machine_levels() -> list:
+    """Every level to test here, each skipped (with why) where this CPU cannot run it."""
+    machine, feats = cpu_features()
+    levels = ("neon", "scalar") if machine in ("aarch64", "arm64") else X86_LEVELS
+    out = []
+    for lv in levels:
+        try:
+            resolve_level(lv, machine, feats)
+            out.append(lv)
+        except IsaError as e:
+            out.append(pytest.param(lv, marks=pytest.mark.skip(reason=f"built, not run: {e}")))
+    return out
+
+
+@pytest.fixture(scope="module", params=machine_levels())
 def lib(request):
-    k = load_kernels(generic=request.param)
+    k = load_kernels(request.param)
     if k is None:
         pytest.skip("no C compiler: the CPU kernels are off (the PyTorch paths are tested elsewhere)")
-    if request.param:
-        assert k.simd == 0
+    assert k.level == request.param
     return k
 
 
+def hand_packed(qtype: T, n_rows: int, n_in: int, seed: int) -> np.ndarray:
+    """Random blocks of a K-quant (which gguf cannot quantize): random bytes with the f16 scale
+    fields set to small positive halves, uint8 [n_rows, row bytes]."""
+    be, bb = gguf.GGML_QUANT_SIZES[qtype]
+    rng = np.random.default_rng(seed)
+    b = rng.integers(0, 256, size=(n_rows * n_in // be, bb), dtype=np.uint8)
+    for off in F16_FIELDS[qtype]:
+        h = rng.uniform(0.002, 0.03, size=len(b)).astype(np.float16)
+        b[:, off : off + 2] = h.view(np.uint8).reshape(len(b), 2)
+    return b.reshape(n_rows, -1)
+
+
 def _matrix(qtype: T, shape, seed=0):
-    w = np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
-    raw = torch.from_numpy(gguf.quants.quantize(w, qtype)).view(torch.uint8).reshape(-1)
-    ref = torch.from_numpy(gguf.quants.dequantize(raw.numpy().reshape(shape[0], -1), qtype).astype(np.float32))
-    return raw, ref
+    """(raw bytes, gguf's dequantization as float32 [n_out, n_in]) of a random matrix."""
+    if qtype in F16_FIELDS:
+        q = hand_packed(qtype, *shape, seed)
+    else:
+        w = np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+        q = gguf.quants.quantize(w, qtype) if qtype != T.F32 else w
+    raw = torch.from_numpy(np.ascontiguousarray(q)).view(torch.uint8).reshape(-1)
+    ref = gguf.quants.dequantize(raw.numpy().reshape(shape[0], -1), qtype) if qtype != T.F32 else q
+    return raw, torch.from_numpy(np.ascontiguousarray(ref, dtype=np.float32))
 
 
-@pytest.mark.parametrize("qtype", [T.Q4_0, T.Q4_1, T.Q8_0])
+@pytest.mark.parametrize("qtype", QUANT_TYPES + FLOAT_TYPES, ids=lambda t: t.name)
 def test_dequant_and_rows_exact(lib, qtype):
-    raw, ref = _matrix(qtype, (80, 96))
-    m = block_matrix([(raw, qtype, (80, 96))], lib)
+    shape = (80, 512)
+    raw, ref = _matrix(qtype, shape)
+    m = block_matrix([(raw, qtype, shape)], lib)
     assert m.nbytes == raw.numel()  # the file's bytes, nothing more
     assert torch.equal(m.dequant(), ref)
     assert torch.equal(m.dequant(torch.float32, 16, 48), ref[16:48])
@@ -47,25 +85,53 @@ def test_dequant_and_rows_exact(lib, qtype):
         m.get_rows(torch.tensor([80]))
 
 
-@pytest.mark.parametrize("qtype", [T.Q4_0, T.Q4_1, T.Q8_0])
+@pytest.mark.parametrize("qtype", QUANT_TYPES + FLOAT_TYPES, ids=lambda t: t.name)
 @pytest.mark.parametrize("rows", [1, 3, 17, DENSE_ROWS + 3])
 def test_matmul_against_exact_product(lib, qtype, rows):
-    shape = (72, 160)  # not a multiple of the 16-row chunks, n_in an odd number of blocks
+    n_in = 512 if qtype in F16_FIELDS else 160  # n_in an odd number of blocks of 32
+    shape = (72, n_in)  # not a multiple of the 16-row chunks
     raw, W = _matrix(qtype, shape, seed=rows)
     m = block_matrix([(raw, qtype, shape)], lib)
     x = torch.randn(rows, shape[1], generator=torch.Generator().manual_seed(1))
     ref = (x.double() @ W.double().T).float()
     y = m(x)
     scale = ref.abs().max().item()
-    # one row: int16 activations where the CPU has VNNI, else exact fp32; several: bf16
-    # products where it has AVX512-BF16; many: a bf16 GEMM (4-bit) or the exact fp32 one (Q8_0)
-    bf16 = (rows > 1 and lib.simd & 4 and rows < DENSE_ROWS) or (rows >= DENSE_ROWS and qtype != T.Q8_0)
-    i16 = rows == 1 and lib.simd & 1
-    tol = 1e-2 if bf16 else 1e-4 if i16 else 1e-5
+    # few rows: int16 activations (block types) or exact fp32 (float types); many rows: a bf16
+    # GEMM where the CPU multiplies bf16 natively, else fp32
+    bf16 = rows >= DENSE_ROWS and dense_dtype(qtype, lib) == torch.bfloat16
+    tol = 1e-2 if bf16 else 1e-4
     assert (y - ref).abs().max().item() <= tol * scale
     acc = torch.ones(rows, shape[0])
     m.add_into(x, acc)  # the residual add fused into the product
     assert (acc - 1 - y).abs().max().item() <= 1e-5 * scale
+
+
+def test_isa_levels_agree():
+    """Every level this CPU runs gives the same products up to fp32 summation order (the
+    integers are the same on every ISA)."""
+    levels = [lv for lv in machine_levels() if isinstance(lv, str)]
+    libs = [load_kernels(lv) for lv in levels]
+    if None in libs:
+        pytest.skip("no C compiler")
+    for qtype in (T.Q4_1, T.Q6_K, T.Q5_0, T.F16):
+        shape = (48, 512)
+        raw, _ = _matrix(qtype, shape, seed=3)
+        x = torch.randn(5, shape[1], generator=torch.Generator().manual_seed(2))
+        ys = [block_matrix([(raw, qtype, shape)], k)(x) for k in libs]
+        for y in ys[1:]:
+            torch.testing.assert_close(y, ys[0], rtol=1e-5, atol=1e-5 * ys[0].abs().max().item())
+
+
+def test_forced_level_the_cpu_lacks_is_a_clear_error():
+    machine, feats = cpu_features()
+    with pytest.raises(IsaError, match="lacks avx512f"):
+        resolve_level("avx512", "x86_64", frozenset({"avx2", "fma", "f16c", "bmi2"}))
+    with pytest.raises(IsaError, match="not ARM64"):
+        resolve_level("neon", "x86_64", frozenset())
+    with pytest.raises(IsaError, match="expected one of"):
+        resolve_level("sse9", machine, feats)
+    assert resolve_level("native", "x86_64", frozenset({"avx2", "fma", "f16c", "bmi2"})) == "avx2"
+    assert resolve_level(None, "aarch64", frozenset({"asimd"})) == "neon"
 
 
 def test_stacked_matrix_is_the_parts(lib):
@@ -76,13 +142,15 @@ def test_stacked_matrix_is_the_parts(lib):
     assert m.n_out == 192 and (m(x) - ref).abs().max().item() <= 1e-4 * ref.abs().max().item()
 
 
-def test_rms_norm_and_swiglu(lib):
+def test_rms_norm_and_glu(lib):
     x = torch.randn(5, 96)
     w = torch.randn(96)
     torch.testing.assert_close(kops.rms_norm(lib, x, w, 1e-5), F.rms_norm(x, (96,), w, 1e-5), rtol=1e-5, atol=1e-6)
     gu = torch.randn(3, 2 * 40)
     ref = F.silu(gu[:, :40]) * gu[:, 40:]
     torch.testing.assert_close(kops.swiglu_stacked(lib, gu), ref, rtol=1e-5, atol=1e-6)
+    ref = F.gelu(gu[:, :40], approximate="tanh") * gu[:, 40:]
+    torch.testing.assert_close(kops.glu_stacked(lib, gu, gelu=True), ref, rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.parametrize("rope_type", [ROPE_TYPE_NORM, ROPE_TYPE_NEOX])
@@ -99,7 +167,7 @@ def test_rope_in_place_matches_torch(lib, rope_type):
     assert torch.equal(qkv[:, n_head * d :], tail)  # the rest of the row is not touched
 
 
-@pytest.mark.parametrize("n_head,n_head_kv,d,n", [(6, 2, 32, 5), (4, 4, 32, 5), (9, 3, 64, 5), (9, 3, 64, 1), (6, 1, 64, 5)])
+@pytest.mark.parametrize("n_head,n_head_kv,d,n", [(6, 2, 32, 5), (4, 4, 32, 5), (9, 3, 64, 5), (9, 3, 64, 1), (6, 1, 64, 5), (4, 1, 256, 3)])
 def test_attention_matches_sdpa(lib, n_head, n_head_kv, d, n):
     g = torch.Generator().manual_seed(0)
     n_kv, n_cells = 48, 64

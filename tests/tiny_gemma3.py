@@ -21,7 +21,10 @@ def write_tiny_gemma3(
     n_swa: int = 16,
     n_ctx_train: int = 32768,
     seed: int = 0,
+    weight_types: dict[str, gguf.GGMLQuantizationType] | None = None,
 ) -> Path:
+    """weight_types: a GGUF type per matrix name suffix ("attn_q", "ffn_down", ...; the rest
+    F32), quantized with gguf's quantizer (types it can quantize: Q4_0 ... Q8_0, BF16, F16)."""
     rng = np.random.default_rng(seed)
     tokens = _byte_tokens() + ["<bos>", "<eos>"]
     types = [gguf.TokenType.NORMAL] * 256 + [gguf.TokenType.CONTROL] * 2
@@ -50,7 +53,13 @@ def write_tiny_gemma3(
 
     def add(name: str, shape: tuple[int, ...], scale: float = 0.2) -> None:
         a = (rng.standard_normal(shape) * scale).astype(np.float32)
-        w.add_tensor(name, 1.0 + 0.1 * a if len(shape) == 1 else a)
+        qt = (weight_types or {}).get(name.split(".")[-2])
+        if len(shape) == 1:
+            w.add_tensor(name, 1.0 + 0.1 * a)
+        elif qt is None or qt == gguf.GGMLQuantizationType.F32:
+            w.add_tensor(name, a)
+        else:
+            w.add_tensor(name, gguf.quants.quantize(a, qt), raw_dtype=qt)
 
     add("token_embd.weight", (n_vocab, n_embd), 0.5)
     add("output_norm.weight", (n_embd,))

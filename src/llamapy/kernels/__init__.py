@@ -1,4 +1,4 @@
-"""llamapy's own CPU kernels (cpu_kernels.c, built on first use) and their torch-facing calls."""
+"""llamapy's own CPU kernels (kernels/c/, built per ISA level on first use) and their torch-facing calls."""
 from .build import KernelLib, load_kernels
 
 __all__ = ["KernelLib", "load_kernels"]

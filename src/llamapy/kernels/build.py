@@ -1,27 +1,39 @@
-"""Build and load cpu_kernels.c: compiled once per machine and source (gcc -O3 -march=native
--fopenmp, about two seconds), cached under ~/.cache/llamapy/kernels/<hash>/, loaded with
-ctypes.  When no C compiler is found or the build fails, load_kernels() returns None with
-the reason logged once, and every caller keeps its PyTorch path.
+"""Build and load llamapy's CPU kernels (kernels/c/*.c): one source compiled once per ISA level
+and machine (about ten seconds), cached under $LLAMAPY_CACHE or ~/.cache/llamapy/kernels/<hash>/,
+loaded with ctypes.  When no C compiler is found or the build fails, load_kernels() returns None
+with the reason logged once, and every caller keeps its PyTorch path.
 
-LLAMAPY_KERNELS=0 turns the kernels off (the PyTorch paths then run everywhere);
-LLAMAPY_KERNELS_GENERIC=1 builds the portable C loops without the AVX-512 intrinsics (the
-tests compare the two)."""
+ISA levels (ggml-cpu's per-ISA variants, chosen at run time from the CPU's features):
+  avx512  x86-64-v4 (AVX-512 F/BW/DQ/VL), with VNNI and BF16 where the CPU has them
+  avx2    x86-64-v3 (AVX2, FMA, F16C, BMI2)
+  neon    ARMv8-A NEON, with the dot-product extension where the CPU has it
+  scalar  the portable C loops (the reference every SIMD path is tested against)
+LLAMAPY_CPU_ISA=native (the best the CPU runs, the default) | avx512 | avx2 | neon | scalar forces
+a level; one the CPU lacks is an error naming the missing features.  LLAMAPY_KERNELS=0 turns the
+kernels off (the PyTorch paths then run everywhere)."""
 from __future__ import annotations
 
 import ctypes
 import functools
 import hashlib
 import os
+import platform
 import shutil
 import subprocess
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..log import logger
 
-ABI_VERSION = 3
-SOURCE = Path(__file__).with_name("cpu_kernels.c")
+ABI_VERSION = 4
+SOURCE_DIR = Path(__file__).with_name("c")
+LEVELS = ("native", "avx512", "avx2", "neon", "scalar")
+X86_NEEDS = {"avx512": ("avx512f", "avx512bw", "avx512dq", "avx512vl", "avx2", "fma", "f16c"),
+             "avx2": ("avx2", "fma", "f16c", "bmi2")}
+BASE_FLAGS = ("-O3", "-fopenmp", "-shared", "-fPIC", "-std=gnu11", "-fno-math-errno", "-fno-trapping-math",
+              "-ffp-contract=off")
 
 P, I64, I, F = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int, ctypes.c_float
 SIGNATURES: dict[str, tuple] = {  # name -> argument types (all return void unless listed in RETURNS)
@@ -30,12 +42,13 @@ SIGNATURES: dict[str, tuple] = {  # name -> argument types (all return void unle
     "lp_get_rows": (I, P, I64, P, I64, P),
     "lp_mm": (I, P, I64, I64, P, I64, P, I64, I),
     "lp_rms_norm": (P, P, I64, I64, F, P),
-    "lp_swiglu": (P, I64, I64, P),
+    "lp_glu": (P, I64, I64, I, P),
     "lp_rope": (P, I64, I64, I64, I64, I64, P, P, I),
     "lp_attn_f16": (P, I64, I64, I64, I64, I64, I64, P, P, I64, P, P, P, F, P),
-    "lp_llama_layers": (P, I64, P, P, I64, P, P, P, P, I64, P, P),
+    "lp_layers": (P, I64, P, P, I64, P, P, I64),
 }
-RETURNS = {"lp_abi_version": ctypes.c_int, "lp_simd": ctypes.c_int, "lp_llama_layers": ctypes.c_int}
+RETURNS = {"lp_abi_version": ctypes.c_int, "lp_isa": ctypes.c_char_p, "lp_mm": ctypes.c_int,
+           "lp_attn_f16": ctypes.c_int, "lp_layers": ctypes.c_int}
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,59 +57,141 @@ class KernelLib:
 
     path: Path
     fn: ctypes.CDLL
-    simd: int  # 0: the portable loops; 512 AVX-512 + 4 with BF16 + 1 with VNNI (cpu_kernels.c lp_simd)
+    level: str  # avx512 | avx2 | neon | scalar
+    isa: str  # what the build uses, e.g. "avx512+vnni+bf16", "avx2", "neon+dotprod", "scalar"
+
+    @property
+    def bf16(self) -> bool:
+        """The CPU multiplies bf16 natively (AVX512-BF16): a bf16 GEMM is the fast prefill path."""
+        return "bf16" in self.isa
 
 
-def _flags(generic: bool) -> list[str]:
-    flags = ["-O3", "-march=native", "-fopenmp", "-shared", "-fPIC", "-std=gnu11", "-fno-math-errno", "-fno-trapping-math"]
-    return flags + (["-mno-avx512f"] if generic else [])
+class IsaError(ValueError):
+    """LLAMAPY_CPU_ISA names a level this CPU cannot run (or an unknown one)."""
 
 
-def _cpu_id() -> str:
-    """What -march=native depends on: the CPU's model and feature flags (Linux), so a cache
-    shared between machines never hands one CPU's build to another."""
+def cpu_features() -> tuple[str, frozenset[str]]:
+    """(machine, feature flags): x86 /proc/cpuinfo 'flags', ARM 'Features' (Linux)."""
+    machine = platform.machine().lower()
     try:
         info = Path("/proc/cpuinfo").read_text()
     except OSError:
-        import platform
+        return machine, frozenset()
+    for line in info.splitlines():
+        if line.startswith(("flags", "Features")):
+            return machine, frozenset(line.split(":", 1)[1].split())
+    return machine, frozenset()
 
-        return platform.processor() + platform.machine()
-    lines = [ln for ln in info.splitlines() if ln.startswith(("model name", "flags", "Features"))]
-    return "\n".join(sorted(set(lines)))
+
+def _is_arm(machine: str) -> bool:
+    return machine in ("aarch64", "arm64")
 
 
-def _build(cc: str, generic: bool) -> Path:
-    """Compile into the cache (atomically: a temp file renamed into place); returns the .so path."""
-    flags = _flags(generic)
-    src = SOURCE.read_bytes()
-    key = hashlib.sha256(src + " ".join([cc, *flags, _cpu_id()]).encode()).hexdigest()[:16]
-    root = Path(os.environ.get("LLAMAPY_CACHE", Path.home() / ".cache" / "llamapy")) / "kernels" / key
-    lib = root / "libllamapy_cpu.so"
-    if lib.exists():
-        return lib
-    root.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(suffix=".so", dir=root)
+def best_level(machine: str, feats: frozenset[str]) -> str:
+    """The highest level this CPU runs."""
+    if _is_arm(machine):
+        return "neon"
+    for level in ("avx512", "avx2"):
+        if all(f in feats for f in X86_NEEDS[level]):
+            return level
+    return "scalar"
+
+
+def resolve_level(requested: str | None, machine: str, feats: frozenset[str]) -> str:
+    """LLAMAPY_CPU_ISA's value -> the level to build; IsaError when the CPU lacks it."""
+    req = (requested or "native").strip().lower()
+    if req not in LEVELS:
+        raise IsaError(f"LLAMAPY_CPU_ISA={requested!r}: expected one of {', '.join(LEVELS)}")
+    if req == "native":
+        return best_level(machine, feats)
+    if req == "scalar":
+        return req
+    if req == "neon":
+        if not _is_arm(machine):
+            raise IsaError(f"LLAMAPY_CPU_ISA=neon: this CPU is {machine}, not ARM64 (use native, avx2, avx512 or scalar)")
+        return req
+    if _is_arm(machine):
+        raise IsaError(f"LLAMAPY_CPU_ISA={req}: this CPU is {machine} (use native, neon or scalar)")
+    missing = [f for f in X86_NEEDS[req] if f not in feats]
+    if missing:
+        raise IsaError(f"LLAMAPY_CPU_ISA={req}: this CPU lacks {', '.join(missing)} "
+                       f"(it runs {best_level(machine, feats)}; use native or a lower level)")
+    return req
+
+
+def level_flags(level: str, machine: str, feats: frozenset[str]) -> list[str]:
+    """Compiler flags of a level on this CPU (the optional extensions it has)."""
+    if level == "scalar":
+        return ["-DLP_PORTABLE"] + ([] if _is_arm(machine) else ["-march=x86-64", "-mtune=generic"])
+    if level == "avx2":
+        return ["-march=x86-64-v3"]
+    if level == "avx512":
+        return ["-march=x86-64-v4"] + [flag for feat, flag in (("avx512_vnni", "-mavx512vnni"), ("avx512_bf16", "-mavx512bf16"))
+                                       if feat in feats]
+    return ["-march=armv8.2-a+dotprod" if "asimddp" in feats else "-march=armv8-a"]
+
+
+def sources() -> list[Path]:
+    return sorted(SOURCE_DIR.glob("*.c"))
+
+
+def compile_library(cc: str, flags: list[str], out: Path) -> None:
+    """cc BASE_FLAGS flags sources -o out (atomically: a temp file renamed into place)."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(suffix=".so", dir=out.parent)
     os.close(fd)
     try:
-        r = subprocess.run([cc, *flags, str(SOURCE), "-o", tmp, "-lm"], capture_output=True, text=True, timeout=300)
+        cmd = [cc, *BASE_FLAGS, *flags, *map(str, sources()), "-o", tmp, "-lm"]
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
         if r.returncode != 0:
             raise RuntimeError(f"{cc} failed ({r.returncode}): {r.stderr.strip()[-800:]}")
-        os.replace(tmp, lib)
+        os.replace(tmp, out)
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
+
+
+def _cache_root() -> Path:
+    return Path(os.environ.get("LLAMAPY_CACHE", Path.home() / ".cache" / "llamapy")) / "kernels"
+
+
+def library_path(cc: str, level: str, machine: str, feats: frozenset[str]) -> tuple[Path, list[str]]:
+    """Where the build of `level` lives in the cache: keyed by the sources, the compiler, the
+    flags and the CPU's features, so a cache shared between machines never hands one CPU's
+    build to another."""
+    flags = level_flags(level, machine, feats)
+    h = hashlib.sha256(" ".join([cc, *BASE_FLAGS, *flags, machine, *sorted(feats)]).encode())
+    for src in sources() + sorted(SOURCE_DIR.glob("*.h")):
+        h.update(src.name.encode() + src.read_bytes())
+    return _cache_root() / h.hexdigest()[:16] / f"libllamapy_{level}.so", flags
+
+
+def _build(cc: str, level: str) -> Path:
+    machine, feats = cpu_features()
+    lib, flags = library_path(cc, level, machine, feats)
+    if not lib.exists():
+        log = logger("llamapy_kernels")
+        log.info(f"building the CPU kernels for {level} ({cc} {' '.join(flags)}), once per machine: about ten seconds")
+        t0 = time.perf_counter()
+        compile_library(cc, flags, lib)
+        log.info(f"built {lib} in {time.perf_counter() - t0:.1f} s")
     return lib
 
 
-@functools.lru_cache(maxsize=2)
-def load_kernels(generic: bool | None = None) -> KernelLib | None:
-    """The kernel library, built on first use; None (reason logged) when unavailable or
-    turned off with LLAMAPY_KERNELS=0."""
+def requested_isa() -> str | None:
+    return os.environ.get("LLAMAPY_CPU_ISA")
+
+
+@functools.lru_cache(maxsize=4)
+def load_kernels(isa: str | None = None) -> KernelLib | None:
+    """The kernel library for `isa` (default: $LLAMAPY_CPU_ISA, else native), built on first
+    use; None (reason logged) when unavailable or turned off with LLAMAPY_KERNELS=0.  Raises
+    IsaError when the level is forced and the CPU cannot run it."""
     log = logger("llamapy_kernels")
     if os.environ.get("LLAMAPY_KERNELS", "1") == "0":
         return None
-    if generic is None:
-        generic = os.environ.get("LLAMAPY_KERNELS_GENERIC", "0") == "1"
+    machine, feats = cpu_features()
+    level = resolve_level(isa if isa is not None else requested_isa(), machine, feats)
     import torch  # noqa: F401  (its libgomp.so.1 must be loaded first, so ours resolves to it)
 
     cc = os.environ.get("CC") or shutil.which("gcc") or shutil.which("cc")
@@ -104,7 +199,7 @@ def load_kernels(generic: bool | None = None) -> KernelLib | None:
         log.warning("no C compiler (gcc/cc) found: the CPU kernels are off, PyTorch paths are used")
         return None
     try:
-        path = _build(cc, generic)
+        path = _build(cc, level)
         fn = ctypes.CDLL(str(path))
     except (OSError, RuntimeError, subprocess.SubprocessError) as e:
         log.warning(f"CPU kernels unavailable, PyTorch paths are used: {e}")
@@ -117,4 +212,4 @@ def load_kernels(generic: bool | None = None) -> KernelLib | None:
     if fn.lp_abi_version() != ABI_VERSION:
         log.warning(f"{path}: ABI {fn.lp_abi_version()} != {ABI_VERSION}; the CPU kernels are off")
         return None
-    return KernelLib(path, fn, fn.lp_simd())
+    return KernelLib(path, fn, level, fn.lp_isa().decode())

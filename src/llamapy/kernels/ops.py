@@ -1,4 +1,4 @@
-"""Torch-facing calls of the small CPU kernels the decode path fuses (kernels/cpu_kernels.c):
+"""Torch-facing calls of the small CPU kernels the decode path fuses (kernels/c/):
 each takes tensors, checks what the C code assumes (CPU, float32 / float16, the strides it
 reads), allocates the output and passes pointers.  `fast_rows(x)` is the gate: the
 kernels are for ubatches of few rows, where PyTorch's per-op overhead dominates; big
@@ -28,13 +28,18 @@ def rms_norm(lib: KernelLib, x: torch.Tensor, w: torch.Tensor | None, eps: float
     return out
 
 
-def swiglu_stacked(lib: KernelLib, gu: torch.Tensor) -> torch.Tensor:
-    """gu: [n, 2 n_ff] (gate | up) -> silu(gate) * up [n, n_ff]."""
+def glu_stacked(lib: KernelLib, gu: torch.Tensor, gelu: bool = False) -> torch.Tensor:
+    """gu: [n, 2 n_ff] (gate | up) -> act(gate) * up [n, n_ff]; act silu, or gelu's tanh form."""
     gu = gu.contiguous()
     n_ff = gu.shape[1] // 2
     out = torch.empty(gu.shape[0], n_ff, dtype=torch.float32)
-    lib.fn.lp_swiglu(gu.data_ptr(), gu.shape[0], n_ff, out.data_ptr())
+    lib.fn.lp_glu(gu.data_ptr(), gu.shape[0], n_ff, int(gelu), out.data_ptr())
     return out
+
+
+def swiglu_stacked(lib: KernelLib, gu: torch.Tensor) -> torch.Tensor:
+    """gu: [n, 2 n_ff] (gate | up) -> silu(gate) * up [n, n_ff]."""
+    return glu_stacked(lib, gu, gelu=False)
 
 
 def rope_(lib: KernelLib, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, n_rot: int, neox: bool) -> None:
@@ -59,7 +64,7 @@ def attn_f16(lib: KernelLib, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, 
              mask: torch.Tensor, scale: float, visible: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
     """q: [n, n_head, d_k] float32 (heads contiguous); k: [n_cells, n_head_kv * d_k], v:
     [n_cells, n_head_kv * d_v] float16 (a stream of the cache); mask [n, n_kv] float32 ->
-    [n, n_head * d_v].  cpu_kernels.c's attention over the visible cells (visible_cells(mask),
+    [n, n_head * d_v].  the C attention over the visible cells (visible_cells(mask),
     computed here unless given)."""
     n, n_head, d_k = q.shape
     if q.stride(2) != 1 or q.stride(1) != d_k:
@@ -69,6 +74,8 @@ def attn_f16(lib: KernelLib, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, 
     mask = mask.contiguous()
     ptr, cells = visible_cells(mask) if visible is None else visible
     out = torch.empty(n, n_head * d_v, dtype=torch.float32)
-    lib.fn.lp_attn_f16(q.data_ptr(), n, q.stride(0), n_head, n_head_kv, d_k, d_v, k.data_ptr(), v.data_ptr(), n_kv,
-                       mask.data_ptr(), ptr.data_ptr(), cells.data_ptr(), scale, out.data_ptr())
+    rc = lib.fn.lp_attn_f16(q.data_ptr(), n, q.stride(0), n_head, n_head_kv, d_k, d_v, k.data_ptr(), v.data_ptr(), n_kv,
+                            mask.data_ptr(), ptr.data_ptr(), cells.data_ptr(), scale, out.data_ptr())
+    if rc != 0:
+        raise MemoryError(f"lp_attn_f16: no scratch memory for {n} rows")
     return out

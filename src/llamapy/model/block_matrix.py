@@ -1,15 +1,21 @@
-"""BlockMatrix: a weight matrix [n_out, n_in] kept in the GGUF file's own blocks (Q4_0, Q4_1,
-Q8_0) and multiplied by llamapy's CPU kernels (kernels/cpu_kernels.c): resident bytes are
-the file's bytes.
+"""BlockMatrix: a weight matrix [n_out, n_in] kept in the GGUF file's own blocks and
+multiplied by llamapy's CPU kernels (kernels/c/): resident bytes are the file's bytes, for
+every type the kernels read (BLOCK_TYPES: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K,
+Q5_K, Q6_K, and the float types F16, BF16, F32).
 
-  few rows (< DENSE_ROWS)  lp_mm: one row in exact fp32 (each block expanded to floats in
-                           registers); several rows bf16 products with fp32 sums where the
-                           CPU has AVX512-BF16, else fp32.
-  many rows                the weights dequantized (by the kernel) in chunks of
-                           DEQUANT_CHUNK elements, then a dense GEMM: bf16 for the 4-bit
-                           types, fp32 for Q8_0 (the vocabulary projection stays exact).
+  few rows (< DENSE_ROWS)  lp_mm: integer products on int16 activations, one scale per block
+                           of 32 (an error of at most 1/65278 of the block's largest value),
+                           against the weights' own integers; float types in exact fp32.
+  many rows                the weights dequantized (by the kernel) in chunks of DEQUANT_CHUNK
+                           elements, then a dense GEMM: in bf16 where the CPU multiplies bf16
+                           natively (AVX512-BF16) and the type is a coarse one (Q4_0, Q4_1,
+                           Q2_K, Q3_K; BF16 weights are bf16 already), else in fp32 (a bf16
+                           GEMM without hardware support runs at a sixth of fp32's speed, and
+                           bf16's 8-bit mantissa would squander the K-quants' and the 5-, 6-
+                           and 8-bit types' precision: Gemma 3's logits move 20x more with its
+                           Q4_K in bf16; Q8_0 vocabulary projections stay exact).
 Used when the kernels are available (see kernels/build.py); otherwise model/qmatrix.py's
-QMatrix keeps the same weights for PyTorch's int4 kernel."""
+QMatrix keeps the same weights for PyTorch's kernels."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -21,9 +27,32 @@ import torch.nn.functional as F
 from ..kernels import KernelLib
 
 T = gguf.GGMLQuantizationType
-BLOCK_TYPES = {T.Q4_0: 18, T.Q4_1: 20, T.Q8_0: 34}  # bytes per block of 32 weights
+BLOCK_TYPES = frozenset({T.Q4_0, T.Q4_1, T.Q5_0, T.Q5_1, T.Q8_0, T.Q2_K, T.Q3_K, T.Q4_K, T.Q5_K, T.Q6_K,
+                         T.F16, T.BF16, T.F32})
+BF16_GEMM_TYPES = frozenset({T.Q4_0, T.Q4_1, T.Q2_K, T.Q3_K, T.BF16})  # many rows on a bf16 CPU
+EXACT_TYPES = frozenset({T.F16, T.BF16, T.F32})  # float types: rows of any length
 DENSE_ROWS = 32  # from this many rows on, dequantize + dense GEMM beats the few-row kernel
 DEQUANT_CHUNK = 1 << 21  # dense path: weights dequantized at a time (elements)
+
+
+def block_nbytes(qtype: T, n_out: int, n_in: int) -> int:
+    """Bytes of a [n_out, n_in] matrix of `qtype` in its GGUF blocks."""
+    be, bb = gguf.GGML_QUANT_SIZES[qtype]
+    return n_out * (n_in // be) * bb
+
+
+def blocks_fit(qtype: T, n_in: int) -> bool:
+    """The kernels read rows of this type and length (whole blocks; the integer products
+    take n_in in blocks of 32)."""
+    if qtype not in BLOCK_TYPES:
+        return False
+    be = gguf.GGML_QUANT_SIZES[qtype][0]
+    return n_in % be == 0 and (be > 1 or qtype in EXACT_TYPES)
+
+
+def dense_dtype(qtype: T, lib: KernelLib) -> torch.dtype:
+    """The GEMM type of the many-row path: bf16 only where the CPU multiplies bf16 natively."""
+    return torch.bfloat16 if lib.bf16 and qtype in BF16_GEMM_TYPES else torch.float32
 
 
 @dataclass(slots=True)
@@ -31,7 +60,7 @@ class BlockMatrix:
     n_out: int
     n_in: int
     qtype: T
-    blocks: torch.Tensor  # uint8 [n_out * n_in / 32 * block bytes]: the file's rows, stacked
+    blocks: torch.Tensor  # uint8 [n_out * row bytes]: the file's rows, stacked
     lib: KernelLib
     kind: str = "blocks"
 
@@ -59,12 +88,16 @@ class BlockMatrix:
 
     def _mm(self, x: torch.Tensor, y: torch.Tensor, accumulate: bool) -> None:
         x = x.contiguous() if x.dtype == torch.float32 else x.float().contiguous()
-        self.lib.fn.lp_mm(int(self.qtype), self.blocks.data_ptr(), self.n_out, self.n_in, x.data_ptr(), x.shape[0],
-                          y.data_ptr(), y.stride(0), int(accumulate))
+        rc = self.lib.fn.lp_mm(int(self.qtype), self.blocks.data_ptr(), self.n_out, self.n_in, x.data_ptr(), x.shape[0],
+                               y.data_ptr(), y.stride(0), int(accumulate))
+        if rc != 0:
+            raise MemoryError(f"lp_mm: no scratch memory for {x.shape[0]} rows of {self.n_in}")
 
     def _dense_rows(self, x: torch.Tensor) -> torch.Tensor:
-        dtype = torch.float32 if self.qtype == T.Q8_0 else torch.bfloat16
+        dtype = dense_dtype(self.qtype, self.lib)
         xs = x.to(dtype)
+        if self.qtype == T.F32:  # the file's own floats: no copy
+            return F.linear(xs, self.blocks.view(torch.float32).view(self.n_out, self.n_in))
         step = max(64, DEQUANT_CHUNK // self.n_in // 64 * 64)
         if step >= self.n_out:
             return F.linear(xs, self.dequant(dtype)).float()
@@ -98,14 +131,18 @@ class BlockMatrix:
 
 def block_matrix(parts: list[tuple[torch.Tensor, T, tuple[int, int]]], lib: KernelLib) -> BlockMatrix | None:
     """The tensors (raw bytes, type, [n_out, n_in]) stacked along n_out as one BlockMatrix,
-    or None when they do not share one block type the kernels cover (or n_in % 32)."""
+    or None when they do not share one type the kernels read at this n_in.  One part is kept
+    as it is (a view of the file stays a view); several are concatenated (the loader passes
+    same-type stacks already read into one buffer, see model/loader.py)."""
     types = {qt for _, qt, _ in parts}
     n_in = parts[0][2][1]
-    if len(types) != 1 or next(iter(types)) not in BLOCK_TYPES or n_in % 32:
-        return None
     qtype = next(iter(types))
+    if len(types) != 1 or not blocks_fit(qtype, n_in):
+        return None
     raws = [raw.view(torch.uint8).reshape(-1) for raw, _, _ in parts]
     blocks = raws[0] if len(raws) == 1 else torch.cat(raws)
     n_out = sum(shape[0] for _, _, shape in parts)
-    assert blocks.numel() == n_out * n_in // 32 * BLOCK_TYPES[qtype]
+    if blocks.numel() != block_nbytes(qtype, n_out, n_in):
+        raise ValueError(f"{qtype.name} matrix [{n_out}, {n_in}]: {blocks.numel()} bytes, expected "
+                         f"{block_nbytes(qtype, n_out, n_in)}")
     return BlockMatrix(n_out, n_in, qtype, blocks, lib)

@@ -32,7 +32,7 @@ import torch.nn.functional as F
 
 from ..gguf.quants import dequantize, unpack_q4_affine
 from ..kernels import KernelLib
-from .block_matrix import BLOCK_TYPES, BlockMatrix, block_matrix
+from .block_matrix import BlockMatrix, block_matrix, block_nbytes, blocks_fit
 
 T = gguf.GGMLQuantizationType
 Q4_TYPES = (T.Q4_0, T.Q4_1, T.Q4_K)
@@ -202,10 +202,10 @@ def _kind(qtype: T, n_in: int, exact: bool, n_out: int = 0) -> str:
 def qmatrix_nbytes(qtype: T, shape: tuple[int, int], exact: bool, dense_dtype: torch.dtype, blocks: bool = False) -> int:
     """Resident bytes of the matrix make_qmatrix builds for one [n_out, n_in] tensor (the
     memory estimate uses this, so predicted == allocated).  blocks: the CPU kernels are
-    available, so Q4_0 / Q4_1 / Q8_0 stay in the file's blocks (model/block_matrix.py)."""
+    available, so every type they read stays in the file's blocks (model/block_matrix.py)."""
     n_out, n_in = shape
-    if blocks and not exact and qtype in BLOCK_TYPES and n_in % 32 == 0:
-        return n_out * n_in // 32 * BLOCK_TYPES[qtype]
+    if blocks and not exact and blocks_fit(qtype, n_in):
+        return block_nbytes(qtype, n_out, n_in)
     kind = _kind(qtype, n_in, exact, n_out)
     groups = (n_in // 32) * n_out
     if kind == "int4":  # packed nibbles + bf16 (scale, zero') per group
@@ -265,13 +265,14 @@ def make_qmatrix(parts: list[tuple[torch.Tensor, T, tuple[int, int]]], exact: bo
     """Build one matrix from GGUF tensors (raw bytes, type, [n_out, n_in]) stacked along
     n_out: one tensor, or several sharing their input (Q|K|V, gate|up) fused into one matmul
     when they have the same kind of kernel (else a StackedMatrix of the separate ones).
-    lib (the CPU kernels): Q4_0 / Q4_1 / Q8_0 stay in their blocks, as a BlockMatrix."""
+    lib (the CPU kernels): every type they read stays in its blocks, as a BlockMatrix (parts
+    of different types: a StackedMatrix of one BlockMatrix each)."""
     n_in = parts[0][2][1]
     if lib is not None and not exact:
         bm = block_matrix(parts, lib)
         if bm is not None:
             return bm
-        if len(parts) > 1 and any(qt in BLOCK_TYPES for _, qt, _ in parts):
+        if len(parts) > 1 and any(blocks_fit(qt, n_in) for _, qt, _ in parts):
             return StackedMatrix([make_qmatrix([p], exact, dense_dtype, slot_orders, lib) for p in parts])
     kinds = {_kind(qt, n_in, exact, shape[0]) for _, qt, shape in parts}
     if len(kinds) > 1 or (kinds == {"q8_0"} and len(parts) > 1):

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import torch
 
+from ...kernels.fused_layers import FusedLayers, LayerSpec
 from ...memory.factory import Memory, cache_for_layer
 from ..graph import UBatchInputs
 from ..hparams import HParams
@@ -65,6 +66,17 @@ class Gemma3Model:
         self.f_final_logit_softcapping = float(w.f.get(f"{hp.arch}.final_logit_softcapping", 0.0) or 0.0)
         self.rope_global = RopeParams(hp.n_rot, hp.rope_freq_base, hp.rope_freq_scale, self.rope_type)
         self.rope_swa = RopeParams(hp.n_rot, hp.rope_freq_base_swa, 1.0, self.rope_type)  # rope_freq_scale_train_swa
+        self.fused = self._fused(w)
+
+    def _fused(self, w: WeightLoader) -> FusedLayers | None:
+        """Every layer in one C call for few-row ubatches (kernels/fused_layers.py), when the
+        weights are in blocks; RoPE set 0 is the global layers', 1 the window layers'."""
+        hp = self.hp
+        specs = [LayerSpec(L.attn_norm, L.ffn_norm, [L.wq, L.wk, L.wv], L.wo, [L.ffn_gate, L.ffn_up], L.ffn_down,
+                           swa=hp.is_swa(il), rope_set=int(hp.is_swa(il)), q_norm=L.attn_q_norm,
+                           k_norm=L.attn_k_norm, attn_post_norm=L.attn_post_norm, ffn_post_norm=L.ffn_post_norm)
+                 for il, L in enumerate(self.layers)]
+        return FusedLayers.build(hp, specs, w.kernels, self.f_attention_scale, 1.0, True, True)
 
     @staticmethod
     def _load_layer(w: WeightLoader, il: int) -> Gemma3Layer:
@@ -97,6 +109,9 @@ class Gemma3Model:
         d, eps = hp.n_embd_head_k, hp.f_norm_rms_eps
         ropes = {p: rope_cos_sin(inp.pos, p) for p in {self.rope_global, self.rope_swa}}  # [n_tokens, 1, n_rot/2]
         x = self.tok_embd.get_rows(inp.tokens) * math.sqrt(hp.n_embd)  # [n_tokens, n_embd]
+        caches = [cache_for_layer(kv, il) for il in range(hp.n_layer)]
+        if self.fused is not None and self.fused.run(inp, caches, x, [ropes[self.rope_global], ropes[self.rope_swa]]):
+            return self._logits(inp, x)
         for il, L in enumerate(self.layers):
             rope = self.rope_for_layer(il)
             cos, sin = ropes[rope]
@@ -112,8 +127,12 @@ class Gemma3Model:
             sa_out = x + rms_norm(L.wo(attn), L.attn_post_norm, eps)
             f = geglu_ffn(rms_norm(sa_out, L.ffn_norm, eps), L.ffn_gate, L.ffn_up, L.ffn_down)
             x = sa_out + rms_norm(f, L.ffn_post_norm, eps)
+        return self._logits(inp, x)
+
+    def _logits(self, inp: UBatchInputs, x: torch.Tensor) -> torch.Tensor:
+        """The output rows of x [n_tokens, n_embd] -> logits [n_outputs, n_vocab]."""
         x = x.index_select(0, inp.out_rows)  # [n_outputs, n_embd]
-        logits = self.output(rms_norm(x, self.output_norm, eps))
+        logits = self.output(rms_norm(x, self.output_norm, self.hp.f_norm_rms_eps))
         if self.f_final_logit_softcapping:
             c = self.f_final_logit_softcapping
             logits = torch.tanh(logits / c) * c

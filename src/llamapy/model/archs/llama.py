@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from ...kernels.llama_layers import FusedLlama
+from ...kernels.fused_layers import FusedLayers, LayerSpec
 from ...memory.kv_cache import KVCache
 from ..graph import UBatchInputs
 from ..hparams import HParams
@@ -38,7 +38,14 @@ class LlamaModel:
         self.tok_embd, self.output_norm, self.output = w.embeddings()  # output is tok_embd when tied
         self.layers = [self._load_layer(w, il) for il in range(hp.n_layer)]
         self.rope = RopeParams(hp.n_rot, hp.rope_freq_base, hp.rope_freq_scale, self.rope_type)
-        self.fused = FusedLlama.build(self, w.kernels) if type(self) is LlamaModel else None  # subclasses differ
+        self.fused = self._fused(w) if type(self) is LlamaModel else None  # subclasses differ
+
+    def _fused(self, w: WeightLoader) -> FusedLayers | None:
+        """Every layer in one C call for few-row ubatches (kernels/fused_layers.py), when the
+        weights are in blocks."""
+        specs = [LayerSpec(L.attn_norm, L.ffn_norm, [L.wqkv], L.wo, [L.ffn_gate_up], L.ffn_down) for L in self.layers]
+        hp = self.hp
+        return FusedLayers.build(hp, specs, w.kernels, 1.0, 1.0 / hp.n_embd_head_k**0.5, self.rope_type != 0, False)
 
     @staticmethod
     def _load_layer(w: WeightLoader, il: int) -> LlamaLayer:
@@ -61,7 +68,7 @@ class LlamaModel:
         hp = self.hp
         cos, sin = rope_cos_sin(inp.pos, self.rope)  # [n_tokens, 1, n_rot/2]
         x = self.tok_embd.get_rows(inp.tokens)  # [n_tokens, n_embd]
-        if self.fused is None or not self.fused.run(inp, kv, x, cos, sin):  # few rows: all layers in one C call
+        if self.fused is None or not self.fused.run(inp, [kv] * hp.n_layer, x, [(cos, sin)]):  # few rows: one C call
             for il, L in enumerate(self.layers):  # each block's temporaries die when it returns
                 self._attention(inp, kv, il, L, x, cos, sin)
                 self._ffn(L, x)

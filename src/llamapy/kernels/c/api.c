@@ -1,0 +1,81 @@
+/* The row-wise kernels as ctypes entry points (each its own parallel region), and what the
+ * library was built for. */
+#include <omp.h>
+
+#include "lp.h"
+
+int lp_abi_version(void) { return 4; }
+
+/* The ISA level this build runs, in build.py's names, with the extensions it uses. */
+const char *lp_isa(void) {
+#if defined(LP_AVX512)
+#if defined(LP_VNNI) && defined(LP_BF16)
+    return "avx512+vnni+bf16";
+#elif defined(LP_VNNI)
+    return "avx512+vnni";
+#elif defined(LP_BF16)
+    return "avx512+bf16";
+#else
+    return "avx512";
+#endif
+#elif defined(LP_AVX2)
+    return "avx2";
+#elif defined(LP_DOTPROD)
+    return "neon+dotprod";
+#elif defined(LP_NEON)
+    return "neon";
+#else
+    return "scalar";
+#endif
+}
+
+/* rms_norm over rows [n_rows, n]. */
+void lp_rms_norm(const float *x, const float *w, int64_t n_rows, int64_t n, float eps, float *out) {
+#pragma omp parallel for schedule(static) if (n_rows * n >= 8192)
+    for (int64_t r = 0; r < n_rows; r++) lp_rms_norm_row(x + r * n, w, n, eps, out + r * n);
+}
+
+/* out[r, i] = act(gu[r, i]) * gu[r, n_ff + i]: gate | up stacked in one row of 2 n_ff; act
+ * silu (gelu = 0) or gelu's tanh form. */
+void lp_glu(const float *gu, int64_t n_rows, int64_t n_ff, int gelu, float *out) {
+#pragma omp parallel for schedule(static) if (n_rows * n_ff >= 8192)
+    for (int64_t r = 0; r < n_rows; r++) {
+        const float *g = gu + r * 2 * n_ff;
+        if (gelu)
+            lp_geglu_row(g, g + n_ff, n_ff, out + r * n_ff);
+        else
+            lp_swiglu_row(g, g + n_ff, n_ff, out + r * n_ff);
+    }
+}
+
+/* RoPE on each row of x [n_rows, row stride ldx]; cos, sin [n_rows, n_rot/2]. */
+void lp_rope(float *x, int64_t n_rows, int64_t ldx, int64_t n_head, int64_t d, int64_t n_rot, const float *cos_,
+             const float *sin_, int neox) {
+    for (int64_t r = 0; r < n_rows; r++)
+        lp_rope_row(x + r * ldx, n_head, d, n_rot, cos_ + r * (n_rot / 2), sin_ + r * (n_rot / 2), neox);
+}
+
+/* Attention of few query rows over an f16 KV cache through the KQ mask, reading only the
+ * cells each row can see: row i's visible cells are cells[ptr[i] .. ptr[i+1]) (the mask's
+ * non -inf entries, listed once per ubatch), and mask[i, c] is added to the score.
+ * q float [n, ldq] with head h at q + h * d_k; k f16 [n_cells, n_head_kv * d_k]; v f16
+ * [n_cells, n_head_kv * d_v]; mask float [n, n_kv]; out float [n, n_head * d_v].  Query head
+ * h reads KV head h / (n_head / n_head_kv).  A row that sees no cell gets zeros.  Returns 0,
+ * or -1 without scratch memory. */
+int lp_attn_f16(const float *q, int64_t n, int64_t ldq, int64_t n_head, int64_t n_head_kv, int64_t d_k, int64_t d_v,
+                const uint16_t *k, const uint16_t *v, int64_t n_kv, const float *mask, const int64_t *ptr,
+                const int64_t *cells, float scale, float *out) {
+    const int64_t hpt = lp_attn_heads_per_task(n, n_head, n_head_kv), most = lp_most_visible(ptr, n);
+    int failed = 0;
+#pragma omp parallel
+    {
+        float *p = (float *)malloc((size_t)(most * hpt) * sizeof(float));
+#pragma omp atomic update
+        failed += p == NULL;
+#pragma omp barrier
+        if (!failed) lp_attn_for(q, n, ldq, n_head, n_head_kv, d_k, d_v, k, v, n_kv, mask, ptr, cells, scale, out,
+                                 n_head * d_v, hpt, p);
+        free(p);
+    }
+    return failed ? -1 : 0;
+}

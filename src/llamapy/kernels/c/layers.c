@@ -1,0 +1,164 @@
+/* Every layer of a decode ubatch (few rows) in one call and one parallel region, the threads
+ * meeting at a barrier after each step, for the llama and gemma3 layer shapes:
+ *
+ *   h = rms_norm(x) * attn_norm
+ *   q|k|v = wq h, wk h, wv h               (or one stacked wqkv product)
+ *   q, k = rms_norm per head * q_norm, k_norm   (gemma3; skipped when NULL)
+ *   q, k = rope(q), rope(k); q *= q_scale; k, v stored into the row's cell (f16)
+ *   a = attention over the cells the row's mask lets it see (scale attn_scale)
+ *   x += wo a                              (gemma3: x += rms_norm(wo a) * attn_post_norm)
+ *   h = rms_norm(x) * ffn_norm
+ *   x += wd act(wg h) * (wu h)             (act silu or gelu; gemma3: post-norm as above)
+ *
+ * The steps and arithmetic are the per-op path's with the same kernels (mm.c, ops.c).  Each
+ * layer names its KV set (the cache it stores into and reads: the window cache or the global
+ * one of an iSWA model) and its RoPE set (cos/sin of each row for its base frequency). */
+#include <omp.h>
+
+#include "lp.h"
+
+typedef struct {
+    const float *attn_norm, *ffn_norm;           /* [n_embd] */
+    const float *q_norm, *k_norm;                /* [d] or NULL */
+    const float *attn_post_norm, *ffn_post_norm; /* [n_embd] or NULL */
+    const uint8_t *wq, *wk, *wv, *wo, *wg, *wu, *wd; /* wk = wv = NULL: wq is Q|K|V stacked; wu = NULL: wg is gate|up */
+    int64_t tq, tk, tv, to, tg, tu, td;          /* their GGML types */
+    uint16_t *k, *v;                             /* the layer's cache stream [n_cells, n_head_kv * d] f16 */
+    int64_t kv_set, rope_set;
+} lp_layer;
+
+typedef struct {
+    int64_t n_embd, n_head, n_head_kv, d, n_rot, n_ff;
+    float eps, attn_scale, q_scale;
+    int64_t neox, gelu;
+} lp_dims;
+
+typedef struct {
+    const float *cos, *sin; /* [n, n_rot / 2] */
+} lp_rope_in;
+
+typedef struct {
+    const int64_t *store_cells; /* [n] each row's cell */
+    const float *mask;          /* [n, n_kv] */
+    int64_t n_kv;
+    const int64_t *ptr, *cells; /* the visible cells of each row (ops.c lp_attn_for) */
+} lp_kv_in;
+
+static int64_t max3(int64_t a, int64_t b, int64_t c) { return a > b ? (a > c ? a : c) : (b > c ? b : c); }
+
+/* One product of the prepared activations into y (stride ldy), split among the threads. */
+static void product(int64_t type, const uint8_t *w, int64_t n_out, const lp_xprep *xp, float *y, int64_t ldy, int acc,
+                    void *scratch) {
+    lp_mm_for((int)type, w, n_out, xp->n_in, xp, y, ldy, acc, scratch);
+}
+
+/* x += rms_norm(t) * post (post NULL: x += t), row by row. */
+static void residual_for(float *x, float *t, const float *post, int64_t n, int64_t ne, float eps) {
+#pragma omp for schedule(static)
+    for (int64_t r = 0; r < n; r++) {
+        float *tr = t + r * ne, *xr = x + r * ne;
+        if (post) lp_rms_norm_row(tr, post, ne, eps, tr);
+        for (int64_t i = 0; i < ne; i++) xr[i] += tr[i];
+    }
+}
+
+int lp_layers(const lp_layer *L, int64_t n_layer, const lp_dims *hp, float *x, int64_t n, const lp_rope_in *ropes,
+              const lp_kv_in *kvs, int64_t n_kv_sets) {
+    const int64_t ne = hp->n_embd, d = hp->d, nq = hp->n_head * d, nk = hp->n_head_kv * d, nqkv = nq + 2 * nk;
+    const int64_t n_ff = hp->n_ff, half = hp->n_rot / 2, wide = max3(ne, nq, n_ff);
+    const int64_t hpt = lp_attn_heads_per_task(n, hp->n_head, hp->n_head_kv);
+    int64_t most = 1;
+    for (int64_t s = 0; s < n_kv_sets; s++) {
+        const int64_t m = lp_most_visible(kvs[s].ptr, n);
+        most = m > most ? m : most;
+    }
+    float *buf = (float *)malloc((size_t)(n * (2 * ne + nqkv + nq + 3 * n_ff)) * sizeof(float));
+    void *xbuf = malloc(lp_xprep_bytes(wide, n));
+    if (!buf || !xbuf) {
+        free(buf);
+        free(xbuf);
+        return -1;
+    }
+    float *xn = buf, *qkv = xn + n * ne, *att = qkv + n * nqkv, *gu = att + n * nq, *h = gu + n * 2 * n_ff;
+    float *tmp = h + n * n_ff;
+    int failed = 0;
+    lp_xprep xp_ne = lp_xprep_at(xbuf, ne, n), xp_q = lp_xprep_at(xbuf, nq, n), xp_ff = lp_xprep_at(xbuf, n_ff, n);
+#pragma omp parallel
+    {
+        float *p = (float *)malloc((size_t)(most * hpt) * sizeof(float));
+        void *scratch = malloc(lp_mm_scratch_bytes(wide));
+        int ok = p && scratch;
+#pragma omp atomic update
+        failed += !ok;
+#pragma omp barrier
+        for (int64_t il = 0; il < n_layer && !failed; il++) {
+            const lp_layer *l = L + il;
+            const lp_kv_in *kv = kvs + l->kv_set;
+            const lp_rope_in *rp = ropes + l->rope_set;
+            /* attention */
+#pragma omp for schedule(static)
+            for (int64_t r = 0; r < n; r++) lp_rms_norm_row(x + r * ne, l->attn_norm, ne, hp->eps, xn + r * ne);
+            lp_prep_for(xn, n, &xp_ne);
+            if (l->wk == NULL) {
+                product(l->tq, l->wq, nqkv, &xp_ne, qkv, nqkv, 0, scratch);
+            } else {
+                product(l->tq, l->wq, nq, &xp_ne, qkv, nqkv, 0, scratch);
+                product(l->tk, l->wk, nk, &xp_ne, qkv + nq, nqkv, 0, scratch);
+                product(l->tv, l->wv, nk, &xp_ne, qkv + nq + nk, nqkv, 0, scratch);
+            }
+#pragma omp for schedule(static)
+            for (int64_t r = 0; r < n; r++) { /* Q and K normed, rotated and scaled; K and V into the row's cell */
+                float *row = qkv + r * nqkv;
+                if (l->q_norm)
+                    for (int64_t hh = 0; hh < hp->n_head; hh++) lp_rms_norm_row(row + hh * d, l->q_norm, d, hp->eps, row + hh * d);
+                if (l->k_norm)
+                    for (int64_t hh = 0; hh < hp->n_head_kv; hh++)
+                        lp_rms_norm_row(row + nq + hh * d, l->k_norm, d, hp->eps, row + nq + hh * d);
+                lp_rope_row(row, hp->n_head + hp->n_head_kv, d, hp->n_rot, rp->cos + r * half, rp->sin + r * half, (int)hp->neox);
+                if (hp->q_scale != 1.0f)
+                    for (int64_t i = 0; i < nq; i++) row[i] *= hp->q_scale;
+                lp_store_f16(l->k + kv->store_cells[r] * nk, row + nq, nk);
+                lp_store_f16(l->v + kv->store_cells[r] * nk, row + nq + nk, nk);
+            }
+            lp_attn_for(qkv, n, nqkv, hp->n_head, hp->n_head_kv, d, d, l->k, l->v, kv->n_kv, kv->mask, kv->ptr,
+                        kv->cells, hp->attn_scale, att, nq, hpt, p);
+            lp_prep_for(att, n, &xp_q);
+            if (l->attn_post_norm) {
+                product(l->to, l->wo, ne, &xp_q, tmp, ne, 0, scratch);
+                residual_for(x, tmp, l->attn_post_norm, n, ne, hp->eps);
+            } else {
+                product(l->to, l->wo, ne, &xp_q, x, ne, 1, scratch);
+            }
+            /* feed-forward */
+#pragma omp for schedule(static)
+            for (int64_t r = 0; r < n; r++) lp_rms_norm_row(x + r * ne, l->ffn_norm, ne, hp->eps, xn + r * ne);
+            lp_prep_for(xn, n, &xp_ne);
+            if (l->wu == NULL) {
+                product(l->tg, l->wg, 2 * n_ff, &xp_ne, gu, 2 * n_ff, 0, scratch);
+            } else {
+                product(l->tg, l->wg, n_ff, &xp_ne, gu, 2 * n_ff, 0, scratch);
+                product(l->tu, l->wu, n_ff, &xp_ne, gu + n_ff, 2 * n_ff, 0, scratch);
+            }
+#pragma omp for schedule(static)
+            for (int64_t r = 0; r < n; r++) {
+                const float *g = gu + r * 2 * n_ff;
+                if (hp->gelu)
+                    lp_geglu_row(g, g + n_ff, n_ff, h + r * n_ff);
+                else
+                    lp_swiglu_row(g, g + n_ff, n_ff, h + r * n_ff);
+            }
+            lp_prep_for(h, n, &xp_ff);
+            if (l->ffn_post_norm) {
+                product(l->td, l->wd, ne, &xp_ff, tmp, ne, 0, scratch);
+                residual_for(x, tmp, l->ffn_post_norm, n, ne, hp->eps);
+            } else {
+                product(l->td, l->wd, ne, &xp_ff, x, ne, 1, scratch);
+            }
+        }
+        free(p);
+        free(scratch);
+    }
+    free(buf);
+    free(xbuf);
+    return failed ? -1 : 0;
+}

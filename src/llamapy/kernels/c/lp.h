@@ -1,0 +1,205 @@
+/* llamapy's CPU kernels: shared definitions.
+ *
+ * One source, built once per ISA level (kernels/build.py): the same files compiled with
+ * -march=x86-64-v3 (avx2), -march=x86-64-v4 (+VNNI/BF16 where the CPU has them: avx512),
+ * armv8-a(+dotprod) (neon), or with LP_PORTABLE defined (scalar: the reference every SIMD
+ * path is tested against).  Code picks its path with the compiler's feature macros:
+ *   LP_AVX512 (__AVX512F__ + BW + VL), LP_AVX2 (__AVX2__ + __FMA__ + __F16C__),
+ *   LP_NEON (__ARM_NEON + aarch64), LP_DOTPROD (__ARM_FEATURE_DOTPROD), none: portable C.
+ *
+ * Weights stay in the GGUF file's blocks.  Every block type is read through one canonical
+ * form of an output row (quants.c, lp_unpack_row): int8 values q[n_in], a float scale per
+ * 16 values d16[n_in/16] and, for types with a minimum, a float offset per 16 m16[n_in/16],
+ * so that w[k] = d16[k/16] * q[k] + m16[k/16] is ggml's dequantization, bit for bit.
+ *
+ * Activations of the few-row products (decode) are rounded once per row to int16 with one
+ * scale per block of 32 (lp_xrows, quants.c lp_prepare_x): x ~ s * xq, |xq| <= LP_XQ_MAX.  The
+ * product of a row is then sum over 16-groups of d16 * s * (q . xq) + m16 * sum16(x): integer
+ * dot products, the same integers on every ISA (only the float sums' order differs). */
+#ifndef LP_H
+#define LP_H
+
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#if !defined(LP_PORTABLE) && defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)
+#define LP_AVX512 1
+#endif
+#if !defined(LP_PORTABLE) && defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+#define LP_AVX2 1
+#endif
+#if !defined(LP_PORTABLE) && defined(__ARM_NEON) && defined(__aarch64__)
+#define LP_NEON 1
+#if defined(__ARM_FEATURE_DOTPROD)
+#define LP_DOTPROD 1
+#endif
+#endif
+#if defined(LP_AVX512) && defined(__AVX512VNNI__)
+#define LP_VNNI 1
+#endif
+#if defined(LP_AVX512) && defined(__AVX512BF16__)
+#define LP_BF16 1 /* the CPU multiplies bf16 natively (vdpbf16ps) */
+#endif
+#if defined(LP_AVX2) || defined(LP_AVX512)
+#include <immintrin.h>
+#endif
+#if defined(LP_NEON)
+#include <arm_neon.h>
+#endif
+
+#define LP_INLINE static inline __attribute__((always_inline))
+
+/* A float vector of VW lanes: 16 on AVX-512, 8 on AVX2, 4 on NEON, 1 in portable C.
+ * VF_LOADH loads VW f16 values as floats. */
+#if defined(LP_AVX512)
+#define VW 16
+typedef __m512 vf;
+#define VF_LOAD(p) _mm512_loadu_ps(p)
+#define VF_LOADH(p) _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(p)))
+#define VF_STORE(p, v) _mm512_storeu_ps(p, v)
+#define VF_SET1(x) _mm512_set1_ps(x)
+#define VF_FMA(a, b, c) _mm512_fmadd_ps(a, b, c)
+#define VF_MUL(a, b) _mm512_mul_ps(a, b)
+#define VF_ADD(a, b) _mm512_add_ps(a, b)
+#define VF_SUM(v) _mm512_reduce_add_ps(v)
+#elif defined(LP_AVX2)
+#define VW 8
+typedef __m256 vf;
+#define VF_LOAD(p) _mm256_loadu_ps(p)
+#define VF_LOADH(p) _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p)))
+#define VF_STORE(p, v) _mm256_storeu_ps(p, v)
+#define VF_SET1(x) _mm256_set1_ps(x)
+#define VF_FMA(a, b, c) _mm256_fmadd_ps(a, b, c)
+#define VF_MUL(a, b) _mm256_mul_ps(a, b)
+#define VF_ADD(a, b) _mm256_add_ps(a, b)
+LP_INLINE float VF_SUM(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+#elif defined(LP_NEON)
+#define VW 4
+typedef float32x4_t vf;
+#define VF_LOAD(p) vld1q_f32(p)
+#define VF_LOADH(p) vcvt_f32_f16(vld1_f16((const __fp16 *)(p)))
+#define VF_STORE(p, v) vst1q_f32(p, v)
+#define VF_SET1(x) vdupq_n_f32(x)
+#define VF_FMA(a, b, c) vfmaq_f32(c, a, b)
+#define VF_MUL(a, b) vmulq_f32(a, b)
+#define VF_ADD(a, b) vaddq_f32(a, b)
+#define VF_SUM(v) vaddvq_f32(v)
+#else
+#define VW 1
+typedef float vf;
+#define VF_LOAD(p) (*(p))
+#define VF_LOADH(p) lp_f16_to_f32(*(p))
+#define VF_STORE(p, v) (*(p) = (v))
+#define VF_SET1(x) (x)
+#define VF_FMA(a, b, c) ((a) * (b) + (c))
+#define VF_MUL(a, b) ((a) * (b))
+#define VF_ADD(a, b) ((a) + (b))
+#define VF_SUM(v) (v)
+#endif
+
+#define LP_XQ_MAX 32639.0f
+#define LP_F32_ROWS 4 /* products of this many rows or more take the fp32 path (mm.c) */ /* |xq| bound: 127 * 256 + 127, so xq splits into two int8 (dotprod) */
+
+/* GGMLQuantizationType values */
+enum {
+    LP_F32 = 0, LP_F16 = 1, LP_Q4_0 = 2, LP_Q4_1 = 3, LP_Q5_0 = 6, LP_Q5_1 = 7, LP_Q8_0 = 8,
+    LP_Q2_K = 10, LP_Q3_K = 11, LP_Q4_K = 12, LP_Q5_K = 13, LP_Q6_K = 14, LP_BF16_T = 30
+};
+
+/* Elements per block and bytes per block of a type; 0 bytes: not a type of these kernels. */
+int lp_block_elems(int type);
+int lp_block_bytes(int type);
+int lp_has_min(int type);     /* w = d q + m with a real m (Q4_1, Q5_1, Q2_K, Q4_K, Q5_K) */
+int lp_is_float(int type);    /* F32, F16, BF16: no blocks, products in fp32 */
+int64_t lp_row_bytes(int type, int64_t n_in);
+
+static inline float lp_f16_to_f32(uint16_t h) {
+    _Float16 v;
+    memcpy(&v, &h, 2);
+    return (float)v;
+}
+
+static inline float lp_bf16_to_f32(uint16_t h) {
+    const uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+static inline uint16_t lp_f32_to_bf16(float f) { /* round to nearest even (no NaNs occur here) */
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return (uint16_t)((u + 0x7fff + ((u >> 16) & 1)) >> 16);
+}
+
+static inline uint16_t lp_rd16(const uint8_t *p) { return (uint16_t)(p[0] | (p[1] << 8)); }
+
+/* One output row in canonical form (see the top of this file). */
+typedef struct {
+    int8_t *q;    /* [n_in] */
+    float *d16;   /* [n_in / 16] */
+    float *m16;   /* [n_in / 16], all zero for types without a minimum */
+} lp_wrow;
+
+/* Few activation rows prepared for the integer products (lp_prepare_x). */
+typedef struct {
+    int64_t n_in, n;  /* row length, rows */
+    int16_t *q;       /* [n, n_in] x / s, rounded to nearest even */
+    float *s;         /* [n, n_in / 32] max |x| / LP_XQ_MAX per block of 32 */
+    float *sum16;     /* [n, n_in / 16] sums of x (fp32, in order) per 16 */
+    int8_t *qh, *ql;  /* dotprod builds: q = 256 qh + ql, [n, n_in] each; else NULL */
+} lp_xrows;
+
+/* quants.c */
+size_t lp_wrow_bytes(int64_t n_in);
+lp_wrow lp_wrow_at(void *buf, int64_t n_in);
+void lp_unpack_row(int type, const uint8_t *row, int64_t n_in, lp_wrow w);
+void lp_row_to_f32(int type, const uint8_t *row, int64_t n_in, float *out, lp_wrow scratch);
+size_t lp_xrows_bytes(int64_t n_in, int64_t n);
+lp_xrows lp_xrows_at(void *buf, int64_t n_in, int64_t n);
+void lp_prepare_x_row(const float *x, lp_xrows xr, int64_t r);
+
+/* dot.c: y[r] = w . x_r for the n rows of xr (integer products), and the fp32 products of
+ * two float rows w0, w1 against n <= 4 rows of x (row stride ldx). */
+void lp_dot_rows(int g16, int has_min, lp_wrow w, const lp_xrows *xr, int64_t r0, int n, float *y);
+void lp_dot2_rows_f32(const float *w0, const float *w1, int64_t n_in, const float *x, int64_t ldx, int n, float *y0,
+                      float *y1);
+/* row1_x86.c: one row straight from the blocks; 0 where the type has no such path here. */
+int lp_dot_row1(int type, const uint8_t *row, int64_t n_in, const lp_xrows *xr, int64_t r, float *y);
+int lp_row_to_f32_fast(int type, const uint8_t *row, int64_t n_in, float *out);
+
+/* ops.c, used by mm.c and layers.c */
+void lp_rms_norm_row(const float *x, const float *w, int64_t n, float eps, float *out);
+void lp_swiglu_row(const float *g, const float *u, int64_t n_ff, float *out);
+void lp_geglu_row(const float *g, const float *u, int64_t n_ff, float *out);
+void lp_rope_row(float *x, int64_t n_head, int64_t d, int64_t n_rot, const float *c, const float *s, int neox);
+void lp_store_f16(uint16_t *dst, const float *x, int64_t n);
+int64_t lp_attn_heads_per_task(int64_t n, int64_t n_head, int64_t n_head_kv);
+int64_t lp_most_visible(const int64_t *ptr, int64_t n);
+void lp_attn_for(const float *q, int64_t n, int64_t ldq, int64_t n_head, int64_t n_head_kv, int64_t d_k,
+                 int64_t d_v, const uint16_t *k, const uint16_t *v, int64_t n_kv, const float *mask,
+                 const int64_t *ptr, const int64_t *cells, float scale, float *out, int64_t ldo, int64_t hpt,
+                 float *p);
+
+/* mm.c: the product split among the threads of an enclosing parallel region. */
+typedef struct {
+    lp_xrows xr;       /* the integer form (block types) */
+    uint16_t *xb;      /* bf16 form (float types on a bf16 CPU), or NULL */
+    const float *x;    /* fp32 rows */
+    int64_t n, n_in;
+} lp_xprep;
+size_t lp_xprep_bytes(int64_t n_in, int64_t n);
+lp_xprep lp_xprep_at(void *buf, int64_t n_in, int64_t n);
+void lp_prep_for(const float *x, int64_t n, lp_xprep *xp);
+size_t lp_mm_scratch_bytes(int64_t n_in);
+void lp_mm_for(int type, const uint8_t *w, int64_t n_out, int64_t n_in, const lp_xprep *xp, float *y, int64_t ldy,
+               int accumulate, void *scratch);
+
+#endif

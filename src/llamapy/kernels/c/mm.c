@@ -1,0 +1,162 @@
+/* The products y (+)= x W^T of few activation rows against a weight matrix kept in its GGUF
+ * blocks, and the conversions around them (dequantization, embedding rows).
+ *
+ * Exported (ctypes, see kernels/build.py): lp_mm, lp_dequant, lp_dequant_bf16, lp_get_rows.
+ * Internal, for a caller's own parallel region (layers.c): lp_prep_for + lp_mm_for. */
+#include <omp.h>
+
+#include "lp.h"
+
+#define CHUNK 16 /* output rows per task */
+
+size_t lp_xprep_bytes(int64_t n_in, int64_t n) { return lp_xrows_bytes(n_in, n); }
+
+lp_xprep lp_xprep_at(void *buf, int64_t n_in, int64_t n) {
+    lp_xprep p;
+    p.xr = lp_xrows_at(buf, n_in, n);
+    p.xb = NULL;
+    p.x = NULL;
+    p.n = n;
+    p.n_in = n_in;
+    return p;
+}
+
+/* x [n, n_in] prepared for the integer products, its rows split among the threads of the
+ * enclosing parallel region (which meet after it). */
+void lp_prep_for(const float *x, int64_t n, lp_xprep *xp) {
+#pragma omp single
+    {
+        xp->x = x;
+        xp->n = n;
+        xp->xr.n = n;
+    }
+    if (xp->n_in % 32 == 0 && n < LP_F32_ROWS) {
+#pragma omp for schedule(static)
+        for (int64_t r = 0; r < n; r++) lp_prepare_x_row(x + r * xp->n_in, xp->xr, r);
+    }
+}
+
+size_t lp_mm_scratch_bytes(int64_t n_in) { return lp_wrow_bytes(n_in) + 2 * (size_t)n_in * 4 + 128; }
+
+static inline void put(float *y, float v, int accumulate) { *y = accumulate ? *y + v : v; }
+
+/* Output row o as float32: the file's floats, or dequantized into buf. */
+static const float *row_f32(int type, const uint8_t *w, int64_t rb, int64_t o, int64_t n_in, float *buf, lp_wrow wr) {
+    if (type == LP_F32) return (const float *)(w + o * rb);
+    lp_row_to_f32(type, w + o * rb, n_in, buf, wr);
+    return buf;
+}
+
+/* Output rows o0..o1 of the product: each weight row read once and multiplied by every
+ * activation row.  One row: straight from the blocks where row1_x86.c has the type, else
+ * through the canonical form (integer products, as from 2 rows); LP_F32_ROWS rows or more,
+ * and float types: the rows converted to fp32 two at a time, exact fp32 products. */
+static void mm_chunk(int type, const uint8_t *w, int64_t o0, int64_t o1, int64_t n_in, const lp_xprep *xp, float *y,
+                     int64_t ldy, int accumulate, void *scratch) {
+    const int64_t rb = lp_row_bytes(type, n_in), n = xp->n;
+    lp_wrow wr = lp_wrow_at(scratch, n_in);
+    float *wf = (float *)(((uintptr_t)((char *)scratch + lp_wrow_bytes(n_in)) + 63) & ~(uintptr_t)63);
+    const int g16 = type == LP_Q2_K || type == LP_Q3_K || type == LP_Q6_K, has_min = lp_has_min(type);
+    float acc[32], acc1[4];
+    if (lp_is_float(type) || n >= LP_F32_ROWS) {
+        for (int64_t o = o0; o < o1; o += 2) {
+            const int two = o + 1 < o1;
+            const float *f0 = row_f32(type, w, rb, o, n_in, wf, wr);
+            const float *f1 = two ? row_f32(type, w, rb, o + 1, n_in, wf + n_in, wr) : f0;
+            for (int64_t r0 = 0; r0 < n; r0 += 4) {
+                const int nr = (int)(n - r0 < 4 ? n - r0 : 4);
+                lp_dot2_rows_f32(f0, f1, n_in, xp->x + r0 * n_in, n_in, nr, acc, acc1);
+                for (int i = 0; i < nr; i++) {
+                    put(y + (r0 + i) * ldy + o, acc[i], accumulate);
+                    if (two) put(y + (r0 + i) * ldy + o + 1, acc1[i], accumulate);
+                }
+            }
+        }
+        return;
+    }
+    for (int64_t o = o0; o < o1; o++) {
+        const uint8_t *row = w + o * rb;
+        if (n == 1 && lp_dot_row1(type, row, n_in, &xp->xr, 0, acc)) {
+            put(y + o, acc[0], accumulate);
+            continue;
+        }
+        lp_unpack_row(type, row, n_in, wr);
+        lp_dot_rows(g16, has_min, wr, &xp->xr, 0, (int)n, acc);
+        for (int i = 0; i < n; i++) put(y + i * ldy + o, acc[i], accumulate);
+    }
+}
+
+/* The product of lp_mm with its output rows split among the threads of the enclosing
+ * parallel region (an orphaned `omp for`); xp prepared by lp_prep_for; scratch: this thread's
+ * lp_mm_scratch_bytes(n_in). */
+void lp_mm_for(int type, const uint8_t *w, int64_t n_out, int64_t n_in, const lp_xprep *xp, float *y, int64_t ldy,
+               int accumulate, void *scratch) {
+#pragma omp for schedule(static)
+    for (int64_t o0 = 0; o0 < n_out; o0 += CHUNK)
+        mm_chunk(type, w, o0, o0 + CHUNK < n_out ? o0 + CHUNK : n_out, n_in, xp, y, ldy, accumulate, scratch);
+}
+
+/* y[r, o] (+)= sum_k x[r, k] W[o, k]: x float [n_rows, n_in], W [n_out, n_in] in blocks of
+ * `type`, y float rows of stride ldy.  Block types: integer products on int16 activations (see
+ * lp.h); float types: fp32.  Returns 0, or -1 when scratch memory could not be allocated. */
+int lp_mm(int type, const uint8_t *w, int64_t n_out, int64_t n_in, const float *x, int64_t n_rows, float *y,
+          int64_t ldy, int accumulate) {
+    void *xbuf = malloc(lp_xprep_bytes(n_in, n_rows));
+    if (!xbuf) return -1;
+    lp_xprep xp = lp_xprep_at(xbuf, n_in, n_rows);
+    int failed = 0;
+#pragma omp parallel
+    {
+        void *scratch = malloc(lp_mm_scratch_bytes(n_in));
+        lp_prep_for(x, n_rows, &xp);
+        if (scratch) {
+            lp_mm_for(type, w, n_out, n_in, &xp, y, ldy, accumulate, scratch);
+        } else {
+#pragma omp atomic write
+            failed = 1;
+        }
+        free(scratch);
+    }
+    free(xbuf);
+    return failed ? -1 : 0;
+}
+
+/* Rows r0..r1 of W [n_out, n_in] as float [r1 - r0, n_in]: ggml's dequantization. */
+void lp_dequant(int type, const uint8_t *w, int64_t n_in, int64_t r0, int64_t r1, float *out) {
+    const int64_t rb = lp_row_bytes(type, n_in);
+#pragma omp parallel
+    {
+        void *scratch = malloc(lp_wrow_bytes(n_in));
+        lp_wrow wr = lp_wrow_at(scratch, n_in);
+#pragma omp for schedule(static)
+        for (int64_t r = r0; r < r1; r++) lp_row_to_f32(type, w + r * rb, n_in, out + (r - r0) * n_in, wr);
+        free(scratch);
+    }
+}
+
+/* The same rows rounded to bfloat16 (round to nearest even; weights hold no NaNs). */
+void lp_dequant_bf16(int type, const uint8_t *w, int64_t n_in, int64_t r0, int64_t r1, uint16_t *out) {
+    const int64_t rb = lp_row_bytes(type, n_in);
+#pragma omp parallel
+    {
+        void *scratch = malloc(lp_wrow_bytes(n_in) + (size_t)n_in * 4);
+        lp_wrow wr = lp_wrow_at(scratch, n_in);
+        float *t = (float *)((char *)scratch + lp_wrow_bytes(n_in));
+#pragma omp for schedule(static)
+        for (int64_t r = r0; r < r1; r++) {
+            lp_row_to_f32(type, w + r * rb, n_in, t, wr);
+            uint16_t *o = out + (r - r0) * n_in;
+            for (int64_t k = 0; k < n_in; k++) o[k] = lp_f32_to_bf16(t[k]);
+        }
+        free(scratch);
+    }
+}
+
+/* Rows ids[0..n) of W as float [n, n_in] (ggml_get_rows: the token embeddings). */
+void lp_get_rows(int type, const uint8_t *w, int64_t n_in, const int64_t *ids, int64_t n, float *out) {
+    const int64_t rb = lp_row_bytes(type, n_in);
+    void *scratch = malloc(lp_wrow_bytes(n_in));
+    lp_wrow wr = lp_wrow_at(scratch, n_in);
+    for (int64_t i = 0; i < n; i++) lp_row_to_f32(type, w + ids[i] * rb, n_in, out + i * n_in, wr);
+    free(scratch);
+}

@@ -1,0 +1,161 @@
+/* The row-wise operations of a decode step: rms_norm, SwiGLU / GeGLU, RoPE, f16 stores and
+ * attention over an f16 KV cache.  Written once over lp.h's float-vector vocabulary (VF_*). */
+#include <omp.h>
+
+#include "lp.h"
+
+
+/* out = x / sqrt(mean(x^2) + eps) * w over one row of n (ggml_rms_norm then ggml_mul); w may
+ * be NULL.  out may be x. */
+void lp_rms_norm_row(const float *x, const float *w, int64_t n, float eps, float *out) {
+    float ss = 0.0f;
+#pragma omp simd reduction(+ : ss)
+    for (int64_t i = 0; i < n; i++) ss += x[i] * x[i];
+    const float s = 1.0f / sqrtf(ss / (float)n + eps);
+    if (w) {
+#pragma omp simd
+        for (int64_t i = 0; i < n; i++) out[i] = x[i] * s * w[i];
+    } else {
+#pragma omp simd
+        for (int64_t i = 0; i < n; i++) out[i] = x[i] * s;
+    }
+}
+
+/* out[i] = silu(g[i]) * u[i] over one row of n_ff. */
+void lp_swiglu_row(const float *g, const float *u, int64_t n_ff, float *out) {
+#pragma omp simd
+    for (int64_t i = 0; i < n_ff; i++) out[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+}
+
+/* out[i] = gelu(g[i]) * u[i], gelu's tanh form (ggml_gelu: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))). */
+void lp_geglu_row(const float *g, const float *u, int64_t n_ff, float *out) {
+    const float c = 0.7978845608028654f;
+#pragma omp simd
+    for (int64_t i = 0; i < n_ff; i++) {
+        const float x = g[i];
+        out[i] = 0.5f * x * (1.0f + tanhf(c * x * (1.0f + 0.044715f * x * x))) * u[i];
+    }
+}
+
+/* RoPE in place on the n_head heads of one row, head h at x + h * d; c, s [n_rot/2].  neox:
+ * pairs (i, i + n_rot/2), else (2i, 2i+1); dims past n_rot are left alone. */
+void lp_rope_row(float *x, int64_t n_head, int64_t d, int64_t n_rot, const float *c, const float *s, int neox) {
+    const int64_t half = n_rot / 2;
+    for (int64_t h = 0; h < n_head; h++) {
+        float *v = x + h * d;
+        if (neox) {
+#pragma omp simd
+            for (int64_t i = 0; i < half; i++) {
+                const float x0 = v[i], x1 = v[i + half];
+                v[i] = x0 * c[i] - x1 * s[i];
+                v[i + half] = x0 * s[i] + x1 * c[i];
+            }
+        } else {
+            for (int64_t i = 0; i < half; i++) {
+                const float x0 = v[2 * i], x1 = v[2 * i + 1];
+                v[2 * i] = x0 * c[i] - x1 * s[i];
+                v[2 * i + 1] = x0 * s[i] + x1 * c[i];
+            }
+        }
+    }
+}
+
+/* f32 -> f16, round to nearest even (torch's float16 conversion). */
+void lp_store_f16(uint16_t *dst, const float *x, int64_t n) {
+    int64_t j = 0;
+#if defined(LP_AVX512)
+    for (; j + 16 <= n; j += 16)
+        _mm256_storeu_si256((__m256i *)(dst + j), _mm512_cvtps_ph(_mm512_loadu_ps(x + j), _MM_FROUND_TO_NEAREST_INT));
+#elif defined(LP_AVX2)
+    for (; j + 8 <= n; j += 8)
+        _mm_storeu_si128((__m128i *)(dst + j), _mm256_cvtps_ph(_mm256_loadu_ps(x + j), _MM_FROUND_TO_NEAREST_INT));
+#elif defined(LP_NEON)
+    for (; j + 4 <= n; j += 4) vst1_f16((__fp16 *)(dst + j), vcvt_f16_f32(vld1q_f32(x + j)));
+#endif
+    for (; j < n; j++) {
+        const _Float16 h = (_Float16)x[j];
+        memcpy(dst + j, &h, 2);
+    }
+}
+
+/* dot of a float vector with an f16 one over d elements, and y += p * f16 vector. */
+static inline float dot_f16(const float *q, const uint16_t *k, int64_t d) {
+    int64_t j = 0;
+    float s = 0.0f;
+#if VW > 1
+    vf acc = VF_SET1(0.0f);
+    for (; j + VW <= d; j += VW) acc = VF_FMA(VF_LOAD(q + j), VF_LOADH(k + j), acc);
+    s = VF_SUM(acc);
+#endif
+    for (; j < d; j++) s += q[j] * lp_f16_to_f32(k[j]);
+    return s;
+}
+
+static inline void axpy_f16(float *y, float p, const uint16_t *v, int64_t d) {
+    int64_t j = 0;
+#if VW > 1
+    const vf vp = VF_SET1(p);
+    for (; j + VW <= d; j += VW) VF_STORE(y + j, VF_FMA(vp, VF_LOADH(v + j), VF_LOAD(y + j)));
+#endif
+    for (; j < d; j++) y[j] += p * lp_f16_to_f32(v[j]);
+}
+
+/* Query heads per attention task: a row's whole KV-head group when there are enough tasks
+ * for the threads, else one head; and the most cells any row sees (the scratch per task). */
+int64_t lp_attn_heads_per_task(int64_t n, int64_t n_head, int64_t n_head_kv) {
+    const int64_t r = n_head / n_head_kv;
+    return r <= 64 && n * n_head_kv >= 4 * omp_get_max_threads() ? r : 1;
+}
+
+int64_t lp_most_visible(const int64_t *ptr, int64_t n) {
+    int64_t most = 1;
+    for (int64_t i = 0; i < n; i++) most = ptr[i + 1] - ptr[i] > most ? ptr[i + 1] - ptr[i] : most;
+    return most;
+}
+
+/* hpt query heads h0.. of one row sharing KV head hk: each visible cell's K row is read once
+ * for all of them (scores into p [hpt, nc]), then each V row once (softmax-weighted sums into
+ * the heads' outputs o + h * d_v, zeroed first).  A head that sees nothing gets zeros. */
+static void attn_group(const float *q, int64_t hpt, int64_t d_k, int64_t d_v, const uint16_t *k, const uint16_t *v,
+                       int64_t ldk, int64_t ldv, const float *mi, const int64_t *cells, int64_t nc, float scale,
+                       float *p, float *o) {
+    float mx[64], l[64];
+    for (int64_t h = 0; h < hpt; h++) mx[h] = -INFINITY;
+    for (int64_t c = 0; c < nc; c++) {
+        const uint16_t *kr = k + cells[c] * ldk;
+        for (int64_t h = 0; h < hpt; h++) {
+            const float sc = dot_f16(q + h * d_k, kr, d_k) * scale + mi[cells[c]];
+            p[h * nc + c] = sc;
+            mx[h] = sc > mx[h] ? sc : mx[h];
+        }
+    }
+    for (int64_t h = 0; h < hpt; h++) {
+        float *ph = p + h * nc, m = mx[h], s = 0.0f;
+        for (int64_t c = 0; c < nc; c++) {
+            ph[c] = m == -INFINITY ? 0.0f : expf(ph[c] - m);
+            s += ph[c];
+        }
+        l[h] = s > 0.0f ? 1.0f / s : 0.0f;
+        memset(o + h * d_v, 0, (size_t)d_v * sizeof(float));
+    }
+    for (int64_t c = 0; c < nc; c++) {
+        const uint16_t *vr = v + cells[c] * ldv;
+        for (int64_t h = 0; h < hpt; h++) axpy_f16(o + h * d_v, p[h * nc + c] * l[h], vr, d_v);
+    }
+}
+
+/* lp_attn_f16's tasks (one per (row, group of hpt query heads)), split among the threads of
+ * the enclosing parallel region; p: this thread's scratch of lp_most_visible() * hpt floats.
+ * Row i's output is out + i * ldo. */
+void lp_attn_for(const float *q, int64_t n, int64_t ldq, int64_t n_head, int64_t n_head_kv, int64_t d_k,
+                 int64_t d_v, const uint16_t *k, const uint16_t *v, int64_t n_kv, const float *mask,
+                 const int64_t *ptr, const int64_t *cells, float scale, float *out, int64_t ldo, int64_t hpt,
+                 float *p) {
+    const int64_t r = n_head / n_head_kv, ldk = n_head_kv * d_k, ldv = n_head_kv * d_v;
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t t = 0; t < n * n_head / hpt; t++) {
+        const int64_t i = t / (n_head / hpt), h0 = t % (n_head / hpt) * hpt, hk = h0 / r;
+        attn_group(q + i * ldq + h0 * d_k, hpt, d_k, d_v, k + hk * d_k, v + hk * d_v, ldk, ldv, mask + i * n_kv,
+                   cells + ptr[i], ptr[i + 1] - ptr[i], scale, p, out + i * ldo + h0 * d_v);
+    }
+}

@@ -1,0 +1,283 @@
+/* One activation row against one weight row, straight from the GGUF blocks (x86, 256-bit
+ * vectors: AVX2, and the AVX-512 level with its VNNI vpdpwssd on ymm registers): the decode
+ * ubatch of a single sequence, where the weights stream from memory and every instruction
+ * per block counts.  The same integers and scales as dot.c's canonical path (lp.h): per block
+ * of 32 the int16 dot of the weights' integers with the activations' int16, times d * s, plus
+ * m * sum(x) where the type has a minimum; the fp32 sums are taken in another order.
+ * Types without a path here (Q2_K, Q3_K, float types) return 0 and take the canonical path. */
+#include "lp.h"
+
+#if defined(LP_AVX2) || defined(LP_AVX512)
+
+/* The int32x8 dot of 32 int16 weights (wl: elements 0..15, wh: 16..31) with xq[0..32). */
+LP_INLINE __m256i dot32(__m256i wl, __m256i wh, const int16_t *xq) {
+    const __m256i x0 = _mm256_loadu_si256((const __m256i *)xq), x1 = _mm256_loadu_si256((const __m256i *)(xq + 16));
+#if defined(LP_VNNI)
+    return _mm256_dpwssd_epi32(_mm256_dpwssd_epi32(_mm256_setzero_si256(), wl, x0), wh, x1);
+#else
+    return _mm256_add_epi32(_mm256_madd_epi16(wl, x0), _mm256_madd_epi16(wh, x1));
+#endif
+}
+
+LP_INLINE __m256i lo16(__m256i b) { return _mm256_cvtepi8_epi16(_mm256_castsi256_si128(b)); }
+LP_INLINE __m256i hi16(__m256i b) { return _mm256_cvtepi8_epi16(_mm256_extracti128_si256(b, 1)); }
+
+/* 32 bits -> 32 bytes, 0xFF where the bit is set (ggml's bytes_from_bits_32). */
+LP_INLINE __m256i bits_to_bytes(const uint8_t *p) {
+    uint32_t x32;
+    memcpy(&x32, p, 4);
+    const __m256i shuf = _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202, 0x0101010101010101, 0);
+    __m256i b = _mm256_shuffle_epi8(_mm256_set1_epi32((int)x32), shuf);
+    b = _mm256_or_si256(b, _mm256_set1_epi64x(0x7fbfdfeff7fbfdfe));
+    return _mm256_cmpeq_epi8(b, _mm256_set1_epi64x(-1));
+}
+
+/* The 16 nibbles of qs as 32 bytes in element order: low nibbles 0..15, then high 16..31. */
+LP_INLINE __m256i nibbles32(const uint8_t *qs) {
+    const __m128i q = _mm_loadu_si128((const __m128i *)qs), m = _mm_set1_epi8(15);
+    return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(q, 4), m), _mm_and_si128(q, m));
+}
+
+LP_INLINE float hsum(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+/* 32-element block types: per block its int8 values (element order), d and m. */
+LP_INLINE __m256i block32(const int type, const uint8_t *b, float *d, float *m) {
+    *d = lp_f16_to_f32(lp_rd16(b));
+    switch (type) {
+    case LP_Q4_0:
+        *m = 0.0f;
+        return _mm256_sub_epi8(nibbles32(b + 2), _mm256_set1_epi8(8));
+    case LP_Q4_1:
+        *m = lp_f16_to_f32(lp_rd16(b + 2));
+        return nibbles32(b + 4);
+    case LP_Q5_0:
+        *m = 0.0f; /* (q | 0xF0) as int8 is q - 16 where the fifth bit is clear */
+        return _mm256_or_si256(nibbles32(b + 6), _mm256_andnot_si256(bits_to_bytes(b + 2), _mm256_set1_epi8((char)0xF0)));
+    case LP_Q5_1:
+        *m = lp_f16_to_f32(lp_rd16(b + 2));
+        return _mm256_or_si256(nibbles32(b + 8), _mm256_and_si256(bits_to_bytes(b + 4), _mm256_set1_epi8(0x10)));
+    default: /* LP_Q8_0 */
+        *m = 0.0f;
+        return _mm256_loadu_si256((const __m256i *)(b + 2));
+    }
+}
+
+LP_INLINE float row1_32(const int type, const uint8_t *row, int64_t nb, const lp_xrows *xr, int64_t r) {
+    const int bb = type == LP_Q4_0 ? 18 : type == LP_Q4_1 ? 20 : type == LP_Q5_0 ? 22 : type == LP_Q5_1 ? 24 : 34;
+    const int16_t *xq = xr->q + r * xr->n_in;
+    const float *s = xr->s + r * nb, *sum = xr->sum16 + r * 2 * nb;
+    __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
+    float am = 0.0f;
+    int64_t b = 0;
+    for (; b + 2 <= nb; b += 2) { /* two blocks per step: two independent chains */
+        float d0, m0, d1, m1;
+        const __m256i w0 = block32(type, row + b * bb, &d0, &m0), w1 = block32(type, row + (b + 1) * bb, &d1, &m1);
+        a0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot32(lo16(w0), hi16(w0), xq + 32 * b)), _mm256_set1_ps(d0 * s[b]), a0);
+        a1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot32(lo16(w1), hi16(w1), xq + 32 * b + 32)), _mm256_set1_ps(d1 * s[b + 1]), a1);
+        if (type == LP_Q4_1 || type == LP_Q5_1)
+            am += m0 * (sum[2 * b] + sum[2 * b + 1]) + m1 * (sum[2 * b + 2] + sum[2 * b + 3]);
+    }
+    if (b < nb) {
+        float d0, m0;
+        const __m256i w0 = block32(type, row + b * bb, &d0, &m0);
+        a0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot32(lo16(w0), hi16(w0), xq + 32 * b)), _mm256_set1_ps(d0 * s[b]), a0);
+        if (type == LP_Q4_1 || type == LP_Q5_1) am += m0 * (sum[2 * b] + sum[2 * b + 1]);
+    }
+    return hsum(_mm256_add_ps(a0, a1)) + am;
+}
+
+/* Q4_K / Q5_K: per super-block of 256, eight sub-blocks of 32 with 6-bit scales and mins. */
+LP_INLINE float row1_k45(const int type, const uint8_t *row, int64_t nsb, const lp_xrows *xr, int64_t r) {
+    const int bb = type == LP_Q4_K ? 144 : 176;
+    const int16_t *xq = xr->q + r * xr->n_in;
+    const float *s = xr->s + r * nsb * 8, *sum = xr->sum16 + r * nsb * 16;
+    const __m256i m4 = _mm256_set1_epi8(15);
+    __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
+    float am = 0.0f;
+    for (int64_t i = 0; i < nsb; i++) {
+        const uint8_t *b = row + i * bb, *sc = b + 4, *qs = b + (type == LP_Q4_K ? 16 : 48);
+        const float d = lp_f16_to_f32(lp_rd16(b)), dmin = lp_f16_to_f32(lp_rd16(b + 2));
+        uint8_t scl[8], mn[8];
+        for (int j = 0; j < 4; j++) {
+            scl[j] = sc[j] & 63;
+            mn[j] = sc[j + 4] & 63;
+            scl[j + 4] = (sc[j + 8] & 15) | ((sc[j] >> 6) << 4);
+            mn[j + 4] = (sc[j + 8] >> 4) | ((sc[j + 4] >> 6) << 4);
+        }
+        __m256i hb = type == LP_Q5_K ? _mm256_loadu_si256((const __m256i *)(b + 16)) : _mm256_setzero_si256();
+        const int64_t k = 8 * i; /* first sub-block of 32 */
+        for (int j = 0; j < 4; j++) {
+            const __m256i q = _mm256_loadu_si256((const __m256i *)(qs + 32 * j));
+            __m256i wa = _mm256_and_si256(q, m4), wb = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+            if (type == LP_Q5_K) {
+                const __m256i h16 = _mm256_set1_epi8(16);
+                wa = _mm256_or_si256(wa, _mm256_and_si256(_mm256_slli_epi16(hb, 4), h16));
+                wb = _mm256_or_si256(wb, _mm256_and_si256(_mm256_slli_epi16(hb, 3), h16));
+                hb = _mm256_srli_epi16(hb, 2);
+            }
+            const int64_t ka = k + 2 * j, kb = ka + 1;
+            a0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot32(lo16(wa), hi16(wa), xq + 32 * ka)),
+                                 _mm256_set1_ps(d * (float)scl[2 * j] * s[ka]), a0);
+            a1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot32(lo16(wb), hi16(wb), xq + 32 * kb)),
+                                 _mm256_set1_ps(d * (float)scl[2 * j + 1] * s[kb]), a1);
+            am -= dmin * (float)mn[2 * j] * (sum[2 * ka] + sum[2 * ka + 1]) +
+                  dmin * (float)mn[2 * j + 1] * (sum[2 * kb] + sum[2 * kb + 1]);
+        }
+    }
+    return hsum(_mm256_add_ps(a0, a1)) + am;
+}
+
+/* Q6_K: per super-block of 256, sixteen groups of 16 with int8 scales; values q - 32. */
+LP_INLINE float row1_q6_k(const uint8_t *row, int64_t nsb, const lp_xrows *xr, int64_t r) {
+    const int16_t *xq = xr->q + r * xr->n_in;
+    const float *s = xr->s + r * nsb * 8;
+    const __m256i m4 = _mm256_set1_epi8(15), m3 = _mm256_set1_epi8(3), o32 = _mm256_set1_epi8(32);
+    __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
+    for (int64_t i = 0; i < nsb; i++) {
+        const uint8_t *b = row + i * 210;
+        const int8_t *sc = (const int8_t *)(b + 192);
+        const float d = lp_f16_to_f32(lp_rd16(b + 208));
+        for (int n = 0; n < 2; n++) {
+            const uint8_t *ql = b + 64 * n, *qh = b + 128 + 32 * n;
+            const __m256i l0 = _mm256_loadu_si256((const __m256i *)ql), l1 = _mm256_loadu_si256((const __m256i *)(ql + 32));
+            const __m256i h = _mm256_loadu_si256((const __m256i *)qh);
+            __m256i w[4];
+            w[0] = _mm256_or_si256(_mm256_and_si256(l0, m4), _mm256_slli_epi16(_mm256_and_si256(h, m3), 4));
+            w[1] = _mm256_or_si256(_mm256_and_si256(l1, m4), _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 2), m3), 4));
+            w[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4),
+                                   _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 4), m3), 4));
+            w[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
+                                   _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 6), m3), 4));
+            for (int j = 0; j < 4; j++) {
+                const __m256i wj = _mm256_sub_epi8(w[j], o32);
+                const int64_t kb = 8 * i + 4 * n + j; /* block of 32 */
+                const __m256i x0 = _mm256_loadu_si256((const __m256i *)(xq + 32 * kb));
+                const __m256i x1 = _mm256_loadu_si256((const __m256i *)(xq + 32 * kb + 16));
+                const __m256i pl = _mm256_madd_epi16(lo16(wj), x0), ph = _mm256_madd_epi16(hi16(wj), x1);
+                const float ds = d * s[kb];
+                a0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(pl), _mm256_set1_ps(ds * (float)sc[8 * n + 2 * j]), a0);
+                a1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(ph), _mm256_set1_ps(ds * (float)sc[8 * n + 2 * j + 1]), a1);
+            }
+        }
+    }
+    return hsum(_mm256_add_ps(a0, a1));
+}
+
+/* 32 int8 values (element order) as floats d * q (+ m): the first 16 with d0, m0, the rest
+ * with d1, m1 (ggml's dequantization: the product rounded, then the minimum added). */
+LP_INLINE void store32(__m256i w8, float d0, float d1, float m0, float m1, int has_min, float *out) {
+    const __m128i lo = _mm256_castsi256_si128(w8), hi = _mm256_extracti128_si256(w8, 1);
+    const __m128i part[4] = {lo, _mm_srli_si128(lo, 8), hi, _mm_srli_si128(hi, 8)};
+    for (int h = 0; h < 4; h++) {
+        const __m256 d = _mm256_set1_ps(h < 2 ? d0 : d1);
+        __m256 v = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(part[h])), d);
+        if (has_min) v = _mm256_add_ps(v, _mm256_set1_ps(h < 2 ? m0 : m1));
+        _mm256_storeu_ps(out + 8 * h, v);
+    }
+}
+
+LP_INLINE void f32_32(const int type, const uint8_t *row, int64_t nb, float *out) {
+    const int bb = type == LP_Q4_0 ? 18 : type == LP_Q4_1 ? 20 : type == LP_Q5_0 ? 22 : type == LP_Q5_1 ? 24 : 34;
+    const int has_min = type == LP_Q4_1 || type == LP_Q5_1;
+    for (int64_t b = 0; b < nb; b++) {
+        float d, m;
+        const __m256i w = block32(type, row + b * bb, &d, &m);
+        store32(w, d, d, m, m, has_min, out + 32 * b);
+    }
+}
+
+LP_INLINE void f32_k45(const int type, const uint8_t *row, int64_t nsb, float *out) {
+    const int bb = type == LP_Q4_K ? 144 : 176;
+    const __m256i m4 = _mm256_set1_epi8(15), h16 = _mm256_set1_epi8(16);
+    for (int64_t i = 0; i < nsb; i++) {
+        const uint8_t *b = row + i * bb, *sc = b + 4, *qs = b + (type == LP_Q4_K ? 16 : 48);
+        const float d = lp_f16_to_f32(lp_rd16(b)), dmin = lp_f16_to_f32(lp_rd16(b + 2));
+        __m256i hb = type == LP_Q5_K ? _mm256_loadu_si256((const __m256i *)(b + 16)) : _mm256_setzero_si256();
+        for (int j = 0; j < 4; j++) {
+            const int sa = j < 2 ? sc[2 * j] & 63 : (sc[2 * j + 4] & 15) | ((sc[2 * j - 4] >> 6) << 4);
+            const int ma = j < 2 ? sc[2 * j + 4] & 63 : (sc[2 * j + 4] >> 4) | ((sc[2 * j] >> 6) << 4);
+            const int sb = j < 2 ? sc[2 * j + 1] & 63 : (sc[2 * j + 5] & 15) | ((sc[2 * j - 3] >> 6) << 4);
+            const int mb = j < 2 ? sc[2 * j + 5] & 63 : (sc[2 * j + 5] >> 4) | ((sc[2 * j + 1] >> 6) << 4);
+            const __m256i q = _mm256_loadu_si256((const __m256i *)(qs + 32 * j));
+            __m256i wa = _mm256_and_si256(q, m4), wb = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+            if (type == LP_Q5_K) {
+                wa = _mm256_or_si256(wa, _mm256_and_si256(_mm256_slli_epi16(hb, 4), h16));
+                wb = _mm256_or_si256(wb, _mm256_and_si256(_mm256_slli_epi16(hb, 3), h16));
+                hb = _mm256_srli_epi16(hb, 2);
+            }
+            const float da = d * (float)sa, db = d * (float)sb, mna = -(dmin * (float)ma), mnb = -(dmin * (float)mb);
+            store32(wa, da, da, mna, mna, 1, out + 256 * i + 64 * j);
+            store32(wb, db, db, mnb, mnb, 1, out + 256 * i + 64 * j + 32);
+        }
+    }
+}
+
+LP_INLINE void f32_q6_k(const uint8_t *row, int64_t nsb, float *out) {
+    const __m256i m4 = _mm256_set1_epi8(15), m3 = _mm256_set1_epi8(3), o32 = _mm256_set1_epi8(32);
+    for (int64_t i = 0; i < nsb; i++) {
+        const uint8_t *b = row + i * 210;
+        const int8_t *sc = (const int8_t *)(b + 192);
+        const float d = lp_f16_to_f32(lp_rd16(b + 208));
+        for (int n = 0; n < 2; n++) {
+            const uint8_t *ql = b + 64 * n, *qh = b + 128 + 32 * n;
+            const __m256i l0 = _mm256_loadu_si256((const __m256i *)ql), l1 = _mm256_loadu_si256((const __m256i *)(ql + 32));
+            const __m256i h = _mm256_loadu_si256((const __m256i *)qh);
+            __m256i w[4];
+            w[0] = _mm256_or_si256(_mm256_and_si256(l0, m4), _mm256_slli_epi16(_mm256_and_si256(h, m3), 4));
+            w[1] = _mm256_or_si256(_mm256_and_si256(l1, m4), _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 2), m3), 4));
+            w[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4),
+                                   _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 4), m3), 4));
+            w[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
+                                   _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 6), m3), 4));
+            for (int j = 0; j < 4; j++)
+                store32(_mm256_sub_epi8(w[j], o32), d * (float)sc[8 * n + 2 * j], d * (float)sc[8 * n + 2 * j + 1], 0.0f,
+                        0.0f, 0, out + 256 * i + 128 * n + 32 * j);
+        }
+    }
+}
+
+/* A row as float32 straight from its blocks (ggml's dequantization, bit for bit); 0 where the
+ * type has no such path here. */
+int lp_row_to_f32_fast(int type, const uint8_t *row, int64_t n_in, float *out) {
+    switch (type) {
+    case LP_Q4_0: f32_32(LP_Q4_0, row, n_in / 32, out); return 1;
+    case LP_Q4_1: f32_32(LP_Q4_1, row, n_in / 32, out); return 1;
+    case LP_Q5_0: f32_32(LP_Q5_0, row, n_in / 32, out); return 1;
+    case LP_Q5_1: f32_32(LP_Q5_1, row, n_in / 32, out); return 1;
+    case LP_Q8_0: f32_32(LP_Q8_0, row, n_in / 32, out); return 1;
+    case LP_Q4_K: f32_k45(LP_Q4_K, row, n_in / 256, out); return 1;
+    case LP_Q5_K: f32_k45(LP_Q5_K, row, n_in / 256, out); return 1;
+    case LP_Q6_K: f32_q6_k(row, n_in / 256, out); return 1;
+    default: return 0;
+    }
+}
+
+int lp_dot_row1(int type, const uint8_t *row, int64_t n_in, const lp_xrows *xr, int64_t r, float *y) {
+    switch (type) {
+    case LP_Q4_0: *y = row1_32(LP_Q4_0, row, n_in / 32, xr, r); return 1;
+    case LP_Q4_1: *y = row1_32(LP_Q4_1, row, n_in / 32, xr, r); return 1;
+    case LP_Q5_0: *y = row1_32(LP_Q5_0, row, n_in / 32, xr, r); return 1;
+    case LP_Q5_1: *y = row1_32(LP_Q5_1, row, n_in / 32, xr, r); return 1;
+    case LP_Q8_0: *y = row1_32(LP_Q8_0, row, n_in / 32, xr, r); return 1;
+    case LP_Q4_K: *y = row1_k45(LP_Q4_K, row, n_in / 256, xr, r); return 1;
+    case LP_Q5_K: *y = row1_k45(LP_Q5_K, row, n_in / 256, xr, r); return 1;
+    case LP_Q6_K: *y = row1_q6_k(row, n_in / 256, xr, r); return 1;
+    default: return 0;
+    }
+}
+#else
+int lp_row_to_f32_fast(int type, const uint8_t *row, int64_t n_in, float *out) {
+    (void)type, (void)row, (void)n_in, (void)out;
+    return 0;
+}
+
+int lp_dot_row1(int type, const uint8_t *row, int64_t n_in, const lp_xrows *xr, int64_t r, float *y) {
+    (void)type, (void)row, (void)n_in, (void)xr, (void)r, (void)y;
+    return 0;
+}
+#endif

@@ -1,0 +1,197 @@
+"""Every layer of a decode ubatch in one C call (kernels/c/layers.c lp_layers), for the llama
+and gemma3 layer shapes: the per-op path costs more in Python dispatch and thread start-ups
+(about ten kernel calls per layer, each its own OpenMP region) than its kernels compute when a
+ubatch has few rows.  Same steps, same kernels as the architectures' per-op forward: the tests
+compare the two.
+
+A FusedLayers exists only when every matrix of every layer is a BlockMatrix (or a stack of
+them: Q|K|V of different types) and the shapes are the ones the C code assumes; run() then
+takes a ubatch when it has fewer than FAST_ROWS rows, flash attention is on, every cache is f16
+and the ubatch writes and reads one stream of each.  Anything else returns False and the
+per-op path runs."""
+from __future__ import annotations
+
+import ctypes
+import weakref
+from dataclasses import dataclass, field
+
+import torch
+
+from ..memory.kv_cache import KVCache
+from .build import KernelLib
+from .ops import FAST_ROWS
+
+P, I64, F = ctypes.c_void_p, ctypes.c_int64, ctypes.c_float
+
+
+class LayerC(ctypes.Structure):
+    """lp_layer: one layer's weights, its cache stream, its KV set and RoPE set."""
+
+    _fields_ = [("attn_norm", P), ("ffn_norm", P), ("q_norm", P), ("k_norm", P), ("attn_post_norm", P),
+                ("ffn_post_norm", P), ("wq", P), ("wk", P), ("wv", P), ("wo", P), ("wg", P), ("wu", P), ("wd", P),
+                ("tq", I64), ("tk", I64), ("tv", I64), ("to", I64), ("tg", I64), ("tu", I64), ("td", I64),
+                ("k", P), ("v", P), ("kv_set", I64), ("rope_set", I64)]
+
+
+class DimsC(ctypes.Structure):
+    """lp_dims."""
+
+    _fields_ = [("n_embd", I64), ("n_head", I64), ("n_head_kv", I64), ("d", I64), ("n_rot", I64), ("n_ff", I64),
+                ("eps", F), ("attn_scale", F), ("q_scale", F), ("neox", I64), ("gelu", I64)]
+
+
+class RopeC(ctypes.Structure):
+    _fields_ = [("cos", P), ("sin", P)]
+
+
+class KvC(ctypes.Structure):
+    _fields_ = [("store_cells", P), ("mask", P), ("n_kv", I64), ("ptr", P), ("cells", P)]
+
+
+@dataclass(frozen=True, slots=True)
+class LayerSpec:
+    """What the C table needs of one layer, gathered by the architecture (see for_llama /
+    for_gemma3): its norms (None where the shape has none), its matrices as lists of
+    BlockMatrix parts (one stacked, or q, k, v / gate, up separately), its cache and RoPE set."""
+
+    attn_norm: torch.Tensor
+    ffn_norm: torch.Tensor
+    qkv: list
+    wo: object
+    gate_up: list
+    down: object
+    swa: bool = False
+    rope_set: int = 0
+    q_norm: torch.Tensor | None = None
+    k_norm: torch.Tensor | None = None
+    attn_post_norm: torch.Tensor | None = None
+    ffn_post_norm: torch.Tensor | None = None
+
+
+def _parts(m) -> list | None:
+    """A matrix as its BlockMatrix parts (a StackedMatrix's, or itself), None if not blocks."""
+    from ..model.block_matrix import BlockMatrix
+
+    parts = getattr(m, "parts", [m])
+    return parts if all(isinstance(p, BlockMatrix) for p in parts) else None
+
+
+@dataclass(slots=True)
+class FusedLayers:
+    lib: KernelLib
+    layers: ctypes.Array  # LayerC [n_layer]; k, v rebound when the caches or streams change
+    dims: DimsC
+    n_layer: int
+    swa: list[bool]  # per layer: reads the sliding-window mask
+    bound: tuple = ()  # ((weakref to cache, stream) per layer) the table's k, v point into now
+    calls: int = 0  # forwards that took this path (the tests check it was taken)
+    keep: list = field(default_factory=list)  # the tensors the table points into
+
+    @classmethod
+    def build(cls, hp, specs: list[LayerSpec], lib: KernelLib | None, q_scale: float, attn_scale: float, neox: bool,
+              gelu: bool) -> "FusedLayers | None":
+        """The table for these layers, or None when some matrix is not in blocks or the shapes
+        are not the ones the C code assumes (equal K and V head sizes, an even n_rot <= d)."""
+        if lib is None or hp.n_embd_head_k != hp.n_embd_head_v or hp.n_rot > hp.n_embd_head_k or hp.n_rot % 2:
+            return None
+        d = hp.n_embd_head_k
+        n_q, n_k = hp.n_head * d, hp.n_head_kv * d
+        arr = (LayerC * hp.n_layer)()
+        keep: list = []
+        n_ff = None
+        for il, s in enumerate(specs):
+            qkv = [p for m in s.qkv for p in (_parts(m) or [None])]
+            gu = [p for m in s.gate_up for p in (_parts(m) or [None])]
+            o, dn = _parts(s.wo), _parts(s.down)
+            if None in qkv or None in gu or o is None or dn is None or len(o) != 1 or len(dn) != 1:
+                return None
+            n_ff = dn[0].n_in
+            if not _shapes_fit(qkv, gu, o[0], dn[0], hp.n_embd, n_q, n_k, n_ff):
+                return None
+            c = arr[il]
+            norms = {}
+            for name in ("attn_norm", "ffn_norm", "q_norm", "k_norm", "attn_post_norm", "ffn_post_norm"):
+                t = getattr(s, name)
+                if t is not None:
+                    t = t.float().contiguous()
+                    keep.append(t)
+                    norms[name] = t.data_ptr()
+                setattr(c, name, norms.get(name))
+            c.wq, c.tq = qkv[0].blocks.data_ptr(), int(qkv[0].qtype)
+            if len(qkv) == 3:
+                c.wk, c.tk = qkv[1].blocks.data_ptr(), int(qkv[1].qtype)
+                c.wv, c.tv = qkv[2].blocks.data_ptr(), int(qkv[2].qtype)
+            c.wg, c.tg = gu[0].blocks.data_ptr(), int(gu[0].qtype)
+            if len(gu) == 2:
+                c.wu, c.tu = gu[1].blocks.data_ptr(), int(gu[1].qtype)
+            c.wo, c.to = o[0].blocks.data_ptr(), int(o[0].qtype)
+            c.wd, c.td = dn[0].blocks.data_ptr(), int(dn[0].qtype)
+            c.rope_set = s.rope_set
+        dims = DimsC(hp.n_embd, hp.n_head, hp.n_head_kv, d, hp.n_rot, n_ff, hp.f_norm_rms_eps, attn_scale, q_scale,
+                     int(neox), int(gelu))
+        return cls(lib, arr, dims, hp.n_layer, [s.swa for s in specs], keep=keep)
+
+    def run(self, inp, caches: list, x: torch.Tensor, ropes: list[tuple[torch.Tensor, torch.Tensor]]) -> bool:
+        """x [n_tokens, n_embd] float32 through every layer, in place, when this ubatch fits the
+        fused path (see the module doc); False (nothing done) otherwise.  caches: each layer's
+        KVCache; ropes: (cos, sin) [n_tokens, 1, n_rot/2] of each RoPE set."""
+        n = x.shape[0]
+        if n == 0 or n >= FAST_ROWS or x.device.type != "cpu" or not inp.flash_attn:
+            return False
+        sets: dict[tuple[int, bool], int] = {}
+        kvs, streams, keep = [], [], []
+        for il, cache in enumerate(caches):
+            if not isinstance(cache, KVCache) or not cache.type_k.name == cache.type_v.name == "f16":
+                return False
+            key = (id(cache), self.swa[il])
+            if key not in sets:
+                groups = inp.groups(cache, self.swa[il], gather=False)
+                if len(groups) != 1:
+                    return False
+                g = groups[0]
+                cells = torch.from_numpy(inp.sinfo[id(cache)].idxs.astype("int64", copy=False))  # [n]
+                mask = g.mask.contiguous()
+                ptr, vis = g.visible
+                keep += [cells, mask, ptr, vis]
+                sets[key] = len(kvs)
+                kvs.append(KvC(cells.data_ptr(), mask.data_ptr(), g.n_kv, ptr.data_ptr(), vis.data_ptr()))
+                streams.append(g.stream)
+            self.layers[il].kv_set = sets[key]
+        self._bind(caches, [streams[self.layers[il].kv_set] for il in range(self.n_layer)])
+        rope_arr = (RopeC * len(ropes))()
+        for i, (cos, sin) in enumerate(ropes):
+            cos, sin = cos.contiguous(), sin.contiguous()
+            keep += [cos, sin]
+            rope_arr[i] = RopeC(cos.data_ptr(), sin.data_ptr())
+        kv_arr = (KvC * len(kvs))(*kvs)
+        rc = self.lib.fn.lp_layers(self.layers, self.n_layer, ctypes.byref(self.dims), x.data_ptr(), n, rope_arr,
+                                   kv_arr, len(kvs))
+        if rc != 0:
+            raise MemoryError(f"lp_layers: no scratch memory for a ubatch of {n} rows")
+        self.calls += 1
+        return True
+
+    def _bind(self, caches: list, streams: list[int]) -> None:
+        """Point every layer's k, v at its stream of its cache (a KVCache allocates its tensors
+        once, so they move only with another cache or stream)."""
+        key = tuple((id(c), st) for c, st in zip(caches, streams))
+        if self.bound and self.bound[0] == key and all(r() is c for r, c in zip(self.bound[1], caches)):
+            return
+        for il, (cache, st) in enumerate(zip(caches, streams)):
+            k, v = cache.k[il][st], cache.v[il][st]
+            assert k.is_contiguous() and v.is_contiguous() and k.dtype == v.dtype == torch.float16
+            self.layers[il].k, self.layers[il].v = k.data_ptr(), v.data_ptr()
+        self.bound = (key, [weakref.ref(c) for c in caches])
+
+
+def _shapes_fit(qkv: list, gu: list, o, dn, n_embd: int, n_q: int, n_k: int, n_ff: int) -> bool:
+    """The matrices have the shapes lp_layers assumes (stacked or separate)."""
+    if len(qkv) == 1:
+        ok_qkv = (qkv[0].n_out, qkv[0].n_in) == (n_q + 2 * n_k, n_embd)
+    else:
+        ok_qkv = len(qkv) == 3 and [(m.n_out, m.n_in) for m in qkv] == [(n_q, n_embd), (n_k, n_embd), (n_k, n_embd)]
+    if len(gu) == 1:
+        ok_gu = (gu[0].n_out, gu[0].n_in) == (2 * n_ff, n_embd)
+    else:
+        ok_gu = len(gu) == 2 and [(m.n_out, m.n_in) for m in gu] == [(n_ff, n_embd), (n_ff, n_embd)]
+    return ok_qkv and ok_gu and (o.n_out, o.n_in) == (n_embd, n_q) and (dn.n_out, dn.n_in) == (n_embd, n_ff)
