@@ -1,5 +1,6 @@
 """What llama-bench prints about the model and the machine: llama_model_desc ("llama 256M Q4_1"),
-llama_model_size (bytes of tensor data), llama_model_n_params, cpu_info, backends."""
+llama_model_size (bytes of tensor data), llama_model_n_params, cpu_info, backends; and llamapy's
+cpu_isa, the level its CPU kernels run at."""
 from __future__ import annotations
 
 import platform
@@ -59,6 +60,17 @@ def cpu_info() -> str:
             if line.startswith("model name"):
                 return line.split(":", 1)[1].strip()
     return platform.processor() or platform.machine()
+
+
+def cpu_isa() -> str:
+    """The ISA llamapy's CPU kernels were built for, as the library names it: the level first,
+    then the extensions it uses ("avx512+vnni+bf16", "avx2", "neon+dotprod", "scalar"); "torch"
+    when the kernels are off (LLAMAPY_KERNELS=0, no C compiler) and PyTorch's paths run.
+    LLAMAPY_CPU_ISA picks the level; a level this CPU lacks raises IsaError."""
+    from ..kernels import load_kernels
+
+    lib = load_kernels()
+    return lib.isa if lib is not None else "torch"
 
 
 def gpu_info(device: str) -> str:

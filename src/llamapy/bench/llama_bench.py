@@ -105,6 +105,7 @@ class TestResult:
     test_time: str
     compute_bytes: int = 0
     n_ctx: int = 0
+    cpu_isa: str = ""  # info.cpu_isa(): the level llamapy's CPU kernels run at, or "torch"
     samples_ns: list[int] = field(default_factory=list)
 
     def samples_ts(self) -> list[float]:
@@ -175,7 +176,7 @@ def run_instance(model: Model, inst: Instance, p: BenchParams, rng: random.Rando
         inst=inst, model_filename=str(model.path), model_type=info.model_desc(model), model_size=info.model_size(model),
         model_n_params=info.model_n_params(model), backend=info.backend_name(p.device), cpu_info=info.cpu_info(),
         gpu_info=info.gpu_info(p.device), test_time=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        n_ctx=ctx.n_ctx,
+        n_ctx=ctx.n_ctx, cpu_isa=info.cpu_isa(),
     )
     ctx.memory.clear()
     if not p.no_warmup:

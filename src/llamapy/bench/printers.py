@@ -19,7 +19,7 @@ FIELDS = (
     "n_prompt", "n_gen", "n_depth",
     "test_time", "avg_ns", "stddev_ns", "avg_ts", "stddev_ts",
 )
-EXTRA_FIELDS = ("n_ctx", "compute_bytes")  # llamapy: resolved KV cells, reserved compute buffer
+EXTRA_FIELDS = ("n_ctx", "compute_bytes", "cpu_isa")  # llamapy: resolved KV cells, reserved compute buffer, kernel ISA
 _INT = {"build_number", "n_batch", "n_ubatch", "n_threads", "poll", "model_size", "model_n_params", "n_gpu_layers",
         "main_gpu", "n_prompt", "n_gen", "n_depth", "avg_ns", "stddev_ns", "no_op_offload", "n_cpu_moe",
         "fit_target", "fit_min_ctx", "flash_attn", "n_ctx", "compute_bytes"}
@@ -44,6 +44,7 @@ def values(r: TestResult) -> dict[str, str]:
         "n_prompt": str(i.n_prompt), "n_gen": str(i.n_gen), "n_depth": str(i.n_depth), "test_time": r.test_time,
         "avg_ns": str(r.avg_ns()), "stddev_ns": str(r.stddev_ns()), "avg_ts": f"{r.avg_ts():f}",
         "stddev_ts": f"{r.stddev_ts():f}", "n_ctx": str(r.n_ctx), "compute_bytes": str(r.compute_bytes),
+        "cpu_isa": r.cpu_isa,
     }
     return v
 
