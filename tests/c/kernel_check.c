@@ -1,0 +1,237 @@
+/* Checks one build of llamapy's CPU kernels against another (normally a SIMD level against
+ * the portable build of the same source) on random inputs, kernel by kernel.  Used by
+ * tests/test_kernel_harness.py natively (avx2 / avx512 vs scalar) and, cross-compiled, under
+ * qemu-aarch64 (neon, neon+dotprod vs scalar), where Python cannot load the libraries.
+ *
+ *   kernel_check LIB_UNDER_TEST LIB_REFERENCE
+ * Dequantization and embedding rows must be bit-identical (both are ggml's arithmetic);
+ * products, norms, RoPE and attention equal up to fp32 summation order.  Prints one line per
+ * check and exits 1 if any failed. */
+#include <dlfcn.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef void (*dequant_fn)(int, const uint8_t *, int64_t, int64_t, int64_t, float *);
+typedef void (*rows_fn)(int, const uint8_t *, int64_t, const int64_t *, int64_t, float *);
+typedef int (*mm_fn)(int, const uint8_t *, int64_t, int64_t, const float *, int64_t, float *, int64_t, int);
+typedef void (*norm_fn)(const float *, const float *, int64_t, int64_t, float, float *);
+typedef void (*glu_fn)(const float *, int64_t, int64_t, int, float *);
+typedef void (*rope_fn)(float *, int64_t, int64_t, int64_t, int64_t, int64_t, const float *, const float *, int);
+typedef int (*attn_fn)(const float *, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, const uint16_t *,
+                       const uint16_t *, int64_t, const float *, const int64_t *, const int64_t *, float, float *);
+typedef const char *(*isa_fn)(void);
+
+typedef struct {
+    void *h;
+    const char *isa;
+    dequant_fn dequant;
+    rows_fn get_rows;
+    mm_fn mm;
+    norm_fn rms_norm;
+    glu_fn glu;
+    rope_fn rope;
+    attn_fn attn;
+} lib_t;
+
+static int failures = 0;
+
+static lib_t open_lib(const char *path) {
+    lib_t l;
+    l.h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (!l.h) {
+        fprintf(stderr, "dlopen %s: %s\n", path, dlerror());
+        exit(2);
+    }
+    l.isa = ((isa_fn)dlsym(l.h, "lp_isa"))();
+    l.dequant = (dequant_fn)dlsym(l.h, "lp_dequant");
+    l.get_rows = (rows_fn)dlsym(l.h, "lp_get_rows");
+    l.mm = (mm_fn)dlsym(l.h, "lp_mm");
+    l.rms_norm = (norm_fn)dlsym(l.h, "lp_rms_norm");
+    l.glu = (glu_fn)dlsym(l.h, "lp_glu");
+    l.rope = (rope_fn)dlsym(l.h, "lp_rope");
+    l.attn = (attn_fn)dlsym(l.h, "lp_attn_f16");
+    return l;
+}
+
+static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
+static uint32_t rnd(void) {
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return (uint32_t)(rng_state >> 16);
+}
+static float frand(void) { return (float)(rnd() % 2000001) / 1000000.0f - 1.0f; } /* [-1, 1] */
+
+static uint16_t to_f16(float f) {
+    _Float16 h = (_Float16)f;
+    uint16_t u;
+    memcpy(&u, &h, 2);
+    return u;
+}
+
+typedef struct {
+    int type, elems, bytes;
+    const char *name;
+    int f16[2]; /* offsets of the f16 scale fields, -1: none */
+} type_t;
+
+static const type_t TYPES[] = {
+    {2, 32, 18, "Q4_0", {0, -1}},    {3, 32, 20, "Q4_1", {0, 2}},    {6, 32, 22, "Q5_0", {0, -1}},
+    {7, 32, 24, "Q5_1", {0, 2}},     {8, 32, 34, "Q8_0", {0, -1}},   {10, 256, 84, "Q2_K", {80, 82}},
+    {11, 256, 110, "Q3_K", {108, -1}}, {12, 256, 144, "Q4_K", {0, 2}}, {13, 256, 176, "Q5_K", {0, 2}},
+    {14, 256, 210, "Q6_K", {208, -1}}, {1, 1, 2, "F16", {-1, -1}},     {30, 1, 2, "BF16", {-1, -1}},
+    {0, 1, 4, "F32", {-1, -1}},
+};
+
+/* A random matrix [n_out, n_in] of type t: random bytes with sane scales, or random floats. */
+static uint8_t *random_matrix(const type_t *t, int64_t n_out, int64_t n_in) {
+    const int64_t nblk = n_out * n_in / t->elems;
+    uint8_t *w = malloc((size_t)(nblk * t->bytes));
+    for (int64_t b = 0; b < nblk; b++) {
+        uint8_t *p = w + b * t->bytes;
+        if (t->type == 0) {
+            const float f = frand();
+            memcpy(p, &f, 4);
+        } else if (t->type == 1) {
+            const uint16_t h = to_f16(frand());
+            memcpy(p, &h, 2);
+        } else if (t->type == 30) {
+            const float f = frand();
+            uint32_t u;
+            memcpy(&u, &f, 4);
+            const uint16_t h = (uint16_t)(u >> 16);
+            memcpy(p, &h, 2);
+        } else {
+            for (int i = 0; i < t->bytes; i++) p[i] = (uint8_t)rnd();
+            for (int k = 0; k < 2; k++)
+                if (t->f16[k] >= 0) {
+                    const uint16_t h = to_f16(0.002f + 0.03f * (float)(rnd() % 1000) / 1000.0f);
+                    memcpy(p + t->f16[k], &h, 2);
+                }
+        }
+    }
+    return w;
+}
+
+static void report(const char *what, const char *type, double err, double tol) {
+    const int ok = err <= tol;
+    failures += !ok;
+    printf("%-4s %-28s %-5s max err %.3g (tol %.3g)\n", ok ? "ok" : "FAIL", what, type, err, tol);
+}
+
+static double max_abs(const float *a, int64_t n) {
+    double m = 0.0;
+    for (int64_t i = 0; i < n; i++) m = fabs(a[i]) > m ? fabs(a[i]) : m;
+    return m;
+}
+
+static double max_diff(const float *a, const float *b, int64_t n) {
+    double m = 0.0;
+    for (int64_t i = 0; i < n; i++) {
+        const double d = isnan(a[i]) || isnan(b[i]) ? INFINITY : fabs((double)a[i] - b[i]);
+        m = d > m ? d : m;
+    }
+    return m;
+}
+
+static void check_type(const lib_t *u, const lib_t *r, const type_t *t) {
+    const int64_t n_out = 40, n_in = t->elems == 256 ? 512 : 160;
+    uint8_t *w = random_matrix(t, n_out, n_in);
+    float *a = malloc(sizeof(float) * n_out * n_in), *b = malloc(sizeof(float) * n_out * n_in);
+    u->dequant(t->type, w, n_in, 0, n_out, a);
+    r->dequant(t->type, w, n_in, 0, n_out, b);
+    report("dequant (bit for bit)", t->name, memcmp(a, b, sizeof(float) * n_out * n_in) ? 1.0 : 0.0, 0.0);
+    const int64_t ids[4] = {39, 0, 7, 7};
+    u->get_rows(t->type, w, n_in, ids, 4, a);
+    r->get_rows(t->type, w, n_in, ids, 4, b);
+    report("get_rows (bit for bit)", t->name, memcmp(a, b, sizeof(float) * 4 * n_in) ? 1.0 : 0.0, 0.0);
+    const int rows[] = {1, 2, 3, 5, 17};
+    for (size_t k = 0; k < sizeof(rows) / sizeof(rows[0]); k++) {
+        const int n = rows[k];
+        float *x = malloc(sizeof(float) * n * n_in), *ya = malloc(sizeof(float) * n * n_out), *yb = malloc(sizeof(float) * n * n_out);
+        for (int64_t i = 0; i < n * n_in; i++) x[i] = frand();
+        for (int64_t i = 0; i < n * n_out; i++) ya[i] = yb[i] = 0.5f;
+        const int ra = u->mm(t->type, w, n_out, n_in, x, n, ya, n_out, 1), rb = r->mm(t->type, w, n_out, n_in, x, n, yb, n_out, 1);
+        char what[64];
+        snprintf(what, sizeof what, "mm %d row%s (+= y)", n, n > 1 ? "s" : "");
+        report(what, t->name, ra || rb ? INFINITY : max_diff(ya, yb, n * n_out) / (max_abs(yb, n * n_out) + 1e-30), 2e-5);
+        free(x), free(ya), free(yb);
+    }
+    free(w), free(a), free(b);
+}
+
+static void check_ops(const lib_t *u, const lib_t *r) {
+    enum { N = 5, D = 96, FF = 40 };
+    float x[N * D], w[D], a[N * D], b[N * D], gu[N * 2 * FF];
+    for (int i = 0; i < N * D; i++) x[i] = 3.0f * frand();
+    for (int i = 0; i < D; i++) w[i] = frand();
+    u->rms_norm(x, w, N, D, 1e-5f, a);
+    r->rms_norm(x, w, N, D, 1e-5f, b);
+    report("rms_norm", "f32", max_diff(a, b, N * D) / max_abs(b, N * D), 1e-6);
+    for (int i = 0; i < N * 2 * FF; i++) gu[i] = 4.0f * frand();
+    for (int gelu = 0; gelu < 2; gelu++) {
+        u->glu(gu, N, FF, gelu, a);
+        r->glu(gu, N, FF, gelu, b);
+        report(gelu ? "geglu" : "swiglu", "f32", max_diff(a, b, N * FF) / max_abs(b, N * FF), 1e-6);
+    }
+    float c[N * 16], s[N * 16];
+    for (int i = 0; i < N * 16; i++) {
+        c[i] = cosf((float)i * 0.37f);
+        s[i] = sinf((float)i * 0.37f);
+    }
+    for (int neox = 0; neox < 2; neox++) {
+        memcpy(a, x, sizeof a);
+        memcpy(b, x, sizeof b);
+        u->rope(a, N, D, 3, 32, 32, c, s, neox);
+        r->rope(b, N, D, 3, 32, 32, c, s, neox);
+        report(neox ? "rope neox" : "rope norm", "f32", max_diff(a, b, N * D) / max_abs(b, N * D), 1e-6);
+    }
+}
+
+static void check_attention(const lib_t *u, const lib_t *r, int64_t n_head, int64_t n_head_kv, int64_t d) {
+    const int64_t n = 5, n_kv = 48, cells = 64;
+    float *q = malloc(sizeof(float) * n * n_head * d), *mask = malloc(sizeof(float) * n * n_kv);
+    uint16_t *k = malloc(2 * cells * n_head_kv * d), *v = malloc(2 * cells * n_head_kv * d);
+    float *a = malloc(sizeof(float) * n * n_head * d), *b = malloc(sizeof(float) * n * n_head * d);
+    int64_t ptr[6], vis[5 * 48];
+    for (int64_t i = 0; i < n * n_head * d; i++) q[i] = frand();
+    for (int64_t i = 0; i < cells * n_head_kv * d; i++) {
+        k[i] = to_f16(frand());
+        v[i] = to_f16(frand());
+    }
+    int64_t nv = 0;
+    ptr[0] = 0;
+    for (int64_t i = 0; i < n; i++) {
+        for (int64_t c = 0; c < n_kv; c++) {
+            const int see = i < n - 1 && (c == 0 || rnd() % 5 < 2); /* the last row sees nothing */
+            mask[i * n_kv + c] = see ? 0.0f : -INFINITY;
+            if (see) vis[nv++] = c;
+        }
+        ptr[i + 1] = nv;
+    }
+    const int ra = u->attn(q, n, n_head * d, n_head, n_head_kv, d, d, k, v, n_kv, mask, ptr, vis, 0.125f, a);
+    const int rb = r->attn(q, n, n_head * d, n_head, n_head_kv, d, d, k, v, n_kv, mask, ptr, vis, 0.125f, b);
+    char what[64];
+    snprintf(what, sizeof what, "attention %lldx%lld heads d=%lld", (long long)n_head, (long long)n_head_kv, (long long)d);
+    report(what, "f16", ra || rb ? INFINITY : max_diff(a, b, n * n_head * d) / max_abs(b, n * n_head * d), 1e-5);
+    free(q), free(mask), free(k), free(v), free(a), free(b);
+}
+
+int main(int argc, char **argv) {
+    if (argc != 3) {
+        fprintf(stderr, "usage: %s LIB_UNDER_TEST LIB_REFERENCE\n", argv[0]);
+        return 2;
+    }
+    const lib_t u = open_lib(argv[1]), r = open_lib(argv[2]);
+    printf("checking %s against %s\n", u.isa, r.isa);
+    for (size_t i = 0; i < sizeof(TYPES) / sizeof(TYPES[0]); i++) check_type(&u, &r, &TYPES[i]);
+    check_ops(&u, &r);
+    check_attention(&u, &r, 9, 3, 64);
+    check_attention(&u, &r, 4, 1, 256);
+    check_attention(&u, &r, 6, 2, 32);
+    printf("%d failed\n", failures);
+    return failures != 0;
+}
