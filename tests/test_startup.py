@@ -85,7 +85,7 @@ def test_restated_sizes_equal_the_torch_modules():
 
     assert estimate.FAST_ROWS == ops.FAST_ROWS
     assert estimate.DENSE_ROWS == block_matrix.DENSE_ROWS == qmatrix.DENSE_ROWS
-    assert proc.BLOCK_TYPES == block_matrix.BLOCK_TYPES and proc.EXACT_TYPES == block_matrix.EXACT_TYPES
+    assert proc.BLOCK_TYPES == block_matrix.BLOCK_TYPES
     assert proc.Q4_TYPES == qmatrix.Q4_TYPES
     dtype = loader.WeightLoader.__dataclass_fields__["dtype"].default
     assert proc.DENSE_ESIZE == torch.empty((), dtype=dtype).element_size()
@@ -96,6 +96,7 @@ def test_restated_sizes_equal_the_torch_modules():
         for shape in shapes:
             for blocks in (False, True):
                 for exact in (False, True):
+                    assert proc.blocks_fit(qt, shape[1]) == block_matrix.blocks_fit(qt, shape[1]), qt.name
                     assert proc.matrix_nbytes(qt, shape, blocks, exact) == \
                         qmatrix.qmatrix_nbytes(qt, shape, exact, dtype, blocks), (qt.name, shape, blocks, exact)
     from llamapy.kernels import load_kernels
@@ -162,3 +163,11 @@ def test_cold_pages_are_seen(tmp_path, tiny_path):
         pytest.skip(f"this system cannot evict or probe the page cache (probe {probe})")
     f.read_ahead()
     assert f.cached_pages() == (probe[1], probe[1])
+
+
+def test_version_is_the_installed_one():
+    from importlib.metadata import version
+
+    import llamapy
+
+    assert llamapy.__version__ == version("llamapy")  # the tokenizer cache's key names it

@@ -13,6 +13,8 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
+__version__ = "0.1.0"  # pyproject.toml's [project] version; tests/test_startup.py holds them equal
+
 _EXPORTS = {
     "Batch": ".batch",
     "BatchError": ".batch",

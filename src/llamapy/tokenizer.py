@@ -15,17 +15,20 @@ import gc
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
 from tokenizers import Tokenizer as HFTokenizer
 
-from .chat_template import ChatTemplate
+if TYPE_CHECKING:
+    from .chat_template import ChatTemplate
+
 from .gguf.reader import GGUFFile
 from .tokenizer_bpe import bpe_merge_ids, build_bpe, pre_type
 from .tokenizer_cache import VocabTables, cached_tables
 from .tokenizer_spm import SPACE, build_spm, spm_tables
 from .tokenizer_special import load_vocab
-from .tokenizer_vocab import K, TokenAttr, TokenIds, Vocab, open_gguf, read_field
+from .tokenizer_subset import subset, whole
+from .tokenizer_vocab import K, TokenAttr, TokenIndex, Vocab, open_gguf, read_field
 
 
 def _byte_decoder() -> dict[str, int]:
@@ -47,50 +50,75 @@ class Tokenizer:
     vocab: Vocab
     hf: HFTokenizer                      # the model for raw fragments (no special tokens)
     spell: dict[int, tuple[int, ...]] = field(default_factory=dict)  # SPM phantom id -> bytes
-    chat: ChatTemplate = field(init=False)
+    _chat: ChatTemplate | None = field(default=None, init=False, repr=False)
     cache_status: str = field(default="uncached", init=False)  # tokenizer_cache: loaded / built / uncached
+    only_for: frozenset[str] | None = field(default=None, init=False)  # built for these texts only
     _byte_dec: dict[str, int] = field(default_factory=_byte_decoder, repr=False)
 
-    def __post_init__(self) -> None:
-        """The chat template gets BOS/EOS as llama.cpp passes them: their pieces (special)."""
-        def piece(t: int | None) -> str:
-            return "" if t is None else self.token_to_piece(t, special=True).decode("utf-8", "replace")
-        v = self.vocab
-        self.chat = ChatTemplate(v.chat_template, bos_token=piece(self.bos),
-                                 eos_token=piece(self.eos), add_bos=v.add_bos, add_eos=v.add_eos)
+    @property
+    def chat(self) -> ChatTemplate:
+        """The compiled chat template (on first use: `tokenize` never needs Jinja).  It gets
+        BOS/EOS as llama.cpp passes them: their pieces (special)."""
+        if self._chat is None:
+            from .chat_template import ChatTemplate
+
+            def piece(t: int | None) -> str:
+                return "" if t is None else self.token_to_piece(t, special=True).decode("utf-8", "replace")
+            v = self.vocab
+            self._chat = ChatTemplate(v.chat_template, bos_token=piece(self.bos),
+                                      eos_token=piece(self.eos), add_bos=v.add_bos, add_eos=v.add_eos)
+        return self._chat
 
     @classmethod
-    def from_gguf(cls, src: Any, cache: Path | None = None) -> "Tokenizer":
+    def from_gguf(cls, src: Any, cache: Path | None = None, only_for: Sequence[str] | None = None) -> "Tokenizer":
         """Build from a GGUF path or an open GGUFFile.  The vocabulary stays in the mapped
         file; the tables derived by walking it come from tokenizer_cache.py (cache: a folder
-        instead of $LLAMAPY_HOME/tokenizers/, which holds vocabularies of 4096+ tokens)."""
+        instead of $LLAMAPY_HOME/tokenizers/, which holds vocabularies of 4096+ tokens).
+        only_for: a tokenizer for these texts only (tokenizer_subset.py; tokenize() refuses
+        any other text), built in milliseconds whatever the vocabulary's size."""
         with gc_paused():  # ~1M short-lived tuples and strings: no collection passes over them
-            return cls._build(open_gguf(src), cache)
+            return cls._build(open_gguf(src), cache, None if only_for is None else list(only_for))
 
     @classmethod
-    def _build(cls, f: GGUFFile, cache: Path | None) -> "Tokenizer":
+    def _build(cls, f: GGUFFile, cache: Path | None, only_for: list[str] | None) -> "Tokenizer":
         model = str(read_field(f, K.MODEL, "") or "")
         if model not in ("gpt2", "llama"):
             raise ValueError(f"tokenizer.ggml.model = {model!r} is not supported "
                              "(supported: 'gpt2' byte-level BPE, 'llama' SentencePiece)")
         pt = pre_type(read_field(f, K.PRE)) if model == "gpt2" else None
-        vocab, texts, t2i = load_vocab(f, pre_flags=pt.flags() if pt else None)
-        if pt is not None:
-            def derive() -> VocabTables:
-                return VocabTables(bpe_merge_ids(vocab.merges.tolist() if vocab.merges else [], t2i), [])
-        else:
-            def derive() -> VocabTables:
-                return VocabTables(*spm_tables(vocab, texts, t2i))
+        vocab, texts, t2i = load_vocab(f, pre_flags=pt.flags() if pt else None, whole=only_for is None)
+
+        def derive() -> VocabTables:
+            all_texts = texts if texts is not None else vocab.tokens.tolist()
+            ids = t2i if t2i is not None else dict(zip(all_texts, range(len(all_texts))))
+            if pt is not None:
+                return VocabTables(bpe_merge_ids(vocab.merges.tolist() if vocab.merges else [], ids), [])
+            return VocabTables(*spm_tables(vocab, all_texts, ids))
+
         tables, how = cached_tables(f, vocab.n_vocab, derive, cache)
-        if pt is not None:
-            hf, spell = build_bpe(pt, texts, t2i, tables.merges), {}
+        index = vocab.token_to_id if isinstance(vocab.token_to_id, TokenIndex) else TokenIndex(vocab.tokens)
+        if only_for is None:
+            bpe_vocab, merges, phantoms = whole(texts, t2i, tables)
         else:
-            hf, spell = build_spm(vocab, texts, t2i, tables.merges, tables.phantoms)
-        vocab.token_to_id = TokenIds(hf.token_to_id, vocab.tokens)
-        del texts, t2i
+            byte_level = None if pt is None else {b: ch for ch, b in _byte_decoder().items()}
+            extra = []  # SPM: the byte tokens and unk, whatever the text
+            if pt is None:
+                extra = [f"<0x{b:02X}>" for b in range(256)]
+                if vocab.special.get("unk") is not None:
+                    extra.append(vocab.tokens[vocab.special["unk"]])
+            bpe_vocab, merges, phantoms = subset(vocab, tables, only_for, byte_level, extra)
+        if pt is not None:
+            hf, spell = build_bpe(pt, bpe_vocab, merges), {}
+        else:
+            hf, spell = build_spm(vocab, bpe_vocab, merges, phantoms)
+        vocab.token_to_id = index
+        del texts, t2i, bpe_vocab, merges
         release_heap()  # the transient lists and dicts of the build go back to the system
         tok = cls(vocab=vocab, hf=hf, spell=spell)
         tok.cache_status = how
+        tok.only_for = None if only_for is None else frozenset(only_for)
+        if only_for is None:
+            tok.chat  # noqa: B018  (a model's template that does not compile fails the load)
         return tok
 
     # ---- vocabulary facts -------------------------------------------------------------
@@ -127,6 +155,8 @@ class Tokenizer:
         add_special and add_eos. parse_special turns control-token text (e.g. <|im_start|>)
         into its id; user-defined tokens are always matched whole."""
         v = self.vocab
+        if self.only_for is not None and text not in self.only_for:
+            raise ValueError("this tokenizer was built for the texts given to from_gguf(only_for=...) only")
         out: list[int] = []
         if add_special and v.add_bos:
             if self.bos is None:

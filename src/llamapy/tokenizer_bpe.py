@@ -28,8 +28,6 @@ from tokenizers import Regex
 from tokenizers import Tokenizer as HFTokenizer
 from tokenizers import models, pre_tokenizers
 
-from .tokenizer_spm import merge_pairs
-
 _CONTRACTIONS = r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])"
 GPT2 = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"
 LLAMA3 = (_CONTRACTIONS + r"|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
@@ -136,13 +134,12 @@ def bpe_merge_ids(merges: list[str], t2i: Mapping[str, int]) -> np.ndarray:
     return np.array(pairs, dtype=np.int32).reshape(-1, 2)
 
 
-def build_bpe(pt: PreType, texts: list[str], t2i: dict[str, int], merges: np.ndarray) -> HFTokenizer:
-    """A `tokenizers` pipeline: llama.cpp's regex list -> byte-level encoding -> ranked merges
-    (id pairs from bpe_merge_ids).
+def build_bpe(pt: PreType, bpe_vocab: dict[str, int], merges: list[tuple[str, str]]) -> HFTokenizer:
+    """A `tokenizers` pipeline: llama.cpp's regex list -> byte-level encoding -> ranked merges.
 
     Special tokens are not added here: Tokenizer cuts them out first (Vocab.partition), so
     this pipeline only ever sees raw text fragments, as llama.cpp's BPE session does."""
-    model = models.BPE(vocab=t2i, merges=merge_pairs(merges, texts), ignore_merges=pt.ignore_merges,
+    model = models.BPE(vocab=bpe_vocab, merges=merges, ignore_merges=pt.ignore_merges,
                        byte_fallback=False)
     hf = HFTokenizer(model)
     splits = [pre_tokenizers.Split(Regex(r), behavior="isolated") for r in pt.regexes]

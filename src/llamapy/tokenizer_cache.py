@@ -59,14 +59,10 @@ def cache_dir(home: Path | None = None) -> Path | None:
 
 @functools.lru_cache(maxsize=1)
 def _code_version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
     import tokenizers
 
-    try:
-        mine = version("llamapy")
-    except PackageNotFoundError:
-        mine = "unknown"
+    from . import __version__ as mine
+
     src = hashlib.sha256()
     for name in _SOURCES:
         src.update(Path(__file__).with_name(name).read_bytes())

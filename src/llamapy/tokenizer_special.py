@@ -15,8 +15,8 @@ from typing import Any
 import numpy as np
 
 from .gguf.reader import GGUFFile
-from .tokenizer_hashorder import hash_bytes, hash_bytes_many, unordered_map_order_of
-from .tokenizer_vocab import TYPE_TO_ATTR, K, TokenAttr, TokenTexts, TokenType, Vocab, read_field
+from .tokenizer_hashorder import unordered_map_order_of
+from .tokenizer_vocab import TYPE_TO_ATTR, K, TokenAttr, TokenIndex, TokenTexts, TokenType, Vocab, read_field
 
 # llama.cpp's text lists (llama-vocab.cpp, "auto-detect special tokens by text").
 EOT_TEXTS = ("<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>",
@@ -55,13 +55,15 @@ _TYPE_DEFAULTS: Mapping[str, Mapping[str, Any]] = MappingProxyType({
 
 
 
-def load_vocab(f: GGUFFile, pre_flags: dict[str, Any] | None = None) -> tuple[Vocab, list[str], dict[str, int]]:
+def load_vocab(f: GGUFFile, pre_flags: dict[str, Any] | None = None,
+               whole: bool = True) -> tuple[Vocab, list[str] | None, dict[str, int] | None]:
     """llama_vocab::load for the "gpt2" and "llama" tokenizer models.
 
     `pre_flags` are the BPE pre-type's overrides (add_bos, clean_spaces, ...), applied before
     the GGUF's own add_bos/add_eos/add_space_prefix keys, as llama.cpp does.  Returns the
-    Vocab, and for the builders the decoded texts and a text -> id dict (llama.cpp's
-    token_to_id: the last id wins), both transient: the Vocab keeps no per-token objects."""
+    Vocab, and when `whole` (the whole model will be built) the decoded texts and a text -> id
+    dict (llama.cpp's token_to_id: the last id wins) for the builder, both transient: the
+    Vocab keeps no per-token objects (its token_to_id ends as a TokenIndex)."""
     model = str(read_field(f, K.MODEL, "") or "")
     defaults = _TYPE_DEFAULTS.get(model)
     if defaults is None:
@@ -90,8 +92,8 @@ def load_vocab(f: GGUFFile, pre_flags: dict[str, Any] | None = None) -> tuple[Vo
         if v is not None and 0 <= int(v) < n:
             special[name] = int(v)
     add_bos = bool(read_field(f, K.ADD_BOS, flags.get("add_bos", False)))
-    texts = tokens.tolist()
-    t2i = dict(zip(texts, range(n)))
+    texts = tokens.tolist() if whole else None
+    t2i = dict(zip(texts, range(n))) if texts is not None else None
     vocab = Vocab(
         model=model, pre=str(read_field(f, K.PRE, "default") or "default"),
         tokens=tokens, scores=scores[:n], attrs=attrs, merges=f.strings(K.MERGES),
@@ -100,10 +102,10 @@ def load_vocab(f: GGUFFile, pre_flags: dict[str, Any] | None = None) -> tuple[Vo
         add_space_prefix=bool(read_field(f, K.ADD_PREFIX, flags["add_space_prefix"])),
         clean_spaces=bool(flags["clean_spaces"]),
         chat_template=read_field(f, K.CHAT_TEMPLATE),
-        token_to_id=t2i)
+        token_to_id=t2i if t2i is not None else TokenIndex(tokens))
     _detect_specials(vocab)
     _model_token_attrs(vocab, f)
-    vocab.special_texts = {i: texts[i] for i in vocab.special_cache}
+    vocab.special_texts = {i: tokens[i] for i in vocab.special_cache}
     return vocab, texts, t2i
 
 
@@ -122,11 +124,8 @@ def _mark_control(vocab: Vocab, tid: int) -> None:
 def _map_order_rank(vocab: Vocab) -> dict[int, int]:
     """id -> position in llama.cpp's token_to_id iteration (the raw token bytes hashed, an
     empty token as its "[EMPTY_i]" text, as llama.cpp stores them)."""
-    s = vocab.tokens.strings
-    hashes = hash_bytes_many(s._buf, s.starts, s.lengths)
-    for i in vocab.tokens.empty:
-        hashes[i] = hash_bytes(vocab.tokens[i].encode("utf-8"))
-    return {tid: k for k, tid in enumerate(unordered_map_order_of(hashes))}
+    index = vocab.token_to_id if isinstance(vocab.token_to_id, TokenIndex) else TokenIndex(vocab.tokens)
+    return {tid: k for k, tid in enumerate(unordered_map_order_of(index.hashes))}
 
 
 def _detect_specials(vocab: Vocab) -> None:

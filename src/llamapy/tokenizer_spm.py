@@ -73,23 +73,19 @@ def byte_token(vocab: Vocab, byte: int) -> int:
     return tid
 
 
-def build_spm(vocab: Vocab, texts: list[str], t2i: dict[str, int], merges: np.ndarray,
-              phantoms: list[str]) -> tuple[HFTokenizer, dict[int, tuple[int, ...]]]:
-    """A `tokenizers` BPE model equivalent to llama.cpp's SPM bigram merge (from spm_tables'
-    merges and phantoms), and the map phantom id -> byte token ids.
+def build_spm(vocab: Vocab, bpe_vocab: dict[str, int], merges: list[tuple[str, str]],
+              phantoms: dict[int, str]) -> tuple[HFTokenizer, dict[int, tuple[int, ...]]]:
+    """A `tokenizers` BPE model equivalent to llama.cpp's SPM bigram merge, from its vocabulary
+    (token texts and phantom characters -> ids), its ranked merges and the phantoms (id ->
+    character); and the map phantom id -> byte token ids.
 
     No normalizer or pre-tokenizer: Tokenizer hands it one raw fragment at a time with
     spaces already escaped to ▁, so the whole fragment is merged as one word, as in
-    llama.cpp's llm_tokenizer_spm_session.  t2i is extended with the phantoms."""
-    n = len(texts)
-    spell: dict[int, tuple[int, ...]] = {}
-    for k, ch in enumerate(phantoms):
-        t2i[ch] = n + k
-        spell[n + k] = tuple(byte_token(vocab, b) for b in ch.encode("utf-8"))
+    llama.cpp's llm_tokenizer_spm_session."""
+    spell = {i: tuple(byte_token(vocab, b) for b in ch.encode("utf-8")) for i, ch in phantoms.items()}
     unk = vocab.special.get("unk")
-    model = models.BPE(vocab=t2i, merges=merge_pairs(merges, texts + phantoms),
-                       byte_fallback=True, fuse_unk=False,
-                       unk_token=texts[unk] if unk is not None else None)
+    model = models.BPE(vocab=bpe_vocab, merges=merges, byte_fallback=True, fuse_unk=False,
+                       unk_token=vocab.tokens[unk] if unk is not None else None)
     return HFTokenizer(model), spell
 
 

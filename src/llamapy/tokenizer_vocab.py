@@ -5,11 +5,11 @@ What every tokenizer type shares, filled in by tokenizer_special.load_vocab, plu
 text before the model-specific tokenizer (BPE or SPM) runs on the remaining raw fragments.
 
 Kept compactly: token texts stay in the mapped GGUF (TokenTexts), scores are a numpy view
-over it, attributes one int32 array; text -> id asks the built `tokenizers` model.
+over it, attributes one int32 array, text -> id a sorted array of hashes (TokenIndex).
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import IntEnum, IntFlag
 from pathlib import Path
@@ -20,6 +20,7 @@ import gguf
 import numpy as np
 
 from .gguf.reader import GGUFFile, GGUFStrings
+from .tokenizer_hashorder import hash_bytes, hash_bytes_many
 
 K = gguf.Keys.Tokenizer
 
@@ -98,16 +99,55 @@ class TokenTexts(Sequence[str]):
         return out
 
 
-class TokenIds(Mapping[str, int]):
-    """text -> id over the built `tokenizers` model's own vocabulary (no Python dict of the
-    whole vocabulary is kept): ids past n_vocab (SPM phantoms) are not tokens."""
+class TokenIndex(Mapping[str, int]):
+    """text -> id without a Python dict of the vocabulary: each token's std::hash value
+    (tokenizer_hashorder's hash of its raw bytes, "[EMPTY_i]" for an empty one: the keys of
+    llama.cpp's token_to_id), sorted once, on first use; a lookup hashes the text and
+    compares the bytes of the tokens with that hash.  Duplicate texts: the last id wins,
+    as in llama.cpp's map."""
 
-    def __init__(self, lookup: Callable[[str], int | None], texts: TokenTexts) -> None:
-        self._lookup, self._texts = lookup, texts
+    def __init__(self, texts: TokenTexts) -> None:
+        self.texts = texts
+        self._hashes: np.ndarray | None = None
+        self._order: np.ndarray | None = None
+        self._by_hash: np.ndarray | None = None
+
+    @property
+    def hashes(self) -> np.ndarray:
+        """uint64 [n_vocab]: std::hash of every token, by id."""
+        if self._hashes is None:
+            s = self.texts.strings
+            h = hash_bytes_many(s._buf, s.starts, s.lengths)
+            for i in self.texts.empty:
+                h[i] = hash_bytes(f"[EMPTY_{i}]".encode())
+            self._hashes = h
+        return self._hashes
+
+    def _sorted(self) -> tuple[np.ndarray, np.ndarray]:
+        if self._order is None:
+            self._order = np.argsort(self.hashes, kind="stable")
+            self._by_hash = self.hashes[self._order]
+        return self._order, self._by_hash
+
+    def ids_of_hashes(self, hashes: np.ndarray) -> np.ndarray:
+        """Token ids whose hash is among `hashes` (candidates: compare the bytes)."""
+        order, by_hash = self._sorted()
+        return order[np.isin(by_hash, hashes)]
+
+    def raw(self, i: int) -> bytes:
+        return f"[EMPTY_{i}]".encode() if i in self.texts.empty else self.texts.strings.raw(i)
+
+    def get(self, text: str, default: int | None = None) -> int | None:  # type: ignore[override]
+        b = text.encode("utf-8")
+        order, by_hash = self._sorted()
+        h = np.uint64(hash_bytes(b))
+        lo, hi = np.searchsorted(by_hash, h, "left"), np.searchsorted(by_hash, h, "right")
+        found = [int(i) for i in order[lo:hi] if self.raw(int(i)) == b]
+        return max(found) if found else default
 
     def __getitem__(self, text: str) -> int:
-        i = self._lookup(text)
-        if i is None or not 0 <= i < len(self._texts):
+        i = self.get(text)
+        if i is None:
             raise KeyError(text)
         return i
 
@@ -115,10 +155,10 @@ class TokenIds(Mapping[str, int]):
         return isinstance(text, str) and self.get(text) is not None
 
     def __iter__(self) -> Iterator[str]:
-        return iter({t: None for t in self._texts.tolist()})
+        return iter(dict.fromkeys(self.texts.tolist()))
 
     def __len__(self) -> int:
-        return sum(1 for _ in self)
+        return len(dict.fromkeys(self.texts.tolist()))
 
 
 _C_SPACE = " \t\n\v\f\r"  # C isspace()

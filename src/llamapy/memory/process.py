@@ -13,8 +13,7 @@ report it beside the tensor bytes.
               SPM_MERGES_PER_TOKEN of them per token is assumed (Gemma 3: 1.96).
   metadata    the header's pages (the vocabulary reads them), kv_end bytes.
 
-The sizing rules restate model/block_matrix.py (BLOCK_TYPES, EXACT_TYPES, blocks_fit,
-block_nbytes) and model/qmatrix.py (qmatrix_nbytes), which import torch; tests/test_estimate.py
+The sizing rules restate model/block_matrix.py (BLOCK_TYPES, blocks_fit, block_nbytes) and model/qmatrix.py (qmatrix_nbytes), which import torch; tests/test_estimate.py
 holds the two equal on every type and on both real models."""
 from __future__ import annotations
 
@@ -27,7 +26,6 @@ from ..gguf.header import GGUFHeader, TensorInfo
 T = gguf.GGMLQuantizationType
 BLOCK_TYPES = frozenset({T.Q4_0, T.Q4_1, T.Q5_0, T.Q5_1, T.Q8_0, T.Q2_K, T.Q3_K, T.Q4_K, T.Q5_K, T.Q6_K,
                          T.F16, T.BF16, T.F32})  # model/block_matrix.py
-EXACT_TYPES = frozenset({T.Q8_0, T.F16, T.BF16, T.F32})
 Q4_TYPES = (T.Q4_0, T.Q4_1, T.Q4_K)  # model/qmatrix.py: PyTorch's int4 kernel
 DENSE_ESIZE = 4  # WeightLoader.dtype: float32
 VOCAB_FIXED = 8_600_000
@@ -38,10 +36,7 @@ SPM_MERGES_PER_TOKEN = 2
 
 def blocks_fit(qtype: T, n_in: int) -> bool:
     """The kernels read rows of this type and length (model/block_matrix.py)."""
-    if qtype not in BLOCK_TYPES:
-        return False
-    be = gguf.GGML_QUANT_SIZES[qtype][0]
-    return n_in % be == 0 and (be > 1 or qtype in EXACT_TYPES)
+    return qtype in BLOCK_TYPES and n_in % gguf.GGML_QUANT_SIZES[qtype][0] == 0
 
 
 def matrix_nbytes(qtype: T, shape: tuple[int, int], blocks: bool, exact: bool = False) -> int:
