@@ -62,6 +62,17 @@ static void residual_for(float *x, float *t, const float *post, int64_t n, int64
     }
 }
 
+/* xp->x = rms_norm(x) * w, row by row, each row prepared for the products as it is normed. */
+static void norm_prep_for(const float *x, const float *w, float eps, lp_xprep *xp) {
+    const int prep = lp_needs_prep(xp);
+#pragma omp for schedule(static)
+    for (int64_t r = 0; r < xp->n; r++) {
+        float *out = (float *)xp->x + r * xp->n_in;
+        lp_rms_norm_row(x + r * xp->n_in, w, xp->n_in, eps, out);
+        if (prep) lp_prepare_x_row(out, xp->xr, r);
+    }
+}
+
 int lp_layers(const lp_layer *L, int64_t n_layer, const lp_dims *hp, float *x, int64_t n, const lp_rope_in *ropes,
               const lp_kv_in *kvs, int64_t n_kv_sets) {
     const int64_t ne = hp->n_embd, d = hp->d, nq = hp->n_head * d, nk = hp->n_head_kv * d, nqkv = nq + 2 * nk;
@@ -82,7 +93,7 @@ int lp_layers(const lp_layer *L, int64_t n_layer, const lp_dims *hp, float *x, i
     float *xn = buf, *qkv = xn + n * ne, *att = qkv + n * nqkv, *gu = att + n * nq, *h = gu + n * 2 * n_ff;
     float *tmp = h + n * n_ff;
     int failed = 0;
-    lp_xprep xp_ne = lp_xprep_at(xbuf, ne, n), xp_q = lp_xprep_at(xbuf, nq, n), xp_ff = lp_xprep_at(xbuf, n_ff, n);
+    lp_xprep xp_ne = lp_xprep_at(xbuf, ne, n, xn), xp_q = lp_xprep_at(xbuf, nq, n, att), xp_ff = lp_xprep_at(xbuf, n_ff, n, h);
 #pragma omp parallel
     {
         float *p = (float *)malloc((size_t)(most * hpt) * sizeof(float));
@@ -96,9 +107,7 @@ int lp_layers(const lp_layer *L, int64_t n_layer, const lp_dims *hp, float *x, i
             const lp_kv_in *kv = kvs + l->kv_set;
             const lp_rope_in *rp = ropes + l->rope_set;
             /* attention */
-#pragma omp for schedule(static)
-            for (int64_t r = 0; r < n; r++) lp_rms_norm_row(x + r * ne, l->attn_norm, ne, hp->eps, xn + r * ne);
-            lp_prep_for(xn, n, &xp_ne);
+            norm_prep_for(x, l->attn_norm, hp->eps, &xp_ne);
             if (l->wk == NULL) {
                 product(l->tq, l->wq, nqkv, &xp_ne, qkv, nqkv, 0, scratch);
             } else {
@@ -122,7 +131,7 @@ int lp_layers(const lp_layer *L, int64_t n_layer, const lp_dims *hp, float *x, i
             }
             lp_attn_for(qkv, n, nqkv, hp->n_head, hp->n_head_kv, d, d, l->k, l->v, kv->n_kv, kv->mask, kv->ptr,
                         kv->cells, hp->attn_scale, att, nq, hpt, p);
-            lp_prep_for(att, n, &xp_q);
+            lp_prep_for(&xp_q);
             if (l->attn_post_norm) {
                 product(l->to, l->wo, ne, &xp_q, tmp, ne, 0, scratch);
                 residual_for(x, tmp, l->attn_post_norm, n, ne, hp->eps);
@@ -130,9 +139,7 @@ int lp_layers(const lp_layer *L, int64_t n_layer, const lp_dims *hp, float *x, i
                 product(l->to, l->wo, ne, &xp_q, x, ne, 1, scratch);
             }
             /* feed-forward */
-#pragma omp for schedule(static)
-            for (int64_t r = 0; r < n; r++) lp_rms_norm_row(x + r * ne, l->ffn_norm, ne, hp->eps, xn + r * ne);
-            lp_prep_for(xn, n, &xp_ne);
+            norm_prep_for(x, l->ffn_norm, hp->eps, &xp_ne);
             if (l->wu == NULL) {
                 product(l->tg, l->wg, 2 * n_ff, &xp_ne, gu, 2 * n_ff, 0, scratch);
             } else {
@@ -140,14 +147,14 @@ int lp_layers(const lp_layer *L, int64_t n_layer, const lp_dims *hp, float *x, i
                 product(l->tu, l->wu, n_ff, &xp_ne, gu + n_ff, 2 * n_ff, 0, scratch);
             }
 #pragma omp for schedule(static)
-            for (int64_t r = 0; r < n; r++) {
+            for (int64_t r = 0; r < n; r++) { /* the activation, each row prepared as it is made */
                 const float *g = gu + r * 2 * n_ff;
                 if (hp->gelu)
                     lp_geglu_row(g, g + n_ff, n_ff, h + r * n_ff);
                 else
                     lp_swiglu_row(g, g + n_ff, n_ff, h + r * n_ff);
+                if (lp_needs_prep(&xp_ff)) lp_prepare_x_row(h + r * n_ff, xp_ff.xr, r);
             }
-            lp_prep_for(h, n, &xp_ff);
             if (l->ffn_post_norm) {
                 product(l->td, l->wd, ne, &xp_ff, tmp, ne, 0, scratch);
                 residual_for(x, tmp, l->ffn_post_norm, n, ne, hp->eps);

@@ -196,8 +196,9 @@ typedef struct {
     int64_t n, n_in;
 } lp_xprep;
 size_t lp_xprep_bytes(int64_t n_in, int64_t n);
-lp_xprep lp_xprep_at(void *buf, int64_t n_in, int64_t n);
-void lp_prep_for(const float *x, int64_t n, lp_xprep *xp);
+lp_xprep lp_xprep_at(void *buf, int64_t n_in, int64_t n, const float *x);
+int lp_needs_prep(const lp_xprep *xp);
+void lp_prep_for(lp_xprep *xp);
 size_t lp_mm_scratch_bytes(int64_t n_in);
 void lp_mm_for(int type, const uint8_t *w, int64_t n_out, int64_t n_in, const lp_xprep *xp, float *y, int64_t ldy,
                int accumulate, void *scratch);

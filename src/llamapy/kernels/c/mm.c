@@ -11,28 +11,25 @@
 
 size_t lp_xprep_bytes(int64_t n_in, int64_t n) { return lp_xrows_bytes(n_in, n); }
 
-lp_xprep lp_xprep_at(void *buf, int64_t n_in, int64_t n) {
+lp_xprep lp_xprep_at(void *buf, int64_t n_in, int64_t n, const float *x) {
     lp_xprep p;
     p.xr = lp_xrows_at(buf, n_in, n);
     p.xb = NULL;
-    p.x = NULL;
+    p.x = x;
     p.n = n;
     p.n_in = n_in;
     return p;
 }
 
-/* x [n, n_in] prepared for the integer products, its rows split among the threads of the
- * enclosing parallel region (which meet after it). */
-void lp_prep_for(const float *x, int64_t n, lp_xprep *xp) {
-#pragma omp single
-    {
-        xp->x = x;
-        xp->n = n;
-        xp->xr.n = n;
-    }
-    if (xp->n_in % 32 == 0 && n < LP_F32_ROWS) {
+/* Does row r of x need preparing (the integer products take it)? */
+int lp_needs_prep(const lp_xprep *xp) { return xp->n_in % 32 == 0 && xp->n < LP_F32_ROWS; }
+
+/* xp's rows (xp->x [n, n_in]) prepared for the integer products, split among the threads of
+ * the enclosing parallel region (which meet after it). */
+void lp_prep_for(lp_xprep *xp) {
+    if (lp_needs_prep(xp)) {
 #pragma omp for schedule(static)
-        for (int64_t r = 0; r < n; r++) lp_prepare_x_row(x + r * xp->n_in, xp->xr, r);
+        for (int64_t r = 0; r < xp->n; r++) lp_prepare_x_row(xp->x + r * xp->n_in, xp->xr, r);
     }
 }
 
@@ -103,12 +100,12 @@ int lp_mm(int type, const uint8_t *w, int64_t n_out, int64_t n_in, const float *
           int64_t ldy, int accumulate) {
     void *xbuf = malloc(lp_xprep_bytes(n_in, n_rows));
     if (!xbuf) return -1;
-    lp_xprep xp = lp_xprep_at(xbuf, n_in, n_rows);
+    lp_xprep xp = lp_xprep_at(xbuf, n_in, n_rows, x);
     int failed = 0;
 #pragma omp parallel
     {
         void *scratch = malloc(lp_mm_scratch_bytes(n_in));
-        lp_prep_for(x, n_rows, &xp);
+        lp_prep_for(&xp);
         if (scratch) {
             lp_mm_for(type, w, n_out, n_in, &xp, y, ldy, accumulate, scratch);
         } else {
