@@ -196,7 +196,6 @@ class GGUFHeader:
             buf.close()
             raise
         self._keep(buf)
-        self.reader = self  # older callers read f.reader.fields
 
     def _map(self, fh) -> mmap.mmap:
         return mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
