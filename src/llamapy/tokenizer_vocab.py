@@ -117,7 +117,7 @@ class TokenIndex(Mapping[str, int]):
         """uint64 [n_vocab]: std::hash of every token, by id."""
         if self._hashes is None:
             s = self.texts.strings
-            h = hash_bytes_many(s._buf, s.starts, s.lengths)
+            h = hash_bytes_many(s.buf, s.starts, s.lengths)
             for i in self.texts.empty:
                 h[i] = hash_bytes(f"[EMPTY_{i}]".encode())
             self._hashes = h

@@ -33,10 +33,10 @@ __all__ = ["GGUFFile", "GGUFStrings", "HeaderField", "TensorInfo"]
 
 class GGUFStrings:
     """A GGUF string array over the map: len(), s[i] (str), s.raw(i) (bytes), s.tolist().
-    `starts` / `lengths` (int64) locate each string's bytes in the file."""
+    `starts` / `lengths` (int64) locate each string's bytes in `buf`."""
 
     def __init__(self, buf, starts: np.ndarray, lengths: np.ndarray) -> None:
-        self._buf = buf
+        self.buf = buf  # the mapped file (or the bytes of a small decoded array)
         self.starts, self.lengths = starts, lengths
 
     @classmethod
@@ -58,14 +58,14 @@ class GGUFStrings:
 
     def raw(self, i: int) -> bytes:
         s = int(self.starts[i])
-        return bytes(self._buf[s : s + int(self.lengths[i])])
+        return bytes(self.buf[s : s + int(self.lengths[i])])
 
     def __getitem__(self, i: int) -> str:
         return self.raw(i).decode("utf-8", errors="replace")
 
     def tolist(self) -> list[str]:
         """Every string, decoded in one pass over the map (invalid UTF-8 -> U+FFFD)."""
-        mv = memoryview(self._buf)
+        mv = memoryview(self.buf)
         try:
             return [str(mv[s : s + n], "utf-8", "replace") for s, n in zip(self.starts.tolist(), self.lengths.tolist())]
         finally:
