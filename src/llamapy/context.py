@@ -51,6 +51,10 @@ class Context:
         _log_output_buffer(self.estimate, model.device)  # llama.cpp's order: output, KV cache, compute
         self.memory: Memory = create_memory(hp, c, self.kv_device)  # KVCache, or KVCacheISWA (n_swa > 0)
         _log_compute_buffer(self.estimate, model.device)
+        if model.device.type == "cpu":
+            from .kernels.build import load_kernels, system_info
+
+            logger("system_info").info(system_info(load_kernels(), torch.get_num_threads()))
         self.alloc = BatchAllocator(hp.n_vocab, c.n_batch, c.n_seq_max)
         self.stats = DecodeStats()
         self.graphs = GraphCache(model.device)  # input buffers per (n_tokens, n_kv) shape

@@ -178,6 +178,24 @@ def _build(cc: str, level: str) -> Path:
     return lib
 
 
+def system_info(lib: KernelLib | None, n_threads: int) -> str:
+    """llama.cpp's system_info line for the level the kernels run at, e.g.
+    `n_threads = 2 / 2 | CPU : ISA = avx2 | AVX2 = 1 | F16C = 1 | FMA = 1 | AVX512 = 0 | ...`."""
+    head = f"n_threads = {n_threads} / {os.cpu_count()} | CPU : "
+    if lib is None:
+        why = "LLAMAPY_KERNELS=0" if os.environ.get("LLAMAPY_KERNELS", "1") == "0" else "no C compiler"
+        return head + f"ISA = torch ({why}: PyTorch's kernels only) |"
+    isa = lib.isa
+    if lib.level in ("neon", "scalar") and _is_arm(cpu_features()[0]):
+        flags = {"NEON": lib.level == "neon", "DOTPROD": "dotprod" in isa}
+    else:
+        avx512 = lib.level == "avx512"
+        flags = {"AVX2": lib.level in ("avx2", "avx512"), "F16C": lib.level in ("avx2", "avx512"),
+                 "FMA": lib.level in ("avx2", "avx512"), "AVX512": avx512, "AVX512_VNNI": "vnni" in isa,
+                 "AVX512_BF16": "bf16" in isa}
+    return head + f"ISA = {isa} | " + " | ".join(f"{k} = {int(v)}" for k, v in flags.items()) + " | OPENMP = 1 |"
+
+
 def requested_isa() -> str | None:
     return os.environ.get("LLAMAPY_CPU_ISA")
 
