@@ -36,10 +36,14 @@ PROMPT = "The capital of France is"
 PY = sys.executable
 
 
+TOOLS = ("llama-completion", "llama-server", "llama-tokenize")
+
+
 def default_bin() -> Path:
-    """build-llamacpp.sh's output: the native build, else the AVX2 one."""
+    """build-llamacpp.sh's output: the native build, else the AVX2 one (the first that has
+    every tool this script runs)."""
     for sub in ("build/bin", "build-avx2/bin"):
-        if (CACHE / sub / "llama-completion").exists():
+        if all((CACHE / sub / tool).exists() for tool in TOOLS):
             return CACHE / sub
     return CACHE / "build/bin"
 
@@ -214,7 +218,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("-r", "--reps", type=int, default=3)
     ap.add_argument("-t", "--threads", type=int, default=os.cpu_count() or 1)
     a = ap.parse_args(argv)
-    for tool in ("llama-completion", "llama-server", "llama-tokenize"):
+    for tool in TOOLS:
         if not (a.llamacpp_bin / tool).exists():
             raise SystemExit(f"no {tool} in {a.llamacpp_bin}: build it (../shared/tools/build-llamacpp.sh) "
                              f"or pass --llamacpp-bin")
