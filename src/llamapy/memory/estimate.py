@@ -198,12 +198,17 @@ def _matmul_terms(name: str, n_t: int, n_in: int, n_out: int, phase: str, input_
     its bf16 copy, and from DENSE_ROWS rows on the largest of: the weights dequantized to
     bf16 with the bf16 product, the product alone, and for model/qmatrix.py's QMatrix (not
     blocks, model/block_matrix.py, which dequantizes straight to bf16) the bf16 weights while
-    their unpacked uint8 nibbles are alive."""
+    their unpacked uint8 nibbles are alive.  Blocks take an fp32 GEMM where the CPU has no
+    native bf16 or the type is a fine one (model/block_matrix.py dense_dtype): then the fp32
+    weights and product, whichever of the two is larger."""
     w = n_out * n_in if n_t >= DENSE_ROWS else 0
     out_b = n_t * n_out * 2
     work = max(2 * w + out_b, out_b) if blocks else max(3 * w, 2 * w + out_b, out_b)
+    temps = n_t * n_in * 2 + work
+    if blocks and w:
+        temps = max(temps, 4 * w + 2 * out_b)
     terms = [ComputeTerm(input_name, (n_t, n_in), phase, F32, name)] if input_name else []
-    terms += [ComputeTerm(f"{name} temporaries", (n_t * n_in * 2 + work,), phase, 1, name),
+    terms += [ComputeTerm(f"{name} temporaries", (temps,), phase, 1, name),
               ComputeTerm(f"{name} output", (n_t, n_out), phase)]
     return terms
 
