@@ -1,277 +1,257 @@
 #!/usr/bin/env python3
-"""llamapy vs llama.cpp on the same GGUF and the same threads, side by side in one run.
+"""llamapy vs llama.cpp on the same GGUF, the same threads and the same ISA level, side by side.
 
-Runs llama.cpp's llama-bench, llama-batched-bench and llama-perplexity (from --llamacpp-bin, default
-$HOME/.cache/llamacpp-ref/llama.cpp/build/bin) and llamapy's equivalents in this process, then
-prints one table of ratios against the issue's targets:
+For each --isa level (native | avx2 | avx512 | scalar; a comma list runs several) it uses
+llama.cpp's build of that level (build-llamacpp.sh's folder: build/ for native, build-avx2/, ...;
+--llamacpp-bin overrides) and runs llamapy in child processes under isa_env.py's environment
+(LLAMAPY_CPU_ISA for its kernels, ATEN_CPU_CAPABILITY / ONEDNN_MAX_CPU_ISA /
+MKL_ENABLE_INSTRUCTIONS for PyTorch's), checking that the kernels ran at that level.  For each
+model (-m, repeatable; default SmolLM2 Q4_1 and Gemma 3 Q4_K_M) it measures:
 
-    pp512 t/s            llamapy / llama.cpp   target >= 2
-    tg128 t/s            llamapy / llama.cpp   target >= 1
-    batched S_TG @ B=16  llamapy / llama.cpp   target >= 2
-    perplexity           llamapy / llama.cpp   target within 1%
-    weights resident     llamapy / GGUF size   target <= 1.1
+    pp512, tg128 t/s           llama-bench vs llamapy's llama-bench       target >= 2x, >= 1.2x
+    batched S_TG, B=16         llama-batched-bench -npp 128 -ntg 128 -kvu  target >= 2x
+    perplexity -c 128          llama-perplexity on tests/data/prose_en*    target within 1%
+    weights resident           llamapy's kept weights / the GGUF file      target <= 1.1x
+    load RSS growth, peak      Model.load in a fresh process (tests/load_probe.py): VmRSS growth
+                               <= 1.1x file, VmHWM <= 1.1x file + 64 MiB
+    peak RSS of `run -n 4`     llama-completion vs `llamapy run`, whole process (no target)
+    server (--server)          server_load.py: 32 streaming requests, 8 in flight, -c 8192 -np 8:
+                               tokens/s >= 1.5x llama-server's, TTFT p50 <= llama-server's
+    same top-1, mean KLD       (--kld) both scored against llamapy's f32 (--exact) logits
 
-and an accuracy row pair (skip with --skip-kld): llamapy with --exact weights (all dequantized to
-float32: the reference) writes a --kl-divergence-base file, then llama.cpp's llama-perplexity
---kl-divergence and llamapy's default mode each score against it: "same top-1" (how often the
-most likely token is the reference's) and "mean KLD" (KL(reference || model) per token).
+and prints one markdown table per level, titled with the CPU model and the level; --json FILE
+keeps every raw number.  A step that fails is named under its table and leaves "-" in its row.
 
-    .venv/bin/python benchmarks/vs_llamacpp.py -m smollm2-135m -t 2
-    .venv/bin/python benchmarks/vs_llamacpp.py --quick          # small sizes, minutes not tens
-Not a test: it takes minutes and its numbers depend on the machine.
+    .venv/bin/python benchmarks/vs_llamacpp.py -t 2 --server                   # native, both models
+    .venv/bin/python benchmarks/vs_llamacpp.py -t 2 --server --isa native,avx2 --json out.json
+    .venv/bin/python benchmarks/vs_llamacpp.py -t 2 --quick --server -m smollm2-135m   # smoke run
+Not a test: it takes minutes per model and level, and its numbers depend on the machine.
 """
 from __future__ import annotations
 
 import argparse
 import json
-import logging
 import os
-import random
-import subprocess
+import re
 import sys
 import tempfile
-import time
-from dataclasses import dataclass
+import traceback
+from dataclasses import dataclass, field
 from pathlib import Path
 
+import cpp_side
+import server_load
+from isa_env import LEVELS, cpu_model, isa_env, llamacpp_bin
+from proc import run
+from report import Row, markdown
+from sizes import Sizes
+
 ROOT = Path(__file__).resolve().parents[1]
-DEFAULT_BIN = Path.home() / ".cache/llamacpp-ref/llama.cpp/build/bin"
-PROSE = [ROOT / "tests/data/prose_en.txt", ROOT / "tests/data/prose_en_2.txt"]
+HERE = Path(__file__).resolve().parent
+PROSE = sorted((ROOT / "tests/data").glob("prose_en*.txt"))
+LOAD_PROBE = ROOT / "tests/load_probe.py"
+DEFAULT_MODELS = ("smollm2-135m", "gemma3-270m")
+RUN_PROMPT = "The capital of France is"
+MiB = 1024 * 1024
 
 
 @dataclass(slots=True)
-class Row:
-    metric: str
-    cpp: float | None
-    py: float | None
-    target: str
-    kind: str = "speed"  # speed: ratio py/cpp; ppl: relative difference; mem: py / file; top: fraction, difference; kld
+class ModelRun:
+    """Every number measured for one model at one level, and what failed."""
 
+    name: str
+    path: Path
+    cpp: dict[str, float] = field(default_factory=dict)
+    py: dict = field(default_factory=dict)
+    server: dict[str, dict] = field(default_factory=dict)
+    errors: list[str] = field(default_factory=list)
 
-def _run(cmd: list[str], timeout: int) -> str:
-    print("+ " + " ".join(cmd), file=sys.stderr, flush=True)
-    t0 = time.perf_counter()
-    p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
-    print(f"  ({time.perf_counter() - t0:.1f} s, rc={p.returncode})", file=sys.stderr, flush=True)
-    if p.returncode != 0:
-        raise RuntimeError(f"{cmd[0]} failed (rc={p.returncode}):\n{p.stderr[-2000:]}")
-    return p.stdout + "\n" + p.stderr
-
-
-# --- llama.cpp ----------------------------------------------------------------------------------
-def cpp_bench(bin_dir: Path, model: Path, a) -> dict[str, float]:
-    out = _run([str(bin_dir / "llama-bench"), "-m", str(model), "-p", str(a.pp), "-n", str(a.tg), "-t", str(a.threads),
-                "-r", str(a.reps), "-o", "json"], a.timeout)
-    doc = json.loads(out[out.index("["):out.rindex("]") + 1])
-    res = {("pp" if d["n_gen"] == 0 else "tg"): d["avg_ts"] for d in doc}
-    res["model_size"] = doc[0]["model_size"]
-    return res
-
-
-def cpp_batched(bin_dir: Path, model: Path, a) -> float:
-    n_ctx = a.npl * (a.npp + a.ntg)
-    out = _run([str(bin_dir / "llama-batched-bench"), "-m", str(model), "-c", str(n_ctx), "-b", "2048", "-ub", "512",
-                "-npp", str(a.npp), "-ntg", str(a.ntg), "-npl", str(a.npl), "-kvu", "-t", str(a.threads),
-                "--output-format", "jsonl"], a.timeout)
-    rows = [json.loads(ln) for ln in out.splitlines() if ln.startswith("{")]
-    return float(rows[-1]["speed_tg"])
-
-
-def cpp_perplexity(bin_dir: Path, model: Path, text_file: Path, a) -> float:
-    out = _run([str(bin_dir / "llama-perplexity"), "-m", str(model), "-f", str(text_file), "-c", str(a.ppl_ctx),
-                "-t", str(a.threads)], a.timeout)
-    for ln in out.splitlines():
-        if "Final estimate: PPL = " in ln:
-            return float(ln.split("PPL = ")[1].split()[0])
-    raise RuntimeError("llama-perplexity printed no final estimate")
-
-
-def cpp_kld(bin_dir: Path, model: Path, base: Path, a) -> dict[str, float]:
-    """llama-perplexity --kl-divergence against llamapy's f32 base file: its "Same top p" and
-    "Mean    KLD" lines."""
-    out = _run([str(bin_dir / "llama-perplexity"), "-m", str(model), "--kl-divergence-base", str(base), "--kl-divergence",
-                "-c", str(a.ppl_ctx), "-t", str(a.threads)], a.timeout)
-    res: dict[str, float] = {}
-    for ln in out.splitlines():
-        if ln.startswith("Same top p:"):
-            res["same_top"] = float(ln.split(":")[1].split()[0]) / 100
-        elif ln.startswith("Mean    KLD:"):
-            res["kld"] = float(ln.split(":")[1].split()[0])
-    if len(res) != 2:
-        raise RuntimeError("llama-perplexity --kl-divergence printed no 'Same top p' / 'Mean    KLD' line")
-    return res
-
-
-# --- llamapy ------------------------------------------------------------------------------------
-def py_kld_base(model_path: Path, text_file: Path, a, base: Path) -> float:
-    """The f32 reference: llamapy with every weight dequantized to float32 writes the
-    --kl-divergence-base file for text_file at -c ppl_ctx.  Returns its perplexity."""
-    import gc
-
-    import torch
-
-    from llamapy.bench import kld
-    from llamapy.bench import perplexity as ppl
-    from llamapy.model.model import Model
-
-    logging.getLogger("llamapy").setLevel(logging.ERROR)
-    torch.set_num_threads(a.threads)
-    t0 = time.perf_counter()
-    model = Model.load(model_path, exact=True)
-    tokens = model.tokenize(text_file.read_text(encoding="utf-8"), add_special=True)
-    n_chunk = len(tokens) // a.ppl_ctx
-    with kld.BaseWriter.create(base, a.ppl_ctx, model.n_vocab, tokens, n_chunk) as w:
-        r = ppl.perplexity(ppl.make_context(model, a.ppl_ctx, 2048, 512, n_threads=a.threads), tokens, a.ppl_ctx, on_logits=w)
-    print(f"  llamapy --exact base: PPL = {r.ppl:.4f} over {r.n_chunk} chunks -> {base} ({time.perf_counter() - t0:.1f} s)",
-          file=sys.stderr, flush=True)
-    del model, w
-    gc.collect()
-    return r.ppl
-
-
-def py_all(model_path: Path, text_file: Path, a, kld_base: Path | None = None) -> dict[str, float]:
-    import torch
-
-    from llamapy import Context, ContextParams
-    from llamapy.bench import batched_bench as bb
-    from llamapy.bench import kld
-    from llamapy.bench import llama_bench as lb
-    from llamapy.bench import perplexity as ppl
-    from llamapy.model.model import Model
-
-    logging.getLogger("llamapy").setLevel(logging.ERROR)  # as llama-bench silences llama's log
-    torch.set_num_threads(a.threads)
-    res: dict[str, float] = {}
-    p = lb.BenchParams(model=str(model_path), n_prompt=[a.pp], n_gen=[a.tg], n_threads=[a.threads], reps=a.reps)
-    model = Model.load(model_path)
-    res["resident"], res["file_bytes"] = model.n_bytes_resident, model.n_bytes_file
-    rng = random.Random(1)
-    for inst in lb.get_instances(p):
-        t0 = time.perf_counter()
-        r = lb.run_instance(model, inst, p, rng)
-        res["pp" if inst.n_gen == 0 else "tg"] = r.avg_ts()
-        print(f"  llamapy {inst.test_name}: {r.avg_ts():.2f} ± {r.stddev_ts():.2f} t/s ({time.perf_counter() - t0:.1f} s)",
-              file=sys.stderr, flush=True)
-    if not a.skip_batched:
-        ctx = Context(model, ContextParams(n_ctx=a.npl * (a.npp + a.ntg), n_batch=2048, n_ubatch=512, n_seq_max=a.npl,
-                                           kv_unified=True, n_threads=a.threads))
-        rows = list(bb.run_batched_bench(ctx, [a.npp], [a.ntg], [a.npl]))
-        res["batched"] = rows[-1].speed_tg
-        print("  llamapy batched: " + bb.md_row(rows[-1]), file=sys.stderr, flush=True)
-        del ctx
-    if not a.skip_ppl or kld_base is not None:  # one run does both: the base file holds this text's tokens
-        ctx = ppl.make_context(model, a.ppl_ctx, 2048, 512, n_threads=a.threads)
-        tokens = model.tokenize(text_file.read_text(encoding="utf-8"), add_special=True)
-        run = kld.KldRun(kld.BaseFile.open(kld_base, model.n_vocab)) if kld_base is not None else None
+    def attempt(self, what: str, fn):
+        """fn(); on failure the error is kept (named) and None returned: the run goes on."""
         try:
-            r = ppl.perplexity(ctx, tokens, a.ppl_ctx, on_logits=run)
-        finally:
-            if run is not None:
-                run.base.close()
-        if not a.skip_ppl:
-            res["ppl"] = r.ppl
-            print(f"  llamapy PPL = {r.ppl:.4f} +/- {r.ppl_err:.5f} over {r.n_chunk} chunks", file=sys.stderr, flush=True)
-        if run is not None:
-            res["same_top"], res["kld"] = run.stats.same_top, run.stats.mean_kld
-            print(f"  llamapy vs f32 reference: same top p {100 * run.stats.same_top:.3f} %, mean KLD {run.stats.mean_kld:.6f}",
-                  file=sys.stderr, flush=True)
-    return res
+            return fn()
+        except Exception as e:  # noqa: BLE001
+            msg = f"{self.name}: {what}: {type(e).__name__}: {str(e).strip()[-1500:]}"
+            print("  FAILED " + msg, file=sys.stderr, flush=True)
+            if not isinstance(e, RuntimeError):
+                traceback.print_exc()
+            self.errors.append(msg)
+            return None
 
 
-def _fmt(v: float | None, kind: str) -> str:
-    if v is None:
-        return "-"
-    if kind == "mem":
-        return f"{v / 2**20:.1f} MiB"
-    if kind == "top":
-        return f"{100 * v:.3f}%"
-    if kind == "kld":
-        return f"{v:.6f}"
-    return f"{v:.4f}" if kind == "ppl" else f"{v:.2f}"
+def label(name: str, path: Path) -> str:
+    """"smollm2-135m Q4_1": the name given and the quant type the file name ends with."""
+    m = re.search(r"(?i)[.\-_]((?:iq|q)\d(?:_[a-z0-9]+)*|bf16|f16|f32)$", path.stem)
+    q = m.group(1).upper() if m else ""
+    return f"{Path(name).stem if name.endswith('.gguf') else name} {q}".strip()
 
 
-def _ratio(r: Row) -> str:
-    if r.cpp is None or r.py is None:
-        return "-"
-    if r.kind == "top":
-        return f"{(r.py - r.cpp) * 100:+.2f} pt"
-    if not r.cpp or (r.kind == "kld" and (r.cpp <= 0 or r.py <= 0)):
-        return "-"
-    return f"{(r.py / r.cpp - 1) * 100:+.2f}%" if r.kind == "ppl" else f"{r.py / r.cpp:.2f}x"
+def py_child(what: str, model: Path, text: Path, s: Sizes, env: dict[str, str], *extra: str) -> dict:
+    """py_side.py in a child process under the level's environment: its RESULT line."""
+    d = run([sys.executable, str(HERE / "py_side.py"), what, str(model), str(text), s.to_json(), *extra], s.timeout, env)
+    for ln in reversed(d.stdout.splitlines()):
+        if ln.startswith("RESULT "):
+            return json.loads(ln[7:])
+    raise RuntimeError(f"py_side.py {what} printed no RESULT line:\n{d.out[-2000:]}")
 
 
-def print_table(rows: list[Row]) -> None:
-    w = max(24, *(len(r.metric) for r in rows))
-    print(f"| {'metric':<{w}} | {'llama.cpp':>12} | {'llamapy':>12} | {'ratio':>9} | {'target':<14} |")
-    print(f"| {'-' * w} | {'-' * 11}: | {'-' * 11}: | {'-' * 8}: | {'-' * 14} |")
-    for r in rows:
-        print(f"| {r.metric:<{w}} | {_fmt(r.cpp, r.kind):>12} | {_fmt(r.py, r.kind):>12} | {_ratio(r):>9} | {r.target:<14} |")
+def py_load(model: Path, s: Sizes, env: dict[str, str]) -> dict:
+    """tests/load_probe.py: Model.load's VmRSS growth and VmHWM peak, in a fresh process
+    (freed buffers leave RSS at once, as test_load_memory.py runs it)."""
+    d = run([sys.executable, str(LOAD_PROBE), str(model)], s.timeout, env | {"MALLOC_MMAP_THRESHOLD_": "65536"})
+    return json.loads(d.stdout.strip().splitlines()[-1])
+
+
+def py_run_peak(model: Path, s: Sizes, env: dict[str, str]) -> float:
+    d = run([sys.executable, "-m", "llamapy", "run", "-m", str(model), "-p", RUN_PROMPT, "-n", "4", "-c", str(s.run_ctx),
+             "-t", str(s.threads), "--temp", "0"], s.timeout, env)
+    return float(d.maxrss)
+
+
+def check_level(level: str, cpu_isa: str | None) -> None:
+    """The kernels must have run at the level asked for (native: whatever the CPU's best is)."""
+    if cpu_isa is None:
+        return
+    if cpu_isa == "torch":
+        raise RuntimeError(f"--isa {level}: llamapy's kernels were off (cpu_isa=torch): PyTorch paths ran")
+    if level != "native" and cpu_isa.split("+")[0] != level:
+        raise RuntimeError(f"--isa {level}: llamapy's kernels ran at {cpu_isa!r}")
+
+
+def measure(mr: ModelRun, level: str, bin_dir: Path | None, s: Sizes, text: Path, a) -> None:
+    env = isa_env(level).apply()
+    base = Path(tempfile.mkdtemp(prefix="vs_llamacpp_kld_")) / "f32-base.kld" if a.kld else None
+    if base is not None:
+        r = mr.attempt("llamapy --exact base", lambda: py_child("kld-base", mr.path, text, s, env, str(base)))
+        mr.py["ppl_f32"] = r["ppl_f32"] if r else None
+        if r is None:
+            base = None
+    if bin_dir is not None:
+        mr.cpp |= mr.attempt("llama-bench", lambda: cpp_side.bench(bin_dir, mr.path, s)) or {}
+        mr.cpp["batched"] = mr.attempt("llama-batched-bench", lambda: cpp_side.batched(bin_dir, mr.path, s))
+        mr.cpp["ppl"] = mr.attempt("llama-perplexity", lambda: cpp_side.perplexity(bin_dir, mr.path, text, s))
+        if base is not None:
+            mr.cpp |= mr.attempt("llama-perplexity --kl-divergence", lambda: cpp_side.kld(bin_dir, mr.path, base, s)) or {}
+        mr.cpp["run_peak"] = mr.attempt("llama-completion -n 4", lambda: cpp_side.run_peak(bin_dir, mr.path, s, RUN_PROMPT))
+    extra = ("--kld-base", str(base)) if base is not None else ()
+    mr.py |= mr.attempt("llamapy bench/batched/perplexity", lambda: py_child("bench", mr.path, text, s, env, *extra)) or {}
+    mr.attempt("ISA level check", lambda: check_level(level, mr.py.get("cpu_isa")))
+    mr.py["load"] = mr.attempt("load probe", lambda: py_load(mr.path, s, env))
+    mr.py["run_peak"] = mr.attempt("llamapy run -n 4", lambda: py_run_peak(mr.path, s, env))
+    if base is not None:
+        base.unlink(missing_ok=True)  # ~2 bytes per vocabulary entry per scored token
+    if a.server:
+        spec = server_load.LoadSpec(n_requests=a.requests, max_tokens=a.max_tokens, threads=s.threads)
+        res = mr.attempt("server load", lambda: server_load.run_both(bin_dir, mr.path, spec, env))
+        mr.server = {k: v.as_dict() for k, v in (res or {}).items()}
+        for k, v in (res or {}).items():
+            if v.errors:
+                mr.errors.append(f"{mr.name}: {v.server}: {len(v.errors)} of {spec.n_requests} requests failed: {v.errors[0]}")
+
+
+def rows_for(mr: ModelRun, s: Sizes, a) -> list[Row]:
+    c, p, lab = mr.cpp, mr.py, label(mr.name, mr.path)
+    f = float(mr.path.stat().st_size)
+    load = p.get("load") or {}
+    rows = [Row(f"{lab} pp{s.pp} t/s", c.get("pp"), p.get("pp"), "speed", 2.0, ">= 2x"),
+            Row(f"{lab} tg{s.tg} t/s", c.get("tg"), p.get("tg"), "speed", 1.2, ">= 1.2x"),
+            Row(f"{lab} batched-bench S_TG, B={s.npl} (-npp {s.npp} -ntg {s.ntg} -kvu)", c.get("batched"),
+                p.get("batched"), "speed", 2.0, ">= 2x"),
+            Row(f"{lab} perplexity -c {s.ppl_ctx}" + (f" --chunks {s.ppl_chunks}" if s.ppl_chunks > 0 else ""), c.get("ppl"), p.get("ppl"), "ppl", 0.01, "within 1%"),
+            Row(f"{lab} weights resident (vs file)", f, p.get("resident"), "file", 1.1, "<= 1.1x file"),
+            Row(f"{lab} Model.load RSS growth (vs file)", f, load.get("growth"), "file", 1.1, "<= 1.1x file"),
+            Row(f"{lab} Model.load peak, VmHWM (vs file)", f, load.get("peak"), "peak", 1.1, "<= 1.1x file + 64 MiB",
+                64 * MiB),
+            Row(f"{lab} peak RSS, `run -n 4 -c {s.run_ctx}`", c.get("run_peak"), p.get("run_peak"), "mem")]
+    if a.server:
+        sc, sp = mr.server.get("llamacpp", {}), mr.server.get("llamapy", {})
+        rows += [Row(f"{lab} server tok/s ({a.requests} streams, 8 at a time, -c 8192 -np 8)", sc.get("tok_s"),
+                     sp.get("tok_s"), "speed", 1.5, ">= 1.5x"),
+                 Row(f"{lab} server TTFT p50", sc.get("ttft_p50"), sp.get("ttft_p50"), "time", 1.0, "<= 1x")]
+    if a.kld:
+        rows += [Row(f"{lab} same top-1 as f32 reference", c.get("same_top"), p.get("same_top"), "top", None,
+                     ">= llama.cpp"),
+                 Row(f"{lab} mean KLD from f32 reference", c.get("kld"), p.get("kld"), "kld", None, "<= llama.cpp")]
+    return rows
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("-m", "--model", default="smollm2-135m", help="registered name or .gguf path")
-    ap.add_argument("--llamacpp-bin", type=Path, default=Path(os.environ.get("LLAMACPP_BIN", DEFAULT_BIN)))
+    ap.add_argument("-m", "--model", action="append", default=None,
+                    help=f"registered name or .gguf path, repeatable (default: {' and '.join(DEFAULT_MODELS)})")
+    ap.add_argument("--isa", default="native", help=f"level(s), comma-separated: {', '.join(LEVELS)} (default native)")
+    ap.add_argument("--llamacpp-bin", type=Path, default=None, help="llama.cpp's bin folder (default: the level's build)")
     ap.add_argument("-t", "--threads", type=int, default=os.cpu_count() or 1)
-    ap.add_argument("-r", "--reps", type=int, default=3)
-    ap.add_argument("-p", "--pp", type=int, default=512)
-    ap.add_argument("-n", "--tg", type=int, default=128)
-    ap.add_argument("-npp", type=int, default=128)
-    ap.add_argument("-ntg", type=int, default=128)
-    ap.add_argument("-npl", type=int, default=16)
+    ap.add_argument("-r", "--reps", type=int, default=None)
+    ap.add_argument("-p", "--pp", type=int, default=None)
+    ap.add_argument("-n", "--tg", type=int, default=None)
+    ap.add_argument("-npp", type=int, default=None)
+    ap.add_argument("-ntg", type=int, default=None)
+    ap.add_argument("-npl", type=int, default=None)
     ap.add_argument("-f", "--ppl-file", type=Path, default=None, help="text to score (default: tests/data/prose_en*.txt)")
     ap.add_argument("--ppl-ctx", type=int, default=128)
-    ap.add_argument("--quick", action="store_true", help="-p 128 -n 32 -npp 32 -ntg 32 -r 1")
-    ap.add_argument("--skip-batched", action="store_true")
-    ap.add_argument("--skip-ppl", action="store_true")
-    ap.add_argument("--skip-kld", action="store_true", help="no accuracy rows (same top-1 / mean KLD vs the f32 reference)")
+    ap.add_argument("--chunks", dest="ppl_chunks", type=int, default=None, help="perplexity chunks (default all; --quick 8)")
+    ap.add_argument("--server", action="store_true", help="also the server load (server_load.py)")
+    ap.add_argument("--requests", type=int, default=None, help="server load: requests (default 32; --quick 8)")
+    ap.add_argument("--max-tokens", type=int, default=None, help="server load: tokens each (default 64; --quick 16)")
+    ap.add_argument("--kld", action="store_true", help="accuracy rows: same top-1 / mean KLD vs llamapy's f32 logits")
+    ap.add_argument("--skip-kld", action="store_true", help=argparse.SUPPRESS)  # the old default; now --kld opts in
+    ap.add_argument("--quick", action="store_true", help="smoke sizes: -p 64 -n 16 -npp 16 -ntg 16 -r 1, 8 requests of 16")
     ap.add_argument("--skip-llamacpp", action="store_true", help="llamapy's numbers only")
-    ap.add_argument("--timeout", type=int, default=3600, help="seconds per llama.cpp tool")
-    ap.add_argument("--json", type=Path, default=None, help="also write the numbers here")
+    ap.add_argument("--timeout", type=int, default=3600, help="seconds per tool run")
+    ap.add_argument("--json", type=Path, default=None, help="also write every raw number here")
     a = ap.parse_args(argv)
-    if a.quick:
-        a.pp, a.tg, a.npp, a.ntg, a.reps = 128, 32, 32, 32, 1
+    levels = [x.strip() for x in a.isa.split(",") if x.strip()]
+    for lv in levels:
+        isa_env(lv)  # unknown level: ValueError naming it
+    s = Sizes(a.threads, ppl_ctx=a.ppl_ctx, timeout=a.timeout)
+    s = s.quick() if a.quick else s
+    over = {k: getattr(a, k) for k in ("pp", "tg", "npp", "ntg", "npl", "ppl_chunks") if getattr(a, k) is not None}
+    s = Sizes(**({f: getattr(s, f) for f in Sizes.__dataclass_fields__} | over | ({"reps": a.reps} if a.reps else {})))
+    a.requests = a.requests or (8 if a.quick else 32)
+    a.max_tokens = a.max_tokens or (16 if a.quick else 64)
     sys.path.insert(0, str(ROOT / "src"))
     from llamapy.registry import resolve_model
 
-    model = Path(resolve_model(a.model))
-    if a.ppl_file is None:
-        tmp = Path(tempfile.mkdtemp(prefix="vs_llamacpp_")) / "prose.txt"
-        tmp.write_text("".join(p.read_text(encoding="utf-8") for p in PROSE), encoding="utf-8")
-        a.ppl_file = tmp
-    kld_base = None
-    py_ref: dict[str, float] = {}
-    if not a.skip_kld:  # llamapy --exact writes the reference both programs are scored against
-        kld_base = Path(tempfile.mkdtemp(prefix="vs_llamacpp_kld_")) / "f32-base.kld"
-        py_ref["ppl_f32"] = py_kld_base(model, a.ppl_file, a, kld_base)
-    cpp: dict[str, float] = {}
-    if not a.skip_llamacpp:
-        if not (a.llamacpp_bin / "llama-bench").is_file():
-            raise SystemExit(f"no llama-bench in {a.llamacpp_bin}: build it (../shared/tools/build-llamacpp.sh) or pass --llamacpp-bin")
-        cpp.update(cpp_bench(a.llamacpp_bin, model, a))
-        if not a.skip_batched:
-            cpp["batched"] = cpp_batched(a.llamacpp_bin, model, a)
-        if not a.skip_ppl:
-            cpp["ppl"] = cpp_perplexity(a.llamacpp_bin, model, a.ppl_file, a)
-        if kld_base is not None:
-            cpp.update(cpp_kld(a.llamacpp_bin, model, kld_base, a))
-    py = py_all(model, a.ppl_file, a, kld_base) | py_ref
-    if kld_base is not None:
-        kld_base.unlink()  # ~2 bytes per vocabulary entry per scored token
-    file_size = model.stat().st_size
-    rows = [Row(f"pp{a.pp} t/s", cpp.get("pp"), py.get("pp"), ">= 2x"),
-            Row(f"tg{a.tg} t/s", cpp.get("tg"), py.get("tg"), ">= 1x"),
-            Row(f"batched S_TG B={a.npl} t/s", cpp.get("batched"), py.get("batched"), ">= 2x"),
-            Row(f"perplexity -c {a.ppl_ctx}", cpp.get("ppl"), py.get("ppl"), "within 1%", "ppl"),
-            Row("weights resident", float(file_size), py.get("resident"), "<= 1.1x file", "mem")]
-    if not a.skip_kld:
-        rows += [Row("same top-1 vs f32 reference", cpp.get("same_top"), py.get("same_top"), ">= llama.cpp", "top"),
-                 Row("mean KLD vs f32 reference", cpp.get("kld"), py.get("kld"), "<= llama.cpp", "kld")]
-    print(f"\nmodel: {model} ({file_size / 2**20:.1f} MiB), threads: {a.threads}\n")
-    print_table(rows)
-    if a.json:
-        a.json.write_text(json.dumps({"model": str(model), "threads": a.threads, "llamacpp": cpp, "llamapy": py}, indent=2))
-    return 0
+    names = a.model or list(DEFAULT_MODELS)
+    models = [(n, Path(resolve_model(n))) for n in names]
+    text = a.ppl_file
+    if text is None:
+        text = Path(tempfile.mkdtemp(prefix="vs_llamacpp_")) / "prose.txt"
+        text.write_text("".join(p.read_text(encoding="utf-8") for p in PROSE), encoding="utf-8")
+    cpu = cpu_model()
+    dump: dict = {"cpu": cpu, "threads": a.threads, "sizes": json.loads(s.to_json()), "levels": {}}
+    tables: list[str] = []
+    for lv in levels:
+        bin_dir = None if a.skip_llamacpp else (a.llamacpp_bin or llamacpp_bin(lv))
+        if bin_dir is not None and not (bin_dir / "llama-bench").is_file():
+            raise SystemExit(f"--isa {lv}: no llama-bench in {bin_dir}: build it with "
+                             f"LLAMACPP_ISA={lv} ../shared/tools/build-llamacpp.sh, or pass --llamacpp-bin")
+        print(f"\n== {cpu} | ISA {lv} | {isa_env(lv).describe()} | llama.cpp {bin_dir}", file=sys.stderr, flush=True)
+        runs = []
+        for name, path in models:
+            mr = ModelRun(name, path)
+            measure(mr, lv, bin_dir, s, text, a)
+            runs.append(mr)
+        kern = sorted({str(mr.py.get("cpu_isa")) for mr in runs if mr.py.get("cpu_isa")})
+        aten = sorted({str(mr.py.get("aten")) for mr in runs if mr.py.get("aten")})
+        title = (f"{cpu} · ISA {lv} (llamapy kernels {'/'.join(kern) or '?'}, ATen {'/'.join(aten) or '?'}; "
+                 f"llama.cpp {bin_dir.parent.name if bin_dir else '-'}) · {a.threads} threads")
+        rows = [r for mr in runs for r in rows_for(mr, s, a)]
+        t = markdown(title, rows)
+        notes = ["", "(vs file): the llama.cpp column holds the GGUF file's size; the ratio is llamapy's / the file."]
+        notes += [f"FAILED {e}" for mr in runs for e in mr.errors]
+        tables.append(t + "\n".join(notes) + "\n")
+        print("\n" + tables[-1], flush=True)
+        dump["levels"][lv] = {"env": isa_env(lv).describe(), "llamacpp_bin": str(bin_dir) if bin_dir else None,
+                              "models": {mr.name: {"path": str(mr.path), "file_bytes": mr.path.stat().st_size,
+                                                   "llamacpp": mr.cpp, "llamapy": mr.py, "server": mr.server,
+                                                   "errors": mr.errors} for mr in runs}}
+        if a.json:  # after every level: a later failure keeps what was measured
+            a.json.write_text(json.dumps(dump, indent=2))
+    if len(tables) > 1:
+        print("\n".join(tables))
+    return 1 if any(m.get("errors") for d in dump["levels"].values() for m in d["models"].values()) else 0
 
 
 if __name__ == "__main__":
