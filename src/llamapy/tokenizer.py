@@ -9,10 +9,6 @@ Ids are checked against llama.cpp's own `llama-tokenize` (scripts/ref_tokenize.p
 from __future__ import annotations
 
 import codecs
-import contextlib
-import ctypes
-import gc
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Sequence
@@ -22,27 +18,10 @@ from tokenizers import Tokenizer as HFTokenizer
 if TYPE_CHECKING:
     from .chat_template import ChatTemplate
 
-from .gguf.reader import GGUFFile
-from .tokenizer_bpe import bpe_merge_ids, build_bpe, pre_type
-from .tokenizer_cache import VocabTables, cached_tables
-from .tokenizer_spm import SPACE, build_spm, spm_tables
-from .tokenizer_special import load_vocab
-from .tokenizer_subset import subset, whole
-from .tokenizer_vocab import K, TokenAttr, TokenIndex, Vocab, open_gguf, read_field
-
-
-def _byte_decoder() -> dict[str, int]:
-    """GPT-2's bytes_to_unicode, inverted: the byte-level character -> the byte it stands for."""
-    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) \
-        + list(range(ord("®"), ord("ÿ") + 1))
-    cs = bs[:]
-    n = 0
-    for b in range(256):
-        if b not in bs:
-            bs.append(b)
-            cs.append(256 + n)
-            n += 1
-    return {chr(c): b for b, c in zip(bs, cs)}
+from .tokenizer_bpe import byte_decoder as _byte_decoder
+from .tokenizer_build import build_tokenizer
+from .tokenizer_spm import SPACE
+from .tokenizer_vocab import TokenAttr, Vocab, open_gguf
 
 
 @dataclass(slots=True)
@@ -71,53 +50,17 @@ class Tokenizer:
 
     @classmethod
     def from_gguf(cls, src: Any, cache: Path | None = None, only_for: Sequence[str] | None = None) -> "Tokenizer":
-        """Build from a GGUF path or an open GGUFFile.  The vocabulary stays in the mapped
-        file; the tables derived by walking it come from tokenizer_cache.py (cache: a folder
-        instead of $LLAMAPY_HOME/tokenizers/, which holds vocabularies of 4096+ tokens).
+        """Build from a GGUF path or an open GGUFFile (tokenizer_build.py).  The vocabulary
+        stays in the mapped file; the tables derived by walking it come from
+        tokenizer_cache.py (cache: a folder instead of $LLAMAPY_HOME/tokenizers/).
         only_for: a tokenizer for these texts only (tokenizer_subset.py; tokenize() refuses
         any other text), built in milliseconds whatever the vocabulary's size."""
-        with gc_paused():  # ~1M short-lived tuples and strings: no collection passes over them
-            return cls._build(open_gguf(src), cache, None if only_for is None else list(only_for))
-
-    @classmethod
-    def _build(cls, f: GGUFFile, cache: Path | None, only_for: list[str] | None) -> "Tokenizer":
-        model = str(read_field(f, K.MODEL, "") or "")
-        if model not in ("gpt2", "llama"):
-            raise ValueError(f"tokenizer.ggml.model = {model!r} is not supported "
-                             "(supported: 'gpt2' byte-level BPE, 'llama' SentencePiece)")
-        pt = pre_type(read_field(f, K.PRE)) if model == "gpt2" else None
-        vocab, texts, t2i = load_vocab(f, pre_flags=pt.flags() if pt else None, whole=only_for is None)
-
-        def derive() -> VocabTables:
-            all_texts = texts if texts is not None else vocab.tokens.tolist()
-            ids = t2i if t2i is not None else dict(zip(all_texts, range(len(all_texts))))
-            if pt is not None:
-                return VocabTables(bpe_merge_ids(vocab.merges.tolist() if vocab.merges else [], ids), [])
-            return VocabTables(*spm_tables(vocab, all_texts, ids))
-
-        tables, how = cached_tables(f, vocab.n_vocab, derive, cache)
-        index = vocab.token_to_id if isinstance(vocab.token_to_id, TokenIndex) else TokenIndex(vocab.tokens)
-        if only_for is None:
-            bpe_vocab, merges, phantoms = whole(texts, t2i, tables)
-        else:
-            byte_level = None if pt is None else {b: ch for ch, b in _byte_decoder().items()}
-            extra = []  # SPM: the byte tokens and unk, whatever the text
-            if pt is None:
-                extra = [f"<0x{b:02X}>" for b in range(256)]
-                if vocab.special.get("unk") is not None:
-                    extra.append(vocab.tokens[vocab.special["unk"]])
-            bpe_vocab, merges, phantoms = subset(vocab, tables, only_for, byte_level, extra)
-        if pt is not None:
-            hf, spell = build_bpe(pt, bpe_vocab, merges), {}
-        else:
-            hf, spell = build_spm(vocab, bpe_vocab, merges, phantoms)
-        vocab.token_to_id = index
-        del texts, t2i, bpe_vocab, merges
-        release_heap()  # the transient lists and dicts of the build go back to the system
-        tok = cls(vocab=vocab, hf=hf, spell=spell)
-        tok.cache_status = how
-        tok.only_for = None if only_for is None else frozenset(only_for)
-        if only_for is None:
+        texts = None if only_for is None else list(only_for)
+        built = build_tokenizer(open_gguf(src), cache, texts)
+        tok = cls(vocab=built.vocab, hf=built.hf, spell=built.spell)
+        tok.cache_status = built.cache_status
+        tok.only_for = None if texts is None else frozenset(texts)
+        if texts is None:
             tok.chat  # noqa: B018  (a model's template that does not compile fails the load)
         return tok
 
@@ -256,28 +199,6 @@ class Tokenizer:
                             **extra: Any) -> str:
         """Render the GGUF's tokenizer.chat_template (ChatML when it has none)."""
         return self.chat.render(messages, add_generation_prompt=add_generation_prompt, **extra)
-
-
-@contextlib.contextmanager
-def gc_paused():
-    """No cyclic garbage collection inside (the objects made are acyclic); back on after."""
-    was = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was:
-            gc.enable()
-
-
-def release_heap() -> None:
-    """glibc keeps freed small blocks in its arenas; hand them back (malloc_trim), so the
-    build's transient objects do not stay in the process's resident set."""
-    if sys.platform.startswith("linux"):
-        try:
-            ctypes.CDLL(None).malloc_trim(0)
-        except (OSError, AttributeError):  # not glibc
-            pass
 
 
 def clean_spaces(text: bytearray) -> bytearray:

@@ -146,3 +146,17 @@ def build_bpe(pt: PreType, bpe_vocab: dict[str, int], merges: list[tuple[str, st
     hf.pre_tokenizer = pre_tokenizers.Sequence(
         [*splits, pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
     return hf
+
+
+def byte_decoder() -> dict[str, int]:
+    """GPT-2's bytes_to_unicode, inverted: the byte-level character -> the byte it stands for."""
+    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) \
+        + list(range(ord("®"), ord("ÿ") + 1))
+    cs = bs[:]
+    n = 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    return {chr(c): b for b, c in zip(bs, cs)}

@@ -9,14 +9,13 @@ cache allocates with) and sliding-window models, whose SWA layers get a second, 
 (model/archs/llama.py), phase by phase; estimate_memory() is the public entry point."""
 from __future__ import annotations
 
-import os
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..cparams import CParams, pad, resolve_cparams
 from ..model.hparams import HParams
 from ..params import ContextParams
+from .host import kernels_expected, torch_threads
 from .kv_types import KVType
 from .process import ProcessEstimate, process_estimate
 from .process import resident_weight_bytes as _resident_bytes
@@ -275,38 +274,6 @@ def compute_terms(hp: HParams, c: CParams, caches: tuple[CacheEstimate, ...], n_
     return tuple(terms)
 
 
-def torch_threads() -> int:
-    """torch.get_num_threads() where torch is loaded; else what it will default to, without
-    importing it (`llamapy mem`): OMP_NUM_THREADS, else the physical cores this process may
-    run on."""
-    if "torch" in sys.modules:
-        return sys.modules["torch"].get_num_threads()
-    env = os.environ.get("OMP_NUM_THREADS", "")
-    if env.isdigit() and int(env) > 0:
-        return int(env)
-    cpus = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else set(range(os.cpu_count() or 1))
-    cores: set[tuple[str, str]] = set()
-    try:
-        cpu = phys = core = ""
-        with open("/proc/cpuinfo") as fh:
-            for line in list(fh) + [""]:
-                k, _, v = line.partition(":")
-                k, v = k.strip(), v.strip()
-                if k == "processor":
-                    cpu = v
-                elif k == "physical id":
-                    phys = v
-                elif k == "core id":
-                    core = v
-                elif not k and cpu:
-                    if cpu.isdigit() and int(cpu) in cpus:
-                        cores.add((phys, core or cpu))
-                    cpu = phys = core = ""
-    except OSError:
-        pass
-    return max(1, len(cores) or len(cpus))
-
-
 def estimate_from(hp: HParams, c: CParams, weights: int = 0, weights_file: int = 0, n_outputs: int | None = None,
                   process: ProcessEstimate | None = None) -> MemoryEstimate:
     """MemoryEstimate for resolved params.  n_outputs: logits rows to reserve (default
@@ -363,27 +330,6 @@ def resident_weight_bytes(tensors) -> int:
     where llamapy's CPU kernels are available and read the type, else as model/qmatrix.py
     converts them; other tensors as float32."""
     return _resident_bytes(tensors, blocks=kernels_expected())
-
-
-def kernels_expected() -> bool:
-    """Whether the loader has llamapy's CPU kernels: load_kernels() itself where torch is
-    loaded (it loads torch's OpenMP runtime before the library); without torch (`llamapy
-    mem`), what load_kernels decides on: not turned off (LLAMAPY_KERNELS=0) and a C compiler
-    to build them with."""
-    if "torch" in sys.modules:
-        from ..kernels import load_kernels
-
-        return load_kernels() is not None
-    return kernels_buildable()
-
-
-def kernels_buildable() -> bool:
-    """load_kernels()'s conditions, checked without loading anything."""
-    import shutil
-
-    if os.environ.get("LLAMAPY_KERNELS", "1") == "0":
-        return False
-    return bool(os.environ.get("CC") or shutil.which("gcc") or shutil.which("cc"))
 
 
 def estimate_memory(model_or_path, params: ContextParams | None = None, n_outputs: int | None = None, n_ctx_fitted: int | None = None) -> MemoryEstimate:
