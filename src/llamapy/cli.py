@@ -82,14 +82,34 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run one command.  As the program itself (argv None, `llamapy ...`), the process ends
+    as soon as the command returns and its output is flushed: torch's interpreter teardown
+    alone costs 0.2-0.9 s on a 2-core machine, after the work is done."""
     args = build_parser().parse_args(argv)
     try:
-        return int(args.fn(args) or 0)
+        rc = int(args.fn(args) or 0)
     except KeyboardInterrupt:
-        return 130
+        rc = 130
     except (ValueError, FileNotFoundError, RuntimeError) as e:
         print(f"error: {e}", file=sys.stderr)
-        return 1
+        rc = 1
+    if argv is None and "torch" in sys.modules:
+        _exit_now(rc)
+    return rc
+
+
+def _exit_now(rc: int) -> None:
+    """Flush what was written, then end the process without the interpreter's teardown."""
+    import logging
+    import os
+
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # a closed pipe
+            pass
+    os._exit(rc)
 
 
 if __name__ == "__main__":
