@@ -56,8 +56,9 @@ def kld_base(model_path: Path, text: Path, s: Sizes, base: Path) -> dict:
 
 
 def bench(model_path: Path, text: Path, s: Sizes, base: Path | None) -> dict:
-    """llama-bench's pp/tg, llama-batched-bench's S_TG at B = npl (unified cache), perplexity
-    at -c ppl_ctx (scored against `base` too when given), and the weights as kept."""
+    """llama-bench's pp/tg, llama-batched-bench's S_TG at B = npl (unified cache; none when npl
+    is 0), perplexity at -c ppl_ctx (none when ppl_chunks is 0; scored against `base` too when
+    given), and the weights as kept."""
     from llamapy import Context, ContextParams
     from llamapy.bench import batched_bench as bb
     from llamapy.bench import kld
@@ -75,27 +76,29 @@ def bench(model_path: Path, text: Path, s: Sizes, base: Path | None) -> dict:
         r = lb.run_instance(model, inst, p, rng)
         res["pp" if inst.n_gen == 0 else "tg"] = r.avg_ts()
         _log(f"{inst.test_name}: {r.avg_ts():.2f} ± {r.stddev_ts():.2f} t/s ({time.perf_counter() - t0:.1f} s)")
-    gc.collect()
-    ctx = Context(model, ContextParams(n_ctx=s.npl * (s.npp + s.ntg), n_batch=2048, n_ubatch=512, n_seq_max=s.npl,
-                                       kv_unified=True, n_threads=s.threads))
-    rows = list(bb.run_batched_bench(ctx, [s.npp], [s.ntg], [s.npl]))
-    res["batched"] = rows[-1].speed_tg
-    _log("batched: " + bb.md_row(rows[-1]))
-    del ctx
-    gc.collect()
-    ctx = ppl.make_context(model, s.ppl_ctx, 2048, 512, n_threads=s.threads)
-    tokens = model.tokenize(text.read_text(encoding="utf-8"), add_special=True)
-    run = kld.KldRun(kld.BaseFile.open(base, model.n_vocab)) if base is not None else None
-    try:
-        r = ppl.perplexity(ctx, tokens, s.ppl_ctx, s.ppl_chunks, on_logits=run)
-    finally:
+    if s.npl > 0:
+        gc.collect()
+        ctx = Context(model, ContextParams(n_ctx=s.npl * (s.npp + s.ntg), n_batch=2048, n_ubatch=512, n_seq_max=s.npl,
+                                           kv_unified=True, n_threads=s.threads))
+        rows = list(bb.run_batched_bench(ctx, [s.npp], [s.ntg], [s.npl]))
+        res["batched"] = rows[-1].speed_tg
+        _log("batched: " + bb.md_row(rows[-1]))
+        del ctx
+    if s.ppl_chunks != 0:
+        gc.collect()
+        ctx = ppl.make_context(model, s.ppl_ctx, 2048, 512, n_threads=s.threads)
+        tokens = model.tokenize(text.read_text(encoding="utf-8"), add_special=True)
+        run = kld.KldRun(kld.BaseFile.open(base, model.n_vocab)) if base is not None else None
+        try:
+            r = ppl.perplexity(ctx, tokens, s.ppl_ctx, s.ppl_chunks, on_logits=run)
+        finally:
+            if run is not None:
+                run.base.close()
+        res["ppl"] = r.ppl
+        _log(f"PPL = {r.ppl:.4f} +/- {r.ppl_err:.5f} over {r.n_chunk} chunks")
         if run is not None:
-            run.base.close()
-    res["ppl"] = r.ppl
-    _log(f"PPL = {r.ppl:.4f} +/- {r.ppl_err:.5f} over {r.n_chunk} chunks")
-    if run is not None:
-        res["same_top"], res["kld"] = run.stats.same_top, run.stats.mean_kld
-        _log(f"vs f32 reference: same top p {100 * run.stats.same_top:.3f} %, mean KLD {run.stats.mean_kld:.6f}")
+            res["same_top"], res["kld"] = run.stats.same_top, run.stats.mean_kld
+            _log(f"vs f32 reference: same top p {100 * run.stats.same_top:.3f} %, mean KLD {run.stats.mean_kld:.6f}")
     return res
 
 

@@ -15,9 +15,9 @@ class Sizes:
     reps: int = 3
     npp: int = 128
     ntg: int = 128
-    npl: int = 16
+    npl: int = 16  # 0: no batched-bench
     ppl_ctx: int = 128
-    ppl_chunks: int = -1  # perplexity's --chunks: -1 = all the text
+    ppl_chunks: int = -1  # perplexity's --chunks: -1 = all the text, 0 = no perplexity
     run_ctx: int = 4096  # the short `run` whose peak RSS is compared
     timeout: int = 3600
 

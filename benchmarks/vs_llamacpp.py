@@ -120,7 +120,7 @@ def check_level(level: str, cpu_isa: str | None) -> None:
 
 def measure(mr: ModelRun, level: str, bin_dir: Path | None, s: Sizes, text: Path, a) -> None:
     env = isa_env(level).apply()
-    base = Path(tempfile.mkdtemp(prefix="vs_llamacpp_kld_")) / "f32-base.kld" if a.kld else None
+    base = Path(tempfile.mkdtemp(prefix="vs_llamacpp_kld_")) / "f32-base.kld" if a.kld and s.ppl_chunks != 0 else None
     if base is not None:
         r = mr.attempt("llamapy --exact base", lambda: py_child("kld-base", mr.path, text, s, env, str(base)))
         mr.py["ppl_f32"] = r["ppl_f32"] if r else None
@@ -128,8 +128,10 @@ def measure(mr: ModelRun, level: str, bin_dir: Path | None, s: Sizes, text: Path
             base = None
     if bin_dir is not None:
         mr.cpp |= mr.attempt("llama-bench", lambda: cpp_side.bench(bin_dir, mr.path, s)) or {}
-        mr.cpp["batched"] = mr.attempt("llama-batched-bench", lambda: cpp_side.batched(bin_dir, mr.path, s))
-        mr.cpp["ppl"] = mr.attempt("llama-perplexity", lambda: cpp_side.perplexity(bin_dir, mr.path, text, s))
+        if s.npl > 0:
+            mr.cpp["batched"] = mr.attempt("llama-batched-bench", lambda: cpp_side.batched(bin_dir, mr.path, s))
+        if s.ppl_chunks != 0:
+            mr.cpp["ppl"] = mr.attempt("llama-perplexity", lambda: cpp_side.perplexity(bin_dir, mr.path, text, s))
         if base is not None:
             mr.cpp |= mr.attempt("llama-perplexity --kl-divergence", lambda: cpp_side.kld(bin_dir, mr.path, base, s)) or {}
         mr.cpp["run_peak"] = mr.attempt("llama-completion -n 4", lambda: cpp_side.run_peak(bin_dir, mr.path, s, RUN_PROMPT))
@@ -154,15 +156,18 @@ def rows_for(mr: ModelRun, s: Sizes, a) -> list[Row]:
     f = float(mr.path.stat().st_size)
     load = p.get("load") or {}
     rows = [Row(f"{lab} pp{s.pp} t/s", c.get("pp"), p.get("pp"), "speed", 2.0, ">= 2x"),
-            Row(f"{lab} tg{s.tg} t/s", c.get("tg"), p.get("tg"), "speed", 1.2, ">= 1.2x"),
-            Row(f"{lab} batched-bench S_TG, B={s.npl} (-npp {s.npp} -ntg {s.ntg} -kvu)", c.get("batched"),
-                p.get("batched"), "speed", 2.0, ">= 2x"),
-            Row(f"{lab} perplexity -c {s.ppl_ctx}" + (f" --chunks {s.ppl_chunks}" if s.ppl_chunks > 0 else ""), c.get("ppl"), p.get("ppl"), "ppl", 0.01, "within 1%"),
-            Row(f"{lab} weights resident (vs file)", f, p.get("resident"), "file", 1.1, "<= 1.1x file"),
-            Row(f"{lab} Model.load RSS growth (vs file)", f, load.get("growth"), "file", 1.1, "<= 1.1x file"),
-            Row(f"{lab} Model.load peak, VmHWM (vs file)", f, load.get("peak"), "peak", 1.1, "<= 1.1x file + 64 MiB",
-                64 * MiB),
-            Row(f"{lab} peak RSS, `run -n 4 -c {s.run_ctx}`", c.get("run_peak"), p.get("run_peak"), "mem")]
+            Row(f"{lab} tg{s.tg} t/s", c.get("tg"), p.get("tg"), "speed", 1.2, ">= 1.2x")]
+    if s.npl > 0:
+        rows.append(Row(f"{lab} batched-bench S_TG, B={s.npl} (-npp {s.npp} -ntg {s.ntg} -kvu)", c.get("batched"),
+                        p.get("batched"), "speed", 2.0, ">= 2x"))
+    if s.ppl_chunks != 0:
+        chunks = f" --chunks {s.ppl_chunks}" if s.ppl_chunks > 0 else ""
+        rows.append(Row(f"{lab} perplexity -c {s.ppl_ctx}{chunks}", c.get("ppl"), p.get("ppl"), "ppl", 0.01, "within 1%"))
+    rows += [Row(f"{lab} weights resident (vs file)", f, p.get("resident"), "file", 1.1, "<= 1.1x file"),
+             Row(f"{lab} Model.load RSS growth (vs file)", f, load.get("growth"), "file", 1.1, "<= 1.1x file"),
+             Row(f"{lab} Model.load peak, VmHWM (vs file)", f, load.get("peak"), "peak", 1.1, "<= 1.1x file + 64 MiB",
+                 64 * MiB),
+             Row(f"{lab} peak RSS, `run -n 4 -c {s.run_ctx}`", c.get("run_peak"), p.get("run_peak"), "mem")]
     if a.server:
         sc, sp = mr.server.get("llamacpp", {}), mr.server.get("llamapy", {})
         rows += [Row(f"{lab} server tok/s ({a.requests} streams, 8 at a time, -c 8192 -np 8)", sc.get("tok_s"),
@@ -197,6 +202,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--kld", action="store_true", help="accuracy rows: same top-1 / mean KLD vs llamapy's f32 logits")
     ap.add_argument("--skip-kld", action="store_true", help=argparse.SUPPRESS)  # the old default; now --kld opts in
     ap.add_argument("--quick", action="store_true", help="smoke sizes: -p 64 -n 16 -npp 16 -ntg 16 -r 1, 8 requests of 16")
+    ap.add_argument("--skip-batched", action="store_true", help="no batched-bench row (-npl 0)")
+    ap.add_argument("--skip-ppl", action="store_true", help="no perplexity (nor KLD) row (--chunks 0)")
     ap.add_argument("--skip-llamacpp", action="store_true", help="llamapy's numbers only")
     ap.add_argument("--timeout", type=int, default=3600, help="seconds per tool run")
     ap.add_argument("--json", type=Path, default=None, help="also write every raw number here")
@@ -208,6 +215,9 @@ def main(argv: list[str] | None = None) -> int:
     s = s.quick() if a.quick else s
     over = {k: getattr(a, k) for k in ("pp", "tg", "npp", "ntg", "npl", "ppl_chunks") if getattr(a, k) is not None}
     s = Sizes(**({f: getattr(s, f) for f in Sizes.__dataclass_fields__} | over | ({"reps": a.reps} if a.reps else {})))
+    if a.skip_batched or a.skip_ppl:
+        s = Sizes(**({f: getattr(s, f) for f in Sizes.__dataclass_fields__} | ({"npl": 0} if a.skip_batched else {})
+                     | ({"ppl_chunks": 0} if a.skip_ppl else {})))
     a.requests = a.requests or (8 if a.quick else 32)
     a.max_tokens = a.max_tokens or (16 if a.quick else 64)
     sys.path.insert(0, str(ROOT / "src"))
