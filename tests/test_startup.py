@@ -54,11 +54,26 @@ def test_mem_without_torch_equals_in_process_estimate(no_torch, which, smollm2_p
     r = _llamapy(["mem", "-m", str(path), "-c", "8192", "--json"], no_torch)
     assert r.returncode == 0, r.stderr[-2000:]
     got = json.loads(r.stdout)
-    import torch  # noqa: F401  (here torch is loaded: the estimate asks it for its threads)
+    import torch
 
-    e = estimate_memory(path, ContextParams(n_ctx=8192))
+    from llamapy.memory.host import default_torch_threads
+
+    n = torch.get_num_threads()  # here torch is loaded (other tests set its threads): the default, as mem assumes
+    torch.set_num_threads(default_torch_threads())
+    try:
+        e = estimate_memory(path, ContextParams(n_ctx=8192))
+    finally:
+        torch.set_num_threads(n)
     assert got["buffers"] == e.as_dict()
     assert got["process"]["total"] == e.process.total and got["process"]["weights"] == e.weights
+
+
+def test_default_threads_are_torchs():
+    r = subprocess.run([sys.executable, "-c", "import torch; print(torch.get_num_threads())"],
+                       capture_output=True, text=True, timeout=120)
+    from llamapy.memory.host import default_torch_threads
+
+    assert int(r.stdout.strip()) == default_torch_threads()
 
 
 def test_help_without_torch(no_torch):

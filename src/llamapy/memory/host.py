@@ -8,11 +8,15 @@ import sys
 
 
 def torch_threads() -> int:
-    """torch.get_num_threads() where torch is loaded; else what it will default to, without
-    importing it (`llamapy mem`): OMP_NUM_THREADS, else the physical cores this process may
-    run on."""
+    """torch.get_num_threads() where torch is loaded; else what it will default to."""
     if "torch" in sys.modules:
         return sys.modules["torch"].get_num_threads()
+    return default_torch_threads()
+
+
+def default_torch_threads() -> int:
+    """torch's default thread count, without importing it (`llamapy mem`): OMP_NUM_THREADS,
+    else the physical cores this process may run on."""
     env = os.environ.get("OMP_NUM_THREADS", "")
     if env.isdigit() and int(env) > 0:
         return int(env)
