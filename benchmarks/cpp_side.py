@@ -55,8 +55,19 @@ def kld(bin_dir: Path, model: Path, base: Path, s: Sizes) -> dict[str, float]:
     return res
 
 
-def run_peak(bin_dir: Path, model: Path, s: Sizes, prompt: str, n: int = 4) -> float:
-    """Peak RSS (bytes) of a whole `llama-completion -n 4` process: load, prompt, 4 tokens."""
+def run_peak(bin_dir: Path, model: Path, s: Sizes, prompt: str, n: int = 4) -> tuple[float, str]:
+    """Peak RSS (bytes) of a whole `llama-completion -n 4` process (load, prompt, 4 tokens), and
+    the CPU features its system_info line says the build uses ("AVX2 F16C FMA ...")."""
     d = run([str(bin_dir / "llama-completion"), "-m", str(model), "-p", prompt, "-n", str(n), "-c", str(s.run_ctx),
              "-t", str(s.threads), "-no-cnv", "--temp", "0"], s.timeout)
-    return float(d.maxrss)
+    return float(d.maxrss), system_info(d.out)
+
+
+def system_info(out: str) -> str:
+    """llama.cpp's `system_info: ... | CPU : SSE3 = 1 | AVX2 = 1 | ...` -> "SSE3 SSSE3 AVX AVX2 ..."."""
+    for ln in out.splitlines():
+        if "system_info:" in ln and "CPU :" in ln:
+            feats = [k.strip() for k, _, v in (x.partition("=") for x in ln.split("CPU :", 1)[1].split("|"))
+                     if v.strip() == "1"]
+            return " ".join(feats)
+    return ""

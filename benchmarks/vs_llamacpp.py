@@ -61,7 +61,8 @@ class ModelRun:
 
     name: str
     path: Path
-    cpp: dict[str, float] = field(default_factory=dict)
+    cpp: dict[str, float | None] = field(default_factory=dict)
+    cpp_features: str = ""  # llama.cpp's system_info CPU features, e.g. "SSE3 SSSE3 AVX AVX2 F16C FMA BMI2 ..."
     py: dict = field(default_factory=dict)
     server: dict[str, dict] = field(default_factory=dict)
     errors: list[str] = field(default_factory=list)
@@ -118,6 +119,19 @@ def check_level(level: str, cpu_isa: str | None) -> None:
         raise RuntimeError(f"--isa {level}: llamapy's kernels ran at {cpu_isa!r}")
 
 
+def check_cpp_level(level: str, features: str) -> None:
+    """llama.cpp's build must be of the level asked for, as its system_info line says."""
+    f = set(features.split())
+    if not f:
+        return
+    if level == "avx2" and ("AVX512" in f or "AVX2" not in f):
+        raise RuntimeError(f"--isa avx2: llama.cpp's build uses {features}")
+    if level == "avx512" and "AVX512" not in f:
+        raise RuntimeError(f"--isa avx512: llama.cpp's build lacks AVX512 ({features})")
+    if level == "scalar" and f & {"AVX", "AVX2", "AVX512"}:
+        raise RuntimeError(f"--isa scalar: llama.cpp's build uses {features}")
+
+
 def measure(mr: ModelRun, level: str, bin_dir: Path | None, s: Sizes, text: Path, a) -> None:
     env = isa_env(level).apply()
     base = Path(tempfile.mkdtemp(prefix="vs_llamacpp_kld_")) / "f32-base.kld" if a.kld and s.ppl_chunks != 0 else None
@@ -134,7 +148,9 @@ def measure(mr: ModelRun, level: str, bin_dir: Path | None, s: Sizes, text: Path
             mr.cpp["ppl"] = mr.attempt("llama-perplexity", lambda: cpp_side.perplexity(bin_dir, mr.path, text, s))
         if base is not None:
             mr.cpp |= mr.attempt("llama-perplexity --kl-divergence", lambda: cpp_side.kld(bin_dir, mr.path, base, s)) or {}
-        mr.cpp["run_peak"] = mr.attempt("llama-completion -n 4", lambda: cpp_side.run_peak(bin_dir, mr.path, s, RUN_PROMPT))
+        peak = mr.attempt("llama-completion -n 4", lambda: cpp_side.run_peak(bin_dir, mr.path, s, RUN_PROMPT))
+        mr.cpp["run_peak"], mr.cpp_features = peak if peak is not None else (None, "")
+        mr.attempt("llama.cpp level check", lambda: check_cpp_level(level, mr.cpp_features))
     extra = ("--kld-base", str(base)) if base is not None else ()
     mr.py |= mr.attempt("llamapy bench/batched/perplexity", lambda: py_child("bench", mr.path, text, s, env, *extra)) or {}
     mr.attempt("ISA level check", lambda: check_level(level, mr.py.get("cpu_isa")))
@@ -249,14 +265,17 @@ def main(argv: list[str] | None = None) -> int:
                  f"llama.cpp {bin_dir.parent.name if bin_dir else '-'}) · {a.threads} threads")
         rows = [r for mr in runs for r in rows_for(mr, s, a)]
         t = markdown(title, rows)
-        notes = ["", "(vs file): the llama.cpp column holds the GGUF file's size; the ratio is llamapy's / the file."]
+        feats = sorted({mr.cpp_features for mr in runs if mr.cpp_features})
+        notes = ["", "(vs file): the llama.cpp column holds the GGUF file's size; the ratio is llamapy's / the file.",
+                 f"llamapy: {isa_env(lv).describe()}; llama.cpp system_info CPU: {' / '.join(feats) or '-'}"]
         notes += [f"FAILED {e}" for mr in runs for e in mr.errors]
         tables.append(t + "\n".join(notes) + "\n")
         print("\n" + tables[-1], flush=True)
-        dump["levels"][lv] = {"env": isa_env(lv).describe(), "llamacpp_bin": str(bin_dir) if bin_dir else None,
-                              "models": {mr.name: {"path": str(mr.path), "file_bytes": mr.path.stat().st_size,
-                                                   "llamacpp": mr.cpp, "llamapy": mr.py, "server": mr.server,
-                                                   "errors": mr.errors} for mr in runs}}
+        dump["levels"][lv] = {
+            "env": isa_env(lv).describe(), "llamacpp_bin": str(bin_dir) if bin_dir else None,
+            "models": {mr.name: {"path": str(mr.path), "file_bytes": mr.path.stat().st_size, "llamacpp": mr.cpp,
+                                 "llamacpp_cpu": mr.cpp_features, "llamapy": mr.py, "server": mr.server,
+                                 "errors": mr.errors} for mr in runs}}
         if a.json:  # after every level: a later failure keeps what was measured
             a.json.write_text(json.dumps(dump, indent=2))
     if len(tables) > 1:
