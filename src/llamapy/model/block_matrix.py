@@ -3,9 +3,13 @@ multiplied by llamapy's CPU kernels (kernels/c/): resident bytes are the file's 
 every type the kernels read (BLOCK_TYPES: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K,
 Q5_K, Q6_K, and the float types F16, BF16, F32).
 
-  few rows (< DENSE_ROWS)  lp_mm: integer products on int16 activations, one scale per block
+  one row                  lp_mm: integer products on int16 activations, one scale per block
                            of 32 (an error of at most 1/65278 of the block's largest value),
-                           against the weights' own integers; float types in exact fp32.
+                           against the weights' own integers (single-sequence decode: the
+                           weights stream from memory, the fewest instructions per block win);
+                           float types in exact fp32.
+  2 .. DENSE_ROWS - 1 rows lp_mm: each weight row dequantized once, exact fp32 products with
+                           every activation row (batched decode).
   many rows                the weights dequantized (by the kernel) in chunks of DEQUANT_CHUNK
                            elements, then a dense GEMM: in bf16 where the CPU multiplies bf16
                            natively (AVX512-BF16) and the type is a coarse one (Q4_0, Q4_1,

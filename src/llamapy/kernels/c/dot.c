@@ -1,14 +1,13 @@
-/* The few-row products of one canonical weight row (lp.h) against n prepared activation rows:
- *   y[i] = sum over blocks b of 32 [ (p_b0 + p_b1) * (d16[2b] s_b) ]            g16 = 0
- *          sum over 16-groups g  [ p_g * (d16[g] s_{g/2}) ]                       g16 = 1
- *        + sum over 16-groups g  [ m16[g] sum16_g(x) ]                            has_min
+/* The one-row product of a canonical weight row (lp.h) with a prepared activation row r:
+ *   y = sum over blocks b of 32 [ (p_b0 + p_b1) * (d16[2b] s_b) ]            g16 = 0
+ *       sum over 16-groups g  [ p_g * (d16[g] s_{g/2}) ]                      g16 = 1
+ *     + sum over 16-groups g  [ m16[g] sum16_g(x) ]                           has_min
  * where p_g is the exact integer dot of the group's 16 int8 weights with its 16 int16
  * activations.  Every ISA computes the same integers; the fp32 sums differ only in order.
- *
  * Paths: AVX-512 (one block of 32 int16 per zmm; vpdpwssd with VNNI), AVX2 (two ymm per block,
  * vpmaddwd), NEON (vmull/vmlal on int16, or with the dot-product extension two sdot per 16:
- * xq = 256 qh + ql), portable C.  Rows are taken in tiles whose accumulators stay in
- * registers: 16 (AVX-512), 8 (AVX2, NEON). */
+ * xq = 256 qh + ql), portable C.  (On x86 the common types take row1_x86.c's paths instead,
+ * straight from the blocks; this one serves the rest.) */
 #include "lp.h"
 
 /* m16 . sum16 of row r (the minimum's share). */
@@ -20,70 +19,47 @@ static float min_term(const float *m16, const float *sum16, int64_t ng) {
 }
 
 #if defined(LP_AVX512)
-LP_INLINE void tile_avx512(const int rt, const int g16, lp_wrow w, const lp_xrows *xr, int64_t r0, float *y) {
+static float int_dot(int g16, lp_wrow w, const lp_xrows *xr, int64_t r) {
     const int64_t n_in = xr->n_in, nb = n_in / 32;
     const __m512i idx = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
-    __m512 acc[16];
-    for (int i = 0; i < rt; i++) acc[i] = _mm512_setzero_ps();
+    __m512 acc = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
         const __m512i wv = _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)(w.q + 32 * b)));
-        __m512 dv;
-        if (g16)
-            dv = _mm512_permutexvar_ps(idx, _mm512_castps128_ps512(_mm_castpd_ps(_mm_load_sd((const double *)(w.d16 + 2 * b)))));
-        else
-            dv = _mm512_set1_ps(w.d16[2 * b]);
-        for (int i = 0; i < rt; i++) {
-            const int64_t r = r0 + i;
-            const __m512i xv = _mm512_loadu_si512(xr->q + r * n_in + 32 * b);
+        const __m512 dv = g16 ? _mm512_permutexvar_ps(idx, _mm512_castps128_ps512(_mm_castpd_ps(_mm_load_sd((const double *)(w.d16 + 2 * b)))))
+                              : _mm512_set1_ps(w.d16[2 * b]);
+        const __m512i xv = _mm512_loadu_si512(xr->q + r * n_in + 32 * b);
 #if defined(LP_VNNI)
-            const __m512i p = _mm512_dpwssd_epi32(_mm512_setzero_si512(), wv, xv);
+        const __m512i p = _mm512_dpwssd_epi32(_mm512_setzero_si512(), wv, xv);
 #else
-            const __m512i p = _mm512_madd_epi16(wv, xv);
+        const __m512i p = _mm512_madd_epi16(wv, xv);
 #endif
-            acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), _mm512_mul_ps(dv, _mm512_set1_ps(xr->s[r * nb + b])), acc[i]);
-        }
+        acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), _mm512_mul_ps(dv, _mm512_set1_ps(xr->s[r * nb + b])), acc);
     }
-    for (int i = 0; i < rt; i++) y[i] = _mm512_reduce_add_ps(acc[i]);
+    return _mm512_reduce_add_ps(acc);
 }
-#define LP_TILE 16
-#define TILE_FN tile_avx512
 #elif defined(LP_AVX2)
-LP_INLINE float hsum256(__m256 v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
-
-LP_INLINE void tile_avx2(const int rt, const int g16, lp_wrow w, const lp_xrows *xr, int64_t r0, float *y) {
+static float int_dot(int g16, lp_wrow w, const lp_xrows *xr, int64_t r) {
     const int64_t n_in = xr->n_in, nb = n_in / 32;
-    __m256 acc[8];
-    for (int i = 0; i < rt; i++) acc[i] = _mm256_setzero_ps();
+    __m256 acc = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
         const __m256i w8 = _mm256_loadu_si256((const __m256i *)(w.q + 32 * b));
         const __m256i wl = _mm256_cvtepi8_epi16(_mm256_castsi256_si128(w8));
         const __m256i wh = _mm256_cvtepi8_epi16(_mm256_extracti128_si256(w8, 1));
-        const float d0 = w.d16[2 * b], d1 = w.d16[2 * b + 1];
-        for (int i = 0; i < rt; i++) {
-            const int64_t r = r0 + i;
-            const int16_t *xq = xr->q + r * n_in + 32 * b;
-            const float s = xr->s[r * nb + b];
-            const __m256i pl = _mm256_madd_epi16(wl, _mm256_loadu_si256((const __m256i *)xq));
-            const __m256i ph = _mm256_madd_epi16(wh, _mm256_loadu_si256((const __m256i *)(xq + 16)));
-            if (g16) {
-                acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(pl), _mm256_set1_ps(d0 * s), acc[i]);
-                acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(ph), _mm256_set1_ps(d1 * s), acc[i]);
-            } else {
-                acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_add_epi32(pl, ph)), _mm256_set1_ps(d0 * s), acc[i]);
-            }
+        const int16_t *xq = xr->q + r * n_in + 32 * b;
+        const float s = xr->s[r * nb + b];
+        const __m256i pl = _mm256_madd_epi16(wl, _mm256_loadu_si256((const __m256i *)xq));
+        const __m256i ph = _mm256_madd_epi16(wh, _mm256_loadu_si256((const __m256i *)(xq + 16)));
+        if (g16) {
+            acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(pl), _mm256_set1_ps(w.d16[2 * b] * s), acc);
+            acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(ph), _mm256_set1_ps(w.d16[2 * b + 1] * s), acc);
+        } else {
+            acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_add_epi32(pl, ph)), _mm256_set1_ps(w.d16[2 * b] * s), acc);
         }
     }
-    for (int i = 0; i < rt; i++) y[i] = hsum256(acc[i]);
+    return VF_SUM(acc);
 }
-#define LP_TILE 8
-#define TILE_FN tile_avx2
 #elif defined(LP_NEON)
-/* The exact int32x4 partial dot of 16 weights w (int8x16) with row r's activations at k. */
+/* The exact int32x4 partial dot of 16 weights w (int8x16) with the activations at off. */
 LP_INLINE int32x4_t dot16_neon(int8x16_t w, const lp_xrows *xr, int64_t off) {
 #if defined(LP_DOTPROD)
     const int32x4_t h = vdotq_s32(vdupq_n_s32(0), w, vld1q_s8(xr->qh + off));
@@ -99,80 +75,46 @@ LP_INLINE int32x4_t dot16_neon(int8x16_t w, const lp_xrows *xr, int64_t off) {
 #endif
 }
 
-LP_INLINE void tile_neon(const int rt, const int g16, lp_wrow w, const lp_xrows *xr, int64_t r0, float *y) {
+static float int_dot(int g16, lp_wrow w, const lp_xrows *xr, int64_t r) {
     const int64_t n_in = xr->n_in, nb = n_in / 32;
-    float32x4_t acc[8];
-    for (int i = 0; i < rt; i++) acc[i] = vdupq_n_f32(0.0f);
+    float32x4_t acc = vdupq_n_f32(0.0f);
     for (int64_t b = 0; b < nb; b++) {
         const int8x16_t wl = vld1q_s8(w.q + 32 * b), wh = vld1q_s8(w.q + 32 * b + 16);
-        const float d0 = w.d16[2 * b], d1 = w.d16[2 * b + 1];
-        for (int i = 0; i < rt; i++) {
-            const int64_t r = r0 + i, off = r * n_in + 32 * b;
-            const float s = xr->s[r * nb + b];
-            const int32x4_t pl = dot16_neon(wl, xr, off), ph = dot16_neon(wh, xr, off + 16);
-            if (g16) {
-                acc[i] = vfmaq_n_f32(acc[i], vcvtq_f32_s32(pl), d0 * s);
-                acc[i] = vfmaq_n_f32(acc[i], vcvtq_f32_s32(ph), d1 * s);
-            } else {
-                acc[i] = vfmaq_n_f32(acc[i], vcvtq_f32_s32(vaddq_s32(pl, ph)), d0 * s);
-            }
+        const int64_t off = r * n_in + 32 * b;
+        const float s = xr->s[r * nb + b];
+        const int32x4_t pl = dot16_neon(wl, xr, off), ph = dot16_neon(wh, xr, off + 16);
+        if (g16) {
+            acc = vfmaq_n_f32(acc, vcvtq_f32_s32(pl), w.d16[2 * b] * s);
+            acc = vfmaq_n_f32(acc, vcvtq_f32_s32(ph), w.d16[2 * b + 1] * s);
+        } else {
+            acc = vfmaq_n_f32(acc, vcvtq_f32_s32(vaddq_s32(pl, ph)), w.d16[2 * b] * s);
         }
     }
-    for (int i = 0; i < rt; i++) y[i] = vaddvq_f32(acc[i]);
+    return vaddvq_f32(acc);
 }
-#define LP_TILE 8
-#define TILE_FN tile_neon
 #else
-LP_INLINE void tile_portable(const int rt, const int g16, lp_wrow w, const lp_xrows *xr, int64_t r0, float *y) {
+static float int_dot(int g16, lp_wrow w, const lp_xrows *xr, int64_t r) {
     const int64_t n_in = xr->n_in, nb = n_in / 32;
-    for (int i = 0; i < rt; i++) {
-        const int64_t r = r0 + i;
-        const int16_t *xq = xr->q + r * n_in;
-        float acc = 0.0f;
-        for (int64_t b = 0; b < nb; b++) {
-            int32_t pl = 0, ph = 0;
-            for (int j = 0; j < 16; j++) pl += (int32_t)w.q[32 * b + j] * xq[32 * b + j];
-            for (int j = 16; j < 32; j++) ph += (int32_t)w.q[32 * b + j] * xq[32 * b + j];
-            const float s = xr->s[r * nb + b];
-            if (g16)
-                acc += (float)pl * (w.d16[2 * b] * s) + (float)ph * (w.d16[2 * b + 1] * s);
-            else
-                acc += (float)(pl + ph) * (w.d16[2 * b] * s);
-        }
-        y[i] = acc;
+    const int16_t *xq = xr->q + r * n_in;
+    float acc = 0.0f;
+    for (int64_t b = 0; b < nb; b++) {
+        int32_t pl = 0, ph = 0;
+        for (int j = 0; j < 16; j++) pl += (int32_t)w.q[32 * b + j] * xq[32 * b + j];
+        for (int j = 16; j < 32; j++) ph += (int32_t)w.q[32 * b + j] * xq[32 * b + j];
+        const float s = xr->s[r * nb + b];
+        if (g16)
+            acc += (float)pl * (w.d16[2 * b] * s) + (float)ph * (w.d16[2 * b + 1] * s);
+        else
+            acc += (float)(pl + ph) * (w.d16[2 * b] * s);
     }
+    return acc;
 }
-#define LP_TILE 8
-#define TILE_FN tile_portable
 #endif
 
-/* One tile of rt rows, rt a constant in each instance (the accumulators stay in registers). */
-static void tile(int rt, int g16, lp_wrow w, const lp_xrows *xr, int64_t r0, float *y) {
-#define CASE(k)                                                                                                        \
-    case k:                                                                                                            \
-        if (g16)                                                                                                       \
-            TILE_FN(k, 1, w, xr, r0, y);                                                                               \
-        else                                                                                                           \
-            TILE_FN(k, 0, w, xr, r0, y);                                                                               \
-        break;
-    switch (rt) {
-        CASE(1) CASE(2) CASE(3) CASE(4) CASE(5) CASE(6) CASE(7) CASE(8)
-#if LP_TILE > 8
-        CASE(9) CASE(10) CASE(11) CASE(12) CASE(13) CASE(14) CASE(15) CASE(16)
-#endif
-    }
-#undef CASE
-}
-
-void lp_dot_rows(int g16, int has_min, lp_wrow w, const lp_xrows *xr, int64_t r0, int n, float *y) {
-    for (int i0 = 0; i0 < n; i0 += LP_TILE) {
-        const int rt = n - i0 < LP_TILE ? n - i0 : LP_TILE;
-        tile(rt, g16, w, xr, r0 + i0, y + i0);
-    }
-    if (has_min) {
-        const int64_t ng = xr->n_in / 16;
-        for (int i = 0; i < n; i++) y[i] += min_term(w.m16, xr->sum16 + (r0 + i) * ng, ng);
-    }
+float lp_dot_row(int g16, int has_min, lp_wrow w, const lp_xrows *xr, int64_t r) {
+    const float y = int_dot(g16, w, xr, r);
+    const int64_t ng = xr->n_in / 16;
+    return has_min ? y + min_term(w.m16, xr->sum16 + r * ng, ng) : y;
 }
 
 /* y0[i] = w0 . x_i and y1[i] = w1 . x_i in fp32 for n <= 4 rows x_i (stride ldx): exact

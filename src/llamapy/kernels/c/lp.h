@@ -12,10 +12,12 @@
  * 16 values d16[n_in/16] and, for types with a minimum, a float offset per 16 m16[n_in/16],
  * so that w[k] = d16[k/16] * q[k] + m16[k/16] is ggml's dequantization, bit for bit.
  *
- * Activations of the few-row products (decode) are rounded once per row to int16 with one
- * scale per block of 32 (lp_xrows, quants.c lp_prepare_x): x ~ s * xq, |xq| <= LP_XQ_MAX.  The
- * product of a row is then sum over 16-groups of d16 * s * (q . xq) + m16 * sum16(x): integer
- * dot products, the same integers on every ISA (only the float sums' order differs). */
+ * The activation row of a one-row product (single-sequence decode, where the weights stream
+ * from memory) is rounded once to int16 with one scale per block of 32 (lp_xrows, quants.c
+ * lp_prepare_x_row): x ~ s * xq, |xq| <= LP_XQ_MAX.  The product is then the sum over 16-groups
+ * of d16 * s * (q . xq) + m16 * sum16(x): integer dot products, the same integers on every ISA
+ * (only the float sums' order differs).  Two rows or more (batched decode) multiply in fp32:
+ * each weight row dequantized once, exact products. */
 #ifndef LP_H
 #define LP_H
 
@@ -104,8 +106,8 @@ typedef float vf;
 #define VF_SUM(v) (v)
 #endif
 
-#define LP_XQ_MAX 32639.0f
-#define LP_F32_ROWS 4 /* products of this many rows or more take the fp32 path (mm.c) */ /* |xq| bound: 127 * 256 + 127, so xq splits into two int8 (dotprod) */
+#define LP_XQ_MAX 32639.0f /* |xq| bound: 127 * 256 + 127, so xq splits into two int8 (dotprod) */
+#define LP_F32_ROWS 2       /* products of this many rows or more take the fp32 path (mm.c) */
 
 /* GGMLQuantizationType values */
 enum {
@@ -166,9 +168,9 @@ size_t lp_xrows_bytes(int64_t n_in, int64_t n);
 lp_xrows lp_xrows_at(void *buf, int64_t n_in, int64_t n);
 void lp_prepare_x_row(const float *x, lp_xrows xr, int64_t r);
 
-/* dot.c: y[r] = w . x_r for the n rows of xr (integer products), and the fp32 products of
- * two float rows w0, w1 against n <= 4 rows of x (row stride ldx). */
-void lp_dot_rows(int g16, int has_min, lp_wrow w, const lp_xrows *xr, int64_t r0, int n, float *y);
+/* dot.c: w . x_r for row r of xr (integer products), and the fp32 products of two float rows
+ * w0, w1 against n <= 4 rows of x (row stride ldx). */
+float lp_dot_row(int g16, int has_min, lp_wrow w, const lp_xrows *xr, int64_t r);
 void lp_dot2_rows_f32(const float *w0, const float *w1, int64_t n_in, const float *x, int64_t ldx, int n, float *y0,
                       float *y1);
 /* row1_x86.c: one row straight from the blocks; 0 where the type has no such path here. */

@@ -46,15 +46,15 @@ static const float *row_f32(int type, const uint8_t *w, int64_t rb, int64_t o, i
 
 /* Output rows o0..o1 of the product: each weight row read once and multiplied by every
  * activation row.  One row: straight from the blocks where row1_x86.c has the type, else
- * through the canonical form (integer products, as from 2 rows); LP_F32_ROWS rows or more,
- * and float types: the rows converted to fp32 two at a time, exact fp32 products. */
+ * through the canonical form (integer products); LP_F32_ROWS rows or more, and float types:
+ * the rows converted to fp32 two at a time, exact fp32 products. */
 static void mm_chunk(int type, const uint8_t *w, int64_t o0, int64_t o1, int64_t n_in, const lp_xprep *xp, float *y,
                      int64_t ldy, int accumulate, void *scratch) {
     const int64_t rb = lp_row_bytes(type, n_in), n = xp->n;
     lp_wrow wr = lp_wrow_at(scratch, n_in);
     float *wf = (float *)(((uintptr_t)((char *)scratch + lp_wrow_bytes(n_in)) + 63) & ~(uintptr_t)63);
     const int g16 = type == LP_Q2_K || type == LP_Q3_K || type == LP_Q6_K, has_min = lp_has_min(type);
-    float acc[32], acc1[4];
+    float acc[4], acc1[4];
     if (lp_is_float(type) || n >= LP_F32_ROWS) {
         for (int64_t o = o0; o < o1; o += 2) {
             const int two = o + 1 < o1;
@@ -78,8 +78,7 @@ static void mm_chunk(int type, const uint8_t *w, int64_t o0, int64_t o1, int64_t
             continue;
         }
         lp_unpack_row(type, row, n_in, wr);
-        lp_dot_rows(g16, has_min, wr, &xp->xr, 0, (int)n, acc);
-        for (int i = 0; i < n; i++) put(y + i * ldy + o, acc[i], accumulate);
+        put(y + o, lp_dot_row(g16, has_min, wr, &xp->xr, 0), accumulate);
     }
 }
 
