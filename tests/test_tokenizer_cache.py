@@ -27,7 +27,8 @@ def _toy_spm(path: Path) -> Path:
 
 @contextlib.contextmanager
 def _warnings():
-    """The llama_vocab logger's warnings (its own handler: the CLI tests turn propagation off)."""
+    """The llama_vocab logger's warnings (its own handler and level: CLI tests run in-process
+    turn propagation off, and `bench` raises the llamapy logger to ERROR)."""
     lines: list[str] = []
 
     class Keep(logging.Handler):
@@ -35,12 +36,14 @@ def _warnings():
             lines.append(record.getMessage())
 
     log = logging.getLogger("llamapy.llama_vocab")
-    h = Keep(logging.WARNING)
+    h, level = Keep(logging.WARNING), log.level
     log.addHandler(h)
+    log.setLevel(logging.WARNING)
     try:
         yield lines
     finally:
         log.removeHandler(h)
+        log.setLevel(level)
 
 
 def _ids(tok: Tokenizer) -> list[list[int]]:
