@@ -8,7 +8,7 @@ the per-model LSTRIP/RSTRIP attributes.
 """
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from types import MappingProxyType
 from typing import Any
 
@@ -103,9 +103,10 @@ def load_vocab(f: GGUFFile, pre_flags: dict[str, Any] | None = None,
         clean_spaces=bool(flags["clean_spaces"]),
         chat_template=read_field(f, K.CHAT_TEMPLATE),
         token_to_id=t2i if t2i is not None else TokenIndex(tokens))
-    _detect_specials(vocab)
+    text_of = texts.__getitem__ if texts is not None else tokens.__getitem__
+    _detect_specials(vocab, text_of)
     _model_token_attrs(vocab, f)
-    vocab.special_texts = {i: tokens[i] for i in vocab.special_cache}
+    vocab.special_texts = {i: text_of(i) for i in vocab.special_cache}
     return vocab, texts, t2i
 
 
@@ -128,12 +129,13 @@ def _map_order_rank(vocab: Vocab) -> dict[int, int]:
     return {tid: k for k, tid in enumerate(unordered_map_order_of(index.hashes))}
 
 
-def _detect_specials(vocab: Vocab) -> None:
+def _detect_specials(vocab: Vocab, text_of: Callable[[int], str]) -> None:
     """The text-based detection of EOT/EOM/FIM ids, unused tokens and the EOG set.
 
     llama.cpp walks its token_to_id unordered_map and takes the first match, so when several
     texts match (SmolLM2 has both <|im_end|> and <|endoftext|>) we replay libstdc++'s
-    iteration order (tokenizer_hashorder.py) to make the same pick."""
+    iteration order (tokenizer_hashorder.py) to make the same pick.  text_of(id): the token's
+    text (from the decoded list when there is one)."""
     sp, t2i = vocab.special, vocab.token_to_id
     rank: dict[int, int] | None = None
     for name, texts in (("eot", EOT_TEXTS), ("eom", EOM_TEXTS), *FIM_TEXTS.items()):
@@ -144,16 +146,15 @@ def _detect_specials(vocab: Vocab) -> None:
             rank = _map_order_rank(vocab)
         sp[name] = min(found, key=rank.__getitem__) if len(found) > 1 else found[0]
         _mark_control(vocab, sp[name])
-    for tid in np.nonzero(vocab.attrs & TokenAttr.CONTROL)[0].tolist():
-        if "unused" in vocab.tokens[tid]:
-            vocab.attrs[tid] |= TokenAttr.UNUSED
+    control = np.nonzero(vocab.attrs & int(TokenAttr.CONTROL))[0].tolist()
+    vocab.attrs[[tid for tid in control if "unused" in text_of(tid)]] |= int(TokenAttr.UNUSED)
     eog = {sp[k] for k in ("fim_pad", "fim_rep", "fim_sep") if sp[k] is not None}
     for text in EOG_TEXTS:
         if text in t2i:
             eog.add(t2i[text])
             _mark_control(vocab, t2i[text])
     eog |= {sp[k] for k in ("eos", "eot", "eom") if sp[k] is not None}
-    texts = {vocab.tokens[i]: i for i in eog}
+    texts = {text_of(i): i for i in eog}
     if "<|end|>" in texts and (("<|return|>" in texts and ("<|call|>" in texts or "<|calls|>" in texts))
                                or ("<|calls|>" in texts and "<|flush|>" in texts)):
         eog.discard(texts["<|end|>"])
@@ -167,7 +168,7 @@ def _detect_specials(vocab: Vocab) -> None:
     vocab.eog_ids = frozenset(eog)
     mask = TokenAttr.CONTROL | TokenAttr.USER_DEFINED | TokenAttr.UNKNOWN
     cache = np.nonzero(vocab.attrs & mask)[0].tolist()
-    cache.sort(key=lambda i: -len(vocab.tokens[i].encode("utf-8")))
+    cache.sort(key=lambda i: -len(text_of(i).encode("utf-8")))
     vocab.special_cache = cache
 
 
