@@ -148,8 +148,7 @@ def cmd_tokenize(a: argparse.Namespace) -> int:
     from .registry import resolve_model
     from .tokenizer import Tokenizer
 
-    # the vocabulary only (no weights, no torch), and of the tokenizer model only what this text uses
-    tok = Tokenizer.from_gguf(resolve_model(a.model), only_for=[a.prompt])
+    tok = Tokenizer.from_gguf(resolve_model(a.model))  # the vocabulary only: no weights, no torch
     ids = tok.tokenize(a.prompt, add_special=not a.no_bos, parse_special=a.parse_special)
     if a.ids:
         print(ids)

@@ -4,14 +4,17 @@ Special tokens are cut out of the text first (Vocab.partition, llama.cpp's
 tokenizer_st_partition); each remaining raw fragment goes through a `tokenizers` model built
 from the GGUF metadata: byte-level BPE with llama.cpp's pre-tokenizer regexes
 (tokenizer_bpe.py) or the SPM bigram merge expressed as a scored BPE (tokenizer_spm.py).
-Ids are checked against llama.cpp's own `llama-tokenize` (scripts/ref_tokenize.py).
+That model is built when a text needs it: for a short text, only the part of it the text
+can use, until the whole one pays off (tokenizer_build.py), so loading a 262k-token
+vocabulary costs no per-token Python work.  Ids are checked against llama.cpp's own
+`llama-tokenize` (scripts/ref_tokenize.py).
 """
 from __future__ import annotations
 
 import codecs
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Iterable
 
 from tokenizers import Tokenizer as HFTokenizer
 
@@ -19,7 +22,7 @@ if TYPE_CHECKING:
     from .chat_template import ChatTemplate
 
 from .tokenizer_bpe import byte_decoder as _byte_decoder
-from .tokenizer_build import build_tokenizer
+from .tokenizer_build import ModelChooser, load_parts
 from .tokenizer_spm import SPACE
 from .tokenizer_vocab import TokenAttr, Vocab, open_gguf
 
@@ -27,11 +30,10 @@ from .tokenizer_vocab import TokenAttr, Vocab, open_gguf
 @dataclass(slots=True)
 class Tokenizer:
     vocab: Vocab
-    hf: HFTokenizer                      # the model for raw fragments (no special tokens)
+    models: ModelChooser                 # the `tokenizers` model for raw fragments (no special tokens)
     spell: dict[int, tuple[int, ...]] = field(default_factory=dict)  # SPM phantom id -> bytes
+    cache_status: str = "uncached"       # tokenizer_cache: loaded / built / uncached
     _chat: ChatTemplate | None = field(default=None, init=False, repr=False)
-    cache_status: str = field(default="uncached", init=False)  # tokenizer_cache: loaded / built / uncached
-    only_for: frozenset[str] | None = field(default=None, init=False)  # built for these texts only
     _byte_dec: dict[str, int] = field(default_factory=_byte_decoder, repr=False)
 
     @property
@@ -49,20 +51,17 @@ class Tokenizer:
         return self._chat
 
     @classmethod
-    def from_gguf(cls, src: Any, cache: Path | None = None, only_for: Sequence[str] | None = None) -> "Tokenizer":
-        """Build from a GGUF path or an open GGUFFile (tokenizer_build.py).  The vocabulary
-        stays in the mapped file; the tables derived by walking it come from
-        tokenizer_cache.py (cache: a folder instead of $LLAMAPY_HOME/tokenizers/).
-        only_for: a tokenizer for these texts only (tokenizer_subset.py; tokenize() refuses
-        any other text), built in milliseconds whatever the vocabulary's size."""
-        texts = None if only_for is None else list(only_for)
-        built = build_tokenizer(open_gguf(src), cache, texts)
-        tok = cls(vocab=built.vocab, hf=built.hf, spell=built.spell)
-        tok.cache_status = built.cache_status
-        tok.only_for = None if texts is None else frozenset(texts)
-        if texts is None:
-            tok.chat  # noqa: B018  (a model's template that does not compile fails the load)
-        return tok
+    def from_gguf(cls, src: Any, cache: Path | None = None) -> "Tokenizer":
+        """Build from a GGUF path or an open GGUFFile.  The vocabulary stays in the mapped
+        file; the tables derived by walking it come from tokenizer_cache.py (cache: a folder
+        instead of $LLAMAPY_HOME/tokenizers/)."""
+        parts = load_parts(open_gguf(src), cache)
+        return cls(vocab=parts.vocab, models=ModelChooser(parts), spell=parts.spell, cache_status=parts.cache_status)
+
+    @property
+    def hf(self) -> HFTokenizer:
+        """The whole `tokenizers` model (built on first use)."""
+        return self.models.whole()
 
     # ---- vocabulary facts -------------------------------------------------------------
     @property
@@ -98,8 +97,6 @@ class Tokenizer:
         add_special and add_eos. parse_special turns control-token text (e.g. <|im_start|>)
         into its id; user-defined tokens are always matched whole."""
         v = self.vocab
-        if self.only_for is not None and text not in self.only_for:
-            raise ValueError("this tokenizer was built for the texts given to from_gguf(only_for=...) only")
         out: list[int] = []
         if add_special and v.add_bos:
             if self.bos is None:
@@ -110,7 +107,7 @@ class Tokenizer:
             self._tokenize_spm(frags, out)
         else:
             raw = [f for f in frags if isinstance(f, str)]
-            encs = iter(self.hf.encode_batch(raw, add_special_tokens=False)) if raw else iter(())
+            encs = iter(self.models.for_words(raw).encode_batch(raw, add_special_tokens=False)) if raw else iter(())
             for f in frags:
                 out.extend(next(encs).ids if isinstance(f, str) else (f,))
         if add_special and v.add_eos:
@@ -129,7 +126,7 @@ class Tokenizer:
                 prefix = " " if self.vocab.add_space_prefix and prev_special else ""
                 texts.append((prefix + f).replace(" ", SPACE))
             prev_special = not isinstance(f, str)
-        encs = iter(self.hf.encode_batch(texts, add_special_tokens=False)) if texts else iter(())
+        encs = iter(self.models.for_words(texts).encode_batch(texts, add_special_tokens=False)) if texts else iter(())
         spell = self.spell
         for f in frags:
             if not isinstance(f, str):

@@ -73,20 +73,17 @@ def byte_token(vocab: Vocab, byte: int) -> int:
     return tid
 
 
-def build_spm(vocab: Vocab, bpe_vocab: dict[str, int], merges: list[tuple[str, str]],
-              phantoms: dict[int, str]) -> tuple[HFTokenizer, dict[int, tuple[int, ...]]]:
+def build_spm(vocab: Vocab, bpe_vocab: dict[str, int], merges: list[tuple[str, str]]) -> HFTokenizer:
     """A `tokenizers` BPE model equivalent to llama.cpp's SPM bigram merge, from its vocabulary
-    (token texts and phantom characters -> ids), its ranked merges and the phantoms (id ->
-    character); and the map phantom id -> byte token ids.
+    (token texts and phantom characters -> ids) and its ranked merges.
 
     No normalizer or pre-tokenizer: Tokenizer hands it one raw fragment at a time with
     spaces already escaped to ▁, so the whole fragment is merged as one word, as in
     llama.cpp's llm_tokenizer_spm_session."""
-    spell = {i: tuple(byte_token(vocab, b) for b in ch.encode("utf-8")) for i, ch in phantoms.items()}
     unk = vocab.special.get("unk")
     model = models.BPE(vocab=bpe_vocab, merges=merges, byte_fallback=True, fuse_unk=False,
                        unk_token=vocab.tokens[unk] if unk is not None else None)
-    return HFTokenizer(model), spell
+    return HFTokenizer(model)
 
 
 def merge_pairs(merges: np.ndarray, texts: list[str]) -> list[tuple[str, str]]:

@@ -1,46 +1,28 @@
-"""The `tokenizers` model's vocabulary and merges, whole or only what given texts can use.
+"""The `tokenizers` model's vocabulary and merges: whole, or only what given words can use.
 
 A BPE merge joins two adjacent symbols of one word into a symbol that is a substring of that
-word, so on a known text only the tokens that are substrings of the words the model sees
-(with the characters and byte tokens a word starts from) and the merges among them can ever
-apply; keeping those, in the same rank order, gives the same ids as the whole model.  The
-`tokenize` command builds that small model (Tokenizer.from_gguf(..., only_for=[text])): a
-few milliseconds instead of the whole vocabulary's (0.6 s for Gemma 3's 262k tokens).
-
-The words the model sees: the raw fragments Vocab.partition leaves (with and without
-parse_special), SPM-escaped with and without the space prefix, or byte-level mapped (BPE)."""
+word, so on known words only the tokens that are substrings of them (with the characters and
+byte tokens a word starts from) and the merges among them can ever apply; keeping those, in
+the same rank order, gives the same ids as the whole model.  Building that small model takes
+milliseconds, the whole one about a second for Gemma 3's 262k tokens (tokenizer_build.py
+decides which to use).  The words: what the model is handed, SPM-escaped fragments, or raw
+fragments that the BPE pipeline maps to byte-level characters (mapped here the same way)."""
 from __future__ import annotations
 
 import numpy as np
 
 from .tokenizer_cache import VocabTables
 from .tokenizer_hashorder import hash_bytes_many
-from .tokenizer_spm import SPACE, merge_pairs
+from .tokenizer_spm import merge_pairs
 from .tokenizer_vocab import Vocab
 
 
-def whole(texts: list[str], t2i: dict[str, int], tables: VocabTables) -> tuple[dict[str, int], list[tuple[str, str]], dict[int, str]]:
-    """The whole model: every token, every merge, every phantom (SPM)."""
+def whole(texts: list[str], t2i: dict[str, int], tables: VocabTables) -> tuple[dict[str, int], list[tuple[str, str]]]:
+    """The whole model: every token, every merge, every phantom (SPM, ids n_vocab + k)."""
     n = len(texts)
-    phantoms = {n + k: ch for k, ch in enumerate(tables.phantoms)}
-    for i, ch in phantoms.items():
-        t2i[ch] = i
-    return t2i, merge_pairs(tables.merges, texts + tables.phantoms), phantoms
-
-
-def words(vocab: Vocab, texts: list[str], byte_level: dict[int, str] | None) -> list[str]:
-    """Every word the model can be handed while tokenizing `texts` (any flags)."""
-    out: set[str] = set()
-    for text in texts:
-        for parse_special in (False, True):
-            for frag in vocab.partition(text, parse_special):
-                if not isinstance(frag, str):
-                    continue
-                if byte_level is None:
-                    out.update((frag.replace(" ", SPACE), (" " + frag).replace(" ", SPACE)))
-                else:
-                    out.add("".join(byte_level[b] for b in frag.encode("utf-8")))
-    return sorted(out)
+    for k, ch in enumerate(tables.phantoms):
+        t2i[ch] = n + k
+    return t2i, merge_pairs(tables.merges, texts + tables.phantoms)
 
 
 def substring_ids(vocab: Vocab, word: str, max_bytes: int) -> set[int]:
@@ -49,33 +31,32 @@ def substring_ids(vocab: Vocab, word: str, max_bytes: int) -> set[int]:
     b = word.encode("utf-8")
     cuts = np.array([i for i in range(len(b)) if (b[i] & 0xC0) != 0x80] + [len(b)], dtype=np.int64)
     i, j = np.triu_indices(len(cuts), 1)
-    starts, lengths = cuts[i], cuts[j] - cuts[i]
-    keep = lengths <= max_bytes
-    hashes = np.unique(hash_bytes_many(b, starts[keep], lengths[keep]))
+    keep = cuts[j] - cuts[i] <= max_bytes
+    starts, lengths = cuts[i][keep], (cuts[j] - cuts[i])[keep]
+    hashes = np.unique(hash_bytes_many(b, starts, lengths))
     index = vocab.token_to_id
     return {int(t) for t in index.ids_of_hashes(hashes) if index.raw(int(t)) in b}
 
 
-def subset(vocab: Vocab, tables: VocabTables, texts: list[str], byte_level: dict[int, str] | None,
-           extra: list[str]) -> tuple[dict[str, int], list[tuple[str, str]], dict[int, str]]:
-    """The model for `texts` only: (vocabulary, ranked merges, phantoms) as whole() gives them,
-    restricted to the tokens inside the words of the texts, plus the `extra` token texts (byte
-    tokens, unk) the model needs whatever the text."""
+def subset(vocab: Vocab, tables: VocabTables, words: list[str], byte_level: dict[int, str] | None,
+           extra: list[str]) -> tuple[dict[str, int], list[tuple[str, str]]]:
+    """The model for these words only: (vocabulary, ranked merges) as whole() gives them,
+    restricted to the tokens inside the words, the phantoms among their characters, and the
+    `extra` token texts (byte tokens, unk) the model needs whatever the words."""
+    if byte_level is not None:
+        words = ["".join(byte_level[c] for c in w.encode("utf-8")) for w in words]
     n = vocab.n_vocab
     max_bytes = int(vocab.tokens.strings.lengths.max(initial=1))
-    ws = words(vocab, texts, byte_level)
     ids: set[int] = set()
-    for w in ws:
+    for w in set(words):
         ids |= substring_ids(vocab, w, max_bytes)
     ids |= {i for i in (vocab.token_to_id.get(t) for t in extra) if i is not None}
-    chars = {c for w in ws for c in w}
-    phantoms = {n + k: ch for k, ch in enumerate(tables.phantoms) if ch in chars}
+    chars = {c for w in words for c in w}
     text_of = {i: vocab.tokens[i] for i in sorted(ids)}
-    text_of.update(phantoms)
+    text_of.update({n + k: ch for k, ch in enumerate(tables.phantoms) if ch in chars})
     allowed = np.array(sorted(text_of), dtype=np.int64)
     m = tables.merges
     rows = m[np.isin(m[:, 0], allowed) & np.isin(m[:, 1], allowed)].tolist()
     results = {text_of[i] for i in ids}
     merges = [(text_of[a], text_of[b]) for a, b in rows if text_of[a] + text_of[b] in results]
-    bpe_vocab = {t: i for i, t in text_of.items()}  # ascending ids: a duplicated text keeps its last id
-    return bpe_vocab, merges, phantoms
+    return {t: i for i, t in text_of.items()}, merges  # ascending ids: a duplicated text keeps its last id

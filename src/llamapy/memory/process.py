@@ -5,8 +5,9 @@ report it beside the tensor bytes.
   weights     each matrix as the loader keeps it: its file bytes where the CPU kernels read
               its type (a view over the mapped file, or a stack read into one buffer), else
               what model/qmatrix.py's conversion allocates; vectors as float32.
-  vocabulary  the `tokenizers` model's tables (its vocabulary twice, the merge map) and the
-              Vocab's per-token arrays: VOCAB_FIXED + VOCAB_PER_TOKEN x n_vocab +
+  vocabulary  the whole `tokenizers` model's tables (its vocabulary twice, the merge map;
+              built once a process has tokenized enough, tokenizer_build.py) and the Vocab's
+              per-token arrays: VOCAB_FIXED + VOCAB_PER_TOKEN x n_vocab +
               VOCAB_PER_MERGE x merges, fitted to SmolLM2 (49152 tokens, 48900 merges:
               20.9 MB) and Gemma 3 (262144 tokens, 514906 merges: 83.1 MB) as measured.  An
               SPM vocabulary's merges (every split of every token) are not in the header:
@@ -90,7 +91,7 @@ class ProcessEstimate:
 
     def line(self) -> str:
         mib = 1024 * 1024
-        return (f"process: weights {self.weights / mib:.2f} MiB + vocabulary ~{self.vocab / mib:.2f} MiB + "
+        return (f"process: weights {self.weights / mib:.2f} MiB + vocabulary up to ~{self.vocab / mib:.2f} MiB + "
                 f"metadata {self.metadata / mib:.2f} MiB = ~{self.total / mib:.2f} MiB resident once every weight "
                 f"is read ({self.total / max(self.file, 1):.2f}x the {self.file / mib:.2f} MiB file)")
 
