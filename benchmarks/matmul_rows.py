@@ -46,6 +46,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"kernels {lib.path.name} ({lib.isa}), {a.threads} threads, [{n_out}x{n_in}], "
           f"{'from memory' if a.stream else 'in cache'}")
     for qt in (T[t] for t in a.types.split(",")):
+        if n_in % gguf.GGML_QUANT_SIZES[qt][0]:
+            print(f"  {qt.name:<5} skipped: n_in {n_in} is not a whole number of its {gguf.GGML_QUANT_SIZES[qt][0]}-blocks")
+            continue
         raw = _random_matrix(qt, n_out, n_in)
         n_copies = max(1, (60 << 20) // raw.nbytes) if a.stream else 1
         mats = [block_matrix([(torch.from_numpy(raw.copy()), qt, (n_out, n_in))], lib) for _ in range(n_copies)]
@@ -74,7 +77,7 @@ def _random_matrix(qt, n_out: int, n_in: int):
     rng = np.random.default_rng(0)
     try:
         return gguf.quants.quantize(rng.standard_normal((n_out, n_in)).astype(np.float32), qt).view(np.uint8)
-    except NotImplementedError:
+    except (NotImplementedError, gguf.quants.QuantError):
         be, bb = gguf.GGML_QUANT_SIZES[qt]
         b = rng.integers(0, 256, size=(n_out * n_in // be, bb), dtype=np.uint8)
         return b.reshape(n_out, -1)

@@ -196,6 +196,19 @@ def system_info(lib: KernelLib | None, n_threads: int) -> str:
     return head + f"ISA = {isa} | " + " | ".join(f"{k} = {int(v)}" for k, v in flags.items()) + " | OPENMP = 1 |"
 
 
+def bf16_expected() -> bool:
+    """Will the kernels run at a level that multiplies bf16 natively (avx512 with AVX512-BF16)?
+    Answered without building or loading anything (and without torch)."""
+    if os.environ.get("LLAMAPY_KERNELS", "1") == "0":
+        return False
+    machine, feats = cpu_features()
+    try:
+        level = resolve_level(requested_isa(), machine, feats)
+    except IsaError:
+        return False
+    return level == "avx512" and "avx512_bf16" in feats
+
+
 def requested_isa() -> str | None:
     return os.environ.get("LLAMAPY_CPU_ISA")
 

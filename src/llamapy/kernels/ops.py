@@ -9,7 +9,7 @@ import torch
 
 from .build import KernelLib, load_kernels
 
-FAST_ROWS = 32  # ubatches of fewer rows take the fused kernels
+from .types import FAST_ROWS  # ubatches of fewer rows take the fused kernels
 
 
 def fast_lib(x: torch.Tensor) -> KernelLib | None:

@@ -14,8 +14,9 @@ report it beside the tensor bytes.
               SPM_MERGES_PER_TOKEN of them per token is assumed (Gemma 3: 1.96).
   metadata    the header's pages (the vocabulary reads them), kv_end bytes.
 
-The sizing rules restate model/block_matrix.py (BLOCK_TYPES, blocks_fit, block_nbytes) and model/qmatrix.py (qmatrix_nbytes), which import torch; tests/test_estimate.py
-holds the two equal on every type and on both real models."""
+Block matrices are sized by kernels/types.py (torch-free, shared with model/block_matrix.py);
+the fallback restates model/qmatrix.py's qmatrix_nbytes, which imports torch: tests hold the
+two equal on every type and on both real models."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -23,10 +24,9 @@ from dataclasses import dataclass
 import gguf
 
 from ..gguf.header import GGUFHeader, TensorInfo
+from ..kernels.types import BF16_GEMM_TYPES, BLOCK_TYPES, block_nbytes, blocks_fit
 
 T = gguf.GGMLQuantizationType
-BLOCK_TYPES = frozenset({T.Q4_0, T.Q4_1, T.Q5_0, T.Q5_1, T.Q8_0, T.Q2_K, T.Q3_K, T.Q4_K, T.Q5_K, T.Q6_K,
-                         T.F16, T.BF16, T.F32})  # model/block_matrix.py
 Q4_TYPES = (T.Q4_0, T.Q4_1, T.Q4_K)  # model/qmatrix.py: PyTorch's int4 kernel
 DENSE_ESIZE = 4  # WeightLoader.dtype: float32
 VOCAB_FIXED = 8_600_000
@@ -35,17 +35,11 @@ VOCAB_PER_MERGE = 35
 SPM_MERGES_PER_TOKEN = 2
 
 
-def blocks_fit(qtype: T, n_in: int) -> bool:
-    """The kernels read rows of this type and length (model/block_matrix.py)."""
-    return qtype in BLOCK_TYPES and n_in % gguf.GGML_QUANT_SIZES[qtype][0] == 0
-
-
 def matrix_nbytes(qtype: T, shape: tuple[int, int], blocks: bool, exact: bool = False) -> int:
     """Resident bytes of one [n_out, n_in] matrix as make_qmatrix keeps it (qmatrix_nbytes)."""
     n_out, n_in = shape
     if blocks and not exact and blocks_fit(qtype, n_in):
-        be, bb = gguf.GGML_QUANT_SIZES[qtype]
-        return n_out * (n_in // be) * bb
+        return block_nbytes(qtype, n_out, n_in)
     if exact or n_in % 32 or n_out % 16 or qtype not in (*Q4_TYPES, T.Q8_0):
         return n_out * n_in * DENSE_ESIZE
     groups = (n_in // 32) * n_out
@@ -67,6 +61,13 @@ def resident_weight_bytes(tensors: dict[str, TensorInfo], blocks: bool) -> int:
             n *= x
         total += n * DENSE_ESIZE
     return total
+
+
+def layers_bf16_gemm(tensors: dict[str, TensorInfo], cpu_bf16: bool) -> bool:
+    """Do the layers' many-row products run as bf16 GEMMs (model/block_matrix.py dense_dtype):
+    a CPU with native bf16 and every layer matrix of a type that takes it?"""
+    mats = [t.qtype for name, t in tensors.items() if name.startswith("blk.") and len(t.ne) == 2]
+    return cpu_bf16 and bool(mats) and all(q in BF16_GEMM_TYPES for q in mats)
 
 
 def vocab_bytes(n_vocab: int, n_merges: int) -> int:

@@ -29,34 +29,15 @@ import torch
 import torch.nn.functional as F
 
 from ..kernels import KernelLib
+from ..kernels.types import BLOCK_TYPES, DENSE_ROWS, DEQUANT_CHUNK, bf16_gemm, block_nbytes, blocks_fit
 
 T = gguf.GGMLQuantizationType
-BLOCK_TYPES = frozenset({T.Q4_0, T.Q4_1, T.Q5_0, T.Q5_1, T.Q8_0, T.Q2_K, T.Q3_K, T.Q4_K, T.Q5_K, T.Q6_K,
-                         T.F16, T.BF16, T.F32})
-BF16_GEMM_TYPES = frozenset({T.Q4_0, T.Q4_1, T.Q2_K, T.Q3_K, T.BF16})  # many rows on a bf16 CPU
-EXACT_TYPES = frozenset({T.F16, T.BF16, T.F32})  # float types: rows of any length
-DENSE_ROWS = 32  # from this many rows on, dequantize + dense GEMM beats the few-row kernel
-DEQUANT_CHUNK = 1 << 21  # dense path: weights dequantized at a time (elements)
-
-
-def block_nbytes(qtype: T, n_out: int, n_in: int) -> int:
-    """Bytes of a [n_out, n_in] matrix of `qtype` in its GGUF blocks."""
-    be, bb = gguf.GGML_QUANT_SIZES[qtype]
-    return n_out * (n_in // be) * bb
-
-
-def blocks_fit(qtype: T, n_in: int) -> bool:
-    """The kernels read rows of this type and length (whole blocks; the integer products
-    take n_in in blocks of 32)."""
-    if qtype not in BLOCK_TYPES:
-        return False
-    be = gguf.GGML_QUANT_SIZES[qtype][0]
-    return n_in % be == 0 and (be > 1 or qtype in EXACT_TYPES)
+__all__ = ["BLOCK_TYPES", "DENSE_ROWS", "BlockMatrix", "block_matrix", "block_nbytes", "blocks_fit", "dense_dtype"]
 
 
 def dense_dtype(qtype: T, lib: KernelLib) -> torch.dtype:
     """The GEMM type of the many-row path: bf16 only where the CPU multiplies bf16 natively."""
-    return torch.bfloat16 if lib.bf16 and qtype in BF16_GEMM_TYPES else torch.float32
+    return torch.bfloat16 if bf16_gemm(qtype, lib.bf16) else torch.float32
 
 
 @dataclass(slots=True)

@@ -156,6 +156,7 @@ typedef struct {
     int16_t *q;       /* [n, n_in] x / s, rounded to nearest even */
     float *s;         /* [n, n_in / 32] max |x| / LP_XQ_MAX per block of 32 */
     float *sum16;     /* [n, n_in / 16] sums of x (fp32, in order) per 16 */
+    float *sum32;     /* [n, n_in / 32] sum16 of the two halves added */
     int8_t *qh, *ql;  /* dotprod builds: q = 256 qh + ql, [n, n_in] each; else NULL */
 } lp_xrows;
 

@@ -244,7 +244,7 @@ void lp_row_to_f32(int type, const uint8_t *row, int64_t n_in, float *out, lp_wr
 /* ---- activation rows for the integer products ---------------------------------------- */
 
 size_t lp_xrows_bytes(int64_t n_in, int64_t n) {
-    size_t b = (size_t)(n * n_in) * 2 + (size_t)(n * (n_in / 32)) * 4 + (size_t)(n * (n_in / 16)) * 4 + 3 * 64;
+    size_t b = (size_t)(n * n_in) * 2 + 2 * (size_t)(n * (n_in / 32)) * 4 + (size_t)(n * (n_in / 16)) * 4 + 4 * 64;
 #if defined(LP_DOTPROD)
     b += 2 * (size_t)(n * n_in) + 64;
 #endif
@@ -260,8 +260,9 @@ lp_xrows lp_xrows_at(void *buf, int64_t n_in, int64_t n) {
     x.q = (int16_t *)align64(buf);
     x.s = (float *)align64(x.q + n * n_in);
     x.sum16 = (float *)align64(x.s + n * (n_in / 32));
+    x.sum32 = (float *)align64(x.sum16 + n * (n_in / 16));
 #if defined(LP_DOTPROD)
-    x.qh = (int8_t *)align64(x.sum16 + n * (n_in / 16));
+    x.qh = (int8_t *)align64(x.sum32 + n * (n_in / 32));
     x.ql = x.qh + n * n_in;
 #else
     x.qh = x.ql = NULL;
@@ -293,6 +294,7 @@ void lp_prepare_x_row(const float *x, lp_xrows xr, int64_t r) {
         for (int j = 0; j < 16; j++) t += x[16 * g + j];
         sum[g] = t;
     }
+    for (int64_t b = 0; b < n_in / 32; b++) xr.sum32[r * (n_in / 32) + b] = sum[2 * b] + sum[2 * b + 1];
 #if defined(LP_DOTPROD)
     int8_t *qh = xr.qh + r * n_in, *ql = xr.ql + r * n_in;
     for (int64_t k = 0; k < n_in; k++) {

@@ -67,28 +67,66 @@ LP_INLINE __m256i block32(const int type, const uint8_t *b, float *d, float *m) 
     }
 }
 
+/* The f16 at the start of each of 8 blocks bb bytes apart (d), and the f16 after it (m), as
+ * floats: one gather instead of 8 scalar conversions. */
+LP_INLINE void scales8(const uint8_t *b0, int bb, __m256 *d, __m256 *m) {
+    const __m256i idx = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32(bb));
+    const __m256i g = _mm256_i32gather_epi32((const int *)b0, idx, 1); /* d | m << 16 per block */
+    const __m256i lo = _mm256_and_si256(g, _mm256_set1_epi32(0xffff)), hi = _mm256_srli_epi32(g, 16);
+    *d = _mm256_cvtph_ps(_mm256_castsi256_si128(_mm256_permute4x64_epi64(_mm256_packus_epi32(lo, lo), 0x08)));
+    *m = _mm256_cvtph_ps(_mm256_castsi256_si128(_mm256_permute4x64_epi64(_mm256_packus_epi32(hi, hi), 0x08)));
+}
+
+/* Block b of a 32-element type as int16 weights (wl: elements 0..15, wh: 16..31) with its m
+ * per unit of d folded out: Q4_0 and Q4_1 keep their nibbles 0..15 (Q4_0's -8 becomes a
+ * minimum of -8 d), Q5_0 / Q5_1 / Q8_0 their values (block32). */
+LP_INLINE void block16(const int type, const uint8_t *bp, __m256i *wl, __m256i *wh) {
+    if (type == LP_Q4_0 || type == LP_Q4_1) {
+        const __m256i w = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(bp + (type == LP_Q4_0 ? 2 : 4))));
+        *wl = _mm256_and_si256(w, _mm256_set1_epi16(15));
+        *wh = _mm256_srli_epi16(w, 4);
+        return;
+    }
+    float d, m;
+    const __m256i w8 = block32(type, bp, &d, &m);
+    *wl = lo16(w8);
+    *wh = hi16(w8);
+}
+
+/* One row of a 32-element block type: per group of 8 blocks the scales in one gather, d * s
+ * and the minimum's m * sum(x) as vectors; per block the int16 dot and one FMA. */
 LP_INLINE float row1_32(const int type, const uint8_t *row, int64_t nb, const lp_xrows *xr, int64_t r) {
     const int bb = type == LP_Q4_0 ? 18 : type == LP_Q4_1 ? 20 : type == LP_Q5_0 ? 22 : type == LP_Q5_1 ? 24 : 34;
+    const int mins = type == LP_Q4_0 || type == LP_Q4_1 || type == LP_Q5_1;
     const int16_t *xq = xr->q + r * xr->n_in;
-    const float *s = xr->s + r * nb, *sum = xr->sum16 + r * 2 * nb;
-    __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
-    float am = 0.0f;
+    const float *s = xr->s + r * nb, *sum = xr->sum32 + r * nb;
+    __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps(), am = _mm256_setzero_ps();
+    float ds[8];
     int64_t b = 0;
-    for (; b + 2 <= nb; b += 2) { /* two blocks per step: two independent chains */
-        float d0, m0, d1, m1;
-        const __m256i w0 = block32(type, row + b * bb, &d0, &m0), w1 = block32(type, row + (b + 1) * bb, &d1, &m1);
-        a0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot32(lo16(w0), hi16(w0), xq + 32 * b)), _mm256_set1_ps(d0 * s[b]), a0);
-        a1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot32(lo16(w1), hi16(w1), xq + 32 * b + 32)), _mm256_set1_ps(d1 * s[b + 1]), a1);
-        if (type == LP_Q4_1 || type == LP_Q5_1)
-            am += m0 * (sum[2 * b] + sum[2 * b + 1]) + m1 * (sum[2 * b + 2] + sum[2 * b + 3]);
+    for (; b + 8 <= nb; b += 8) {
+        __m256 d, m;
+        scales8(row + b * bb, bb, &d, &m);
+        _mm256_storeu_ps(ds, _mm256_mul_ps(d, _mm256_loadu_ps(s + b)));
+        if (mins) am = _mm256_fmadd_ps(type == LP_Q4_0 ? _mm256_mul_ps(d, _mm256_set1_ps(-8.0f)) : m,
+                                       _mm256_loadu_ps(sum + b), am);
+        for (int j = 0; j < 8; j += 2) {
+            __m256i wl, wh, vl, vh;
+            block16(type, row + (b + j) * bb, &wl, &wh);
+            block16(type, row + (b + j + 1) * bb, &vl, &vh);
+            a0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot32(wl, wh, xq + 32 * (b + j))), _mm256_broadcast_ss(ds + j), a0);
+            a1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot32(vl, vh, xq + 32 * (b + j + 1))), _mm256_broadcast_ss(ds + j + 1), a1);
+        }
     }
-    if (b < nb) {
-        float d0, m0;
-        const __m256i w0 = block32(type, row + b * bb, &d0, &m0);
-        a0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot32(lo16(w0), hi16(w0), xq + 32 * b)), _mm256_set1_ps(d0 * s[b]), a0);
-        if (type == LP_Q4_1 || type == LP_Q5_1) am += m0 * (sum[2 * b] + sum[2 * b + 1]);
+    float tail = 0.0f;
+    for (; b < nb; b++) {
+        const uint8_t *bp = row + b * bb;
+        __m256i wl, wh;
+        block16(type, bp, &wl, &wh);
+        const float d = lp_f16_to_f32(lp_rd16(bp));
+        a0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot32(wl, wh, xq + 32 * b)), _mm256_set1_ps(d * s[b]), a0);
+        if (mins) tail += (type == LP_Q4_0 ? -8.0f * d : lp_f16_to_f32(lp_rd16(bp + 2))) * sum[b];
     }
-    return hsum(_mm256_add_ps(a0, a1)) + am;
+    return hsum(_mm256_add_ps(_mm256_add_ps(a0, a1), am)) + tail;
 }
 
 /* Q4_K / Q5_K: per super-block of 256, eight sub-blocks of 32 with 6-bit scales and mins. */

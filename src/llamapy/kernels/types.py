@@ -1,0 +1,34 @@
+"""What the CPU kernels read and when each path runs, without torch (`llamapy mem` and the
+memory estimate size the weights and the compute buffer from these; model/block_matrix.py and
+kernels/ops.py use them to choose)."""
+from __future__ import annotations
+
+import gguf
+
+T = gguf.GGMLQuantizationType
+# every type the kernels keep in its GGUF blocks (kernels/c/quants.c)
+BLOCK_TYPES = frozenset({T.Q4_0, T.Q4_1, T.Q5_0, T.Q5_1, T.Q8_0, T.Q2_K, T.Q3_K, T.Q4_K, T.Q5_K, T.Q6_K,
+                         T.F16, T.BF16, T.F32})
+FLOAT_TYPES = frozenset({T.F16, T.BF16, T.F32})  # rows of any length, fp32 products
+# many-row products take a bf16 GEMM on a CPU with native bf16 for these coarse types only
+# (bf16's 8-bit mantissa would squander the K-quants' and the 5-, 6-, 8-bit types' precision)
+BF16_GEMM_TYPES = frozenset({T.Q4_0, T.Q4_1, T.Q2_K, T.Q3_K, T.BF16})
+FAST_ROWS = 32  # ubatches of fewer rows take the fused decode kernels (kernels/ops.py)
+DENSE_ROWS = 32  # from this many rows on, a matmul dequantizes and runs a dense GEMM
+DEQUANT_CHUNK = 1 << 21  # dense path: weights dequantized at a time (elements)
+
+
+def block_nbytes(qtype: T, n_out: int, n_in: int) -> int:
+    """Bytes of a [n_out, n_in] matrix of `qtype` in its GGUF blocks."""
+    be, bb = gguf.GGML_QUANT_SIZES[qtype]
+    return n_out * (n_in // be) * bb
+
+
+def blocks_fit(qtype: T, n_in: int) -> bool:
+    """The kernels read rows of this type and length (whole blocks)."""
+    return qtype in BLOCK_TYPES and n_in % gguf.GGML_QUANT_SIZES[qtype][0] == 0
+
+
+def bf16_gemm(qtype: T, cpu_bf16: bool) -> bool:
+    """Does a many-row product of this type run as a bf16 GEMM (else fp32)?"""
+    return cpu_bf16 and qtype in BF16_GEMM_TYPES
