@@ -176,6 +176,8 @@ void lp_dot2_rows_f32(const float *w0, const float *w1, int64_t n_in, const floa
                       float *y1);
 /* row1_x86.c: one row straight from the blocks; 0 where the type has no such path here. */
 int lp_dot_row1(int type, const uint8_t *row, int64_t n_in, const lp_xrows *xr, int64_t r, float *y);
+int lp_dot_row1x2(int type, const uint8_t *w0, const uint8_t *w1, int64_t n_in, const lp_xrows *xr, int64_t r,
+                  float *y);
 int lp_row_to_f32_fast(int type, const uint8_t *row, int64_t n_in, float *out);
 
 /* ops.c, used by mm.c and layers.c */

@@ -71,7 +71,13 @@ static void mm_chunk(int type, const uint8_t *w, int64_t o0, int64_t o1, int64_t
         }
         return;
     }
-    for (int64_t o = o0; o < o1; o++) {
+    int64_t o = o0;
+    for (; o + 2 <= o1; o += 2) { /* two weight rows per pass where the type has such a path */
+        if (!lp_dot_row1x2(type, w + o * rb, w + (o + 1) * rb, n_in, &xp->xr, 0, acc)) break;
+        put(y + o, acc[0], accumulate);
+        put(y + o + 1, acc[1], accumulate);
+    }
+    for (; o < o1; o++) {
         const uint8_t *row = w + o * rb;
         if (n == 1 && lp_dot_row1(type, row, n_in, &xp->xr, 0, acc)) {
             put(y + o, acc[0], accumulate);

@@ -67,66 +67,86 @@ LP_INLINE __m256i block32(const int type, const uint8_t *b, float *d, float *m) 
     }
 }
 
-/* The f16 at the start of each of 8 blocks bb bytes apart (d), and the f16 after it (m), as
- * floats: one gather instead of 8 scalar conversions. */
-LP_INLINE void scales8(const uint8_t *b0, int bb, __m256 *d, __m256 *m) {
-    const __m256i idx = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32(bb));
-    const __m256i g = _mm256_i32gather_epi32((const int *)b0, idx, 1); /* d | m << 16 per block */
-    const __m256i lo = _mm256_and_si256(g, _mm256_set1_epi32(0xffff)), hi = _mm256_srli_epi32(g, 16);
-    *d = _mm256_cvtph_ps(_mm256_castsi256_si128(_mm256_permute4x64_epi64(_mm256_packus_epi32(lo, lo), 0x08)));
-    *m = _mm256_cvtph_ps(_mm256_castsi256_si128(_mm256_permute4x64_epi64(_mm256_packus_epi32(hi, hi), 0x08)));
-}
-
-/* Block b of a 32-element type as int16 weights (wl: elements 0..15, wh: 16..31) with its m
- * per unit of d folded out: Q4_0 and Q4_1 keep their nibbles 0..15 (Q4_0's -8 becomes a
- * minimum of -8 d), Q5_0 / Q5_1 / Q8_0 their values (block32). */
-LP_INLINE void block16(const int type, const uint8_t *bp, __m256i *wl, __m256i *wh) {
+/* Block b of a 32-element type as int16 weights (wl: elements 0..15, wh: 16..31), d and the
+ * minimum m: Q4_0 and Q4_1 keep their nibbles 0..15 (Q4_0's -8 becomes a minimum of -8 d),
+ * Q5_0 / Q5_1 / Q8_0 their values (block32). */
+LP_INLINE void block16(const int type, const uint8_t *bp, __m256i *wl, __m256i *wh, float *d, float *m) {
     if (type == LP_Q4_0 || type == LP_Q4_1) {
         const __m256i w = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(bp + (type == LP_Q4_0 ? 2 : 4))));
         *wl = _mm256_and_si256(w, _mm256_set1_epi16(15));
         *wh = _mm256_srli_epi16(w, 4);
+        if (type == LP_Q4_1) { /* d and m in one conversion */
+            uint32_t dm;
+            memcpy(&dm, bp, 4);
+            const __m128 f = _mm_cvtph_ps(_mm_cvtsi32_si128((int)dm));
+            *d = _mm_cvtss_f32(f);
+            *m = _mm_cvtss_f32(_mm_movehdup_ps(f));
+        } else {
+            *d = lp_f16_to_f32(lp_rd16(bp));
+            *m = -8.0f * *d;
+        }
         return;
     }
-    float d, m;
-    const __m256i w8 = block32(type, bp, &d, &m);
+    const __m256i w8 = block32(type, bp, d, m);
     *wl = lo16(w8);
     *wh = hi16(w8);
 }
 
-/* One row of a 32-element block type: per group of 8 blocks the scales in one gather, d * s
- * and the minimum's m * sum(x) as vectors; per block the int16 dot and one FMA. */
-LP_INLINE float row1_32(const int type, const uint8_t *row, int64_t nb, const lp_xrows *xr, int64_t r) {
+/* Two horizontal sums at once: (sum a, sum b). */
+LP_INLINE void hsum2(__m256 a, __m256 b, float *ya, float *yb) {
+    const __m256 h = _mm256_hadd_ps(a, b); /* a01 a23 b01 b23 | a45 a67 b45 b67 */
+    const __m128 s = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+    const __m128 t = _mm_hadd_ps(s, s); /* a, b, a, b */
+    *ya = _mm_cvtss_f32(t);
+    *yb = _mm_cvtss_f32(_mm_movehdup_ps(t));
+}
+
+/* nr (1 or 2) weight rows (w0, w1) of a 32-element block type against one activation row:
+ * each activation load feeds both rows; per block the int16 dot and one FMA per row, the
+ * minimum's m * sum(x) in scalar.  Types without a minimum skip it (Q5_0, Q8_0: values
+ * signed). */
+LP_INLINE void rows_32(const int type, const int nr, const uint8_t *w0, const uint8_t *w1, int64_t nb,
+                       const lp_xrows *xr, int64_t r, float *y) {
     const int bb = type == LP_Q4_0 ? 18 : type == LP_Q4_1 ? 20 : type == LP_Q5_0 ? 22 : type == LP_Q5_1 ? 24 : 34;
     const int mins = type == LP_Q4_0 || type == LP_Q4_1 || type == LP_Q5_1;
     const int16_t *xq = xr->q + r * xr->n_in;
     const float *s = xr->s + r * nb, *sum = xr->sum32 + r * nb;
-    __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps(), am = _mm256_setzero_ps();
-    float ds[8];
-    int64_t b = 0;
-    for (; b + 8 <= nb; b += 8) {
-        __m256 d, m;
-        scales8(row + b * bb, bb, &d, &m);
-        _mm256_storeu_ps(ds, _mm256_mul_ps(d, _mm256_loadu_ps(s + b)));
-        if (mins) am = _mm256_fmadd_ps(type == LP_Q4_0 ? _mm256_mul_ps(d, _mm256_set1_ps(-8.0f)) : m,
-                                       _mm256_loadu_ps(sum + b), am);
-        for (int j = 0; j < 8; j += 2) {
-            __m256i wl, wh, vl, vh;
-            block16(type, row + (b + j) * bb, &wl, &wh);
-            block16(type, row + (b + j + 1) * bb, &vl, &vh);
-            a0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot32(wl, wh, xq + 32 * (b + j))), _mm256_broadcast_ss(ds + j), a0);
-            a1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot32(vl, vh, xq + 32 * (b + j + 1))), _mm256_broadcast_ss(ds + j + 1), a1);
+    __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
+    float m0s = 0.0f, m1s = 0.0f;
+    for (int64_t b = 0; b < nb; b++) {
+        __m256i ul, uh, vl = _mm256_setzero_si256(), vh = vl;
+        float d0, m0, d1 = 0.0f, m1 = 0.0f;
+        block16(type, w0 + b * bb, &ul, &uh, &d0, &m0);
+        if (nr == 2) block16(type, w1 + b * bb, &vl, &vh, &d1, &m1);
+        const __m256i x0 = _mm256_loadu_si256((const __m256i *)(xq + 32 * b));
+        const __m256i x1 = _mm256_loadu_si256((const __m256i *)(xq + 32 * b + 16));
+        const float sb = s[b];
+#if defined(LP_VNNI)
+        const __m256i p = _mm256_dpwssd_epi32(_mm256_dpwssd_epi32(_mm256_setzero_si256(), ul, x0), uh, x1);
+#else
+        const __m256i p = _mm256_add_epi32(_mm256_madd_epi16(ul, x0), _mm256_madd_epi16(uh, x1));
+#endif
+        a0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(d0 * sb), a0);
+        if (nr == 2) {
+#if defined(LP_VNNI)
+            const __m256i q = _mm256_dpwssd_epi32(_mm256_dpwssd_epi32(_mm256_setzero_si256(), vl, x0), vh, x1);
+#else
+            const __m256i q = _mm256_add_epi32(_mm256_madd_epi16(vl, x0), _mm256_madd_epi16(vh, x1));
+#endif
+            a1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(q), _mm256_set1_ps(d1 * sb), a1);
+        }
+        if (mins) {
+            m0s += m0 * sum[b];
+            m1s += m1 * sum[b];
         }
     }
-    float tail = 0.0f;
-    for (; b < nb; b++) {
-        const uint8_t *bp = row + b * bb;
-        __m256i wl, wh;
-        block16(type, bp, &wl, &wh);
-        const float d = lp_f16_to_f32(lp_rd16(bp));
-        a0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot32(wl, wh, xq + 32 * b)), _mm256_set1_ps(d * s[b]), a0);
-        if (mins) tail += (type == LP_Q4_0 ? -8.0f * d : lp_f16_to_f32(lp_rd16(bp + 2))) * sum[b];
+    if (nr == 2) {
+        hsum2(a0, a1, y, y + 1);
+        y[1] += m1s;
+    } else {
+        y[0] = hsum(a0);
     }
-    return hsum(_mm256_add_ps(_mm256_add_ps(a0, a1), am)) + tail;
+    y[0] += m0s;
 }
 
 /* Q4_K / Q5_K: per super-block of 256, eight sub-blocks of 32 with 6-bit scales and mins. */
@@ -295,13 +315,27 @@ int lp_row_to_f32_fast(int type, const uint8_t *row, int64_t n_in, float *out) {
     }
 }
 
+/* Weight rows w0 and w1 against activation row r, read together (each activation load feeds
+ * both) where that pays: the 4- and 5-bit types.  Q8_0's rows are read one at a time: two
+ * interleaved streams of its 34-byte blocks halve the bandwidth the prefetchers reach. */
+int lp_dot_row1x2(int type, const uint8_t *w0, const uint8_t *w1, int64_t n_in, const lp_xrows *xr, int64_t r,
+                  float *y) {
+    switch (type) {
+    case LP_Q4_0: rows_32(LP_Q4_0, 2, w0, w1, n_in / 32, xr, r, y); return 1;
+    case LP_Q4_1: rows_32(LP_Q4_1, 2, w0, w1, n_in / 32, xr, r, y); return 1;
+    case LP_Q5_0: rows_32(LP_Q5_0, 2, w0, w1, n_in / 32, xr, r, y); return 1;
+    case LP_Q5_1: rows_32(LP_Q5_1, 2, w0, w1, n_in / 32, xr, r, y); return 1;
+    default: return 0;
+    }
+}
+
 int lp_dot_row1(int type, const uint8_t *row, int64_t n_in, const lp_xrows *xr, int64_t r, float *y) {
     switch (type) {
-    case LP_Q4_0: *y = row1_32(LP_Q4_0, row, n_in / 32, xr, r); return 1;
-    case LP_Q4_1: *y = row1_32(LP_Q4_1, row, n_in / 32, xr, r); return 1;
-    case LP_Q5_0: *y = row1_32(LP_Q5_0, row, n_in / 32, xr, r); return 1;
-    case LP_Q5_1: *y = row1_32(LP_Q5_1, row, n_in / 32, xr, r); return 1;
-    case LP_Q8_0: *y = row1_32(LP_Q8_0, row, n_in / 32, xr, r); return 1;
+    case LP_Q4_0: rows_32(LP_Q4_0, 1, row, row, n_in / 32, xr, r, y); return 1;
+    case LP_Q4_1: rows_32(LP_Q4_1, 1, row, row, n_in / 32, xr, r, y); return 1;
+    case LP_Q5_0: rows_32(LP_Q5_0, 1, row, row, n_in / 32, xr, r, y); return 1;
+    case LP_Q5_1: rows_32(LP_Q5_1, 1, row, row, n_in / 32, xr, r, y); return 1;
+    case LP_Q8_0: rows_32(LP_Q8_0, 1, row, row, n_in / 32, xr, r, y); return 1;
     case LP_Q4_K: *y = row1_k45(LP_Q4_K, row, n_in / 256, xr, r); return 1;
     case LP_Q5_K: *y = row1_k45(LP_Q5_K, row, n_in / 256, xr, r); return 1;
     case LP_Q6_K: *y = row1_q6_k(row, n_in / 256, xr, r); return 1;
@@ -311,6 +345,12 @@ int lp_dot_row1(int type, const uint8_t *row, int64_t n_in, const lp_xrows *xr, 
 #else
 int lp_row_to_f32_fast(int type, const uint8_t *row, int64_t n_in, float *out) {
     (void)type, (void)row, (void)n_in, (void)out;
+    return 0;
+}
+
+int lp_dot_row1x2(int type, const uint8_t *w0, const uint8_t *w1, int64_t n_in, const lp_xrows *xr, int64_t r,
+                  float *y) {
+    (void)type, (void)w0, (void)w1, (void)n_in, (void)xr, (void)r, (void)y;
     return 0;
 }
 
