@@ -117,38 +117,33 @@ float lp_dot_row(int g16, int has_min, lp_wrow w, const lp_xrows *xr, int64_t r)
     return has_min ? y + min_term(w.m16, xr->sum16 + r * ng, ng) : y;
 }
 
-/* y0[i] = w0 . x_i and y1[i] = w1 . x_i in fp32 for n <= 4 rows x_i (stride ldx): exact
- * products, vectorized sums; each activation load feeds both weight rows, each weight load
- * four activation rows. */
-void lp_dot2_rows_f32(const float *w0, const float *w1, int64_t n_in, const float *x, int64_t ldx, int n, float *y0,
-                      float *y1) {
+/* y[j * 4 + i] = w_j . x_i in fp32 for nw <= 3 weight rows w[j] and n <= 4 activation rows
+ * x_i (stride ldx): exact products, vectorized sums; a 3 x 4 tile of accumulators, so each
+ * weight load feeds four products and each activation load three.  Rows past nw / n repeat
+ * the first (computed, not stored). */
+void lp_dot_tile_f32(const float *const *w, int nw, int64_t n_in, const float *x, int64_t ldx, int n, float *y) {
+    const float *w0 = w[0], *w1 = w[nw > 1 ? 1 : 0], *w2 = w[nw > 2 ? 2 : 0];
     const float *x0 = x, *x1 = x + (n > 1 ? 1 : 0) * ldx, *x2 = x + (n > 2 ? 2 : 0) * ldx, *x3 = x + (n > 3 ? 3 : 0) * ldx;
-    vf a0 = VF_SET1(0.0f), a1 = a0, a2 = a0, a3 = a0, b0 = a0, b1 = a0, b2 = a0, b3 = a0;
+    vf a00 = VF_SET1(0.0f), a01 = a00, a02 = a00, a03 = a00, a10 = a00, a11 = a00, a12 = a00, a13 = a00;
+    vf a20 = a00, a21 = a00, a22 = a00, a23 = a00;
     int64_t k = 0;
     for (; k + VW <= n_in; k += VW) {
-        const vf u = VF_LOAD(w0 + k), v = VF_LOAD(w1 + k);
-        vf t = VF_LOAD(x0 + k);
-        a0 = VF_FMA(u, t, a0);
-        b0 = VF_FMA(v, t, b0);
-        t = VF_LOAD(x1 + k);
-        a1 = VF_FMA(u, t, a1);
-        b1 = VF_FMA(v, t, b1);
-        t = VF_LOAD(x2 + k);
-        a2 = VF_FMA(u, t, a2);
-        b2 = VF_FMA(v, t, b2);
-        t = VF_LOAD(x3 + k);
-        a3 = VF_FMA(u, t, a3);
-        b3 = VF_FMA(v, t, b3);
+        const vf u = VF_LOAD(w0 + k), v = VF_LOAD(w1 + k), t = VF_LOAD(w2 + k);
+        vf xx = VF_LOAD(x0 + k);
+        a00 = VF_FMA(u, xx, a00), a10 = VF_FMA(v, xx, a10), a20 = VF_FMA(t, xx, a20);
+        xx = VF_LOAD(x1 + k);
+        a01 = VF_FMA(u, xx, a01), a11 = VF_FMA(v, xx, a11), a21 = VF_FMA(t, xx, a21);
+        xx = VF_LOAD(x2 + k);
+        a02 = VF_FMA(u, xx, a02), a12 = VF_FMA(v, xx, a12), a22 = VF_FMA(t, xx, a22);
+        xx = VF_LOAD(x3 + k);
+        a03 = VF_FMA(u, xx, a03), a13 = VF_FMA(v, xx, a13), a23 = VF_FMA(t, xx, a23);
     }
-    float s[4] = {VF_SUM(a0), VF_SUM(a1), VF_SUM(a2), VF_SUM(a3)}, r[4] = {VF_SUM(b0), VF_SUM(b1), VF_SUM(b2), VF_SUM(b3)};
-    const float *xs[4] = {x0, x1, x2, x3};
+    float s[12] = {VF_SUM(a00), VF_SUM(a01), VF_SUM(a02), VF_SUM(a03), VF_SUM(a10), VF_SUM(a11),
+                   VF_SUM(a12), VF_SUM(a13), VF_SUM(a20), VF_SUM(a21), VF_SUM(a22), VF_SUM(a23)};
+    const float *ws[3] = {w0, w1, w2}, *xs[4] = {x0, x1, x2, x3};
     for (; k < n_in; k++)
-        for (int j = 0; j < 4; j++) {
-            s[j] += w0[k] * xs[j][k];
-            r[j] += w1[k] * xs[j][k];
-        }
-    for (int j = 0; j < n; j++) {
-        y0[j] = s[j];
-        y1[j] = r[j];
-    }
+        for (int j = 0; j < 3; j++)
+            for (int i = 0; i < 4; i++) s[4 * j + i] += ws[j][k] * xs[i][k];
+    for (int j = 0; j < nw; j++)
+        for (int i = 0; i < n; i++) y[4 * j + i] = s[4 * j + i];
 }

@@ -107,7 +107,7 @@ typedef float vf;
 #endif
 
 #define LP_XQ_MAX 32639.0f /* |xq| bound: 127 * 256 + 127, so xq splits into two int8 (dotprod) */
-#define LP_F32_ROWS 2       /* products of this many rows or more take the fp32 path (mm.c) */
+#define LP_F32_ROWS 2 /* products of this many rows or more take the fp32 path (mm.c) */
 
 /* GGMLQuantizationType values */
 enum {
@@ -169,11 +169,10 @@ size_t lp_xrows_bytes(int64_t n_in, int64_t n);
 lp_xrows lp_xrows_at(void *buf, int64_t n_in, int64_t n);
 void lp_prepare_x_row(const float *x, lp_xrows xr, int64_t r);
 
-/* dot.c: w . x_r for row r of xr (integer products), and the fp32 products of two float rows
- * w0, w1 against n <= 4 rows of x (row stride ldx). */
+/* dot.c: w . x_r for row r of xr (integer products), and the fp32 products of nw <= 3 float
+ * rows w[j] against n <= 4 rows of x (row stride ldx) into y[4 j + i]. */
 float lp_dot_row(int g16, int has_min, lp_wrow w, const lp_xrows *xr, int64_t r);
-void lp_dot2_rows_f32(const float *w0, const float *w1, int64_t n_in, const float *x, int64_t ldx, int n, float *y0,
-                      float *y1);
+void lp_dot_tile_f32(const float *const *w, int nw, int64_t n_in, const float *x, int64_t ldx, int n, float *y);
 /* row1_x86.c: one row straight from the blocks; 0 where the type has no such path here. */
 int lp_dot_row1(int type, const uint8_t *row, int64_t n_in, const lp_xrows *xr, int64_t r, float *y);
 int lp_dot_row1x2(int type, const uint8_t *w0, const uint8_t *w1, int64_t n_in, const lp_xrows *xr, int64_t r,
@@ -196,7 +195,6 @@ void lp_attn_for(const float *q, int64_t n, int64_t ldq, int64_t n_head, int64_t
 /* mm.c: the product split among the threads of an enclosing parallel region. */
 typedef struct {
     lp_xrows xr;       /* the integer form (block types) */
-    uint16_t *xb;      /* bf16 form (float types on a bf16 CPU), or NULL */
     const float *x;    /* fp32 rows */
     int64_t n, n_in;
 } lp_xprep;

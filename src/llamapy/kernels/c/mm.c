@@ -14,7 +14,6 @@ size_t lp_xprep_bytes(int64_t n_in, int64_t n) { return lp_xrows_bytes(n_in, n);
 lp_xprep lp_xprep_at(void *buf, int64_t n_in, int64_t n, const float *x) {
     lp_xprep p;
     p.xr = lp_xrows_at(buf, n_in, n);
-    p.xb = NULL;
     p.x = x;
     p.n = n;
     p.n_in = n_in;
@@ -33,7 +32,7 @@ void lp_prep_for(lp_xprep *xp) {
     }
 }
 
-size_t lp_mm_scratch_bytes(int64_t n_in) { return lp_wrow_bytes(n_in) + 2 * (size_t)n_in * 4 + 128; }
+size_t lp_mm_scratch_bytes(int64_t n_in) { return lp_wrow_bytes(n_in) + 3 * (size_t)n_in * 4 + 128; }
 
 static inline void put(float *y, float v, int accumulate) { *y = accumulate ? *y + v : v; }
 
@@ -47,32 +46,30 @@ static const float *row_f32(int type, const uint8_t *w, int64_t rb, int64_t o, i
 /* Output rows o0..o1 of the product: each weight row read once and multiplied by every
  * activation row.  One row: straight from the blocks where row1_x86.c has the type, else
  * through the canonical form (integer products); LP_F32_ROWS rows or more, and float types:
- * the rows converted to fp32 two at a time, exact fp32 products. */
+ * the rows converted to fp32 three at a time, exact fp32 products in 3 x 4 tiles. */
 static void mm_chunk(int type, const uint8_t *w, int64_t o0, int64_t o1, int64_t n_in, const lp_xprep *xp, float *y,
                      int64_t ldy, int accumulate, void *scratch) {
     const int64_t rb = lp_row_bytes(type, n_in), n = xp->n;
     lp_wrow wr = lp_wrow_at(scratch, n_in);
     float *wf = (float *)(((uintptr_t)((char *)scratch + lp_wrow_bytes(n_in)) + 63) & ~(uintptr_t)63);
     const int g16 = type == LP_Q2_K || type == LP_Q3_K || type == LP_Q6_K, has_min = lp_has_min(type);
-    float acc[4], acc1[4];
+    float acc[12];
     if (lp_is_float(type) || n >= LP_F32_ROWS) {
-        for (int64_t o = o0; o < o1; o += 2) {
-            const int two = o + 1 < o1;
-            const float *f0 = row_f32(type, w, rb, o, n_in, wf, wr);
-            const float *f1 = two ? row_f32(type, w, rb, o + 1, n_in, wf + n_in, wr) : f0;
+        for (int64_t o = o0; o < o1; o += 3) {
+            const int nw = (int)(o1 - o < 3 ? o1 - o : 3);
+            const float *f[3];
+            for (int j = 0; j < nw; j++) f[j] = row_f32(type, w, rb, o + j, n_in, wf + j * n_in, wr);
             for (int64_t r0 = 0; r0 < n; r0 += 4) {
                 const int nr = (int)(n - r0 < 4 ? n - r0 : 4);
-                lp_dot2_rows_f32(f0, f1, n_in, xp->x + r0 * n_in, n_in, nr, acc, acc1);
-                for (int i = 0; i < nr; i++) {
-                    put(y + (r0 + i) * ldy + o, acc[i], accumulate);
-                    if (two) put(y + (r0 + i) * ldy + o + 1, acc1[i], accumulate);
-                }
+                lp_dot_tile_f32(f, nw, n_in, xp->x + r0 * n_in, n_in, nr, acc);
+                for (int j = 0; j < nw; j++)
+                    for (int i = 0; i < nr; i++) put(y + (r0 + i) * ldy + o + j, acc[4 * j + i], accumulate);
             }
         }
         return;
     }
     int64_t o = o0;
-    for (; o + 2 <= o1; o += 2) { /* two weight rows per pass where the type has such a path */
+    for (; n == 1 && o + 2 <= o1; o += 2) { /* two weight rows per pass where the type has such a path */
         if (!lp_dot_row1x2(type, w + o * rb, w + (o + 1) * rb, n_in, &xp->xr, 0, acc)) break;
         put(y + o, acc[0], accumulate);
         put(y + o + 1, acc[1], accumulate);
