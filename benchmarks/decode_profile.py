@@ -44,7 +44,7 @@ def main(argv: list[str] | None = None) -> int:
     model = llamapy.Model.load(a.model)
     if a.per_op and getattr(model.net, "fused", None) is not None:
         model.net.fused = None
-    n_ctx = a.B * (a.p + a.n + 64)
+    n_ctx = a.B * (a.p + a.n + 64) + 256  # the timed steps, the warm-up and the profiled ones
     ctx = llamapy.Context(model, llamapy.ContextParams(n_ctx=n_ctx, n_seq_max=a.B, kv_unified=True, n_threads=a.threads))
     b = llamapy.Batch()
     for s in range(a.B):

@@ -192,6 +192,12 @@ void lp_attn_for(const float *q, int64_t n, int64_t ldq, int64_t n_head, int64_t
                  const int64_t *ptr, const int64_t *cells, float scale, float *out, int64_t ldo, int64_t hpt,
                  float *p);
 
+/* attn_x86.c: ops.c's attention of one row's head group, vectorized for x86; 0 where it does
+ * not apply (head sizes not multiples of 8 / 32, or not x86). */
+int lp_attn_group_x86(const float *q0, int64_t hpt, int64_t d_k, int64_t d_v, const uint16_t *k, const uint16_t *v,
+                      int64_t ldk, int64_t ldv, const float *mi, const int64_t *cells, int64_t nc, float scale,
+                      float *p, float *o);
+
 /* mm.c: the product split among the threads of an enclosing parallel region. */
 typedef struct {
     lp_xrows xr;       /* the integer form (block types) */

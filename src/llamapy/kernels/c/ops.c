@@ -119,6 +119,7 @@ int64_t lp_most_visible(const int64_t *ptr, int64_t n) {
 static void attn_group(const float *q, int64_t hpt, int64_t d_k, int64_t d_v, const uint16_t *k, const uint16_t *v,
                        int64_t ldk, int64_t ldv, const float *mi, const int64_t *cells, int64_t nc, float scale,
                        float *p, float *o) {
+    if (lp_attn_group_x86(q, hpt, d_k, d_v, k, v, ldk, ldv, mi, cells, nc, scale, p, o)) return;
     float mx[64], l[64];
     for (int64_t h = 0; h < hpt; h++) mx[h] = -INFINITY;
     for (int64_t c = 0; c < nc; c++) {

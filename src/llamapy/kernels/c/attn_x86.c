@@ -1,0 +1,149 @@
+/* Attention of one query row's group of hpt heads (sharing a KV head) over its visible cells,
+ * x86 with 256-bit vectors (AVX2 and the AVX-512 level): the scores of 8 cells at a time
+ * (8 accumulators over the head dimension, reduced together), the softmax's exponentials 8 at
+ * a time (exp256: Cephes' range reduction and polynomial, within 2 ulp of expf), and the
+ * softmax-weighted sum of V rows with 32 output dims of up to 3 heads in registers per pass.
+ * The same scores, softmax and sums as ops.c's generic attn_group, in another order. */
+#include "lp.h"
+
+#if defined(LP_AVX2) || defined(LP_AVX512)
+
+/* exp(x) for 8 floats; exp(-inf) = 0, x <= -88 gives 0 (the softmax's arguments are <= 0). */
+LP_INLINE __m256 exp256(__m256 x) {
+    const __m256 lo = _mm256_set1_ps(-87.3f), hi = _mm256_set1_ps(88.3f);
+    const __m256 under = _mm256_cmp_ps(x, lo, _CMP_LT_OQ);
+    x = _mm256_min_ps(_mm256_max_ps(x, lo), hi);
+    const __m256 fx = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                                      _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    x = _mm256_fnmadd_ps(fx, _mm256_set1_ps(0.693359375f), x);
+    x = _mm256_fnmadd_ps(fx, _mm256_set1_ps(-2.12194440e-4f), x);
+    __m256 y = _mm256_set1_ps(1.9875691500e-4f);
+    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(1.3981999507e-3f));
+    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(8.3334519073e-3f));
+    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(4.1665795894e-2f));
+    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(1.6666665459e-1f));
+    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(5.0000001201e-1f));
+    y = _mm256_fmadd_ps(y, _mm256_mul_ps(x, x), _mm256_add_ps(x, _mm256_set1_ps(1.0f)));
+    const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(fx), _mm256_set1_epi32(127)), 23);
+    return _mm256_andnot_ps(under, _mm256_mul_ps(y, _mm256_castsi256_ps(e)));
+}
+
+LP_INLINE __m256 hsum8x(const __m256 *a) { /* [sum a[0], ..., sum a[7]] */
+    const __m256 h01 = _mm256_hadd_ps(a[0], a[1]), h23 = _mm256_hadd_ps(a[2], a[3]);
+    const __m256 h45 = _mm256_hadd_ps(a[4], a[5]), h67 = _mm256_hadd_ps(a[6], a[7]);
+    const __m256 h0123 = _mm256_hadd_ps(h01, h23), h4567 = _mm256_hadd_ps(h45, h67);
+    return _mm256_add_ps(_mm256_permute2f128_ps(h0123, h4567, 0x20), _mm256_permute2f128_ps(h0123, h4567, 0x31));
+}
+
+LP_INLINE __m256 loadh8(const uint16_t *p) { return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p)); }
+
+/* Scores of head q (d_k floats) against cells[0..nc) into p, returning their max. */
+static float scores(const float *q, int64_t d_k, const uint16_t *k, int64_t ldk, const float *mi, const int64_t *cells,
+                    int64_t nc, float scale, float *p) {
+    __m256 mx = _mm256_set1_ps(-INFINITY);
+    int64_t c0 = 0;
+    for (; c0 + 8 <= nc; c0 += 8) {
+        __m256 acc[8];
+        const uint16_t *kr[8];
+        for (int i = 0; i < 8; i++) {
+            acc[i] = _mm256_setzero_ps();
+            kr[i] = k + cells[c0 + i] * ldk;
+        }
+        for (int64_t j = 0; j < d_k; j += 8) {
+            const __m256 qv = _mm256_loadu_ps(q + j);
+            for (int i = 0; i < 8; i++) acc[i] = _mm256_fmadd_ps(qv, loadh8(kr[i] + j), acc[i]);
+        }
+        float m8[8];
+        for (int i = 0; i < 8; i++) m8[i] = mi[cells[c0 + i]];
+        const __m256 s = _mm256_fmadd_ps(hsum8x(acc), _mm256_set1_ps(scale), _mm256_loadu_ps(m8));
+        _mm256_storeu_ps(p + c0, s);
+        mx = _mm256_max_ps(mx, s);
+    }
+    float t[8], m = -INFINITY;
+    _mm256_storeu_ps(t, mx);
+    for (int i = 0; i < 8; i++) m = t[i] > m ? t[i] : m;
+    for (; c0 < nc; c0++) {
+        const uint16_t *kr = k + cells[c0] * ldk;
+        __m256 acc = _mm256_setzero_ps();
+        for (int64_t j = 0; j < d_k; j += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(q + j), loadh8(kr + j), acc);
+        __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
+        s4 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
+        const float sc = _mm_cvtss_f32(_mm_add_ss(s4, _mm_movehdup_ps(s4))) * scale + mi[cells[c0]];
+        p[c0] = sc;
+        m = sc > m ? sc : m;
+    }
+    return m;
+}
+
+/* p[0..nc) = exp(p - m) / sum (zeros where m is -inf: the row sees nothing). */
+static void softmax(float *p, int64_t nc, float m) {
+    if (m == -INFINITY) {
+        memset(p, 0, (size_t)nc * sizeof(float));
+        return;
+    }
+    const __m256 mv = _mm256_set1_ps(m);
+    __m256 sv = _mm256_setzero_ps();
+    int64_t c = 0;
+    for (; c + 8 <= nc; c += 8) {
+        const __m256 e = exp256(_mm256_sub_ps(_mm256_loadu_ps(p + c), mv));
+        _mm256_storeu_ps(p + c, e);
+        sv = _mm256_add_ps(sv, e);
+    }
+    float t[8], s = 0.0f;
+    _mm256_storeu_ps(t, sv);
+    for (int i = 0; i < 8; i++) s += t[i];
+    for (; c < nc; c++) {
+        p[c] = expf(p[c] - m);
+        s += p[c];
+    }
+    const __m256 inv = _mm256_set1_ps(1.0f / s);
+    for (c = 0; c + 8 <= nc; c += 8) _mm256_storeu_ps(p + c, _mm256_mul_ps(_mm256_loadu_ps(p + c), inv));
+    for (; c < nc; c++) p[c] *= 1.0f / s;
+}
+
+/* o[h * d_v + j] = sum_c p[h * nc + c] v_c[j] for nh <= 3 heads and dims j0 .. j0 + 32. */
+LP_INLINE void weighted_v(const int nh, const float *p, int64_t nc, const uint16_t *v, int64_t ldv, const int64_t *cells,
+                          int64_t d_v, int64_t j0, float *o) {
+    __m256 acc[3][4];
+    for (int h = 0; h < nh; h++)
+        for (int j = 0; j < 4; j++) acc[h][j] = _mm256_setzero_ps();
+    for (int64_t c = 0; c < nc; c++) {
+        const uint16_t *vr = v + cells[c] * ldv + j0;
+        __m256 vv[4];
+        for (int j = 0; j < 4; j++) vv[j] = loadh8(vr + 8 * j);
+        for (int h = 0; h < nh; h++) {
+            const __m256 w = _mm256_broadcast_ss(p + h * nc + c);
+            for (int j = 0; j < 4; j++) acc[h][j] = _mm256_fmadd_ps(w, vv[j], acc[h][j]);
+        }
+    }
+    for (int h = 0; h < nh; h++)
+        for (int j = 0; j < 4; j++) _mm256_storeu_ps(o + h * d_v + j0 + 8 * j, acc[h][j]);
+}
+
+int lp_attn_group_x86(const float *q0, int64_t hpt, int64_t d_k, int64_t d_v, const uint16_t *k, const uint16_t *v,
+                      int64_t ldk, int64_t ldv, const float *mi, const int64_t *cells, int64_t nc, float scale,
+                      float *p, float *o) {
+    if (d_k % 8 || d_v % 32) return 0;
+    for (int64_t h = 0; h < hpt; h++) softmax(p + h * nc, nc, scores(q0 + h * d_k, d_k, k, ldk, mi, cells, nc, scale, p + h * nc));
+    for (int64_t h0 = 0; h0 < hpt; h0 += 3) {
+        const int64_t nh = hpt - h0 < 3 ? hpt - h0 : 3;
+        for (int64_t j0 = 0; j0 < d_v; j0 += 32) {
+            if (nh == 3)
+                weighted_v(3, p + h0 * nc, nc, v, ldv, cells, d_v, j0, o + h0 * d_v);
+            else if (nh == 2)
+                weighted_v(2, p + h0 * nc, nc, v, ldv, cells, d_v, j0, o + h0 * d_v);
+            else
+                weighted_v(1, p + h0 * nc, nc, v, ldv, cells, d_v, j0, o + h0 * d_v);
+        }
+    }
+    return 1;
+}
+#else
+int lp_attn_group_x86(const float *q0, int64_t hpt, int64_t d_k, int64_t d_v, const uint16_t *k, const uint16_t *v,
+                      int64_t ldk, int64_t ldv, const float *mi, const int64_t *cells, int64_t nc, float scale,
+                      float *p, float *o) {
+    (void)q0, (void)hpt, (void)d_k, (void)d_v, (void)k, (void)v, (void)ldk, (void)ldv, (void)mi, (void)cells, (void)nc;
+    (void)scale, (void)p, (void)o;
+    return 0;
+}
+#endif
