@@ -157,7 +157,11 @@ static void check_type(const lib_t *u, const lib_t *r, const type_t *t) {
         const int ra = u->mm(t->type, w, n_out, n_in, x, n, ya, n_out, 1), rb = r->mm(t->type, w, n_out, n_in, x, n, yb, n_out, 1);
         char what[64];
         snprintf(what, sizeof what, "mm %d row%s (+= y)", n, n > 1 ? "s" : "");
-        report(what, t->name, ra || rb ? INFINITY : max_diff(ya, yb, n * n_out) / (max_abs(yb, n * n_out) + 1e-30), 2e-5);
+        /* a bf16 build multiplies several rows of the coarse types in bf16 (mm.c) */
+        const int bf16 = strstr(u->isa, "bf16") && n > 1 && (t->type == 2 || t->type == 3 || t->type == 10 ||
+                                                              t->type == 11 || t->type == 30);
+        report(what, t->name, ra || rb ? INFINITY : max_diff(ya, yb, n * n_out) / (max_abs(yb, n * n_out) + 1e-30),
+               bf16 ? 1e-2 : 2e-5);
         free(x), free(ya), free(yb);
     }
     free(w), free(a), free(b);

@@ -147,3 +147,33 @@ void lp_dot_tile_f32(const float *const *w, int nw, int64_t n_in, const float *x
     for (int j = 0; j < nw; j++)
         for (int i = 0; i < n; i++) y[4 * j + i] = s[4 * j + i];
 }
+
+#if defined(LP_BF16)
+/* The bf16 form of lp_dot_tile_f32 (AVX512-BF16: vdpbf16ps, 32 products per instruction,
+ * fp32 sums): w[j] and x rows as bf16, n_in a multiple of 32. */
+void lp_dot_tile_bf16(const uint16_t *const *w, int nw, int64_t n_in, const uint16_t *x, int64_t ldx, int n, float *y) {
+    const uint16_t *w0 = w[0], *w1 = w[nw > 1 ? 1 : 0], *w2 = w[nw > 2 ? 2 : 0];
+    const uint16_t *xs[4] = {x, x + (n > 1 ? 1 : 0) * ldx, x + (n > 2 ? 2 : 0) * ldx, x + (n > 3 ? 3 : 0) * ldx};
+    __m512 a[3][4];
+    for (int j = 0; j < 3; j++)
+        for (int i = 0; i < 4; i++) a[j][i] = _mm512_setzero_ps();
+    for (int64_t k = 0; k < n_in; k += 32) {
+        const __m512bh u = (__m512bh)_mm512_loadu_si512(w0 + k), v = (__m512bh)_mm512_loadu_si512(w1 + k);
+        const __m512bh t = (__m512bh)_mm512_loadu_si512(w2 + k);
+        for (int i = 0; i < 4; i++) {
+            const __m512bh xx = (__m512bh)_mm512_loadu_si512(xs[i] + k);
+            a[0][i] = _mm512_dpbf16_ps(a[0][i], u, xx);
+            a[1][i] = _mm512_dpbf16_ps(a[1][i], v, xx);
+            a[2][i] = _mm512_dpbf16_ps(a[2][i], t, xx);
+        }
+    }
+    for (int j = 0; j < nw; j++)
+        for (int i = 0; i < n; i++) y[4 * j + i] = _mm512_reduce_add_ps(a[j][i]);
+}
+
+/* f32 -> bf16, round to nearest even, 32 at a time (n a multiple of 32). */
+void lp_to_bf16(const float *x, int64_t n, uint16_t *out) {
+    for (int64_t k = 0; k < n; k += 32)
+        _mm512_storeu_si512(out + k, (__m512i)_mm512_cvtne2ps_pbh(_mm512_loadu_ps(x + k + 16), _mm512_loadu_ps(x + k)));
+}
+#endif

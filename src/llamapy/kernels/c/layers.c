@@ -64,12 +64,11 @@ static void residual_for(float *x, float *t, const float *post, int64_t n, int64
 
 /* xp->x = rms_norm(x) * w, row by row, each row prepared for the products as it is normed. */
 static void norm_prep_for(const float *x, const float *w, float eps, lp_xprep *xp) {
-    const int prep = lp_needs_prep(xp);
 #pragma omp for schedule(static)
     for (int64_t r = 0; r < xp->n; r++) {
         float *out = (float *)xp->x + r * xp->n_in;
         lp_rms_norm_row(x + r * xp->n_in, w, xp->n_in, eps, out);
-        if (prep) lp_prepare_x_row(out, xp->xr, r);
+        lp_prep_row(xp, r);
     }
 }
 
@@ -153,7 +152,7 @@ int lp_layers(const lp_layer *L, int64_t n_layer, const lp_dims *hp, float *x, i
                     lp_geglu_row(g, g + n_ff, n_ff, h + r * n_ff);
                 else
                     lp_swiglu_row(g, g + n_ff, n_ff, h + r * n_ff);
-                if (lp_needs_prep(&xp_ff)) lp_prepare_x_row(h + r * n_ff, xp_ff.xr, r);
+                lp_prep_row(&xp_ff, r);
             }
             if (l->ffn_post_norm) {
                 product(l->td, l->wd, ne, &xp_ff, tmp, ne, 0, scratch);

@@ -173,6 +173,21 @@ void lp_prepare_x_row(const float *x, lp_xrows xr, int64_t r);
  * rows w[j] against n <= 4 rows of x (row stride ldx) into y[4 j + i]. */
 float lp_dot_row(int g16, int has_min, lp_wrow w, const lp_xrows *xr, int64_t r);
 void lp_dot_tile_f32(const float *const *w, int nw, int64_t n_in, const float *x, int64_t ldx, int n, float *y);
+#if defined(LP_BF16)
+/* ... and the same in bf16 on a CPU with AVX512-BF16 (rows as bf16, n_in a multiple of 32) */
+void lp_dot_tile_bf16(const uint16_t *const *w, int nw, int64_t n_in, const uint16_t *x, int64_t ldx, int n, float *y);
+void lp_to_bf16(const float *x, int64_t n, uint16_t *out);
+#endif
+/* Products of few rows of this type take bf16 on this CPU (its coarse types, kernels/types.py
+ * BF16_GEMM_TYPES: Q4_0, Q4_1, Q2_K, Q3_K, BF16)? */
+static inline int lp_bf16_rows(int type, int64_t n_in) {
+#if defined(LP_BF16)
+    return n_in % 32 == 0 && (type == LP_Q4_0 || type == LP_Q4_1 || type == LP_Q2_K || type == LP_Q3_K || type == LP_BF16_T);
+#else
+    (void)type, (void)n_in;
+    return 0;
+#endif
+}
 /* row1_x86.c: one row straight from the blocks; 0 where the type has no such path here. */
 int lp_dot_row1(int type, const uint8_t *row, int64_t n_in, const lp_xrows *xr, int64_t r, float *y);
 int lp_dot_row1x2(int type, const uint8_t *w0, const uint8_t *w1, int64_t n_in, const lp_xrows *xr, int64_t r,
@@ -200,13 +215,15 @@ int lp_attn_group_x86(const float *q0, int64_t hpt, int64_t d_k, int64_t d_v, co
 
 /* mm.c: the product split among the threads of an enclosing parallel region. */
 typedef struct {
-    lp_xrows xr;       /* the integer form (block types) */
+    lp_xrows xr;       /* the integer form (one row) */
+    uint16_t *xb;      /* the rows as bf16 (AVX512-BF16 builds, 2 rows or more), else NULL */
     const float *x;    /* fp32 rows */
     int64_t n, n_in;
 } lp_xprep;
 size_t lp_xprep_bytes(int64_t n_in, int64_t n);
 lp_xprep lp_xprep_at(void *buf, int64_t n_in, int64_t n, const float *x);
 int lp_needs_prep(const lp_xprep *xp);
+void lp_prep_row(lp_xprep *xp, int64_t r);
 void lp_prep_for(lp_xprep *xp);
 size_t lp_mm_scratch_bytes(int64_t n_in);
 void lp_mm_for(int type, const uint8_t *w, int64_t n_out, int64_t n_in, const lp_xprep *xp, float *y, int64_t ldy,

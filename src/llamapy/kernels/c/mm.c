@@ -9,11 +9,12 @@
 
 #define CHUNK 16 /* output rows per task */
 
-size_t lp_xprep_bytes(int64_t n_in, int64_t n) { return lp_xrows_bytes(n_in, n); }
+size_t lp_xprep_bytes(int64_t n_in, int64_t n) { return lp_xrows_bytes(n_in, n) + (size_t)(n * n_in) * 2 + 64; }
 
 lp_xprep lp_xprep_at(void *buf, int64_t n_in, int64_t n, const float *x) {
     lp_xprep p;
     p.xr = lp_xrows_at(buf, n_in, n);
+    p.xb = (uint16_t *)(((uintptr_t)((char *)buf + lp_xrows_bytes(n_in, n)) + 63) & ~(uintptr_t)63);
     p.x = x;
     p.n = n;
     p.n_in = n_in;
@@ -23,16 +24,22 @@ lp_xprep lp_xprep_at(void *buf, int64_t n_in, int64_t n, const float *x) {
 /* Does row r of x need preparing (the integer products take it)? */
 int lp_needs_prep(const lp_xprep *xp) { return xp->n_in % 32 == 0 && xp->n < LP_F32_ROWS; }
 
-/* xp's rows (xp->x [n, n_in]) prepared for the integer products, split among the threads of
- * the enclosing parallel region (which meet after it). */
-void lp_prep_for(lp_xprep *xp) {
-    if (lp_needs_prep(xp)) {
-#pragma omp for schedule(static)
-        for (int64_t r = 0; r < xp->n; r++) lp_prepare_x_row(xp->x + r * xp->n_in, xp->xr, r);
-    }
+/* Row r of xp as the products read it: int16 for one row, bf16 for several on a bf16 CPU. */
+void lp_prep_row(lp_xprep *xp, int64_t r) {
+    if (lp_needs_prep(xp)) lp_prepare_x_row(xp->x + r * xp->n_in, xp->xr, r);
+#if defined(LP_BF16)
+    if (xp->n >= LP_F32_ROWS && xp->n_in % 32 == 0) lp_to_bf16(xp->x + r * xp->n_in, xp->n_in, xp->xb + r * xp->n_in);
+#endif
 }
 
-size_t lp_mm_scratch_bytes(int64_t n_in) { return lp_wrow_bytes(n_in) + 3 * (size_t)n_in * 4 + 128; }
+/* xp's rows (xp->x [n, n_in]) prepared for the products, split among the threads of the
+ * enclosing parallel region (which meet after it). */
+void lp_prep_for(lp_xprep *xp) {
+#pragma omp for schedule(static)
+    for (int64_t r = 0; r < xp->n; r++) lp_prep_row(xp, r);
+}
+
+size_t lp_mm_scratch_bytes(int64_t n_in) { return lp_wrow_bytes(n_in) + 3 * (size_t)n_in * 6 + 192; }
 
 static inline void put(float *y, float v, int accumulate) { *y = accumulate ? *y + v : v; }
 
@@ -54,6 +61,26 @@ static void mm_chunk(int type, const uint8_t *w, int64_t o0, int64_t o1, int64_t
     float *wf = (float *)(((uintptr_t)((char *)scratch + lp_wrow_bytes(n_in)) + 63) & ~(uintptr_t)63);
     const int g16 = type == LP_Q2_K || type == LP_Q3_K || type == LP_Q6_K, has_min = lp_has_min(type);
     float acc[12];
+#if defined(LP_BF16)
+    if (n >= LP_F32_ROWS && lp_bf16_rows(type, n_in)) {
+        uint16_t *wb = (uint16_t *)(wf + 3 * n_in);
+        for (int64_t o = o0; o < o1; o += 3) {
+            const int nw = (int)(o1 - o < 3 ? o1 - o : 3);
+            const uint16_t *f[3];
+            for (int j = 0; j < nw; j++) {
+                lp_to_bf16(row_f32(type, w, rb, o + j, n_in, wf + j * n_in, wr), n_in, wb + j * n_in);
+                f[j] = wb + j * n_in;
+            }
+            for (int64_t r0 = 0; r0 < n; r0 += 4) {
+                const int nr = (int)(n - r0 < 4 ? n - r0 : 4);
+                lp_dot_tile_bf16(f, nw, n_in, xp->xb + r0 * n_in, n_in, nr, acc);
+                for (int j = 0; j < nw; j++)
+                    for (int i = 0; i < nr; i++) put(y + (r0 + i) * ldy + o + j, acc[4 * j + i], accumulate);
+            }
+        }
+        return;
+    }
+#endif
     if (lp_is_float(type) || n >= LP_F32_ROWS) {
         for (int64_t o = o0; o < o1; o += 3) {
             const int nw = (int)(o1 - o < 3 ? o1 - o : 3);
