@@ -19,11 +19,11 @@ from llamapy.gguf.quants import (
     unpack_q4_affine,
 )
 
-BLOCK_TYPES = [T.Q4_0, T.Q4_1, T.Q5_0, T.Q5_1, T.Q8_0, T.IQ4_NL, T.Q4_K, T.Q5_K, T.Q6_K]
+BLOCK_TYPES = [T.Q4_0, T.Q4_1, T.Q5_0, T.Q5_1, T.Q8_0, T.IQ4_NL, T.Q2_K, T.Q3_K, T.Q4_K, T.Q5_K, T.Q6_K]
 # byte offsets of the fp16 fields inside one block of each type
 F16_FIELDS = {
     T.Q4_0: (0,), T.Q4_1: (0, 2), T.Q5_0: (0,), T.Q5_1: (0, 2), T.Q8_0: (0,), T.IQ4_NL: (0,),
-    T.Q4_K: (0, 2), T.Q5_K: (0, 2), T.Q6_K: (208,),
+    T.Q2_K: (80, 82), T.Q3_K: (108,), T.Q4_K: (0, 2), T.Q5_K: (0, 2), T.Q6_K: (208,),
 }
 
 
@@ -96,8 +96,8 @@ def test_dequantize_errors_name_the_numbers():
         dequantize(raw, T.Q4_0, (2, 96))
     with pytest.raises(ValueError, match=r"40 elements .* Q4_0 block size \(32\)"):
         dequantize(raw, T.Q4_0, (4, 40))
-    with pytest.raises(NotImplementedError, match="Q2_K"):
-        dequantize(raw, T.Q2_K, (256,))
+    with pytest.raises(NotImplementedError, match="IQ2_XXS"):
+        dequantize(raw, T.IQ2_XXS, (256,))
 
 
 def test_q4_0_nibble_order_by_hand():

@@ -18,6 +18,27 @@ def _byte_tokens() -> list[str]:
     return [by_byte[b] for b in range(256)]
 
 
+# K-quants gguf cannot quantize: random blocks, their f16 scales set so that weights stay
+# about +-0.5 (offsets of the f16 fields in a block, and the largest |sub-scale * q|)
+K_PACK = {gguf.GGMLQuantizationType.Q2_K: ((80, 82), 45), gguf.GGMLQuantizationType.Q3_K: ((108,), 128),
+          gguf.GGMLQuantizationType.Q4_K: ((0, 2), 945), gguf.GGMLQuantizationType.Q5_K: ((0, 2), 1953),
+          gguf.GGMLQuantizationType.Q6_K: ((208,), 4064)}
+
+
+def quantize_or_pack(a: np.ndarray, qtype: gguf.GGMLQuantizationType, rng: np.random.Generator) -> np.ndarray:
+    """a [n_out, n_in] float32 in GGUF's blocks of qtype: gguf's quantizer where it has one,
+    else (the K-quants) random hand-packed blocks of about a's magnitude, uint8 [n_out, row bytes]."""
+    if qtype not in K_PACK:
+        return gguf.quants.quantize(a, qtype)
+    offsets, top = K_PACK[qtype]
+    be, bb = gguf.GGML_QUANT_SIZES[qtype]
+    b = rng.integers(0, 256, size=(a.size // be, bb), dtype=np.uint8)
+    for off in offsets:
+        h = (rng.uniform(0.2, 1.0, size=len(b)) * 0.5 / top).astype(np.float16)
+        b[:, off : off + 2] = h.view(np.uint8).reshape(len(b), 2)
+    return b.reshape(a.shape[0], -1)
+
+
 def write_tiny_llama(
     path: Path,
     n_embd: int = 64,
@@ -65,7 +86,7 @@ def write_tiny_llama(
             a = 1.0 + 0.1 * a
             qtype = gguf.GGMLQuantizationType.F32
         if qtype != gguf.GGMLQuantizationType.F32:
-            q = gguf.quants.quantize(a, qtype)
+            q = quantize_or_pack(a, qtype, rng)
             w.add_tensor(name, q, raw_shape=q.shape, raw_dtype=qtype)
         else:
             w.add_tensor(name, a)

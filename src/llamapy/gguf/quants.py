@@ -67,7 +67,8 @@ def _dq_iq4_nl(b: torch.Tensor) -> torch.Tensor:  # d f16 | qs[16] indices into 
 
 _DEQUANT_BLOCKS: Mapping[T, Callable[[torch.Tensor], torch.Tensor]] = MappingProxyType({
     T.Q4_0: _dq_q4_0, T.Q4_1: _dq_q4_1, T.Q5_0: _dq_q5_0, T.Q5_1: _dq_q5_1, T.Q8_0: _dq_q8_0,
-    T.IQ4_NL: _dq_iq4_nl, T.Q4_K: quants_k.dequantize_q4_k, T.Q5_K: quants_k.dequantize_q5_k,
+    T.IQ4_NL: _dq_iq4_nl, T.Q2_K: quants_k.dequantize_q2_k, T.Q3_K: quants_k.dequantize_q3_k,
+    T.Q4_K: quants_k.dequantize_q4_k, T.Q5_K: quants_k.dequantize_q5_k,
     T.Q6_K: quants_k.dequantize_q6_k,
 })
 _FLOAT_TYPES: Mapping[T, torch.dtype] = MappingProxyType(

@@ -1,4 +1,4 @@
-"""K-quant super-blocks (QK_K = 256 elements) -> torch: Q4_K, Q5_K, Q6_K.
+"""K-quant super-blocks (QK_K = 256 elements) -> torch: Q2_K, Q3_K, Q4_K, Q5_K, Q6_K.
 
 Layouts and arithmetic follow gguf.quants (itself ggml's dequantize_row_q*_K) op for
 op, so results are bit-identical to the numpy reference:
@@ -10,6 +10,10 @@ op, so results are bit-identical to the numpy reference:
       fifth bit of element 32*s + i.
   Q6_K [210 B]: ql[128] | qh[64] | scales[16] int8 | d f16; q = 6 bits - 32,
       value = d*scales[e // 16] * q.
+  Q2_K [84 B]: scales[16] (low nibble sc, high nibble m) | qs[64] | d f16 | dmin f16;
+      element 128*h + 32*j + i = d*sc[g] * ((qs[32h + i] >> 2j) & 3) - dmin*m[g], g = e // 16.
+  Q3_K [110 B]: hmask[32] | qs[64] | scales[12] (16 six-bit values, minus 32) | d f16;
+      element 128*h + 32*j + i = d*(sc[g] - 32) * (((qs[32h + i] >> 2j) & 3) - 4 * !bit(4h+j) of hmask[i]).
 """
 
 from __future__ import annotations
@@ -85,3 +89,41 @@ def dequantize_q6_k(blocks: torch.Tensor) -> torch.Tensor:
     q = (ql | (qh << 4)).to(torch.int8) - 32
     q = q.reshape(n, QK_K // 16, 16).float()
     return (d * q).reshape(n, QK_K)
+
+
+def _two_bit_planes(qs: torch.Tensor) -> torch.Tensor:
+    """[n, 64] uint8 -> [n, 256] 2-bit values in element order 128*h + 32*j + i."""
+    n = qs.shape[0]
+    shifts = torch.tensor([0, 2, 4, 6], dtype=torch.uint8, device=qs.device).reshape(1, 1, 4, 1)
+    return ((qs.reshape(n, 2, 1, 32) >> shifts) & 3).reshape(n, QK_K)
+
+
+def dequantize_q2_k(blocks: torch.Tensor) -> torch.Tensor:
+    """[n, 84] uint8 -> [n, 256] float32."""
+    n = blocks.shape[0]
+    sc = blocks[:, 0:16]
+    d = f16(blocks[:, 80:82])
+    dmin = f16(blocks[:, 82:84])
+    dl = (d * (sc & 0x0F).float()).reshape(n, 16, 1)
+    ml = (dmin * (sc >> 4).float()).reshape(n, 16, 1)
+    q = _two_bit_planes(blocks[:, 16:80]).reshape(n, 16, 16).float()
+    return (dl * q - ml).reshape(n, QK_K)
+
+
+def q3_k_scales(scales: torch.Tensor) -> torch.Tensor:
+    """The 12-byte table of Q3_K: [n, 12] uint8 -> [n, 16] six-bit values (0..63)."""
+    lo = torch.cat((scales[:, 0:8] & 0x0F, scales[:, 0:8] >> 4), dim=1)  # [n, 16]
+    shifts = torch.tensor([0, 2, 4, 6], dtype=torch.uint8, device=scales.device).reshape(1, 4, 1)
+    hi = ((scales[:, 8:12].reshape(-1, 1, 4) >> shifts) & 3).reshape(-1, 16)  # value g: byte 8 + g % 4, bits 2 (g // 4)
+    return lo | (hi << 4)
+
+
+def dequantize_q3_k(blocks: torch.Tensor) -> torch.Tensor:
+    """[n, 110] uint8 -> [n, 256] float32."""
+    n = blocks.shape[0]
+    d = f16(blocks[:, 108:110])
+    dl = (d * (q3_k_scales(blocks[:, 96:108]).to(torch.int8) - 32).float()).reshape(n, 16, 1)
+    q = _two_bit_planes(blocks[:, 32:96]).to(torch.int8)  # [n, 256]
+    hm = bits(blocks[:, 0:32]).reshape(n, 32, 8).transpose(1, 2).reshape(n, QK_K)  # bit (4h + j) of hmask[i]
+    q = (q - 4 * (1 - hm.to(torch.int8))).reshape(n, 16, 16).float()
+    return (dl * q).reshape(n, QK_K)
