@@ -117,35 +117,40 @@ float lp_dot_row(int g16, int has_min, lp_wrow w, const lp_xrows *xr, int64_t r)
     return has_min ? y + min_term(w.m16, xr->sum16 + r * ng, ng) : y;
 }
 
-/* y[j * 4 + i] = w_j . x_i in fp32 for nw <= 3 weight rows w[j] and n <= 4 activation rows
- * x_i (stride ldx): exact products, vectorized sums; a 3 x 4 tile of accumulators, so each
- * weight load feeds four products and each activation load three.  Rows past nw / n repeat
- * the first (computed, not stored). */
+/* y[j * LP_TX + i] = w_j . x_i in fp32 for nw <= LP_TW weight rows w[j] and n <= LP_TX
+ * activation rows x_i (stride ldx): exact products, vectorized sums, an LP_TW x LP_TX tile of
+ * accumulators in registers (AVX-512 and NEON have 32: 4 x 6; AVX2 16: 3 x 4), so each weight
+ * load feeds LP_TX products and each activation load LP_TW.  Rows past nw / n repeat the first
+ * (computed, not stored). */
 void lp_dot_tile_f32(const float *const *w, int nw, int64_t n_in, const float *x, int64_t ldx, int n, float *y) {
-    const float *w0 = w[0], *w1 = w[nw > 1 ? 1 : 0], *w2 = w[nw > 2 ? 2 : 0];
-    const float *x0 = x, *x1 = x + (n > 1 ? 1 : 0) * ldx, *x2 = x + (n > 2 ? 2 : 0) * ldx, *x3 = x + (n > 3 ? 3 : 0) * ldx;
-    vf a00 = VF_SET1(0.0f), a01 = a00, a02 = a00, a03 = a00, a10 = a00, a11 = a00, a12 = a00, a13 = a00;
-    vf a20 = a00, a21 = a00, a22 = a00, a23 = a00;
+    const float *ws[LP_TW], *xs[LP_TX];
+    for (int j = 0; j < LP_TW; j++) ws[j] = w[j < nw ? j : 0];
+    for (int i = 0; i < LP_TX; i++) xs[i] = x + (i < n ? i : 0) * ldx;
+    vf acc[LP_TW][LP_TX];
+#pragma GCC unroll 8
+    for (int j = 0; j < LP_TW; j++)
+#pragma GCC unroll 8
+        for (int i = 0; i < LP_TX; i++) acc[j][i] = VF_SET1(0.0f);
     int64_t k = 0;
     for (; k + VW <= n_in; k += VW) {
-        const vf u = VF_LOAD(w0 + k), v = VF_LOAD(w1 + k), t = VF_LOAD(w2 + k);
-        vf xx = VF_LOAD(x0 + k);
-        a00 = VF_FMA(u, xx, a00), a10 = VF_FMA(v, xx, a10), a20 = VF_FMA(t, xx, a20);
-        xx = VF_LOAD(x1 + k);
-        a01 = VF_FMA(u, xx, a01), a11 = VF_FMA(v, xx, a11), a21 = VF_FMA(t, xx, a21);
-        xx = VF_LOAD(x2 + k);
-        a02 = VF_FMA(u, xx, a02), a12 = VF_FMA(v, xx, a12), a22 = VF_FMA(t, xx, a22);
-        xx = VF_LOAD(x3 + k);
-        a03 = VF_FMA(u, xx, a03), a13 = VF_FMA(v, xx, a13), a23 = VF_FMA(t, xx, a23);
+        vf wv[LP_TW];
+#pragma GCC unroll 8
+        for (int j = 0; j < LP_TW; j++) wv[j] = VF_LOAD(ws[j] + k);
+#pragma GCC unroll 8
+        for (int i = 0; i < LP_TX; i++) {
+            const vf xv = VF_LOAD(xs[i] + k);
+#pragma GCC unroll 8
+            for (int j = 0; j < LP_TW; j++) acc[j][i] = VF_FMA(wv[j], xv, acc[j][i]);
+        }
     }
-    float s[12] = {VF_SUM(a00), VF_SUM(a01), VF_SUM(a02), VF_SUM(a03), VF_SUM(a10), VF_SUM(a11),
-                   VF_SUM(a12), VF_SUM(a13), VF_SUM(a20), VF_SUM(a21), VF_SUM(a22), VF_SUM(a23)};
-    const float *ws[3] = {w0, w1, w2}, *xs[4] = {x0, x1, x2, x3};
+    float s[LP_TW * LP_TX];
+    for (int j = 0; j < LP_TW; j++)
+        for (int i = 0; i < LP_TX; i++) s[LP_TX * j + i] = VF_SUM(acc[j][i]);
     for (; k < n_in; k++)
-        for (int j = 0; j < 3; j++)
-            for (int i = 0; i < 4; i++) s[4 * j + i] += ws[j][k] * xs[i][k];
+        for (int j = 0; j < LP_TW; j++)
+            for (int i = 0; i < LP_TX; i++) s[LP_TX * j + i] += ws[j][k] * xs[i][k];
     for (int j = 0; j < nw; j++)
-        for (int i = 0; i < n; i++) y[4 * j + i] = s[4 * j + i];
+        for (int i = 0; i < n; i++) y[LP_TX * j + i] = s[LP_TX * j + i];
 }
 
 #if defined(LP_BF16)
@@ -168,7 +173,7 @@ void lp_dot_tile_bf16(const uint16_t *const *w, int nw, int64_t n_in, const uint
         }
     }
     for (int j = 0; j < nw; j++)
-        for (int i = 0; i < n; i++) y[4 * j + i] = _mm512_reduce_add_ps(a[j][i]);
+        for (int i = 0; i < n; i++) y[LP_TX * j + i] = _mm512_reduce_add_ps(a[j][i]);
 }
 
 /* f32 -> bf16, round to nearest even, 32 at a time (n a multiple of 32). */

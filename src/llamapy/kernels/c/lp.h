@@ -108,6 +108,13 @@ typedef float vf;
 
 #define LP_XQ_MAX 32639.0f /* |xq| bound: 127 * 256 + 127, so xq splits into two int8 (dotprod) */
 #define LP_F32_ROWS 2 /* products of this many rows or more take the fp32 path (mm.c) */
+#if defined(LP_AVX512) || defined(LP_NEON)
+#define LP_TW 4 /* fp32 tiles: weight rows x activation rows (32 vector registers) */
+#define LP_TX 6
+#else
+#define LP_TW 3 /* (16 vector registers) */
+#define LP_TX 4
+#endif
 
 /* GGMLQuantizationType values */
 enum {
@@ -169,12 +176,13 @@ size_t lp_xrows_bytes(int64_t n_in, int64_t n);
 lp_xrows lp_xrows_at(void *buf, int64_t n_in, int64_t n);
 void lp_prepare_x_row(const float *x, lp_xrows xr, int64_t r);
 
-/* dot.c: w . x_r for row r of xr (integer products), and the fp32 products of nw <= 3 float
- * rows w[j] against n <= 4 rows of x (row stride ldx) into y[4 j + i]. */
+/* dot.c: w . x_r for row r of xr (integer products), and the fp32 products of nw <= LP_TW
+ * float rows w[j] against n <= LP_TX rows of x (row stride ldx) into y[LP_TX j + i]. */
 float lp_dot_row(int g16, int has_min, lp_wrow w, const lp_xrows *xr, int64_t r);
 void lp_dot_tile_f32(const float *const *w, int nw, int64_t n_in, const float *x, int64_t ldx, int n, float *y);
 #if defined(LP_BF16)
-/* ... and the same in bf16 on a CPU with AVX512-BF16 (rows as bf16, n_in a multiple of 32) */
+/* ... and in bf16 on a CPU with AVX512-BF16 (rows as bf16, n_in a multiple of 32): nw <= 3
+ * weight rows, n <= 4 activation rows, y[LP_TX j + i] */
 void lp_dot_tile_bf16(const uint16_t *const *w, int nw, int64_t n_in, const uint16_t *x, int64_t ldx, int n, float *y);
 void lp_to_bf16(const float *x, int64_t n, uint16_t *out);
 #endif

@@ -39,7 +39,7 @@ void lp_prep_for(lp_xprep *xp) {
     for (int64_t r = 0; r < xp->n; r++) lp_prep_row(xp, r);
 }
 
-size_t lp_mm_scratch_bytes(int64_t n_in) { return lp_wrow_bytes(n_in) + 3 * (size_t)n_in * 6 + 192; }
+size_t lp_mm_scratch_bytes(int64_t n_in) { return lp_wrow_bytes(n_in) + LP_TW * (size_t)n_in * 6 + 192; }
 
 static inline void put(float *y, float v, int accumulate) { *y = accumulate ? *y + v : v; }
 
@@ -53,14 +53,14 @@ static const float *row_f32(int type, const uint8_t *w, int64_t rb, int64_t o, i
 /* Output rows o0..o1 of the product: each weight row read once and multiplied by every
  * activation row.  One row: straight from the blocks where row1_x86.c has the type, else
  * through the canonical form (integer products); LP_F32_ROWS rows or more, and float types:
- * the rows converted to fp32 three at a time, exact fp32 products in 3 x 4 tiles. */
+ * the rows converted to fp32 LP_TW at a time, exact fp32 products in LP_TW x LP_TX tiles. */
 static void mm_chunk(int type, const uint8_t *w, int64_t o0, int64_t o1, int64_t n_in, const lp_xprep *xp, float *y,
                      int64_t ldy, int accumulate, void *scratch) {
     const int64_t rb = lp_row_bytes(type, n_in), n = xp->n;
     lp_wrow wr = lp_wrow_at(scratch, n_in);
     float *wf = (float *)(((uintptr_t)((char *)scratch + lp_wrow_bytes(n_in)) + 63) & ~(uintptr_t)63);
     const int g16 = type == LP_Q2_K || type == LP_Q3_K || type == LP_Q6_K, has_min = lp_has_min(type);
-    float acc[12];
+    float acc[LP_TW * LP_TX];
 #if defined(LP_BF16)
     if (n >= LP_F32_ROWS && lp_bf16_rows(type, n_in)) {
         uint16_t *wb = (uint16_t *)(wf + 3 * n_in);
@@ -75,22 +75,22 @@ static void mm_chunk(int type, const uint8_t *w, int64_t o0, int64_t o1, int64_t
                 const int nr = (int)(n - r0 < 4 ? n - r0 : 4);
                 lp_dot_tile_bf16(f, nw, n_in, xp->xb + r0 * n_in, n_in, nr, acc);
                 for (int j = 0; j < nw; j++)
-                    for (int i = 0; i < nr; i++) put(y + (r0 + i) * ldy + o + j, acc[4 * j + i], accumulate);
+                    for (int i = 0; i < nr; i++) put(y + (r0 + i) * ldy + o + j, acc[LP_TX * j + i], accumulate);
             }
         }
         return;
     }
 #endif
     if (lp_is_float(type) || n >= LP_F32_ROWS) {
-        for (int64_t o = o0; o < o1; o += 3) {
-            const int nw = (int)(o1 - o < 3 ? o1 - o : 3);
-            const float *f[3];
+        for (int64_t o = o0; o < o1; o += LP_TW) {
+            const int nw = (int)(o1 - o < LP_TW ? o1 - o : LP_TW);
+            const float *f[LP_TW];
             for (int j = 0; j < nw; j++) f[j] = row_f32(type, w, rb, o + j, n_in, wf + j * n_in, wr);
-            for (int64_t r0 = 0; r0 < n; r0 += 4) {
-                const int nr = (int)(n - r0 < 4 ? n - r0 : 4);
+            for (int64_t r0 = 0; r0 < n; r0 += LP_TX) {
+                const int nr = (int)(n - r0 < LP_TX ? n - r0 : LP_TX);
                 lp_dot_tile_f32(f, nw, n_in, xp->x + r0 * n_in, n_in, nr, acc);
                 for (int j = 0; j < nw; j++)
-                    for (int i = 0; i < nr; i++) put(y + (r0 + i) * ldy + o + j, acc[4 * j + i], accumulate);
+                    for (int i = 0; i < nr; i++) put(y + (r0 + i) * ldy + o + j, acc[LP_TX * j + i], accumulate);
             }
         }
         return;
