@@ -11,13 +11,9 @@ from __future__ import annotations
 import json
 import sys
 
+from proc_status import status
 
-def status(key: str) -> int:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith(key):
-                return int(line.split()[1]) * 1024
-    raise KeyError(key)
+
 
 
 def main() -> None:

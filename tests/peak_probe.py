@@ -11,15 +11,11 @@ import json
 import random
 import sys
 
+from proc_status import status
+
 import llamapy
 
 
-def status(key: str) -> int:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith(key):
-                return int(line.split()[1]) * 1024
-    raise KeyError(key)
 
 
 def main() -> None:

@@ -149,12 +149,39 @@ LP_INLINE void rows_32(const int type, const int nr, const uint8_t *w0, const ui
     y[0] += m0s;
 }
 
+/* Q4_K / Q5_K: the 32 bytes of nibbles of sub-blocks 2j (wa: low nibbles) and 2j+1 (wb: high),
+ * Q5_K's fifth bits from *hb (the 32 qh bytes, shifted right by 2 for the next pair). */
+LP_INLINE void k45_pair(const int type, const uint8_t *qs, __m256i *hb, __m256i *wa, __m256i *wb) {
+    const __m256i m4 = _mm256_set1_epi8(15), h16 = _mm256_set1_epi8(16);
+    const __m256i q = _mm256_loadu_si256((const __m256i *)qs);
+    *wa = _mm256_and_si256(q, m4);
+    *wb = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+    if (type == LP_Q5_K) {
+        *wa = _mm256_or_si256(*wa, _mm256_and_si256(_mm256_slli_epi16(*hb, 4), h16));
+        *wb = _mm256_or_si256(*wb, _mm256_and_si256(_mm256_slli_epi16(*hb, 3), h16));
+        *hb = _mm256_srli_epi16(*hb, 2);
+    }
+}
+
+/* Q6_K: one half (128 values) of a super-block from its 64 ql bytes and 32 qh bytes, as four
+ * vectors of 32 values 0..63 (w[j]: elements 32 j .. 32 j + 31 of the half). */
+LP_INLINE void q6k_half(const uint8_t *ql, const uint8_t *qh, __m256i *w) {
+    const __m256i m4 = _mm256_set1_epi8(15), m3 = _mm256_set1_epi8(3);
+    const __m256i l0 = _mm256_loadu_si256((const __m256i *)ql), l1 = _mm256_loadu_si256((const __m256i *)(ql + 32));
+    const __m256i h = _mm256_loadu_si256((const __m256i *)qh);
+    w[0] = _mm256_or_si256(_mm256_and_si256(l0, m4), _mm256_slli_epi16(_mm256_and_si256(h, m3), 4));
+    w[1] = _mm256_or_si256(_mm256_and_si256(l1, m4), _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 2), m3), 4));
+    w[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4),
+                           _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 4), m3), 4));
+    w[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
+                           _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 6), m3), 4));
+}
+
 /* Q4_K / Q5_K: per super-block of 256, eight sub-blocks of 32 with 6-bit scales and mins. */
 LP_INLINE float row1_k45(const int type, const uint8_t *row, int64_t nsb, const lp_xrows *xr, int64_t r) {
     const int bb = type == LP_Q4_K ? 144 : 176;
     const int16_t *xq = xr->q + r * xr->n_in;
     const float *s = xr->s + r * nsb * 8, *sum = xr->sum16 + r * nsb * 16;
-    const __m256i m4 = _mm256_set1_epi8(15);
     __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
     float am = 0.0f;
     for (int64_t i = 0; i < nsb; i++) {
@@ -170,14 +197,8 @@ LP_INLINE float row1_k45(const int type, const uint8_t *row, int64_t nsb, const 
         __m256i hb = type == LP_Q5_K ? _mm256_loadu_si256((const __m256i *)(b + 16)) : _mm256_setzero_si256();
         const int64_t k = 8 * i; /* first sub-block of 32 */
         for (int j = 0; j < 4; j++) {
-            const __m256i q = _mm256_loadu_si256((const __m256i *)(qs + 32 * j));
-            __m256i wa = _mm256_and_si256(q, m4), wb = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
-            if (type == LP_Q5_K) {
-                const __m256i h16 = _mm256_set1_epi8(16);
-                wa = _mm256_or_si256(wa, _mm256_and_si256(_mm256_slli_epi16(hb, 4), h16));
-                wb = _mm256_or_si256(wb, _mm256_and_si256(_mm256_slli_epi16(hb, 3), h16));
-                hb = _mm256_srli_epi16(hb, 2);
-            }
+            __m256i wa, wb;
+            k45_pair(type, qs + 32 * j, &hb, &wa, &wb);
             const int64_t ka = k + 2 * j, kb = ka + 1;
             a0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot32(lo16(wa), hi16(wa), xq + 32 * ka)),
                                  _mm256_set1_ps(d * (float)scl[2 * j] * s[ka]), a0);
@@ -194,7 +215,7 @@ LP_INLINE float row1_k45(const int type, const uint8_t *row, int64_t nsb, const 
 LP_INLINE float row1_q6_k(const uint8_t *row, int64_t nsb, const lp_xrows *xr, int64_t r) {
     const int16_t *xq = xr->q + r * xr->n_in;
     const float *s = xr->s + r * nsb * 8;
-    const __m256i m4 = _mm256_set1_epi8(15), m3 = _mm256_set1_epi8(3), o32 = _mm256_set1_epi8(32);
+    const __m256i o32 = _mm256_set1_epi8(32);
     __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
     for (int64_t i = 0; i < nsb; i++) {
         const uint8_t *b = row + i * 210;
@@ -202,15 +223,8 @@ LP_INLINE float row1_q6_k(const uint8_t *row, int64_t nsb, const lp_xrows *xr, i
         const float d = lp_f16_to_f32(lp_rd16(b + 208));
         for (int n = 0; n < 2; n++) {
             const uint8_t *ql = b + 64 * n, *qh = b + 128 + 32 * n;
-            const __m256i l0 = _mm256_loadu_si256((const __m256i *)ql), l1 = _mm256_loadu_si256((const __m256i *)(ql + 32));
-            const __m256i h = _mm256_loadu_si256((const __m256i *)qh);
             __m256i w[4];
-            w[0] = _mm256_or_si256(_mm256_and_si256(l0, m4), _mm256_slli_epi16(_mm256_and_si256(h, m3), 4));
-            w[1] = _mm256_or_si256(_mm256_and_si256(l1, m4), _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 2), m3), 4));
-            w[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4),
-                                   _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 4), m3), 4));
-            w[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
-                                   _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 6), m3), 4));
+            q6k_half(ql, qh, w);
             for (int j = 0; j < 4; j++) {
                 const __m256i wj = _mm256_sub_epi8(w[j], o32);
                 const int64_t kb = 8 * i + 4 * n + j; /* block of 32 */
@@ -251,7 +265,6 @@ LP_INLINE void f32_32(const int type, const uint8_t *row, int64_t nb, float *out
 
 LP_INLINE void f32_k45(const int type, const uint8_t *row, int64_t nsb, float *out) {
     const int bb = type == LP_Q4_K ? 144 : 176;
-    const __m256i m4 = _mm256_set1_epi8(15), h16 = _mm256_set1_epi8(16);
     for (int64_t i = 0; i < nsb; i++) {
         const uint8_t *b = row + i * bb, *sc = b + 4, *qs = b + (type == LP_Q4_K ? 16 : 48);
         const float d = lp_f16_to_f32(lp_rd16(b)), dmin = lp_f16_to_f32(lp_rd16(b + 2));
@@ -261,13 +274,8 @@ LP_INLINE void f32_k45(const int type, const uint8_t *row, int64_t nsb, float *o
             const int ma = j < 2 ? sc[2 * j + 4] & 63 : (sc[2 * j + 4] >> 4) | ((sc[2 * j] >> 6) << 4);
             const int sb = j < 2 ? sc[2 * j + 1] & 63 : (sc[2 * j + 5] & 15) | ((sc[2 * j - 3] >> 6) << 4);
             const int mb = j < 2 ? sc[2 * j + 5] & 63 : (sc[2 * j + 5] >> 4) | ((sc[2 * j + 1] >> 6) << 4);
-            const __m256i q = _mm256_loadu_si256((const __m256i *)(qs + 32 * j));
-            __m256i wa = _mm256_and_si256(q, m4), wb = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
-            if (type == LP_Q5_K) {
-                wa = _mm256_or_si256(wa, _mm256_and_si256(_mm256_slli_epi16(hb, 4), h16));
-                wb = _mm256_or_si256(wb, _mm256_and_si256(_mm256_slli_epi16(hb, 3), h16));
-                hb = _mm256_srli_epi16(hb, 2);
-            }
+            __m256i wa, wb;
+            k45_pair(type, qs + 32 * j, &hb, &wa, &wb);
             const float da = d * (float)sa, db = d * (float)sb, mna = -(dmin * (float)ma), mnb = -(dmin * (float)mb);
             store32(wa, da, da, mna, mna, 1, out + 256 * i + 64 * j);
             store32(wb, db, db, mnb, mnb, 1, out + 256 * i + 64 * j + 32);
@@ -276,22 +284,15 @@ LP_INLINE void f32_k45(const int type, const uint8_t *row, int64_t nsb, float *o
 }
 
 LP_INLINE void f32_q6_k(const uint8_t *row, int64_t nsb, float *out) {
-    const __m256i m4 = _mm256_set1_epi8(15), m3 = _mm256_set1_epi8(3), o32 = _mm256_set1_epi8(32);
+    const __m256i o32 = _mm256_set1_epi8(32);
     for (int64_t i = 0; i < nsb; i++) {
         const uint8_t *b = row + i * 210;
         const int8_t *sc = (const int8_t *)(b + 192);
         const float d = lp_f16_to_f32(lp_rd16(b + 208));
         for (int n = 0; n < 2; n++) {
             const uint8_t *ql = b + 64 * n, *qh = b + 128 + 32 * n;
-            const __m256i l0 = _mm256_loadu_si256((const __m256i *)ql), l1 = _mm256_loadu_si256((const __m256i *)(ql + 32));
-            const __m256i h = _mm256_loadu_si256((const __m256i *)qh);
             __m256i w[4];
-            w[0] = _mm256_or_si256(_mm256_and_si256(l0, m4), _mm256_slli_epi16(_mm256_and_si256(h, m3), 4));
-            w[1] = _mm256_or_si256(_mm256_and_si256(l1, m4), _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 2), m3), 4));
-            w[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4),
-                                   _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 4), m3), 4));
-            w[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
-                                   _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 6), m3), 4));
+            q6k_half(ql, qh, w);
             for (int j = 0; j < 4; j++)
                 store32(_mm256_sub_epi8(w[j], o32), d * (float)sc[8 * n + 2 * j], d * (float)sc[8 * n + 2 * j + 1], 0.0f,
                         0.0f, 0, out + 256 * i + 128 * n + 32 * j);

@@ -1,0 +1,12 @@
+"""The process's own memory as the operating system counts it (Linux /proc/self/status), for
+the probes the memory tests run as subprocesses (load_probe.py, peak_probe.py)."""
+from __future__ import annotations
+
+
+def status(key: str) -> int:
+    """Bytes of a /proc/self/status field given in kB (VmRSS, VmHWM, ...)."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(key):
+                return int(line.split()[1]) * 1024
+    raise KeyError(key)
