@@ -58,9 +58,15 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Ten
         o = F.scaled_dot_product_attention(qh[None], kh[None], vh[None], attn_mask=mask, scale=scale, enable_gqa=r > 1)
         return o[0].transpose(0, 1).reshape(n_tokens, n_head * d_v)  # [n_tokens, n_head * d_v]
     out = torch.empty(n_tokens, n_head, d_v, dtype=q.dtype, device=q.device)
+    # each block of rows reads the cells up to the last one any of its rows can see (a
+    # prompt's causal mask: the first block reads a fraction of them)
+    seen = (mask != float("-inf")).view(-1, n_kv)
     for i in range(0, n_tokens, step):
-        ob = F.scaled_dot_product_attention(qh[None, :, i : i + step], kh[None], vh[None], attn_mask=mask[i : i + step],
-                                            scale=scale, enable_gqa=r > 1)  # [1, n_head, rows, d_v]
+        cols = torch.nonzero(seen[i : i + step].any(0))
+        end = int(cols[-1]) + 1 if len(cols) else 1
+        ob = F.scaled_dot_product_attention(qh[None, :, i : i + step], kh[None, :, :end], vh[None, :, :end],
+                                            attn_mask=mask[i : i + step, :end], scale=scale,
+                                            enable_gqa=r > 1)  # [1, n_head, rows, d_v]
         out[i : i + step] = ob[0].transpose(0, 1)
     return out.reshape(n_tokens, n_head * d_v)
 
