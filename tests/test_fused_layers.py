@@ -102,14 +102,25 @@ def test_fused_layers_d64_heads(tmp_path):
         assert torch.equal(y_fused, y_op)
 
 
-@pytest.mark.parametrize("case", ["streams", "q8_0 cache", "fa off", "big ubatch"])
+@pytest.mark.parametrize("n_seq", [2, 5])
+def test_fused_layers_streams(block_model, n_seq):
+    """One stream per sequence (kv_unified off, llama-server's -np layout): the ubatches whose
+    rows lie in several streams take the fused path too, each row reading its own stream, with
+    the per-op path's logits; also over cells freed by seq_rm in stream 0."""
+    p = ContextParams(n_ctx=128 * n_seq, n_seq_max=n_seq, kv_unified=False)
+    for holes in (False, True):
+        y_op, _ = _run(block_model, False, p, n_seq, prompt=12, holes=holes)
+        y_fused, calls = _run(block_model, True, p, n_seq, prompt=12, holes=holes)
+        assert calls >= 4 + holes  # every step (n_seq streams each), the refill, and the prompt's ubatches
+        assert torch.equal(y_fused, y_op)
+
+
+@pytest.mark.parametrize("case", ["q8_0 cache", "fa off", "big ubatch"])
 def test_fused_layers_fall_back(block_model, case):
     """Where the fused path does not apply, the per-op path runs (and gives its logits)."""
     n_seq, prompt = 2, 5
     p = ContextParams(n_ctx=512, n_seq_max=n_seq, kv_unified=True)
-    if case == "streams":
-        p = ContextParams(n_ctx=512, n_seq_max=n_seq, kv_unified=False)  # one stream per sequence
-    elif case == "q8_0 cache":
+    if case == "q8_0 cache":
         p = ContextParams(n_ctx=512, n_seq_max=n_seq, kv_unified=True, type_k="q8_0", type_v="q8_0", flash_attn="on")
     elif case == "fa off":
         p = ContextParams(n_ctx=512, n_seq_max=n_seq, kv_unified=True, flash_attn="off")
@@ -117,9 +128,7 @@ def test_fused_layers_fall_back(block_model, case):
         prompt = 40  # 40 + 41 prompt rows: one ubatch of 81 rows (per-op), then 2-row steps (fused)
     y_op, _ = _run(block_model, False, p, n_seq, prompt=prompt)
     y_fused, calls = _run(block_model, True, p, n_seq, prompt=prompt)
-    # else 5, the 11-row prompt and the steps; "streams": split_equal's 5 + 5 rows of the two
-    # prompts and the steps touch two streams, the 1 row left of the longer prompt one
-    assert calls == {"big ubatch": 4, "streams": 1}.get(case, 0)
+    assert calls == {"big ubatch": 4}.get(case, 0)
     assert torch.equal(y_fused, y_op)
 
 
@@ -143,10 +152,13 @@ def test_fused_gemma3_layers(tmp_path, types):
                                     "ffn_gate": T.Q5_1, "ffn_up": T.Q4_1, "ffn_down": T.Q8_0}
     m = Model.load(write_tiny_gemma3(tmp_path / "g.gguf", n_embd=128, head_dim=64, n_ff=256, weight_types=wt))
     assert m.net.fused is not None
-    for n_seq in (1, 3):
-        p = ContextParams(n_ctx=512, n_seq_max=n_seq, kv_unified=True)
+    for n_seq, unified in ((1, True), (3, True), (3, False)):
+        p = ContextParams(n_ctx=512, n_seq_max=n_seq, kv_unified=unified)
         y_op, calls_op = _run(m, False, p, n_seq, prompt=20, steps=6)
         y_fused, calls = _run(m, True, p, n_seq, prompt=20, steps=6)
-        assert calls_op == 0 and calls == 6 + (n_seq == 1)
-        torch.testing.assert_close(y_fused, y_op, rtol=1e-4, atol=1e-4 * y_op.abs().max().item())
+        assert calls_op == 0 and calls >= 6 + (n_seq == 1)
+        # mixed: the per-op path's PyTorch norms differ in the last bits, which can move an
+        # activation across an int16 rounding step of the one-row products (1/65534 of its block)
+        tol = 1e-4 if types == "f32" else 3e-4
+        torch.testing.assert_close(y_fused, y_op, rtol=1e-4, atol=tol * y_op.abs().max().item())
         assert torch.equal(y_fused.argmax(-1), y_op.argmax(-1))

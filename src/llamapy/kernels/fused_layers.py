@@ -6,8 +6,9 @@ compare the two.
 
 A FusedLayers exists only when every matrix of every layer is a BlockMatrix (or a stack of
 them: Q|K|V of different types) and the shapes are the ones the C code assumes; run() then
-takes a ubatch when it has fewer than FAST_ROWS rows, flash attention is on, every cache is f16
-and the ubatch writes and reads one stream of each.  Anything else returns False and the
+takes a ubatch when it has fewer than FAST_ROWS rows, flash attention is on and every cache is
+f16.  Each row stores into and reads its own stream of each cache, so a ubatch over several
+streams (llama-server's -np layout) is one call too.  Anything else returns False and the
 per-op path runs."""
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ import torch
 
 from ..memory.kv_cache import KVCache
 from .build import KernelLib
-from .ops import FAST_ROWS
+from .ops import FAST_ROWS, visible_cells
 
 P, I64, F = ctypes.c_void_p, ctypes.c_int64, ctypes.c_float
 
@@ -45,7 +46,7 @@ class RopeC(ctypes.Structure):
 
 
 class KvC(ctypes.Structure):
-    _fields_ = [("store_cells", P), ("mask", P), ("n_kv", I64), ("ptr", P), ("cells", P)]
+    _fields_ = [("store_cells", P), ("row_off", P), ("mask", P), ("n_kv", I64), ("ptr", P), ("cells", P)]
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,7 +84,7 @@ class FusedLayers:
     dims: DimsC
     n_layer: int
     swa: list[bool]  # per layer: reads the sliding-window mask
-    bound: tuple = ()  # ((weakref to cache, stream) per layer) the table's k, v point into now
+    bound: tuple = ()  # (cache ids, weakrefs to the caches) the table's k, v point into now
     calls: int = 0  # forwards that took this path (the tests check it was taken)
     keep: list = field(default_factory=list)  # the tensors the table points into
 
@@ -139,25 +140,18 @@ class FusedLayers:
         if n == 0 or n >= FAST_ROWS or x.device.type != "cpu" or not inp.flash_attn:
             return False
         sets: dict[tuple[int, bool], int] = {}
-        kvs, streams, keep = [], [], []
+        kvs, keep = [], []
         for il, cache in enumerate(caches):
             if not isinstance(cache, KVCache) or not cache.type_k.name == cache.type_v.name == "f16":
                 return False
             key = (id(cache), self.swa[il])
             if key not in sets:
-                groups = inp.groups(cache, self.swa[il], gather=False)
-                if len(groups) != 1:
-                    return False
-                g = groups[0]
-                cells = torch.from_numpy(inp.sinfo[id(cache)].idxs.astype("int64", copy=False))  # [n]
-                mask = g.mask.contiguous()
-                ptr, vis = g.visible
-                keep += [cells, mask, ptr, vis]
+                kv, held = _kv_set(inp, cache, self.swa[il], n)
+                keep += held
                 sets[key] = len(kvs)
-                kvs.append(KvC(cells.data_ptr(), mask.data_ptr(), g.n_kv, ptr.data_ptr(), vis.data_ptr()))
-                streams.append(g.stream)
+                kvs.append(kv)
             self.layers[il].kv_set = sets[key]
-        self._bind(caches, [streams[self.layers[il].kv_set] for il in range(self.n_layer)])
+        self._bind(caches)
         rope_arr = (RopeC * len(ropes))()
         for i, (cos, sin) in enumerate(ropes):
             cos, sin = cos.contiguous(), sin.contiguous()
@@ -171,17 +165,42 @@ class FusedLayers:
         self.calls += 1
         return True
 
-    def _bind(self, caches: list, streams: list[int]) -> None:
-        """Point every layer's k, v at its stream of its cache (a KVCache allocates its tensors
-        once, so they move only with another cache or stream)."""
-        key = tuple((id(c), st) for c, st in zip(caches, streams))
+    def _bind(self, caches: list) -> None:
+        """Point every layer's k, v at its cache's tensors [n_stream, n_cells, width] (a KVCache
+        allocates them once, so they move only with another cache)."""
+        key = tuple(id(c) for c in caches)
         if self.bound and self.bound[0] == key and all(r() is c for r, c in zip(self.bound[1], caches)):
             return
-        for il, (cache, st) in enumerate(zip(caches, streams)):
-            k, v = cache.k[il][st], cache.v[il][st]
+        for il, cache in enumerate(caches):
+            k, v = cache.k[il], cache.v[il]
             assert k.is_contiguous() and v.is_contiguous() and k.dtype == v.dtype == torch.float16
             self.layers[il].k, self.layers[il].v = k.data_ptr(), v.data_ptr()
         self.bound = (key, [weakref.ref(c) for c in caches])
+
+
+def _kv_set(inp, cache: KVCache, swa: bool, n: int) -> tuple[KvC, list[torch.Tensor]]:
+    """The C view of how the ubatch's n rows store into and read `cache`: each row's cell, the
+    offset of its stream in the layer tensors, and its mask row and visible cells -- one mask
+    [n, max n_kv] whose row i is row i's own stream's (-inf past that stream's n_kv), so rows of
+    several streams (llama-server's -np) go through one call.  Also the tensors it points into."""
+    groups = inp.groups(cache, swa, gather=False)
+    stride = cache.k[cache.layers[0]].stride(0)  # elements per stream
+    idxs = inp.sinfo[id(cache)].idxs
+    cells = torch.from_numpy(idxs.astype("int64", copy=False))  # [n]
+    row_off = torch.empty(n, dtype=torch.int64)
+    if len(groups) == 1:
+        g = groups[0]
+        mask = g.mask.contiguous()
+        ptr, vis = g.visible
+        row_off.fill_(g.stream * stride)
+    else:
+        mask = torch.full((n, max(g.n_kv for g in groups)), float("-inf"))
+        for g in groups:
+            mask[g.rows, : g.n_kv] = g.mask
+            row_off[g.rows] = g.stream * stride
+        ptr, vis = visible_cells(mask)
+    kv = KvC(cells.data_ptr(), row_off.data_ptr(), mask.data_ptr(), mask.shape[1], ptr.data_ptr(), vis.data_ptr())
+    return kv, [cells, row_off, mask, ptr, vis]
 
 
 def _shapes_fit(qkv: list, gu: list, o, dn, n_embd: int, n_q: int, n_k: int, n_ff: int) -> bool:

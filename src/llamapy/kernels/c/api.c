@@ -74,7 +74,7 @@ int lp_attn_f16(const float *q, int64_t n, int64_t ldq, int64_t n_head, int64_t 
         failed += p == NULL;
 #pragma omp barrier
         if (!failed) lp_attn_for(q, n, ldq, n_head, n_head_kv, d_k, d_v, k, v, n_kv, mask, ptr, cells, scale, out,
-                                 n_head * d_v, hpt, p);
+                                 n_head * d_v, hpt, p, NULL);
         free(p);
     }
     return failed ? -1 : 0;

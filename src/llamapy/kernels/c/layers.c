@@ -12,7 +12,9 @@
  *
  * The steps and arithmetic are the per-op path's with the same kernels (mm.c, ops.c).  Each
  * layer names its KV set (the cache it stores into and reads: the window cache or the global
- * one of an iSWA model) and its RoPE set (cos/sin of each row for its base frequency). */
+ * one of an iSWA model) and its RoPE set (cos/sin of each row for its base frequency).  The rows
+ * of a ubatch may lie in different streams of the cache (llama-server's -np layout): each row
+ * carries its stream's offset, and its mask row and visible cells are its own stream's. */
 #include <omp.h>
 
 #include "lp.h"
@@ -23,7 +25,7 @@ typedef struct {
     const float *attn_post_norm, *ffn_post_norm; /* [n_embd] or NULL */
     const uint8_t *wq, *wk, *wv, *wo, *wg, *wu, *wd; /* wk = wv = NULL: wq is Q|K|V stacked; wu = NULL: wg is gate|up */
     int64_t tq, tk, tv, to, tg, tu, td;          /* their GGML types */
-    uint16_t *k, *v;                             /* the layer's cache stream [n_cells, n_head_kv * d] f16 */
+    uint16_t *k, *v;                             /* the layer's cache [n_stream, n_cells, n_head_kv * d] f16 */
     int64_t kv_set, rope_set;
 } lp_layer;
 
@@ -39,6 +41,7 @@ typedef struct {
 
 typedef struct {
     const int64_t *store_cells; /* [n] each row's cell */
+    const int64_t *row_off;     /* [n] where each row's stream starts in every layer's k and v, in elements */
     const float *mask;          /* [n, n_kv] */
     int64_t n_kv;
     const int64_t *ptr, *cells; /* the visible cells of each row (ops.c lp_attn_for) */
@@ -125,11 +128,11 @@ int lp_layers(const lp_layer *L, int64_t n_layer, const lp_dims *hp, float *x, i
                 lp_rope_row(row, hp->n_head + hp->n_head_kv, d, hp->n_rot, rp->cos + r * half, rp->sin + r * half, (int)hp->neox);
                 if (hp->q_scale != 1.0f)
                     for (int64_t i = 0; i < nq; i++) row[i] *= hp->q_scale;
-                lp_store_f16(l->k + kv->store_cells[r] * nk, row + nq, nk);
-                lp_store_f16(l->v + kv->store_cells[r] * nk, row + nq + nk, nk);
+                lp_store_f16(l->k + kv->row_off[r] + kv->store_cells[r] * nk, row + nq, nk);
+                lp_store_f16(l->v + kv->row_off[r] + kv->store_cells[r] * nk, row + nq + nk, nk);
             }
             lp_attn_for(qkv, n, nqkv, hp->n_head, hp->n_head_kv, d, d, l->k, l->v, kv->n_kv, kv->mask, kv->ptr,
-                        kv->cells, hp->attn_scale, att, nq, hpt, p);
+                        kv->cells, hp->attn_scale, att, nq, hpt, p, kv->row_off);
             lp_prep_for(&xp_q);
             if (l->attn_post_norm) {
                 product(l->to, l->wo, ne, &xp_q, tmp, ne, 0, scratch);

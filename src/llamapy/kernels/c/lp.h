@@ -213,7 +213,7 @@ int64_t lp_most_visible(const int64_t *ptr, int64_t n);
 void lp_attn_for(const float *q, int64_t n, int64_t ldq, int64_t n_head, int64_t n_head_kv, int64_t d_k,
                  int64_t d_v, const uint16_t *k, const uint16_t *v, int64_t n_kv, const float *mask,
                  const int64_t *ptr, const int64_t *cells, float scale, float *out, int64_t ldo, int64_t hpt,
-                 float *p);
+                 float *p, const int64_t *row_off);
 
 /* attn_x86.c: ops.c's attention of one row's head group, vectorized for x86; 0 where it does
  * not apply (head sizes not multiples of 8 / 32, or not x86). */

@@ -147,16 +147,18 @@ static void attn_group(const float *q, int64_t hpt, int64_t d_k, int64_t d_v, co
 
 /* lp_attn_f16's tasks (one per (row, group of hpt query heads)), split among the threads of
  * the enclosing parallel region; p: this thread's scratch of lp_most_visible() * hpt floats.
- * Row i's output is out + i * ldo. */
+ * Row i's output is out + i * ldo.  row_off (NULL: all 0) [n]: where row i's cells start in k
+ * and v, in elements (its stream's offset when the ubatch spans several streams). */
 void lp_attn_for(const float *q, int64_t n, int64_t ldq, int64_t n_head, int64_t n_head_kv, int64_t d_k,
                  int64_t d_v, const uint16_t *k, const uint16_t *v, int64_t n_kv, const float *mask,
                  const int64_t *ptr, const int64_t *cells, float scale, float *out, int64_t ldo, int64_t hpt,
-                 float *p) {
+                 float *p, const int64_t *row_off) {
     const int64_t r = n_head / n_head_kv, ldk = n_head_kv * d_k, ldv = n_head_kv * d_v;
 #pragma omp for schedule(dynamic, 1)
     for (int64_t t = 0; t < n * n_head / hpt; t++) {
         const int64_t i = t / (n_head / hpt), h0 = t % (n_head / hpt) * hpt, hk = h0 / r;
-        attn_group(q + i * ldq + h0 * d_k, hpt, d_k, d_v, k + hk * d_k, v + hk * d_v, ldk, ldv, mask + i * n_kv,
+        const int64_t off = row_off ? row_off[i] : 0;
+        attn_group(q + i * ldq + h0 * d_k, hpt, d_k, d_v, k + off + hk * d_k, v + off + hk * d_v, ldk, ldv, mask + i * n_kv,
                    cells + ptr[i], ptr[i + 1] - ptr[i], scale, p, out + i * ldo + h0 * d_v);
     }
 }
