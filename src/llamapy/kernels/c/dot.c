@@ -117,38 +117,55 @@ float lp_dot_row(int g16, int has_min, lp_wrow w, const lp_xrows *xr, int64_t r)
     return has_min ? y + min_term(w.m16, xr->sum16 + r * ng, ng) : y;
 }
 
-/* y[j * LP_TX + i] = w_j . x_i in fp32 for nw <= LP_TW weight rows w[j] and n <= LP_TX
- * activation rows x_i (stride ldx): exact products, vectorized sums, an LP_TW x LP_TX tile of
- * accumulators in registers (AVX-512 and NEON have 32: 4 x 6; AVX2 16: 3 x 4), so each weight
- * load feeds LP_TX products and each activation load LP_TW.  Rows past nw / n repeat the first
- * (computed, not stored). */
-void lp_dot_tile_f32(const float *const *w, int nw, int64_t n_in, const float *x, int64_t ldx, int n, float *y) {
-    const float *ws[LP_TW], *xs[LP_TX];
-    for (int j = 0; j < LP_TW; j++) ws[j] = w[j < nw ? j : 0];
-    for (int i = 0; i < LP_TX; i++) xs[i] = x + (i < n ? i : 0) * ldx;
+/* The tile of lp_dot_tile_f32 for exactly NR activation rows (a constant once inlined, so the
+ * loops unroll and only NR x LP_TW accumulators are live): no row is computed twice. */
+LP_INLINE void tile_f32(const float *const *ws, const float *const *xs, int64_t n_in, const int NR, float *s) {
     vf acc[LP_TW][LP_TX];
 #pragma GCC unroll 8
     for (int j = 0; j < LP_TW; j++)
 #pragma GCC unroll 8
-        for (int i = 0; i < LP_TX; i++) acc[j][i] = VF_SET1(0.0f);
+        for (int i = 0; i < NR; i++) acc[j][i] = VF_SET1(0.0f);
     int64_t k = 0;
     for (; k + VW <= n_in; k += VW) {
         vf wv[LP_TW];
 #pragma GCC unroll 8
         for (int j = 0; j < LP_TW; j++) wv[j] = VF_LOAD(ws[j] + k);
 #pragma GCC unroll 8
-        for (int i = 0; i < LP_TX; i++) {
+        for (int i = 0; i < NR; i++) {
             const vf xv = VF_LOAD(xs[i] + k);
 #pragma GCC unroll 8
             for (int j = 0; j < LP_TW; j++) acc[j][i] = VF_FMA(wv[j], xv, acc[j][i]);
         }
     }
-    float s[LP_TW * LP_TX];
+#pragma GCC unroll 8
     for (int j = 0; j < LP_TW; j++)
-        for (int i = 0; i < LP_TX; i++) s[LP_TX * j + i] = VF_SUM(acc[j][i]);
+#pragma GCC unroll 8
+        for (int i = 0; i < NR; i++) s[LP_TX * j + i] = VF_SUM(acc[j][i]);
     for (; k < n_in; k++)
         for (int j = 0; j < LP_TW; j++)
-            for (int i = 0; i < LP_TX; i++) s[LP_TX * j + i] += ws[j][k] * xs[i][k];
+            for (int i = 0; i < NR; i++) s[LP_TX * j + i] += ws[j][k] * xs[i][k];
+}
+
+/* y[j * LP_TX + i] = w_j . x_i in fp32 for nw <= LP_TW weight rows w[j] and n <= LP_TX
+ * activation rows x_i (stride ldx): exact products, vectorized sums, an LP_TW x n tile of
+ * accumulators in registers (AVX-512 and NEON have 32: up to 4 x 6; AVX2 16: 3 x 4), so each
+ * weight load feeds n products and each activation load LP_TW.  Weight rows past nw repeat
+ * the first (computed, not stored). */
+void lp_dot_tile_f32(const float *const *w, int nw, int64_t n_in, const float *x, int64_t ldx, int n, float *y) {
+    const float *ws[LP_TW], *xs[LP_TX];
+    for (int j = 0; j < LP_TW; j++) ws[j] = w[j < nw ? j : 0];
+    for (int i = 0; i < LP_TX; i++) xs[i] = x + (i < n ? i : 0) * ldx;
+    float s[LP_TW * LP_TX];
+    switch (n) {
+    case 1: tile_f32(ws, xs, n_in, 1, s); break;
+    case 2: tile_f32(ws, xs, n_in, 2, s); break;
+    case 3: tile_f32(ws, xs, n_in, 3, s); break;
+#if LP_TX > 4
+    case 4: tile_f32(ws, xs, n_in, 4, s); break;
+    case 5: tile_f32(ws, xs, n_in, 5, s); break;
+#endif
+    default: tile_f32(ws, xs, n_in, LP_TX, s); break;
+    }
     for (int j = 0; j < nw; j++)
         for (int i = 0; i < n; i++) y[LP_TX * j + i] = s[LP_TX * j + i];
 }

@@ -82,12 +82,14 @@ static void mm_chunk(int type, const uint8_t *w, int64_t o0, int64_t o1, int64_t
     }
 #endif
     if (lp_is_float(type) || n >= LP_F32_ROWS) {
+        const int64_t nt = (n + LP_TX - 1) / LP_TX;
         for (int64_t o = o0; o < o1; o += LP_TW) {
             const int nw = (int)(o1 - o < LP_TW ? o1 - o : LP_TW);
             const float *f[LP_TW];
             for (int j = 0; j < nw; j++) f[j] = row_f32(type, w, rb, o + j, n_in, wf + j * n_in, wr);
-            for (int64_t r0 = 0; r0 < n; r0 += LP_TX) {
-                const int nr = (int)(n - r0 < LP_TX ? n - r0 : LP_TX);
+            for (int64_t t = 0; t < nt; t++) { /* the rows in nt tiles of near-equal size (8: 4 + 4, not 6 + 2) */
+                const int64_t r0 = n * t / nt;
+                const int nr = (int)(n * (t + 1) / nt - r0);
                 lp_dot_tile_f32(f, nw, n_in, xp->x + r0 * n_in, n_in, nr, acc);
                 for (int j = 0; j < nw; j++)
                     for (int i = 0; i < nr; i++) put(y + (r0 + i) * ldy + o + j, acc[LP_TX * j + i], accumulate);
