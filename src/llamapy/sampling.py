@@ -222,12 +222,18 @@ class Sampler:
                 f"sample() takes one row of logits [n_vocab], got {tuple(logits.shape)}"
             )
         p = self.params
+        if p.temp <= 0.0 and not p.penalties_enabled():  # greedy: the chain would keep only the argmax
+            x = logits.detach()
+            i = int(torch.argmax(x).item())  # the first largest, as temperature(cur, 0.0)
+            self.cur = TokenDataArray(torch.tensor([i], device=x.device), x[i : i + 1].float(), True,
+                                      torch.ones(1, device=x.device), 0)
+            return i
         x = logits.detach().to(dtype=torch.float32, copy=True)  # [n_vocab]
         if p.penalties_enabled():
             apply_penalties(x, self._counts, p.penalty_repeat, p.penalty_freq, p.penalty_present)
         ids = torch.arange(x.shape[0], device=x.device)
         cur = TokenDataArray(ids, x)
-        if p.temp <= 0.0:  # greedy: the chain would keep only the argmax anyway
+        if p.temp <= 0.0:
             temperature(cur, 0.0)
             cur.probs, cur.selected = torch.ones(1, device=x.device), 0
             self.cur = cur
