@@ -41,12 +41,27 @@ def _add_sampling(p: argparse.ArgumentParser) -> None:
     p.add_argument("-s", "--seed", type=int, default=-1, help="RNG seed (-1: random)")
 
 
+def _add_speculative(p: argparse.ArgumentParser) -> None:
+    """llama.cpp's speculative decoding flags and defaults (common/arg.cpp)."""
+    p.add_argument("--spec-type", default="none", help="none, draft-simple (-md) or ngram-simple (default: none)")
+    p.add_argument("-md", "--spec-draft-model", "--model-draft", dest="spec_draft_model", default=None,
+                   help="draft model for --spec-type draft-simple: a GGUF path or a registered name")
+    p.add_argument("--spec-draft-n-max", "--draft-max", dest="spec_draft_n_max", type=int, default=3,
+                   help="tokens to draft per step (default: 3)")
+    p.add_argument("--spec-draft-n-min", "--draft-min", dest="spec_draft_n_min", type=int, default=0,
+                   help="a shorter draft is not verified (default: 0)")
+    p.add_argument("--spec-draft-p-min", "--draft-p-min", dest="spec_draft_p_min", type=float, default=0.0,
+                   help="drafting stops when the draft's top probability is below this (default: 0.00)")
+    p.add_argument("--spec-ngram-simple-size-n", type=int, default=12, help="n-gram looked up (default: 12)")
+    p.add_argument("--spec-ngram-simple-size-m", type=int, default=48, help="m-gram drafted after a match (default: 48)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="llamapy", description="llama.cpp's inference runtime in Python on PyTorch")
     sub = ap.add_subparsers(dest="cmd", required=True)
 
     p = sub.add_parser("run", help="generate text from a prompt, streaming tokens")
-    _add_model(p), _add_context(p), _add_sampling(p)
+    _add_model(p), _add_context(p), _add_sampling(p), _add_speculative(p)
     p.add_argument("-p", "--prompt", default="Once upon a time")
     p.add_argument("-n", "--n-predict", type=int, default=128, help="tokens to generate (-1: until end or context full)")
     p.add_argument("-v", "--verbose", action="store_true", help="print every load/context log line")

@@ -52,13 +52,21 @@ def _load(a: argparse.Namespace):
     return model, Context(model, _ctx_params(a))
 
 
-def _stream(model, ctx, sampler, ids: list[int], n_predict: int, out=sys.stdout):
+def _spec_params(a: argparse.Namespace):
+    from .speculative import SpecParams
+
+    return SpecParams(type=a.spec_type, draft_model=a.spec_draft_model, n_max=a.spec_draft_n_max,
+                      n_min=a.spec_draft_n_min, p_min=a.spec_draft_p_min, ngram_size_n=a.spec_ngram_simple_size_n,
+                      ngram_size_m=a.spec_ngram_simple_size_m)
+
+
+def _stream(model, ctx, sampler, ids: list[int], n_predict: int, out=sys.stdout, spec=None):
     from .generate import GenTimings, generate
     from .tokenizer import StreamDecoder
 
     tm = GenTimings()
     dec = StreamDecoder(model.tokenizer)
-    for t in generate(ctx, sampler, ids, n_predict, timings=tm):
+    for t in generate(ctx, sampler, ids, n_predict, timings=tm, spec=spec):
         out.write(dec.feed(t))
         out.flush()
     out.write(dec.flush())
@@ -75,14 +83,21 @@ def _print_perf(tm) -> None:
 
     print(line("prompt eval time", tm.t_prompt, tm.n_prompt), file=sys.stderr)
     print(line("eval time", tm.t_gen, tm.n_gen), file=sys.stderr)
+    if tm.n_drafted:  # llama-speculative's summary lines
+        print(f"draft acceptance rate = {tm.n_accepted / tm.n_drafted:.5f} ({tm.n_accepted:5d} accepted / "
+              f"{tm.n_drafted:5d} generated)", file=sys.stderr)
 
 
 def cmd_run(a: argparse.Namespace) -> int:
     setup_logging(verbose=True)
+    sp = _spec_params(a)  # bad flags fail before anything loads
     model, ctx = _load(a)
+    from .speculative import make_speculator
+
+    spec = make_speculator(sp, model, _ctx_params(a))
     ids = model.tokenize(a.prompt, add_special=True, parse_special=True)
     sys.stdout.write(a.prompt)
-    tm = _stream(model, ctx, _sampler(a), ids, a.n_predict)
+    tm = _stream(model, ctx, _sampler(a), ids, a.n_predict, spec=spec)
     sys.stdout.write("\n")
     print(file=sys.stderr)
     _print_perf(tm)

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Iterator
+from typing import TYPE_CHECKING, Iterator
 
 from .batch import Batch
 from .context import Context
 from .sampling import Sampler
+
+if TYPE_CHECKING:
+    from .speculative import Speculator
 
 
 @dataclass(slots=True)
@@ -19,6 +22,8 @@ class GenTimings:
     t_gen: float = 0.0
     stop: str = ""
     tokens: list[int] = field(default_factory=list)
+    n_drafted: int = 0  # speculative decoding: draft tokens verified
+    n_accepted: int = 0  # ... and accepted
 
 
 def common_prefix(a: list[int], b: list[int]) -> int:
@@ -46,8 +51,14 @@ def prefill(ctx: Context, ids: list[int], seq_id: int = 0) -> None:
 
 
 def generate(ctx: Context, sampler: Sampler, prompt: list[int], n_predict: int, seq_id: int = 0,
-             timings: GenTimings | None = None) -> Iterator[int]:
-    """Yield sampled tokens; n_predict < 0 means until end-of-generation or the context is full."""
+             timings: GenTimings | None = None, spec: "Speculator | None" = None) -> Iterator[int]:
+    """Yield sampled tokens; n_predict < 0 means until end-of-generation or the context is full.
+
+    With a Speculator, each decode holds the sampled token and its draft as consecutive
+    positions with logits on every row; the drafts are verified in order (Sampler.verify:
+    greedy agreement, or rejection sampling that keeps the output distribution the target's)
+    and the cells from the first rejected draft on are removed (seq_rm), so the cache holds
+    what a run without speculation would hold."""
     tm = timings if timings is not None else GenTimings()
     tok = ctx.model.tokenizer
     t0 = time.perf_counter()
@@ -56,26 +67,64 @@ def generate(ctx: Context, sampler: Sampler, prompt: list[int], n_predict: int, 
     for t in prompt:  # llama-cli pushes prompt tokens into the penalty window too
         sampler.accept(t)
     n_ctx_seq = ctx.n_ctx_seq
+    seq = list(prompt)  # the sequence so far, for the draft source
     t0 = time.perf_counter()
-    n = 0
-    while n_predict < 0 or n < n_predict:
-        token = sampler.sample(ctx.get_logits_ith(-1))
+
+    def emit(token: int) -> str:
+        """Record a generated token; the stop reason, or "" to go on."""
         sampler.accept(token)
         if tok.is_eog(token):
-            tm.stop = "eog"
-            break
+            return "eog"
         tm.tokens.append(token)
-        n += 1
-        tm.n_gen, tm.t_gen = n, time.perf_counter() - t0
-        yield token
+        seq.append(token)
+        tm.n_gen, tm.t_gen = len(tm.tokens), time.perf_counter() - t0
+        return "length" if 0 <= n_predict <= len(tm.tokens) else ""
+
+    token = sampler.sample(ctx.get_logits_ith(-1))
+    while True:
+        stop = emit(token)
+        if stop != "eog":
+            yield token
+        if stop:
+            tm.stop = stop
+            break
         pos = ctx.memory.seq_pos_max(seq_id) + 1
         if pos >= n_ctx_seq:
             tm.stop = "context"
             break
+        room = n_ctx_seq - pos - 1
+        if n_predict >= 0:
+            room = min(room, n_predict - len(tm.tokens))
+        draft = spec.draft(seq, room) if spec is not None and room > 0 else []
         b = Batch()
         b.add(token, pos, (seq_id,), logits=True)
+        for i, d in enumerate(draft):
+            b.add(d, pos + 1 + i, (seq_id,), logits=True)
         ctx.decode(b)
-    else:
-        tm.stop = "length"
+        token, n_ok, stop = -1, 0, ""
+        for i, d in enumerate(draft):
+            t, ok = sampler.verify(ctx.get_logits_ith(i), d)
+            if not ok:
+                token = t
+                break
+            n_ok += 1
+            stop = emit(d)
+            if stop != "eog":
+                yield d
+            if stop:
+                break
+        # the cache keeps what a run without speculation would hold: the drafts accepted before
+        # a rejection; on a stop, not the last token emitted (nor an end-of-generation token)
+        cut = pos + n_ok if stop else pos + 1 + n_ok
+        if cut <= pos + len(draft):
+            ctx.memory.seq_rm(seq_id, cut, -1)
+        if spec is not None and draft:
+            spec.verified(seq, len(draft), n_ok)
+        if stop:
+            tm.stop = stop
+            break
+        if token < 0:  # every draft kept: the token after the last comes from its row
+            token = sampler.sample(ctx.get_logits_ith(len(draft)))
     tm.t_gen = time.perf_counter() - t0
-
+    if spec is not None:
+        tm.n_drafted, tm.n_accepted = spec.n_drafted, spec.n_accepted

@@ -228,22 +228,61 @@ class Sampler:
             self.cur = TokenDataArray(torch.tensor([i], device=x.device), x[i : i + 1].float(), True,
                                       torch.ones(1, device=x.device), 0)
             return i
+        cur = self._chain(logits)
+        if p.temp <= 0.0:
+            cur.probs, cur.selected = torch.ones(1, device=cur.logits.device), 0
+            self.cur = cur
+            return int(cur.ids[0].item())
+        self.cur = cur
+        return dist(cur, self._generator)
+
+    def _chain(self, logits: torch.Tensor) -> TokenDataArray:
+        """The candidates the chain leaves for logits [n_vocab]: penalties, then the argmax
+        (temp <= 0) or top_k, top_p, min_p and temperature."""
+        p = self.params
         x = logits.detach().to(dtype=torch.float32, copy=True)  # [n_vocab]
         if p.penalties_enabled():
             apply_penalties(x, self._counts, p.penalty_repeat, p.penalty_freq, p.penalty_present)
-        ids = torch.arange(x.shape[0], device=x.device)
-        cur = TokenDataArray(ids, x)
+        cur = TokenDataArray(torch.arange(x.shape[0], device=x.device), x)
         if p.temp <= 0.0:
             temperature(cur, 0.0)
-            cur.probs, cur.selected = torch.ones(1, device=x.device), 0
-            self.cur = cur
-            return int(cur.ids[0].item())
+            return cur
         top_k(cur, p.top_k)
         top_p(cur, p.top_p, p.min_keep)
         min_p(cur, p.min_p, p.min_keep)
         temperature(cur, p.temp)
+        return cur
+
+    def verify(self, logits: torch.Tensor, draft: int) -> tuple[int, bool]:
+        """Speculative verification of one drafted token against the target's logits [n_vocab]
+        at its position: (token, accepted).  Drafts here are deterministic (an n-gram lookup,
+        a draft model's argmax), so the draft distribution q is one-hot and rejection sampling
+        reduces to: accept with probability p(draft), else draw from p with the draft removed,
+        renormalized -- which makes the token's distribution exactly p, the distribution
+        sample() draws from.  Greedy: the argmax, accepted when it is the draft.  Like
+        sample(), it records nothing: accept() the token."""
+        if self.params.temp <= 0.0:
+            t = self.sample(logits)
+            return t, t == draft
+        cur = self._chain(logits)
+        probs = torch.softmax(cur.logits, dim=0).to(torch.float64)  # [n_cand]
+        hit = (cur.ids == draft).nonzero()
+        p_d = float(probs[hit[0, 0]]) if hit.numel() else 0.0
+        u = float(torch.rand(1, generator=self._generator, dtype=torch.float64))
+        if u < p_d or p_d >= 1.0:  # (p_d == 1: nothing else to draw)
+            cur.probs, cur.selected = probs.float(), int(hit[0, 0])
+            self.cur = cur
+            return draft, True
+        if hit.numel():
+            probs[hit[0, 0]] = 0.0
+        cum = torch.cumsum(probs, dim=0)  # [n_cand]
+        v = float(torch.rand(1, generator=self._generator, dtype=torch.float64)) * float(cum[-1])
+        i = min(int(torch.searchsorted(cum, torch.tensor([v], dtype=torch.float64)).item()), cum.shape[0] - 1)
+        while probs[i] == 0.0 and i + 1 < cum.shape[0]:  # searchsorted may land on the removed draft's zero
+            i += 1
+        cur.probs, cur.selected = (probs / cum[-1]).float(), i
         self.cur = cur
-        return dist(cur, self._generator)
+        return int(cur.ids[i].item()), False
 
     def top_probs(self, n: int | None = None) -> list[tuple[int, float]]:
         """The n (default params.n_probs) most probable (token, prob) pairs after the chain

@@ -1,0 +1,100 @@
+"""The draft sources behind one small interface, and their parameters (llama.cpp's flag names
+and defaults, common/common.h common_params_speculative_*).
+
+A proposer has draft(tokens, n_max) -> up to n_max draft tokens after `tokens` (the slot's
+sequence so far, its last token just sampled and not yet in the target cache), and
+accepted(tokens) after verification (a draft model drops its rejected cells there).
+Drafts are deterministic (an n-gram lookup, a draft model's argmax): the rejection sampler
+(Sampler.verify) relies on it."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol
+
+SPEC_TYPES = ("none", "draft-simple", "ngram-simple")
+
+
+class Proposer(Protocol):
+    def draft(self, tokens: list[int], n_max: int) -> list[int]: ...
+
+    def accepted(self, tokens: list[int]) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class SpecParams:
+    type: str = "none"  # --spec-type
+    draft_model: str | None = None  # -md / --spec-draft-model (draft-simple)
+    n_max: int = 3  # --spec-draft-n-max
+    n_min: int = 0  # --spec-draft-n-min: a shorter draft is not verified
+    p_min: float = 0.0  # --spec-draft-p-min: drafting stops below this top probability
+    ngram_size_n: int = 12  # --spec-ngram-simple-size-n
+    ngram_size_m: int = 48  # --spec-ngram-simple-size-m
+
+    def __post_init__(self) -> None:
+        if self.type not in SPEC_TYPES:
+            raise ValueError(f"--spec-type {self.type!r}: expected one of {', '.join(SPEC_TYPES)}")
+        if self.n_max < 0:
+            raise ValueError(f"--spec-draft-n-max {self.n_max}: must be >= 0 (the most tokens drafted per step)")
+        if self.n_min < 0 or self.n_min > max(self.n_max, 0):
+            raise ValueError(f"--spec-draft-n-min {self.n_min}: must be in [0, --spec-draft-n-max = {self.n_max}]")
+        if not 0.0 <= self.p_min <= 1.0:
+            raise ValueError(f"--spec-draft-p-min {self.p_min}: must be in [0, 1]")
+        for flag, v in (("--spec-ngram-simple-size-n", self.ngram_size_n), ("--spec-ngram-simple-size-m", self.ngram_size_m)):
+            if not 1 <= v <= 1024:
+                raise ValueError(f"{flag} {v}: must be between 1 and 1024")
+        if self.type == "draft-simple" and not self.draft_model:
+            raise ValueError("--spec-type draft-simple needs a draft model: -md / --spec-draft-model PATH|NAME")
+
+    @property
+    def draft_len(self) -> int:
+        """The most tokens one step drafts: n_max for a draft model, size_m for n-grams."""
+        return self.ngram_size_m if self.type == "ngram-simple" else self.n_max
+
+
+@dataclass(slots=True)
+class Speculator:
+    """A proposer with its limits, and what it has drafted and had accepted."""
+
+    proposer: Proposer
+    n_max: int
+    n_min: int = 0
+    n_drafted: int = 0
+    n_accepted: int = 0
+    n_verifications: int = 0
+    keep: list = field(default_factory=list)  # objects the proposer needs alive (a draft model)
+
+    def draft(self, tokens: list[int], room: int) -> list[int]:
+        """A draft of at most min(n_max, room) tokens, [] when shorter than n_min."""
+        d = self.proposer.draft(tokens, min(self.n_max, room))[: max(room, 0)]
+        return d if len(d) >= max(self.n_min, 1) else []
+
+    def verified(self, tokens: list[int], n_draft: int, n_accepted: int) -> None:
+        self.n_drafted += n_draft
+        self.n_accepted += n_accepted
+        self.n_verifications += 1
+        self.proposer.accepted(tokens)
+
+
+def make_speculator(params: SpecParams, target, cparams=None) -> Speculator | None:
+    """The speculator params ask for, over `target` (a Model); None for --spec-type none.
+    draft-simple loads its model (a path or a registry name) with a context like the target's
+    (cparams: its n_ctx, threads, ubatch) and checks the vocabularies match."""
+    if params.type == "none":
+        return None
+    if params.type == "ngram-simple":
+        from .ngram_simple import NgramSimple
+
+        return Speculator(NgramSimple(params.ngram_size_n, params.ngram_size_m), params.draft_len, params.n_min)
+    from ..context import Context
+    from ..model.model import Model
+    from ..params import ContextParams
+    from ..registry import resolve_model
+    from .draft_simple import DraftSimple, check_same_vocab
+
+    draft_model = Model.load(resolve_model(params.draft_model))
+    check_same_vocab(target, draft_model)
+    cp = cparams if cparams is not None else ContextParams()
+    from dataclasses import replace
+
+    dctx = Context(draft_model, replace(cp, n_seq_max=1, kv_unified=True))
+    return Speculator(DraftSimple(dctx, params.p_min), params.n_max, params.n_min, keep=[draft_model])
