@@ -19,6 +19,7 @@ def add_parser(sub, common) -> None:
     p = sub.add_parser("serve", help="OpenAI-compatible HTTP server with continuous batching")
     common._add_model(p)
     common._add_context(p)
+    common._add_speculative(p)
     p.set_defaults(parallel=None, fn=cmd_serve)  # -np unset: auto (4 slots, unified cache)
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8080, help="0: any free port")
@@ -40,7 +41,7 @@ def resolve_parallel(n_parallel: int | None, kv_unified: bool) -> tuple[int, boo
 
 def _load(a: argparse.Namespace, state) -> None:
     """Model, context, scheduler; then publish them to the routes (the server turns ready)."""
-    from .cli_cmds import _ctx_params
+    from .cli_cmds import _ctx_params, _spec_params
     from .context import Context
     from .model.model import Model
     from .server.scheduler import Scheduler
@@ -61,7 +62,14 @@ def _load(a: argparse.Namespace, state) -> None:
         log.info(f"load_model: {c.n_seq_max} slots, each holds {c.n_ctx_seq} cells (-c {c.n_ctx} / -np {c.n_seq_max})")
     for i in range(c.n_seq_max):
         logger("slot").info(f"load_model: id {i:2d} | task -1 | new slot, n_ctx = {c.n_ctx_seq}")
-    sched = Scheduler(ctx)
+    spec = _spec_params(a)
+    proposers = None
+    if spec.type != "none":
+        from .speculative.proposer import make_proposers
+
+        proposers = make_proposers(spec, model, params, c.n_seq_max)
+        log.info(f"load_model: speculative decoding: {spec.type}, up to {spec.draft_len} draft tokens per slot and step")
+    sched = Scheduler(ctx, spec, proposers)
     sched.start()
     state.alias = a.alias or model.path.stem
     state.attach(model, ctx, sched)
@@ -76,6 +84,9 @@ def cmd_serve(a: argparse.Namespace) -> int:
     setup_logging(verbose=True)
     log = logger("main")
     resolve_parallel(a.parallel, a.kv_unified)  # bad -np fails before anything starts
+    from .cli_cmds import _spec_params
+
+    _spec_params(a)  # so do bad --spec-* flags
     state = ServerState(api_key=a.api_key, metrics=a.metrics)
     config = uvicorn.Config(create_app(state), host=a.host, port=a.port, log_level="info" if a.verbose else "warning",
                             access_log=a.verbose, timeout_graceful_shutdown=10)

@@ -169,7 +169,7 @@ def create_app(state: ServerState) -> FastAPI:
     async def completion(body: NativeCompletionRequest, request: Request):
         _ready(state)
         ids = tokenize_prompt(state, body.prompt)
-        req = GenRequest(ids, max_tokens=body.n_predict, sampling=body.sampling(body.n_probs), stop=body.stop_list(), n_probs=body.n_probs, ignore_eos=body.ignore_eos)
+        req = GenRequest(ids, max_tokens=body.n_predict, sampling=body.sampling(body.n_probs), stop=body.stop_list(), n_probs=body.n_probs, ignore_eos=body.ignore_eos, spec=body.spec_overrides())
         p = submit(state, req)
         if body.stream:
             return EventStream(_native_stream(state, p), p.close)

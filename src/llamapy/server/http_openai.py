@@ -75,7 +75,7 @@ async def completions(body: CompletionRequest, request: Request):
     state = _state(request)
     ids = tokenize_prompt(state, body.prompt)
     n_probs = body.logprobs or 0
-    req = GenRequest(ids, max_tokens=-1 if body.max_tokens is None else body.max_tokens, sampling=body.sampling(n_probs), stop=body.stop_list(), n_probs=n_probs, ignore_eos=body.ignore_eos)
+    req = GenRequest(ids, max_tokens=-1 if body.max_tokens is None else body.max_tokens, sampling=body.sampling(n_probs), stop=body.stop_list(), n_probs=n_probs, ignore_eos=body.ignore_eos, spec=body.spec_overrides())
     p = submit(state, req)
     cid, created = f"cmpl-{uuid.uuid4().hex}", int(time.time())
     head = {"id": cid, "object": "text_completion", "created": created, "model": state.alias}
@@ -101,7 +101,7 @@ async def chat_completions(body: ChatCompletionRequest, request: Request):
         raise APIError(400, f"messages: the chat template failed: {e}") from None
     ids = state.model.tokenize(text, add_special=True, parse_special=True)
     n_probs = body.n_probs()
-    req = GenRequest(ids, max_tokens=body.n_predict(), sampling=body.sampling(n_probs), stop=body.stop_list(), n_probs=n_probs, ignore_eos=body.ignore_eos)
+    req = GenRequest(ids, max_tokens=body.n_predict(), sampling=body.sampling(n_probs), stop=body.stop_list(), n_probs=n_probs, ignore_eos=body.ignore_eos, spec=body.spec_overrides())
     p = submit(state, req)
     cid, created = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
     head = {"id": cid, "object": "chat.completion", "created": created, "model": state.alias}

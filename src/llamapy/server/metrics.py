@@ -21,6 +21,9 @@ class ServerMetrics:
     n_requests_deferred: int = 0
     kv_cells_used: int = 0
     kv_cells_total: int = 0
+    n_draft_tokens: int = 0  # speculative decoding: draft tokens verified
+    n_draft_accepted: int = 0  # ... accepted by the target
+    n_draft_verif_steps: int = 0  # ... verifications (one per slot per step with a draft)
     t_start: float = field(default_factory=time.perf_counter)
 
     def on_decode(self, n_busy: int, n_prompt: int, n_gen: int, dt: float) -> None:
@@ -67,6 +70,11 @@ def render_prometheus(m: dict[str, float]) -> str:
         ("gauge", "kv_cells_total", "KV cells allocated.", m["kv_cells_total"]),
         ("gauge", "kv_cache_usage_ratio", "KV cells in use / allocated.",
          m["kv_cells_used"] / m["kv_cells_total"] if m["kv_cells_total"] else 0.0),
+        ("counter", "spec_decode_num_draft_tokens_total", "Speculative: Total draft tokens generated", m["n_draft_tokens"]),
+        ("counter", "spec_decode_num_accepted_tokens_total", "Speculative: Total draft tokens accepted by the target model",
+         m["n_draft_accepted"]),
+        ("counter", "spec_decode_num_drafts_total", "Speculative: Total speculative decoding verification steps",
+         m["n_draft_verif_steps"]),
     ]
     out: list[str] = []
     for kind, name, help_, v in rows:

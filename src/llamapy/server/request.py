@@ -57,6 +57,7 @@ class Request:
     stop: list[str] = field(default_factory=list)
     n_probs: int = 0
     ignore_eos: bool = False  # llama.cpp's ignore_eos: end-of-generation tokens are never sampled
+    spec: dict[str, float] = field(default_factory=dict)  # speculative.n_max / n_min / p_min overrides
     sink: Callable[[Event], None] = lambda ev: None
     id: int = field(default_factory=next_request_id)
     t_arrival: float = field(default_factory=time.perf_counter)

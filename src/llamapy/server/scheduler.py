@@ -1,8 +1,10 @@
 """Scheduler (llama-server's update_slots loop), no HTTP in it.
 
 Every step builds ONE batch of at most n_batch rows: first the pending token of every
-generating slot, then prompt chunks of prefilling slots in the room left (chunked prefill, so
-a long prompt never stalls the others' tokens).  One decode, then one sample per slot that
+generating slot (followed, when the server speculates, by that slot's draft: consecutive
+positions with logits on every row, verified after the decode), then prompt chunks of
+prefilling slots in the room left (chunked prefill, so a long prompt never stalls the others'
+tokens).  One decode, then one sample per slot that
 asked for logits.  Requests beyond the slots wait in FIFO order.  The loop runs in one
 background thread; other threads only call submit() / cancel() / snapshot()."""
 from __future__ import annotations
@@ -25,6 +27,7 @@ from .metrics import ServerMetrics
 from .request import Event, Request, Usage
 from ..generate import common_prefix
 from .slots import Slot, SlotState, check_prompt_fits
+from ..speculative import SpecParams
 
 log = logger("srv")
 
@@ -45,12 +48,18 @@ class BatchRow:
 
 
 class Scheduler:
-    def __init__(self, ctx: Context) -> None:
+    def __init__(self, ctx: Context, spec: SpecParams | None = None, proposers: list | None = None) -> None:
+        """spec: the server's speculative decoding (--spec-type ...), with one proposer per
+        slot (speculative.make_proposers); None or type none: no drafts."""
         self.ctx = ctx
+        self.spec = spec if spec is not None and spec.type != "none" else None
+        self.proposers = proposers or []
         self.tok = ctx.model.tokenizer
         c = ctx.cparams
         self.n_batch = c.n_batch
-        self.slots = [Slot(i, c.n_ctx_seq) for i in range(c.n_seq_max)]
+        self.slots = [Slot(i, c.n_ctx_seq, speculative=self.spec is not None) for i in range(c.n_seq_max)]
+        if self.spec is not None and len(self.proposers) != len(self.slots):
+            raise ValueError(f"{len(self.proposers)} draft sources for {len(self.slots)} slots")
         self.waiting: deque[Request] = deque()
         self.last_batch: list[BatchRow] = []
         self.metrics = ServerMetrics(kv_cells_total=ctx.memory.kv_size)
@@ -64,6 +73,14 @@ class Scheduler:
         """Raise PromptTooLongError / ValueError if the request can never run."""
         c = self.ctx.cparams
         check_prompt_fits(len(req.prompt), c.n_ctx_seq, c.n_ctx, c.n_seq_max, c.kv_unified)
+        if self.spec is not None and req.spec:
+            limit = self.spec.draft_len
+            n_max = int(req.spec.get("n_max", limit))
+            if n_max > limit:
+                flag = "--spec-ngram-simple-size-m" if self.spec.type == "ngram-simple" else "--spec-draft-n-max"
+                raise ValueError(f"speculative.n_max ({n_max}) exceeds the server's limit ({flag} {limit})")
+            if int(req.spec.get("n_min", 0)) > n_max:
+                raise ValueError(f"speculative.n_min ({int(req.spec['n_min'])}) exceeds speculative.n_max ({n_max})")
 
     def submit(self, req: Request) -> None:
         self.check(req)
@@ -166,20 +183,46 @@ class Scheduler:
                 sampler.accept(t)
 
     # --- batch --------------------------------------------------------------------------------
-    def _build(self, with_prompts: bool) -> tuple[Batch, list[tuple[Slot, list[int]]]]:
+    def _draft(self, s: Slot, room: int) -> list[int]:
+        """The slot's draft for this step: its request's speculative.n_max / n_min / p_min over
+        the server's, within the room left in the batch, the slot's cells (one kept free) and
+        the tokens the request may still generate (less the one after the draft)."""
+        if self.spec is None:
+            return []
+        o = s.request.spec
+        n_max = int(o.get("n_max", self.spec.draft_len))
+        n_min = int(o.get("n_min", self.spec.n_min))
+        n = min(n_max, room, s.n_ctx - len(s.cache_tokens) - 2)
+        if s.request.max_tokens >= 0:
+            n = min(n, s.request.max_tokens - s.n_decoded - 1)
+        if n <= 0:
+            return []
+        prop = self.proposers[s.id]
+        if hasattr(prop, "p_min"):
+            prop.p_min = float(o.get("p_min", self.spec.p_min))
+        d = prop.draft(s.cache_tokens + [s.sampled], n)[:n]
+        return d if len(d) >= max(n_min, 1) else []
+
+    def _build(self, with_prompts: bool, with_drafts: bool = True) -> tuple[Batch, list[tuple[Slot, list[int]]]]:
         """The step's batch and, per slot, the tokens it adds to the cache if decode succeeds."""
         b = Batch()
         rows: list[BatchRow] = []
         added: list[tuple[Slot, list[int]]] = []
         for s in self.slots:
             s.i_batch = -1
-        for s in self.slots:  # 1. one token for every generating slot
+        for s in self.slots:  # 1. one token for every generating slot, and its draft
+            s.draft = []
             if s.state is SlotState.GENERATING and b.n_tokens < self.n_batch:
                 pos = len(s.cache_tokens)
                 b.add(s.sampled, pos, (s.id,), logits=True)
                 rows.append(BatchRow(s.id, pos, "gen"))
                 s.i_batch = b.n_tokens - 1
-                added.append((s, [s.sampled]))
+                if with_drafts:
+                    s.draft = self._draft(s, self.n_batch - b.n_tokens)
+                for j, d in enumerate(s.draft):
+                    b.add(d, pos + 1 + j, (s.id,), logits=True)
+                    rows.append(BatchRow(s.id, pos + 1 + j, "draft"))
+                added.append((s, [s.sampled] + s.draft))
         prefilling = sorted((s for s in self.slots if s.state is SlotState.PREFILLING), key=lambda s: s.request.t_arrival)
         for s in prefilling if with_prompts else ():  # 2. prompt chunks in the room left
             room = self.n_batch - b.n_tokens
@@ -201,9 +244,9 @@ class Scheduler:
     def _decode_step(self) -> int:
         """Decode this step's batch; on a full (unified) cache, free idle slots' prompt caches,
         then drop the prompt chunks, then end the longest generating slot with 'length'."""
-        with_prompts = True
+        with_prompts = with_drafts = True
         while True:
-            b, added = self._build(with_prompts)
+            b, added = self._build(with_prompts, with_drafts)
             if b.n_tokens == 0:
                 return 0
             t0 = time.perf_counter()
@@ -212,6 +255,9 @@ class Scheduler:
                 break
             except KVCacheFullError as e:
                 if self._free_idle_caches():
+                    continue
+                if with_drafts and any(s.draft for s, _ in added):
+                    with_drafts = False
                     continue
                 gen = [s for s, _ in added if s.state is SlotState.GENERATING]
                 if with_prompts and gen and len(gen) < len(added):
@@ -241,12 +287,44 @@ class Scheduler:
 
     # --- sampling and results -------------------------------------------------------------------
     def _sample(self, s: Slot) -> None:
-        req = s.request
-        logits = self.ctx.get_logits_ith(s.i_batch)  # [n_vocab]
-        if req.ignore_eos:
+        """The slot's next token(s) from this step's logits.  With a draft: each drafted token
+        verified in order against the logits of the row before it (Sampler.verify), the
+        accepted ones emitted; the first rejected one is replaced by the token verify drew; when
+        all are accepted, one more token is sampled from the last row.  The cells of drafts not
+        kept (and of an accepted one the request ended on) are removed, so the slot's cells
+        are what they would be without speculation."""
+        draft, s.draft = s.draft, []
+        if draft:
+            del s.cache_tokens[len(s.cache_tokens) - len(draft) :]  # up to `sampled`, as without a draft
+            s.n_draft += len(draft)
+            m = self.metrics
+            m.n_draft_tokens, m.n_draft_verif_steps = m.n_draft_tokens + len(draft), m.n_draft_verif_steps + 1
+        for j, d in enumerate(draft):
+            logits = self._logits(s, s.i_batch + j)
+            tok, ok = s.sampler.verify(logits, d)
+            s.n_draft_accepted += ok
+            self.metrics.n_draft_accepted += ok
+            if not self._emit(s, tok, logits) or not ok:
+                break
+            s.cache_tokens.append(d)  # accepted and generation goes on: its cell stays
+        else:
+            logits = self._logits(s, s.i_batch + len(draft))
+            self._emit(s, s.sampler.sample(logits), logits)
+        if draft:
+            self.ctx.memory.seq_rm(s.id, len(s.cache_tokens), -1)
+            self.proposers[s.id].accepted(s.cache_tokens)
+
+    def _logits(self, s: Slot, row: int) -> torch.Tensor:
+        """Batch row `row`'s logits [n_vocab], end-of-generation tokens masked for ignore_eos."""
+        logits = self.ctx.get_logits_ith(row)  # [n_vocab]
+        if s.request.ignore_eos:
             logits = logits.clone()
             logits[sorted(self.tok.vocab.eog_ids)] = float("-inf")
-        tok = s.sampler.sample(logits)
+        return logits
+
+    def _emit(self, s: Slot, tok: int, logits: torch.Tensor) -> bool:
+        """Record a generated token and stream it; False when the request ended with it."""
+        req = s.request
         s.sampler.accept(tok)
         if s.state is SlotState.PREFILLING:
             s.state, s.t_prompt_done = SlotState.GENERATING, time.perf_counter()
@@ -254,7 +332,7 @@ class Scheduler:
         self.metrics.on_tokens(1)
         if self.tok.is_eog(tok):
             self._finish(s, "stop")
-            return
+            return False
         probs, prob = None, 0.0
         if req.n_probs > 0:  # llama-server's default: probabilities before the sampler chain
             probs = token_probabilities(logits, req.n_probs)
@@ -269,6 +347,8 @@ class Scheduler:
             self._finish(s, "length")
         else:
             s.sampled = tok
+            return True
+        return False
 
     def _finish(self, s: Slot, reason: str, error: str = "", drop_cells: bool = False) -> None:
         """End the slot's request with a final event; drop_cells also removes its cells."""

@@ -25,6 +25,15 @@ class _Sampling(BaseModel):
     stop: str | list[str] | None = None
     stream: bool = False
     ignore_eos: bool = False
+    # llama-server's per-request speculative fields (flat, dotted keys); None: the server's
+    spec_n_max: int | None = Field(None, alias="speculative.n_max", ge=0)
+    spec_n_min: int | None = Field(None, alias="speculative.n_min", ge=0)
+    spec_p_min: float | None = Field(None, alias="speculative.p_min", ge=0.0, le=1.0)
+
+    def spec_overrides(self) -> dict[str, float]:
+        """The speculative fields the request set, as {"n_max": .., "n_min": .., "p_min": ..}."""
+        v = {"n_max": self.spec_n_max, "n_min": self.spec_n_min, "p_min": self.spec_p_min}
+        return {k: x for k, x in v.items() if x is not None}
 
     def stop_list(self) -> list[str]:
         if self.stop is None:

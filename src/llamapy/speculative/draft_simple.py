@@ -34,11 +34,13 @@ def check_same_vocab(target, draft) -> None:
 
 
 class DraftSimple:
-    """A draft Context over its own model, sequence 0, tracking the tokens its cache holds."""
+    """One sequence (seq_id) of a draft Context over its own model, tracking the tokens its
+    cache holds; the server gives each slot its own sequence of one shared draft context."""
 
-    def __init__(self, ctx: Context, p_min: float = 0.0) -> None:
+    def __init__(self, ctx: Context, p_min: float = 0.0, seq_id: int = 0) -> None:
         self.ctx = ctx
         self.p_min = p_min
+        self.seq_id = seq_id
         self.cached: list[int] = []  # tokens in the draft cache, positions 0..
 
     def _sync(self, tokens: list[int]) -> None:
@@ -46,14 +48,14 @@ class DraftSimple:
         keep = common_prefix(self.cached, tokens)
         if keep == len(tokens):
             keep -= 1  # its logits are needed again: decode the last token anew
-        self.ctx.memory.seq_rm(0, keep, -1)
+        self.ctx.memory.seq_rm(self.seq_id, keep, -1)
         self.cached = self.cached[:keep]
         n_batch = self.ctx.cparams.n_batch
         for i in range(keep, len(tokens), n_batch):
             b = Batch()
             chunk = tokens[i : i + n_batch]
             for j, t in enumerate(chunk):
-                b.add(t, i + j, (0,), logits=i + j == len(tokens) - 1)
+                b.add(t, i + j, (self.seq_id,), logits=i + j == len(tokens) - 1)
             self.ctx.decode(b)
             self.cached.extend(chunk)
 
@@ -61,7 +63,7 @@ class DraftSimple:
         """Up to n_max greedy draft tokens after `tokens` (the sequence so far, its last one
         just sampled); fewer when the draft's top probability falls below p_min or its context
         is full."""
-        if n_max <= 0 or len(tokens) >= self.ctx.n_ctx_seq:
+        if n_max <= 0 or len(tokens) + 1 >= self.ctx.n_ctx_seq:
             return []
         self._sync(tokens)
         out: list[int] = []
@@ -75,7 +77,7 @@ class DraftSimple:
             if len(out) == n_max or pos + 1 >= self.ctx.n_ctx_seq:
                 break
             b = Batch()
-            b.add(top, pos, (0,), logits=True)
+            b.add(top, pos, (self.seq_id,), logits=True)
             self.ctx.decode(b)
             self.cached.append(top)
         return out
@@ -84,5 +86,5 @@ class DraftSimple:
         """After verification: drop the cells of drafts the target rejected."""
         keep = common_prefix(self.cached, tokens)
         if keep < len(self.cached):
-            self.ctx.memory.seq_rm(0, keep, -1)
+            self.ctx.memory.seq_rm(self.seq_id, keep, -1)
             self.cached = self.cached[:keep]

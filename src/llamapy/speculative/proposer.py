@@ -81,10 +81,19 @@ def make_speculator(params: SpecParams, target, cparams=None) -> Speculator | No
     (cparams: its n_ctx, threads, ubatch) and checks the vocabularies match."""
     if params.type == "none":
         return None
+    props = make_proposers(params, target, cparams, 1)
+    return Speculator(props[0], params.draft_len, params.n_min, keep=props)
+
+
+def make_proposers(params: SpecParams, target, cparams=None, n_seq: int = 1) -> list[Proposer]:
+    """One proposer per sequence 0..n_seq-1 (the server's slots): n-gram lookups, or the
+    sequences of one draft context of n_seq sequences laid out as the target's (cparams)."""
     if params.type == "ngram-simple":
         from .ngram_simple import NgramSimple
 
-        return Speculator(NgramSimple(params.ngram_size_n, params.ngram_size_m), params.draft_len, params.n_min)
+        return [NgramSimple(params.ngram_size_n, params.ngram_size_m) for _ in range(n_seq)]
+    from dataclasses import replace
+
     from ..context import Context
     from ..model.model import Model
     from ..params import ContextParams
@@ -94,7 +103,5 @@ def make_speculator(params: SpecParams, target, cparams=None) -> Speculator | No
     draft_model = Model.load(resolve_model(params.draft_model))
     check_same_vocab(target, draft_model)
     cp = cparams if cparams is not None else ContextParams()
-    from dataclasses import replace
-
-    dctx = Context(draft_model, replace(cp, n_seq_max=1, kv_unified=True))
-    return Speculator(DraftSimple(dctx, params.p_min), params.n_max, params.n_min, keep=[draft_model])
+    dctx = Context(draft_model, replace(cp, n_seq_max=n_seq, kv_unified=True if n_seq == 1 else cp.kv_unified))
+    return [DraftSimple(dctx, params.p_min, seq_id=i) for i in range(n_seq)]
