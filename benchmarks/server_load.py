@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import random
 import socket
@@ -31,6 +32,7 @@ import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Iterator
 
 import httpx
 
@@ -160,9 +162,10 @@ def _wait_ready(p: subprocess.Popen, url: str, log: Path, name: str, timeout: fl
     raise RuntimeError(f"{name} not healthy after {timeout:.0f} s:\n{log.read_text()[-3000:]}")
 
 
-def serve_and_drive(cmd: list[str], port: int, env: dict[str, str] | None, name: str, prompts: list[str],
-                    spec: LoadSpec) -> LoadResult:
-    """Start `cmd` (listening on `port`), wait for /health, drive it, kill it (always)."""
+@contextlib.contextmanager
+def serving(cmd: list[str], port: int, env: dict[str, str] | None, name: str, ready_timeout: float) -> Iterator[str]:
+    """Start `cmd` (listening on 127.0.0.1:`port`), wait for /health, yield its base URL;
+    kill it (by its pid) on the way out, whatever happens."""
     print("+ " + " ".join(cmd), file=sys.stderr, flush=True)
     with tempfile.NamedTemporaryFile("w+", prefix=f"{name}-", suffix=".log", delete=False) as f:
         log = Path(f.name)
@@ -170,13 +173,9 @@ def serve_and_drive(cmd: list[str], port: int, env: dict[str, str] | None, name:
     try:
         url = f"http://127.0.0.1:{port}"
         t0 = time.perf_counter()
-        _wait_ready(p, url, log, name, spec.ready_timeout)
+        _wait_ready(p, url, log, name, ready_timeout)
         print(f"  {name} ready in {time.perf_counter() - t0:.1f} s", file=sys.stderr, flush=True)
-        res = asyncio.run(drive(url, prompts, spec, name))
-        print(f"  {name}: {res.tokens} tokens in {res.wall_s:.1f} s = {res.tok_s:.2f} t/s, TTFT p50 "
-              f"{res.ttft_p50 if res.ttft_p50 is not None else float('nan'):.2f} s, {len(res.errors)} errors",
-              file=sys.stderr, flush=True)
-        return res
+        yield url
     finally:
         p.terminate()
         try:
@@ -188,6 +187,17 @@ def serve_and_drive(cmd: list[str], port: int, env: dict[str, str] | None, name:
             print(f"  {name} ended rc={p.returncode}; log {log}", file=sys.stderr)
         else:
             log.unlink(missing_ok=True)
+
+
+def serve_and_drive(cmd: list[str], port: int, env: dict[str, str] | None, name: str, prompts: list[str],
+                    spec: LoadSpec) -> LoadResult:
+    """Start `cmd` (listening on `port`), wait for /health, drive it, kill it (always)."""
+    with serving(cmd, port, env, name, spec.ready_timeout) as url:
+        res = asyncio.run(drive(url, prompts, spec, name))
+        print(f"  {name}: {res.tokens} tokens in {res.wall_s:.1f} s = {res.tok_s:.2f} t/s, TTFT p50 "
+              f"{res.ttft_p50 if res.ttft_p50 is not None else float('nan'):.2f} s, {len(res.errors)} errors",
+              file=sys.stderr, flush=True)
+        return res
 
 
 def llama_server_cmd(bin_dir: Path, model: Path, port: int, spec: LoadSpec) -> list[str]:

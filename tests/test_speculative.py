@@ -209,3 +209,18 @@ def test_bad_settings_are_clear(tiny_path, smollm2, tmp_path):
     r = subprocess.run([sys.executable, "-m", "llamapy", "run", "-m", str(tiny_path), "--spec-type", "draft-simple",
                         "-md", str(tiny_path), "--spec-draft-n-max", "-1", "-n", "2"], capture_output=True, text=True)
     assert r.returncode == 1 and "--spec-draft-n-max -1: must be >= 0" in r.stderr
+
+
+def test_drafting_backs_off_while_missing(tiny):
+    """A draft source that always misses is asked less and less often (the output is the
+    plain run's all the same); one that hits keeps drafting every step."""
+    prompt = [1, 2, 3, 4]
+    plain = list(generate(Context(tiny, ContextParams(n_ctx=256)), Sampler(SamplingParams(temp=0.0)), prompt, 48))
+    miss = [t for t in range(tiny.n_vocab) if t not in plain][:3]
+    sp = Speculator(FixedDraft(miss), 3)
+    out = list(generate(Context(tiny, ContextParams(n_ctx=256)), Sampler(SamplingParams(temp=0.0)), prompt, 48, spec=sp))
+    assert out == plain and sp.n_accepted == 0
+    assert 4 <= sp.n_verifications <= 16  # 2 misses, skip 1; 2 misses, skip 2, 4, 8, 16 ...
+    sp = Speculator(NgramSimple(1, 2), 2, backoff=None)
+    list(generate(Context(tiny, ContextParams(n_ctx=256)), Sampler(SamplingParams(temp=0.0)), prompt, 48, spec=sp))
+    assert sp.backoff is None

@@ -195,7 +195,7 @@ class Scheduler:
         n = min(n_max, room, s.n_ctx - len(s.cache_tokens) - 2)
         if s.request.max_tokens >= 0:
             n = min(n, s.request.max_tokens - s.n_decoded - 1)
-        if n <= 0:
+        if n <= 0 or (s.backoff is not None and not s.backoff.should_draft()):
             return []
         prop = self.proposers[s.id]
         if hasattr(prop, "p_min"):
@@ -299,9 +299,11 @@ class Scheduler:
             s.n_draft += len(draft)
             m = self.metrics
             m.n_draft_tokens, m.n_draft_verif_steps = m.n_draft_tokens + len(draft), m.n_draft_verif_steps + 1
+        n_ok = 0
         for j, d in enumerate(draft):
             logits = self._logits(s, s.i_batch + j)
             tok, ok = s.sampler.verify(logits, d)
+            n_ok += ok
             s.n_draft_accepted += ok
             self.metrics.n_draft_accepted += ok
             if not self._emit(s, tok, logits) or not ok:
@@ -313,6 +315,8 @@ class Scheduler:
         if draft:
             self.ctx.memory.seq_rm(s.id, len(s.cache_tokens), -1)
             self.proposers[s.id].accepted(s.cache_tokens)
+            if s.backoff is not None:
+                s.backoff.record(len(draft), n_ok)
 
     def _logits(self, s: Slot, row: int) -> torch.Tensor:
         """Batch row `row`'s logits [n_vocab], end-of-generation tokens masked for ignore_eos."""

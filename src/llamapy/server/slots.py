@@ -14,6 +14,7 @@ from ..sampling import Sampler
 from ..tokenizer import StreamDecoder
 from .request import Event, Request, Usage
 from .stops import StopMatcher
+from ..speculative.proposer import Backoff
 
 
 class SlotState(enum.Enum):
@@ -64,6 +65,7 @@ class Slot:
     n_draft: int = 0  # draft tokens verified for the current request
     n_draft_accepted: int = 0
     speculative: bool = False  # the server speculates: timings report the draft counts
+    backoff: "Backoff | None" = None  # drafting backs off while it keeps missing (speculative/proposer.py)
 
     @property
     def is_idle(self) -> bool:
@@ -79,6 +81,7 @@ class Slot:
         self.n_past = self.n_cached = n_keep
         self.sampled, self.n_decoded, self.i_batch = -1, 0, -1
         self.draft, self.n_draft, self.n_draft_accepted = [], 0, 0
+        self.backoff = Backoff() if self.speculative else None
         self.sampler, self.decoder, self.stops = sampler, decoder, StopMatcher(list(req.stop))
         self.t_start = time.perf_counter()
         return n_keep

@@ -52,6 +52,36 @@ class SpecParams:
 
 
 @dataclass(slots=True)
+class Backoff:
+    """Drafting backs off while it keeps missing: after `misses` verifications in a row that
+    accepted nothing, the next drafts are skipped for 1, 2, 4, .. up to `max_skip` steps (a
+    rejected draft costs a wider decode for nothing); any accepted token resets it."""
+
+    misses: int = 2
+    max_skip: int = 16
+    n_miss: int = 0
+    skip: int = 0  # steps left to skip
+    span: int = 0  # the last skip length
+
+    def should_draft(self) -> bool:
+        if self.skip > 0:
+            self.skip -= 1
+            return False
+        return True
+
+    def record(self, n_draft: int, n_accepted: int) -> None:
+        if n_draft == 0:
+            return
+        if n_accepted > 0:
+            self.n_miss = self.span = 0
+            return
+        self.n_miss += 1
+        if self.n_miss >= self.misses:
+            self.span = min(self.max_skip, max(1, 2 * self.span))
+            self.skip, self.n_miss = self.span, 0
+
+
+@dataclass(slots=True)
 class Speculator:
     """A proposer with its limits, and what it has drafted and had accepted."""
 
@@ -62,9 +92,13 @@ class Speculator:
     n_accepted: int = 0
     n_verifications: int = 0
     keep: list = field(default_factory=list)  # objects the proposer needs alive (a draft model)
+    backoff: Backoff | None = field(default_factory=Backoff)  # None: draft every step
 
     def draft(self, tokens: list[int], room: int) -> list[int]:
-        """A draft of at most min(n_max, room) tokens, [] when shorter than n_min."""
+        """A draft of at most min(n_max, room) tokens, [] when shorter than n_min or while
+        backing off."""
+        if self.backoff is not None and not self.backoff.should_draft():
+            return []
         d = self.proposer.draft(tokens, min(self.n_max, room))[: max(room, 0)]
         return d if len(d) >= max(self.n_min, 1) else []
 
@@ -72,6 +106,8 @@ class Speculator:
         self.n_drafted += n_draft
         self.n_accepted += n_accepted
         self.n_verifications += 1
+        if self.backoff is not None:
+            self.backoff.record(n_draft, n_accepted)
         self.proposer.accepted(tokens)
 
 

@@ -1,0 +1,157 @@
+#!/usr/bin/env python3
+"""Speculative decoding, side by side: llama-server and `llamapy serve` on the same GGUF, each
+without speculation and with it (`--spec-type ngram-simple`, and `--spec-type draft-simple -md
+DRAFT` when --draft is given), one request at a time (speculation is about one stream's
+latency), temperature 0, the same chat requests:
+
+  prose      free writing: little for an n-gram lookup to find
+  code edit  a source file given in full, to be written back with one name changed
+  qa         a passage given in full, and a question answered by quoting it
+
+Each server answers one warm-up request first.  Per server, mode and workload: generated
+tokens / seconds of generation (the response's timings.predicted_ms, which both servers
+report; wall time when absent) and the acceptance rate (timings.draft_n_accepted / draft_n).
+The ratio columns compare a mode with the same server's plain decode, and llamapy with
+llama.cpp in the same mode.
+
+    .venv/bin/python benchmarks/speculative.py -m smollm2-135m            # llama.cpp too when built
+    .venv/bin/python benchmarks/speculative.py -m smollm2-135m --skip-llamacpp --modes plain,ngram-simple
+Not a test: the numbers depend on the machine.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import httpx
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+sys.path.insert(0, str(ROOT / "src"))
+
+from server_load import free_port, serving  # noqa: E402
+
+
+def workloads() -> dict[str, str]:
+    """The three user messages, built from files in this repository."""
+    code = "\n".join((ROOT / "src/llamapy/speculative/ngram_simple.py").read_text().splitlines()[14:44])
+    prose = sorted((ROOT / "tests/data").glob("prose_en*.txt"))[0].read_text().split()
+    passage = " ".join(prose[:160])
+    return {
+        "prose": "Write a short story about a lighthouse keeper who finds a message in a bottle.",
+        "code edit": f"Here is a Python file:\n\n```python\n{code}\n```\n\nWrite the whole file again, exactly as it "
+                     "is, except that the variable `hist` is renamed to `history` everywhere.",
+        "qa": f"Passage:\n{passage}\n\nQuestion: Which sentence of the passage comes first? Quote it exactly, "
+              "then quote the second sentence too.",
+    }
+
+
+@dataclass(slots=True)
+class Row:
+    server: str
+    mode: str
+    workload: str
+    tokens: int
+    gen_s: float
+    draft_n: int
+    draft_accepted: int
+
+    @property
+    def tok_s(self) -> float:
+        return self.tokens / self.gen_s if self.gen_s > 0 else 0.0
+
+    @property
+    def acceptance(self) -> float | None:
+        return self.draft_accepted / self.draft_n if self.draft_n else None
+
+
+def _ask(url: str, text: str, max_tokens: int) -> dict:
+    body = {"messages": [{"role": "user", "content": text}], "max_tokens": max_tokens, "temperature": 0}
+    t0 = time.perf_counter()
+    r = httpx.post(url + "/v1/chat/completions", json=body, timeout=600)
+    r.raise_for_status()
+    out = r.json()
+    out["_wall_s"] = time.perf_counter() - t0
+    return out
+
+
+def drive(url: str, server: str, mode: str, max_tokens: int) -> list[Row]:
+    _ask(url, "Say hi.", 8)  # warm-up, not timed
+    rows = []
+    for name, text in workloads().items():
+        out = _ask(url, text, max_tokens)
+        t = out.get("timings") or {}
+        gen_s = t["predicted_ms"] / 1000 if t.get("predicted_ms") else out["_wall_s"]
+        rows.append(Row(server, mode, name, out["usage"]["completion_tokens"], gen_s, int(t.get("draft_n", 0)),
+                        int(t.get("draft_n_accepted", 0))))
+        r = rows[-1]
+        acc = f", accepted {r.draft_accepted}/{r.draft_n}" if r.draft_n else ""
+        print(f"  {server} {mode} {name}: {r.tokens} tokens, {r.tok_s:.1f} t/s{acc}", file=sys.stderr, flush=True)
+    return rows
+
+
+def mode_flags(mode: str, draft: Path | None, n_max: int) -> list[str]:
+    if mode == "plain":
+        return []
+    if mode == "ngram-simple":
+        return ["--spec-type", "ngram-simple"]
+    return ["--spec-type", "draft-simple", "-md", str(draft), "--spec-draft-n-max", str(n_max)]
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("-m", "--model", default="smollm2-135m", help="target: a GGUF path or a registered name")
+    ap.add_argument("--draft", default=None, help="draft model for draft-simple (a GGUF path or a registered name)")
+    ap.add_argument("--modes", default="plain,ngram-simple,draft-simple")
+    ap.add_argument("--spec-draft-n-max", type=int, default=3)
+    ap.add_argument("-n", "--max-tokens", type=int, default=192)
+    ap.add_argument("-t", "--threads", type=int, default=2)
+    ap.add_argument("--llamacpp-bin", type=Path, default=Path.home() / ".cache/llamacpp-ref/llama.cpp/build/bin")
+    ap.add_argument("--skip-llamacpp", action="store_true")
+    ap.add_argument("--json", type=Path, default=None)
+    a = ap.parse_args(argv)
+
+    from llamapy.registry import resolve_model
+
+    model = resolve_model(a.model)
+    draft = resolve_model(a.draft) if a.draft else None
+    modes = [m for m in a.modes.split(",") if m != "draft-simple" or draft is not None]
+    servers = []
+    if not a.skip_llamacpp and (a.llamacpp_bin / "llama-server").exists():
+        servers.append(("llama.cpp", [str(a.llamacpp_bin / "llama-server")]))
+    servers.append(("llamapy", [sys.executable, "-m", "llamapy", "serve"]))
+    rows: list[Row] = []
+    for server, cmd0 in servers:
+        for mode in modes:
+            port = free_port()
+            cmd = cmd0 + ["-m", str(model), "-c", "4096", "-np", "1", "--host", "127.0.0.1", "--port", str(port),
+                          "-t", str(a.threads)] + mode_flags(mode, draft, a.spec_draft_n_max)
+            with serving(cmd, port, None, f"{server}-{mode}", 300) as url:
+                rows += drive(url, server, mode, a.max_tokens)
+    print_table(rows)
+    if a.json:
+        a.json.write_text(json.dumps([asdict(r) | {"tok_s": r.tok_s} for r in rows], indent=1))
+    return 0
+
+
+def print_table(rows: list[Row]) -> None:
+    """One markdown row per (server, mode, workload), with the ratios to the same server's
+    plain decode and, for llamapy, to llama.cpp in the same mode."""
+    by = {(r.server, r.mode, r.workload): r for r in rows}
+    print("| server | mode | workload | tokens | t/s | accepted | vs plain | vs llama.cpp |")
+    print("|---|---|---|---:|---:|---:|---:|---:|")
+    for r in rows:
+        plain = by.get((r.server, "plain", r.workload))
+        cpp = by.get(("llama.cpp", r.mode, r.workload)) if r.server == "llamapy" else None
+        acc = f"{r.acceptance:.0%} ({r.draft_accepted}/{r.draft_n})" if r.acceptance is not None else ""
+        vs_plain = f"{r.tok_s / plain.tok_s:.2f}x" if plain and r.mode != "plain" and plain.tok_s else ""
+        vs_cpp = f"{r.tok_s / cpp.tok_s:.2f}x" if cpp and cpp.tok_s else ""
+        print(f"| {r.server} | {r.mode} | {r.workload} | {r.tokens} | {r.tok_s:.1f} | {acc} | {vs_plain} | {vs_cpp} |")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
