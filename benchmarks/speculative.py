@@ -2,7 +2,7 @@
 """Speculative decoding, side by side: llama-server and `llamapy serve` on the same GGUF, each
 without speculation and with it (`--spec-type ngram-simple`, and `--spec-type draft-simple -md
 DRAFT` when --draft is given), one request at a time (speculation is about one stream's
-latency), temperature 0, the same chat requests:
+latency), temperature 0, the same raw /completion requests:
 
   prose      free writing: little for an n-gram lookup to find
   code edit  a source file given in full, to be written back with one name changed
@@ -37,16 +37,18 @@ from server_load import free_port, serving  # noqa: E402
 
 
 def workloads() -> dict[str, str]:
-    """The three user messages, built from files in this repository."""
+    """The three prompts (raw completions, no chat template: a small model follows a document's
+    own structure better than an instruction), built from files in this repository."""
     code = "\n".join((ROOT / "src/llamapy/speculative/ngram_simple.py").read_text().splitlines()[14:44])
-    prose = sorted((ROOT / "tests/data").glob("prose_en*.txt"))[0].read_text().split()
-    passage = " ".join(prose[:160])
+    edited = code.replace("hist", "history")
+    words = sorted((ROOT / "tests/data").glob("prose_en*.txt"))[0].read_text().split()
+    passage = " ".join(words[:160])
     return {
-        "prose": "Write a short story about a lighthouse keeper who finds a message in a bottle.",
-        "code edit": f"Here is a Python file:\n\n```python\n{code}\n```\n\nWrite the whole file again, exactly as it "
-                     "is, except that the variable `hist` is renamed to `history` everywhere.",
-        "qa": f"Passage:\n{passage}\n\nQuestion: Which sentence of the passage comes first? Quote it exactly, "
-              "then quote the second sentence too.",
+        "prose": "Once upon a time, in a fishing village at the edge of a cold northern sea, there lived",
+        "code edit": f"# ngram_v1.py\n{code}\n\n\n# ngram_v2.py: the same code, with `hist` renamed to `history`\n"
+                     + "\n".join(edited.splitlines()[:3]) + "\n",
+        "qa": f"Passage: {passage}\n\nQuestion: What are the first three sentences of the passage?\n"
+              f"Answer, quoting the passage word for word: \"{' '.join(words[:3])}",
     }
 
 
@@ -70,9 +72,9 @@ class Row:
 
 
 def _ask(url: str, text: str, max_tokens: int) -> dict:
-    body = {"messages": [{"role": "user", "content": text}], "max_tokens": max_tokens, "temperature": 0}
+    body = {"prompt": text, "n_predict": max_tokens, "temperature": 0, "cache_prompt": False}
     t0 = time.perf_counter()
-    r = httpx.post(url + "/v1/chat/completions", json=body, timeout=600)
+    r = httpx.post(url + "/completion", json=body, timeout=600)
     r.raise_for_status()
     out = r.json()
     out["_wall_s"] = time.perf_counter() - t0
@@ -86,7 +88,7 @@ def drive(url: str, server: str, mode: str, max_tokens: int) -> list[Row]:
         out = _ask(url, text, max_tokens)
         t = out.get("timings") or {}
         gen_s = t["predicted_ms"] / 1000 if t.get("predicted_ms") else out["_wall_s"]
-        rows.append(Row(server, mode, name, out["usage"]["completion_tokens"], gen_s, int(t.get("draft_n", 0)),
+        rows.append(Row(server, mode, name, int(out["tokens_predicted"]), gen_s, int(t.get("draft_n", 0)),
                         int(t.get("draft_n_accepted", 0))))
         r = rows[-1]
         acc = f", accepted {r.draft_accepted}/{r.draft_n}" if r.draft_n else ""

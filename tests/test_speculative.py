@@ -212,8 +212,8 @@ def test_bad_settings_are_clear(tiny_path, smollm2, tmp_path):
 
 
 def test_drafting_backs_off_while_missing(tiny):
-    """A draft source that always misses is asked less and less often (the output is the
-    plain run's all the same); one that hits keeps drafting every step."""
+    """A draft source that always misses is asked less and less often, for shorter drafts
+    (the output is the plain run's all the same)."""
     prompt = [1, 2, 3, 4]
     plain = list(generate(Context(tiny, ContextParams(n_ctx=256)), Sampler(SamplingParams(temp=0.0)), prompt, 48))
     miss = [t for t in range(tiny.n_vocab) if t not in plain][:3]
@@ -221,6 +221,19 @@ def test_drafting_backs_off_while_missing(tiny):
     out = list(generate(Context(tiny, ContextParams(n_ctx=256)), Sampler(SamplingParams(temp=0.0)), prompt, 48, spec=sp))
     assert out == plain and sp.n_accepted == 0
     assert 4 <= sp.n_verifications <= 16  # 2 misses, skip 1; 2 misses, skip 2, 4, 8, 16 ...
-    sp = Speculator(NgramSimple(1, 2), 2, backoff=None)
-    list(generate(Context(tiny, ContextParams(n_ctx=256)), Sampler(SamplingParams(temp=0.0)), prompt, 48, spec=sp))
-    assert sp.backoff is None
+    assert sp.n_drafted <= 3 + 2 * (sp.n_verifications - 1)  # 3, then 2 after a miss
+
+
+def test_draft_length_follows_acceptance():
+    """Whole drafts accepted: the next is twice as long (up to n_max); a partial one: twice
+    what was accepted."""
+    from llamapy.speculative.proposer import Backoff
+
+    b = Backoff(start=4)
+    assert b.length(48) == 4
+    b.record(4, 4)
+    assert b.length(48) == 8
+    b.record(8, 8)
+    assert b.length(48) == 16 and b.length(10) == 10
+    b.record(16, 3)
+    assert b.length(48) == 6

@@ -195,7 +195,9 @@ class Scheduler:
         n = min(n_max, room, s.n_ctx - len(s.cache_tokens) - 2)
         if s.request.max_tokens >= 0:
             n = min(n, s.request.max_tokens - s.n_decoded - 1)
-        if n <= 0 or (s.backoff is not None and not s.backoff.should_draft()):
+        if n > 0 and s.backoff is not None:
+            n = s.backoff.length(n)
+        if n <= 0:
             return []
         prop = self.proposers[s.id]
         if hasattr(prop, "p_min"):

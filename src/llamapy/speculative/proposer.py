@@ -53,25 +53,35 @@ class SpecParams:
 
 @dataclass(slots=True)
 class Backoff:
-    """Drafting backs off while it keeps missing: after `misses` verifications in a row that
-    accepted nothing, the next drafts are skipped for 1, 2, 4, .. up to `max_skip` steps (a
-    rejected draft costs a wider decode for nothing); any accepted token resets it."""
+    """How much to draft, from how the last drafts fared.  A rejected draft costs a wider
+    decode for nothing, so:
+    - the draft length starts at `start` and doubles after a draft accepted whole; after a
+      partial one it becomes twice what was accepted (at least 2);
+    - after `misses` verifications in a row that accepted nothing, the next drafts are
+      skipped for 1, 2, 4, .. up to `max_skip` steps; any accepted token resets that."""
 
+    start: int = 8
     misses: int = 2
     max_skip: int = 16
+    n_len: int = 0  # the current draft length (0: start)
     n_miss: int = 0
     skip: int = 0  # steps left to skip
     span: int = 0  # the last skip length
 
-    def should_draft(self) -> bool:
+    def length(self, n_max: int) -> int:
+        """The draft length to ask for now (0: skip this step)."""
         if self.skip > 0:
             self.skip -= 1
-            return False
-        return True
+            return 0
+        return min(n_max, self.n_len or self.start)
 
     def record(self, n_draft: int, n_accepted: int) -> None:
         if n_draft == 0:
             return
+        if n_accepted == n_draft:
+            self.n_len = min(1024, 2 * n_draft)
+        else:
+            self.n_len = max(2, 2 * n_accepted)
         if n_accepted > 0:
             self.n_miss = self.span = 0
             return
@@ -97,9 +107,12 @@ class Speculator:
     def draft(self, tokens: list[int], room: int) -> list[int]:
         """A draft of at most min(n_max, room) tokens, [] when shorter than n_min or while
         backing off."""
-        if self.backoff is not None and not self.backoff.should_draft():
+        n = min(self.n_max, room)
+        if self.backoff is not None:
+            n = self.backoff.length(n)
+        if n <= 0:
             return []
-        d = self.proposer.draft(tokens, min(self.n_max, room))[: max(room, 0)]
+        d = self.proposer.draft(tokens, n)[:n]
         return d if len(d) >= max(self.n_min, 1) else []
 
     def verified(self, tokens: list[int], n_draft: int, n_accepted: int) -> None:
