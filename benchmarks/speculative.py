@@ -8,7 +8,9 @@ latency), temperature 0, the same raw /completion requests:
   code edit  a source file given in full, to be written back with one name changed
   qa         a passage given in full, and a question answered by quoting it
 
-Each server answers one warm-up request first.  Per server, mode and workload: generated
+Each server answers one warm-up request first, then each request `-r` times (the median
+run is reported: one request takes a second or two, and this kind of machine's speed moves
+between runs).  Per server, mode and workload: generated
 tokens / seconds of generation (the response's timings.predicted_ms, which both servers
 report; wall time when absent) and the acceptance rate (timings.draft_n_accepted / draft_n).
 The ratio columns compare a mode with the same server's plain decode, and llamapy with
@@ -81,18 +83,24 @@ def _ask(url: str, text: str, max_tokens: int) -> dict:
     return out
 
 
-def drive(url: str, server: str, mode: str, max_tokens: int) -> list[Row]:
+def drive(url: str, server: str, mode: str, max_tokens: int, reps: int) -> list[Row]:
+    """Each workload `reps` times; the row of the median speed."""
     _ask(url, "Say hi.", 8)  # warm-up, not timed
     rows = []
     for name, text in workloads().items():
-        out = _ask(url, text, max_tokens)
-        t = out.get("timings") or {}
-        gen_s = t["predicted_ms"] / 1000 if t.get("predicted_ms") else out["_wall_s"]
-        rows.append(Row(server, mode, name, int(out["tokens_predicted"]), gen_s, int(t.get("draft_n", 0)),
-                        int(t.get("draft_n_accepted", 0))))
-        r = rows[-1]
+        runs = []
+        for _ in range(reps):
+            out = _ask(url, text, max_tokens)
+            t = out.get("timings") or {}
+            gen_s = t["predicted_ms"] / 1000 if t.get("predicted_ms") else out["_wall_s"]
+            runs.append(Row(server, mode, name, int(out["tokens_predicted"]), gen_s, int(t.get("draft_n", 0)),
+                            int(t.get("draft_n_accepted", 0))))
+        r = sorted(runs, key=lambda x: x.tok_s)[len(runs) // 2]
+        rows.append(r)
         acc = f", accepted {r.draft_accepted}/{r.draft_n}" if r.draft_n else ""
-        print(f"  {server} {mode} {name}: {r.tokens} tokens, {r.tok_s:.1f} t/s{acc}", file=sys.stderr, flush=True)
+        spread = ", ".join(f"{x.tok_s:.1f}" for x in runs)
+        print(f"  {server} {mode} {name}: {r.tokens} tokens, {r.tok_s:.1f} t/s (runs: {spread}){acc}", file=sys.stderr,
+              flush=True)
     return rows
 
 
@@ -112,6 +120,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--spec-draft-n-max", type=int, default=3)
     ap.add_argument("-n", "--max-tokens", type=int, default=192)
     ap.add_argument("-t", "--threads", type=int, default=2)
+    ap.add_argument("-r", "--reps", type=int, default=3, help="runs of each request; the median is reported")
     ap.add_argument("--llamacpp-bin", type=Path, default=Path.home() / ".cache/llamacpp-ref/llama.cpp/build/bin")
     ap.add_argument("--skip-llamacpp", action="store_true")
     ap.add_argument("--json", type=Path, default=None)
@@ -133,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
             cmd = cmd0 + ["-m", str(model), "-c", "4096", "-np", "1", "--host", "127.0.0.1", "--port", str(port),
                           "-t", str(a.threads)] + mode_flags(mode, draft, a.spec_draft_n_max)
             with serving(cmd, port, None, f"{server}-{mode}", 300) as url:
-                rows += drive(url, server, mode, a.max_tokens)
+                rows += drive(url, server, mode, a.max_tokens, a.reps)
     print_table(rows)
     if a.json:
         a.json.write_text(json.dumps([asdict(r) | {"tok_s": r.tok_s} for r in rows], indent=1))

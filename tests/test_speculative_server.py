@@ -24,10 +24,10 @@ PROMPTS = [CODE, "The history of the bicycle begins in", "Passage: The Nile flow
 
 
 def _serve(model, spec: SpecParams | None, requests: list[tuple[str, dict]], np_: int = 8,
-           max_tokens: int = 24) -> tuple[list[list[int]], list[Event], Scheduler]:
+           max_tokens: int = 24, n_ctx: int = 0) -> tuple[list[list[int]], list[Event], Scheduler]:
     """The requests (prompt, speculative overrides) submitted together to a scheduler stepped
     synchronously; each one's tokens, each one's final event, the scheduler."""
-    params = ContextParams(n_ctx=256 * np_, n_batch=256, n_ubatch=256, n_seq_max=np_, kv_unified=False)
+    params = ContextParams(n_ctx=n_ctx or 256 * np_, n_batch=256, n_ubatch=256, n_seq_max=np_, kv_unified=False)
     ctx = Context(model, params)
     props = make_proposers(spec, model, params, np_) if spec is not None else None
     s = Scheduler(ctx, spec, props)
