@@ -113,11 +113,14 @@ def test_cache_after_rejections_is_the_plain_runs(smollm2_path, smollm2):
 
 def test_verification_ubatches(tiny):
     """-ub 4: the sampled token and a 5-token draft are 6 rows, two ubatches per verification."""
-    ctx = Context(tiny, ContextParams(n_ctx=256, n_ubatch=4, n_batch=64))
-    sp = Speculator(FixedDraft([5, 6, 7, 8, 9]), 5)
-    list(generate(ctx, Sampler(SamplingParams(temp=0.0)), [1, 2, 3], 6, spec=sp))
-    assert sp.n_verifications >= 1
-    assert 2 in ctx.stats.ubatches_per_decode[1:]  # after the prompt's own decode
+    for ub, per in ((4, 2), (512, 1)):
+        ctx = Context(tiny, ContextParams(n_ctx=256, n_ubatch=ub, n_batch=64))
+        sp = Speculator(FixedDraft([5, 6, 7, 8, 9]), 5, backoff=None)
+        tm = GenTimings()
+        list(generate(ctx, Sampler(SamplingParams(temp=0.0)), [1, 2, 3], 6, timings=tm, spec=sp))
+        assert tm.n_verify == sp.n_verifications >= 1
+        first = ctx.stats.ubatches_per_decode[1]  # after the prompt's own decode: 1 + 5 rows
+        assert first == per and tm.n_verify_ubatches >= per
 
 
 def _chi2_ok(counts: dict[int, int], probs: dict[int, float], n: int) -> tuple[float, float]:

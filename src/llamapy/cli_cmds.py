@@ -86,6 +86,9 @@ def _print_perf(tm) -> None:
     if tm.n_drafted:  # llama-speculative's summary lines
         print(f"draft acceptance rate = {tm.n_accepted / tm.n_drafted:.5f} ({tm.n_accepted:5d} accepted / "
               f"{tm.n_drafted:5d} generated)", file=sys.stderr)
+        print(f"speculative: {tm.n_verify} verifications of {tm.n_drafted / tm.n_verify:.2f} drafted tokens on average, "
+              f"{tm.n_verify_ubatches / tm.n_verify:.2f} ubatches each (-ub splits the sampled token + draft rows)",
+              file=sys.stderr)
 
 
 def cmd_run(a: argparse.Namespace) -> int:
@@ -170,6 +173,23 @@ def cmd_tokenize(a: argparse.Namespace) -> int:
     else:
         for i in ids:
             print(f"{i:6d} -> '{tok.token_to_piece(i).decode('utf-8', errors='replace')}'")
+    return 0
+
+
+def cmd_quantize(a: argparse.Namespace) -> int:
+    import time
+    from pathlib import Path
+
+    from .quantize import quantize_file
+    from .registry import resolve_model
+
+    src = resolve_model(a.input)
+    t0 = time.perf_counter()
+    counts = quantize_file(src, Path(a.output), a.type)
+    mib = Path(a.output).stat().st_size / 2**20
+    print(f"llama_model_quantize: {src} -> {a.output} as {a.type.upper()}: "
+          f"{', '.join(f'{n} {k}' for k, n in counts.items())} tensors, {mib:.2f} MiB, "
+          f"{time.perf_counter() - t0:.1f} s", file=sys.stderr)
     return 0
 
 

@@ -24,6 +24,8 @@ class GenTimings:
     tokens: list[int] = field(default_factory=list)
     n_drafted: int = 0  # speculative decoding: draft tokens verified
     n_accepted: int = 0  # ... and accepted
+    n_verify: int = 0  # decodes that verified a draft
+    n_verify_ubatches: int = 0  # ... and the ubatches they took (-ub splits a wide verification)
 
 
 def common_prefix(a: list[int], b: list[int]) -> int:
@@ -63,6 +65,8 @@ def generate(ctx: Context, sampler: Sampler, prompt: list[int], n_predict: int, 
     tok = ctx.model.tokenizer
     t0 = time.perf_counter()
     prefill(ctx, prompt, seq_id)
+    if spec is not None:  # a draft model reads the prompt now, as part of prompt processing
+        spec.prefill(prompt)
     tm.n_prompt, tm.t_prompt = len(prompt), time.perf_counter() - t0
     for t in prompt:  # llama-cli pushes prompt tokens into the penalty window too
         sampler.accept(t)
@@ -101,6 +105,9 @@ def generate(ctx: Context, sampler: Sampler, prompt: list[int], n_predict: int, 
         for i, d in enumerate(draft):
             b.add(d, pos + 1 + i, (seq_id,), logits=True)
         ctx.decode(b)
+        if draft:
+            tm.n_verify += 1
+            tm.n_verify_ubatches += ctx.stats.ubatches_per_decode[-1]
         token, n_ok, stop = -1, 0, ""
         for i, d in enumerate(draft):
             t, ok = sampler.verify(ctx.get_logits_ith(i), d)

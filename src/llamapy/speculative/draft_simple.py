@@ -59,6 +59,12 @@ class DraftSimple:
             self.ctx.decode(b)
             self.cached.extend(chunk)
 
+    def prefill(self, tokens: list[int]) -> None:
+        """The prompt into the draft cache while the target reads it, so the first draft does
+        not pay for it."""
+        if tokens and len(tokens) < self.ctx.n_ctx_seq:
+            self._sync(tokens)
+
     def draft(self, tokens: list[int], n_max: int) -> list[int]:
         """Up to n_max greedy draft tokens after `tokens` (the sequence so far, its last one
         just sampled); fewer when the draft's top probability falls below p_min or its context

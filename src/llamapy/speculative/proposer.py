@@ -115,6 +115,12 @@ class Speculator:
         d = self.proposer.draft(tokens, n)[:n]
         return d if len(d) >= max(self.n_min, 1) else []
 
+    def prefill(self, tokens: list[int]) -> None:
+        """The prompt, for a proposer that reads it ahead (a draft model's cache)."""
+        pre = getattr(self.proposer, "prefill", None)
+        if pre is not None:
+            pre(tokens)
+
     def verified(self, tokens: list[int], n_draft: int, n_accepted: int) -> None:
         self.n_drafted += n_draft
         self.n_accepted += n_accepted

@@ -107,7 +107,7 @@ typedef float vf;
 #endif
 
 #define LP_XQ_MAX 32639.0f /* |xq| bound: 127 * 256 + 127, so xq splits into two int8 (dotprod) */
-#define LP_F32_ROWS 2 /* products of this many rows or more take the fp32 path (mm.c) */
+#define LP_F32_ROWS 5 /* products of this many rows or more take the fp32 (or bf16) tiles (mm.c); fewer: integers */
 #if defined(LP_AVX512) || defined(LP_NEON)
 #define LP_TW 4 /* fp32 tiles: weight rows x activation rows (32 vector registers) */
 #define LP_TX 6
@@ -198,6 +198,9 @@ static inline int lp_bf16_rows(int type, int64_t n_in) {
 }
 /* row1_x86.c: one row straight from the blocks; 0 where the type has no such path here. */
 int lp_dot_row1(int type, const uint8_t *row, int64_t n_in, const lp_xrows *xr, int64_t r, float *y);
+/* One weight row against activation rows r0..r0+nx-1 (nx 2..4) of the 32-element block types,
+ * each block decoded once: y[0..nx); 0 where not available. */
+int lp_dot_rows_x(int type, const uint8_t *row, int64_t n_in, const lp_xrows *xr, int64_t r0, int nx, float *y);
 int lp_dot_row1x2(int type, const uint8_t *w0, const uint8_t *w1, int64_t n_in, const lp_xrows *xr, int64_t r,
                   float *y);
 int lp_row_to_f32_fast(int type, const uint8_t *row, int64_t n_in, float *out);

@@ -51,9 +51,11 @@ static const float *row_f32(int type, const uint8_t *w, int64_t rb, int64_t o, i
 }
 
 /* Output rows o0..o1 of the product: each weight row read once and multiplied by every
- * activation row.  One row: straight from the blocks where row1_x86.c has the type, else
- * through the canonical form (integer products); LP_F32_ROWS rows or more, and float types:
- * the rows converted to fp32 LP_TW at a time, exact fp32 products in LP_TW x LP_TX tiles. */
+ * activation row.  Fewer than LP_F32_ROWS rows: integer products on the int16 activations,
+ * straight from the blocks where row1_x86.c has the type (one weight row decoded once for all
+ * activation rows), else through the canonical form -- so a verification or a few sequences
+ * get the one-row arithmetic; LP_F32_ROWS rows or more, and float types: the rows converted to
+ * fp32 LP_TW at a time, exact fp32 products in LP_TW x LP_TX tiles. */
 static void mm_chunk(int type, const uint8_t *w, int64_t o0, int64_t o1, int64_t n_in, const lp_xprep *xp, float *y,
                      int64_t ldy, int accumulate, void *scratch) {
     const int64_t rb = lp_row_bytes(type, n_in), n = xp->n;
@@ -103,14 +105,22 @@ static void mm_chunk(int type, const uint8_t *w, int64_t o0, int64_t o1, int64_t
         put(y + o, acc[0], accumulate);
         put(y + o + 1, acc[1], accumulate);
     }
-    for (; o < o1; o++) {
+    for (; o < o1; o++) { /* each weight row against the n (< LP_F32_ROWS) activation rows */
         const uint8_t *row = w + o * rb;
-        if (n == 1 && lp_dot_row1(type, row, n_in, &xp->xr, 0, acc)) {
+        if (n > 1 && lp_dot_rows_x(type, row, n_in, &xp->xr, 0, (int)n, acc)) { /* decoded once for all rows */
+            for (int64_t r = 0; r < n; r++) put(y + r * ldy + o, acc[r], accumulate);
+            continue;
+        }
+        if (lp_dot_row1(type, row, n_in, &xp->xr, 0, acc)) { /* x86 K-quants: the one-row kernel per row */
             put(y + o, acc[0], accumulate);
+            for (int64_t r = 1; r < n; r++) {
+                lp_dot_row1(type, row, n_in, &xp->xr, r, acc);
+                put(y + r * ldy + o, acc[0], accumulate);
+            }
             continue;
         }
         lp_unpack_row(type, row, n_in, wr);
-        put(y + o, lp_dot_row(g16, has_min, wr, &xp->xr, 0), accumulate);
+        for (int64_t r = 0; r < n; r++) put(y + r * ldy + o, lp_dot_row(g16, has_min, wr, &xp->xr, r), accumulate);
     }
 }
 

@@ -221,9 +221,11 @@ void lp_row_to_f32(int type, const uint8_t *row, int64_t n_in, float *out, lp_wr
     }
     if (type == LP_F16 || type == LP_BF16_T) {
         const uint16_t *h = (const uint16_t *)row;
-        if (type == LP_F16)
-            for (int64_t k = 0; k < n_in; k++) out[k] = lp_f16_to_f32(h[k]);
-        else
+        if (type == LP_F16) {
+            int64_t k = 0;
+            for (; k + VW <= n_in; k += VW) VF_STORE(out + k, VF_LOADH(h + k)); /* F16C / NEON conversion */
+            for (; k < n_in; k++) out[k] = lp_f16_to_f32(h[k]);
+        } else
             for (int64_t k = 0; k < n_in; k++) out[k] = lp_bf16_to_f32(h[k]);
         return;
     }

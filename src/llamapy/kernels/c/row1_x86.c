@@ -149,6 +149,54 @@ LP_INLINE void rows_32(const int type, const int nr, const uint8_t *w0, const ui
     y[0] += m0s;
 }
 
+/* One weight row of a 32-element block type against NX (2..4) activation rows r0..r0+NX-1:
+ * each block decoded once, then per row rows_32's arithmetic (its int16 dot, one FMA, the
+ * minimum's m * sum(x) in scalar), so a few rows cost little more than one. */
+LP_INLINE void xrows_32(const int type, const int NX, const uint8_t *w, int64_t nb, const lp_xrows *xr, int64_t r0,
+                        float *y) {
+    const int bb = type == LP_Q4_0 ? 18 : type == LP_Q4_1 ? 20 : type == LP_Q5_0 ? 22 : type == LP_Q5_1 ? 24 : 34;
+    const int mins = type == LP_Q4_0 || type == LP_Q4_1 || type == LP_Q5_1;
+    const int64_t n_in = xr->n_in;
+    __m256 a[4];
+    float ms[4];
+#pragma GCC unroll 4
+    for (int i = 0; i < NX; i++) a[i] = _mm256_setzero_ps(), ms[i] = 0.0f;
+    for (int64_t b = 0; b < nb; b++) {
+        __m256i ul, uh;
+        float d, m;
+        block16(type, w + b * bb, &ul, &uh, &d, &m);
+#pragma GCC unroll 4
+        for (int i = 0; i < NX; i++) {
+            const int64_t r = r0 + i;
+            const __m256i p = dot32(ul, uh, xr->q + r * n_in + 32 * b);
+            a[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(d * xr->s[r * nb + b]), a[i]);
+            if (mins) ms[i] += m * xr->sum32[r * nb + b];
+        }
+    }
+#pragma GCC unroll 4
+    for (int i = 0; i < NX; i++) y[i] = hsum(a[i]) + ms[i];
+}
+
+#define XROWS(T)                                                                                                       \
+    switch (nx) {                                                                                                      \
+    case 2: xrows_32(T, 2, row, n_in / 32, xr, r0, y); return 1;                                                      \
+    case 3: xrows_32(T, 3, row, n_in / 32, xr, r0, y); return 1;                                                      \
+    case 4: xrows_32(T, 4, row, n_in / 32, xr, r0, y); return 1;                                                      \
+    default: return 0;                                                                                                 \
+    }
+
+int lp_dot_rows_x(int type, const uint8_t *row, int64_t n_in, const lp_xrows *xr, int64_t r0, int nx, float *y) {
+    switch (type) {
+    case LP_Q4_0: XROWS(LP_Q4_0)
+    case LP_Q4_1: XROWS(LP_Q4_1)
+    case LP_Q5_0: XROWS(LP_Q5_0)
+    case LP_Q5_1: XROWS(LP_Q5_1)
+    case LP_Q8_0: XROWS(LP_Q8_0)
+    default: return 0;
+    }
+}
+#undef XROWS
+
 /* Q4_K / Q5_K: the 32 bytes of nibbles of sub-blocks 2j (wa: low nibbles) and 2j+1 (wb: high),
  * Q5_K's fifth bits from *hb (the 32 qh bytes, shifted right by 2 for the next pair). */
 LP_INLINE void k45_pair(const int type, const uint8_t *qs, __m256i *hb, __m256i *wa, __m256i *wb) {
@@ -357,6 +405,11 @@ int lp_dot_row1x2(int type, const uint8_t *w0, const uint8_t *w1, int64_t n_in, 
 
 int lp_dot_row1(int type, const uint8_t *row, int64_t n_in, const lp_xrows *xr, int64_t r, float *y) {
     (void)type, (void)row, (void)n_in, (void)xr, (void)r, (void)y;
+    return 0;
+}
+
+int lp_dot_rows_x(int type, const uint8_t *row, int64_t n_in, const lp_xrows *xr, int64_t r0, int nx, float *y) {
+    (void)type, (void)row, (void)n_in, (void)xr, (void)r0, (void)nx, (void)y;
     return 0;
 }
 #endif
