@@ -216,8 +216,9 @@ def test_mixed_ubatch_equals_alone_real_model(smollm2_path):
 
 @pytest.mark.slow
 def test_mixed_ubatch_same_argmax_fast_kernels(smollm2):
-    """The default (quantized-kernel) path rounds through bf16, so logits move by bf16 ulps
-    with the batch shape; the greedy choice and the top logit's value must not."""
+    """The default (quantized-kernel) path rounds through bf16 on a bf16 CPU from 5 rows on
+    (1-4 rows: int16 activations), so logits move with the batch shape; the greedy choice must
+    not, and the top logit only by bf16's rounding."""
     seqs = [rand_tokens(n, smollm2.n_vocab, 40 + n) for n in (9, 17, 4)]
     p = ContextParams(n_ctx=512, n_seq_max=3, kv_unified=True)
     alone = [decode_seq(Context(smollm2, ContextParams(n_ctx=512)), t, 0) for t in seqs]
@@ -232,8 +233,9 @@ def test_mixed_ubatch_same_argmax_fast_kernels(smollm2):
         mixed = torch.stack([ctx.get_logits_ith(j) for j in range(b.n_tokens) if b.seq_id[j][0] == s])
         assert torch.equal(mixed.argmax(-1), ref.argmax(-1))
         # bf16 activations, group scales and outputs (2^-9 each) in every one of the 121
-        # matmuls, rounded differently as the row count changes: measured up to 0.54%
-        torch.testing.assert_close(mixed.max(-1).values, ref.max(-1).values, atol=0, rtol=1e-2)
+        # matmuls, rounded differently as the row count changes: measured up to 0.54% between
+        # two bf16 shapes, 2.6% between bf16 (the 30-row batch) and int16 (4 rows alone)
+        torch.testing.assert_close(mixed.max(-1).values, ref.max(-1).values, atol=0, rtol=4e-2)
 
 
 def test_seq_cp_prefix_continues_like_recomputed(tiny):
