@@ -151,6 +151,21 @@ def test_cli_bench_jsonl_and_plot(tiny_path, tmp_path, capsys):
     assert png.read_bytes()[:4] == b"\x89PNG"
 
 
+def test_cli_bench_speculative_tg(tiny_path, capsys):
+    """--spec-type: the tg test generates greedily with drafts; the json rows carry the draft
+    counts and the ubatches per verification (a 4-token draft + its token over -ub 2: 3)."""
+    a = _cli(["bench", "-m", str(tiny_path), "-p", "0", "-n", "24", "-ub", "2,64", "-r", "2", "-t", "1", "-o", "json",
+              "--spec-type", "draft-simple", "-md", str(tiny_path), "--spec-draft-n-max", "4"])
+    assert a.fn(a) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert [r["spec_type"] for r in rows] == ["draft-simple"] * 2
+    by_ub = {r["n_ubatch"]: r for r in rows}
+    for r in rows:  # the draft is the target itself: drafts are accepted
+        assert r["n_drafted"] >= r["n_accepted"] > 0 and r["n_verify"] > 0 and r["avg_ts"] > 0
+    assert by_ub[64]["ubatches_per_verify"] == 1.0
+    assert by_ub[2]["ubatches_per_verify"] > 1.0  # a verification of n rows takes ceil(n / 2)
+
+
 # --- batched-bench ----------------------------------------------------------------------------
 @pytest.mark.parametrize("pps", [False, True])
 def test_batched_bench_rows_and_n_kv(tiny, pps):

@@ -50,6 +50,7 @@ def add_parser(sub, common) -> None:
     p.add_argument("--plot", default=None, metavar="FILE.png", help="draw pp t/s and compute MiB against -ub")
     p.add_argument("--device", default="auto", help="cpu, cuda or auto")
     p.add_argument("-v", "--verbose", action="store_true")
+    common._add_speculative(p)  # tg tests then generate greedily with drafts
     p.set_defaults(fn=cmd_bench)
 
     p = sub.add_parser("batched-bench", help="llama-batched-bench: pp/tg speed with B parallel sequences")
@@ -99,6 +100,8 @@ def _threads(a: argparse.Namespace) -> int:
 def cmd_bench(a: argparse.Namespace) -> int:
     import torch
 
+    from .cli_cmds import _spec_params
+
     from .bench.llama_bench import BenchParams, run_bench
     from .bench.plot import plot_ubatch
     from .bench.printers import make_printer
@@ -110,6 +113,7 @@ def cmd_bench(a: argparse.Namespace) -> int:
         n_batch=a.batch_size, n_ubatch=a.ubatch_size, type_k=a.cache_type_k, type_v=a.cache_type_v,
         flash_attn=[_FA.get(x, x) for x in a.flash_attn], n_ctx=a.ctx_size, n_threads=a.threads or [torch.get_num_threads()],
         reps=a.repetitions, no_warmup=a.no_warmup, device=a.device, no_kv_offload=[bool(x) for x in a.no_kv_offload],
+        spec=_spec_params(a) if a.spec_type != "none" else None,
     )
     if p.reps < 1:
         raise ValueError(f"-r {p.reps}: need at least one repetition")

@@ -53,14 +53,16 @@ def prefill(ctx: Context, ids: list[int], seq_id: int = 0) -> None:
 
 
 def generate(ctx: Context, sampler: Sampler, prompt: list[int], n_predict: int, seq_id: int = 0,
-             timings: GenTimings | None = None, spec: "Speculator | None" = None) -> Iterator[int]:
+             timings: GenTimings | None = None, spec: "Speculator | None" = None,
+             stop_at_eog: bool = True) -> Iterator[int]:
     """Yield sampled tokens; n_predict < 0 means until end-of-generation or the context is full.
 
     With a Speculator, each decode holds the sampled token and its draft as consecutive
     positions with logits on every row; the drafts are verified in order (Sampler.verify:
     greedy agreement, or rejection sampling that keeps the output distribution the target's)
     and the cells from the first rejected draft on are removed (seq_rm), so the cache holds
-    what a run without speculation would hold."""
+    what a run without speculation would hold.  stop_at_eog False (benchmarks): an
+    end-of-generation token is generated like any other."""
     tm = timings if timings is not None else GenTimings()
     tok = ctx.model.tokenizer
     t0 = time.perf_counter()
@@ -77,7 +79,7 @@ def generate(ctx: Context, sampler: Sampler, prompt: list[int], n_predict: int, 
     def emit(token: int) -> str:
         """Record a generated token; the stop reason, or "" to go on."""
         sampler.accept(token)
-        if tok.is_eog(token):
+        if stop_at_eog and tok.is_eog(token):
             return "eog"
         tm.tokens.append(token)
         seq.append(token)

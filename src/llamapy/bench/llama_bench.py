@@ -7,6 +7,7 @@ import itertools
 import random
 import time
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -15,6 +16,9 @@ from ..context import Context
 from ..model.model import Model
 from ..params import ContextParams
 from . import info
+
+if TYPE_CHECKING:
+    from ..speculative import SpecParams
 
 MiB = 1024 * 1024
 FA_VALUES = {"auto": -1, "-1": -1, "off": 0, "0": 0, "on": 1, "1": 1}
@@ -41,6 +45,7 @@ class BenchParams:
     no_warmup: bool = False
     device: str = "cpu"
     seed: int = 1
+    spec: "SpecParams | None" = None  # --spec-type ...: the tg tests generate greedily with drafts
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,7 +111,15 @@ class TestResult:
     compute_bytes: int = 0
     n_ctx: int = 0
     cpu_isa: str = ""  # info.cpu_isa(): the level llamapy's CPU kernels run at, or "torch"
+    spec_type: str = "none"  # speculative decoding in the tg test, and its totals over the repetitions
+    n_drafted: int = 0
+    n_accepted: int = 0
+    n_verify: int = 0
+    n_verify_ubatches: int = 0
     samples_ns: list[int] = field(default_factory=list)
+
+    def ubatches_per_verify(self) -> float:
+        return self.n_verify_ubatches / self.n_verify if self.n_verify else 0.0
 
     def samples_ts(self) -> list[float]:
         n_tokens = self.inst.n_prompt + self.inst.n_gen
@@ -169,6 +182,26 @@ def test_gen(ctx: Context, n_gen: int, rng: random.Random) -> None:
         token = rng.randrange(n_vocab)
 
 
+def test_gen_spec(ctx: Context, n_gen: int, spec, res: "TestResult") -> None:
+    """n_gen tokens generated greedily with speculative decoding (drafts verified in one
+    decode each; an end-of-generation token counts as any other), after BOS or the depth
+    tokens; the draft and verification counts added to res."""
+    from ..generate import GenTimings, generate
+    from ..sampling import Sampler, SamplingParams
+
+    tok = ctx.model.tokenizer
+    start = [tok.bos if tok.add_bos and tok.bos is not None else 0]
+    tm = GenTimings()
+    spec.reset()
+    for _ in generate(ctx, Sampler(SamplingParams(temp=0.0)), start, n_gen - 1, timings=tm, spec=spec,
+                      stop_at_eog=False):
+        pass
+    res.n_drafted += tm.n_drafted
+    res.n_accepted += tm.n_accepted
+    res.n_verify += tm.n_verify
+    res.n_verify_ubatches += tm.n_verify_ubatches
+
+
 def run_instance(model: Model, inst: Instance, p: BenchParams, rng: random.Random) -> TestResult:
     """Create a context for `inst`, warm up once, then time `p.reps` runs on a cleared cache."""
     ctx = Context(model, inst.ctx_params(p.device))
@@ -178,12 +211,20 @@ def run_instance(model: Model, inst: Instance, p: BenchParams, rng: random.Rando
         gpu_info=info.gpu_info(p.device), test_time=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         n_ctx=ctx.n_ctx, cpu_isa=info.cpu_isa(),
     )
+    spec = None
+    if p.spec is not None and p.spec.type != "none" and inst.n_gen > 0:
+        from ..speculative import make_speculator
+
+        spec = make_speculator(p.spec, model, inst.ctx_params(p.device))
+        res.spec_type = p.spec.type
+    gen = (lambda c, n, r: test_gen_spec(c, n, spec, res)) if spec is not None else test_gen
     ctx.memory.clear()
     if not p.no_warmup:
         if inst.n_prompt > 0:
             test_prompt(ctx, inst.n_prompt, inst.n_batch, rng)
         if inst.n_gen > 0:
-            test_gen(ctx, 1, rng)
+            gen(ctx, 2, rng)
+        res.n_drafted = res.n_accepted = res.n_verify = res.n_verify_ubatches = 0
     for _ in range(p.reps):
         ctx.memory.clear()
         if inst.n_depth > 0:
@@ -192,7 +233,7 @@ def run_instance(model: Model, inst: Instance, p: BenchParams, rng: random.Rando
         if inst.n_prompt > 0:
             test_prompt(ctx, inst.n_prompt, inst.n_batch, rng)
         if inst.n_gen > 0:
-            test_gen(ctx, inst.n_gen, rng)
+            gen(ctx, inst.n_gen, rng)
         if p.device.startswith("cuda"):
             torch.cuda.synchronize()
         res.samples_ns.append(time.perf_counter_ns() - t0)

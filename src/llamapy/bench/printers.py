@@ -19,12 +19,14 @@ FIELDS = (
     "n_prompt", "n_gen", "n_depth",
     "test_time", "avg_ns", "stddev_ns", "avg_ts", "stddev_ts",
 )
-EXTRA_FIELDS = ("n_ctx", "compute_bytes", "cpu_isa")  # llamapy: resolved KV cells, reserved compute buffer, kernel ISA
+# llamapy: resolved KV cells, reserved compute buffer, kernel ISA; speculative decoding in tg
+EXTRA_FIELDS = ("n_ctx", "compute_bytes", "cpu_isa", "spec_type", "n_drafted", "n_accepted", "n_verify",
+                "ubatches_per_verify")
 _INT = {"build_number", "n_batch", "n_ubatch", "n_threads", "poll", "model_size", "model_n_params", "n_gpu_layers",
         "main_gpu", "n_prompt", "n_gen", "n_depth", "avg_ns", "stddev_ns", "no_op_offload", "n_cpu_moe",
-        "fit_target", "fit_min_ctx", "flash_attn", "n_ctx", "compute_bytes"}
+        "fit_target", "fit_min_ctx", "flash_attn", "n_ctx", "compute_bytes", "n_drafted", "n_accepted", "n_verify"}
 _BOOL = {"no_kv_offload", "cpu_strict", "embeddings", "no_host", "repack"}
-_FLOAT = {"avg_ts", "stddev_ts"}
+_FLOAT = {"avg_ts", "stddev_ts", "ubatches_per_verify"}
 MiB = 1024 * 1024
 
 
@@ -44,7 +46,8 @@ def values(r: TestResult) -> dict[str, str]:
         "n_prompt": str(i.n_prompt), "n_gen": str(i.n_gen), "n_depth": str(i.n_depth), "test_time": r.test_time,
         "avg_ns": str(r.avg_ns()), "stddev_ns": str(r.stddev_ns()), "avg_ts": f"{r.avg_ts():f}",
         "stddev_ts": f"{r.stddev_ts():f}", "n_ctx": str(r.n_ctx), "compute_bytes": str(r.compute_bytes),
-        "cpu_isa": r.cpu_isa,
+        "cpu_isa": r.cpu_isa, "spec_type": r.spec_type, "n_drafted": str(r.n_drafted), "n_accepted": str(r.n_accepted),
+        "n_verify": str(r.n_verify), "ubatches_per_verify": f"{r.ubatches_per_verify():f}",
     }
     return v
 
@@ -133,6 +136,8 @@ class MarkdownPrinter(Printer):
             if getattr(p, field) != default:
                 self.cols.append((field, name, width))
         self.cols += [("test", "test", 15), ("t/s", "t/s", 20), ("compute", "compute MiB", 11)]
+        if p.spec is not None and p.spec.type != "none":  # drafts: acceptance and ubatches per verification
+            self.cols += [("spec_type", "spec", -12), ("accepted", "accepted", 14), ("ub_verify", "ub/verif", 8)]
         self.fout.write("|" + "".join(f" {_pad(name, w)} |" for _, name, w in self.cols) + "\n")
         self.fout.write("|" + "".join(f" {'-' * (abs(w) - 1)}{':' if w > 0 else '-'} |" for _, _, w in self.cols) + "\n")
 
@@ -156,6 +161,10 @@ class MarkdownPrinter(Printer):
                 s = f"{r.compute_bytes / MiB:.2f}"
             elif field == "flash_attn":
                 s = r.inst.flash_attn
+            elif field == "accepted":
+                s = f"{r.n_accepted}/{r.n_drafted}" if r.n_drafted else "-"
+            elif field == "ub_verify":
+                s = f"{r.ubatches_per_verify():.2f}" if r.n_verify else "-"
             else:
                 s = v[field]
             cells.append(f" {_pad(s, w)} |")

@@ -59,6 +59,11 @@ class DraftSimple:
             self.ctx.decode(b)
             self.cached.extend(chunk)
 
+    def reset(self) -> None:
+        """An empty draft sequence."""
+        self.ctx.memory.seq_rm(self.seq_id, -1, -1)
+        self.cached = []
+
     def prefill(self, tokens: list[int]) -> None:
         """The prompt into the draft cache while the target reads it, so the first draft does
         not pay for it."""

@@ -115,6 +115,15 @@ class Speculator:
         d = self.proposer.draft(tokens, n)[:n]
         return d if len(d) >= max(self.n_min, 1) else []
 
+    def reset(self) -> None:
+        """Forget every sequence and count (a benchmark's next repetition)."""
+        self.n_drafted = self.n_accepted = self.n_verifications = 0
+        if self.backoff is not None:
+            self.backoff = Backoff(self.backoff.start, self.backoff.misses, self.backoff.max_skip)
+        clear = getattr(self.proposer, "reset", None)
+        if clear is not None:
+            clear()
+
     def prefill(self, tokens: list[int]) -> None:
         """The prompt, for a proposer that reads it ahead (a draft model's cache)."""
         pre = getattr(self.proposer, "prefill", None)
