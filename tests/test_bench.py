@@ -166,6 +166,19 @@ def test_cli_bench_speculative_tg(tiny_path, capsys):
     assert by_ub[2]["ubatches_per_verify"] > 1.0  # a verification of n rows takes ceil(n / 2)
 
 
+def test_cli_batched_bench_speculative(tiny_path, capsys):
+    """batched-bench --spec-type: each sequence a server slot that drafts; the rows carry the
+    draft counts, and with -ub 2 the generation steps take more than one ubatch."""
+    a = _cli(["batched-bench", "-m", str(tiny_path), "-c", "512", "-npp", "8", "-ntg", "12", "-npl", "1,3", "-ub", "2",
+              "-b", "64", "-t", "1", "--output-format", "jsonl", "--spec-type", "draft-simple", "-md", str(tiny_path),
+              "--spec-draft-n-max", "3"])
+    assert a.fn(a) == 0
+    rows = [json.loads(x) for x in capsys.readouterr().out.splitlines() if x.strip()]
+    assert [(r["pl"], r["spec_type"]) for r in rows] == [(1, "draft-simple"), (3, "draft-simple")]
+    for r in rows:
+        assert r["n_drafted"] >= r["n_accepted"] > 0 and r["speed_tg"] > 0 and r["ubatches_per_step"] > 1.0
+
+
 # --- batched-bench ----------------------------------------------------------------------------
 @pytest.mark.parametrize("pps", [False, True])
 def test_batched_bench_rows_and_n_kv(tiny, pps):

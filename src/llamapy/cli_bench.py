@@ -64,6 +64,7 @@ def add_parser(sub, common) -> None:
                    help="one KV stream per sequence instead of the unified cache")
     p.add_argument("--output-format", default="md", choices=("md", "jsonl"))
     p.add_argument("-v", "--verbose", action="store_true")
+    common._add_speculative(p)  # each sequence then a server slot that drafts
     p.set_defaults(fn=cmd_batched_bench, kv_unified=True)
 
     p = sub.add_parser("perplexity", help="llama-perplexity: PPL over the second half of each n_ctx chunk")
@@ -140,10 +141,45 @@ def cmd_batched_bench(a: argparse.Namespace) -> int:
     model = Model.load(a.model, device=a.device)
     ctx = Context(model, cp)
     nt = _threads(a)
+    if a.spec_type != "none":
+        return _batched_bench_spec(a, model, ctx, cp, nt)
     if a.output_format == "md":
         print(md_header(ctx, a.pps, a.tgs, nt))
     for r in run_batched_bench(ctx, a.npp, a.ntg, a.npl, a.pps, a.tgs):
         print(md_row(r) if a.output_format == "md" else jsonl_row(ctx, r, a.pps, nt), flush=True)
+    print()
+    return 0
+
+
+def _batched_bench_spec(a: argparse.Namespace, model, ctx, cp, nt: int) -> int:
+    """batched-bench --spec-type: every point through the server's scheduler, each sequence a
+    slot that drafts; the rows gain the drafts' counts and the ubatches per generation step."""
+    import json
+    import random
+
+    from .bench.batched_bench import md_header, md_row, n_ctx_required, run_one_spec
+    from .cli_cmds import _spec_params
+    from .speculative.proposer import make_proposers
+
+    if a.pps or a.tgs:
+        raise ValueError("--spec-type runs each sequence as a server slot: -pps and -tgs do not apply")
+    spec = _spec_params(a)
+    proposers = make_proposers(spec, model, cp, cp.n_seq_max)
+    rng = random.Random(1)
+    if a.output_format == "md":
+        print(md_header(ctx, False, False, nt).rstrip("\n") + f"  ({spec.type}: drafted / accepted, ubatches per step)")
+    for pp, tg, pl in ((pp, tg, pl) for pp in a.npp for tg in a.ntg for pl in a.npl):
+        if n_ctx_required(pp, tg, pl, False, ctx.cparams.kv_unified) > ctx.n_ctx:
+            continue
+        r, sr = run_one_spec(ctx, pp, tg, pl, spec, proposers, rng)
+        if a.output_format == "md":
+            print(md_row(r) + f" {sr.n_drafted} / {sr.n_accepted}, {sr.ubatches_per_step:.2f}", flush=True)
+        else:
+            print(json.dumps({"n_kv_max": ctx.n_ctx, "n_batch": ctx.cparams.n_batch, "n_ubatch": ctx.cparams.n_ubatch,
+                              "pp": r.pp, "tg": r.tg, "pl": r.pl, "n_kv": r.n_kv, "t_pp": r.t_pp, "speed_pp": r.speed_pp,
+                              "t_tg": r.t_tg, "speed_tg": r.speed_tg, "t": r.t, "speed": r.speed, "spec_type": spec.type,
+                              "n_drafted": sr.n_drafted, "n_accepted": sr.n_accepted, "n_verify": sr.n_verify,
+                              "ubatches_per_step": sr.ubatches_per_step}), flush=True)
     print()
     return 0
 

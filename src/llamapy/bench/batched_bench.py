@@ -94,6 +94,54 @@ def run_one(ctx: Context, pp: int, tg: int, pl: int, is_pp_shared: bool, is_tg_s
                       (n_pp + pl * tg) / t if t > 0 else 0.0)
 
 
+@dataclass(frozen=True, slots=True)
+class SpecRow:
+    """--spec-type: what the drafts did in one (pp, tg, pl) point."""
+
+    n_drafted: int
+    n_accepted: int
+    n_verify: int  # a slot's draft verified in a step
+    ubatches_per_step: float  # the generation steps' ubatches (-ub splits the drafts' rows)
+
+
+def run_one_spec(ctx: Context, pp: int, tg: int, pl: int, spec, proposers: list, rng: random.Random
+                 ) -> tuple[BatchedRow, SpecRow]:
+    """One (pp, tg, pl) point with speculative decoding: pl requests of pp random prompt tokens
+    and tg greedy tokens each (end-of-generation never sampled) through the server's scheduler,
+    each slot drafting on its own, every step one batch; T_PP ends when every slot has its
+    first token."""
+    from ..sampling import SamplingParams
+    from ..server.request import Request
+    from ..server.scheduler import Scheduler
+    from ..server.slots import SlotState
+
+    n_vocab = ctx.model.n_vocab
+    ctx.memory.clear()
+    for prop in proposers:
+        getattr(prop, "reset", lambda: None)()
+    sched = Scheduler(ctx, spec, proposers)
+    done: list[int] = []
+    for j in range(pl):
+        prompt = [rng.randrange(n_vocab) for _ in range(pp)]
+        sched.submit(Request(prompt=prompt, max_tokens=tg, sampling=SamplingParams(temp=0.0), ignore_eos=True,
+                             sink=lambda ev: done.append(1) if ev.final else None))
+    t0 = time.perf_counter()
+    while any(sl.state is not SlotState.GENERATING for sl in sched.slots[:pl]) and len(done) < pl:
+        sched.update_slots()
+    t_pp = time.perf_counter() - t0
+    n_dec0 = len(ctx.stats.ubatches_per_decode)
+    while len(done) < pl:
+        sched.update_slots()
+    t_tg = time.perf_counter() - t0 - t_pp
+    ub = ctx.stats.ubatches_per_decode[n_dec0:]
+    m = sched.metrics
+    t = t_pp + t_tg
+    row = BatchedRow(pp, tg, pl, n_ctx_required(pp, tg, pl, False, ctx.cparams.kv_unified), t_pp,
+                     pl * pp / t_pp if t_pp > 0 else 0.0, t_tg, pl * tg / t_tg if t_tg > 0 else 0.0, t,
+                     (pl * pp + pl * tg) / t if t > 0 else 0.0)
+    return row, SpecRow(m.n_draft_tokens, m.n_draft_accepted, m.n_draft_verif_steps, sum(ub) / len(ub) if ub else 0.0)
+
+
 def run_batched_bench(ctx: Context, n_pp: list[int], n_tg: list[int], n_pl: list[int], is_pp_shared: bool = False,
                       is_tg_separate: bool = False, seed: int = 1) -> Iterator[BatchedRow]:
     """Yield one row per (pp, tg, pl) that fits in the context (others are skipped silently,
