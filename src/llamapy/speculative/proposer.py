@@ -164,7 +164,7 @@ def make_proposers(params: SpecParams, target, cparams=None, n_seq: int = 1) -> 
     from ..registry import resolve_model
     from .draft_simple import DraftSimple, check_same_vocab
 
-    draft_model = Model.load(resolve_model(params.draft_model))
+    draft_model = Model.load(resolve_model(params.draft_model), device=str(getattr(target, "device", "auto")))
     check_same_vocab(target, draft_model)
     cp = cparams if cparams is not None else ContextParams()
     dctx = Context(draft_model, replace(cp, n_seq_max=n_seq, kv_unified=True if n_seq == 1 else cp.kv_unified))
