@@ -240,3 +240,10 @@ def test_draft_length_follows_acceptance():
     assert b.length(48) == 16 and b.length(10) == 10
     b.record(16, 3)
     assert b.length(48) == 6
+
+
+def test_n_predict_zero_generates_nothing(tiny):
+    ctx = Context(tiny, ContextParams(n_ctx=64))
+    tm = GenTimings()
+    assert list(generate(ctx, Sampler(SamplingParams(temp=0.0)), [1, 2, 3], 0, timings=tm)) == []
+    assert tm.stop == "length" and ctx.memory.seq_pos_max(0) == 2

@@ -86,6 +86,9 @@ def generate(ctx: Context, sampler: Sampler, prompt: list[int], n_predict: int, 
         tm.n_gen, tm.t_gen = len(tm.tokens), time.perf_counter() - t0
         return "length" if 0 <= n_predict <= len(tm.tokens) else ""
 
+    if n_predict == 0:
+        tm.stop = "length"
+        return
     token = sampler.sample(ctx.get_logits_ith(-1))
     while True:
         stop = emit(token)
