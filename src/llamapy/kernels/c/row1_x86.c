@@ -9,15 +9,27 @@
 
 #if defined(LP_AVX2) || defined(LP_AVX512)
 
-/* The int32x8 dot of 32 int16 weights (wl: elements 0..15, wh: 16..31) with xq[0..32). */
-LP_INLINE __m256i dot32(__m256i wl, __m256i wh, const int16_t *xq) {
-    const __m256i x0 = _mm256_loadu_si256((const __m256i *)xq), x1 = _mm256_loadu_si256((const __m256i *)(xq + 16));
+/* The int32x8 dot of 32 int16 weights (wl: elements 0..15, wh: 16..31) with 32 int16
+ * activations (x0: 0..15, x1: 16..31). */
+LP_INLINE __m256i dot32x(__m256i wl, __m256i wh, __m256i x0, __m256i x1) {
 #if defined(LP_VNNI)
     return _mm256_dpwssd_epi32(_mm256_dpwssd_epi32(_mm256_setzero_si256(), wl, x0), wh, x1);
 #else
     return _mm256_add_epi32(_mm256_madd_epi16(wl, x0), _mm256_madd_epi16(wh, x1));
 #endif
 }
+
+/* ... with the activations read from xq[0..32). */
+LP_INLINE __m256i dot32(__m256i wl, __m256i wh, const int16_t *xq) {
+    return dot32x(wl, wh, _mm256_loadu_si256((const __m256i *)xq), _mm256_loadu_si256((const __m256i *)(xq + 16)));
+}
+
+/* Bytes per block of a 32-element block type, and whether it has a minimum (Q4_0 counts: its
+ * -8 is read as a minimum of -8 d, block16). */
+LP_INLINE int bytes32(const int type) {
+    return type == LP_Q4_0 ? 18 : type == LP_Q4_1 ? 20 : type == LP_Q5_0 ? 22 : type == LP_Q5_1 ? 24 : 34;
+}
+LP_INLINE int mins32(const int type) { return type == LP_Q4_0 || type == LP_Q4_1 || type == LP_Q5_1; }
 
 LP_INLINE __m256i lo16(__m256i b) { return _mm256_cvtepi8_epi16(_mm256_castsi256_si128(b)); }
 LP_INLINE __m256i hi16(__m256i b) { return _mm256_cvtepi8_epi16(_mm256_extracti128_si256(b, 1)); }
@@ -107,8 +119,7 @@ LP_INLINE void hsum2(__m256 a, __m256 b, float *ya, float *yb) {
  * signed). */
 LP_INLINE void rows_32(const int type, const int nr, const uint8_t *w0, const uint8_t *w1, int64_t nb,
                        const lp_xrows *xr, int64_t r, float *y) {
-    const int bb = type == LP_Q4_0 ? 18 : type == LP_Q4_1 ? 20 : type == LP_Q5_0 ? 22 : type == LP_Q5_1 ? 24 : 34;
-    const int mins = type == LP_Q4_0 || type == LP_Q4_1 || type == LP_Q5_1;
+    const int bb = bytes32(type), mins = mins32(type);
     const int16_t *xq = xr->q + r * xr->n_in;
     const float *s = xr->s + r * nb, *sum = xr->sum32 + r * nb;
     __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
@@ -121,20 +132,8 @@ LP_INLINE void rows_32(const int type, const int nr, const uint8_t *w0, const ui
         const __m256i x0 = _mm256_loadu_si256((const __m256i *)(xq + 32 * b));
         const __m256i x1 = _mm256_loadu_si256((const __m256i *)(xq + 32 * b + 16));
         const float sb = s[b];
-#if defined(LP_VNNI)
-        const __m256i p = _mm256_dpwssd_epi32(_mm256_dpwssd_epi32(_mm256_setzero_si256(), ul, x0), uh, x1);
-#else
-        const __m256i p = _mm256_add_epi32(_mm256_madd_epi16(ul, x0), _mm256_madd_epi16(uh, x1));
-#endif
-        a0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(d0 * sb), a0);
-        if (nr == 2) {
-#if defined(LP_VNNI)
-            const __m256i q = _mm256_dpwssd_epi32(_mm256_dpwssd_epi32(_mm256_setzero_si256(), vl, x0), vh, x1);
-#else
-            const __m256i q = _mm256_add_epi32(_mm256_madd_epi16(vl, x0), _mm256_madd_epi16(vh, x1));
-#endif
-            a1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(q), _mm256_set1_ps(d1 * sb), a1);
-        }
+        a0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot32x(ul, uh, x0, x1)), _mm256_set1_ps(d0 * sb), a0);
+        if (nr == 2) a1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot32x(vl, vh, x0, x1)), _mm256_set1_ps(d1 * sb), a1);
         if (mins) {
             m0s += m0 * sum[b];
             m1s += m1 * sum[b];
@@ -154,8 +153,7 @@ LP_INLINE void rows_32(const int type, const int nr, const uint8_t *w0, const ui
  * minimum's m * sum(x) in scalar), so a few rows cost little more than one. */
 LP_INLINE void xrows_32(const int type, const int NX, const uint8_t *w, int64_t nb, const lp_xrows *xr, int64_t r0,
                         float *y) {
-    const int bb = type == LP_Q4_0 ? 18 : type == LP_Q4_1 ? 20 : type == LP_Q5_0 ? 22 : type == LP_Q5_1 ? 24 : 34;
-    const int mins = type == LP_Q4_0 || type == LP_Q4_1 || type == LP_Q5_1;
+    const int bb = bytes32(type), mins = mins32(type);
     const int64_t n_in = xr->n_in;
     __m256 a[4];
     float ms[4];
@@ -302,8 +300,7 @@ LP_INLINE void store32(__m256i w8, float d0, float d1, float m0, float m1, int h
 }
 
 LP_INLINE void f32_32(const int type, const uint8_t *row, int64_t nb, float *out) {
-    const int bb = type == LP_Q4_0 ? 18 : type == LP_Q4_1 ? 20 : type == LP_Q5_0 ? 22 : type == LP_Q5_1 ? 24 : 34;
-    const int has_min = type == LP_Q4_1 || type == LP_Q5_1;
+    const int bb = bytes32(type), has_min = type == LP_Q4_1 || type == LP_Q5_1; /* block32 keeps Q4_0's -8 */
     for (int64_t b = 0; b < nb; b++) {
         float d, m;
         const __m256i w = block32(type, row + b * bb, &d, &m);
