@@ -27,7 +27,7 @@ from .metrics import ServerMetrics
 from .request import Event, Request, Usage
 from ..generate import common_prefix
 from .slots import Slot, SlotState, check_prompt_fits
-from ..speculative import SpecParams
+from ..speculative import SpecParams, Speculator
 
 log = logger("srv")
 
@@ -57,7 +57,7 @@ class Scheduler:
         self.tok = ctx.model.tokenizer
         c = ctx.cparams
         self.n_batch = c.n_batch
-        self.slots = [Slot(i, c.n_ctx_seq, speculative=self.spec is not None) for i in range(c.n_seq_max)]
+        self.slots = [Slot(i, c.n_ctx_seq) for i in range(c.n_seq_max)]
         if self.spec is not None and len(self.proposers) != len(self.slots):
             raise ValueError(f"{len(self.proposers)} draft sources for {len(self.slots)} slots")
         self.waiting: deque[Request] = deque()
@@ -174,6 +174,7 @@ class Scheduler:
             slot = max(idle, key=lambda s: (common_prefix(s.cache_tokens, req.prompt), -s.t_last))
             sampler = Sampler(req.sampling, n_ctx=slot.n_ctx)
             n_keep = slot.start(req, sampler, StreamDecoder(self.tok))
+            slot.spec = self._speculator(slot.id, req)
             can_reuse = getattr(self.ctx.memory, "can_reuse_prefix", None)  # SWA: the window may have moved on
             if n_keep > 0 and can_reuse is not None and not can_reuse(slot.id, n_keep):
                 n_keep = slot.n_past = slot.n_cached = 0
@@ -183,27 +184,27 @@ class Scheduler:
                 sampler.accept(t)
 
     # --- batch --------------------------------------------------------------------------------
-    def _draft(self, s: Slot, room: int) -> list[int]:
-        """The slot's draft for this step: its request's speculative.n_max / n_min / p_min over
-        the server's, within the room left in the batch, the slot's cells (one kept free) and
-        the tokens the request may still generate (less the one after the draft)."""
+    def _speculator(self, slot_id: int, req: Request) -> Speculator | None:
+        """The request's drafting on its slot's draft source: its speculative.n_max / n_min /
+        p_min over the server's (n_max 0: no drafts)."""
         if self.spec is None:
-            return []
-        o = s.request.spec
-        n_max = int(o.get("n_max", self.spec.draft_len))
-        n_min = int(o.get("n_min", self.spec.n_min))
-        n = min(n_max, room, s.n_ctx - len(s.cache_tokens) - 2)
-        if s.request.max_tokens >= 0:
-            n = min(n, s.request.max_tokens - s.n_decoded - 1)
-        if n > 0 and s.backoff is not None:
-            n = s.backoff.length(n)
-        if n <= 0:
-            return []
-        prop = self.proposers[s.id]
+            return None
+        o = req.spec
+        prop = self.proposers[slot_id]
         if hasattr(prop, "p_min"):
             prop.p_min = float(o.get("p_min", self.spec.p_min))
-        d = prop.draft(s.cache_tokens + [s.sampled], n)[:n]
-        return d if len(d) >= max(n_min, 1) else []
+        return Speculator(prop, int(o.get("n_max", self.spec.draft_len)), int(o.get("n_min", self.spec.n_min)))
+
+    def _draft(self, s: Slot, room: int) -> list[int]:
+        """The slot's draft for this step, within the room left in the batch, the slot's cells
+        (one kept free) and the tokens the request may still generate (less the one after the
+        draft)."""
+        if s.spec is None:
+            return []
+        n = min(room, s.n_ctx - len(s.cache_tokens) - 2)
+        if s.request.max_tokens >= 0:
+            n = min(n, s.request.max_tokens - s.n_decoded - 1)
+        return s.spec.draft(s.cache_tokens + [s.sampled], n) if n > 0 else []
 
     def _build(self, with_prompts: bool, with_drafts: bool = True) -> tuple[Batch, list[tuple[Slot, list[int]]]]:
         """The step's batch and, per slot, the tokens it adds to the cache if decode succeeds."""
@@ -298,7 +299,7 @@ class Scheduler:
         draft, s.draft = s.draft, []
         if draft:
             del s.cache_tokens[len(s.cache_tokens) - len(draft) :]  # up to `sampled`, as without a draft
-            s.n_draft += len(draft)
+            s.spec.n_drafted, s.spec.n_verifications = s.spec.n_drafted + len(draft), s.spec.n_verifications + 1
             m = self.metrics
             m.n_draft_tokens, m.n_draft_verif_steps = m.n_draft_tokens + len(draft), m.n_draft_verif_steps + 1
         n_ok = 0
@@ -306,7 +307,7 @@ class Scheduler:
             logits = self._logits(s, s.i_batch + j)
             tok, ok = s.sampler.verify(logits, d)
             n_ok += ok
-            s.n_draft_accepted += ok
+            s.spec.n_accepted += ok  # counted before _emit: the request may end, with its timings, here
             self.metrics.n_draft_accepted += ok
             if not self._emit(s, tok, logits) or not ok:
                 break
@@ -316,9 +317,7 @@ class Scheduler:
             self._emit(s, s.sampler.sample(logits), logits)
         if draft:
             self.ctx.memory.seq_rm(s.id, len(s.cache_tokens), -1)
-            self.proposers[s.id].accepted(s.cache_tokens)
-            if s.backoff is not None:
-                s.backoff.record(len(draft), n_ok)
+            s.spec.settle(s.cache_tokens, len(draft), n_ok)  # the next draft's length, the draft cache
 
     def _logits(self, s: Slot, row: int) -> torch.Tensor:
         """Batch row `row`'s logits [n_vocab], end-of-generation tokens masked for ignore_eos."""

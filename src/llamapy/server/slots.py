@@ -14,7 +14,7 @@ from ..sampling import Sampler
 from ..tokenizer import StreamDecoder
 from .request import Event, Request, Usage
 from .stops import StopMatcher
-from ..speculative.proposer import Backoff
+from ..speculative.proposer import Speculator
 
 
 class SlotState(enum.Enum):
@@ -62,10 +62,7 @@ class Slot:
     t_prompt_done: float = 0.0
     t_last: float = 0.0  # when the slot was last used (LRU choice)
     draft: list[int] = field(default_factory=list)  # this step's draft, in the batch after `sampled`
-    n_draft: int = 0  # draft tokens verified for the current request
-    n_draft_accepted: int = 0
-    speculative: bool = False  # the server speculates: timings report the draft counts
-    backoff: "Backoff | None" = None  # drafting backs off while it keeps missing (speculative/proposer.py)
+    spec: Speculator | None = None  # the current request's drafting (set by the scheduler), and its counts
 
     @property
     def is_idle(self) -> bool:
@@ -80,8 +77,7 @@ class Slot:
         self.request, self.state = req, SlotState.PREFILLING
         self.n_past = self.n_cached = n_keep
         self.sampled, self.n_decoded, self.i_batch = -1, 0, -1
-        self.draft, self.n_draft, self.n_draft_accepted = [], 0, 0
-        self.backoff = Backoff() if self.speculative else None
+        self.draft, self.spec = [], None
         self.sampler, self.decoder, self.stops = sampler, decoder, StopMatcher(list(req.stop))
         self.t_start = time.perf_counter()
         return n_keep
@@ -100,8 +96,8 @@ class Slot:
             "prompt_per_second": n_prompt_new / t_p if t_p > 0 else 0.0,
             "predicted_per_second": self.n_decoded / t_g if t_g > 0 else 0.0,
         }
-        if self.speculative:  # llama-server's names
-            timings["draft_n"], timings["draft_n_accepted"] = self.n_draft, self.n_draft_accepted
+        if self.spec is not None:  # llama-server's names
+            timings["draft_n"], timings["draft_n_accepted"] = self.spec.n_drafted, self.spec.n_accepted
         usage = Usage(len(req.prompt), self.n_decoded, self.n_cached)
         return Event(req.id, text=tail, final=True, finish_reason=reason, error=error, usage=usage, timings=timings)
 
