@@ -56,12 +56,22 @@ def _add_speculative(p: argparse.ArgumentParser) -> None:
     p.add_argument("--spec-ngram-simple-size-m", type=int, default=48, help="m-gram drafted after a match (default: 48)")
 
 
+def _add_grammar(p: argparse.ArgumentParser) -> None:
+    """llama.cpp's constrained-sampling flags (common/arg.cpp); one of them at a time."""
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--grammar", default=None, help="GBNF grammar the output must match")
+    g.add_argument("--grammar-file", default=None, help="file with a GBNF grammar")
+    g.add_argument("-j", "--json-schema", default=None,
+                   help='JSON Schema the output must match, e.g. \'{"type": "object"}\' for any JSON object')
+    g.add_argument("-jf", "--json-schema-file", default=None, help="file with a JSON Schema")
+
+
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="llamapy", description="llama.cpp's inference runtime in Python on PyTorch")
     sub = ap.add_subparsers(dest="cmd", required=True)
 
     p = sub.add_parser("run", help="generate text from a prompt, streaming tokens")
-    _add_model(p), _add_context(p), _add_sampling(p), _add_speculative(p)
+    _add_model(p), _add_context(p), _add_sampling(p), _add_speculative(p), _add_grammar(p)
     p.add_argument("-p", "--prompt", default="Once upon a time")
     p.add_argument("-n", "--n-predict", type=int, default=128, help="tokens to generate (-1: until end or context full)")
     p.add_argument("-v", "--verbose", action="store_true", help="print every load/context log line")

@@ -44,6 +44,23 @@ def _sampler(a: argparse.Namespace):
     )
 
 
+def _grammar_spec(a: argparse.Namespace):
+    """The run's --grammar / --grammar-file / --json-schema / --json-schema-file, or None."""
+    from pathlib import Path
+
+    from .grammar import GrammarSpec
+
+    if getattr(a, "grammar_file", None):
+        return GrammarSpec("gbnf", Path(a.grammar_file).read_text())
+    if getattr(a, "grammar", None):
+        return GrammarSpec("gbnf", a.grammar)
+    if getattr(a, "json_schema_file", None):
+        return GrammarSpec.json_schema(Path(a.json_schema_file).read_text())
+    if getattr(a, "json_schema", None):
+        return GrammarSpec.json_schema(a.json_schema)
+    return None
+
+
 def _load(a: argparse.Namespace):
     from .context import Context
     from .model.model import Model
@@ -94,15 +111,23 @@ def _print_perf(tm) -> None:
 def cmd_run(a: argparse.Namespace) -> int:
     setup_logging(verbose=True)
     sp = _spec_params(a)  # bad flags fail before anything loads
+    gspec = _grammar_spec(a)
     model, ctx = _load(a)
     from .speculative import make_speculator
 
     spec = make_speculator(sp, model, _ctx_params(a))
+    sampler = _sampler(a)
+    if gspec is not None:
+        from .grammar import GrammarCompiler
+
+        sampler.grammar = GrammarCompiler(model.tokenizer, model.n_vocab).constraint(gspec)
     ids = model.tokenize(a.prompt, add_special=True, parse_special=True)
     sys.stdout.write(a.prompt)
-    tm = _stream(model, ctx, _sampler(a), ids, a.n_predict, spec=spec)
+    tm = _stream(model, ctx, sampler, ids, a.n_predict, spec=spec)
     sys.stdout.write("\n")
     print(file=sys.stderr)
+    if tm.stop == "grammar":
+        print(f"generation ended by the grammar: {tm.error}", file=sys.stderr)
     _print_perf(tm)
     from .context import print_memory_breakdown
 

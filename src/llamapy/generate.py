@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Iterator
+from typing import TYPE_CHECKING, Callable, Iterator
 
 from .batch import Batch
 from .context import Context
+from .grammar.constraint import GrammarDeadEnd
 from .sampling import Sampler
 
 if TYPE_CHECKING:
@@ -26,6 +27,7 @@ class GenTimings:
     n_accepted: int = 0  # ... and accepted
     n_verify: int = 0  # decodes that verified a draft
     n_verify_ubatches: int = 0  # ... and the ubatches they took (-ub splits a wide verification)
+    error: str = ""  # why a "grammar" stop happened
 
 
 def common_prefix(a: list[int], b: list[int]) -> int:
@@ -72,14 +74,14 @@ def generate(ctx: Context, sampler: Sampler, prompt: list[int], n_predict: int, 
     tm.n_prompt, tm.t_prompt = len(prompt), time.perf_counter() - t0
     for t in prompt:  # llama-cli pushes prompt tokens into the penalty window too
         sampler.accept(t)
-    n_ctx_seq = ctx.n_ctx_seq
     seq = list(prompt)  # the sequence so far, for the draft source
     t0 = time.perf_counter()
 
     def emit(token: int) -> str:
         """Record a generated token; the stop reason, or "" to go on."""
-        sampler.accept(token)
-        if stop_at_eog and tok.is_eog(token):
+        eog = tok.is_eog(token)
+        sampler.accept(token, accept_grammar=not eog)
+        if stop_at_eog and eog:
             return "eog"
         tm.tokens.append(token)
         seq.append(token)
@@ -89,6 +91,20 @@ def generate(ctx: Context, sampler: Sampler, prompt: list[int], n_predict: int, 
     if n_predict == 0:
         tm.stop = "length"
         return
+    try:
+        yield from _loop(ctx, sampler, spec, tm, emit, seq, n_predict, seq_id)
+    except GrammarDeadEnd as e:  # the grammar left no token: the run ends here, with the reason
+        tm.stop, tm.error = "grammar", str(e)
+    tm.t_gen = time.perf_counter() - t0
+    if spec is not None:
+        tm.n_drafted, tm.n_accepted = spec.n_drafted, spec.n_accepted
+
+
+def _loop(ctx: Context, sampler: Sampler, spec: "Speculator | None", tm: GenTimings, emit: Callable[[int], str],
+          seq: list[int], n_predict: int, seq_id: int) -> Iterator[int]:
+    """generate()'s decode loop after the prompt: sample, emit, decode (with a draft)."""
+    n_ctx_seq = ctx.n_ctx_seq
+    grammar = sampler.grammar
     token = sampler.sample(ctx.get_logits_ith(-1))
     while True:
         stop = emit(token)
@@ -105,6 +121,8 @@ def generate(ctx: Context, sampler: Sampler, prompt: list[int], n_predict: int, 
         if n_predict >= 0:
             room = min(room, n_predict - len(tm.tokens))
         draft = spec.draft(seq, room) if spec is not None and room > 0 else []
+        if draft and grammar is not None:  # drafts the grammar rejects are never verified
+            draft = draft[: grammar.valid_prefix(draft)]
         b = Batch()
         b.add(token, pos, (seq_id,), logits=True)
         for i, d in enumerate(draft):
@@ -137,6 +155,3 @@ def generate(ctx: Context, sampler: Sampler, prompt: list[int], n_predict: int, 
             break
         if token < 0:  # every draft kept: the token after the last comes from its row
             token = sampler.sample(ctx.get_logits_ith(len(draft)))
-    tm.t_gen = time.perf_counter() - t0
-    if spec is not None:
-        tm.n_drafted, tm.n_accepted = spec.n_drafted, spec.n_accepted

@@ -16,8 +16,12 @@ import math
 import os
 from collections import Counter, deque
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
+
+if TYPE_CHECKING:
+    from .grammar import Constraint
 
 LLAMA_DEFAULT_SEED = 0xFFFFFFFF  # "pick a random seed"
 TOP_P_PARTIAL_SORT = 256  # llama.cpp's top_p first sorts only this many when n > 1024
@@ -184,8 +188,10 @@ class Sampler:
     token that enters the sequence (prompt tokens too, if they should be penalized).
     """
 
-    def __init__(self, params: SamplingParams | None = None, n_ctx: int | None = None) -> None:
+    def __init__(self, params: SamplingParams | None = None, n_ctx: int | None = None,
+                 grammar: "Constraint | None" = None) -> None:
         self.params = params if params is not None else SamplingParams()
+        self.grammar = grammar  # masks the logits before the chain; advanced by accept(t, accept_grammar=True)
         last_n = self.params.penalty_last_n
         self._window: deque[int] = deque(maxlen=n_ctx if last_n == -1 else last_n)
         self._counts: Counter[int] = Counter()
@@ -203,8 +209,12 @@ class Sampler:
         self._generator.manual_seed(self.seed)
         self.cur = None
 
-    def accept(self, token: int) -> None:
-        """Add token to the penalty window (the last penalty_last_n accepted tokens)."""
+    def accept(self, token: int, accept_grammar: bool = False) -> None:
+        """Add token to the penalty window (the last penalty_last_n accepted tokens); with
+        accept_grammar (a generated token, as llama.cpp's common_sampler_accept) the grammar
+        consumes it too."""
+        if accept_grammar and self.grammar is not None:
+            self.grammar.advance(token)
         if self.params.penalty_last_n == 0:
             return
         if self._window.maxlen is not None and len(self._window) == self._window.maxlen:
@@ -216,11 +226,14 @@ class Sampler:
         self._counts[token] += 1
 
     def sample(self, logits: torch.Tensor) -> int:
-        """logits [n_vocab] (any float dtype, any device; not modified) -> token id."""
+        """logits [n_vocab] (any float dtype, any device; not modified) -> token id.  With a
+        grammar, disallowed tokens are masked first (GrammarDeadEnd when none is left)."""
         if logits.dim() != 1 or logits.shape[0] == 0:
             raise ValueError(
                 f"sample() takes one row of logits [n_vocab], got {tuple(logits.shape)}"
             )
+        if self.grammar is not None:
+            logits = self.grammar.apply(logits)
         p = self.params
         if p.temp <= 0.0 and not p.penalties_enabled():  # greedy: the chain would keep only the argmax
             x = logits.detach()
@@ -260,10 +273,13 @@ class Sampler:
         reduces to: accept with probability p(draft), else draw from p with the draft removed,
         renormalized -- which makes the token's distribution exactly p, the distribution
         sample() draws from.  Greedy: the argmax, accepted when it is the draft.  Like
-        sample(), it records nothing: accept() the token."""
+        sample(), it records nothing: accept() the token.  With a grammar, the masked
+        distribution is the target (drafts are trimmed to what the grammar accepts)."""
         if self.params.temp <= 0.0:
             t = self.sample(logits)
             return t, t == draft
+        if self.grammar is not None:
+            logits = self.grammar.apply(logits)
         cur = self._chain(logits)
         probs = torch.softmax(cur.logits, dim=0).to(torch.float64)  # [n_cand]
         hit = (cur.ids == draft).nonzero()

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import AsyncIterator, Awaitable, Callable
 
 from ..context import Context
+from ..grammar import GrammarCompiler
 from ..model.model import Model
 from .request import Event, Request
 from .scheduler import Scheduler
@@ -23,6 +24,7 @@ class ServerState:
     model: Model | None = None
     ctx: Context | None = None
     scheduler: Scheduler | None = None
+    grammars: GrammarCompiler | None = None  # compiled grammars, cached by their text
     t_created: int = field(default_factory=lambda: int(time.time()))
 
     @property
@@ -30,6 +32,7 @@ class ServerState:
         return self.scheduler is not None
 
     def attach(self, model: Model, ctx: Context, scheduler: Scheduler) -> None:
+        self.grammars = GrammarCompiler(model.tokenizer, model.n_vocab)
         self.model, self.ctx, self.scheduler = model, ctx, scheduler
 
 

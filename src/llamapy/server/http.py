@@ -86,6 +86,7 @@ def tokenize_prompt(state: ServerState, prompt: str | list[int]) -> list[int]:
 
 
 def create_app(state: ServerState) -> FastAPI:
+    from .constraints import compile_constraint, request_spec
     from .http_openai import router as openai_router
 
     app = FastAPI(title="llamapy server", docs_url=None, redoc_url=None, openapi_url=None)
@@ -169,7 +170,8 @@ def create_app(state: ServerState) -> FastAPI:
     async def completion(body: NativeCompletionRequest, request: Request):
         _ready(state)
         ids = tokenize_prompt(state, body.prompt)
-        req = GenRequest(ids, max_tokens=body.n_predict, sampling=body.sampling(body.n_probs), stop=body.stop_list(), n_probs=body.n_probs, ignore_eos=body.ignore_eos, spec=body.spec_overrides())
+        constraint = await compile_constraint(state, request_spec(body.grammar, body.json_schema))
+        req = GenRequest(ids, max_tokens=body.n_predict, sampling=body.sampling(body.n_probs), stop=body.stop_list(), n_probs=body.n_probs, ignore_eos=body.ignore_eos, spec=body.spec_overrides(), constraint=constraint)
         p = submit(state, req)
         if body.stream:
             return EventStream(_native_stream(state, p), p.close)
@@ -196,10 +198,17 @@ def _probs(state: ServerState, ev: Event) -> list[dict[str, Any]]:
     return [{"id": ev.token, "token": piece(ev.token), "prob": ev.prob, "top_probs": top}]
 
 
+def stop_fields(ev: Event) -> dict[str, Any]:
+    """llama-server's stop_type (eos | limit), or "grammar" with the grammar's message."""
+    if ev.finish_reason == "grammar":
+        return {"stop_type": "grammar", "grammar_error": ev.error}
+    return {"stop_type": "eos" if ev.finish_reason == "stop" else "limit"}
+
+
 def _native_final(state: ServerState, ev: Event, text: str, toks: list[Event]) -> dict[str, Any]:
     u = ev.usage
     out: dict[str, Any] = {
-        "content": text, "stop": True, "stop_type": "eos" if ev.finish_reason == "stop" else "limit",
+        "content": text, "stop": True, **stop_fields(ev),
         "tokens_predicted": u.completion_tokens, "tokens_evaluated": u.prompt_tokens, "tokens_cached": u.prompt_tokens_cached,
         "truncated": False, "timings": ev.timings, "model": state.alias,
     }
@@ -217,6 +226,6 @@ async def _native_stream(state: ServerState, p: Pending) -> AsyncIterator[str]:
             yield sse(error_body(err.status, err.message))
             return
         u = ev.usage
-        yield sse({"content": ev.text, "stop": True, "stop_type": "eos" if ev.finish_reason == "stop" else "limit",
+        yield sse({"content": ev.text, "stop": True, **stop_fields(ev),
                    "tokens_predicted": u.completion_tokens, "tokens_evaluated": u.prompt_tokens, "timings": ev.timings,
                    "model": state.alias})

@@ -10,7 +10,9 @@ from typing import Any, AsyncIterator
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
+from . import tools
 from .bridge import Pending, ServerState
+from .constraints import compile_constraint, request_spec
 from .http import APIError, EventStream, error_body, error_response, final_error, sse, submit, tokenize_prompt
 from .request import Event, Request as GenRequest, Usage
 from .schemas import ChatCompletionRequest, CompletionRequest
@@ -75,7 +77,8 @@ async def completions(body: CompletionRequest, request: Request):
     state = _state(request)
     ids = tokenize_prompt(state, body.prompt)
     n_probs = body.logprobs or 0
-    req = GenRequest(ids, max_tokens=-1 if body.max_tokens is None else body.max_tokens, sampling=body.sampling(n_probs), stop=body.stop_list(), n_probs=n_probs, ignore_eos=body.ignore_eos, spec=body.spec_overrides())
+    constraint = await compile_constraint(state, request_spec(body.grammar, body.json_schema))
+    req = GenRequest(ids, max_tokens=-1 if body.max_tokens is None else body.max_tokens, sampling=body.sampling(n_probs), stop=body.stop_list(), n_probs=n_probs, ignore_eos=body.ignore_eos, spec=body.spec_overrides(), constraint=constraint)
     p = submit(state, req)
     cid, created = f"cmpl-{uuid.uuid4().hex}", int(time.time())
     head = {"id": cid, "object": "text_completion", "created": created, "model": state.alias}
@@ -87,7 +90,7 @@ async def completions(body: CompletionRequest, request: Request):
     if (err := final_error(evs[-1])) is not None:
         raise err
     prefix = body.prompt if body.echo and isinstance(body.prompt, str) else ""
-    choice = {"index": 0, "text": prefix + text, "logprobs": _cmpl_logprobs(state, evs), "finish_reason": evs[-1].finish_reason}
+    choice = {"index": 0, "text": prefix + text, "logprobs": _cmpl_logprobs(state, evs), **_finish(evs[-1])}
     return {**head, "choices": [choice], "usage": _usage(evs[-1].usage), "timings": evs[-1].timings}
 
 
@@ -96,30 +99,60 @@ async def completions(body: CompletionRequest, request: Request):
 async def chat_completions(body: ChatCompletionRequest, request: Request):
     state = _state(request)
     try:
-        text = state.model.tokenizer.apply_chat_template([m.as_dict() for m in body.messages], add_generation_prompt=True)
+        plan = tools.plan(body.tools, body.tool_choice, body.parallel_tool_calls)
+        messages = tools.render_messages([m.as_dict() for m in body.messages], plan)
+    except tools.ToolError as e:
+        raise APIError(400, str(e)) from None
+    try:
+        text = state.model.tokenizer.apply_chat_template(messages, add_generation_prompt=True)
     except Exception as e:  # a template that rejects the conversation (e.g. roles out of order)
         raise APIError(400, f"messages: the chat template failed: {e}") from None
     ids = state.model.tokenize(text, add_special=True, parse_special=True)
     n_probs = body.n_probs()
-    req = GenRequest(ids, max_tokens=body.n_predict(), sampling=body.sampling(n_probs), stop=body.stop_list(), n_probs=n_probs, ignore_eos=body.ignore_eos, spec=body.spec_overrides())
+    spec = request_spec(body.grammar, body.json_schema, body.response_format, plan)
+    constraint = await compile_constraint(state, spec)
+    req = GenRequest(ids, max_tokens=body.n_predict(), sampling=body.sampling(n_probs), stop=body.stop_list(), n_probs=n_probs, ignore_eos=body.ignore_eos, spec=body.spec_overrides(), constraint=constraint)
     p = submit(state, req)
     cid, created = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
     head = {"id": cid, "object": "chat.completion", "created": created, "model": state.alias}
+    calls_possible = plan is not None and plan.lark is not None
     if body.stream:
-        return EventStream(_stream(state, p, {**head, "object": "chat.completion.chunk"}, chat=True), p.close)
+        return EventStream(_stream(state, p, {**head, "object": "chat.completion.chunk"}, chat=True, plan=plan if calls_possible else None), p.close)
     out, evs = await p.collect(request.is_disconnected)
     if not evs or not evs[-1].final:
         return error_response(499, "client closed the request")
     if (err := final_error(evs[-1])) is not None:
         raise err
-    choice = {"index": 0, "message": {"role": "assistant", "content": out}, "logprobs": _chat_logprobs(state, evs),
-              "finish_reason": evs[-1].finish_reason}
+    content, calls = tools.parse_output(out, plan) if calls_possible else (out, [])
+    message: dict[str, Any] = {"role": "assistant", "content": content}
+    fin = _finish(evs[-1])
+    if calls:
+        message["tool_calls"] = calls
+        fin["finish_reason"] = "tool_calls" if fin["finish_reason"] == "stop" else fin["finish_reason"]
+    choice = {"index": 0, "message": message, "logprobs": _chat_logprobs(state, evs), **fin}
     return JSONResponse({**head, "choices": [choice], "usage": _usage(evs[-1].usage), "timings": evs[-1].timings})
 
 
-async def _stream(state: ServerState, p: Pending, head: dict[str, Any], chat: bool) -> AsyncIterator[str]:
+def _finish(ev: Event) -> dict[str, Any]:
+    """The choice's finish_reason, and the grammar's message when the grammar ended it."""
+    out: dict[str, Any] = {"finish_reason": ev.finish_reason}
+    if ev.finish_reason == "grammar":
+        out["grammar_error"] = ev.error
+    return out
+
+
+def _call_deltas(calls: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """OpenAI's streamed tool_calls deltas: per call its index, id, type and name with the
+    whole arguments string."""
+    return [{"index": i, "id": c["id"], "type": "function", "function": c["function"]} for i, c in enumerate(calls)]
+
+
+async def _stream(state: ServerState, p: Pending, head: dict[str, Any], chat: bool,
+                  plan: tools.ToolPlan | None = None) -> AsyncIterator[str]:
     """SSE chunks: a role delta first (chat), one chunk per text piece, a final chunk with
-    finish_reason and usage, then [DONE].  An abort/error ends with an error event."""
+    finish_reason and usage, then [DONE].  An abort/error ends with an error event.  With
+    tools that may be called: an answer whose first character is "{" is a call, held until
+    it is complete and then sent as tool_calls deltas; any other answer streams as text."""
     def chunk(text: str | None, finish: str | None, ev: Event | None = None, role: bool = False) -> dict[str, Any]:
         if chat:
             delta: dict[str, Any] = {"role": "assistant", "content": ""} if role else ({"content": text} if text else {})
@@ -134,16 +167,35 @@ async def _stream(state: ServerState, p: Pending, head: dict[str, Any], chat: bo
 
     if chat:
         yield sse(chunk(None, None, role=True))
+    held: str | None = "" if plan is not None else None  # text held while it may be a call
     async for ev in p.events():
         if not ev.final:
+            if held is not None:
+                held += ev.text
+                if held and not held.startswith("{"):  # plain text: stream from here on
+                    yield sse(chunk(held, None, ev))
+                    held = None
+                continue
             if ev.text or ev.probs is not None:
                 yield sse(chunk(ev.text, None, ev))
             continue
         if (err := final_error(ev)) is not None:
             yield sse(error_body(err.status, err.message))
         else:
-            if ev.text:
+            fin = _finish(ev)
+            if held is not None:
+                content, calls = tools.parse_output(held + ev.text, plan)
+                if calls:
+                    c = chunk(None, None)
+                    c["choices"][0]["delta"] = {"tool_calls": _call_deltas(calls)}
+                    yield sse(c)
+                    fin["finish_reason"] = "tool_calls" if fin["finish_reason"] == "stop" else fin["finish_reason"]
+                elif content:
+                    yield sse(chunk(content, None))
+            elif ev.text:
                 yield sse(chunk(ev.text, None))
-            yield sse({**chunk(None, ev.finish_reason), "usage": _usage(ev.usage), "timings": ev.timings})
+            last = chunk(None, fin["finish_reason"])
+            last["choices"][0].update(fin)
+            yield sse({**last, "usage": _usage(ev.usage), "timings": ev.timings})
         yield "data: [DONE]\n\n"
         return

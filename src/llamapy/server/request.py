@@ -7,9 +7,12 @@ from __future__ import annotations
 import itertools
 import time
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from ..sampling import SamplingParams
+
+if TYPE_CHECKING:
+    from ..grammar import Constraint
 
 _ids = itertools.count(1)
 
@@ -33,7 +36,8 @@ class Usage:
 class Event:
     """One result for one request.  final=False: a piece of text (maybe empty when held back
     by a partial stop string) for `token`; final=True: the end, with finish_reason in
-    stop | length | abort | error, and `error` set for error/abort."""
+    stop | length | grammar | abort | error, and `error` set for grammar/error/abort
+    ("grammar": the request's grammar left no token to sample)."""
 
     request_id: int
     text: str = ""
@@ -58,6 +62,7 @@ class Request:
     n_probs: int = 0
     ignore_eos: bool = False  # llama.cpp's ignore_eos: end-of-generation tokens are never sampled
     spec: dict[str, float] = field(default_factory=dict)  # speculative.n_max / n_min / p_min overrides
+    constraint: "Constraint | None" = None  # the compiled grammar the output must match
     sink: Callable[[Event], None] = lambda ev: None
     id: int = field(default_factory=next_request_id)
     t_arrival: float = field(default_factory=time.perf_counter)

@@ -21,6 +21,7 @@ from ..batch import Batch
 from ..context import Context
 from ..log import logger
 from ..memory.kv_cache import KVCacheFullError
+from ..grammar import GrammarDeadEnd
 from ..sampling import Sampler, token_probabilities
 from ..tokenizer import StreamDecoder
 from .metrics import ServerMetrics
@@ -172,7 +173,7 @@ class Scheduler:
                 return
             req = self.waiting.popleft()
             slot = max(idle, key=lambda s: (common_prefix(s.cache_tokens, req.prompt), -s.t_last))
-            sampler = Sampler(req.sampling, n_ctx=slot.n_ctx)
+            sampler = Sampler(req.sampling, n_ctx=slot.n_ctx, grammar=req.constraint)
             n_keep = slot.start(req, sampler, StreamDecoder(self.tok))
             slot.spec = self._speculator(slot.id, req)
             can_reuse = getattr(self.ctx.memory, "can_reuse_prefix", None)  # SWA: the window may have moved on
@@ -204,7 +205,9 @@ class Scheduler:
         n = min(room, s.n_ctx - len(s.cache_tokens) - 2)
         if s.request.max_tokens >= 0:
             n = min(n, s.request.max_tokens - s.n_decoded - 1)
-        return s.spec.draft(s.cache_tokens + [s.sampled], n) if n > 0 else []
+        draft = s.spec.draft(s.cache_tokens + [s.sampled], n) if n > 0 else []
+        g = s.sampler.grammar
+        return draft[: g.valid_prefix(draft)] if draft and g is not None else draft
 
     def _build(self, with_prompts: bool, with_drafts: bool = True) -> tuple[Batch, list[tuple[Slot, list[int]]]]:
         """The step's batch and, per slot, the tokens it adds to the cache if decode succeeds."""
@@ -276,7 +279,11 @@ class Scheduler:
                 s.n_past += len(toks)
         for s, _ in added:
             if s.i_batch >= 0:
-                self._sample(s)
+                try:
+                    self._sample(s)
+                except GrammarDeadEnd as e:  # this request ends; the others go on
+                    self.ctx.memory.seq_rm(s.id, len(s.cache_tokens), -1)
+                    self._finish(s, "grammar", error=str(e))
         return b.n_tokens
 
     def _free_idle_caches(self) -> bool:
@@ -330,12 +337,13 @@ class Scheduler:
     def _emit(self, s: Slot, tok: int, logits: torch.Tensor) -> bool:
         """Record a generated token and stream it; False when the request ended with it."""
         req = s.request
-        s.sampler.accept(tok)
+        eog = self.tok.is_eog(tok)
+        s.sampler.accept(tok, accept_grammar=not eog)
         if s.state is SlotState.PREFILLING:
             s.state, s.t_prompt_done = SlotState.GENERATING, time.perf_counter()
         s.n_decoded += 1
         self.metrics.on_tokens(1)
-        if self.tok.is_eog(tok):
+        if eog:
             self._finish(s, "stop")
             return False
         probs, prob = None, 0.0

@@ -29,6 +29,9 @@ class _Sampling(BaseModel):
     spec_n_max: int | None = Field(None, alias="speculative.n_max", ge=0)
     spec_n_min: int | None = Field(None, alias="speculative.n_min", ge=0)
     spec_p_min: float | None = Field(None, alias="speculative.p_min", ge=0.0, le=1.0)
+    # llama-server's constraints: a GBNF grammar or a JSON Schema (not both)
+    grammar: str | None = None
+    json_schema: dict[str, Any] | bool | None = None
 
     def spec_overrides(self) -> dict[str, float]:
         """The speculative fields the request set, as {"n_max": .., "n_min": .., "p_min": ..}."""
@@ -76,11 +79,21 @@ class Message(BaseModel):
 
     role: Literal["system", "developer", "user", "assistant", "tool"]
     content: str | list[ContentPart] | None = None
+    tool_calls: list[dict[str, Any]] | None = None  # assistant: the calls it made
+    tool_call_id: str | None = None  # tool: the call this answers
+    name: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
         c = self.content
         text = "".join(p.text for p in c) if isinstance(c, list) else (c or "")
-        return {"role": "system" if self.role == "developer" else self.role, "content": text}
+        d: dict[str, Any] = {"role": "system" if self.role == "developer" else self.role, "content": text}
+        if self.tool_calls:
+            d["tool_calls"] = self.tool_calls
+        if self.tool_call_id is not None:
+            d["tool_call_id"] = self.tool_call_id
+        if self.name is not None:
+            d["name"] = self.name
+        return d
 
 
 class ChatCompletionRequest(_Sampling):
@@ -93,6 +106,10 @@ class ChatCompletionRequest(_Sampling):
     top_logprobs: int | None = Field(None, ge=0, le=20)
     n: int = Field(1, ge=1, le=1)
     stream_options: StreamOptions | None = None
+    response_format: dict[str, Any] | None = None  # {"type": "text" | "json_object" | "json_schema", ...}
+    tools: list[Any] | None = None  # checked by tools.parse_tools (a 400 that names the problem)
+    tool_choice: Any = None
+    parallel_tool_calls: bool = False  # llama-server's default
 
     def n_predict(self) -> int:
         v = self.max_completion_tokens if self.max_completion_tokens is not None else self.max_tokens

@@ -1,0 +1,84 @@
+"""One sequence's grammar constraint: the llguidance matcher, its token mask, and the
+overlap of that mask's computation with the model's forward pass.
+
+Contract: advance(token) for each generated token, in order; apply(logits) before each
+sample.  advance() starts computing the next mask on the compiler's worker thread
+(llguidance releases the GIL), so it runs while the caller decodes the token; apply() waits
+for it.  A mask that leaves no token with a finite logit raises GrammarDeadEnd."""
+from __future__ import annotations
+
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import TYPE_CHECKING
+
+import llguidance
+import numpy as np
+import torch
+
+if TYPE_CHECKING:
+    from .compiler import GrammarSpec
+
+
+class GrammarDeadEnd(RuntimeError):
+    """The grammar allows no token here (or only tokens banned elsewhere, e.g. by ignore_eos)."""
+
+
+class Constraint:
+    def __init__(self, matcher: llguidance.LLMatcher, n_vocab: int, pool: ThreadPoolExecutor,
+                 spec: "GrammarSpec | None" = None) -> None:
+        self.matcher, self.n_vocab, self.pool, self.spec = matcher, n_vocab, pool, spec
+        self._bits = np.zeros((n_vocab + 31) // 32, dtype=np.int32)  # [n_words] one bit per token id
+        self._future: Future | None = None
+        self.n_tokens = 0  # tokens consumed
+        self._start()
+
+    def _compute(self) -> None:
+        self.matcher.unsafe_compute_mask_ptr(self._bits.ctypes.data, self._bits.nbytes)
+
+    def _start(self) -> None:
+        self._future = self.pool.submit(self._compute)
+
+    def allowed(self) -> torch.Tensor:
+        """The next token's mask [n_vocab] bool (waits for the computation advance() started)."""
+        if self._future is not None:
+            self._future.result()
+            self._future = None
+        if self.matcher.is_error():
+            raise GrammarDeadEnd(f"grammar error: {self.matcher.get_error()}")
+        bits = np.unpackbits(self._bits.view(np.uint8), bitorder="little")[: self.n_vocab]  # [n_vocab] 0/1
+        return torch.from_numpy(bits.view(np.bool_))
+
+    def apply(self, logits: torch.Tensor) -> torch.Tensor:
+        """logits [n_vocab] -> a masked copy (disallowed tokens -inf).  Raises GrammarDeadEnd
+        when no allowed token has a finite logit."""
+        ok = self.allowed().to(logits.device)
+        out = logits.masked_fill(~ok, float("-inf"))  # [n_vocab]
+        if not bool(torch.isfinite(out).any()):
+            n = int(ok.sum())
+            why = "the grammar allows no token here" if n == 0 else \
+                f"the grammar allows only {n} token(s) here and all are banned (e.g. end-of-generation with ignore_eos)"
+            raise GrammarDeadEnd(f"{why} after {self.n_tokens} generated token(s)")
+        return out
+
+    def advance(self, token: int) -> None:
+        """Consume a generated token (one apply() allowed) and start the next mask."""
+        if self._future is not None:  # advance without apply (a forced path): finish the old mask first
+            self._future.result()
+        if not self.matcher.consume_token(token):
+            raise GrammarDeadEnd(f"token {token} rejected by the grammar: {self.matcher.get_error()}")
+        self.n_tokens += 1
+        if not self.matcher.is_stopped():
+            self._start()
+        else:
+            self._future = None
+            self._compute()  # stopped: only end-of-generation; cheap
+
+    def valid_prefix(self, tokens: list[int]) -> int:
+        """How many of tokens (a draft following the consumed ones) the grammar accepts."""
+        if self._future is not None:
+            self._future.result()
+            self._future = None
+        return self.matcher.validate_tokens(tokens) if tokens else 0
+
+    @property
+    def is_accepting(self) -> bool:
+        return self.matcher.is_accepting()
