@@ -178,8 +178,10 @@ class KVCache:
 
     def prepare(self, ubatches: list[UBatch]) -> list[SlotInfo]:
         """Find cells for every ubatch of a decode call by simulating them, then undo the
-        simulation.  Raises KVCacheFullError before anything changes if one does not fit."""
-        snaps = [c.snapshot() for c in self.cells]
+        simulation.  Raises KVCacheFullError before anything changes if one does not fit.
+        Only the streams the ubatches write are copied (one of -np 8 for a single stream)."""
+        touched = sorted({self.seq_to_stream(sids[0]) for ub in ubatches for sids in ub.seq_id})
+        snaps = [(st, self.cells[st].snapshot()) for st in touched]
         try:
             out = []
             for ub in ubatches:
@@ -188,8 +190,8 @@ class KVCache:
                 out.append(sinfo)
             return out
         finally:
-            for c, snap in zip(self.cells, snaps):
-                c.restore(snap)
+            for st, snap in snaps:
+                self.cells[st].restore(snap)
 
     def begin_ubatch(self, ub: UBatch, sinfo: SlotInfo) -> None:
         """Before the forward of one prepared ubatch: occupy its cells."""
