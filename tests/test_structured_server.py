@@ -358,3 +358,36 @@ def test_dead_end_ends_the_request_only(server):
     r = _client(base).chat.completions.create(model="m", messages=ASK, temperature=0, max_tokens=10,
                                               extra_body={"grammar": 'root ::= "ok"', "ignore_eos": True})
     assert r.choices[0].finish_reason == "grammar" and r.choices[0].message.content == "ok"
+
+
+def test_hermes_template_renders_tools_and_calls_parse(smollm2_path):
+    """A template with its own tool syntax (<tool_call> blocks): the template renders the
+    tools, the grammar holds the blocks, the calls come back as tool_calls; the call and
+    its result render through the template on the next turn."""
+    from structured_cases import HERMES_TEMPLATE
+
+    from llamapy.chat_template import ChatTemplate
+    from llamapy.model.model import Model
+    from llamapy.server import tools as tools_mod
+
+    model = Model.load(smollm2_path)
+    model.tokenizer._chat = ChatTemplate(HERMES_TEMPLATE)
+    assert tools_mod.template_format(HERMES_TEMPLATE) == "hermes"
+    with serving_state(model, n_ctx=2048, np_=2, n_batch=256) as st, uvicorn_server(st) as base:
+        client = _client(base)
+        for parallel in (False, True):
+            r = client.chat.completions.create(model="m", messages=ASK, tools=[WEATHER, TIME], tool_choice="required",
+                                               parallel_tool_calls=parallel, temperature=0, max_tokens=120)
+            c = r.choices[0]
+            assert c.finish_reason == "tool_calls" and c.message.tool_calls, c.message
+            for call in c.message.tool_calls:
+                _args_valid(call, [WEATHER, TIME])
+        call = c.message.tool_calls[0]
+        msgs = ASK + [{"role": "assistant", "content": None, "tool_calls": [call.model_dump()]},
+                      {"role": "tool", "tool_call_id": call.id, "content": "18 degrees"}]
+        text = model.tokenizer.apply_chat_template(
+            tools_mod.render_messages([m for m in msgs], None, "hermes"), tools=[WEATHER])
+        assert "<tools>" in text and "<tool_call>\n{\"name\": \"" + call.function.name in text and "<tool_response>\n18 degrees" in text
+        r = client.chat.completions.create(model="m", messages=msgs, tools=[WEATHER, TIME], temperature=0, max_tokens=60)
+        c = r.choices[0]
+        assert (c.message.tool_calls and c.finish_reason == "tool_calls") or (c.message.content and not c.message.tool_calls)

@@ -98,13 +98,19 @@ async def completions(body: CompletionRequest, request: Request):
 @router.post("/chat/completions")
 async def chat_completions(body: ChatCompletionRequest, request: Request):
     state = _state(request)
+    tmpl = state.model.tokenizer.chat
+    fmt = tools.template_format(tmpl.source)
     try:
-        plan = tools.plan(body.tools, body.tool_choice, body.parallel_tool_calls)
-        messages = tools.render_messages([m.as_dict() for m in body.messages], plan)
+        plan = tools.plan(body.tools, body.tool_choice, body.parallel_tool_calls, fmt)
+        messages = tools.render_messages([m.as_dict() for m in body.messages], plan, fmt)
     except tools.ToolError as e:
         raise APIError(400, str(e)) from None
+    extra: dict[str, Any] = {}
+    if fmt == "hermes" and plan is not None and plan.choice != "none":
+        extra["tools"] = [{"type": "function", "function": {"name": f.name, "description": f.description, "parameters": f.parameters}}
+                          for f in (plan.functions if plan.choice in ("auto", "required") else [plan.by_name[plan.choice]])]
     try:
-        text = state.model.tokenizer.apply_chat_template(messages, add_generation_prompt=True)
+        text = state.model.tokenizer.apply_chat_template(messages, add_generation_prompt=True, **extra)
     except Exception as e:  # a template that rejects the conversation (e.g. roles out of order)
         raise APIError(400, f"messages: the chat template failed: {e}") from None
     ids = state.model.tokenize(text, add_special=True, parse_special=True)
@@ -151,8 +157,9 @@ async def _stream(state: ServerState, p: Pending, head: dict[str, Any], chat: bo
                   plan: tools.ToolPlan | None = None) -> AsyncIterator[str]:
     """SSE chunks: a role delta first (chat), one chunk per text piece, a final chunk with
     finish_reason and usage, then [DONE].  An abort/error ends with an error event.  With
-    tools that may be called: an answer whose first character is "{" is a call, held until
-    it is complete and then sent as tool_calls deltas; any other answer streams as text."""
+    tools that may be called: an answer that starts as a call does is held until
+    it is complete and then sent as tool_calls deltas; any other answer streams as text.
+    (A call starts with "{" in the generic format, "<tool_call>" in hermes.)"""
     def chunk(text: str | None, finish: str | None, ev: Event | None = None, role: bool = False) -> dict[str, Any]:
         if chat:
             delta: dict[str, Any] = {"role": "assistant", "content": ""} if role else ({"content": text} if text else {})
@@ -172,7 +179,8 @@ async def _stream(state: ServerState, p: Pending, head: dict[str, Any], chat: bo
         if not ev.final:
             if held is not None:
                 held += ev.text
-                if held and not held.startswith("{"):  # plain text: stream from here on
+                pre = tools.call_prefix(plan)
+                if held and not (held.startswith(pre) or pre.startswith(held)):  # plain text: stream from here on
                     yield sse(chunk(held, None, ev))
                     held = None
                 continue

@@ -1,6 +1,16 @@
-"""OpenAI tool calls over any chat template: llama-server's generic format.
+"""OpenAI tool calls over any chat template.
 
-The chat templates of the registered models (SmolLM2, Gemma 3) have no tool syntax, so tools
+Two formats, chosen from the chat template:
+
+hermes -- a template that renders `tools` itself and writes calls as <tool_call> blocks
+(Hermes 2 Pro, Qwen 2.5/3 and their fine-tunes; llama.cpp's COMMON_CHAT_FORMAT_HERMES_2_PRO):
+the template gets `tools` and the messages as they are, and a call is
+
+    <tool_call>
+    {"name": "get_weather", "arguments": {"city": "Paris"}}
+    </tool_call>
+
+generic -- every other template, the registered models' (SmolLM2, Gemma 3) included: tools
 are described in the system prompt (llama-server's generic handler, common/chat.cpp), and a
 call is a JSON object:
 
@@ -15,12 +25,16 @@ templates without tool roles).
 Decoding (the grammar, llguidance Lark):
   - tool_choice "required" or a named function: the output is the call JSON, each call's
     arguments constrained to its function's parameter schema;
-  - "auto": plain text (not starting with "{") or a call, constrained from its first byte;
+  - "auto": plain text (not starting with "{", or "<" for hermes) or a call, constrained
+    from its first byte;
   - "none": no tools rendered, no grammar.
+Templates that render tools in another syntax (Llama 3.x, Mistral, ...) get the generic
+format, with the tools in the system prompt rather than the template's own syntax.
 """
 from __future__ import annotations
 
 import json
+import re
 import uuid
 from dataclasses import dataclass, field
 from typing import Any
@@ -51,6 +65,7 @@ class ToolPlan:
     functions: list[Function]
     choice: str  # auto | none | required | the forced function's name
     parallel: bool
+    fmt: str = "generic"  # generic | hermes
     lark: str | None = None
     system: str = ""
     by_name: dict[str, Function] = field(default_factory=dict)
@@ -115,16 +130,35 @@ def call_schema(fns: list[Function], parallel: bool) -> dict[str, Any]:
     return {"type": "object", "properties": {"tool_call": item}, "required": ["tool_call"], "additionalProperties": False}
 
 
-def plan(tools: list[dict[str, Any]] | None, choice: Any, parallel: bool) -> ToolPlan | None:
+def template_format(source: str) -> str:
+    """hermes for a template that renders `tools` and <tool_call> blocks, else generic."""
+    return "hermes" if "tools" in source and "<tool_call>" in source else "generic"
+
+
+def hermes_lark(fns: list[Function], choice: str, parallel: bool) -> str:
+    """<tool_call> blocks, each a {"name", "arguments"} object for one of fns."""
+    def one(f: Function) -> dict[str, Any]:
+        return {"type": "object", "properties": {"name": {"const": f.name}, "arguments": closed_objects(f.parameters)},
+                "required": ["name", "arguments"], "additionalProperties": False}
+    schema = one(fns[0]) if len(fns) == 1 else {"anyOf": [one(f) for f in fns]}
+    calls = 'call ("\\n" call)*' if parallel else "call"
+    head = f"start: {calls}\n" if choice != "auto" else f"start: TEXT | {calls}\nTEXT: /[^<\\s][\\s\\S]*/\n"
+    return head + 'call: "<tool_call>\\n" body "\\n</tool_call>"\n' + f"body: %json {json.dumps(schema, separators=(',', ':'))}\n"
+
+
+def plan(tools: list[dict[str, Any]] | None, choice: Any, parallel: bool, fmt: str = "generic") -> ToolPlan | None:
     """The request's ToolPlan, or None when it has no tools.  Raises ToolError."""
     fns = parse_tools(tools)
     c = parse_choice(choice, fns)
     if not fns:
         return None
-    p = ToolPlan(fns, c, parallel, by_name={f.name: f for f in fns})
+    p = ToolPlan(fns, c, parallel, fmt, by_name={f.name: f for f in fns})
     if c == "none":
         return p
     offered = fns if c in ("auto", "required") else [p.by_name[c]]
+    if fmt == "hermes":  # the template describes the tools; the grammar holds the calls to them
+        p.lark = hermes_lark(offered, c, parallel)
+        return p
     schema = json.dumps(call_schema(offered, parallel), separators=(",", ":"))
     call = f"call: %json {schema}\n"
     p.lark = ("start: call\n" + call) if c != "auto" else ("start: TEXT | call\nTEXT: /[^{\\s][\\s\\S]*/\n" + call)
@@ -143,9 +177,12 @@ def plan(tools: list[dict[str, Any]] | None, choice: Any, parallel: bool) -> Too
     return p
 
 
-def render_messages(messages: list[dict[str, Any]], p: ToolPlan | None) -> list[dict[str, Any]]:
-    """Messages for a template without tool syntax: the tools' description merged into the
-    system prompt; assistant tool_calls and tool results written as the generic JSON."""
+def render_messages(messages: list[dict[str, Any]], p: ToolPlan | None, fmt: str = "generic") -> list[dict[str, Any]]:
+    """Messages for the template.  generic: the tools' description merged into the system
+    prompt; assistant tool_calls and tool results written as the generic JSON.  hermes: as
+    they are, with each call's arguments as an object (what tool templates index into)."""
+    if fmt == "hermes":
+        return [_hermes_message(m, i) for i, m in enumerate(messages)]
     out: list[dict[str, Any]] = []
     for i, m in enumerate(messages):
         role, content = m["role"], m.get("content") or ""
@@ -174,12 +211,48 @@ def render_messages(messages: list[dict[str, Any]], p: ToolPlan | None) -> list[
     return out
 
 
+def _hermes_message(m: dict[str, Any], i: int) -> dict[str, Any]:
+    if not m.get("tool_calls"):
+        return m
+    calls = []
+    for j, tc in enumerate(m["tool_calls"]):
+        fn = dict(tc.get("function") or {})
+        if isinstance(fn.get("arguments"), str):
+            try:
+                fn["arguments"] = json.loads(fn["arguments"])
+            except json.JSONDecodeError:
+                raise ToolError(f"messages[{i}].tool_calls[{j}].function.arguments is not JSON") from None
+        calls.append({**tc, "function": fn})
+    return {**m, "tool_calls": calls}
+
+
+def call_prefix(p: ToolPlan) -> str:
+    """What an answer that is a call starts with."""
+    return "<tool_call>" if p.fmt == "hermes" else "{"
+
+
+_HERMES_CALL = re.compile(r"<tool_call>\s*(\{.*?\})\s*</tool_call>", re.S)
+
+
+def _openai_call(c: dict[str, Any]) -> dict[str, Any]:
+    cid = c.get("id") if isinstance(c.get("id"), str) else ""
+    return {"id": cid or f"call_{uuid.uuid4().hex[:24]}", "type": "function",
+            "function": {"name": c.get("name", ""), "arguments": json.dumps(c.get("arguments", {}), ensure_ascii=False)}}
+
+
 def parse_output(text: str, p: ToolPlan | None) -> tuple[str | None, list[dict[str, Any]]]:
-    """(content, tool_calls) of a finished answer: a call JSON becomes OpenAI tool_calls
+    """(content, tool_calls) of a finished answer: a call becomes OpenAI tool_calls
     (arguments as a JSON string, a fresh call id unless the model wrote one), anything else
     is content."""
-    if p is None or p.lark is None or not text.lstrip().startswith("{"):
+    if p is None or p.lark is None or not text.lstrip().startswith(call_prefix(p)):
         return text, []
+    if p.fmt == "hermes":
+        try:
+            calls = [json.loads(m.group(1)) for m in _HERMES_CALL.finditer(text)]
+        except json.JSONDecodeError:
+            return text, []
+        rest = _HERMES_CALL.sub("", text).strip()
+        return (rest or None), [_openai_call(c) for c in calls if isinstance(c, dict)]
     try:
         obj = json.loads(text)
     except json.JSONDecodeError:  # an unfinished call (max_tokens): left as text
@@ -189,9 +262,4 @@ def parse_output(text: str, p: ToolPlan | None) -> tuple[str | None, list[dict[s
     raw = obj.get("tool_calls") if isinstance(obj.get("tool_calls"), list) else ([obj["tool_call"]] if isinstance(obj.get("tool_call"), dict) else None)
     if raw is None:
         return (obj["response"], []) if isinstance(obj.get("response"), str) else (text, [])
-    calls = []
-    for c in raw:
-        cid = c.get("id") if isinstance(c.get("id"), str) else ""
-        calls.append({"id": cid or f"call_{uuid.uuid4().hex[:24]}", "type": "function",
-                      "function": {"name": c.get("name", ""), "arguments": json.dumps(c.get("arguments", {}), ensure_ascii=False)}})
-    return None, calls
+    return None, [_openai_call(c) for c in raw if isinstance(c, dict)]
