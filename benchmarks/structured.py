@@ -10,6 +10,7 @@ alone, not a difference in answer lengths.
   B=1  one request at a time (per request: timings.predicted_n / predicted_ms, summed)
   B=8  eight at a time on `-np 8` (tokens generated / wall time of the whole set)
 Both servers report timings.predicted_*, so B=1 excludes prompt processing on both sides.
+Each set runs -r times (json and free alternating); the median run is reported.
 
 Compile time (llamapy, in-process): the vocabulary table llguidance needs (once per model),
 then each schema's first compile and its cached reuse; and over HTTP, the latency of an
@@ -149,6 +150,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("-m", "--model", default="smollm2-135m")
     ap.add_argument("-n", "--max-tokens", type=int, default=96)
     ap.add_argument("-t", "--threads", type=int, default=2)
+    ap.add_argument("-r", "--reps", type=int, default=3, help="runs of each set; the median is reported")
     ap.add_argument("--llamacpp-bin", type=Path, default=Path.home() / ".cache/llamacpp-ref/llama.cpp/build/bin")
     ap.add_argument("--skip-llamacpp", action="store_true")
     a = ap.parse_args(argv)
@@ -170,9 +172,13 @@ def main(argv: list[str] | None = None) -> int:
         with serving(cmd, port, None, server, 300) as url:
             httpx.post(url + "/completion", json=_body("Say hi.", {"type": "object"}, 4), timeout=120)  # warm-up
             for batch in (1, 8):
-                row, counts = asyncio.run(run_set(url, server, "json", batch, a.max_tokens))
-                free, _ = asyncio.run(run_set(url, server, "free", batch, [max(c, 1) for c in counts]))
-                rows += [free, row]
+                runs: dict[str, list[Row]] = {"json": [], "free": []}
+                for _ in range(a.reps):  # json and free alternate, so a slow spell hits both
+                    row, counts = asyncio.run(run_set(url, server, "json", batch, a.max_tokens))
+                    free, _ = asyncio.run(run_set(url, server, "free", batch, [max(c, 1) for c in counts]))
+                    runs["json"].append(row)
+                    runs["free"].append(free)
+                rows += [sorted(runs[m], key=lambda r: r.tok_s)[len(runs[m]) // 2] for m in ("free", "json")]
             http[server] = http_compile_ms(url)
     print_tables(rows, comp, http)
     return 0
