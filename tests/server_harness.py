@@ -54,3 +54,13 @@ def uvicorn_server(state: ServerState) -> Iterator[str]:
     finally:
         server.should_exit = True
         t.join(10)
+
+
+def step_all(sched: Scheduler, evs: list[list], max_steps: int = 3000) -> None:
+    """Step a scheduler synchronously until every request's events (lists its sinks append
+    to) end with a final event: the same requests always make the same batches."""
+    for _ in range(max_steps):
+        if all(e and e[-1].final for e in evs):
+            return
+        sched.update_slots()
+    assert all(e and e[-1].final for e in evs), f"requests still running after {max_steps} steps"

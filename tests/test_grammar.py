@@ -11,6 +11,7 @@ import jsonschema
 import pytest
 import torch
 from structured_cases import GRAMMARS, SCHEMAS
+from test_speculative import FixedDraft
 
 from llamapy import Context, ContextParams
 from llamapy.generate import GenTimings, generate
@@ -117,17 +118,6 @@ def test_run_schemas_and_grammars(smollm2):
     assert tm.stop == "eog" and smollm2.detokenize(out).startswith("DATE 20")
 
 
-class _FixedDraft:
-    def __init__(self, tokens: list[int]) -> None:
-        self.tokens = tokens
-
-    def draft(self, tokens: list[int], n_max: int) -> list[int]:
-        return self.tokens[:n_max]
-
-    def accepted(self, tokens: list[int]) -> None:
-        pass
-
-
 def test_drafts_checked_against_the_grammar(smollm2):
     """With speculation, the constrained output is the same tokens; a draft the grammar
     rejects is never verified (trimmed to the prefix the grammar accepts)."""
@@ -140,7 +130,7 @@ def test_drafts_checked_against_the_grammar(smollm2):
     out, tm = _gen(smollm2, ids, 120, c.constraint(spec), spec=sp)
     assert out == plain and tm.n_accepted > 0
     bad = smollm2.tokenize("Hello world, no JSON here", add_special=False)
-    sp = Speculator(_FixedDraft(bad), 4, backoff=None)
+    sp = Speculator(FixedDraft(bad), 4, backoff=None)
     out, tm = _gen(smollm2, ids, 120, c.constraint(spec), spec=sp)
     assert out == plain and tm.n_drafted == 0
 

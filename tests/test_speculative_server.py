@@ -7,7 +7,7 @@ import asyncio
 
 import httpx
 import pytest
-from server_harness import serving_state
+from server_harness import serving_state, step_all
 
 from llamapy import Context, ContextParams
 from llamapy.sampling import SamplingParams
@@ -37,11 +37,7 @@ def _serve(model, spec: SpecParams | None, requests: list[tuple[str, dict]], np_
         ids = model.tokenize(prompt, add_special=True, parse_special=True)
         s.submit(Request(prompt=ids, max_tokens=max_tokens, sampling=SamplingParams(temp=0.0), sink=ev.append, spec=o))
         evs.append(ev)
-    for _ in range(2000):
-        if all(e and e[-1].final for e in evs):
-            break
-        s.update_slots()
-    assert all(e and e[-1].final for e in evs)
+    step_all(s, evs, 2000)
     return [[x.token for x in e if not x.final] for e in evs], [e[-1] for e in evs], s
 
 

@@ -12,7 +12,7 @@ import httpx
 import jsonschema
 import pytest
 from pydantic import BaseModel, Field
-from server_harness import serving_state, uvicorn_server
+from server_harness import serving_state, step_all, uvicorn_server
 from structured_cases import GRAMMARS, SCHEMAS, TIME, WEATHER
 
 from llamapy import Context, ContextParams
@@ -106,11 +106,7 @@ def _step_all(model, reqs: list[Request]) -> list[list[Event]]:
         r.sink = ev.append
         sched.submit(r)
         evs.append(ev)
-    for _ in range(3000):
-        if all(e and e[-1].final for e in evs):
-            break
-        sched.update_slots()
-    assert all(e and e[-1].final for e in evs)
+    step_all(sched, evs)
     return evs
 
 
