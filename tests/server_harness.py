@@ -17,7 +17,7 @@ from llamapy.server.scheduler import Scheduler
 
 @contextlib.contextmanager
 def serving_state(model, n_ctx: int = 2048, np_: int = 4, n_batch: int = 256, unified: bool = False,
-                  api_key: str | None = None, spec=None) -> Iterator[ServerState]:
+                  api_key: str | None = None, spec=None, max_queue: int = 0) -> Iterator[ServerState]:
     """spec: a speculative.SpecParams for the server's drafts (None: none)."""
     params = ContextParams(n_ctx=n_ctx, n_batch=n_batch, n_ubatch=min(n_batch, 512), n_seq_max=np_, kv_unified=unified)
     ctx = Context(model, params)
@@ -26,9 +26,9 @@ def serving_state(model, n_ctx: int = 2048, np_: int = 4, n_batch: int = 256, un
         from llamapy.speculative.proposer import make_proposers
 
         proposers = make_proposers(spec, model, params, np_)
-    sched = Scheduler(ctx, spec, proposers)
+    sched = Scheduler(ctx, spec, proposers, max_queue=max_queue)
     sched.start()
-    state = ServerState(api_key=api_key, metrics=True, alias="test-model")
+    state = ServerState(api_key=api_key, metrics=True, alias="test-model", slots=True)
     state.attach(model, ctx, sched)
     try:
         yield state

@@ -52,7 +52,8 @@ def _start(args: list[str]) -> tuple[subprocess.Popen, str, list[str]]:
 
 
 def test_serve_process_sigterm_mid_stream(tiny_path):
-    proc, base, lines = _start(["-m", str(tiny_path), "-c", "1024", "-np", "2", "--port", "0", "--metrics", "-t", "1"])
+    proc, base, lines = _start(["-m", str(tiny_path), "-c", "1024", "-np", "2", "--port", "0", "--metrics", "-t", "1",
+                                "--shutdown-timeout", "1"])
     try:
         text = "\n".join(lines)
         assert "slots, each holds 512 cells (-c 1024 / -np 2)" in text
@@ -75,3 +76,30 @@ def test_serve_process_sigterm_mid_stream(tiny_path):
     assert events[-1] == "[DONE]"
     last = json.loads(events[-2])
     assert last.get("error", {}).get("message") == "server is shutting down" or last["choices"][0]["finish_reason"]
+
+
+def test_sigterm_drains_then_exits_0(tiny_path):
+    """SIGTERM: a new request gets 503 at once, the in-flight one finishes its tokens within
+    --shutdown-timeout, and the process exits 0."""
+    proc, base, _ = _start(["-m", str(tiny_path), "-c", "8192", "-np", "2", "--port", "0", "-t", "1",
+                            "--shutdown-timeout", "30"])
+    try:
+        events: list[dict] = []
+        late: list[httpx.Response] = []
+        with httpx.Client(base_url=base, timeout=60) as c:
+            with c.stream("POST", "/v1/completions", json={"prompt": "hi", "max_tokens": 3000, "stream": True,
+                                                           "temperature": 1.0, "ignore_eos": True}) as r:
+                for line in r.iter_lines():
+                    if line.startswith("data: ") and line != "data: [DONE]":
+                        events.append(json.loads(line[6:]))
+                        if len(events) == 2:
+                            proc.send_signal(signal.SIGTERM)
+                            time.sleep(0.3)
+                            with httpx.Client(base_url=base, timeout=10) as c2:
+                                late.append(c2.post("/v1/completions", json={"prompt": "x", "max_tokens": 2}))
+        assert proc.wait(60) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert late[0].status_code == 503 and late[0].json()["error"]["message"] == "server is shutting down"
+    assert events[-1]["choices"][0]["finish_reason"] == "length" and events[-1]["usage"]["completion_tokens"] == 3000

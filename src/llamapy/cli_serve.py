@@ -1,6 +1,7 @@
 """`llamapy serve`: llama-server's flags, HTTP up first (/health answers 503 while the model
-loads), then the model, the context and the scheduler thread; SIGINT/SIGTERM end every
-in-flight request with a final event and exit 0."""
+loads), then the model, the context and the scheduler thread.  SIGINT/SIGTERM: new requests
+get 503, in-flight ones may finish for --shutdown-timeout seconds, the rest end with an
+error event; exit 0.  A second SIGINT stops at once."""
 from __future__ import annotations
 
 import argparse
@@ -26,6 +27,14 @@ def add_parser(sub, common) -> None:
     p.add_argument("--api-key", default=None, help="require 'Authorization: Bearer <key>' (not on /health)")
     p.add_argument("--metrics", action="store_true", help="enable the Prometheus /metrics endpoint")
     p.add_argument("-a", "--alias", default=None, help="model name reported by /v1/models")
+    p.add_argument("--slots", action="store_true", help="enable the /slots endpoint (it shows prompts)")
+    p.add_argument("--max-queue", type=int, default=None,
+                   help="requests that may wait for a slot; one more gets 503 with Retry-After (default: 4 x -np)")
+    p.add_argument("-to", "--timeout", type=float, default=600.0,
+                   help="seconds a request may take, waiting included; then it ends with 504 (default: 600)")
+    p.add_argument("--max-body", type=float, default=16.0, help="largest request body in MiB; larger is a 413 (default: 16)")
+    p.add_argument("--shutdown-timeout", type=float, default=10.0,
+                   help="on SIGTERM/SIGINT, seconds in-flight requests may take to finish (default: 10)")
     p.add_argument("-v", "--verbose", action="store_true", help="log every HTTP request")
 
 
@@ -69,8 +78,10 @@ def _load(a: argparse.Namespace, state) -> None:
 
         proposers = make_proposers(spec, model, params, c.n_seq_max)
         log.info(f"load_model: speculative decoding: {spec.type}, up to {spec.draft_len} draft tokens per slot and step")
-    sched = Scheduler(ctx, spec, proposers)
+    max_queue = a.max_queue if a.max_queue is not None else 4 * c.n_seq_max
+    sched = Scheduler(ctx, spec, proposers, max_queue=max_queue)
     sched.start()
+    log.info(f"load_model: up to {max_queue} requests wait for a slot (--max-queue); --timeout {a.timeout:g} s")
     state.alias = a.alias or model.path.stem
     state.attach(model, ctx, sched)
 
@@ -87,10 +98,17 @@ def cmd_serve(a: argparse.Namespace) -> int:
     from .cli_cmds import _spec_params
 
     _spec_params(a)  # so do bad --spec-* flags
-    state = ServerState(api_key=a.api_key, metrics=a.metrics)
+    for name, v in (("--max-queue", a.max_queue), ("--timeout", a.timeout), ("--max-body", a.max_body), ("--shutdown-timeout", a.shutdown_timeout)):
+        if v is not None and v < 0:
+            raise ValueError(f"{name} ({v:g}) must be >= 0")
+    if a.host not in ("127.0.0.1", "localhost", "::1"):
+        log.warning(f"listening on {a.host}: anyone who can reach this address can use the server"
+                    + ("" if a.api_key else "; set --api-key"))
+    state = ServerState(api_key=a.api_key, metrics=a.metrics, slots=a.slots, max_body=int(a.max_body * MiB),
+                        timeout=a.timeout)
     config = uvicorn.Config(create_app(state), host=a.host, port=a.port, log_level="info" if a.verbose else "warning",
                             access_log=a.verbose, timeout_graceful_shutdown=10)
-    server = _Server(config, state)
+    server = _Server(config, state, a.shutdown_timeout)
     failed: list[BaseException] = []
 
     def loader() -> None:
@@ -119,18 +137,34 @@ def cmd_serve(a: argparse.Namespace) -> int:
 
 
 class _Server:
-    """uvicorn.Server whose SIGINT/SIGTERM first ends every request with a final event."""
+    """uvicorn.Server whose SIGINT/SIGTERM drains first: new requests get 503 while the
+    in-flight ones have `grace` seconds to finish; then every request left ends with a final
+    error event and the server stops."""
 
-    def __new__(cls, config, state):
+    def __new__(cls, config, state, grace: float = 10.0):
         import uvicorn
 
         class Server(uvicorn.Server):
-            def handle_exit(self, sig, frame) -> None:  # runs in the main thread
-                """Like uvicorn's, but the signal is not re-raised after shutdown: exit 0."""
-                if state.scheduler is not None:
-                    state.scheduler.stop()
-                if self.should_exit and sig == signal.SIGINT:
-                    self.force_exit = True  # a second Ctrl-C: stop waiting for streams
+            def handle_exit(self, sig, frame) -> None:  # runs in the main thread: must not block
+                """Like uvicorn's, but draining first, and the signal is not re-raised: exit 0."""
+                if state.draining:
+                    if sig == signal.SIGINT:  # a second Ctrl-C: stop now
+                        if state.scheduler is not None:
+                            state.scheduler.stop()
+                        self.should_exit = self.force_exit = True
+                    return
+                state.draining = True
+                logger("main").info(f"shutting down: new requests get 503; in-flight ones have {grace:g} s to finish")
+                threading.Thread(target=self._drain, name="llamapy-drain", daemon=True).start()
+
+            def _drain(self) -> None:
+                sched, deadline = state.scheduler, time.monotonic() + grace
+                while sched is not None and sched.busy() and time.monotonic() < deadline:
+                    time.sleep(0.05)
+                if sched is not None:
+                    if sched.busy():
+                        logger("main").info(f"shutting down: ending the requests still running after {grace:g} s")
+                    sched.stop()  # what is left ends with "server is shutting down"
                 self.should_exit = True
 
             def bound(self) -> tuple[str, int]:

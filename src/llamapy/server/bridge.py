@@ -20,6 +20,10 @@ class ServerState:
 
     api_key: str | None = None
     metrics: bool = False
+    slots: bool = False  # /slots shows prompts: off unless --slots, as llama-server
+    max_body: int = 16 * 1024 * 1024  # bytes; a larger request body is a 413
+    timeout: float = 600.0  # seconds a request may take from arrival to its end (--timeout)
+    draining: bool = False  # shutting down: new requests get 503
     alias: str = "llamapy"
     model: Model | None = None
     ctx: Context | None = None

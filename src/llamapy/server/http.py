@@ -3,6 +3,7 @@
 live in http_openai.py.  Nothing here touches torch: requests go to the scheduler thread."""
 from __future__ import annotations
 
+import hmac
 import json
 from typing import Any, AsyncIterator, Callable
 
@@ -15,25 +16,29 @@ from .bridge import Pending, ServerState
 from .metrics import render_prometheus
 from .request import Event, Request as GenRequest
 from .schemas import DetokenizeRequest, NativeCompletionRequest, TokenizeRequest
+from .limits import BodyLimit
+from .scheduler import QueueFullError
 from .slots import PromptTooLongError
 
 OPEN_PATHS = ("/health", "/v1/health")
 ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 404: "not_found_error",
-               405: "invalid_request_error", 422: "invalid_request_error", 500: "server_error", 503: "unavailable_error"}
+               405: "invalid_request_error", 413: "invalid_request_error", 422: "invalid_request_error",
+               500: "server_error", 501: "not_supported_error", 503: "unavailable_error", 504: "timeout_error"}
+RETRY_AFTER_S = 1  # the Retry-After of a 503 for a full queue
 
 
 class APIError(Exception):
-    def __init__(self, status: int, message: str) -> None:
+    def __init__(self, status: int, message: str, headers: dict[str, str] | None = None) -> None:
         super().__init__(message)
-        self.status, self.message = status, message
+        self.status, self.message, self.headers = status, message, headers
 
 
 def error_body(status: int, message: str) -> dict[str, Any]:
     return {"error": {"message": message, "type": ERROR_TYPES.get(status, "server_error"), "code": status}}
 
 
-def error_response(status: int, message: str) -> JSONResponse:
-    return JSONResponse(error_body(status, message), status_code=status)
+def error_response(status: int, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
+    return JSONResponse(error_body(status, message), status_code=status, headers=headers)
 
 
 def sse(obj: Any) -> str:
@@ -56,11 +61,17 @@ class EventStream(StreamingResponse):
 
 
 def submit(state: ServerState, req: GenRequest) -> Pending:
-    """Hand a request to the scheduler; 503 while loading, 400 for a prompt that cannot fit."""
+    """Hand a request to the scheduler; 503 while loading or shutting down and (with
+    Retry-After) when the queue is full, 400 for a prompt that cannot fit."""
     if state.scheduler is None:
         raise APIError(503, "Loading model")
+    if state.draining:
+        raise APIError(503, "server is shutting down")
+    req.timeout = state.timeout
     try:
         return Pending(state.scheduler, req)
+    except QueueFullError as e:
+        raise APIError(503, str(e), {"Retry-After": str(RETRY_AFTER_S)}) from None
     except PromptTooLongError as e:
         raise APIError(400, str(e)) from None
     except ValueError as e:
@@ -73,6 +84,8 @@ def final_error(ev: Event) -> APIError | None:
         return APIError(503, ev.error or "request aborted")
     if ev.finish_reason == "error":
         return APIError(500, ev.error or "internal error")
+    if ev.finish_reason == "timeout":
+        return APIError(504, ev.error)
     return None
 
 
@@ -85,7 +98,7 @@ def tokenize_prompt(state: ServerState, prompt: str | list[int]) -> list[int]:
     return state.model.tokenize(prompt, add_special=True, parse_special=True)
 
 
-def create_app(state: ServerState) -> FastAPI:
+def create_app(state: ServerState) -> BodyLimit:
     from .constraints import compile_constraint, request_spec
     from .http_openai import router as openai_router
 
@@ -94,7 +107,7 @@ def create_app(state: ServerState) -> FastAPI:
 
     @app.exception_handler(APIError)
     async def _api_error(request: Request, e: APIError) -> JSONResponse:
-        return error_response(e.status, e.message)
+        return error_response(e.status, e.message, e.headers)
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, e: RequestValidationError) -> JSONResponse:
@@ -114,8 +127,10 @@ def create_app(state: ServerState) -> FastAPI:
         key = state.api_key
         if key and request.url.path not in OPEN_PATHS:
             got = request.headers.get("authorization", "")
-            if got != f"Bearer {key}":
+            if not hmac.compare_digest(got.encode(), f"Bearer {key}".encode()):  # constant time
                 return error_response(401, "Invalid API Key" if got else "Missing API key: send 'Authorization: Bearer <key>'")
+        if state.draining:
+            return error_response(503, "server is shutting down")
         return await call_next(request)
 
     @app.get("/health")
@@ -138,6 +153,8 @@ def create_app(state: ServerState) -> FastAPI:
 
     @app.get("/slots")
     async def slots() -> list[dict[str, Any]]:
+        if not state.slots:
+            raise APIError(501, "This server does not support slots endpoint. Start it with `--slots`")
         _ready(state)
         return state.scheduler.snapshot()[0]
 
@@ -183,7 +200,7 @@ def create_app(state: ServerState) -> FastAPI:
         return _native_final(state, evs[-1], text, [e for e in evs if e.token >= 0])
 
     app.include_router(openai_router)
-    return app
+    return BodyLimit(app, lambda: state.max_body)
 
 
 def _ready(state: ServerState) -> None:

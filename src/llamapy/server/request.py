@@ -36,7 +36,7 @@ class Usage:
 class Event:
     """One result for one request.  final=False: a piece of text (maybe empty when held back
     by a partial stop string) for `token`; final=True: the end, with finish_reason in
-    stop | length | grammar | abort | error, and `error` set for grammar/error/abort
+    stop | length | grammar | timeout | abort | error, and `error` set for all but stop/length
     ("grammar": the request's grammar left no token to sample)."""
 
     request_id: int
@@ -66,3 +66,7 @@ class Request:
     sink: Callable[[Event], None] = lambda ev: None
     id: int = field(default_factory=next_request_id)
     t_arrival: float = field(default_factory=time.perf_counter)
+    timeout: float = 0.0  # seconds from arrival until the request is ended ("timeout"); 0: none
+
+    def expired(self, now: float) -> bool:
+        return self.timeout > 0 and now - self.t_arrival > self.timeout

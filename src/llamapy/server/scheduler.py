@@ -33,6 +33,10 @@ from ..speculative import SpecParams, Speculator
 log = logger("srv")
 
 
+class QueueFullError(RuntimeError):
+    """More requests waiting than --max-queue: the message names the numbers (an HTTP 503)."""
+
+
 @dataclass(frozen=True, slots=True)
 class _Cancel:
     request_id: int
@@ -49,10 +53,15 @@ class BatchRow:
 
 
 class Scheduler:
-    def __init__(self, ctx: Context, spec: SpecParams | None = None, proposers: list | None = None) -> None:
+    def __init__(self, ctx: Context, spec: SpecParams | None = None, proposers: list | None = None,
+                 max_queue: int = 0) -> None:
         """spec: the server's speculative decoding (--spec-type ...), with one proposer per
-        slot (speculative.make_proposers); None or type none: no drafts."""
+        slot (speculative.make_proposers); None or type none: no drafts.  max_queue: how many
+        requests may wait for a slot (0: no bound); one more is refused (QueueFullError)."""
         self.ctx = ctx
+        self.max_queue = max_queue
+        self._n_queued = 0  # submitted, not yet in a slot nor ended (guarded by _queue_lock)
+        self._queue_lock = threading.Lock()
         self.spec = spec if spec is not None and spec.type != "none" else None
         self.proposers = proposers or []
         self.tok = ctx.model.tokenizer
@@ -85,11 +94,25 @@ class Scheduler:
 
     def submit(self, req: Request) -> None:
         self.check(req)
+        with self._queue_lock:
+            if self.max_queue and self._n_queued >= self.max_queue:
+                raise QueueFullError(
+                    f"server busy: {self._n_queued} requests already wait for the {len(self.slots)} slots "
+                    f"(--max-queue {self.max_queue}); retry later")
+            self._n_queued += 1
         self._inbox.put(req)
+
+    def _dequeued(self) -> None:
+        with self._queue_lock:
+            self._n_queued -= 1
 
     def cancel(self, request_id: int) -> None:
         """Stop a request at the next step; its slot's cells are removed."""
         self._inbox.put(_Cancel(request_id))
+
+    def busy(self) -> bool:
+        """Requests queued or running (read from another thread: a hint, not a lock)."""
+        return self._n_queued > 0 or any(not s.is_idle for s in self.slots)
 
     def snapshot(self) -> tuple[list[dict], dict]:
         """(per-slot info, metrics) as of the end of the last step."""
@@ -122,6 +145,7 @@ class Scheduler:
                 self._finish(s, "abort", error="server is shutting down")
         while self.waiting:
             r = self.waiting.popleft()
+            self._dequeued()
             r.sink(Event(r.id, final=True, finish_reason="abort", error="server is shutting down", usage=Usage(len(r.prompt))))
         self._publish()
 
@@ -146,6 +170,7 @@ class Scheduler:
         for r in self.waiting:
             if r.id == c.request_id:
                 self.waiting.remove(r)
+                self._dequeued()
                 self.metrics.n_requests_cancelled += 1
                 r.sink(Event(r.id, final=True, finish_reason="abort", error=c.reason, usage=Usage(len(r.prompt))))
                 return
@@ -159,10 +184,25 @@ class Scheduler:
         """One step: take new requests, assign slots, build and decode one batch, sample.
         Returns False when there was nothing to do."""
         self._drain_inbox()
+        self._expire()
         self._assign()
         rows = self._decode_step()
         self._publish()
         return rows > 0
+
+    def _expire(self) -> None:
+        """End the requests older than their timeout (--timeout), waiting or running."""
+        now = time.perf_counter()
+        for r in [r for r in self.waiting if r.expired(now)]:
+            self.waiting.remove(r)
+            self._dequeued()
+            r.sink(Event(r.id, final=True, finish_reason="timeout", usage=Usage(len(r.prompt)),
+                         error=f"request waited {now - r.t_arrival:.1f} s for a slot, past --timeout {r.timeout:g} s"))
+        for s in self.slots:
+            if s.request is not None and s.request.expired(now):
+                r = s.request
+                self._finish(s, "timeout", error=f"request ran {now - r.t_arrival:.1f} s, past --timeout {r.timeout:g} s",
+                             drop_cells=True)
 
     def _assign(self) -> None:
         """Give waiting requests to idle slots: the one whose cache shares the longest prefix
@@ -172,6 +212,7 @@ class Scheduler:
             if not idle:
                 return
             req = self.waiting.popleft()
+            self._dequeued()
             slot = max(idle, key=lambda s: (common_prefix(s.cache_tokens, req.prompt), -s.t_last))
             sampler = Sampler(req.sampling, n_ctx=slot.n_ctx, grammar=req.constraint)
             n_keep = slot.start(req, sampler, StreamDecoder(self.tok))

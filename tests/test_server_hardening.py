@@ -1,0 +1,173 @@
+"""The server against hostile or careless clients: a bounded queue (503 + Retry-After), a
+request deadline (504), a body limit (413), disconnects and slow readers, the API key on
+every route but /health, /slots only with --slots."""
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import httpx
+import pytest
+from server_harness import serving_state, uvicorn_server
+
+from llamapy.server.bridge import ServerState
+from llamapy.server.http import create_app
+from llamapy.server.request import Event, Request
+
+
+def _long(max_tokens: int = 100000, stream: bool = True) -> dict:
+    return {"prompt": "hello", "max_tokens": max_tokens, "stream": stream, "temperature": 1.0, "ignore_eos": True}
+
+
+def _wait(pred, timeout: float = 20.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if pred():
+            return True
+        time.sleep(0.02)
+    return False
+
+
+def test_queue_full_is_503_with_retry_after(tiny):
+    """-np 1, --max-queue 2: one running, two waiting, the fourth refused; once the queue
+    moves, requests are taken again."""
+    with serving_state(tiny, n_ctx=1024, np_=1, n_batch=64, max_queue=2) as st, uvicorn_server(st) as base:
+        sched = st.scheduler
+        with ThreadPoolExecutor(3) as ex:
+            futs = [ex.submit(httpx.post, base + "/v1/completions", json=_long(300, stream=False), timeout=120) for _ in range(3)]
+            assert _wait(lambda: sched._n_queued == 2 and not sched.slots[0].is_idle)
+            r = httpx.post(base + "/v1/completions", json=_long(5, stream=False), timeout=30)
+            assert r.status_code == 503 and r.headers["retry-after"] == "1"
+            msg = r.json()["error"]["message"]
+            assert "2 requests already wait for the 1 slots (--max-queue 2)" in msg and r.json()["error"]["type"] == "unavailable_error"
+            assert all(f.result().status_code == 200 for f in futs)
+        assert httpx.post(base + "/v1/completions", json=_long(3, stream=False), timeout=30).status_code == 200
+        assert sched._n_queued == 0
+
+
+def test_timeout_ends_running_and_waiting_requests(tiny):
+    with serving_state(tiny, n_ctx=1024, np_=1, n_batch=64) as st, uvicorn_server(st) as base:
+        st.timeout = 0.5
+        ra = httpx.post(base + "/v1/completions", json=_long(stream=False), timeout=60)
+        assert ra.status_code == 504 and "past --timeout 0.5 s" in ra.json()["error"]["message"]
+        assert ra.json()["error"]["type"] == "timeout_error"
+        # one that never gets the slot: it ends while waiting
+        ids = tiny.tokenize("hello")
+        long_ev: list[Event] = []
+        short_ev: list[Event] = []
+        st.scheduler.submit(Request(ids, max_tokens=100000, ignore_eos=True, timeout=30, sink=long_ev.append))
+        assert _wait(lambda: not st.scheduler.slots[0].is_idle)
+        st.scheduler.submit(Request(ids, max_tokens=5, timeout=0.3, sink=short_ev.append))
+        assert _wait(lambda: bool(short_ev) and short_ev[-1].final)
+        assert short_ev[-1].finish_reason == "timeout" and "for a slot, past --timeout 0.3 s" in short_ev[-1].error
+        st.scheduler.cancel(long_ev and long_ev[0].request_id or st.scheduler.slots[0].request.id)
+        assert _wait(lambda: bool(long_ev) and long_ev[-1].final)
+        with httpx.stream("POST", base + "/v1/completions", json=_long(), timeout=60) as r:
+            lines = [x for x in r.iter_lines() if x.startswith("data: ")]
+        assert "past --timeout" in json.loads(lines[-2][6:])["error"]["message"] and lines[-1] == "data: [DONE]"
+        assert st.ctx.memory.n_used() == 0 and all(s.is_idle for s in st.scheduler.slots)
+
+
+def test_body_limit_413(tiny):
+    with serving_state(tiny, n_ctx=1024, np_=1, n_batch=64) as st, uvicorn_server(st) as base:
+        st.max_body = 2048
+        big = {"prompt": "x" * 4000, "max_tokens": 1}
+        r = httpx.post(base + "/v1/completions", json=big, timeout=30)
+        assert r.status_code == 413 and "the limit is 2,048 bytes" in r.json()["error"]["message"]
+
+        def chunks():  # no Content-Length: read up to the limit, refused past it
+            for _ in range(10):
+                yield b"x" * 1000
+        r = httpx.post(base + "/v1/completions", content=chunks(), headers={"content-type": "application/json"}, timeout=30)
+        assert r.status_code == 413
+        ok = httpx.post(base + "/v1/completions", json={"prompt": "x" * 100, "max_tokens": 1}, timeout=30)
+        assert ok.status_code == 200
+
+
+def test_disconnect_frees_slot_and_cells_in_a_step(tiny):
+    """A streaming client that goes away: /slots and /metrics show its slot idle and its
+    cells gone, at most two scheduler steps after the server learned of it."""
+    with serving_state(tiny, n_ctx=1024, np_=2, n_batch=64) as st, uvicorn_server(st) as base:
+        sched = st.scheduler
+        with httpx.Client(base_url=base, timeout=30) as c:
+            with c.stream("POST", "/v1/completions", json=_long()) as r:
+                for i, _ in enumerate(r.iter_lines()):
+                    if i > 4:
+                        break
+            assert _wait(lambda: sched.metrics.n_requests_cancelled == 1)
+            steps_at_cancel = sched.metrics.n_decode_total
+            assert _wait(lambda: all(s["state"] == "idle" for s in c.get("/slots").json()))
+            assert sched.metrics.n_decode_total - steps_at_cancel <= 2
+            m = c.get("/metrics").text
+        assert "llamacpp:requests_processing 0" in m and "llamacpp:kv_cache_tokens 0" in m.replace(".0", "")
+        assert st.ctx.memory.n_used() == 0
+
+
+def test_slow_reader_never_stalls_other_slots(tiny):
+    """A client that asks for a long stream and never reads it: the other slots' requests
+    finish as fast as with no such client."""
+    with serving_state(tiny, n_ctx=2048, np_=4, n_batch=64) as st, uvicorn_server(st) as base:
+        host, port = base.removeprefix("http://").split(":")
+
+        def timed() -> float:
+            t0 = time.perf_counter()
+            with ThreadPoolExecutor(3) as ex:
+                rs = list(ex.map(lambda _: httpx.post(base + "/v1/completions", json=_long(200, stream=False), timeout=60), range(3)))
+            assert all(r.status_code == 200 for r in rs)
+            return time.perf_counter() - t0
+
+        alone = timed()
+        sock = socket.create_connection((host, int(port)))
+        body = json.dumps(_long(600)).encode()
+        sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                     + f"Content-Length: {len(body)}\r\n\r\n".encode() + body)  # and never read
+        try:
+            assert _wait(lambda: sum(not s.is_idle for s in st.scheduler.slots) == 1)
+            beside = timed()
+            assert beside < 3 * alone + 1.0, (alone, beside)
+        finally:
+            sock.close()
+        assert _wait(lambda: all(s.is_idle for s in st.scheduler.slots))
+
+
+def test_api_key_on_every_route_but_health(tiny):
+    with serving_state(tiny, n_ctx=1024, np_=1, n_batch=64, api_key="s3cret") as st, uvicorn_server(st) as base:
+        def walk(routes):
+            for r in routes:
+                sub = getattr(getattr(r, "original_router", None), "routes", None) or getattr(r, "routes", None)
+                yield from walk(sub) if sub else (r,)
+        paths = {(m, r.path) for r in walk(create_app(st).app.routes) for m in getattr(r, "methods", ()) if m != "HEAD"}
+        assert len(paths) >= 14 and ("POST", "/v1/chat/completions") in paths
+        for method, path in sorted(paths):
+            for auth in ({}, {"Authorization": "Bearer s3cre"}, {"Authorization": "Bearer s3cret-and-more"}):
+                r = httpx.request(method, base + path, headers=auth, timeout=30, json={})
+                if path in ("/health", "/v1/health"):
+                    assert r.status_code == 200
+                else:
+                    assert r.status_code == 401, (method, path, r.status_code)
+        r = httpx.post(base + "/v1/completions", headers={"Authorization": "Bearer s3cret"}, json={"prompt": "a", "max_tokens": 1})
+        assert r.status_code == 200
+
+
+def test_slots_off_unless_asked():
+    st = ServerState()
+    app = create_app(st)
+
+    async def get(path: str) -> httpx.Response:
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as c:
+            return await c.get(path)
+    import asyncio
+    r = asyncio.run(get("/slots"))
+    assert r.status_code == 501 and "--slots" in r.json()["error"]["message"]
+
+
+def test_no_prompt_in_logs(tiny, caplog):
+    secret = "purple-elephant-4242"
+    with caplog.at_level("INFO"):
+        with serving_state(tiny, n_ctx=1024, np_=1, n_batch=64) as st, uvicorn_server(st) as base:
+            httpx.post(base + "/v1/completions", json={"prompt": secret, "max_tokens": 3}, timeout=30)
+            httpx.post(base + "/v1/chat/completions", json={"messages": [{"role": "user", "content": secret}], "max_tokens": 3}, timeout=30)
+    assert secret not in caplog.text
