@@ -11,7 +11,11 @@ from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import pytest
-from server_harness import serving_state, uvicorn_server
+from server_harness import serving_state, step_all, uvicorn_server
+
+from llamapy import Context, ContextParams
+from llamapy.sampling import SamplingParams
+from llamapy.server.scheduler import Scheduler
 
 from llamapy.server.bridge import ServerState
 from llamapy.server.http import create_app
@@ -31,19 +35,23 @@ def _wait(pred, timeout: float = 20.0) -> bool:
     return False
 
 
-def test_queue_full_is_503_with_retry_after(tiny):
-    """-np 1, --max-queue 2: one running, two waiting, the fourth refused; once the queue
-    moves, requests are taken again."""
-    with serving_state(tiny, n_ctx=1024, np_=1, n_batch=64, max_queue=2) as st, uvicorn_server(st) as base:
+def test_queue_full_is_503_with_retry_after(smollm2):
+    """-np 1, --max-queue 2: one running (a long stream: SmolLM2, as the tiny model ends
+    thousands of tokens before a request can queue), two waiting, the fourth refused; once
+    the stream goes away the waiting ones run."""
+    with serving_state(smollm2, n_ctx=4096, np_=1, n_batch=64, max_queue=2) as st, uvicorn_server(st) as base:
         sched = st.scheduler
-        with ThreadPoolExecutor(3) as ex:
-            futs = [ex.submit(httpx.post, base + "/v1/completions", json=_long(300, stream=False), timeout=120) for _ in range(3)]
-            assert _wait(lambda: sched._n_queued == 2 and not sched.slots[0].is_idle)
-            r = httpx.post(base + "/v1/completions", json=_long(5, stream=False), timeout=30)
-            assert r.status_code == 503 and r.headers["retry-after"] == "1"
-            msg = r.json()["error"]["message"]
-            assert "2 requests already wait for the 1 slots (--max-queue 2)" in msg and r.json()["error"]["type"] == "unavailable_error"
-            assert all(f.result().status_code == 200 for f in futs)
+        with httpx.Client(base_url=base, timeout=60) as c, ThreadPoolExecutor(2) as ex:
+            with c.stream("POST", "/v1/completions", json=_long(3000)) as running:
+                lines = running.iter_lines()  # kept: a dropped iterator closes the response
+                next(lines)
+                waiting = [ex.submit(httpx.post, base + "/v1/completions", json=_long(5, stream=False), timeout=120) for _ in range(2)]
+                assert _wait(lambda: sched._n_queued == 2)
+                r = httpx.post(base + "/v1/completions", json=_long(5, stream=False), timeout=30)
+                assert r.status_code == 503 and r.headers["retry-after"] == "1"
+                err = r.json()["error"]
+                assert "2 requests already wait for the 1 slots (--max-queue 2)" in err["message"] and err["type"] == "unavailable_error"
+            assert all(f.result().status_code == 200 for f in waiting)
         assert httpx.post(base + "/v1/completions", json=_long(3, stream=False), timeout=30).status_code == 200
         assert sched._n_queued == 0
 
@@ -171,3 +179,35 @@ def test_no_prompt_in_logs(tiny, caplog):
             httpx.post(base + "/v1/completions", json={"prompt": secret, "max_tokens": 3}, timeout=30)
             httpx.post(base + "/v1/chat/completions", json={"messages": [{"role": "user", "content": secret}], "max_tokens": 3}, timeout=30)
     assert secret not in caplog.text
+
+
+def test_kv_full_under_load_ends_only_what_cannot_go_on(tiny):
+    """Four requests on a unified cache of 256 cells that cannot hold them all: the request
+    the cache cannot continue ends with "length" and the numbers; the others' tokens are
+    those of each request alone, and the ended one's are the start of its own."""
+    reqs = [(tiny.tokenize("hello " * 5), 60), (tiny.tokenize("world " * 8), 90), (tiny.tokenize("abc " * 3), 200),
+            (tiny.tokenize("x " * 10), 70)]
+
+    def run(rs, n_ctx: int):
+        ctx = Context(tiny, ContextParams(n_ctx=n_ctx, n_batch=64, n_ubatch=64, n_seq_max=4, kv_unified=True))
+        sched = Scheduler(ctx)
+        evs: list[list[Event]] = []
+        for ids, n in rs:
+            ev: list[Event] = []
+            evs.append(ev)
+            sched.submit(Request(ids, max_tokens=n, ignore_eos=True, sampling=SamplingParams(temp=0.0), sink=ev.append))
+        step_all(sched, evs)
+        assert ctx.memory.n_used() <= n_ctx
+        return [([e.token for e in ev if not e.final], ev[-1]) for ev in evs]
+
+    together = run(reqs, 256)
+    ended = [i for i, (toks, fin) in enumerate(together) if len(toks) < reqs[i][1]]
+    assert ended, "the cache never filled: the test proves nothing"
+    for i, (toks, fin) in enumerate(together):
+        alone, _ = run([reqs[i]], 1024)[0]
+        assert fin.finish_reason == "length"
+        if i in ended:
+            assert toks == alone[: len(toks)]
+            assert "of 256 free" in fin.error and "this request held" in fin.error
+        else:
+            assert toks == alone and not fin.error

@@ -218,8 +218,9 @@ def _probs(state: ServerState, ev: Event) -> list[dict[str, Any]]:
 def stop_fields(ev: Event) -> dict[str, Any]:
     """llama-server's stop_type (eos | limit), or "grammar" with the grammar's message."""
     if ev.finish_reason == "grammar":
-        return {"stop_type": "grammar", "grammar_error": ev.error}
-    return {"stop_type": "eos" if ev.finish_reason == "stop" else "limit"}
+        return {"stop_type": "grammar", "grammar_error": ev.error, "finish_details": ev.error}
+    out = {"stop_type": "eos" if ev.finish_reason == "stop" else "limit"}
+    return out | ({"finish_details": ev.error} if ev.error else {})
 
 
 def _native_final(state: ServerState, ev: Event, text: str, toks: list[Event]) -> dict[str, Any]:

@@ -140,10 +140,13 @@ async def chat_completions(body: ChatCompletionRequest, request: Request):
 
 
 def _finish(ev: Event) -> dict[str, Any]:
-    """The choice's finish_reason, and the grammar's message when the grammar ended it."""
+    """The choice's finish_reason, the grammar's message when the grammar ended it, and
+    finish_details when something other than the request's own limits ended it."""
     out: dict[str, Any] = {"finish_reason": ev.finish_reason}
     if ev.finish_reason == "grammar":
         out["grammar_error"] = ev.error
+    if ev.error:  # why it ended there: the grammar's message, a full KV cache's numbers
+        out["finish_details"] = ev.error
     return out
 
 

@@ -311,7 +311,8 @@ class Scheduler:
                     with_prompts = False
                     continue
                 victim = max(gen or [s for s, _ in added], key=lambda s: len(s.cache_tokens))
-                self._finish(victim, "length" if gen else "error", error=f"KV cache full: {e}", drop_cells=not gen)
+                self._finish(victim, "length" if gen else "error", drop_cells=not gen,
+                             error=f"{e}; this request held {len(victim.cache_tokens)} of them and ends here")
         n_prompt = sum(len(t) for s, t in added if s.state is SlotState.PREFILLING)
         self.metrics.on_decode(len(added), n_prompt, b.n_tokens - n_prompt, time.perf_counter() - t0)
         for s, toks in added:
