@@ -15,7 +15,8 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from .bridge import Pending, ServerState
 from .metrics import render_prometheus
 from .request import Event, Request as GenRequest
-from .schemas import DetokenizeRequest, NativeCompletionRequest, TokenizeRequest
+from .schemas import (ERROR_RESPONSES, DetokenizeRequest, DetokenizeResponse, NativeCompletionRequest,
+                      NativeCompletionResponse, TokenizeRequest, TokenizeResponse, ok_response)
 from .limits import BodyLimit
 from .scheduler import QueueFullError
 from .slots import PromptTooLongError
@@ -102,7 +103,8 @@ def create_app(state: ServerState) -> BodyLimit:
     from .constraints import compile_constraint, request_spec
     from .http_openai import router as openai_router
 
-    app = FastAPI(title="llamapy server", docs_url=None, redoc_url=None, openapi_url=None)
+    app = FastAPI(title="llamapy server", docs_url=None, redoc_url=None, openapi_url="/openapi.json",
+                  responses=ERROR_RESPONSES)
     app.state.llama = state
 
     @app.exception_handler(APIError)
@@ -158,14 +160,15 @@ def create_app(state: ServerState) -> BodyLimit:
         _ready(state)
         return state.scheduler.snapshot()[0]
 
-    @app.get("/metrics")
+    @app.get("/metrics", response_class=PlainTextResponse,
+             responses={200: {"content": {"text/plain": {"schema": {"type": "string"}}}, "description": "Prometheus text"}})
     async def metrics() -> PlainTextResponse:
         if not state.metrics:
             raise APIError(501, "This server does not support metrics endpoint. Start it with `--metrics`")
         _ready(state)
         return PlainTextResponse(render_prometheus(state.scheduler.snapshot()[1]), media_type="text/plain; version=0.0.4")
 
-    @app.post("/tokenize")
+    @app.post("/tokenize", responses=ok_response(TokenizeResponse))
     async def tokenize(body: TokenizeRequest) -> dict[str, Any]:
         _ready(state)
         ids = state.model.tokenize(body.content, add_special=body.add_special, parse_special=body.parse_special)
@@ -174,7 +177,7 @@ def create_app(state: ServerState) -> BodyLimit:
         tok = state.model.tokenizer
         return {"tokens": [{"id": i, "piece": tok.token_to_piece(i).decode("utf-8", errors="replace")} for i in ids]}
 
-    @app.post("/detokenize")
+    @app.post("/detokenize", responses=ok_response(DetokenizeResponse))
     async def detokenize(body: DetokenizeRequest) -> dict[str, Any]:
         _ready(state)
         bad = [t for t in body.tokens if t >= state.model.n_vocab]
@@ -182,8 +185,8 @@ def create_app(state: ServerState) -> BodyLimit:
             raise APIError(400, f"tokens: token id {bad[0]} out of range (n_vocab = {state.model.n_vocab})")
         return {"content": state.model.detokenize(body.tokens)}
 
-    @app.post("/completion")
-    @app.post("/completions")
+    @app.post("/completion", responses=ok_response(NativeCompletionResponse, stream=True))
+    @app.post("/completions", responses=ok_response(NativeCompletionResponse, stream=True))
     async def completion(body: NativeCompletionRequest, request: Request):
         _ready(state)
         ids = tokenize_prompt(state, body.prompt)

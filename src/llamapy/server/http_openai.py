@@ -15,7 +15,7 @@ from .bridge import Pending, ServerState
 from .constraints import compile_constraint, request_spec
 from .http import APIError, EventStream, error_body, error_response, final_error, sse, submit, tokenize_prompt
 from .request import Event, Request as GenRequest, Usage
-from .schemas import ChatCompletionRequest, CompletionRequest
+from .schemas import ChatCompletionRequest, ChatCompletionResponse, CompletionRequest, CompletionResponse, ok_response
 
 router = APIRouter()
 
@@ -72,7 +72,7 @@ async def models(request: Request) -> dict[str, Any]:
     return {"object": "list", "data": data}
 
 
-@router.post("/v1/completions")
+@router.post("/v1/completions", responses=ok_response(CompletionResponse, stream=True))
 async def completions(body: CompletionRequest, request: Request):
     state = _state(request)
     ids = tokenize_prompt(state, body.prompt)
@@ -94,8 +94,8 @@ async def completions(body: CompletionRequest, request: Request):
     return {**head, "choices": [choice], "usage": _usage(evs[-1].usage), "timings": evs[-1].timings}
 
 
-@router.post("/v1/chat/completions")
-@router.post("/chat/completions")
+@router.post("/v1/chat/completions", responses=ok_response(ChatCompletionResponse, stream=True))
+@router.post("/chat/completions", responses=ok_response(ChatCompletionResponse, stream=True))
 async def chat_completions(body: ChatCompletionRequest, request: Request):
     state = _state(request)
     tmpl = state.model.tokenizer.chat

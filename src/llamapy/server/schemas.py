@@ -10,7 +10,7 @@ from ..sampling import LLAMA_DEFAULT_SEED, SamplingParams
 
 
 class _Sampling(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="ignore", strict=True)  # "5" is not 5: what the schema says is what passes
 
     model: str | None = None
     temperature: float = Field(0.8, ge=0.0, le=100.0)
@@ -68,14 +68,14 @@ class CompletionRequest(_Sampling):
 
 
 class ContentPart(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="ignore", strict=True)  # "5" is not 5: what the schema says is what passes
 
     type: Literal["text"]
     text: str
 
 
 class Message(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="ignore", strict=True)  # "5" is not 5: what the schema says is what passes
 
     role: Literal["system", "developer", "user", "assistant", "tool"]
     content: str | list[ContentPart] | None = None
@@ -129,7 +129,7 @@ class NativeCompletionRequest(_Sampling):
 
 
 class TokenizeRequest(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="ignore", strict=True)  # "5" is not 5: what the schema says is what passes
 
     content: str
     add_special: bool = False
@@ -138,7 +138,7 @@ class TokenizeRequest(BaseModel):
 
 
 class DetokenizeRequest(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="ignore", strict=True)  # "5" is not 5: what the schema says is what passes
 
     tokens: list[int]
 
@@ -148,3 +148,100 @@ class DetokenizeRequest(BaseModel):
         if bad:
             raise ValueError(f"tokens: negative token id {bad[0]}")
         return self
+
+
+class ErrorDetail(BaseModel):
+    message: str
+    type: str
+    code: int
+
+
+class ErrorResponse(BaseModel):
+    """OpenAI's error shape, which every error response has."""
+
+    error: ErrorDetail
+
+
+ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
+    code: {"model": ErrorResponse, "description": what}
+    for code, what in ((400, "Bad request"), (401, "Missing or wrong API key"), (404, "Not found"),
+                       (413, "Request body too large"), (422, "Invalid field"), (500, "Internal error"),
+                       (501, "Endpoint not enabled"), (503, "Loading, shutting down or busy"), (504, "Request timed out"))
+}
+
+
+# ---- what the routes answer (documentation and contract tests; extra fields allowed) --------
+class _Open(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+
+class UsageOut(_Open):
+    prompt_tokens: int
+    completion_tokens: int
+    total_tokens: int
+
+
+class CompletionChoice(_Open):
+    index: int
+    text: str
+    finish_reason: str | None
+
+
+class CompletionResponse(_Open):
+    id: str
+    object: Literal["text_completion"]
+    created: int
+    model: str
+    choices: list[CompletionChoice]
+    usage: UsageOut | None = None
+
+
+class ToolCallOut(_Open):
+    id: str
+    type: Literal["function"]
+    function: dict[str, str]
+
+
+class ChatMessageOut(_Open):
+    role: Literal["assistant"]
+    content: str | None
+    tool_calls: list[ToolCallOut] | None = None
+
+
+class ChatChoice(_Open):
+    index: int
+    message: ChatMessageOut
+    finish_reason: str | None
+
+
+class ChatCompletionResponse(_Open):
+    id: str
+    object: Literal["chat.completion"]
+    created: int
+    model: str
+    choices: list[ChatChoice]
+    usage: UsageOut | None = None
+
+
+class NativeCompletionResponse(_Open):
+    content: str
+    stop: bool
+    stop_type: str
+    tokens_predicted: int
+    tokens_evaluated: int
+
+
+class TokenizeResponse(_Open):
+    tokens: list[int] | list[dict[str, Any]]
+
+
+class DetokenizeResponse(_Open):
+    content: str
+
+
+def ok_response(model: type[BaseModel], stream: bool = False) -> dict[int | str, dict[str, Any]]:
+    """A route's 200: model as JSON, and server-sent events when the request asks to stream."""
+    out: dict[str, Any] = {"model": model}
+    if stream:
+        out["content"] = {"text/event-stream": {"schema": {}}}  # data: JSON chunks, then [DONE]
+    return {200: out}
