@@ -23,12 +23,12 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from .header import NUMPY_DTYPE, VT, ArrayRef, GGUFHeader, HeaderField, TensorInfo
+from .header import NUMPY_DTYPE, VT, ArrayRef, GGUFError, GGUFHeader, HeaderField, TensorInfo
 
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["GGUFFile", "GGUFStrings", "HeaderField", "TensorInfo"]
+__all__ = ["GGUFError", "GGUFFile", "GGUFStrings", "HeaderField", "TensorInfo"]
 
 
 class GGUFStrings:
@@ -94,29 +94,30 @@ class GGUFFile(GGUFHeader):
     def array(self, key: str) -> np.ndarray | None:
         """A numeric array as numpy: a read-only view over the map for a large one (scores,
         token types), a small new array otherwise; None if absent."""
-        v = self.get(key)
-        if v is None:
+        fld = self.fields.get(key)
+        if fld is None:
             return None
+        v, et = fld.value, (fld.value.type if isinstance(fld.value, ArrayRef) else fld.elem_type)
+        if fld.type != VT.ARRAY or et not in NUMPY_DTYPE:
+            what = fld.type.name if fld.type != VT.ARRAY else f"array of {et.name}"
+            raise GGUFError(f"{self.path}: metadata '{key}' (key at byte {fld.offset}) is a {what}, not an array of numbers")
         if isinstance(v, ArrayRef):
-            if v.type == VT.STRING:
-                raise ValueError(f"{self.path}: metadata '{key}' is a string array, not numbers")
             a = np.frombuffer(self._buf, dtype=NUMPY_DTYPE[v.type], count=v.count, offset=v.offset)
             a.flags.writeable = False
             return a
-        if not isinstance(v, list):
-            raise ValueError(f"{self.path}: metadata '{key}' is a {self.fields[key].type.name}, not an array")
-        return np.asarray(v)
+        return np.asarray(v, dtype=NUMPY_DTYPE[et])
 
     def strings(self, key: str) -> GGUFStrings | None:
         """A string array (tokens, merges) as GGUFStrings; None if absent."""
-        v = self.get(key)
-        if v is None:
+        fld = self.fields.get(key)
+        if fld is None:
             return None
+        v = fld.value
         if isinstance(v, ArrayRef) and v.type == VT.STRING:
             return GGUFStrings.from_ref(self._buf, v)
-        if isinstance(v, list) and all(isinstance(s, str) for s in v):
+        if fld.type == VT.ARRAY and fld.elem_type == VT.STRING:
             return GGUFStrings.from_list(v)
-        raise ValueError(f"{self.path}: metadata '{key}' is not a string array")
+        raise GGUFError(f"{self.path}: metadata '{key}' (key at byte {fld.offset}) is not a string array")
 
     def metadata_sha256(self) -> str:
         """sha256 of the bytes from the magic to the last metadata value: everything the
@@ -127,7 +128,7 @@ class GGUFFile(GGUFHeader):
     def _info(self, name: str) -> TensorInfo:
         info = self.tensors.get(name)
         if info is None:
-            raise ValueError(f"{self.path.name}: missing tensor '{name}' (is this GGUF complete?)")
+            raise GGUFError(f"{self.path.name}: missing tensor '{name}' (is this GGUF complete?)")
         return info
 
     def tensor_data(self, name: str) -> "torch.Tensor":
@@ -155,8 +156,8 @@ class GGUFFile(GGUFHeader):
         while done < info.n_bytes:
             n = os.preadv(self._fd, [out[done:]], info.offset + done)
             if n <= 0:
-                raise ValueError(f"{self.path}: tensor '{name}': read {done} of {info.n_bytes} bytes at byte "
-                                 f"{info.offset + done} (file shrank while loading?)")
+                raise GGUFError(f"{self.path}: tensor '{name}': read {done} of {info.n_bytes} bytes at byte "
+                                f"{info.offset + done} (file shrank while loading?)")
             done += n
 
     def cached_pages(self, samples: int = 64) -> tuple[int, int] | None:

@@ -1,9 +1,21 @@
-"""HParams: the model's hyperparameters from the GGUF "{arch}.*" keys (llama_hparams)."""
+"""HParams: the model's hyperparameters from the GGUF "{arch}.*" keys (llama_hparams).
+
+hparams_from_gguf also checks what Model.load will rely on, so a malformed file gives one
+GGUFError naming the key or tensor (and its byte offset) before any weight or vocabulary is
+read: required keys present, every key of the right type and in range, every tensor of a
+known architecture present with the shape the hyperparameters give (token_embd [n_embd,
+n_vocab], blk.N.ffn_up [n_embd, n_ff], ...), and the vocabulary's metadata consistent (its
+size against token_embd and {arch}.vocab_size, scores/token types at least as long, special
+ids integers, a tokenizer model and pre-tokenizer llamapy knows).  O(keys + tensors): no
+loop over the vocabulary's elements."""
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
-from ..gguf.header import GGUFHeader
+import gguf
+
+from ..gguf.header import VT, ArrayRef, GGUFError, GGUFHeader, HeaderField, short_repr
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,51 +60,228 @@ def _swa_pattern(n_layer: int, period: int) -> tuple[bool, ...]:
     return tuple((il % period) < (period - 1) for il in range(n_layer))
 
 
-def hparams_from_gguf(f: GGUFHeader) -> HParams:
-    """From a GGUFHeader (header only) or a GGUFFile (a subclass)."""
-    arch = f.arch
+# The architectures Model.load builds (model/archs/): the tensors each one reads, in ggml ne
+# order, as names of HParams fields ("n_head*k": n_head * n_embd_head_k).
+_LLAMA_LAYER = {
+    "attn_norm": ("n_embd",), "attn_q": ("n_embd", "n_head*k"), "attn_k": ("n_embd", "n_head_kv*k"),
+    "attn_v": ("n_embd", "n_head_kv*v"), "attn_output": ("n_head*v", "n_embd"), "ffn_norm": ("n_embd",),
+    "ffn_gate": ("n_embd", "n_ff"), "ffn_up": ("n_embd", "n_ff"), "ffn_down": ("n_ff", "n_embd"),
+}
+LAYER_TENSORS: dict[str, dict[str, tuple[str, ...]]] = {
+    "llama": _LLAMA_LAYER,
+    "gemma3": {**_LLAMA_LAYER, "attn_q_norm": ("n_embd_head_k",), "attn_k_norm": ("n_embd_head_k",),
+               "post_attention_norm": ("n_embd",), "post_ffw_norm": ("n_embd",)},
+}
+_GLOBAL_TENSORS = {"token_embd": ("n_embd", "n_vocab"), "output_norm": ("n_embd",)}
+_OPTIONAL_TENSORS = {"output": ("n_embd", "n_vocab")}  # absent: tied to token_embd
+_K = gguf.Keys.Tokenizer
+_SPECIAL_ID_KEYS = (_K.BOS_ID, _K.EOS_ID, _K.EOT_ID, _K.EOM_ID, _K.UNK_ID, _K.SEP_ID, _K.PAD_ID, _K.MASK_ID,
+                    _K.FIM_PRE_ID, _K.FIM_SUF_ID, _K.FIM_MID_ID, _K.FIM_PAD_ID, _K.FIM_REP_ID, _K.FIM_SEP_ID,
+                    _K.PREFIX_ID, _K.SUFFIX_ID, _K.MIDDLE_ID)
 
-    def key(name: str, default=None, required: bool = False):
-        v = f.get(f"{arch}.{name}", default)
-        if v is None and required:
-            raise ValueError(f"{f.path.name}: missing metadata key {arch}.{name}")
+
+def hparams_from_gguf(f: GGUFHeader) -> HParams:
+    """From a GGUFHeader (header only) or a GGUFFile (a subclass); GGUFError where the file
+    disagrees with itself (see the module doc).  Files of other architectures get the key
+    checks only (`llamapy mem` reads them)."""
+    arch = f.arch
+    name = f.path.name
+    known = arch in LAYER_TENSORS
+
+    def where(fld: HeaderField) -> str:
+        return f"{name}: metadata '{fld.name}' (key at byte {fld.offset})"
+
+    def desc(k: str, v) -> str:
+        """A key and its value for a message: with its byte offset, or as a default."""
+        fld = f.fields.get(f"{arch}.{k}")
+        return f"'{arch}.{k}' (key at byte {fld.offset}) = {v}" if fld else f"{arch}.{k} (absent, so {v})"
+
+    def key(k: str, default=None, required: bool = False, kind: type = int, lo: float | None = None):
+        full = f"{arch}.{k}"
+        fld = f.fields.get(full)
+        if fld is None:
+            if required:
+                raise GGUFError(f"{name}: {full} is missing (a required key)")
+            return default
+        v = fld.value
+        if kind is int:
+            ok = isinstance(v, int) and not isinstance(v, bool)
+        else:
+            ok = isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+        if not ok:
+            want = "an integer" if kind is int else "a finite number"
+            raise GGUFError(f"{where(fld)} = {short_repr(v)} ({fld.type.name}) is not {want}")
+        if lo is not None and v < lo:
+            raise GGUFError(f"{where(fld)} = {v} is out of range (at least {lo})")
         return v
 
-    n_embd = int(key("embedding_length", required=True))
-    n_head = int(key("attention.head_count", required=True))
-    n_head_kv = int(key("attention.head_count_kv", n_head))
-    head_k = int(key("attention.key_length", n_embd // n_head))
-    head_v = int(key("attention.value_length", n_embd // n_head))
-    n_layer = int(key("block_count", required=True))
-    tokens = f.get("tokenizer.ggml.tokens")
-    n_vocab = int(key("vocab_size", len(tokens) if tokens is not None else 0))
-    if n_vocab == 0 and "token_embd.weight" in f.tensors:
-        n_vocab = f.tensors["token_embd.weight"].ne[1]
-    freq_base = float(key("rope.freq_base", 10000.0))
-    scale = key("rope.scaling.factor", None)
-    n_swa = int(key("attention.sliding_window", 0) or 0)
+    n_embd = key("embedding_length", required=True, lo=1)
+    n_head = key("attention.head_count", required=True, lo=1)
+    n_head_kv = key("attention.head_count_kv", n_head, lo=1)
+    if n_head % n_head_kv:
+        raise GGUFError(f"{name}: metadata {desc('attention.head_count', n_head)} is not a multiple of "
+                        f"{desc('attention.head_count_kv', n_head_kv)}")
+    head_k = key("attention.key_length", n_embd // n_head, lo=1)
+    head_v = key("attention.value_length", n_embd // n_head, lo=1)
+    if head_k < 1 or head_v < 1:
+        raise GGUFError(f"{name}: metadata {desc('embedding_length', n_embd)} is smaller than "
+                        f"{desc('attention.head_count', n_head)}")
+    n_layer = key("block_count", required=True, lo=1 if known else 0)
+    if n_layer > max(len(f.tensors), 1):
+        raise GGUFError(f"{name}: metadata {desc('block_count', n_layer)} is larger than the file's "
+                        f"{len(f.tensors)} tensors could hold")
+    n_vocab = _n_vocab(f, arch, known, key, desc)
+    freq_base = float(key("rope.freq_base", 10000.0, kind=float))
+    scale = key("rope.scaling.factor", None, kind=float, lo=0)
+    n_swa = key("attention.sliding_window", 0, lo=0)
     swa_layers: tuple[bool, ...] = ()
     freq_base_swa = freq_base
     if arch == "gemma3" and n_swa > 0:
         swa_layers = _swa_pattern(n_layer, 6)
         # llama.cpp: {arch}.rope.freq_base_swa when present, else 10000 for gemma3's local layers
-        freq_base_swa = float(key("rope.freq_base_swa", 10000.0))
-    return HParams(
+        freq_base_swa = float(key("rope.freq_base_swa", 10000.0, kind=float))
+    if arch == "gemma3":
+        key("final_logit_softcapping", 0.0, kind=float)
+    n_rot = key("rope.dimension_count", head_k, lo=0)
+    if n_rot > head_k or n_rot % 2:
+        head = (desc("attention.key_length", head_k) if f"{arch}.attention.key_length" in f.fields else
+                f"{head_k} = {desc('embedding_length', n_embd)} / {desc('attention.head_count', n_head)}")
+        raise GGUFError(f"{name}: metadata {desc('rope.dimension_count', n_rot)} must be even and at most the "
+                        f"head size {head}")
+    hp = HParams(
         arch=arch,
-        n_ctx_train=int(key("context_length", required=True)),
+        n_ctx_train=key("context_length", required=True, lo=1),
         n_embd=n_embd,
         n_layer=n_layer,
-        n_ff=int(key("feed_forward_length", 0)),
+        n_ff=key("feed_forward_length", required=known, lo=1 if known else 0) or 0,
         n_head=n_head,
         n_head_kv=n_head_kv,
         n_embd_head_k=head_k,
         n_embd_head_v=head_v,
         n_vocab=n_vocab,
-        f_norm_rms_eps=float(key("attention.layer_norm_rms_epsilon", 1e-5)),
+        f_norm_rms_eps=float(key("attention.layer_norm_rms_epsilon", 1e-5, kind=float, lo=0)),
         rope_freq_base=freq_base,
         rope_freq_base_swa=freq_base_swa,
         rope_freq_scale=1.0 / float(scale) if scale else 1.0,
-        n_rot=int(key("rope.dimension_count", head_k)),
+        n_rot=n_rot,
         n_swa=n_swa,
         swa_layers=swa_layers,
     )
+    if known:
+        check_tensors(f, hp)
+        _check_vocab_keys(f)
+    return hp
+
+
+def _n_vocab(f: GGUFHeader, arch: str, known: bool, key, desc) -> int:
+    """The vocabulary size: tokenizer.ggml.tokens' length, which {arch}.vocab_size and
+    token_embd must agree with."""
+    name = f.path.name
+    tok = f.fields.get(_K.LIST)
+    embd = f.tensors.get("token_embd.weight")
+    n_tokens = None
+    if tok is not None:
+        if _elem_type(tok) != VT.STRING:
+            raise GGUFError(f"{name}: metadata '{_K.LIST}' (key at byte {tok.offset}) is not a string array")
+        n_tokens = len(tok.value)
+        if n_tokens == 0:
+            raise GGUFError(f"{name}: metadata '{_K.LIST}' (key at byte {tok.offset}) is empty")
+    elif known:
+        raise GGUFError(f"{name}: tokenizer.ggml.tokens is missing (a required key: the vocabulary)")
+    vocab_size = key("vocab_size", None, lo=1)
+    if vocab_size is not None and n_tokens is not None and vocab_size != n_tokens:
+        raise GGUFError(f"{name}: metadata {desc('vocab_size', vocab_size)} disagrees with '{_K.LIST}' "
+                        f"(key at byte {tok.offset}: {n_tokens} tokens)")
+    n_vocab = vocab_size if vocab_size is not None else n_tokens
+    if n_vocab is None:
+        n_vocab = embd.ne[1] if embd is not None and len(embd.ne) == 2 else 0
+    if known and embd is not None and len(embd.ne) == 2 and embd.ne[1] != n_vocab:
+        raise GGUFError(f"{name}: vocabulary size {n_vocab} ({_K.LIST}) disagrees with the embedding: "
+                        f"tensor 'token_embd.weight' (info at byte {embd.info_offset}) has ne {list(embd.ne)}, "
+                        f"expected [{embd.ne[0]}, {n_vocab}] = [n_embd, n_vocab]")
+    return n_vocab
+
+
+def expected_tensors(hp: HParams) -> dict[str, tuple[int, ...]]:
+    """Tensor name -> ne (ggml order) of every tensor an architecture Model.load builds must
+    have (output.weight is optional: tied to token_embd when absent)."""
+    dims = {"n_embd": hp.n_embd, "n_vocab": hp.n_vocab, "n_ff": hp.n_ff, "n_embd_head_k": hp.n_embd_head_k,
+            "n_head*k": hp.n_head * hp.n_embd_head_k, "n_head*v": hp.n_head * hp.n_embd_head_v,
+            "n_head_kv*k": hp.n_head_kv * hp.n_embd_head_k, "n_head_kv*v": hp.n_head_kv * hp.n_embd_head_v}
+    out = {f"{t}.weight": tuple(dims[d] for d in ds) for t, ds in _GLOBAL_TENSORS.items()}
+    for il in range(hp.n_layer):
+        out.update({f"blk.{il}.{t}.weight": tuple(dims[d] for d in ds) for t, ds in LAYER_TENSORS[hp.arch].items()})
+    return out
+
+
+def _shape_names(arch: str, tensor: str) -> tuple[str, ...]:
+    base = tensor.rsplit(".", 2)[-2] if tensor.startswith("blk.") else tensor.split(".")[0]
+    table = LAYER_TENSORS[arch] if tensor.startswith("blk.") else {**_GLOBAL_TENSORS, **_OPTIONAL_TENSORS}
+    return table[base]
+
+
+def check_tensors(f: GGUFHeader, hp: HParams) -> None:
+    """Every tensor the architecture reads is present with the shape hp gives it."""
+    name = f.path.name
+    want = expected_tensors(hp)
+    if "output.weight" in f.tensors:
+        want["output.weight"] = (hp.n_embd, hp.n_vocab)
+    for t, ne in want.items():
+        info = f.tensors.get(t)
+        if info is None:
+            raise GGUFError(f"{name}: tensor '{t}' is missing (is this GGUF complete?)")
+        if info.ne != ne:
+            dims = ", ".join(_shape_names(hp.arch, t))
+            raise GGUFError(f"{name}: tensor '{t}' (info at byte {info.info_offset}) has ne {list(info.ne)}, expected "
+                            f"{list(ne)} = [{dims}] from the hyperparameters")
+
+
+def _check_vocab_keys(f: GGUFHeader) -> None:
+    """The tokenizer.* keys the tokenizer reads have the types it expects."""
+    name = f.path.name
+    n = len(f.fields[_K.LIST].value)
+    fld = f.fields.get
+
+    def where(x: HeaderField) -> str:
+        return f"{name}: metadata '{x.name}' (key at byte {x.offset})"
+
+    model = fld(_K.MODEL)
+    if model is None:
+        raise GGUFError(f"{name}: tokenizer.ggml.model is missing (a required key)")
+    if model.value not in ("gpt2", "llama"):
+        raise GGUFError(f"{where(model)} = {short_repr(model.value)} is not supported (supported: 'gpt2' byte-level BPE, "
+                        f"'llama' SentencePiece)")
+    pre = fld(_K.PRE)
+    if pre is not None:
+        if not isinstance(pre.value, str):
+            raise GGUFError(f"{where(pre)} is a {pre.type.name}, expected a string")
+        if model.value == "gpt2" and pre.value:
+            from ..tokenizer_bpe import PRE_TYPES
+
+            if pre.value not in PRE_TYPES:
+                raise GGUFError(f"{where(pre)} = {short_repr(pre.value)} is not a pre-tokenizer llamapy knows "
+                                f"(supported: {', '.join(sorted(PRE_TYPES))})")
+    for k in (_K.SCORES, _K.TOKEN_TYPE):
+        x = fld(k)
+        if x is not None and _elem_type(x) in (None, VT.STRING, VT.ARRAY):
+            raise GGUFError(f"{where(x)} is not a numeric array")
+        if x is not None and len(x.value) < n:
+            raise GGUFError(f"{where(x)} has {len(x.value)} entries, fewer than the {n} tokens")
+    merges = fld(_K.MERGES)
+    if merges is not None and _elem_type(merges) != VT.STRING:
+        raise GGUFError(f"{where(merges)} is not a string array")
+    for k in _SPECIAL_ID_KEYS:
+        x = fld(k)
+        if x is not None and (isinstance(x.value, bool) or not isinstance(x.value, int)):
+            raise GGUFError(f"{where(x)} = {short_repr(x.value)} ({x.type.name}) is not a token id")
+    tpl = fld(_K.CHAT_TEMPLATE)
+    if tpl is not None and not isinstance(tpl.value, str):
+        raise GGUFError(f"{where(tpl)} is a {tpl.type.name}, expected a string")
+
+
+def _elem_type(x: HeaderField) -> VT | None:
+    """The element type of an array field (large ones are ArrayRefs, small ones lists); None
+    for a scalar."""
+    if x.type != VT.ARRAY:
+        return None
+    return x.value.type if isinstance(x.value, ArrayRef) else x.elem_type

@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ..gguf.header import TensorInfo
-from ..gguf.quants import dequantize
+from ..gguf.header import GGUFError, TensorInfo
+from ..gguf.quants import DEQUANTIZE_TYPES, dequantize
 from ..gguf.reader import GGUFFile
 from ..kernels import KernelLib
 from .qmatrix import QMatrix, make_qmatrix
@@ -41,9 +41,14 @@ class WeightLoader:
     def _info(self, name: str, shape: tuple[int, ...] | None = None) -> TensorInfo:
         info = self.f.tensors.get(name)
         if info is None:
-            raise ValueError(f"{self.f.path.name}: missing tensor '{name}' (is this GGUF complete?)")
+            raise GGUFError(f"{self.f.path.name}: missing tensor '{name}' (is this GGUF complete?)")
         if shape is not None and tuple(shape) != info.shape:
-            raise ValueError(f"{self.f.path.name}: tensor '{name}' has shape {info.shape}, expected {tuple(shape)}")
+            raise GGUFError(f"{self.f.path.name}: tensor '{name}' (info at byte {info.info_offset}) has shape "
+                            f"{info.shape}, expected {tuple(shape)}")
+        if info.qtype not in DEQUANTIZE_TYPES:  # every type the kernels read is among these
+            raise GGUFError(f"{self.f.path.name}: tensor '{name}' (info at byte {info.info_offset}) has ggml type "
+                            f"{info.qtype.name}, which llamapy cannot read "
+                            f"(supported: {', '.join(sorted(t.name for t in DEQUANTIZE_TYPES))})")
         return info
 
     def _done(self, info: TensorInfo) -> None:
@@ -68,10 +73,10 @@ class WeightLoader:
         infos = [self._info(name) for name in names]
         for i in infos:
             if len(i.ne) != 2:
-                raise ValueError(f"{self.f.path.name}: tensor '{i.name}' has shape {i.shape}, expected a matrix")
+                raise GGUFError(f"{self.f.path.name}: tensor '{i.name}' has shape {i.shape}, expected a matrix")
         n_in = {i.shape[1] for i in infos}
         if len(n_in) != 1:
-            raise ValueError(f"{self.f.path.name}: cannot stack {', '.join(names)}: their rows differ ({sorted(n_in)})")
+            raise GGUFError(f"{self.f.path.name}: cannot stack {', '.join(names)}: their rows differ ({sorted(n_in)})")
         if len(infos) > 1 and len({i.qtype for i in infos}) == 1:
             shape = (sum(i.shape[0] for i in infos), infos[0].shape[1])
             parts = [(self._stacked(infos), infos[0].qtype, shape)]
