@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 ARGS ?= -p "The capital of France is" -n 32 --temp 0
 
-.PHONY: run test install install-dev clean
+.PHONY: run test fuzz install install-dev clean
 
 $(VENV)/.installed: pyproject.toml scripts/install.sh
 	scripts/install.sh $(VENV)
@@ -21,6 +21,14 @@ run: $(VENV)/.installed
 
 test: $(VENV)/.installed-dev
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+# The GGUF fuzzers longer than `make test` runs them: FUZZ_SCALE times the hypothesis cases
+# (4000 tiny-model and 1000 SmolLM2-header mutations at 1), a fresh seed, atheris for FUZZ_SECONDS.
+FUZZ_SCALE ?= 25
+FUZZ_SECONDS ?= 180
+fuzz: $(VENV)/.installed-dev
+	LLAMAPY_FUZZ_SCALE=$(FUZZ_SCALE) LLAMAPY_FUZZ_SEED=random LLAMAPY_FUZZ_ATHERIS_SECONDS=$(FUZZ_SECONDS) \
+		$(PY) -m pytest -s tests/test_gguf_fuzz.py $(PYTEST_ARGS)
 
 clean:
 	rm -rf $(VENV) build src/*.egg-info .pytest_cache
