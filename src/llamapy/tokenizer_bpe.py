@@ -28,6 +28,8 @@ from tokenizers import Regex
 from tokenizers import Tokenizer as HFTokenizer
 from tokenizers import models, pre_tokenizers
 
+from .gguf.header import GGUFError
+
 _CONTRACTIONS = r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])"
 GPT2 = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"
 LLAMA3 = (_CONTRACTIONS + r"|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
@@ -129,7 +131,7 @@ def bpe_merge_ids(merges: list[str], t2i: Mapping[str, int]) -> np.ndarray:
             continue
         pairs += (t2i[pair[0]], t2i[pair[1]])
     if dropped:
-        raise ValueError(f"{len(dropped)} of {len(merges)} tokenizer.ggml.merges name "
+        raise GGUFError(f"{len(dropped)} of {len(merges)} tokenizer.ggml.merges name "
                          f"tokens missing from the vocabulary (first: {dropped[0]!r})")
     return np.array(pairs, dtype=np.int32).reshape(-1, 2)
 

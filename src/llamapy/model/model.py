@@ -1,11 +1,14 @@
 """Model: a GGUF file loaded into hparams, weights and a tokenizer (llama_model + llama_vocab)."""
 from __future__ import annotations
 
+import contextlib
 import time
 from pathlib import Path
+from typing import Iterator
 
 import torch
 
+from ..gguf.header import GGUFError
 from ..gguf.reader import GGUFFile
 from ..log import Progress, logger
 from .archs import arch_class
@@ -43,7 +46,8 @@ class Model:
         path = resolve_model(None if name_or_path is None else str(name_or_path))
         t0 = time.perf_counter()
         f = GGUFFile(path)
-        net_cls = arch_class(f.arch)  # unsupported architecture -> ValueError before any weight
+        with _field_context(f, "general.architecture"):
+            net_cls = arch_class(f.arch)  # unsupported architecture -> GGUFError before any weight
         hp = hparams_from_gguf(f)
         log.info(f"loaded meta data with {len(f.fields)} key-value pairs and {len(f.tensors)} tensors from {path} "
                  f"(version GGUF V{f.version})")
@@ -53,7 +57,8 @@ class Model:
         kernels = None if exact else load_kernels()
         loader = WeightLoader(f, torch.device(device), exact=exact, kernels=kernels)
         net = net_cls(hp, loader)
-        tok = Tokenizer.from_gguf(f)
+        with _field_context(f, "tokenizer.ggml.merges"):
+            tok = Tokenizer.from_gguf(f)
         logger("load_tensors").info(f"CPU model buffer size = {loader.n_bytes_resident / MiB:10.2f} MiB (file: {loader.n_bytes_file / MiB:.2f} MiB; "
                                     f"{(loader.n_bytes_file - loader.n_bytes_stacked) / MiB:.2f} MiB mapped from the file, "
                                     f"{loader.n_bytes_stacked / MiB:.2f} MiB read into stacked matrices)")
@@ -118,3 +123,17 @@ def _log_hparams(hp: HParams) -> None:
     log.info(f"{'n_embd_v_gqa':<13}= {hp.n_embd_v_gqa()}")
     log.info(f"{'f_norm_rms_eps':<13}= {hp.f_norm_rms_eps:.1e}")
     log.info(f"{'freq_base_train':<13}= {hp.rope_freq_base:.1f}")
+
+
+@contextlib.contextmanager
+def _field_context(f: GGUFFile, key: str) -> Iterator[None]:
+    """A GGUFError raised without the file's name (by code that reads a decoded field) gets
+    the path, the field and its byte offset, like the parser's own."""
+    try:
+        yield
+    except GGUFError as e:
+        if str(e).startswith(str(f.path)):
+            raise
+        fld = f.fields.get(key)
+        where = f"metadata '{key}' at byte {fld.offset}" if fld is not None and fld.offset >= 0 else f"metadata '{key}'"
+        raise GGUFError(f"{f.path}: {where}: {e}") from None

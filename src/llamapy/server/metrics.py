@@ -21,6 +21,7 @@ class ServerMetrics:
     n_requests_deferred: int = 0
     kv_cells_used: int = 0
     kv_cells_total: int = 0
+    kv_cells_cached: int = 0  # held by idle slots' prompt caches (reusable, freed on demand)
     n_draft_tokens: int = 0  # speculative decoding: draft tokens verified
     n_draft_accepted: int = 0  # ... accepted by the target
     n_draft_verif_steps: int = 0  # ... verifications (one per slot per step with a draft)
@@ -68,6 +69,8 @@ def render_prometheus(m: dict[str, float]) -> str:
         ("gauge", "kv_cache_tokens", "KV cells in use.", m["kv_cells_used"]),
         ("gauge", "kv_cells_used", "KV cells in use.", m["kv_cells_used"]),
         ("gauge", "kv_cells_total", "KV cells allocated.", m["kv_cells_total"]),
+        ("gauge", "kv_cells_cached", "KV cells kept by idle slots' prompt caches.", m["kv_cells_cached"]),
+        ("gauge", "kv_cells_active", "KV cells held by requests in flight.", m["kv_cells_used"] - m["kv_cells_cached"]),
         ("gauge", "kv_cache_usage_ratio", "KV cells in use / allocated.",
          m["kv_cells_used"] / m["kv_cells_total"] if m["kv_cells_total"] else 0.0),
         ("counter", "spec_decode_num_draft_tokens_total", "Speculative: Total draft tokens generated", m["n_draft_tokens"]),

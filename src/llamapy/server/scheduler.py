@@ -420,4 +420,5 @@ class Scheduler:
         m.n_requests_processing = sum(not s.is_idle for s in self.slots)
         m.n_requests_deferred = len(self.waiting)
         m.kv_cells_used = self.ctx.memory.n_used()
+        m.kv_cells_cached = sum(len(s.cache_tokens) for s in self.slots if s.is_idle)
         self._snapshot = ([s.info() for s in self.slots], m.snapshot())

@@ -13,7 +13,8 @@ def register(name: str) -> Callable[[type], type]:
 
 
 def arch_class(name: str) -> type:
-    """The class for GGUF `general.architecture` == name; ValueError if unsupported."""
+    """The class for GGUF `general.architecture` == name; GGUFError (a ValueError) if unsupported."""
+    from ...gguf.header import GGUFError
     from .llama import LlamaModel
 
     known = {c.arch_name: c for c in (LlamaModel,)}
@@ -24,5 +25,5 @@ def arch_class(name: str) -> type:
     except ImportError:
         pass
     if name not in known:
-        raise ValueError(f"unsupported model architecture '{name}' (supported: {', '.join(sorted(known))})")
+        raise GGUFError(f"unsupported model architecture '{name}' (supported: {', '.join(sorted(known))})")
     return known[name]
