@@ -23,12 +23,15 @@ test: $(VENV)/.installed-dev
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 # The GGUF fuzzers longer than `make test` runs them: FUZZ_SCALE times the hypothesis cases
-# (4000 tiny-model and 1000 SmolLM2-header mutations at 1), a fresh seed, atheris for FUZZ_SECONDS.
+# (4000 tiny-model and 1000 SmolLM2-header mutations at 1), a fresh seed, atheris for FUZZ_SECONDS;
+# and the schemathesis contract test with CONTRACT_CASES cases per route and mode.
 FUZZ_SCALE ?= 25
 FUZZ_SECONDS ?= 180
+CONTRACT_CASES ?= 200
 fuzz: $(VENV)/.installed-dev
 	LLAMAPY_FUZZ_SCALE=$(FUZZ_SCALE) LLAMAPY_FUZZ_SEED=random LLAMAPY_FUZZ_ATHERIS_SECONDS=$(FUZZ_SECONDS) \
-		$(PY) -m pytest -s tests/test_gguf_fuzz.py $(PYTEST_ARGS)
+		LLAMAPY_CONTRACT_CASES=$(CONTRACT_CASES) \
+		$(PY) -m pytest -s tests/test_gguf_fuzz.py tests/test_api_contract.py $(PYTEST_ARGS)
 
 clean:
 	rm -rf $(VENV) build src/*.egg-info .pytest_cache
