@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import math
 import random
 import sys
 import time
@@ -71,6 +72,8 @@ class Report:
     identical: int = 0
     differing: list[str] = field(default_factory=list)
     metrics: dict[str, float] = field(default_factory=dict)
+    rss_trace: list[float] = field(default_factory=list)  # MiB after each tenth of the requests
+    margins: list[float] = field(default_factory=list)  # per differing output: alone, p1 - p2 where it differs
 
     @property
     def ok(self) -> bool:
@@ -152,24 +155,25 @@ def metrics(url: str) -> dict[str, float]:
     return out
 
 
-async def drive(url: str, jobs: list[Job], concurrency: int, on_warm) -> None:
+async def drive(url: str, jobs: list[Job], concurrency: int, on_tenth) -> None:
+    """Run the jobs, at most `concurrency` at a time; on_tenth() after each tenth of them."""
     sem = asyncio.Semaphore(concurrency)
     done = 0
-    warm_at = max(1, len(jobs) // 10)
+    tenth = max(1, len(jobs) // 10)
 
     async def one(client: httpx.AsyncClient, j: Job) -> None:
         nonlocal done
         async with sem:
             await run_job(client, j)
         done += 1
-        if done == warm_at:
-            on_warm()
+        if done % tenth == 0:
+            on_tenth()
 
     async with httpx.AsyncClient(base_url=url, timeout=300) as client:
         await asyncio.gather(*(one(client, j) for j in jobs))
 
 
-def check(jobs: list[Job], url: str, rep: Report) -> None:
+def check(jobs: list[Job], url: str, rep: Report, alone: bool = True) -> None:
     for j in jobs:
         rep.counts[j.kind] += 1
         if j.status != EXPECTED[j.kind] or (j.error and j.kind != "cancel"):
@@ -181,6 +185,8 @@ def check(jobs: list[Job], url: str, rep: Report) -> None:
             except (json.JSONDecodeError, AssertionError):
                 rep.unexpected.append(f"json: not a valid object: {j.text[:80]!r}")
     seen: dict[str, str] = {}
+    if not alone:
+        return
     with httpx.Client(base_url=url, timeout=300) as c:
         for j in jobs:
             if j.kind not in ("greedy", "greedy-stream", "chat") or j.status != 200:
@@ -193,7 +199,29 @@ def check(jobs: list[Job], url: str, rep: Report) -> None:
             if j.text == seen[key]:
                 rep.identical += 1
             else:
-                rep.differing.append(f"{j.kind} {json.dumps(j.body)[:80]}: {j.text[:40]!r} alone {seen[key][:40]!r}")
+                margin = tie_margin(c, j, seen[key])
+                rep.margins.append(margin)
+                rep.differing.append(f"{j.kind} {json.dumps(j.body)[:60]}: {j.text[:40]!r} alone {seen[key][:40]!r}; "
+                                     f"alone, at the first differing token, top-2 probabilities differ by {margin:.3f}")
+
+
+def tie_margin(c: httpx.Client, j: Job, alone: str) -> float:
+    """The request alone again, with its top-2 probabilities: p1 - p2 at the token where the
+    text under load first differs (a small margin: the two runs' rounding chose differently
+    between near-equal tokens; a large one would be a bug)."""
+    at = next((i for i, (x, y) in enumerate(zip(j.text, alone)) if x != y), min(len(j.text), len(alone)))
+    if j.path == "/v1/completions":
+        d = c.post(j.path, json={**j.body, "stream": False, "logprobs": 2}).json()["choices"][0]["logprobs"]
+        steps = [(t, sorted((math.exp(v) for v in top.values()), reverse=True)) for t, top in zip(d["tokens"], d["top_logprobs"])]
+    else:
+        d = c.post(j.path, json={**j.body, "logprobs": True, "top_logprobs": 2}).json()["choices"][0]["logprobs"]["content"]
+        steps = [(e["token"], sorted((math.exp(t["logprob"]) for t in e["top_logprobs"]), reverse=True)) for e in d]
+    pos = 0
+    for tok, probs in steps:
+        if pos + len(tok) > at:
+            return probs[0] - probs[1] if len(probs) > 1 else probs[0]
+        pos += len(tok)
+    return float("nan")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -206,6 +234,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("-t", "--threads", type=int, default=2)
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--json", type=Path, default=None, help="write the report here")
+    ap.add_argument("--skip-alone", action="store_true", help="do not send the greedy requests again alone (a quicker run)")
     a = ap.parse_args(argv)
 
     from llamapy.registry import resolve_model
@@ -221,20 +250,26 @@ def main(argv: list[str] | None = None) -> int:
         pid = _server_pid(port)
         rep.rss_warm_mib = rss_mib(pid)
 
-        def warm() -> None:
-            rep.rss_warm_mib = rss_mib(pid)
-        asyncio.run(drive(url, jobs, a.concurrency, warm))
+        def tenth() -> None:  # the first tenth is the warm-up
+            rep.rss_trace.append(rss_mib(pid))
+            rep.rss_warm_mib = rep.rss_trace[0]
+        asyncio.run(drive(url, jobs, a.concurrency, tenth))
         t_load = time.perf_counter() - t0
         time.sleep(0.5)  # cancels land within a step
         rep.rss_end_mib = rss_mib(pid)
         rep.metrics = metrics(url)
-        check(jobs, url, rep)
+        check(jobs, url, rep, alone=not a.skip_alone)
     print(f"soak: {len(jobs)} requests in {t_load:.1f} s ({dict(rep.counts)}), concurrency {a.concurrency}, -np {a.parallel}")
     print(f"  unexpected statuses: {len(rep.unexpected)}" + "".join(f"\n    {u}" for u in rep.unexpected[:10]))
     print(f"  greedy outputs identical to the same request alone: {rep.identical} of {rep.identical + len(rep.differing)}"
           + "".join(f"\n    {d}" for d in rep.differing[:10]))
+    if rep.margins:
+        ms = sorted(rep.margins)
+        print(f"  where they differ, the top-2 probabilities of the request alone differ by: median {ms[len(ms) // 2]:.3f}, "
+              f"max {ms[-1]:.3f} (all {len(ms)}: " + " ".join(f"{m:.3f}" for m in ms) + ")")
     print(f"  server RSS after warm-up {rep.rss_warm_mib:.1f} MiB, at the end {rep.rss_end_mib:.1f} MiB "
-          f"(growth {rep.rss_end_mib - rep.rss_warm_mib:+.1f} MiB, limit +32)")
+          f"(growth {rep.rss_end_mib - rep.rss_warm_mib:+.1f} MiB, limit +32); after each tenth: "
+          + " ".join(f"{x:.0f}" for x in rep.rss_trace))
     m = rep.metrics
     print(f"  /metrics at the end: requests_processing {m.get('requests_processing'):g}, kv_cells_active "
           f"{m.get('kv_cells_active'):g}, kv_cells_used {m.get('kv_cells_used'):g} (prompt caches {m.get('kv_cells_cached'):g})")
@@ -242,6 +277,7 @@ def main(argv: list[str] | None = None) -> int:
     if a.json:
         a.json.write_text(json.dumps({"ok": rep.ok, "counts": rep.counts, "unexpected": rep.unexpected, "identical": rep.identical,
                                       "differing": rep.differing, "rss_warm_mib": rep.rss_warm_mib, "rss_end_mib": rep.rss_end_mib,
+                                      "rss_trace_mib": rep.rss_trace, "margins": rep.margins,
                                       "metrics": m}, indent=1))
     return 0 if rep.ok else 1
 

@@ -94,6 +94,7 @@ def cmd_serve(a: argparse.Namespace) -> int:
 
     setup_logging(verbose=True)
     log = logger("main")
+    _limit_malloc_arenas()
     resolve_parallel(a.parallel, a.kv_unified)  # bad -np fails before anything starts
     from .cli_cmds import _spec_params
 
@@ -123,6 +124,7 @@ def cmd_serve(a: argparse.Namespace) -> int:
         host, port = server.bound()
         log.info(f"server is listening on http://{host}:{port} - starting the main loop")
         print(f"ready: http://{host}:{port}", flush=True)
+        state.model.tokenizer.hf  # a server tokenizes many texts: the whole tokenizer now, not mid-load
 
     t0 = time.perf_counter()
     threading.Thread(target=loader, name="llamapy-loader", daemon=True).start()
@@ -134,6 +136,24 @@ def cmd_serve(a: argparse.Namespace) -> int:
         return 1
     log.info(f"server stopped after {time.perf_counter() - t0:.1f} s")
     return 0
+
+
+def _limit_malloc_arenas(n: int = 2, mmap_threshold: int = 1 << 20) -> None:
+    """A long-running server's heap, tuned for glibc (no-op elsewhere): each thread that
+    allocates would get its own arena (up to 8 per core), which keeps what it freed, so the
+    HTTP worker threads slowly grow the resident set -- n arenas (M_ARENA_MAX); and glibc
+    raises its mmap threshold up to 32 MiB as large blocks are freed, after which a prefill's
+    buffers come from the heap and stay -- a fixed threshold (M_MMAP_THRESHOLD) keeps
+    buffers of a MiB and more in mappings that go back to the OS when freed."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        try:
+            libc = ctypes.CDLL(None)
+            libc.mallopt(-8, n)  # M_ARENA_MAX
+            libc.mallopt(-3, mmap_threshold)  # M_MMAP_THRESHOLD
+        except (OSError, AttributeError):  # not glibc
+            pass
 
 
 class _Server:

@@ -23,6 +23,7 @@ from ..log import logger
 from ..memory.kv_cache import KVCacheFullError
 from ..grammar import GrammarDeadEnd
 from ..sampling import Sampler, token_probabilities
+from ..tokenizer_build import release_heap
 from ..tokenizer import StreamDecoder
 from .metrics import ServerMetrics
 from .request import Event, Request, Usage
@@ -31,6 +32,7 @@ from .slots import Slot, SlotState, check_prompt_fits
 from ..speculative import SpecParams, Speculator
 
 log = logger("srv")
+TRIM_EVERY_S = 5.0  # at most this often, when idle, freed heap memory goes back to the OS (malloc_trim)
 
 
 class QueueFullError(RuntimeError):
@@ -130,9 +132,13 @@ class Scheduler:
             self._thread.join(timeout)
 
     def _loop(self) -> None:
+        t_trim = time.monotonic()
         while not self._stop.is_set():
             try:
                 if not self.update_slots():
+                    if time.monotonic() - t_trim > TRIM_EVERY_S:  # idle: hand freed heap back to the OS
+                        release_heap()
+                        t_trim = time.monotonic()
                     self._drain_inbox(timeout=0.05)
             except Exception as e:  # a bug: fail the running requests, keep serving
                 log.exception("update_slots failed")
