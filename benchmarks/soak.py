@@ -73,6 +73,7 @@ class Report:
     differing: list[str] = field(default_factory=list)
     metrics: dict[str, float] = field(default_factory=dict)
     rss_trace: list[float] = field(default_factory=list)  # MiB after each tenth of the requests
+    anon_trace: list[float] = field(default_factory=list)  # ... of it, anonymous memory (not file pages)
     margins: list[float] = field(default_factory=list)  # per differing output: alone, p1 - p2 where it differs
 
     @property
@@ -139,9 +140,10 @@ async def run_job(client: httpx.AsyncClient, j: Job) -> None:
         j.error = f"{type(e).__name__}: {e}"
 
 
-def rss_mib(pid: int) -> float:
+def rss_mib(pid: int, field: str = "VmRSS") -> float:
+    """The process's resident set (or another /proc/pid/status field: RssAnon, RssFile), MiB."""
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
+        if line.startswith(field + ":"):
             return int(line.split()[1]) / 1024
     return 0.0
 
@@ -252,6 +254,7 @@ def main(argv: list[str] | None = None) -> int:
 
         def tenth() -> None:  # the first tenth is the warm-up
             rep.rss_trace.append(rss_mib(pid))
+            rep.anon_trace.append(rss_mib(pid, "RssAnon"))
             rep.rss_warm_mib = rep.rss_trace[0]
         asyncio.run(drive(url, jobs, a.concurrency, tenth))
         t_load = time.perf_counter() - t0
@@ -269,7 +272,7 @@ def main(argv: list[str] | None = None) -> int:
               f"max {ms[-1]:.3f} (all {len(ms)}: " + " ".join(f"{m:.3f}" for m in ms) + ")")
     print(f"  server RSS after warm-up {rep.rss_warm_mib:.1f} MiB, at the end {rep.rss_end_mib:.1f} MiB "
           f"(growth {rep.rss_end_mib - rep.rss_warm_mib:+.1f} MiB, limit +32); after each tenth: "
-          + " ".join(f"{x:.0f}" for x in rep.rss_trace))
+          + " ".join(f"{x:.0f}" for x in rep.rss_trace) + "; anonymous memory: " + " ".join(f"{x:.0f}" for x in rep.anon_trace))
     m = rep.metrics
     print(f"  /metrics at the end: requests_processing {m.get('requests_processing'):g}, kv_cells_active "
           f"{m.get('kv_cells_active'):g}, kv_cells_used {m.get('kv_cells_used'):g} (prompt caches {m.get('kv_cells_cached'):g})")
