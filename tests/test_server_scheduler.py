@@ -175,6 +175,6 @@ def test_unified_cache_full_ends_one_request_cleanly(tiny):
     _run(s, [e for _, e in reqs])
     finals = sorted((e[-1] for _, e in reqs), key=lambda f: f.usage.completion_tokens)
     assert [f.finish_reason for f in finals] == ["length", "length"]
-    assert "KV cache full" in finals[0].error and finals[0].usage.completion_tokens < 16  # cut when the shared cache filled
+    assert "kv_cache full: a ubatch needs" in finals[0].error and finals[0].usage.completion_tokens < 16  # cut when the shared cache filled
     assert finals[1].error == "" and finals[1].usage.completion_tokens == 16  # the other went on in the freed cells
     assert s.ctx.memory.n_used() <= 256
