@@ -13,7 +13,11 @@ Kinds (drawn with fixed weights from --seed):
   bad-grammar                     a GBNF grammar with an undefined rule          -> 400
 
 Then: every distinct well-formed greedy request is sent again, alone, and its text compared
-with what it got under load; the server's RSS (VmRSS from /proc) after the first 10% of the
+with what it got under load.  A row's arithmetic depends on how many rows share its products
+(the 1-row, 2-4-row and 5+-row kernels, chunked prefill), so an output may differ where the
+model's top two tokens are within rounding: for each difference the request alone is asked
+for its top-2 probabilities at the first differing token, and a margin of NEAR_TIE or more
+(a confident token) is a failure; the server's RSS (VmRSS from /proc) after the first 10% of the
 requests and at the end; /metrics at the end (no request in flight, no KV cell held by one).
 Exit status 1 when any expectation fails.
 
@@ -45,6 +49,7 @@ KINDS = {"greedy": 22, "greedy-stream": 14, "chat": 10, "sampled": 6, "json": 10
          "wrong-type": 6, "too-long": 7, "bad-grammar": 7}
 EXPECTED = {"greedy": 200, "greedy-stream": 200, "chat": 200, "sampled": 200, "json": 200, "cancel": 200,
             "malformed": 400, "wrong-type": 422, "too-long": 400, "bad-grammar": 400}
+NEAR_TIE = 0.05  # top-2 probability margin under which two runs' rounding may pick either token
 WORDS = ("the river ran past old stone walls while children counted boats and the baker sang of bread "
          "morning light fell on roofs a dog barked twice then slept under the cart near the market").split()
 SCHEMA = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 20}, "n": {"type": "integer", "minimum": 0, "maximum": 99}},
@@ -77,8 +82,14 @@ class Report:
     margins: list[float] = field(default_factory=list)  # per differing output: alone, p1 - p2 where it differs
 
     @property
+    def confident_differences(self) -> int:
+        """Outputs that differ from the request alone at a token the model was sure of (a bug:
+        another request's mask, cells or sampler); near-ties are the batch's rounding."""
+        return sum(not m < NEAR_TIE for m in self.margins)
+
+    @property
     def ok(self) -> bool:
-        return (not self.unexpected and not self.differing and self.rss_end_mib - self.rss_warm_mib <= 32
+        return (not self.unexpected and self.confident_differences == 0 and self.rss_end_mib - self.rss_warm_mib <= 32
                 and self.metrics.get("kv_cells_active", 1) == 0 and self.metrics.get("requests_processing", 1) == 0)
 
 
@@ -266,6 +277,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"  unexpected statuses: {len(rep.unexpected)}" + "".join(f"\n    {u}" for u in rep.unexpected[:10]))
     print(f"  greedy outputs identical to the same request alone: {rep.identical} of {rep.identical + len(rep.differing)}"
           + "".join(f"\n    {d}" for d in rep.differing[:10]))
+    print(f"  differing at a confident token (top-2 margin >= {NEAR_TIE}): {rep.confident_differences}")
     if rep.margins:
         ms = sorted(rep.margins)
         print(f"  where they differ, the top-2 probabilities of the request alone differ by: median {ms[len(ms) // 2]:.3f}, "
