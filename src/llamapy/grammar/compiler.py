@@ -89,7 +89,7 @@ def to_llguidance(spec: GrammarSpec) -> str:
         if spec.kind == "json_schema":
             schema = closed_objects(json.loads(spec.text))
             return llguidance.LLMatcher.grammar_from_json_schema(schema, defaults=JSON_OPTIONS)
-        return llguidance.grammar_from({"gbnf": "gbnf", "lark": "lark", "regex": "regex"}[spec.kind], spec.text)
+        return llguidance.grammar_from(spec.kind, spec.text)  # gbnf | lark | regex: llguidance's names
     except ValueError as e:
         raise GrammarError(f"{spec.kind}: {e}") from None
 
@@ -136,4 +136,4 @@ class GrammarCompiler:
         """A fresh per-sequence constraint for spec; its first mask starts computing now."""
         from .constraint import Constraint
 
-        return Constraint(self.compile(spec).deep_copy(), self.n_vocab, self.pool, spec)
+        return Constraint(self.compile(spec).deep_copy(), self.n_vocab, self.pool)

@@ -8,14 +8,9 @@ for it.  A mask that leaves no token with a finite logit raises GrammarDeadEnd."
 from __future__ import annotations
 
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import TYPE_CHECKING
-
 import llguidance
 import numpy as np
 import torch
-
-if TYPE_CHECKING:
-    from .compiler import GrammarSpec
 
 
 class GrammarDeadEnd(RuntimeError):
@@ -23,9 +18,8 @@ class GrammarDeadEnd(RuntimeError):
 
 
 class Constraint:
-    def __init__(self, matcher: llguidance.LLMatcher, n_vocab: int, pool: ThreadPoolExecutor,
-                 spec: "GrammarSpec | None" = None) -> None:
-        self.matcher, self.n_vocab, self.pool, self.spec = matcher, n_vocab, pool, spec
+    def __init__(self, matcher: llguidance.LLMatcher, n_vocab: int, pool: ThreadPoolExecutor) -> None:
+        self.matcher, self.n_vocab, self.pool = matcher, n_vocab, pool
         self._bits = np.zeros((n_vocab + 31) // 32, dtype=np.int32)  # [n_words] one bit per token id
         self._future: Future | None = None
         self.n_tokens = 0  # tokens consumed
@@ -37,12 +31,16 @@ class Constraint:
     def _start(self) -> None:
         self._future = self.pool.submit(self._compute)
 
-    def _bits_bool(self) -> np.ndarray:
-        """The next token's mask [n_vocab] as numpy bool (waits for the computation advance()
-        started)."""
+    def _wait(self) -> None:
+        """Finish the mask computation in flight: the matcher is not to be used by two threads."""
         if self._future is not None:
             self._future.result()
             self._future = None
+
+    def _bits_bool(self) -> np.ndarray:
+        """The next token's mask [n_vocab] as numpy bool (waits for the computation advance()
+        started)."""
+        self._wait()
         if self.matcher.is_error():
             raise GrammarDeadEnd(f"grammar error: {self.matcher.get_error()}")
         return np.unpackbits(self._bits.view(np.uint8), bitorder="little")[: self.n_vocab].view(np.bool_)
@@ -72,24 +70,18 @@ class Constraint:
 
     def advance(self, token: int) -> None:
         """Consume a generated token (one apply() allowed) and start the next mask."""
-        if self._future is not None:  # advance without apply (a forced path): finish the old mask first
-            self._future.result()
+        self._wait()  # advance without apply (a forced path): the old mask first
         if not self.matcher.consume_token(token):
             raise GrammarDeadEnd(f"token {token} rejected by the grammar: {self.matcher.get_error()}")
         self.n_tokens += 1
         if not self.matcher.is_stopped():
             self._start()
         else:
-            self._future = None
             self._compute()  # stopped: only end-of-generation; cheap
 
     def valid_prefix(self, tokens: list[int]) -> int:
-        """How many of tokens (a draft following the consumed ones) the grammar accepts."""
-        if self._future is not None:
-            self._future.result()
-            self._future = None
+        """How many of tokens (a draft following the consumed ones) the grammar accepts.  It
+        waits for the next mask (the matcher is busy with it), so with drafts the mask is not
+        overlapped with the forward pass."""
+        self._wait()
         return self.matcher.validate_tokens(tokens) if tokens else 0
-
-    @property
-    def is_accepting(self) -> bool:
-        return self.matcher.is_accepting()

@@ -36,9 +36,9 @@ def request_spec(grammar: str | None, json_schema: Any, response_format: dict[st
                  tools: ToolPlan | None = None) -> GrammarSpec | None:
     """The one grammar a request asks for; 400 when it asks for two."""
     try:
+        rf = response_format_spec(response_format)
         asked = {"grammar": grammar is not None, "json_schema": json_schema is not None,
-                 "response_format": response_format_spec(response_format) is not None,
-                 "tools": tools is not None and tools.lark is not None}
+                 "response_format": rf is not None, "tools": tools is not None and tools.lark is not None}
         names = [k for k, v in asked.items() if v]
         if len(names) > 1:
             if set(names) == {"grammar", "json_schema"}:
@@ -50,7 +50,7 @@ def request_spec(grammar: str | None, json_schema: Any, response_format: dict[st
             return GrammarSpec.json_schema(json_schema)
         if tools is not None and tools.lark is not None:
             return GrammarSpec("lark", tools.lark)
-        return response_format_spec(response_format)
+        return rf
     except GrammarError as e:
         raise APIError(400, str(e)) from None
 

@@ -105,10 +105,7 @@ async def chat_completions(body: ChatCompletionRequest, request: Request):
         messages = tools.render_messages([m.as_dict() for m in body.messages], plan, fmt)
     except tools.ToolError as e:
         raise APIError(400, str(e)) from None
-    extra: dict[str, Any] = {}
-    if fmt == "hermes" and plan is not None and plan.choice != "none":
-        extra["tools"] = [{"type": "function", "function": {"name": f.name, "description": f.description, "parameters": f.parameters}}
-                          for f in (plan.functions if plan.choice in ("auto", "required") else [plan.by_name[plan.choice]])]
+    extra = {"tools": plan.template_tools()} if fmt == "hermes" and plan is not None and plan.offered else {}
     try:
         text = state.model.tokenizer.apply_chat_template(messages, add_generation_prompt=True, **extra)
     except Exception as e:  # a template that rejects the conversation (e.g. roles out of order)

@@ -69,6 +69,12 @@ class ToolPlan:
     lark: str | None = None
     system: str = ""
     by_name: dict[str, Function] = field(default_factory=dict)
+    offered: list[Function] = field(default_factory=list)  # what the model may call (none for "none")
+
+    def template_tools(self) -> list[dict[str, Any]]:
+        """The offered functions as a chat template's `tools` variable (OpenAI's shape)."""
+        return [{"type": "function", "function": {"name": f.name, "description": f.description, "parameters": f.parameters}}
+                for f in self.offered]
 
 
 def parse_tools(tools: list[dict[str, Any]] | None) -> list[Function]:
@@ -155,7 +161,7 @@ def plan(tools: list[dict[str, Any]] | None, choice: Any, parallel: bool, fmt: s
     p = ToolPlan(fns, c, parallel, fmt, by_name={f.name: f for f in fns})
     if c == "none":
         return p
-    offered = fns if c in ("auto", "required") else [p.by_name[c]]
+    offered = p.offered = fns if c in ("auto", "required") else [p.by_name[c]]
     if fmt == "hermes":  # the template describes the tools; the grammar holds the calls to them
         p.lark = hermes_lark(offered, c, parallel)
         return p
