@@ -95,7 +95,7 @@ def cmd_serve(a: argparse.Namespace) -> int:
 
     setup_logging(verbose=True)
     log = logger("main")
-    _limit_malloc_arenas()
+    _tune_malloc()
     # oneDNN keeps a primitive (and its buffers) per GEMM shape it met, up to 1024 of them; a
     # server's prefills meet a new row count at nearly every step, and a soak of 2,000 requests
     # grew the resident set by ~40 MiB through it (found with memray).  16 bound it.
@@ -143,7 +143,7 @@ def cmd_serve(a: argparse.Namespace) -> int:
     return 0
 
 
-def _limit_malloc_arenas(n: int = 2, mmap_threshold: int = 1 << 20) -> None:
+def _tune_malloc(n: int = 2, mmap_threshold: int = 1 << 20) -> None:
     """A long-running server's heap, tuned for glibc (no-op elsewhere): each thread that
     allocates would get its own arena (up to 8 per core), which keeps what it freed, so the
     HTTP worker threads slowly grow the resident set -- n arenas (M_ARENA_MAX); and glibc
