@@ -47,10 +47,11 @@ class Context:
         log_cparams(self.cparams, hp)
         c = self.cparams
         self.kv_device = model.device if c.offload_kqv else torch.device("cpu")  # -nkvo: host memory
+        layers = model.net.layer_ids  # all, or a pipeline stage's (pipeline/)
         self.estimate = estimate_from(hp, c, model.n_bytes_resident, model.n_bytes_file,
-                                      dense_bf16=dense_bf16_for(model.gguf.tensors))
+                                      dense_bf16=dense_bf16_for(model.gguf.tensors), layers=layers)
         _log_output_buffer(self.estimate, model.device)  # llama.cpp's order: output, KV cache, compute
-        self.memory: Memory = create_memory(hp, c, self.kv_device)  # KVCache, or KVCacheISWA (n_swa > 0)
+        self.memory: Memory = create_memory(hp, c, self.kv_device, layers)  # KVCache, or KVCacheISWA (n_swa > 0)
         _log_compute_buffer(self.estimate, model.device)
         if model.device.type == "cpu":
             from .kernels.build import load_kernels, system_info

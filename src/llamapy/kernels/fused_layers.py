@@ -84,20 +84,22 @@ class FusedLayers:
     dims: DimsC
     n_layer: int
     swa: list[bool]  # per layer: reads the sliding-window mask
+    layer_ids: list[int]  # the model's layer index of each table entry (a pipeline stage's own range)
     bound: tuple = ()  # (cache ids, weakrefs to the caches) the table's k, v point into now
     calls: int = 0  # forwards that took this path (the tests check it was taken)
     keep: list = field(default_factory=list)  # the tensors the table points into
 
     @classmethod
     def build(cls, hp, specs: list[LayerSpec], lib: KernelLib | None, q_scale: float, attn_scale: float, neox: bool,
-              gelu: bool) -> "FusedLayers | None":
-        """The table for these layers, or None when some matrix is not in blocks or the shapes
-        are not the ones the C code assumes (equal K and V head sizes, an even n_rot <= d)."""
+              gelu: bool, layer_ids: list[int] | None = None) -> "FusedLayers | None":
+        """The table for these layers (the model's layers layer_ids, default all), or None when
+        some matrix is not in blocks or the shapes are not the ones the C code assumes (equal K
+        and V head sizes, an even n_rot <= d)."""
         if lib is None or hp.n_embd_head_k != hp.n_embd_head_v or hp.n_rot > hp.n_embd_head_k or hp.n_rot % 2:
             return None
         d = hp.n_embd_head_k
         n_q, n_k = hp.n_head * d, hp.n_head_kv * d
-        arr = (LayerC * hp.n_layer)()
+        arr = (LayerC * len(specs))()
         keep: list = []
         n_ff = None
         for il, s in enumerate(specs):
@@ -130,12 +132,13 @@ class FusedLayers:
             c.rope_set = s.rope_set
         dims = DimsC(hp.n_embd, hp.n_head, hp.n_head_kv, d, hp.n_rot, n_ff, hp.f_norm_rms_eps, attn_scale, q_scale,
                      int(neox), int(gelu))
-        return cls(lib, arr, dims, hp.n_layer, [s.swa for s in specs], keep=keep)
+        ids = list(range(len(specs))) if layer_ids is None else list(layer_ids)
+        return cls(lib, arr, dims, len(specs), [s.swa for s in specs], ids, keep=keep)
 
     def run(self, inp, caches: list, x: torch.Tensor, ropes: list[tuple[torch.Tensor, torch.Tensor]]) -> bool:
         """x [n_tokens, n_embd] float32 through every layer, in place, when this ubatch fits the
         fused path (see the module doc); False (nothing done) otherwise.  caches: each layer's
-        KVCache; ropes: (cos, sin) [n_tokens, 1, n_rot/2] of each RoPE set."""
+        KVCache, in table order; ropes: (cos, sin) [n_tokens, 1, n_rot/2] of each RoPE set."""
         n = x.shape[0]
         if n == 0 or n >= FAST_ROWS or x.device.type != "cpu" or not inp.flash_attn:
             return False
@@ -171,10 +174,10 @@ class FusedLayers:
         key = tuple(id(c) for c in caches)
         if self.bound and self.bound[0] == key and all(r() is c for r, c in zip(self.bound[1], caches)):
             return
-        for il, cache in enumerate(caches):
+        for i, (il, cache) in enumerate(zip(self.layer_ids, caches)):
             k, v = cache.k[il], cache.v[il]
             assert k.is_contiguous() and v.is_contiguous() and k.dtype == v.dtype == torch.float16
-            self.layers[il].k, self.layers[il].v = k.data_ptr(), v.data_ptr()
+            self.layers[i].k, self.layers[i].v = k.data_ptr(), v.data_ptr()
         self.bound = (key, [weakref.ref(c) for c in caches])
 
 

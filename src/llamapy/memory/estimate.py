@@ -161,15 +161,17 @@ class MemoryEstimate:
         return {"model": self.weights, "kv_k": self.kv_k, "kv_v": self.kv_v, "compute": self.compute, "output": self.output}
 
 
-def kv_caches(hp: HParams, c: CParams) -> tuple[CacheEstimate, ...]:
+def kv_caches(hp: HParams, c: CParams, layers: range | None = None) -> tuple[CacheEstimate, ...]:
     """The KV caches a context with resolved params `c` allocates: one for a dense model, the
-    non-SWA + SWA pair for a sliding-window model (llama_kv_cache_iswa)."""
+    non-SWA + SWA pair for a sliding-window model (llama_kv_cache_iswa).  layers: only these
+    layers' tensors (a pipeline stage's)."""
     n_stream = c.n_stream
     cells = c.n_ctx // n_stream  # == c.n_ctx_seq
+    held = range(hp.n_layer) if layers is None else layers
     if not any(hp.is_swa(il) for il in range(hp.n_layer)):
-        return (_cache("", tuple(range(hp.n_layer)), cells, hp, c),)
-    dense = tuple(il for il in range(hp.n_layer) if not hp.is_swa(il))
-    swa = tuple(il for il in range(hp.n_layer) if hp.is_swa(il))
+        return (_cache("", tuple(held), cells, hp, c),)
+    dense = tuple(il for il in held if not hp.is_swa(il))
+    swa = tuple(il for il in held if hp.is_swa(il))
     n_swa_cells = swa_cells(cells, hp.n_swa, c.n_seq_max, c.kv_unified, c.n_ubatch, c.swa_full)
     return (_cache("non-SWA", dense, cells, hp, c), _cache("SWA", swa, n_swa_cells, hp, c))
 
@@ -283,15 +285,17 @@ def compute_terms(hp: HParams, c: CParams, caches: tuple[CacheEstimate, ...], n_
 
 
 def estimate_from(hp: HParams, c: CParams, weights: int = 0, weights_file: int = 0, n_outputs: int | None = None,
-                  process: ProcessEstimate | None = None, dense_bf16: bool | None = None) -> MemoryEstimate:
+                  process: ProcessEstimate | None = None, dense_bf16: bool | None = None,
+                  layers: range | list[int] | None = None) -> MemoryEstimate:
     """MemoryEstimate for resolved params.  n_outputs: logits rows to reserve (default
     n_seq_max, one per sequence as in generation; a perplexity run needs n_ubatch).
     dense_bf16: the layers' many-row products run as bf16 GEMMs (memory/process.py
-    layers_bf16_gemm; None: as the CPU decides)."""
+    layers_bf16_gemm; None: as the CPU decides).  layers: the KV of only these layers (a
+    pipeline stage's; None: all)."""
     n_out = c.n_seq_max if n_outputs is None else n_outputs
     if n_out < 1:
         raise ValueError(f"n_outputs must be >= 1, got {n_out}")
-    caches = kv_caches(hp, c)
+    caches = kv_caches(hp, c, layers)
     return MemoryEstimate(
         hparams=hp,
         cparams=c,

@@ -48,6 +48,7 @@ class KVCacheISWA:
         type_k: str = "f16",
         type_v: str = "f16",
         device: str | torch.device = "cpu",
+        layers: list[int] | None = None,
     ) -> None:
         if hp.n_swa <= 0 or not any(hp.is_swa(il) for il in range(hp.n_layer)):
             raise ValueError(f"{hp.arch}: n_swa = {hp.n_swa} and no sliding-window layer: use a plain KVCache")
@@ -58,8 +59,9 @@ class KVCacheISWA:
             log.warning("using full-size SWA cache (ref: https://github.com/ggml-org/llama.cpp/pull/13194#issuecomment-2868343055)")
         self.swa_full = swa_full
         self.n_swa = hp.n_swa
-        base_layers = [il for il in range(hp.n_layer) if not hp.is_swa(il)]
-        swa_layers = [il for il in range(hp.n_layer) if hp.is_swa(il)]
+        held = range(hp.n_layer) if layers is None else layers  # a pipeline stage holds some
+        base_layers = [il for il in held if not hp.is_swa(il)]
+        swa_layers = [il for il in held if hp.is_swa(il)]
         log.info(f"creating non-SWA KV cache, size = {n_ctx_seq} cells")
         self.kv_base = KVCache(hp, n_ctx_seq * n_stream, n_seq_max, unified, type_k, type_v,
                                layers=base_layers, n_swa=0, device=device, name="llama_kv_cache (non-SWA)")

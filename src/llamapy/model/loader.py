@@ -100,9 +100,12 @@ class WeightLoader:
         self._done(info)
         return t
 
-    def embeddings(self) -> tuple[QMatrix, torch.Tensor, QMatrix]:
-        """token_embd [n_vocab, n_embd], output_norm [n_embd], and the output matrix: its own
-        `output.weight`, or token_embd itself when the model ties them."""
-        tok_embd = self.matrix("token_embd.weight")
+    def embeddings(self, first: bool = True, last: bool = True) -> tuple[QMatrix | None, torch.Tensor | None, QMatrix | None]:
+        """token_embd [n_vocab, n_embd] (first stage), output_norm [n_embd] and the output
+        matrix (last stage): its own `output.weight`, or token_embd itself when the model ties
+        them.  A part a stage does not hold is None."""
+        tok_embd = self.matrix("token_embd.weight") if first or (last and not self.has("output.weight")) else None
+        if not last:
+            return tok_embd, None, None
         output = self.matrix("output.weight") if self.has("output.weight") else tok_embd
-        return tok_embd, self.get("output_norm.weight"), output
+        return (tok_embd if first else None), self.get("output_norm.weight"), output

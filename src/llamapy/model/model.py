@@ -14,6 +14,7 @@ from ..log import Progress, logger
 from .archs import arch_class
 from .hparams import HParams, hparams_from_gguf
 from .loader import WeightLoader
+from .stage import StageLayers
 
 MiB = 1024 * 1024
 
@@ -31,8 +32,11 @@ class Model:
         self.device = loader.device
 
     @classmethod
-    def load(cls, name_or_path: str | Path | None = None, device: str = "auto", exact: bool = False) -> "Model":
+    def load(cls, name_or_path: str | Path | None = None, device: str = "auto", exact: bool = False,
+             stage: StageLayers | None = None, tokenizer: bool = True) -> "Model":
         """Load a registered model name (pulled on first use) or a path to a .gguf file.
+        stage: only these layers (and the embedding / output where the stage holds them: a
+        pipeline stage, see pipeline/); tokenizer False: none is built (tokenizer None).
         exact=True dequantizes every weight to float32 (slow, for reference comparisons);
         otherwise weights stay in the file's blocks where a kernel reads them (a view over the
         mapped file, see model/loader.py).  On CUDA weights are dense float32.
@@ -49,16 +53,19 @@ class Model:
         with _field_context(f, "general.architecture"):
             net_cls = arch_class(f.arch)  # unsupported architecture -> GGUFError before any weight
         hp = hparams_from_gguf(f)
+        stage = stage or StageLayers.whole(hp.n_layer)
         log.info(f"loaded meta data with {len(f.fields)} key-value pairs and {len(f.tensors)} tensors from {path} "
                  f"(version GGUF V{f.version})")
         _log_hparams(hp)
-        _warm_page_cache(f)
+        _warm_page_cache(f, stage)
         exact = exact or torch.device(device).type != "cpu"
         kernels = None if exact else load_kernels()
         loader = WeightLoader(f, torch.device(device), exact=exact, kernels=kernels)
-        net = net_cls(hp, loader)
-        with _field_context(f, "tokenizer.ggml.merges"):
-            tok = Tokenizer.from_gguf(f)
+        net = net_cls(hp, loader, stage)
+        tok = None
+        if tokenizer:
+            with _field_context(f, "tokenizer.ggml.merges"):
+                tok = Tokenizer.from_gguf(f)
         logger("load_tensors").info(f"CPU model buffer size = {loader.n_bytes_resident / MiB:10.2f} MiB (file: {loader.n_bytes_file / MiB:.2f} MiB; "
                                     f"{(loader.n_bytes_file - loader.n_bytes_stacked) / MiB:.2f} MiB mapped from the file, "
                                     f"{loader.n_bytes_stacked / MiB:.2f} MiB read into stacked matrices)")
@@ -86,11 +93,14 @@ def resolve_device(device: str) -> str:
     return device
 
 
-def _warm_page_cache(f: GGUFFile) -> None:
+def _warm_page_cache(f: GGUFFile, stage: StageLayers) -> None:
     """Sample the tensor data's pages: when some are not in the page cache (a cold start),
     read the file once through the cache with progress dots, as llama.cpp's populated map
     does, so the first forward pass does not wait on the disk a page fault at a time.  When
-    all are cached, only an asynchronous read-ahead hint."""
+    all are cached, only an asynchronous read-ahead hint.  A pipeline stage leaves this to the
+    kernels' first reads: it maps only its share of the file."""
+    if not (stage.first and stage.last):
+        return
     probe = f.cached_pages()
     span = f.file_size() - f.data_offset
     if probe is None or probe[0] == probe[1] or span > _available_memory():

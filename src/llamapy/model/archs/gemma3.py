@@ -24,6 +24,7 @@ from ..layers import geglu_ffn, rms_norm
 from ..loader import WeightLoader
 from ..qmatrix import QMatrix
 from ..rope import ROPE_TYPE_NEOX, RopeParams, apply_rope, rope_cos_sin
+from ..stage import StageLayers
 from . import register
 
 
@@ -58,10 +59,13 @@ def attention_scale(hp: HParams) -> float:
 class Gemma3Model:
     rope_type = ROPE_TYPE_NEOX
 
-    def __init__(self, hp: HParams, w: WeightLoader) -> None:
+    def __init__(self, hp: HParams, w: WeightLoader, stage: StageLayers | None = None) -> None:
         self.hp = hp
-        self.tok_embd, self.output_norm, self.output = w.embeddings()  # output is tok_embd when tied
-        self.layers = [self._load_layer(w, il) for il in range(hp.n_layer)]
+        self.stage = stage or StageLayers.whole(hp.n_layer)  # the layers this process holds
+        # output is tok_embd when tied; parts this stage does not hold are None
+        self.tok_embd, self.output_norm, self.output = w.embeddings(self.stage.first, self.stage.last)
+        self.layer_ids = self.stage.ids
+        self.layers = [self._load_layer(w, il) for il in self.layer_ids]
         self.f_attention_scale = attention_scale(hp)
         self.f_final_logit_softcapping = float(w.f.get(f"{hp.arch}.final_logit_softcapping", 0.0) or 0.0)
         self.rope_global = RopeParams(hp.n_rot, hp.rope_freq_base, hp.rope_freq_scale, self.rope_type)
@@ -75,8 +79,8 @@ class Gemma3Model:
         specs = [LayerSpec(L.attn_norm, L.ffn_norm, [L.wq, L.wk, L.wv], L.wo, [L.ffn_gate, L.ffn_up], L.ffn_down,
                            swa=hp.is_swa(il), rope_set=int(hp.is_swa(il)), q_norm=L.attn_q_norm,
                            k_norm=L.attn_k_norm, attn_post_norm=L.attn_post_norm, ffn_post_norm=L.ffn_post_norm)
-                 for il, L in enumerate(self.layers)]
-        return FusedLayers.build(hp, specs, w.kernels, self.f_attention_scale, 1.0, True, True)
+                 for il, L in zip(self.layer_ids, self.layers)]
+        return FusedLayers.build(hp, specs, w.kernels, self.f_attention_scale, 1.0, True, True, self.layer_ids)
 
     @staticmethod
     def _load_layer(w: WeightLoader, il: int) -> Gemma3Layer:
@@ -104,15 +108,23 @@ class Gemma3Model:
     def forward(self, inp: UBatchInputs, kv: Memory) -> torch.Tensor:
         """One ubatch through the network; returns logits [n_outputs, n_vocab] float32 for the
         rows flagged as outputs.  Each layer writes K and V into its own cache (SWA or not)."""
+        return self.logits(inp, self.forward_layers(inp, kv, self.embed(inp)))
+
+    def embed(self, inp: UBatchInputs) -> torch.Tensor:
+        """The ubatch's scaled token embeddings [n_tokens, n_embd] (the first stage's part)."""
+        return self.tok_embd.get_rows(inp.tokens) * math.sqrt(self.hp.n_embd)
+
+    def forward_layers(self, inp: UBatchInputs, kv: Memory, x: torch.Tensor) -> torch.Tensor:
+        """x [n_tokens, n_embd] through this stage's layers; returns the result (in place on
+        the fused path, a new tensor on the per-op one)."""
         hp = self.hp
         n_tokens = inp.tokens.shape[0]
         d, eps = hp.n_embd_head_k, hp.f_norm_rms_eps
         ropes = {p: rope_cos_sin(inp.pos, p) for p in {self.rope_global, self.rope_swa}}  # [n_tokens, 1, n_rot/2]
-        x = self.tok_embd.get_rows(inp.tokens) * math.sqrt(hp.n_embd)  # [n_tokens, n_embd]
-        caches = [cache_for_layer(kv, il) for il in range(hp.n_layer)]
+        caches = [cache_for_layer(kv, il) for il in self.layer_ids]
         if self.fused is not None and self.fused.run(inp, caches, x, [ropes[self.rope_global], ropes[self.rope_swa]]):
-            return self._logits(inp, x)
-        for il, L in enumerate(self.layers):
+            return x
+        for il, L in zip(self.layer_ids, self.layers):
             rope = self.rope_for_layer(il)
             cos, sin = ropes[rope]
             swa = hp.is_swa(il)
@@ -127,10 +139,10 @@ class Gemma3Model:
             sa_out = x + rms_norm(L.wo(attn), L.attn_post_norm, eps)
             f = geglu_ffn(rms_norm(sa_out, L.ffn_norm, eps), L.ffn_gate, L.ffn_up, L.ffn_down)
             x = sa_out + rms_norm(f, L.ffn_post_norm, eps)
-        return self._logits(inp, x)
+        return x
 
-    def _logits(self, inp: UBatchInputs, x: torch.Tensor) -> torch.Tensor:
-        """The output rows of x [n_tokens, n_embd] -> logits [n_outputs, n_vocab]."""
+    def logits(self, inp: UBatchInputs, x: torch.Tensor) -> torch.Tensor:
+        """The output rows of x [n_tokens, n_embd] -> logits [n_outputs, n_vocab] (the last stage's part)."""
         x = x.index_select(0, inp.out_rows)  # [n_outputs, n_embd]
         logits = self.output(rms_norm(x, self.output_norm, self.hp.f_norm_rms_eps))
         if self.f_final_logit_softcapping:

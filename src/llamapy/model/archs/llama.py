@@ -16,6 +16,7 @@ from ..layers import rms_norm, swiglu_stacked
 from ..loader import WeightLoader
 from ..qmatrix import QMatrix
 from ..rope import ROPE_TYPE_NORM, RopeParams, apply_rope, apply_rope_, rope_cos_sin
+from ..stage import StageLayers
 from . import register
 
 
@@ -33,10 +34,13 @@ class LlamaLayer:
 class LlamaModel:
     rope_type = ROPE_TYPE_NORM
 
-    def __init__(self, hp: HParams, w: WeightLoader) -> None:
+    def __init__(self, hp: HParams, w: WeightLoader, stage: StageLayers | None = None) -> None:
         self.hp = hp
-        self.tok_embd, self.output_norm, self.output = w.embeddings()  # output is tok_embd when tied
-        self.layers = [self._load_layer(w, il) for il in range(hp.n_layer)]
+        self.stage = stage or StageLayers.whole(hp.n_layer)  # the layers this process holds
+        # output is tok_embd when tied; parts this stage does not hold are None
+        self.tok_embd, self.output_norm, self.output = w.embeddings(self.stage.first, self.stage.last)
+        self.layer_ids = self.stage.ids
+        self.layers = [self._load_layer(w, il) for il in self.layer_ids]
         self.rope = RopeParams(hp.n_rot, hp.rope_freq_base, hp.rope_freq_scale, self.rope_type)
         self.fused = self._fused(w) if type(self) is LlamaModel else None  # subclasses differ
 
@@ -45,7 +49,8 @@ class LlamaModel:
         weights are in blocks."""
         specs = [LayerSpec(L.attn_norm, L.ffn_norm, [L.wqkv], L.wo, [L.ffn_gate_up], L.ffn_down) for L in self.layers]
         hp = self.hp
-        return FusedLayers.build(hp, specs, w.kernels, 1.0, 1.0 / hp.n_embd_head_k**0.5, self.rope_type != 0, False)
+        return FusedLayers.build(hp, specs, w.kernels, 1.0, 1.0 / hp.n_embd_head_k**0.5, self.rope_type != 0, False,
+                                 self.layer_ids)
 
     @staticmethod
     def _load_layer(w: WeightLoader, il: int) -> LlamaLayer:
@@ -65,15 +70,25 @@ class LlamaModel:
     def forward(self, inp: UBatchInputs, kv: KVCache) -> torch.Tensor:
         """One ubatch through the network; returns logits [n_outputs, n_vocab] float32 for the
         rows flagged as outputs.  Writes the ubatch's K and V into its cells first."""
-        hp = self.hp
+        return self.logits(inp, self.forward_layers(inp, kv, self.embed(inp)))
+
+    def embed(self, inp: UBatchInputs) -> torch.Tensor:
+        """The ubatch's token embeddings [n_tokens, n_embd] (the first stage's part)."""
+        return self.tok_embd.get_rows(inp.tokens)
+
+    def forward_layers(self, inp: UBatchInputs, kv: KVCache, x: torch.Tensor) -> torch.Tensor:
+        """x [n_tokens, n_embd] through this stage's layers, in place; returns x."""
         cos, sin = rope_cos_sin(inp.pos, self.rope)  # [n_tokens, 1, n_rot/2]
-        x = self.tok_embd.get_rows(inp.tokens)  # [n_tokens, n_embd]
-        if self.fused is None or not self.fused.run(inp, [kv] * hp.n_layer, x, [(cos, sin)]):  # few rows: one C call
-            for il, L in enumerate(self.layers):  # each block's temporaries die when it returns
+        if self.fused is None or not self.fused.run(inp, [kv] * len(self.layers), x, [(cos, sin)]):  # few rows: one C call
+            for il, L in zip(self.layer_ids, self.layers):  # each block's temporaries die when it returns
                 self._attention(inp, kv, il, L, x, cos, sin)
                 self._ffn(L, x)
+        return x
+
+    def logits(self, inp: UBatchInputs, x: torch.Tensor) -> torch.Tensor:
+        """The output rows of x [n_tokens, n_embd] -> logits [n_outputs, n_vocab] (the last stage's part)."""
         x = x.index_select(0, inp.out_rows)  # [n_outputs, n_embd]
-        return self.output(rms_norm(x, self.output_norm, hp.f_norm_rms_eps))
+        return self.output(rms_norm(x, self.output_norm, self.hp.f_norm_rms_eps))
 
     def _attention(self, inp: UBatchInputs, kv: KVCache, il: int, L: LlamaLayer, x: torch.Tensor,
                    cos: torch.Tensor, sin: torch.Tensor) -> None:

@@ -1,0 +1,111 @@
+"""PipelineContext: Context.decode() over a model split by layers across processes (stage 0
+is this process).  Stage 0 validates the batch, splits it into ubatches and decides every
+ubatch's KV cells (prepare) once; the placement, with each ubatch's rows (tokens, positions,
+sequences, output flags), goes to every stage, which applies the same cells.  Then ubatch k's
+activations [n_tokens, n_embd] travel stage to stage while stage 0 already runs ubatch k+1:
+the seed's ubatches are the pipeline's micro-batches, and a smaller -ub means a smaller
+bubble.  The last stage sends back the logits of the output rows only."""
+from __future__ import annotations
+
+import atexit
+
+import torch
+
+from ..context import Context
+from ..memory.factory import bind_slot_info
+from ..model.graph import make_inputs
+from ..model.model import Model
+from ..params import ContextParams
+from .comm import TAG_ACT, TAG_OUT, StageError
+from .launch import Pipeline
+from .memory import BroadcastMemory
+from .stage import StageConfig
+from ..model.stage import StageLayers
+
+
+class PipelineContext(Context):
+    def __init__(self, model: Model, params: ContextParams, pipe: Pipeline, stages: list[StageLayers]) -> None:
+        self.pipe = pipe
+        self.stages = stages
+        super().__init__(model, params)
+        self._local = self.memory
+        self.memory = BroadcastMemory(self._local, pipe.link, pipe.fail)
+        self.stage_reports: list[dict] = [{}]  # per stage: what it allocated (stage 0's below)
+        self._open_stages()
+        atexit.register(pipe.close)
+
+    def _open_stages(self) -> None:
+        """Send each stage its layers and the resolved parameters; wait until every one has
+        loaded, or raise the first stage's error (its model's own message)."""
+        link = self.pipe.link
+        path = str(self.model.path)
+        for r in range(1, link.world):
+            link.send_obj(StageConfig(path, self.stages[r], self.cparams, self.params.n_threads), r)
+        for r in range(1, link.world):
+            try:
+                kind, payload = link.recv_obj(r, timeout_s=max(600.0, link.timeout_s))
+            except StageError as e:
+                self.pipe.fail(e)
+                raise
+            if kind == "error":
+                self.pipe.fail(StageError(f"pipeline stage {r} could not start: {payload}"))
+                raise StageError(f"pipeline stage {r} (layers {self.stages[r].il0}-{self.stages[r].il1 - 1}) "
+                                 f"could not start: {payload}")
+            self.stage_reports.append(payload)
+        self.stage_reports[0] = {"weights": self.model.n_bytes_resident, "weights_file": self.model.n_bytes_file,
+                                 "kv_k": self._local.size_k_bytes(), "kv_v": self._local.size_v_bytes()}
+
+    @torch.inference_mode()
+    def decode(self, batch) -> None:
+        """Context.decode through the pipeline.  Bad input and a full cache raise before any
+        stage hears of the batch; a lost stage raises StageError (and every later call too)."""
+        self.pipe.check()
+        self.alloc.init(batch, self._local.seq_pos_max, seq_pos_min=self._local.seq_pos_min)
+        ubatches = self._split()
+        sinfos = self._local.prepare(ubatches)
+        shift = self._local.has_shift()
+        try:
+            logits = self._run(ubatches, sinfos, shift)
+        except StageError as e:
+            self.pipe.fail(e)
+            raise
+        self._logits, self._output_ids = logits, self.alloc.output_ids
+        s = self.stats
+        s.n_decode_calls += 1
+        s.n_ubatches += len(ubatches)
+        s.n_tokens += batch.n_tokens
+        s.n_outputs += self.alloc.n_outputs
+        s.ubatches_per_decode.append(len(ubatches))
+
+    def _run(self, ubatches: list, sinfos: list, shift: bool) -> torch.Tensor:
+        link, net, hp = self.pipe.link, self.model.net, self.model.hparams
+        link.broadcast_obj(("decode", (list(zip(ubatches, sinfos)), shift)))
+        if shift:
+            self._local.apply_shift(net.rotate_k)
+        out_ids = self.alloc.output_ids
+        logits = torch.empty(self.alloc.n_outputs, hp.n_vocab, dtype=torch.float32)
+        sends = []
+        flash = self.cparams.flash_attn != "off"
+        for ub, sinfo in zip(ubatches, sinfos):  # each ubatch leaves as soon as stage 0 is done with it
+            self._local.begin_ubatch(ub, sinfo)
+            inp = make_inputs(ub, self.model.device, flash, self.graphs)
+            bind_slot_info(inp, self._local, sinfo)
+            self.graphs.begin((ub.n_tokens, self._n_kv_key()))
+            x = net.forward_layers(inp, self._local, net.embed(inp)).contiguous()  # [n_tokens, n_embd]
+            sends.append(link.isend(x, 1, TAG_ACT))
+            sends.append(x)  # alive until sent
+        for ub in ubatches:
+            rows = [out_ids[ub.idx[r]] for r in range(ub.n_tokens) if ub.output[r]]
+            if rows:
+                logits[torch.tensor(rows)] = link.recv((len(rows), hp.n_vocab), link.last, TAG_OUT, "logits")
+        for w in sends[::2]:
+            link.wait_sent(w, 1)
+        return logits
+
+    def close(self) -> None:
+        """Stop every stage (also at exit)."""
+        self.pipe.close()
+
+    def stage_memory(self) -> list[dict]:
+        """What each stage allocated, in bytes: weights (resident), weights_file, kv_k, kv_v."""
+        return self.stage_reports
