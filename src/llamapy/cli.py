@@ -27,6 +27,18 @@ def _add_context(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", default="auto", help="cpu, cuda or auto (CUDA when available)")
     p.add_argument("-nkvo", "--no-kv-offload", action="store_true",
                    help="CUDA: keep the KV cache (and attention) in host memory; saves device memory, costs speed")
+    _add_pipeline(p)
+
+
+def _add_pipeline(p: argparse.ArgumentParser) -> None:
+    """Pipeline stages (pipeline/): the layers split across processes over torch.distributed."""
+    p.add_argument("--pp", type=int, default=1,
+                   help="pipeline stages: the model's layers split across this many processes (gloo); "
+                        "under torchrun, the world size (default: 1)")
+    p.add_argument("-ts", "--tensor-split", default=None,
+                   help="layers per stage in proportion, e.g. 3,1 (with --pp; default: equal)")
+    p.add_argument("--pp-timeout", type=float, default=60.0,
+                   help="seconds stage 0 waits for another stage before failing its requests (default: 60)")
 
 
 def _add_sampling(p: argparse.ArgumentParser) -> None:
@@ -116,6 +128,12 @@ def main(argv: list[str] | None = None) -> int:
     """Run one command.  As the program itself (argv None, `llamapy ...`), the process ends
     as soon as the command returns and its output is flushed: torch's interpreter teardown
     alone costs 0.2-0.9 s on a 2-core machine, after the work is done."""
+    from .pipeline.launch import is_stage_worker
+
+    if is_stage_worker():  # torchrun started this process as a pipeline stage other than 0
+        from .pipeline.stage import main as stage_main
+
+        return stage_main()
     args = build_parser().parse_args(argv)
     try:
         rc = int(args.fn(args) or 0)

@@ -51,6 +51,7 @@ def add_parser(sub, common) -> None:
     p.add_argument("--device", default="auto", help="cpu, cuda or auto")
     p.add_argument("-v", "--verbose", action="store_true")
     common._add_speculative(p)  # tg tests then generate greedily with drafts
+    common._add_pipeline(p)
     p.set_defaults(fn=cmd_bench)
 
     p = sub.add_parser("batched-bench", help="llama-batched-bench: pp/tg speed with B parallel sequences")
@@ -101,7 +102,7 @@ def _threads(a: argparse.Namespace) -> int:
 def cmd_bench(a: argparse.Namespace) -> int:
     import torch
 
-    from .cli_cmds import _spec_params
+    from .cli_cmds import _pipe_params, _spec_params
 
     from .bench.llama_bench import BenchParams, run_bench
     from .bench.plot import plot_ubatch
@@ -114,7 +115,7 @@ def cmd_bench(a: argparse.Namespace) -> int:
         n_batch=a.batch_size, n_ubatch=a.ubatch_size, type_k=a.cache_type_k, type_v=a.cache_type_v,
         flash_attn=[_FA.get(x, x) for x in a.flash_attn], n_ctx=a.ctx_size, n_threads=a.threads or [torch.get_num_threads()],
         reps=a.repetitions, no_warmup=a.no_warmup, device=a.device, no_kv_offload=[bool(x) for x in a.no_kv_offload],
-        spec=_spec_params(a) if a.spec_type != "none" else None,
+        spec=_spec_params(a) if a.spec_type != "none" else None, pipe=_pipe_params(a),
     )
     if p.reps < 1:
         raise ValueError(f"-r {p.reps}: need at least one repetition")
@@ -131,15 +132,12 @@ def cmd_bench(a: argparse.Namespace) -> int:
 
 def cmd_batched_bench(a: argparse.Namespace) -> int:
     from .bench.batched_bench import jsonl_row, md_header, md_row, run_batched_bench
-    from .cli_cmds import _ctx_params
-    from .context import Context
-    from .model.model import Model
+    from .cli_cmds import _ctx_params, _load
 
     _quiet_logs(a.verbose)
     cp = _ctx_params(a)
     cp.n_seq_max = max(a.npl) if a.npl else 1  # ensure enough sequences are available
-    model = Model.load(a.model, device=a.device)
-    ctx = Context(model, cp)
+    model, ctx = _load(a, cp)
     nt = _threads(a)
     if a.spec_type != "none":
         return _batched_bench_spec(a, model, ctx, cp, nt)
@@ -189,8 +187,10 @@ def cmd_perplexity(a: argparse.Namespace) -> int:
     import time
 
     from .bench import kld
-    from .bench.perplexity import make_context, perplexity
+    from .bench.perplexity import perplexity, perplexity_params
+    from .cli_cmds import _pipe_params
     from .model.model import Model
+    from .pipeline import open_context
 
     _quiet_logs(a.verbose)
     if a.kl_divergence and not a.kl_divergence_base:
@@ -198,14 +198,17 @@ def cmd_perplexity(a: argparse.Namespace) -> int:
                          "(written by a run with --kl-divergence-base FILE alone)")
     if not a.kl_divergence and not a.file:
         raise ValueError("perplexity needs -f FILE, the text to score (or --kl-divergence with --kl-divergence-base FILE)")
-    model = Model.load(a.model, device=a.device, exact=a.exact)
+    pipe = _pipe_params(a)
     if a.kl_divergence:
-        return _kl_divergence(a, model)
+        if pipe.enabled:
+            raise ValueError("--kl-divergence runs in one process: drop --pp")
+        return _kl_divergence(a, Model.load(a.model, device=a.device, exact=a.exact))
     text = Path(a.file).read_text(encoding="utf-8", errors="replace")
     n_ctx = a.ctx_size
-    ctx = make_context(model, n_ctx, a.batch_size, a.ubatch_size, type_k=a.cache_type_k, type_v=a.cache_type_v,
-                       flash_attn=a.flash_attn, n_threads=a.threads, device=a.device,
-                       offload_kqv=not a.no_kv_offload)
+    params = perplexity_params(n_ctx, a.batch_size, a.ubatch_size, type_k=a.cache_type_k, type_v=a.cache_type_v,
+                               flash_attn=a.flash_attn, n_threads=a.threads, device=a.device,
+                               offload_kqv=not a.no_kv_offload)
+    model, ctx = open_context(a.model, params, pipe, device=a.device, exact=a.exact)
     t0 = time.perf_counter()
     tokens = model.tokenize(text, add_special=True, parse_special=False)
     print(f"perplexity: tokenization took {(time.perf_counter() - t0) * 1e3:g} ms", file=sys.stderr)

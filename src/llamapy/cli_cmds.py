@@ -61,12 +61,26 @@ def _grammar_spec(a: argparse.Namespace):
     return None
 
 
-def _load(a: argparse.Namespace):
-    from .context import Context
-    from .model.model import Model
+def _pipe_params(a: argparse.Namespace):
+    """--pp / --tensor-split / --pp-timeout as PipelineParams (checked: a split needs --pp)."""
+    from .pipeline import PipelineConfigError, PipelineParams
+    from .pipeline.split import parse_tensor_split
 
-    model = Model.load(a.model, device=a.device)
-    return model, Context(model, _ctx_params(a))
+    pp = getattr(a, "pp", 1)
+    ts = parse_tensor_split(getattr(a, "tensor_split", None))
+    if ts is not None and len(ts) != pp:
+        raise PipelineConfigError(f"--tensor-split has {len(ts)} parts but --pp is {pp}: give one proportion per stage")
+    timeout = getattr(a, "pp_timeout", 60.0)
+    if timeout <= 0:
+        raise PipelineConfigError(f"--pp-timeout ({timeout:g}) must be > 0 seconds")
+    return PipelineParams(pp, None if ts is None else tuple(ts), timeout)
+
+
+def _load(a: argparse.Namespace, params=None):
+    """(Model, Context) for a command: one process, or stage 0 of --pp N stages."""
+    from .pipeline import open_context
+
+    return open_context(a.model, params or _ctx_params(a), _pipe_params(a), device=a.device)
 
 
 def _spec_params(a: argparse.Namespace):

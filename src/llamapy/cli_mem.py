@@ -190,5 +190,31 @@ def cmd_mem(a: argparse.Namespace) -> int:
             print(f"{r['np']:>4} {r['ub']:>6} {r['type']:>8} {r['max_ctx']:>9} {r['per_seq']:>9}")
         return 0
     e, clamps, verdict = _estimate(info, _params(a), a)
+    if a.pp > 1:
+        return _mem_stages(a, e)
     print(json.dumps(to_json(e, clamps, verdict), indent=1) if a.json else render(e, clamps, verdict, a))
+    return 0
+
+
+def _mem_stages(a: argparse.Namespace, whole: MemoryEstimate) -> int:
+    """mem --pp N: each stage's weights, KV, compute and activations in flight."""
+    from .cli_cmds import _pipe_params
+    from .pipeline import plan_stages
+    from .pipeline.estimate import estimate_stages
+
+    if any(getattr(a, n) is not None for n in ("n_layer", "n_embd", "n_head", "n_head_kv")):
+        raise ValueError("mem --pp reads the tensors each stage holds: give -m, not hyperparameters")
+    pipe = _pipe_params(a)
+    _, stages = plan_stages(a.model, pipe)
+    ests = estimate_stages(a.model, _params(a), stages, a.n_outputs, whole.cparams.n_ctx)
+    if a.json:
+        print(json.dumps([{"stage": s.index, "layers": [s.stage.il0, s.stage.il1], "total": s.total,
+                           "activations": s.activations, **s.est.as_dict()} for s in ests], indent=1))
+        return 0
+    c = whole.cparams
+    print(f"pipeline of {len(ests)} stages (--pp {a.pp}"
+          + (f", --tensor-split {a.tensor_split}" if a.tensor_split else "") + f"), n_ctx {c.n_ctx}, n_ubatch {c.n_ubatch}:")
+    for s in ests:
+        print(s.line())
+    print(f"largest stage: {max(s.total for s in ests) / MiB:.2f} MiB; one process: {whole.total / MiB:.2f} MiB")
     return 0

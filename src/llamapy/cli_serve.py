@@ -51,17 +51,14 @@ def resolve_parallel(n_parallel: int | None, kv_unified: bool) -> tuple[int, boo
 
 def _load(a: argparse.Namespace, state) -> None:
     """Model, context, scheduler; then publish them to the routes (the server turns ready)."""
-    from .cli_cmds import _ctx_params, _spec_params
-    from .context import Context
-    from .model.model import Model
+    from .cli_cmds import _ctx_params, _load as load_context, _spec_params
     from .server.scheduler import Scheduler
 
     log = logger("srv")
     n_par, unified = resolve_parallel(a.parallel, a.kv_unified)
     params = _ctx_params(a)
     params.n_seq_max, params.kv_unified = n_par, unified
-    model = Model.load(a.model, device=a.device)
-    ctx = Context(model, params)
+    model, ctx = load_context(a, params)
     rep = ctx.memory_report()
     log.info(f"load_model: memory: model {rep['model'] / MiB:.2f} MiB, KV cache {(rep['kv_k'] + rep['kv_v']) / MiB:.2f} MiB "
              f"(K {rep['kv_k'] / MiB:.2f} + V {rep['kv_v'] / MiB:.2f}), output {rep['output'] / MiB:.2f} MiB")

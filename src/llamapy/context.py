@@ -151,6 +151,13 @@ class Context:
                 raise IndexError(f"batch slot {i} did not ask for logits (set logits=True in Batch.add)")
         return self._logits[j]
 
+    def close(self) -> None:
+        """Release what the context started (a pipeline's stages); nothing for one process."""
+
+    def health_error(self) -> str | None:
+        """Why this context can no longer decode, or None (a pipeline's lost stage: pipeline/)."""
+        return None
+
     # --- info -----------------------------------------------------------------------------------
     @property
     def n_ctx(self) -> int:

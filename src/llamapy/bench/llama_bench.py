@@ -18,6 +18,7 @@ from ..params import ContextParams
 from . import info
 
 if TYPE_CHECKING:
+    from ..pipeline import PipelineParams
     from ..speculative import SpecParams
 
 MiB = 1024 * 1024
@@ -46,6 +47,7 @@ class BenchParams:
     device: str = "cpu"
     seed: int = 1
     spec: "SpecParams | None" = None  # --spec-type ...: the tg tests generate greedily with drafts
+    pipe: "PipelineParams | None" = None  # --pp N: each instance's context is a pipeline of N stages
 
 
 @dataclass(frozen=True, slots=True)
@@ -202,9 +204,10 @@ def test_gen_spec(ctx: Context, n_gen: int, spec, res: "TestResult") -> None:
     res.n_verify_ubatches += tm.n_verify_ubatches
 
 
-def run_instance(model: Model, inst: Instance, p: BenchParams, rng: random.Random) -> TestResult:
-    """Create a context for `inst`, warm up once, then time `p.reps` runs on a cleared cache."""
-    ctx = Context(model, inst.ctx_params(p.device))
+def run_instance(model: Model, inst: Instance, p: BenchParams, rng: random.Random, ctx: Context | None = None) -> TestResult:
+    """Create a context for `inst` (or take ctx), warm up once, then time `p.reps` runs on a
+    cleared cache."""
+    ctx = ctx or Context(model, inst.ctx_params(p.device))
     res = TestResult(
         inst=inst, model_filename=str(model.path), model_type=info.model_desc(model), model_size=info.model_size(model),
         model_n_params=info.model_n_params(model), backend=info.backend_name(p.device), cpu_info=info.cpu_info(),
@@ -244,9 +247,22 @@ def run_instance(model: Model, inst: Instance, p: BenchParams, rng: random.Rando
 def run_bench(p: BenchParams, on_result=None) -> list[TestResult]:
     """Load the model once, run every instance in order; `on_result(r)` is called as each
     finishes (the printers stream rows the way llama-bench does)."""
-    model = Model.load(p.model, device=p.device)
     rng = random.Random(p.seed)
     results: list[TestResult] = []
+    if p.pipe is not None and p.pipe.enabled:  # a pipeline per instance: its stages hold that instance's caches
+        from ..pipeline import open_context
+
+        for inst in get_instances(p):
+            model, ctx = open_context(p.model, inst.ctx_params(p.device), p.pipe, device=p.device)
+            try:
+                r = run_instance(model, inst, p, rng, ctx)
+            finally:
+                ctx.close()
+            results.append(r)
+            if on_result is not None:
+                on_result(r)
+        return results
+    model = Model.load(p.model, device=p.device)
     for inst in get_instances(p):
         r = run_instance(model, inst, p, rng)
         results.append(r)

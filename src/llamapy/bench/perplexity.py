@@ -37,11 +37,15 @@ def perplexity_layout(n_ctx: int, n_batch: int) -> tuple[int, int]:
     return n_seq, min(n_batch, n_seq * n_ctx)
 
 
-def make_context(model: Model, n_ctx: int, n_batch: int, n_ubatch: int = 512, **kw) -> Context:
+def perplexity_params(n_ctx: int, n_batch: int, n_ubatch: int = 512, **kw) -> ContextParams:
     """The context llama-perplexity creates: n_seq streams of n_ctx cells each."""
     n_seq, n_batch = perplexity_layout(n_ctx, n_batch)
-    return Context(model, ContextParams(n_ctx=n_seq * n_ctx, n_batch=n_batch, n_ubatch=min(n_ubatch, n_batch),
-                                        n_seq_max=n_seq, **kw))
+    return ContextParams(n_ctx=n_seq * n_ctx, n_batch=n_batch, n_ubatch=min(n_ubatch, n_batch), n_seq_max=n_seq, **kw)
+
+
+def make_context(model: Model, n_ctx: int, n_batch: int, n_ubatch: int = 512, **kw) -> Context:
+    """A Context with perplexity_params."""
+    return Context(model, perplexity_params(n_ctx, n_batch, n_ubatch, **kw))
 
 
 def nll_terms(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:

@@ -8,6 +8,7 @@ bubble.  The last stage sends back the logits of the output rows only."""
 from __future__ import annotations
 
 import atexit
+from dataclasses import replace
 
 import torch
 
@@ -29,10 +30,28 @@ class PipelineContext(Context):
         self.stages = stages
         super().__init__(model, params)
         self._local = self.memory
-        self.memory = BroadcastMemory(self._local, pipe.link, pipe.fail)
+        self.memory = BroadcastMemory(self._local, pipe)
         self.stage_reports: list[dict] = [{}]  # per stage: what it allocated (stage 0's below)
         self._open_stages()
         atexit.register(pipe.close)
+
+    def _fitted_n_ctx(self) -> int | None:
+        """-c 0: the largest context every host's stages fit (pipeline/estimate.py fit_stages);
+        an explicit -c is checked the same way, never changed.  --mem-budget applies to each host."""
+        from .estimate import fit_stages
+
+        MiB = 1024 * 1024
+        hosts = list(self.pipe.hosts)
+        if self.params.mem_budget_mib > 0:
+            hosts = [(h, int(self.params.mem_budget_mib * MiB)) for h, _ in hosts]
+        else:  # stage 0's weights are loaded already: free memory no longer includes them
+            hosts = [(h, b + (self.model.n_bytes_resident if h == hosts[0][0] else 0)) for h, b in hosts]
+        budget = {}
+        for h, b in hosts:  # stages on one host: its smallest report
+            budget[h] = min(budget.get(h, b), b)
+        n = fit_stages(self.model.path, replace(self.params, device="cpu"), self.stages,
+                       [(h, budget[h]) for h, _ in hosts])
+        return n if self.params.n_ctx == 0 else None
 
     def _open_stages(self) -> None:
         """Send each stage its layers and the resolved parameters; wait until every one has
@@ -105,6 +124,10 @@ class PipelineContext(Context):
     def close(self) -> None:
         """Stop every stage (also at exit)."""
         self.pipe.close()
+
+    def health_error(self) -> str | None:
+        """Why this context can no longer decode (a lost stage), or None."""
+        return self.pipe.broken or None
 
     def stage_memory(self) -> list[dict]:
         """What each stage allocated, in bytes: weights (resident), weights_file, kv_k, kv_v."""

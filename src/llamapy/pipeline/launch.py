@@ -27,6 +27,18 @@ def under_torchrun() -> bool:
     return int(os.environ.get("WORLD_SIZE", "1")) > 1
 
 
+def is_stage_worker() -> bool:
+    """Under torchrun, is this process a stage other than stage 0?"""
+    return under_torchrun() and int(os.environ.get("RANK", "0")) > 0
+
+
+def hello(link: Link) -> None:
+    """A stage's first message to stage 0 (see Pipeline.greet)."""
+    from ..memory.fit import default_budget
+
+    link.send_obj((socket.gethostname(), default_budget("cpu")), 0)
+
+
 def join_group(timeout_s: float | None = None) -> Link:
     """Join the process group described by the environment (torchrun's, or launch_local's)."""
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
@@ -47,6 +59,7 @@ class Pipeline:
 
     link: Link
     procs: list[subprocess.Popen] = field(default_factory=list)
+    hosts: list[tuple[str, int]] = field(default_factory=list)  # per stage: host name, its memory budget (bytes)
     broken: str = ""  # the StageError that ended the pipeline, if any
     closed: bool = False
 
@@ -59,7 +72,7 @@ class Pipeline:
             if world != pp:
                 raise StageError(f"--pp {pp} but torchrun started {world} processes (--nproc-per-node x --nnodes): "
                                  f"they must be equal")
-            return cls(join_group(timeout_s))
+            return cls(join_group(timeout_s)).greet()
         port = _free_port()
         env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), WORLD_SIZE=str(pp),
                    **{ENV_TIMEOUT: str(timeout_s)})
@@ -75,7 +88,20 @@ class Pipeline:
                 p.wait()
             raise
         logger("pipeline").info(f"started {pp - 1} local stage process(es): pids {[p.pid for p in procs]}")
-        return cls(Link(0, pp, timeout_s), procs)
+        return cls(Link(0, pp, timeout_s), procs).greet()
+
+    def greet(self) -> "Pipeline":
+        """Every stage's first message: its host and that host's memory budget (for the fitter)."""
+        from ..memory.fit import default_budget
+
+        self.hosts = [(socket.gethostname(), default_budget("cpu"))]
+        for r in range(1, self.link.world):
+            try:
+                self.hosts.append(tuple(self.link.recv_obj(r, timeout_s=max(600.0, self.link.timeout_s))))
+            except StageError as e:
+                self.fail(e)
+                raise
+        return self
 
     def fail(self, e: StageError) -> None:
         """Mark the pipeline broken (every later call raises the same error) and stop the stages."""

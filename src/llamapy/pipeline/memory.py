@@ -6,29 +6,28 @@ sees the same pending shifts and rotates its own layers at the next decode.  Rea
 stage 0's memory as they are."""
 from __future__ import annotations
 
-from .comm import Link
+from .comm import StageError
 
 CHANGES = ("seq_rm", "seq_cp", "seq_keep", "seq_add", "seq_div", "clear")
 
 
 class BroadcastMemory:
-    def __init__(self, local, link: Link, on_error=None) -> None:
+    def __init__(self, local, pipe) -> None:
         self.local = local  # stage 0's KVCache / KVCacheISWA (memory/factory.py unwraps to it)
-        self._link = link
-        self._on_error = on_error  # called with the StageError before it propagates
+        self._pipe = pipe  # launch.Pipeline
 
     def __getattr__(self, name: str):
         return getattr(self.local, name)
 
     def _change(self, op: str, *args):
-        from .comm import StageError
-
-        try:
-            self._link.broadcast_obj((op, args))
-        except StageError as e:
-            if self._on_error is not None:
-                self._on_error(e)
-            raise
+        """Every stage first, then stage 0.  Once the pipeline is broken only stage 0's cells
+        change (the server still frees its slots; no stage will decode again)."""
+        if not self._pipe.broken:
+            try:
+                self._pipe.link.broadcast_obj((op, args))
+            except StageError as e:
+                self._pipe.fail(e)
+                raise
         return getattr(self.local, op)(*args)
 
     def seq_rm(self, s: int, p0: int = -1, p1: int = -1) -> bool:

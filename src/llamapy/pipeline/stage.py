@@ -114,9 +114,10 @@ class StageWorker:
 def main() -> int:
     """Entry point of a stage process (started by pipeline/launch.py, or by torchrun through
     the CLI): rank and world from the environment."""
-    from .launch import join_group
+    from .launch import hello, join_group
 
     link = join_group()
+    hello(link)
     code = StageWorker(link).serve()
     sys.stdout.flush()
     os._exit(code)  # no teardown handshake with a stage 0 that may be gone

@@ -140,6 +140,9 @@ def create_app(state: ServerState) -> BodyLimit:
     async def health() -> JSONResponse:
         if not state.ready:
             return error_response(503, "Loading model")
+        broken = state.ctx.health_error() if state.ctx is not None else None
+        if broken:
+            return error_response(503, broken)
         return JSONResponse({"status": "ok"})
 
     @app.get("/props")

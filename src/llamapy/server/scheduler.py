@@ -7,6 +7,7 @@ prefilling slots in the room left (chunked prefill, so a long prompt never stall
 tokens).  One decode, then one sample per slot that
 asked for logits.  Requests beyond the slots wait in FIFO order.  The loop runs in one
 background thread; other threads only call submit() / cancel() / snapshot()."""
+from ..pipeline.comm import StageError
 from __future__ import annotations
 
 import queue
@@ -140,6 +141,10 @@ class Scheduler:
                         release_heap()
                         t_trim = time.monotonic()
                     self._drain_inbox(timeout=0.05)
+            except StageError as e:  # a pipeline stage is lost: fail the running requests with its message
+                for s in self.slots:
+                    if not s.is_idle:
+                        self._finish(s, "error", error=str(e), drop_cells=True)
             except Exception as e:  # a bug: fail the running requests, keep serving
                 log.exception("update_slots failed")
                 for s in self.slots:
