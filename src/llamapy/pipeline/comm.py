@@ -32,9 +32,12 @@ class Link:
     def last(self) -> int:
         return self.world - 1
 
-    def _wait(self, work, peer: int, what: str, timeout_s: float | None) -> None:
+    def _wait(self, start, peer: int, what: str, timeout_s: float | None) -> None:
+        """start() -> the op's Work (gloo raises from the call itself when the pair is closed);
+        wait for it under the deadline."""
         t = self.timeout_s if timeout_s is None else timeout_s
         try:
+            work = start() if callable(start) else start
             if t > 0:
                 work.wait(datetime.timedelta(seconds=t))
             else:
@@ -47,16 +50,16 @@ class Link:
     def send_obj(self, obj, dst: int) -> None:
         data = torch.frombuffer(bytearray(pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)), dtype=torch.uint8)
         n = torch.tensor([data.numel()], dtype=torch.int64)
-        self._wait(dist.isend(n, dst, tag=TAG_CTL), dst, "a control message to be taken", None)
-        self._wait(dist.isend(data, dst, tag=TAG_CTL), dst, "a control message to be taken", None)
+        self._wait(lambda: dist.isend(n, dst, tag=TAG_CTL), dst, "a control message to be taken", None)
+        self._wait(lambda: dist.isend(data, dst, tag=TAG_CTL), dst, "a control message to be taken", None)
 
     def recv_obj(self, src: int, timeout_s: float | None = None):
         """The next control object from src; timeout_s 0 waits without a deadline (a stage
         idling between requests)."""
         n = torch.zeros(1, dtype=torch.int64)
-        self._wait(dist.irecv(n, src, tag=TAG_CTL), src, "a control message", timeout_s)
+        self._wait(lambda: dist.irecv(n, src, tag=TAG_CTL), src, "a control message", timeout_s)
         data = torch.empty(int(n.item()), dtype=torch.uint8)
-        self._wait(dist.irecv(data, src, tag=TAG_CTL), src, "a control message", None)
+        self._wait(lambda: dist.irecv(data, src, tag=TAG_CTL), src, "a control message", None)
         return pickle.loads(data.numpy().tobytes())
 
     def broadcast_obj(self, obj) -> None:
@@ -66,12 +69,15 @@ class Link:
 
     def isend(self, t: torch.Tensor, dst: int, tag: int):
         """Start sending t (kept alive by the caller until wait_sent)."""
-        return dist.isend(t, dst, tag=tag)
+        try:
+            return dist.isend(t, dst, tag=tag)
+        except RuntimeError as e:
+            raise StageError(f"pipeline stage {dst} is gone (sending activations): {str(e).splitlines()[0][:160]}") from None
 
     def wait_sent(self, work, dst: int) -> None:
         self._wait(work, dst, "activations to be taken", None)
 
     def recv(self, shape: tuple[int, ...], src: int, tag: int, what: str) -> torch.Tensor:
         t = torch.empty(shape, dtype=torch.float32)
-        self._wait(dist.irecv(t, src, tag=tag), src, what, None)
+        self._wait(lambda: dist.irecv(t, src, tag=tag), src, what, None)
         return t

@@ -49,7 +49,7 @@ class PipelineContext(Context):
         budget = {}
         for h, b in hosts:  # stages on one host: its smallest report
             budget[h] = min(budget.get(h, b), b)
-        n = fit_stages(self.model.path, replace(self.params, device="cpu"), self.stages,
+        n = fit_stages(self.model, replace(self.params, device="cpu"), self.stages,
                        [(h, budget[h]) for h, _ in hosts])
         return n if self.params.n_ctx == 0 else None
 

@@ -45,9 +45,14 @@ def estimate_stages(model_ref, params: ContextParams, stages: list[StageLayers],
 
 
 def _header(model_ref):
+    """(ModelInfo, tensor infos) of a path / registered name, or of a loaded Model's header."""
     from ..gguf.header import GGUFHeader
+    from ..memory.estimate import ModelInfo, dense_bf16_for
     from ..registry import resolve_model
 
+    if hasattr(model_ref, "gguf"):  # a loaded (stage 0) Model: its header is read already
+        t = model_ref.gguf.tensors
+        return ModelInfo(model_ref.hparams, 0, 0, None, dense_bf16_for(t)), t
     path = model_ref if hasattr(model_ref, "is_file") else resolve_model(None if model_ref is None else str(model_ref))
     return model_info(path), GGUFHeader(path).tensors
 

@@ -7,7 +7,6 @@ prefilling slots in the room left (chunked prefill, so a long prompt never stall
 tokens).  One decode, then one sample per slot that
 asked for logits.  Requests beyond the slots wait in FIFO order.  The loop runs in one
 background thread; other threads only call submit() / cancel() / snapshot()."""
-from ..pipeline.comm import StageError
 from __future__ import annotations
 
 import queue
@@ -22,6 +21,7 @@ from ..batch import Batch
 from ..context import Context
 from ..log import logger
 from ..memory.kv_cache import KVCacheFullError
+from ..pipeline.comm import StageError
 from ..grammar import GrammarDeadEnd
 from ..sampling import Sampler, token_probabilities
 from ..tokenizer_build import release_heap
