@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import signal
 import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -286,3 +287,20 @@ def test_run_pp2_greedy_identical(smollm2_path):
     time.sleep(0.5)
     left = subprocess.run(["pgrep", "-f", "llamapy.pipeline.stage"], capture_output=True, text=True).stdout.split()
     assert not left
+
+
+@pytest.mark.slow
+def test_torchrun_ranks_are_the_stages(tiny_path):
+    """Under torchrun (one host here, its c10d rendezvous) rank 0 runs the command and rank 1
+    becomes stage 1: the output is `run`'s."""
+    import shutil
+    import subprocess
+    import sys
+
+    torchrun = shutil.which("torchrun") or str(Path(sys.executable).parent / "torchrun")
+    args = ["run", "-m", str(tiny_path), "-p", "hello", "-n", "12", "--temp", "0", "-t", "1", "-c", "256"]
+    plain = subprocess.run([sys.executable, "-m", "llamapy", *args], capture_output=True, text=True, timeout=120)
+    r = subprocess.run([torchrun, "--standalone", "--nproc-per-node", "2", "-m", "llamapy", *args, "--pp", "2"],
+                       capture_output=True, text=True, timeout=180, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert plain.returncode == 0 and r.stdout == plain.stdout and plain.stdout.strip()

@@ -128,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
     """Run one command.  As the program itself (argv None, `llamapy ...`), the process ends
     as soon as the command returns and its output is flushed: torch's interpreter teardown
     alone costs 0.2-0.9 s on a 2-core machine, after the work is done."""
-    from .pipeline.launch import is_stage_worker
+    from .pipeline.env import is_stage_worker
 
     if is_stage_worker():  # torchrun started this process as a pipeline stage other than 0
         from .pipeline.stage import main as stage_main

@@ -93,13 +93,13 @@ def resolve_device(device: str) -> str:
     return device
 
 
-def _warm_page_cache(f: GGUFFile, stage: StageLayers) -> None:
+def _warm_page_cache(f: GGUFFile, stage: StageLayers | None = None) -> None:
     """Sample the tensor data's pages: when some are not in the page cache (a cold start),
     read the file once through the cache with progress dots, as llama.cpp's populated map
     does, so the first forward pass does not wait on the disk a page fault at a time.  When
     all are cached, only an asynchronous read-ahead hint.  A pipeline stage leaves this to the
     kernels' first reads: it maps only its share of the file."""
-    if not (stage.first and stage.last):
+    if stage is not None and not (stage.first and stage.last):
         return
     probe = f.cached_pages()
     span = f.file_size() - f.data_offset

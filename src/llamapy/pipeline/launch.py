@@ -18,18 +18,10 @@ import torch.distributed as dist
 
 from ..log import logger
 from .comm import Link, StageError
+from .env import under_torchrun
 
 IDLE_FOREVER = datetime.timedelta(days=3650)  # the group's own timeout; every wait sets its deadline
 ENV_TIMEOUT = "LLAMAPY_PP_TIMEOUT"
-
-
-def under_torchrun() -> bool:
-    return int(os.environ.get("WORLD_SIZE", "1")) > 1
-
-
-def is_stage_worker() -> bool:
-    """Under torchrun, is this process a stage other than stage 0?"""
-    return under_torchrun() and int(os.environ.get("RANK", "0")) > 0
 
 
 def hello(link: Link) -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..params import ContextParams
-from .launch import under_torchrun
+from .env import under_torchrun
 
 
 @dataclass(frozen=True, slots=True)
