@@ -178,3 +178,28 @@ def test_unified_cache_full_ends_one_request_cleanly(tiny):
     assert "kv_cache full: a ubatch needs" in finals[0].error and finals[0].usage.completion_tokens < 16  # cut when the shared cache filled
     assert finals[1].error == "" and finals[1].usage.completion_tokens == 16  # the other went on in the freed cells
     assert s.ctx.memory.n_used() <= 256
+
+
+@pytest.mark.parametrize("sps", [0.5, 0.0])
+def test_interleaved_conversations_keep_their_slots(tiny, sps):
+    """Three conversations sharing their first 8 tokens (a chat template's start), turn after
+    turn in turn on 4 slots: with llama-server's -sps 0.5 each returns to its own slot and
+    finds its whole previous turn cached.  With -sps 0 (the longest prefix however short) a
+    new conversation takes the slot of one that shares only those 8 tokens and evicts it."""
+    s = _sched(tiny)
+    s.slot_prompt_similarity = sps
+    head = _prompt(8, seed=9)
+    convs = [head + _prompt(24, seed=c) for c in range(3)]
+    cached = []
+    for turn in range(3):
+        for c in range(3):
+            r, ev = _req(convs[c], max_tokens=4)
+            s.submit(r)
+            _run(s, [ev])
+            cached.append((turn, ev[-1].usage.prompt_tokens_cached, len(convs[c])))
+            convs[c] = convs[c] + _tokens(ev) + _prompt(6, seed=10 + turn)
+    later = [(n, p) for t, n, p in cached if t > 0]
+    if sps == 0.5:
+        assert all(n >= p - 6 - 4 for n, p in later)  # all but the new user tokens (and the last reply)
+    else:
+        assert any(n <= 8 for n, _ in later)

@@ -36,7 +36,18 @@ def add_parser(sub, common) -> None:
     p.add_argument("--max-body", type=float, default=16.0, help="largest request body in MiB; larger is a 413 (default: 16)")
     p.add_argument("--shutdown-timeout", type=float, default=10.0,
                    help="on SIGTERM/SIGINT, seconds in-flight requests may take to finish (default: 10)")
+    p.add_argument("-sps", "--slot-prompt-similarity", type=float, default=0.5,
+                   help="reuse a slot's cache only when it shares more than this share of the prompt; "
+                        "else take the least recently used slot (0: always the longest prefix; default: 0.5)")
     p.add_argument("-v", "--verbose", action="store_true", help="log every HTTP request")
+    g = p.add_argument_group("replicas on Ray Serve (replicas/): every other flag applies to each replica")
+    g.add_argument("--replicas", type=int, default=None, help="llamapy servers behind one endpoint, routed by prefix")
+    g.add_argument("--min-replicas", type=int, default=None, help="autoscaling: the fewest replicas (with --max-replicas)")
+    g.add_argument("--max-replicas", type=int, default=None, help="autoscaling: the most replicas")
+    g.add_argument("--ray-address", default=None, help="join this Ray cluster (default: $RAY_ADDRESS, else a local Ray)")
+    g.add_argument("--routing", default="affinity", choices=("affinity", "round-robin"),
+                   help="affinity: the replica holding the longest prompt prefix, unless its queue is clearly "
+                        "longer (default); round-robin: in turn")
 
 
 def resolve_parallel(n_parallel: int | None, kv_unified: bool) -> tuple[int, bool]:
@@ -77,7 +88,7 @@ def _load(a: argparse.Namespace, state) -> None:
         proposers = make_proposers(spec, model, params, c.n_seq_max)
         log.info(f"load_model: speculative decoding: {spec.type}, up to {spec.draft_len} draft tokens per slot and step")
     max_queue = a.max_queue if a.max_queue is not None else 4 * c.n_seq_max
-    sched = Scheduler(ctx, spec, proposers, max_queue=max_queue)
+    sched = Scheduler(ctx, spec, proposers, max_queue=max_queue, slot_prompt_similarity=a.slot_prompt_similarity)
     sched.start()
     log.info(f"load_model: up to {max_queue} requests wait for a slot (--max-queue); --timeout {a.timeout:g} s")
     state.alias = a.alias or model.path.stem
@@ -91,6 +102,11 @@ def cmd_serve(a: argparse.Namespace) -> int:
     from .server.http import create_app
 
     setup_logging(verbose=True)
+    if a.replicas is not None or a.min_replicas is not None or a.max_replicas is not None:
+        from .replicas.app import run_replicas
+
+        argv = list(getattr(a, "argv", None) or sys.argv[1:])
+        return run_replicas(a, argv[argv.index("serve") + 1:] if "serve" in argv else argv)
     log = logger("main")
     _tune_malloc()
     # oneDNN keeps a primitive (and its buffers) per GEMM shape it met, up to 1024 of them; a

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 @dataclass(slots=True)
 class ServerMetrics:
     n_prompt_tokens_processed_total: int = 0  # prompt tokens decoded (cached ones excluded)
+    n_prompt_tokens_cached_total: int = 0  # prompt tokens a request found in its slot's cache (its cache_n)
     t_prompt_processing_total: float = 0.0  # seconds of decode calls that carried prompt tokens
     n_tokens_predicted_total: int = 0
     t_tokens_generation_total: float = 0.0  # seconds of decode calls that carried generated tokens
@@ -69,6 +70,8 @@ def render_prometheus(m: dict[str, float]) -> str:
         ("gauge", "kv_cache_tokens", "KV cells in use.", m["kv_cells_used"]),
         ("gauge", "kv_cells_used", "KV cells in use.", m["kv_cells_used"]),
         ("gauge", "kv_cells_total", "KV cells allocated.", m["kv_cells_total"]),
+        ("counter", "prompt_tokens_cached_total", "Prompt tokens found in the slot's cache (the prefix cache's hits).",
+         m["n_prompt_tokens_cached_total"]),
         ("gauge", "kv_cells_cached", "KV cells kept by idle slots' prompt caches.", m["kv_cells_cached"]),
         ("gauge", "kv_cells_active", "KV cells held by requests in flight.", m["kv_cells_used"] - m["kv_cells_cached"]),
         ("gauge", "kv_cache_usage_ratio", "KV cells in use / allocated.",

@@ -32,6 +32,9 @@ from ..generate import common_prefix
 from .slots import Slot, SlotState, check_prompt_fits
 from ..speculative import SpecParams, Speculator
 
+SLOT_PROMPT_SIMILARITY = 0.5  # llama-server's -sps default
+
+
 log = logger("srv")
 TRIM_EVERY_S = 5.0  # at most this often, when idle, freed heap memory goes back to the OS (malloc_trim)
 
@@ -57,12 +60,14 @@ class BatchRow:
 
 class Scheduler:
     def __init__(self, ctx: Context, spec: SpecParams | None = None, proposers: list | None = None,
-                 max_queue: int = 0) -> None:
+                 max_queue: int = 0, slot_prompt_similarity: float = SLOT_PROMPT_SIMILARITY) -> None:
         """spec: the server's speculative decoding (--spec-type ...), with one proposer per
         slot (speculative.make_proposers); None or type none: no drafts.  max_queue: how many
-        requests may wait for a slot (0: no bound); one more is refused (QueueFullError)."""
+        requests may wait for a slot (0: no bound); one more is refused (QueueFullError).
+        slot_prompt_similarity: llama-server's -sps (see _pick_slot)."""
         self.ctx = ctx
         self.max_queue = max_queue
+        self.slot_prompt_similarity = slot_prompt_similarity
         self._n_queued = 0  # submitted, not yet in a slot nor ended (guarded by _queue_lock)
         self._queue_lock = threading.Lock()
         self.spec = spec if spec is not None and spec.type != "none" else None
@@ -215,16 +220,27 @@ class Scheduler:
                 self._finish(s, "timeout", error=f"request ran {now - r.t_arrival:.1f} s, past --timeout {r.timeout:g} s",
                              drop_cells=True)
 
+    def _pick_slot(self, idle: list[Slot], prompt: list[int]) -> Slot:
+        """llama-server's get_available_slot: the idle slot whose cache shares the longest
+        prefix with the prompt, if that prefix is more than slot_prompt_similarity of the
+        prompt; else the least recently used idle slot.  (Picking the longest prefix however
+        short would hand a new conversation the slot of another that shares only the chat
+        template's first tokens, and evict it.)"""
+        if self.slot_prompt_similarity > 0 and prompt:
+            lcp, best = max(((common_prefix(s.cache_tokens, prompt), s) for s in idle), key=lambda t: (t[0], -t[1].t_last))
+            if lcp / len(prompt) > self.slot_prompt_similarity:
+                return best
+        return min(idle, key=lambda s: s.t_last)
+
     def _assign(self) -> None:
-        """Give waiting requests to idle slots: the one whose cache shares the longest prefix
-        with the prompt, else the least recently used."""
+        """Give waiting requests to idle slots (_pick_slot)."""
         while self.waiting:
             idle = [s for s in self.slots if s.is_idle]
             if not idle:
                 return
             req = self.waiting.popleft()
             self._dequeued()
-            slot = max(idle, key=lambda s: (common_prefix(s.cache_tokens, req.prompt), -s.t_last))
+            slot = self._pick_slot(idle, req.prompt)
             sampler = Sampler(req.sampling, n_ctx=slot.n_ctx, grammar=req.constraint)
             n_keep = slot.start(req, sampler, StreamDecoder(self.tok))
             slot.spec = self._speculator(slot.id, req)
@@ -233,6 +249,7 @@ class Scheduler:
                 n_keep = slot.n_past = slot.n_cached = 0
                 slot.cache_tokens = []
             self.ctx.memory.seq_rm(slot.id, n_keep, -1)
+            self.metrics.n_prompt_tokens_cached_total += n_keep
             for t in req.prompt:  # like llama-server: prompt tokens enter the penalty window
                 sampler.accept(t)
 

@@ -1,0 +1,181 @@
+"""The Ray Serve application of `llamapy serve --replicas N`, and running it.
+
+    llamapy serve -m MODEL --replicas 2 -np 4 -t 1            # a local Ray on 127.0.0.1, or RAY_ADDRESS's
+    llamapy serve -m MODEL --min-replicas 1 --max-replicas 4   # autoscaled on ongoing requests
+    serve run llamapy.replicas.app:app_builder args="-m MODEL -np 4" replicas=2   # Ray's own CLI
+
+Every `llamapy serve` flag applies per replica.  A replica takes -t CPUs (1 when unset) from
+Ray; the ingress none."""
+# no `from __future__ import annotations` here: Ray pickles the ingress class by value, and FastAPI
+# must see its route's annotations as objects, not as names to look up
+
+import argparse
+import shlex
+import signal
+import sys
+import threading
+from dataclasses import dataclass
+
+from fastapi import Request  # at module level: FastAPI reads the route's annotations from here
+
+from ..log import logger
+
+SERVE_FLAGS_OWN = {"--replicas", "--min-replicas", "--max-replicas", "--ray-address", "--routing", "--host", "--port"}
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaPlan:
+    serve_argv: tuple[str, ...]  # `llamapy serve` flags for each replica
+    replicas: int = 1
+    min_replicas: int | None = None  # autoscaling when set (with max_replicas)
+    max_replicas: int | None = None
+    routing: str = "affinity"  # or "round-robin"
+    n_parallel: int = 4  # slots per replica: the autoscaler's target of ongoing requests
+    max_queue: int = 16  # requests a replica may hold beyond its slots
+    threads: int = 1  # CPUs a replica asks Ray for
+    timeout_s: float = 600.0  # a request's longest time: how long a scaled-down replica may finish
+
+    def check(self) -> None:
+        if self.routing not in ("affinity", "round-robin"):
+            raise ValueError(f"--routing {self.routing!r}: expected affinity or round-robin")
+        if self.replicas < 1:
+            raise ValueError(f"--replicas ({self.replicas}) must be >= 1")
+        if (self.min_replicas is None) != (self.max_replicas is None):
+            raise ValueError("--min-replicas and --max-replicas go together")
+        if self.min_replicas is not None and not 0 < self.min_replicas <= self.max_replicas:
+            raise ValueError(f"--min-replicas ({self.min_replicas}) must be >= 1 and <= --max-replicas ({self.max_replicas})")
+
+
+def build_app(plan: ReplicaPlan):
+    """The bound application: an ingress in front of the llamapy replicas."""
+    from fastapi import FastAPI
+    from ray import serve
+    from ray.serve.config import RequestRouterConfig
+
+    from .deployments import LlamapyIngress, LlamapyReplica
+    from .router import PrefixAffinityRouter, RoundRobinRouter
+
+    plan.check()
+    router = RequestRouterConfig(
+        request_router_class=PrefixAffinityRouter if plan.routing == "affinity" else RoundRobinRouter,
+        request_router_kwargs={"imbalance": max(2, plan.n_parallel)} if plan.routing == "affinity" else {})
+    opts = dict(ray_actor_options={"num_cpus": plan.threads}, max_ongoing_requests=plan.n_parallel + plan.max_queue,
+                request_router_config=router, graceful_shutdown_timeout_s=plan.timeout_s,
+                health_check_period_s=5, health_check_timeout_s=30)
+    if plan.min_replicas is not None:
+        opts["autoscaling_config"] = {"min_replicas": plan.min_replicas, "max_replicas": plan.max_replicas,
+                                      "target_ongoing_requests": plan.n_parallel}
+    else:
+        opts["num_replicas"] = plan.replicas
+    replica = serve.deployment(LlamapyReplica, name="llamapy-replica", **opts)
+    app = FastAPI(title="llamapy replicas")
+
+    @serve.deployment(name="llamapy-ingress", num_replicas=1, ray_actor_options={"num_cpus": 0},
+                      max_ongoing_requests=100_000)
+    @serve.ingress(app)
+    class Ingress(LlamapyIngress):
+        @app.api_route("/{path:path}", methods=["GET", "POST", "PUT", "DELETE", "OPTIONS", "PATCH"])
+        async def route(self, request: Request, path: str):
+            return await self.proxy(request, path)
+
+    return Ingress.bind(replica.bind(list(plan.serve_argv)))
+
+
+def plan_from_args(a: argparse.Namespace, argv: list[str]) -> ReplicaPlan:
+    """The plan of `llamapy serve ... --replicas N`: argv minus the flags that are the
+    application's, not a replica's."""
+    own: list[str] = []
+    skip = False
+    for i, x in enumerate(argv):
+        if skip:
+            skip = False
+            continue
+        name = x.split("=", 1)[0]
+        if name in SERVE_FLAGS_OWN:
+            skip = "=" not in x
+            continue
+        own.append(x)
+    own.append("--metrics")  # the ingress reads each replica's counters
+    return ReplicaPlan(tuple(own), a.replicas or 1, a.min_replicas, a.max_replicas, a.routing,
+                       a.parallel or 4, a.max_queue if a.max_queue is not None else 4 * (a.parallel or 4),
+                       a.threads if a.threads > 0 else 1, a.timeout)
+
+
+def app_builder(args: dict):
+    """For Ray's `serve run llamapy.replicas.app:app_builder args="..." replicas=2 ...`."""
+    from ..cli import build_parser
+
+    argv = shlex.split(str(args.get("args", "")))
+    a = build_parser().parse_args(["serve", *argv])
+    plan = plan_from_args(a, argv)
+    over = {k: int(args[k]) for k in ("replicas", "min_replicas", "max_replicas") if k in args}
+    if "routing" in args:
+        over["routing"] = str(args["routing"])
+    from dataclasses import replace
+
+    return build_app(replace(plan, **over))
+
+
+def check_model(a: argparse.Namespace) -> None:
+    """What a replica would fail on, checked here first so that the start-up fails with the
+    model's own message: the file and its header, and the memory the context needs."""
+    from ..cli_cmds import _ctx_params
+    from ..memory.estimate import model_info
+    from ..memory.fit import default_budget, fit_ctx
+
+    info = model_info(a.model)  # a bad path or file: GGUFError / FileNotFoundError with its message
+    p = _ctx_params(a)
+    p.n_seq_max = a.parallel or 4
+    budget = int(a.mem_budget * 1024 * 1024) if a.mem_budget else default_budget("cpu")
+    fit_ctx(info, p, budget)  # MemoryBudgetError names the numbers
+
+
+def run_replicas(a: argparse.Namespace, argv: list[str]) -> int:
+    """Start (or join) Ray, deploy the application on a.host:a.port, print the ready line,
+    wait for SIGTERM / SIGINT, then shut the application down (replicas finish first)."""
+    import os
+
+    import ray
+    from ray import serve
+
+    log = logger("srv")
+    plan = plan_from_args(a, argv)
+    plan.check()
+    check_model(a)
+    address = a.ray_address or os.environ.get("RAY_ADDRESS")
+    if address:
+        ray.init(address=address, logging_level="WARNING")
+    else:
+        ray.init(num_cpus=os.cpu_count(), include_dashboard=False, logging_level="WARNING",
+                 _node_ip_address="127.0.0.1")
+    port = a.port
+    if port == 0:
+        from ..pipeline.launch import _free_port
+
+        port = _free_port()
+    serve.start(http_options={"host": a.host, "port": port}, logging_config={"log_level": "WARNING"})
+    try:
+        serve.run(build_app(plan), name="llamapy", route_prefix="/", blocking=False)
+    except Exception as e:  # noqa: BLE001 - a replica's constructor failed: its last line, not the stack
+        print(f"error: the replicas did not start: {_last_line(e)}", file=sys.stderr)
+        serve.shutdown()
+        ray.shutdown()
+        return 1
+    scale = (f"autoscaled {plan.min_replicas}..{plan.max_replicas}" if plan.min_replicas is not None
+             else f"{plan.replicas} replica(s)")
+    log.info(f"llamapy on Ray Serve: {scale}, routing {plan.routing}, each: llamapy serve {' '.join(plan.serve_argv)}")
+    print(f"ready: http://{a.host}:{port}", flush=True)
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    stop.wait()
+    log.info("shutting down the replicas (in-flight requests finish first)")
+    serve.shutdown()
+    ray.shutdown()
+    return 0
+
+
+def _last_line(e: BaseException) -> str:
+    lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
+    errs = [ln for ln in lines if "Error:" in ln or "error:" in ln]
+    return (errs or lines or [type(e).__name__])[-1][:500]

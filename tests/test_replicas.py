@@ -1,0 +1,230 @@
+"""`llamapy serve --replicas N` on Ray Serve (a local Ray on 127.0.0.1, 2 replicas x 1 thread,
+SmolLM2, the official openai client): the same greedy outputs as one `llamapy serve`; prefix
+affinity keeps a conversation's later turns on the replica that holds its cache (round-robin
+measured beside it); a replica killed mid-load costs only the streams it was sending; a model
+that cannot load fails the start-up with its own message."""
+from __future__ import annotations
+
+import concurrent.futures as cf
+import json
+import os
+import random
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+pytest.importorskip("ray.serve", reason="ray[serve] is a dev dependency: pip install -e '.[dev]'")
+
+FLAGS = ["-c", "4096", "-np", "4", "-t", "1"]
+PROMPTS = ["The capital of France is", "List the days of the week: Monday, Tuesday,", "def add(a, b):\n    return",
+           "The three primary colors are", "Water boils at", "Once upon a time, in a small village, there lived",
+           "The largest planet in the solar system is", "To make a cup of tea, first"]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    """`llamapy serve` in a process of its own (its log in a file), until stop()."""
+
+    def __init__(self, model: Path, extra: list[str], log: Path) -> None:
+        self.log = log
+        fh = open(log, "w")
+        self.proc = subprocess.Popen([sys.executable, "-m", "llamapy", "serve", "-m", str(model), "--port", "0", *FLAGS,
+                                     *extra], stdout=fh, stderr=subprocess.STDOUT, start_new_session=True,
+                                    env={**os.environ, "PYTHONUNBUFFERED": "1", "RAY_ADDRESS": ""})
+        self.base = ""
+        deadline = time.monotonic() + 240
+        while time.monotonic() < deadline and self.proc.poll() is None:
+            m = re.search(r"^ready: (http://127\.0\.0\.1:\d+)$", log.read_text(), re.M)
+            if m:
+                self.base = m.group(1)
+                return
+            time.sleep(0.2)
+        self.stop()
+        raise AssertionError("no ready line:\n" + log.read_text()[-4000:])
+
+    def client(self):
+        from openai import OpenAI
+
+        return OpenAI(base_url=f"{self.base}/v1", api_key="none", timeout=120, max_retries=0)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+
+
+@pytest.fixture(scope="module")
+def replicas(smollm2_path, tmp_path_factory):
+    s = Server(smollm2_path, ["--replicas", "2"], tmp_path_factory.mktemp("ray") / "serve.log")
+    yield s
+    s.stop()
+
+
+@pytest.fixture(scope="module")
+def single(smollm2_path, tmp_path_factory):
+    s = Server(smollm2_path, [], tmp_path_factory.mktemp("one") / "serve.log")
+    yield s
+    s.stop()
+
+
+def _complete_all(server: Server, prompts: list[str], max_tokens: int = 16) -> list[str]:
+    c = server.client()
+    with cf.ThreadPoolExecutor(len(prompts)) as ex:
+        futs = [ex.submit(c.completions.create, model="m", prompt=p, max_tokens=max_tokens, temperature=0)
+                for p in prompts]
+        return [f.result().choices[0].text for f in futs]
+
+
+@pytest.mark.slow
+def test_concurrent_greedy_identical_to_one_server(replicas, single):
+    got = _complete_all(replicas, PROMPTS)
+    assert got == _complete_all(single, PROMPTS)
+    m = httpx.get(f"{replicas.base}/metrics").text
+    assert len(set(re.findall(r'replica_requests_routed_total\{replica="([^"]+)"', m))) == 2  # both replicas served
+
+
+def _conversations(server: Server, n_conv: int = 6, n_turn: int = 4, seed: int = 0) -> tuple[int, int, int]:
+    """n_conv chats of n_turn turns, the turns of each round in a shuffled order; returns
+    (later turns with cache_n > 0, later turns that found their conversation's previous prompt
+    in the cache, later turns).  Every chat starts with the template's `<|im_start|>system`, so
+    any replica that served any chat has a few tokens of every prompt: cache_n > 0 alone says
+    little; the second count is the one affinity is for."""
+    topics = ["rivers", "bicycles", "tea", "volcanoes", "chess", "bees", "lighthouses", "maps"]
+    convs = [[{"role": "system", "content": f"You are a helpful assistant who knows a lot about {topics[i]}."}]
+             for i in range(n_conv)]
+    rng = random.Random(seed)
+    hits = held = later = 0
+    prev = [0] * n_conv  # prompt tokens of each conversation's previous turn
+    for turn in range(n_turn):
+        order = list(range(n_conv))
+        rng.shuffle(order)
+        for i in order:
+            convs[i].append({"role": "user", "content": f"Tell me fact number {turn + 1} about {topics[i]}."})
+            r = httpx.post(f"{server.base}/v1/chat/completions", timeout=120,
+                           json={"messages": convs[i], "max_tokens": 12, "temperature": 0})
+            body = r.json()
+            convs[i].append({"role": "assistant", "content": body["choices"][0]["message"]["content"]})
+            if turn > 0:
+                later += 1
+                hits += body["timings"]["cache_n"] > 0
+                held += body["timings"]["cache_n"] >= prev[i] - 2  # its previous prompt (the edge may re-tokenize)
+            prev[i] = body["usage"]["prompt_tokens"]
+    return hits, held, later
+
+
+@pytest.mark.slow
+def test_prefix_affinity_multi_turn(replicas, smollm2_path, tmp_path):
+    hits, held, later = _conversations(replicas)
+    rr = Server(smollm2_path, ["--replicas", "2", "--routing", "round-robin"], tmp_path / "rr.log")
+    try:
+        rr_hits, rr_held, rr_later = _conversations(rr)
+    finally:
+        rr.stop()
+    print(f"later turns: cache_n > 0: affinity {hits}/{later}, round-robin {rr_hits}/{rr_later}; "
+          f"previous turn cached: affinity {held}/{later}, round-robin {rr_held}/{rr_later}")
+    assert hits >= 0.9 * later and held >= 0.9 * later
+    assert rr_held < held  # the comparison: without affinity a turn often lands where its conversation is not
+    m = httpx.get(f"{replicas.base}/metrics").text
+    assert sum(float(v) for v in re.findall(r"replica_prompt_tokens_cached_total\{[^}]*\} (\S+)", m)) > 0
+
+
+def _stream(base: str, prompt: str, max_tokens: int) -> tuple[str, str, list[str]]:
+    """(replica, text, error messages) of a streamed /v1/completions request."""
+    text, errors = "", []
+    with httpx.stream("POST", f"{base}/v1/completions", timeout=180,
+                      json={"prompt": prompt, "max_tokens": max_tokens, "temperature": 0, "stream": True}) as r:
+        replica = r.headers.get("x-llamapy-replica", "")
+        for line in r.iter_lines():
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            ev = json.loads(line[6:])
+            if "error" in ev:
+                errors.append(ev["error"]["message"])
+            else:
+                text += ev["choices"][0]["text"]
+    return replica, text, errors
+
+
+@pytest.mark.slow
+def test_replica_killed_mid_load(replicas, single):
+    """4 streams and 4 plain requests in flight; one replica's process is killed once every
+    stream has its first bytes.  Plain requests (nothing sent yet) are retried on the other
+    replica and complete; the killed replica's streams end with an error event; every other
+    request completes unchanged; Ray brings the replica back."""
+    want = _complete_all(single, PROMPTS, 48)
+    base = replicas.base
+    m0 = httpx.get(f"{base}/metrics").text
+    pids = dict(re.findall(r'replica_requests_total\{replica="([^"]+)",pid="(\d+)"\}', m0))
+    assert len(pids) == 2
+    c = replicas.client()
+    with cf.ThreadPoolExecutor(8) as ex:
+        streams = [ex.submit(_stream, base, PROMPTS[i], 48) for i in range(4)]
+        time.sleep(1.0)  # the streams are under way
+        plain = [ex.submit(c.completions.create, model="m", prompt=PROMPTS[i], max_tokens=48, temperature=0)
+                 for i in range(4, 8)]
+        time.sleep(0.3)
+        victim = sorted(pids)[0]
+        os.kill(int(pids[victim]), signal.SIGKILL)
+        st = [f.result() for f in streams]
+        pl = [f.result().choices[0].text for f in plain]
+    assert pl == want[4:]  # retried where needed: all complete, all unchanged
+    cut = [i for i, (rep, _, err) in enumerate(st) if err]
+    assert all(st[i][0] == victim and "was lost" in st[i][2][0] for i in cut)
+    for i, (rep, text, err) in enumerate(st):
+        if not err:
+            assert text == want[i], (rep, victim)
+    print(f"streams cut: {len(cut)} of 4 (on the killed replica: {sum(r == victim for r, _, _ in st)})")
+    assert len(cut) == sum(r == victim for r, _, _ in st)
+    deadline = time.monotonic() + 120  # Ray replaces the replica
+    while time.monotonic() < deadline:
+        _complete_all(replicas, PROMPTS[:4], 4)
+        m = httpx.get(f"{base}/metrics").text
+        now = dict(re.findall(r'replica_requests_total\{replica="([^"]+)",pid="(\d+)"\}', m))
+        if len(set(now) - {victim}) >= 2:
+            break
+        time.sleep(2)
+    else:
+        raise AssertionError("no second replica came back:\n" + m)
+
+
+@pytest.mark.slow
+def test_one_replica_identical_to_serve(smollm2_path, single, tmp_path):
+    one = Server(smollm2_path, ["--replicas", "1"], tmp_path / "one.log")
+    try:
+        got = [one.client().completions.create(model="m", prompt=p, max_tokens=16, temperature=0).choices[0].text
+               for p in PROMPTS[:4]]
+        r1 = httpx.post(f"{one.base}/completion", json={"prompt": PROMPTS[0], "n_predict": 8, "temperature": 0}).json()
+    finally:
+        one.stop()
+    want = [single.client().completions.create(model="m", prompt=p, max_tokens=16, temperature=0).choices[0].text
+            for p in PROMPTS[:4]]
+    assert got == want
+    r2 = httpx.post(f"{single.base}/completion", json={"prompt": PROMPTS[0], "n_predict": 8, "temperature": 0}).json()
+    assert r1["content"] == r2["content"] and r1["tokens_predicted"] == r2["tokens_predicted"]
+
+
+def test_bad_model_fails_startup_with_its_message(tmp_path):
+    bad = tmp_path / "broken.gguf"
+    bad.write_bytes(b"GGUF\x03\x00\x00\x00" + b"\xff" * 40)
+    r = subprocess.run([sys.executable, "-m", "llamapy", "serve", "-m", str(bad), "--replicas", "2", "--port", "0"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 1
+    last = r.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: ") and "broken.gguf" in last
+    assert "Traceback" not in r.stderr
