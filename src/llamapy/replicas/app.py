@@ -135,8 +135,12 @@ def run_replicas(a: argparse.Namespace, argv: list[str]) -> int:
     wait for SIGTERM / SIGINT, then shut the application down (replicas finish first)."""
     import os
 
-    import ray
-    from ray import serve
+    try:
+        import ray
+        from ray import serve
+    except ImportError:
+        raise ValueError("--replicas runs on Ray Serve, which is not installed: pip install 'llamapy[replicas]' "
+                         "(ray[serve])") from None
 
     log = logger("srv")
     plan = plan_from_args(a, argv)
