@@ -49,15 +49,19 @@ def test_split_layers_errors(args, msg):
         split_layers(*args)
 
 
-def test_cli_bad_config_one_line_before_load(smollm2_path, capsys):
-    from llamapy.cli import main
+def test_cli_bad_config_one_line_before_load(smollm2_path):
+    """(In a process of its own: the CLI sets up logging on the stderr it finds.)"""
+    import subprocess
+    import sys
 
     for argv, msg in ((["--pp", "31"], "--pp 31 is larger than the model's 30 layers"),
                       (["--pp", "2", "-ts", "1,2,3"], "--tensor-split has 3 parts but --pp is 2"),
                       (["--pp", "3", "-ts", "1,0,1"], "leaves stage 1 without layers")):
-        assert main(["run", "-m", str(smollm2_path), "-n", "1", *argv]) == 1
-        err = capsys.readouterr().err.strip().splitlines()
-        assert err == [f"error: {err[0][7:]}"] and msg in err[0]  # one line, nothing loaded before it
+        r = subprocess.run([sys.executable, "-m", "llamapy", "run", "-m", str(smollm2_path), "-n", "1", *argv],
+                           capture_output=True, text=True, timeout=120)
+        assert r.returncode == 1
+        err = r.stderr.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith("error: ") and msg in err[0]  # one line, nothing loaded before it
 
 
 def _script(ctx, model) -> list[torch.Tensor]:
