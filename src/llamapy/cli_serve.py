@@ -108,11 +108,7 @@ def cmd_serve(a: argparse.Namespace) -> int:
         argv = list(getattr(a, "argv", None) or sys.argv[1:])
         return run_replicas(a, argv[argv.index("serve") + 1:] if "serve" in argv else argv)
     log = logger("main")
-    _tune_malloc()
-    # oneDNN keeps a primitive (and its buffers) per GEMM shape it met, up to 1024 of them; a
-    # server's prefills meet a new row count at nearly every step, and a soak of 2,000 requests
-    # grew the resident set by ~40 MiB through it (found with memray).  16 bound it.
-    os.environ.setdefault("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "16")
+    tune_server_process()
     resolve_parallel(a.parallel, a.kv_unified)  # bad -np fails before anything starts
     from .cli_cmds import _spec_params
 
@@ -154,6 +150,16 @@ def cmd_serve(a: argparse.Namespace) -> int:
         return 1
     log.info(f"server stopped after {time.perf_counter() - t0:.1f} s")
     return 0
+
+
+def tune_server_process() -> None:
+    """A long-running server process's settings (llamapy serve, and each replica of
+    --replicas): glibc's heap (_tune_malloc) and oneDNN's primitive cache.  oneDNN keeps a
+    primitive (and its buffers) per GEMM shape it met, up to 1024 of them; a server's prefills
+    meet a new row count at nearly every step, and a soak of 2,000 requests grew the resident
+    set by ~40 MiB through it (found with memray).  16 bound it."""
+    _tune_malloc()
+    os.environ.setdefault("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "16")
 
 
 def _tune_malloc(n: int = 2, mmap_threshold: int = 1 << 20) -> None:

@@ -16,12 +16,12 @@ from ..context import Context
 from ..memory.factory import bind_slot_info
 from ..model.graph import make_inputs
 from ..model.model import Model
+from ..model.stage import StageLayers
 from ..params import ContextParams
 from .comm import TAG_ACT, TAG_OUT, StageError
 from .launch import Pipeline
 from .memory import BroadcastMemory
 from .stage import StageConfig
-from ..model.stage import StageLayers
 
 
 class PipelineContext(Context):
@@ -67,9 +67,10 @@ class PipelineContext(Context):
                 self.pipe.fail(e)
                 raise
             if kind == "error":
-                self.pipe.fail(StageError(f"pipeline stage {r} could not start: {payload}"))
-                raise StageError(f"pipeline stage {r} (layers {self.stages[r].il0}-{self.stages[r].il1 - 1}) "
-                                 f"could not start: {payload}")
+                e = StageError(f"pipeline stage {r} (layers {self.stages[r].il0}-{self.stages[r].il1 - 1}) "
+                               f"could not start: {payload}")
+                self.pipe.fail(e)
+                raise e
             self.stage_reports.append(payload)
         self.stage_reports[0] = {"weights": self.model.n_bytes_resident, "weights_file": self.model.n_bytes_file,
                                  "kv_k": self._local.size_k_bytes(), "kv_v": self._local.size_v_bytes()}
@@ -103,7 +104,7 @@ class PipelineContext(Context):
             self._local.apply_shift(net.rotate_k)
         out_ids = self.alloc.output_ids
         logits = torch.empty(self.alloc.n_outputs, hp.n_vocab, dtype=torch.float32)
-        sends = []
+        sends = []  # (work, the tensor it sends: alive until sent)
         flash = self.cparams.flash_attn != "off"
         for ub, sinfo in zip(ubatches, sinfos):  # each ubatch leaves as soon as stage 0 is done with it
             self._local.begin_ubatch(ub, sinfo)
@@ -111,13 +112,12 @@ class PipelineContext(Context):
             bind_slot_info(inp, self._local, sinfo)
             self.graphs.begin((ub.n_tokens, self._n_kv_key()))
             x = net.forward_layers(inp, self._local, net.embed(inp)).contiguous()  # [n_tokens, n_embd]
-            sends.append(link.isend(x, 1, TAG_ACT))
-            sends.append(x)  # alive until sent
+            sends.append((link.isend(x, 1, TAG_ACT), x))
         for ub in ubatches:
             rows = [out_ids[ub.idx[r]] for r in range(ub.n_tokens) if ub.output[r]]
             if rows:
                 logits[torch.tensor(rows)] = link.recv((len(rows), hp.n_vocab), link.last, TAG_OUT, "logits")
-        for w in sends[::2]:
+        for w, _ in sends:
             link.wait_sent(w, 1)
         return logits
 

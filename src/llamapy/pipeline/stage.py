@@ -55,6 +55,8 @@ class StageWorker:
             cfg: StageConfig = self.link.recv_obj(0, timeout_s=0)
         except StageError:
             return 1
+        if isinstance(cfg, tuple):  # ("stop", ()): stage 0 failed before it configured this stage
+            return 0
         try:
             report = self._open(cfg)
         except Exception as e:  # the model's own message goes back to stage 0, which reports it

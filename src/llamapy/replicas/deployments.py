@@ -71,10 +71,11 @@ class LlamapyReplica:
         from ray import serve
 
         from ..cli import build_parser
-        from ..cli_serve import MiB, _load
+        from ..cli_serve import MiB, _load, tune_server_process
         from ..server.bridge import ServerState
         from ..server.http import create_app
 
+        tune_server_process()
         a = build_parser().parse_args(["serve", *serve_argv])
         self.state = ServerState(api_key=a.api_key, metrics=True, slots=a.slots, max_body=int(a.max_body * MiB),
                                  timeout=a.timeout)
