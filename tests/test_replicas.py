@@ -72,7 +72,7 @@ class Server:
 
 @pytest.fixture(scope="module")
 def replicas(smollm2_path, tmp_path_factory):
-    s = Server(smollm2_path, ["--replicas", "2"], tmp_path_factory.mktemp("ray") / "serve.log")
+    s = Server(smollm2_path, ["--replicas", "2", "--metrics"], tmp_path_factory.mktemp("ray") / "serve.log")
     yield s
     s.stop()
 
@@ -84,18 +84,20 @@ def single(smollm2_path, tmp_path_factory):
     s.stop()
 
 
-def _complete_all(server: Server, prompts: list[str], max_tokens: int = 16) -> list[str]:
+def _complete_all(server: Server, prompts: list[str], max_tokens: int = 16, ignore_eos: bool = False) -> list[str]:
     c = server.client()
+    extra = {"ignore_eos": True} if ignore_eos else None
     with cf.ThreadPoolExecutor(len(prompts)) as ex:
-        futs = [ex.submit(c.completions.create, model="m", prompt=p, max_tokens=max_tokens, temperature=0)
-                for p in prompts]
+        futs = [ex.submit(c.completions.create, model="m", prompt=p, max_tokens=max_tokens, temperature=0,
+                          extra_body=extra) for p in prompts]
         return [f.result().choices[0].text for f in futs]
 
 
 NEAR_TIE = 0.05  # benchmarks/soak.py's: a top-2 margin under which batching's rounding may pick either token
 
 
-def _assert_same(server: Server, prompts: list[str], got: list[str], want: list[str], max_tokens: int) -> None:
+def _assert_same(server: Server, prompts: list[str], got: list[str], want: list[str], max_tokens: int,
+                 ignore_eos: bool = False) -> None:
     """got == want, except where a text first differs at a near tie: the request alone on
     `server`, with its top-2 probabilities, has p1 - p2 < NEAR_TIE at that token (greedy
     outputs depend on the batch a request shares only through rounding: see the README)."""
@@ -104,7 +106,8 @@ def _assert_same(server: Server, prompts: list[str], got: list[str], want: list[
             continue
         at = next((i for i, (x, y) in enumerate(zip(g, w)) if x != y), min(len(g), len(w)))
         d = httpx.post(f"{server.base}/v1/completions", timeout=120,
-                       json={"prompt": p, "max_tokens": max_tokens, "temperature": 0, "logprobs": 2}).json()
+                       json={"prompt": p, "max_tokens": max_tokens, "temperature": 0, "logprobs": 2,
+                             "ignore_eos": ignore_eos}).json()
         lp = d["choices"][0]["logprobs"]
         pos, margin = 0, 1.0
         for tok, top in zip(lp["tokens"], lp["top_logprobs"]):
@@ -176,7 +179,8 @@ def _stream(base: str, prompt: str, max_tokens: int, started=None) -> tuple[str,
     Event) is set at the first text."""
     text, errors = "", []
     with httpx.stream("POST", f"{base}/v1/completions", timeout=180,
-                      json={"prompt": prompt, "max_tokens": max_tokens, "temperature": 0, "stream": True}) as r:
+                      json={"prompt": prompt, "max_tokens": max_tokens, "temperature": 0, "stream": True,
+                            "ignore_eos": True}) as r:
         replica = r.headers.get("x-llamapy-replica", "")
         for line in r.iter_lines():
             if not line.startswith("data: ") or line == "data: [DONE]":
@@ -212,7 +216,7 @@ def test_replica_killed_mid_load(replicas, single):
     import threading
 
     n_stream, n_plain = 160, 48
-    want = _complete_all(single, PROMPTS[:4], n_stream) + _complete_all(single, PROMPTS[4:], n_plain)
+    want = _complete_all(single, PROMPTS[:4], n_stream, ignore_eos=True) + _complete_all(single, PROMPTS[4:], n_plain)
     base = replicas.base
     pids = _replica_pids(replicas, 2)
     c = replicas.client()
@@ -231,7 +235,7 @@ def test_replica_killed_mid_load(replicas, single):
     cut = [i for i, (rep, _, err) in enumerate(st) if err]
     assert all(st[i][0] == victim and "was lost" in st[i][2][0] for i in cut)
     ok = [i for i, (_, _, err) in enumerate(st) if not err]
-    _assert_same(single, [PROMPTS[i] for i in ok], [st[i][1] for i in ok], [want[i] for i in ok], n_stream)
+    _assert_same(single, [PROMPTS[i] for i in ok], [st[i][1] for i in ok], [want[i] for i in ok], n_stream, True)
     m = httpx.get(f"{base}/metrics").text
     retries = re.search(r"ingress_retries_total (\d+)", m).group(1)
     print(f"streams cut: {len(cut)} of 4 (on the killed replica: {sum(r == victim for r, _, _ in st)}); "
@@ -248,6 +252,8 @@ def test_one_replica_identical_to_serve(smollm2_path, single, tmp_path):
         got = [one.client().completions.create(model="m", prompt=p, max_tokens=16, temperature=0).choices[0].text
                for p in PROMPTS[:4]]
         r1 = httpx.post(f"{one.base}/completion", json={"prompt": PROMPTS[0], "n_predict": 8, "temperature": 0}).json()
+        m = httpx.get(f"{one.base}/metrics")  # as `serve` without --metrics
+        assert m.status_code == 501 and "--metrics" in m.json()["error"]["message"]
     finally:
         one.stop()
     want = [single.client().completions.create(model="m", prompt=p, max_tokens=16, temperature=0).choices[0].text

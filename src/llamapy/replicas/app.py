@@ -95,7 +95,6 @@ def plan_from_args(a: argparse.Namespace, argv: list[str]) -> ReplicaPlan:
             skip = "=" not in x
             continue
         own.append(x)
-    own.append("--metrics")  # the ingress reads each replica's counters
     return ReplicaPlan(tuple(own), a.replicas or 1, a.min_replicas, a.max_replicas, a.routing,
                        a.parallel or 4, a.max_queue if a.max_queue is not None else 4 * (a.parallel or 4),
                        a.threads if a.threads > 0 else 1, a.timeout)

@@ -77,7 +77,7 @@ class LlamapyReplica:
 
         tune_server_process()
         a = build_parser().parse_args(["serve", *serve_argv])
-        self.state = ServerState(api_key=a.api_key, metrics=True, slots=a.slots, max_body=int(a.max_body * MiB),
+        self.state = ServerState(api_key=a.api_key, metrics=a.metrics, slots=a.slots, max_body=int(a.max_body * MiB),
                                  timeout=a.timeout)
         _load(a, self.state)  # the model's own errors end the replica's start
         self.replica = serve.get_replica_context().replica_id.to_full_id_str()
@@ -152,8 +152,6 @@ class LlamapyIngress:
 
     async def proxy(self, request: Request, path: str):
         body = await request.body()
-        if path == "metrics" and request.method == "GET":
-            return PlainTextResponse(self.render_metrics(), media_type="text/plain; version=0.0.4")
         text = ""
         if body and request.headers.get("content-type", "").startswith("application/json"):
             try:
@@ -170,20 +168,28 @@ class LlamapyIngress:
                                            "type": "unavailable_error", "code": 503}}, status_code=503)
         st: ReplicaStats = head["stats"]
         self.stats[st.replica] = st
+        if path == "metrics" and head["status"] == 200:  # the replica said yes (--metrics, the key): every replica's
+            return PlainTextResponse(self.render_metrics(), media_type="text/plain; version=0.0.4")
         self.routed[st.replica] += 1
         sse = any(k.lower() == "content-type" and v.startswith("text/event-stream") for k, v in head["headers"])
 
         async def rest():
-            yield first
+            done = False
             try:
+                yield first
                 async for chunk in gen:
                     yield chunk
+                done = True
             except Exception as e:  # noqa: BLE001 - the replica was lost mid-answer
+                done = True
                 self.streams_cut += 1
                 if sse:
                     msg = {"error": {"message": f"the replica serving this request was lost ({type(e).__name__}); "
                                                 "the stream ends here", "type": "server_error", "code": 500}}
                     yield f"data: {json.dumps(msg)}\n\n".encode()
+            finally:
+                if not done:  # the client went away: the replica's server cancels the request
+                    gen.cancel()
 
         headers = dict(head["headers"]) | {"x-llamapy-replica": st.replica}
         return StreamingResponse(rest(), status_code=head["status"], headers=headers)
