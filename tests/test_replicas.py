@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import json
+from collections import Counter
 import math
 import os
 import random
@@ -129,18 +130,21 @@ def test_concurrent_greedy_identical_to_one_server(replicas, single):
     assert len(set(re.findall(r'replica_requests_routed_total\{replica="([^"]+)"', m))) == 2  # both replicas served
 
 
-def _conversations(server: Server, n_conv: int = 6, n_turn: int = 4, seed: int = 0) -> tuple[int, int, int]:
+def _conversations(server: Server, n_conv: int = 6, n_turn: int = 4, seed: int = 0,
+                   where: list | None = None) -> tuple[int, int, int]:
     """n_conv chats of n_turn turns, the turns of each round in a shuffled order; returns
     (later turns with cache_n > 0, later turns that found their conversation's previous prompt
     in the cache, later turns).  Every chat starts with the template's `<|im_start|>system`, so
     any replica that served any chat has a few tokens of every prompt: cache_n > 0 alone says
-    little; the second count is the one affinity is for."""
+    little; the second count is the one affinity is for.  `where` gets each conversation's
+    set of replicas."""
     topics = ["rivers", "bicycles", "tea", "volcanoes", "chess", "bees", "lighthouses", "maps"]
     convs = [[{"role": "system", "content": f"You are a helpful assistant who knows a lot about {topics[i]}."}]
              for i in range(n_conv)]
     rng = random.Random(seed)
     hits = held = later = 0
     prev = [0] * n_conv  # prompt tokens of each conversation's previous turn
+    replicas = [set() for _ in range(n_conv)]
     for turn in range(n_turn):
         order = list(range(n_conv))
         rng.shuffle(order)
@@ -149,18 +153,25 @@ def _conversations(server: Server, n_conv: int = 6, n_turn: int = 4, seed: int =
             r = httpx.post(f"{server.base}/v1/chat/completions", timeout=120,
                            json={"messages": convs[i], "max_tokens": 12, "temperature": 0})
             body = r.json()
+            replicas[i].add(r.headers["x-llamapy-replica"])
             convs[i].append({"role": "assistant", "content": body["choices"][0]["message"]["content"]})
             if turn > 0:
                 later += 1
                 hits += body["timings"]["cache_n"] > 0
                 held += body["timings"]["cache_n"] >= prev[i] - 2  # its previous prompt (the edge may re-tokenize)
             prev[i] = body["usage"]["prompt_tokens"]
+    if where is not None:
+        where.extend(replicas)
     return hits, held, later
 
 
 @pytest.mark.slow
 def test_prefix_affinity_multi_turn(replicas, smollm2_path, tmp_path):
-    hits, held, later = _conversations(replicas)
+    where: list[set] = []
+    hits, held, later = _conversations(replicas, where=where)
+    assert all(len(w) == 1 for w in where)  # every conversation stayed on one replica
+    per_replica = Counter(next(iter(w)) for w in where)
+    assert sorted(per_replica.values()) == [3, 3]  # new conversations spread evenly
     rr = Server(smollm2_path, ["--replicas", "2", "--routing", "round-robin"], tmp_path / "rr.log")
     try:
         rr_hits, rr_held, rr_later = _conversations(rr)
@@ -272,3 +283,23 @@ def test_bad_model_fails_startup_with_its_message(tmp_path):
     last = r.stderr.strip().splitlines()[-1]
     assert last.startswith("error: ") and "broken.gguf" in last
     assert "Traceback" not in r.stderr
+
+
+def test_prefix_table_match_and_spread():
+    """The router's table, without Ray: the longest shared prefix wins; new prompts go to the
+    replica given the fewest prefixes."""
+    from llamapy.replicas.affinity import BLOCK, PrefixTable, request_text
+
+    t = PrefixTable()
+    sys_a, sys_b = "A" * BLOCK * 2, "A" * BLOCK + "B" * BLOCK
+    t.record("r1", sys_a + "turn one")
+    t.record("r2", sys_b + "x" * BLOCK)
+    assert t.match(sys_a + "turn two, longer" * 8, ["r1", "r2"]) == (["r1"], 2 * BLOCK)
+    assert t.match(sys_b + "y" * BLOCK, ["r1", "r2"]) == (["r2"], 2 * BLOCK)
+    assert t.match("A" * BLOCK + "C" * BLOCK, ["r1", "r2"]) == (["r1", "r2"], BLOCK)
+    assert t.match("Z" * 3 * BLOCK, ["r1", "r2"]) == ([], 0) and t.match(sys_a, ["r2"])[0] == ["r2"]
+    assert t.size("r2") > t.size("r1") and t.size("r3") == 0
+    t.forget("r1")
+    assert t.match(sys_a, ["r1", "r2"]) == (["r2"], BLOCK)
+    msgs = {"messages": [{"role": "system", "content": "S"}, {"role": "user", "content": [{"type": "text", "text": "U"}]}]}
+    assert request_text(msgs) == "<system>S<user>U" and request_text({"prompt": ["a", 5]}) == "a<5>"

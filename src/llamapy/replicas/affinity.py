@@ -54,6 +54,11 @@ class PrefixTable:
             best, n, alive = have, (k + 1) * self.block, have
         return best, n
 
+    def size(self, replica: str) -> int:
+        """Prefix blocks kept for the replica: how much it was given (the smallest takes new prompts)."""
+        t = self._by_replica.get(replica)
+        return 0 if t is None else len(t)
+
     def forget(self, replica: str) -> None:
         """A replica that died lost its cache."""
         self._by_replica.pop(replica, None)

@@ -2,7 +2,10 @@
 alpha in Ray 2.x).  PrefixAffinityRouter sends a request to the replica whose KV cache most
 likely holds its longest prompt prefix (affinity.py), unless that replica's queue is longer
 than the shortest one by more than `imbalance` requests, in which case the least-loaded
-replica takes it; RoundRobinRouter ignores prefixes (the comparison the benchmark makes).
+replica takes it; a prompt no replica has seen goes to the least-loaded replica that was
+given the fewest prefixes so far, so new conversations spread evenly (and do not pile up on
+one replica's slots).  RoundRobinRouter ignores prefixes (the comparison the benchmark
+makes).  Neither takes FIFOMixin: a replica chosen for a request must serve that request.
 Each router instance lives in the handle of the ingress replica that routes; its table
 holds what that ingress routed."""
 from __future__ import annotations
@@ -10,7 +13,7 @@ from __future__ import annotations
 import random
 from typing import Optional
 
-from ray.serve.request_router import FIFOMixin, PendingRequest, ReplicaID, ReplicaResult, RequestRouter, RunningReplica
+from ray.serve.request_router import PendingRequest, ReplicaID, ReplicaResult, RequestRouter, RunningReplica
 
 from .affinity import PrefixTable
 
@@ -25,7 +28,7 @@ def _text(pending_request: Optional[PendingRequest]) -> str:
     return getattr(pending_request.args[0], "text", "") or ""
 
 
-class PrefixAffinityRouter(FIFOMixin, RequestRouter):
+class PrefixAffinityRouter(RequestRouter):
     def initialize_state(self, imbalance: int = 4) -> None:
         self._table = PrefixTable()
         self._imbalance = imbalance
@@ -51,7 +54,9 @@ class PrefixAffinityRouter(FIFOMixin, RequestRouter):
             return []
         lens = await self._queue_lens(candidate_replicas)
         load = lambda r: lens.get(_key(r), 0)  # noqa: E731
-        by_load = sorted(random.sample(candidate_replicas, len(candidate_replicas)), key=load)  # ties: at random
+        # ties: the replica given the fewest prefixes, then at random
+        by_load = sorted(random.sample(candidate_replicas, len(candidate_replicas)),
+                         key=lambda r: (load(r), self._table.size(_key(r))))
         best, _ = self._table.match(_text(pending_request), [_key(r) for r in candidate_replicas])
         if best:
             first = min((r for r in candidate_replicas if _key(r) in best), key=load)
@@ -69,7 +74,7 @@ class PrefixAffinityRouter(FIFOMixin, RequestRouter):
         self._table.forget(replica_id.to_full_id_str())
 
 
-class RoundRobinRouter(FIFOMixin, RequestRouter):
+class RoundRobinRouter(RequestRouter):
     def initialize_state(self, **_) -> None:
         self._next = 0
 
