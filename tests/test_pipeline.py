@@ -308,3 +308,25 @@ def test_torchrun_ranks_are_the_stages(tiny_path):
                        capture_output=True, text=True, timeout=180, env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert r.returncode == 0, r.stderr[-3000:]
     assert plain.returncode == 0 and r.stdout == plain.stdout and plain.stdout.strip()
+
+
+def test_fitter_fits_the_tightest_host(gemma3_path):
+    """-c 0 with --pp: the largest n_ctx at which each host's stages fit its budget together
+    (header only, no process started)."""
+    from llamapy.memory.fit import MemoryBudgetError
+    from llamapy.pipeline.estimate import fit_stages
+
+    stages = split_layers(18, 2)
+    p0 = ContextParams(n_ctx=0, n_seq_max=1)
+    at = {n: [s.total for s in estimate_stages(gemma3_path, p0, stages, n_ctx_fitted=n)] for n in (8192, 8448)}
+    one_host = sum(at[8192])  # both stages on one host: they share its budget
+    assert fit_stages(gemma3_path, p0, stages, [("a", one_host), ("a", one_host)]) == 8192
+    # each stage on a host of its own: stage 1's host is the tight one
+    hosts = [("a", 10 * one_host), ("b", at[8192][1])]
+    assert fit_stages(gemma3_path, p0, stages, hosts) == 8192
+    hosts = [("a", 10 * one_host), ("b", at[8448][1])]
+    assert fit_stages(gemma3_path, p0, stages, hosts) == 8448
+    with pytest.raises(MemoryBudgetError, match=r"on host b .* budget is 1\.00 MiB"):
+        fit_stages(gemma3_path, p0, stages, [("a", 10 * one_host), ("b", 1024 * 1024)])
+    with pytest.raises(MemoryBudgetError, match=r"-c 16384 needs"):
+        fit_stages(gemma3_path, ContextParams(n_ctx=16384, n_seq_max=1), stages, [("a", one_host), ("a", one_host)])

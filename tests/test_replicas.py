@@ -7,20 +7,21 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import json
-from collections import Counter
-import math
 import os
 import random
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 
 import httpx
 import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+import soak  # noqa: E402  (its near-tie check)
 
 pytest.importorskip("ray.serve", reason="ray[serve] is a dev dependency: pip install -e '.[dev]'")
 
@@ -28,12 +29,6 @@ FLAGS = ["-c", "4096", "-np", "4", "-t", "1"]
 PROMPTS = ["The capital of France is", "List the days of the week: Monday, Tuesday,", "def add(a, b):\n    return",
            "The three primary colors are", "Water boils at", "Once upon a time, in a small village, there lived",
            "The largest planet in the solar system is", "To make a cup of tea, first"]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class Server:
@@ -94,30 +89,18 @@ def _complete_all(server: Server, prompts: list[str], max_tokens: int = 16, igno
         return [f.result().choices[0].text for f in futs]
 
 
-NEAR_TIE = 0.05  # benchmarks/soak.py's: a top-2 margin under which batching's rounding may pick either token
-
-
 def _assert_same(server: Server, prompts: list[str], got: list[str], want: list[str], max_tokens: int,
                  ignore_eos: bool = False) -> None:
     """got == want, except where a text first differs at a near tie: the request alone on
-    `server`, with its top-2 probabilities, has p1 - p2 < NEAR_TIE at that token (greedy
+    `server`, with its top-2 probabilities, has p1 - p2 < soak.NEAR_TIE at that token (greedy
     outputs depend on the batch a request shares only through rounding: see the README)."""
-    for p, g, w in zip(prompts, got, want):
-        if g == w:
-            continue
-        at = next((i for i, (x, y) in enumerate(zip(g, w)) if x != y), min(len(g), len(w)))
-        d = httpx.post(f"{server.base}/v1/completions", timeout=120,
-                       json={"prompt": p, "max_tokens": max_tokens, "temperature": 0, "logprobs": 2,
-                             "ignore_eos": ignore_eos}).json()
-        lp = d["choices"][0]["logprobs"]
-        pos, margin = 0, 1.0
-        for tok, top in zip(lp["tokens"], lp["top_logprobs"]):
-            if pos + len(tok) > at:
-                probs = sorted((math.exp(v) for v in top.values()), reverse=True)
-                margin = probs[0] - probs[1] if len(probs) > 1 else probs[0]
-                break
-            pos += len(tok)
-        assert margin < NEAR_TIE, f"{p!r}: {g!r} != {w!r} at char {at}, top-2 margin {margin:.3f}"
+    with httpx.Client(base_url=server.base, timeout=120) as c:
+        for p, g, w in zip(prompts, got, want):
+            if g == w:
+                continue
+            body = {"prompt": p, "max_tokens": max_tokens, "temperature": 0, "ignore_eos": ignore_eos}
+            margin = soak.tie_margin(c, soak.Job("greedy", "/v1/completions", body, text=g), w)
+            assert margin < soak.NEAR_TIE, f"{p!r}: {g!r} != {w!r}, top-2 margin {margin:.3f} where they differ"
 
 
 @pytest.mark.slow
@@ -288,18 +271,18 @@ def test_bad_model_fails_startup_with_its_message(tmp_path):
 def test_prefix_table_match_and_spread():
     """The router's table, without Ray: the longest shared prefix wins; new prompts go to the
     replica given the fewest prefixes."""
-    from llamapy.replicas.affinity import BLOCK, PrefixTable, request_text
+    from llamapy.replicas.affinity import BLOCK, PrefixTable, prefix_hashes as h, request_text
 
     t = PrefixTable()
     sys_a, sys_b = "A" * BLOCK * 2, "A" * BLOCK + "B" * BLOCK
-    t.record("r1", sys_a + "turn one")
-    t.record("r2", sys_b + "x" * BLOCK)
-    assert t.match(sys_a + "turn two, longer" * 8, ["r1", "r2"]) == (["r1"], 2 * BLOCK)
-    assert t.match(sys_b + "y" * BLOCK, ["r1", "r2"]) == (["r2"], 2 * BLOCK)
-    assert t.match("A" * BLOCK + "C" * BLOCK, ["r1", "r2"]) == (["r1", "r2"], BLOCK)
-    assert t.match("Z" * 3 * BLOCK, ["r1", "r2"]) == ([], 0) and t.match(sys_a, ["r2"])[0] == ["r2"]
+    t.record("r1", h(sys_a + "turn one"))
+    t.record("r2", h(sys_b + "x" * BLOCK))
+    assert t.match(h(sys_a + "turn two, longer" * 8), ["r1", "r2"]) == (["r1"], 2)
+    assert t.match(h(sys_b + "y" * BLOCK), ["r1", "r2"]) == (["r2"], 2)
+    assert t.match(h("A" * BLOCK + "C" * BLOCK), ["r1", "r2"]) == (["r1", "r2"], 1)
+    assert t.match(h("Z" * 3 * BLOCK), ["r1", "r2"]) == ([], 0) and t.match(h(sys_a), ["r2"])[0] == ["r2"]
     assert t.size("r2") > t.size("r1") and t.size("r3") == 0
     t.forget("r1")
-    assert t.match(sys_a, ["r1", "r2"]) == (["r2"], BLOCK)
+    assert t.match(h(sys_a), ["r1", "r2"]) == (["r2"], 1)
     msgs = {"messages": [{"role": "system", "content": "S"}, {"role": "user", "content": [{"type": "text", "text": "U"}]}]}
     assert request_text(msgs) == "<system>S<user>U" and request_text({"prompt": ["a", 5]}) == "a<5>"

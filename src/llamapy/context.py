@@ -93,25 +93,24 @@ class Context:
         logits = torch.empty(n_outputs, self.model.n_vocab, dtype=torch.float32)
         out_ids = self.alloc.output_ids
         for ub, sinfo in zip(ubatches, sinfos):
-            self.memory.begin_ubatch(ub, sinfo)
-            inp = make_inputs(ub, self.model.device, self.cparams.flash_attn != "off", self.graphs)
-            bind_slot_info(inp, self.memory, sinfo)
-            key = (ub.n_tokens, self._n_kv_key())
-            self.graphs.begin(key)
+            inp, key = self._begin_ubatch(ub, sinfo, self.memory)
             if self.cuda_graphs is not None:
                 out = self.cuda_graphs.forward(self.model.net, inp, self.memory, key)  # [n_outputs(ub), n_vocab]
             else:
                 out = self.model.net.forward(inp, self.memory)
             if out.shape[0]:
-                rows = torch.tensor([out_ids[ub.idx[r]] for r in range(ub.n_tokens) if ub.output[r]], dtype=torch.long)
-                logits[rows] = out.to("cpu")
+                logits[torch.tensor(self._output_rows(ub), dtype=torch.long)] = out.to("cpu")
         self._logits, self._output_ids = logits, out_ids
+        self._count(batch, len(ubatches))
+
+    def _count(self, batch: Batch, n_ubatches: int) -> None:
+        """The stats of one decode call that went through."""
         s = self.stats
         s.n_decode_calls += 1
-        s.n_ubatches += len(ubatches)
+        s.n_ubatches += n_ubatches
         s.n_tokens += batch.n_tokens
-        s.n_outputs += n_outputs
-        s.ubatches_per_decode.append(len(ubatches))
+        s.n_outputs += self.alloc.n_outputs
+        s.ubatches_per_decode.append(n_ubatches)
 
     def _split(self) -> list[UBatch]:
         """All ubatches of the current batch: split_simple for a unified cache, split_equal
@@ -125,9 +124,24 @@ class Context:
                 return out
             out.append(ub)
 
-    def _n_kv_key(self) -> tuple[int, ...]:
+    def _begin_ubatch(self, ub: UBatch, sinfo, memory: Memory):
+        """Occupy the ubatch's cells in `memory` and build its graph inputs; (inputs, graph key)."""
+        memory.begin_ubatch(ub, sinfo)
+        inp = make_inputs(ub, self.model.device, self.cparams.flash_attn != "off", self.graphs)
+        bind_slot_info(inp, memory, sinfo)
+        key = (ub.n_tokens, self._n_kv_key(memory))
+        self.graphs.begin(key)
+        return inp, key
+
+    def _output_rows(self, ub: UBatch) -> list[int]:
+        """Rows of the decode's logits that the ubatch's output rows fill, in order."""
+        out_ids = self.alloc.output_ids
+        return [out_ids[ub.idx[r]] for r in range(ub.n_tokens) if ub.output[r]]
+
+    @staticmethod
+    def _n_kv_key(memory: Memory) -> tuple[int, ...]:
         """n_kv of every stream of every cache: with the ubatch size, the shape of the graph."""
-        caches = getattr(self.memory, "caches", (self.memory,))
+        caches = getattr(memory, "caches", (memory,))
         return tuple(c.n_kv(st) for c in caches for st in range(c.n_stream))
 
     # --- outputs --------------------------------------------------------------------------------

@@ -86,16 +86,23 @@ def largest_fitting_ctx(info: ModelInfo, p: ContextParams, budget: int, lo: int 
     fits `budget`, as the resolved n_ctx; 0 if not even `lo` fits.  Binary search: every
     buffer grows monotonically with n_ctx."""
     hi = info.hparams.n_ctx_train if hi is None else hi
+    n = largest_step(lo, hi, lambda n: _est(info, p, n, n_outputs).device_total <= budget)
+    return _est(info, p, n, n_outputs).cparams.n_ctx if n else 0
+
+
+def largest_step(lo: int, hi: int, fits) -> int:
+    """The largest multiple of N_CTX_STEP in [lo, hi] for which fits(n_ctx) holds, 0 if none
+    (not even the first).  Binary search: fits must hold below any n_ctx where it holds."""
     k_lo, k_hi = -(-lo // N_CTX_STEP), hi // N_CTX_STEP
-    if k_hi < k_lo or _est(info, p, k_lo * N_CTX_STEP, n_outputs).device_total > budget:
+    if k_hi < k_lo or not fits(k_lo * N_CTX_STEP):
         return 0
     while k_lo < k_hi:
         mid = (k_lo + k_hi + 1) // 2
-        if _est(info, p, mid * N_CTX_STEP, n_outputs).device_total <= budget:
+        if fits(mid * N_CTX_STEP):
             k_lo = mid
         else:
             k_hi = mid - 1
-    return _est(info, p, k_lo * N_CTX_STEP, n_outputs).cparams.n_ctx
+    return k_lo * N_CTX_STEP
 
 
 def fit_ctx(info: ModelInfo, p: ContextParams, budget: int | None = None, n_outputs: int | None = None) -> FitResult:

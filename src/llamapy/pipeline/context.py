@@ -13,8 +13,6 @@ from dataclasses import replace
 import torch
 
 from ..context import Context
-from ..memory.factory import bind_slot_info
-from ..model.graph import make_inputs
 from ..model.model import Model
 from ..model.stage import StageLayers
 from ..params import ContextParams
@@ -90,31 +88,21 @@ class PipelineContext(Context):
             self.pipe.fail(e)
             raise
         self._logits, self._output_ids = logits, self.alloc.output_ids
-        s = self.stats
-        s.n_decode_calls += 1
-        s.n_ubatches += len(ubatches)
-        s.n_tokens += batch.n_tokens
-        s.n_outputs += self.alloc.n_outputs
-        s.ubatches_per_decode.append(len(ubatches))
+        self._count(batch, len(ubatches))
 
     def _run(self, ubatches: list, sinfos: list, shift: bool) -> torch.Tensor:
         link, net, hp = self.pipe.link, self.model.net, self.model.hparams
         link.broadcast_obj(("decode", (list(zip(ubatches, sinfos)), shift)))
         if shift:
             self._local.apply_shift(net.rotate_k)
-        out_ids = self.alloc.output_ids
         logits = torch.empty(self.alloc.n_outputs, hp.n_vocab, dtype=torch.float32)
         sends = []  # (work, the tensor it sends: alive until sent)
-        flash = self.cparams.flash_attn != "off"
         for ub, sinfo in zip(ubatches, sinfos):  # each ubatch leaves as soon as stage 0 is done with it
-            self._local.begin_ubatch(ub, sinfo)
-            inp = make_inputs(ub, self.model.device, flash, self.graphs)
-            bind_slot_info(inp, self._local, sinfo)
-            self.graphs.begin((ub.n_tokens, self._n_kv_key()))
+            inp, _ = self._begin_ubatch(ub, sinfo, self._local)
             x = net.forward_layers(inp, self._local, net.embed(inp)).contiguous()  # [n_tokens, n_embd]
             sends.append((link.isend(x, 1, TAG_ACT), x))
         for ub in ubatches:
-            rows = [out_ids[ub.idx[r]] for r in range(ub.n_tokens) if ub.output[r]]
+            rows = self._output_rows(ub)
             if rows:
                 logits[torch.tensor(rows)] = link.recv((len(rows), hp.n_vocab), link.last, TAG_OUT, "logits")
         for w, _ in sends:

@@ -79,7 +79,7 @@ def fit_stages(model_ref, params: ContextParams, stages: list[StageLayers], host
     256 to the 4096 floor, at which the stages on each host (hosts[i]: stage i's host name and
     that host's memory budget) fit its budget together -- the tightest host decides.  An
     explicit -c is checked the same way.  Raises MemoryBudgetError with the numbers."""
-    from ..memory.fit import N_CTX_MIN_FIT, N_CTX_STEP, MemoryBudgetError, _quiet
+    from ..memory.fit import N_CTX_MIN_FIT, N_CTX_STEP, MemoryBudgetError, _quiet, largest_step
 
     info, tensors = _header(model_ref)
     budget = {h: b for h, b in hosts}
@@ -105,13 +105,8 @@ def fit_stages(model_ref, params: ContextParams, stages: list[StageLayers], host
         return params.n_ctx
     n_train = info.hparams.n_ctx_train
     floor = min(N_CTX_MIN_FIT, n_train)
-    k_lo, k_hi = -(-floor // N_CTX_STEP), n_train // N_CTX_STEP
-    if worst(k_lo * N_CTX_STEP)[0] > 0:
-        raise fail(k_lo * N_CTX_STEP, f"even the fitter's floor of {floor}")
-    while k_lo < k_hi:
-        mid = (k_lo + k_hi + 1) // 2
-        if worst(mid * N_CTX_STEP)[0] <= 0:
-            k_lo = mid
-        else:
-            k_hi = mid - 1
-    return k_lo * N_CTX_STEP
+    n = largest_step(floor, n_train, lambda n: worst(n)[0] <= 0)
+    if n == 0:
+        first = -(-floor // N_CTX_STEP) * N_CTX_STEP
+        raise fail(first, f"even the fitter's floor of {floor}")
+    return n

@@ -18,7 +18,7 @@ import torch.distributed as dist
 
 from ..log import logger
 from .comm import Link, StageError
-from .env import under_torchrun
+from .env import free_port, under_torchrun
 
 IDLE_FOREVER = datetime.timedelta(days=3650)  # the group's own timeout; every wait sets its deadline
 ENV_TIMEOUT = "LLAMAPY_PP_TIMEOUT"
@@ -37,12 +37,6 @@ def join_group(timeout_s: float | None = None) -> Link:
     dist.init_process_group("gloo", rank=rank, world_size=world, timeout=IDLE_FOREVER)
     t = float(os.environ.get(ENV_TIMEOUT, "60")) if timeout_s is None else timeout_s
     return Link(rank, world, t)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @dataclass(slots=True)
@@ -65,7 +59,7 @@ class Pipeline:
                 raise StageError(f"--pp {pp} but torchrun started {world} processes (--nproc-per-node x --nnodes): "
                                  f"they must be equal")
             return cls(join_group(timeout_s)).greet()
-        port = _free_port()
+        port = free_port()
         env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), WORLD_SIZE=str(pp),
                    **{ENV_TIMEOUT: str(timeout_s)})
         procs = [subprocess.Popen([sys.executable, "-m", "llamapy.pipeline.stage"], env=dict(env, RANK=str(r)))

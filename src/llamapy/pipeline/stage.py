@@ -31,18 +31,6 @@ class StageConfig:
     n_threads: int
 
 
-def vm_kib(field: str) -> int:
-    """VmRSS / VmHWM of this process, KiB (0 where /proc is missing)."""
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith(field + ":"):
-                    return int(line.split()[1])
-    except OSError:
-        pass
-    return 0
-
-
 class StageWorker:
     def __init__(self, link: Link) -> None:
         self.link = link
@@ -80,15 +68,13 @@ class StageWorker:
 
         if cfg.n_threads > 0:
             torch.set_num_threads(cfg.n_threads)
-        rss0 = vm_kib("VmRSS")
         model = Model.load(cfg.path, device="cpu", stage=cfg.stage, tokenizer=False)
         self.net, self.cparams = model.net, cfg.cparams
         self.memory = create_memory(model.hparams, cfg.cparams, "cpu", cfg.stage.ids)
         self.n_embd = model.hparams.n_embd
         self.last = cfg.stage.last
         return {"weights": model.n_bytes_resident, "weights_file": model.n_bytes_file,
-                "kv_k": self.memory.size_k_bytes(), "kv_v": self.memory.size_v_bytes(),
-                "rss_before_kib": rss0, "rss_kib": vm_kib("VmRSS"), "pid": os.getpid()}
+                "kv_k": self.memory.size_k_bytes(), "kv_v": self.memory.size_v_bytes(), "pid": os.getpid()}
 
     @torch.inference_mode()
     def _decode(self, work: list, shift: bool) -> None:

@@ -28,30 +28,31 @@ def prefix_hashes(text: str, block: int = BLOCK) -> list[bytes]:
 
 @dataclass(slots=True)
 class PrefixTable:
-    block: int = BLOCK
+    """Keyed by a prompt's prefix_hashes (computed once per request, by the ingress)."""
+
     max_entries: int = MAX_ENTRIES
     _by_replica: dict[str, OrderedDict] = field(default_factory=dict)
 
-    def record(self, replica: str, text: str) -> None:
+    def record(self, replica: str, hashes: list[bytes]) -> None:
         """The replica now holds this prompt's prefixes (it was routed there)."""
         t = self._by_replica.setdefault(replica, OrderedDict())
-        for h in prefix_hashes(text, self.block):
+        for h in hashes:
             t[h] = None
             t.move_to_end(h)
         while len(t) > self.max_entries:
             t.popitem(last=False)
 
-    def match(self, text: str, replicas: list[str]) -> tuple[list[str], int]:
-        """(the replicas among `replicas` sharing the longest prefix with text, its length in
-        characters); ([], 0) when none shares a whole block."""
+    def match(self, hashes: list[bytes], replicas: list[str]) -> tuple[list[str], int]:
+        """(the replicas among `replicas` sharing the longest prefix with the prompt, the
+        number of whole blocks shared); ([], 0) when none shares one."""
         best: list[str] = []
         n = 0
         alive = [r for r in replicas if r in self._by_replica]
-        for k, h in enumerate(prefix_hashes(text, self.block)):
+        for k, h in enumerate(hashes):
             have = [r for r in alive if h in self._by_replica[r]]
             if not have:
                 break
-            best, n, alive = have, (k + 1) * self.block, have
+            best, n, alive = have, k + 1, have
         return best, n
 
     def size(self, replica: str) -> int:

@@ -153,9 +153,9 @@ def run_replicas(a: argparse.Namespace, argv: list[str]) -> int:
                  _node_ip_address="127.0.0.1")
     port = a.port
     if port == 0:
-        from ..pipeline.launch import _free_port
+        from ..pipeline.env import free_port
 
-        port = _free_port()
+        port = free_port()
     serve.start(http_options={"host": a.host, "port": port}, logging_config={"log_level": "WARNING"})
     try:
         serve.run(build_app(plan), name="llamapy", route_prefix="/", blocking=False)

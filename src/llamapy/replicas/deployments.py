@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from fastapi import Request
 from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
 
-from .affinity import request_text
+from .affinity import prefix_hashes, request_text
 
 RETRIES = 3  # other replicas a request may be retried on when its replica is lost before any byte
 HOP = {"content-length", "transfer-encoding", "connection", "keep-alive", "date", "server"}
@@ -36,7 +36,7 @@ class ForwardRequest:
     path: str  # with the query string
     headers: list[tuple[str, str]]
     body: bytes
-    text: str = ""  # the prompt's leading text, for the router (affinity.request_text)
+    prefix: list[bytes] = field(default_factory=list)  # the prompt's prefix hashes, for the router (affinity.py)
 
 
 @dataclass(slots=True)
@@ -162,7 +162,8 @@ class LlamapyIngress:
         full = "/" + path + (f"?{request.url.query}" if request.url.query else "")
         headers = [(k, v) for k, v in request.headers.items() if k.lower() not in HOP | {"host"}]
         try:
-            head, first, gen = await self._open(ForwardRequest(request.method, full, headers, body, text))
+            head, first, gen = await self._open(ForwardRequest(request.method, full, headers, body,
+                                                               prefix_hashes(text)))
         except Exception as e:  # noqa: BLE001 - every replica tried was lost
             return JSONResponse({"error": {"message": f"no replica could answer: {type(e).__name__}: {str(e)[:300]}",
                                            "type": "unavailable_error", "code": 503}}, status_code=503)

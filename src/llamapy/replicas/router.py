@@ -22,10 +22,11 @@ def _key(r: RunningReplica) -> str:
     return r.replica_id.to_full_id_str()
 
 
-def _text(pending_request: Optional[PendingRequest]) -> str:
+def _prefix(pending_request: Optional[PendingRequest]) -> list[bytes]:
+    """The request's prefix hashes (deployments.ForwardRequest.prefix), [] for other calls."""
     if pending_request is None or not pending_request.args:
-        return ""
-    return getattr(pending_request.args[0], "text", "") or ""
+        return []
+    return getattr(pending_request.args[0], "prefix", None) or []
 
 
 class PrefixAffinityRouter(RequestRouter):
@@ -57,7 +58,7 @@ class PrefixAffinityRouter(RequestRouter):
         # ties: the replica given the fewest prefixes, then at random
         by_load = sorted(random.sample(candidate_replicas, len(candidate_replicas)),
                          key=lambda r: (load(r), self._table.size(_key(r))))
-        best, _ = self._table.match(_text(pending_request), [_key(r) for r in candidate_replicas])
+        best, _ = self._table.match(_prefix(pending_request), [_key(r) for r in candidate_replicas])
         if best:
             first = min((r for r in candidate_replicas if _key(r) in best), key=load)
             if load(first) - load(by_load[0]) <= self._imbalance:
@@ -65,9 +66,9 @@ class PrefixAffinityRouter(RequestRouter):
         return [[by_load[0]], by_load[1:]]
 
     def on_request_routed(self, pending_request: PendingRequest, replica_id: ReplicaID, result: ReplicaResult) -> None:
-        text = _text(pending_request)
-        if text:
-            self._table.record(replica_id.to_full_id_str(), text)
+        hashes = _prefix(pending_request)
+        if hashes:
+            self._table.record(replica_id.to_full_id_str(), hashes)
 
     def on_replica_actor_died(self, replica_id: ReplicaID) -> None:
         super().on_replica_actor_died(replica_id)
