@@ -117,9 +117,23 @@ float lp_dot_row(int g16, int has_min, lp_wrow w, const lp_xrows *xr, int64_t r)
     return has_min ? y + min_term(w.m16, xr->sum16 + r * ng, ng) : y;
 }
 
-/* The tile of lp_dot_tile_f32 for exactly NR activation rows (a constant once inlined, so the
- * loops unroll and only NR x LP_TW accumulators are live): no row is computed twice. */
-LP_INLINE void tile_f32(const float *const *ws, const float *const *xs, int64_t n_in, const int NR, float *s) {
+/* VW weights at w + k of a float row kind (LP_WF32 / LP_WF16 / LP_WBF16) as floats, and one. */
+LP_INLINE vf load_w(const void *w, int64_t k, const int kind) {
+    if (kind == LP_WF16) return VF_LOADH((const uint16_t *)w + k);
+    if (kind == LP_WBF16) return VF_LOADB((const uint16_t *)w + k);
+    return VF_LOAD((const float *)w + k);
+}
+LP_INLINE float load_w1(const void *w, int64_t k, const int kind) {
+    if (kind == LP_WF16) return lp_f16_to_f32(((const uint16_t *)w)[k]);
+    if (kind == LP_WBF16) return lp_bf16_to_f32(((const uint16_t *)w)[k]);
+    return ((const float *)w)[k];
+}
+
+/* The tile of lp_dot_tile_f32 for exactly NR activation rows and weight rows of one float kind
+ * (constants once inlined, so the loops unroll and only NR x LP_TW accumulators are live; f16
+ * and bf16 rows are widened in registers as they stream in): no row is computed twice. */
+LP_INLINE void tile_f32(const void *const *ws, const float *const *xs, int64_t n_in, const int NR, const int kind,
+                        float *s) {
     vf acc[LP_TW][LP_TX];
 #pragma GCC unroll 8
     for (int j = 0; j < LP_TW; j++)
@@ -129,7 +143,7 @@ LP_INLINE void tile_f32(const float *const *ws, const float *const *xs, int64_t 
     for (; k + VW <= n_in; k += VW) {
         vf wv[LP_TW];
 #pragma GCC unroll 8
-        for (int j = 0; j < LP_TW; j++) wv[j] = VF_LOAD(ws[j] + k);
+        for (int j = 0; j < LP_TW; j++) wv[j] = load_w(ws[j], k, kind);
 #pragma GCC unroll 8
         for (int i = 0; i < NR; i++) {
             const vf xv = VF_LOAD(xs[i] + k);
@@ -143,28 +157,96 @@ LP_INLINE void tile_f32(const float *const *ws, const float *const *xs, int64_t 
         for (int i = 0; i < NR; i++) s[LP_TX * j + i] = VF_SUM(acc[j][i]);
     for (; k < n_in; k++)
         for (int j = 0; j < LP_TW; j++)
-            for (int i = 0; i < NR; i++) s[LP_TX * j + i] += ws[j][k] * xs[i][k];
+            for (int i = 0; i < NR; i++) s[LP_TX * j + i] += load_w1(ws[j], k, kind) * xs[i][k];
 }
 
-/* y[j * LP_TX + i] = w_j . x_i in fp32 for nw <= LP_TW weight rows w[j] and n <= LP_TX
- * activation rows x_i (stride ldx): exact products, vectorized sums, an LP_TW x n tile of
- * accumulators in registers (AVX-512 and NEON have 32: up to 4 x 6; AVX2 16: 3 x 4), so each
- * weight load feeds n products and each activation load LP_TW.  Weight rows past nw repeat
- * the first (computed, not stored). */
-void lp_dot_tile_f32(const float *const *w, int nw, int64_t n_in, const float *x, int64_t ldx, int n, float *y) {
-    const float *ws[LP_TW], *xs[LP_TX];
+/* w . x_i for one weight row of a float kind against NR (1..4) activation rows, the weight row
+ * read as one sequential stream: one row at a time is what the prefetchers stream fastest,
+ * where a tile's LP_TW interleaved rows, or widening a row into a buffer first, lose a third
+ * to a half of the bandwidth (benchmarks/matmul_rows.py --stream). */
+LP_INLINE void rows_float(const void *w, const float *const *xs, int64_t n_in, const int NR, const int kind, float *y) {
+    enum { U = 4 }; /* accumulators per activation row: 4 independent FMA chains */
+    vf acc[4][U];
+#pragma GCC unroll 4
+    for (int i = 0; i < NR; i++)
+#pragma GCC unroll 4
+        for (int u = 0; u < U; u++) acc[i][u] = VF_SET1(0.0f);
+    int64_t k = 0;
+    for (; k + U * VW <= n_in; k += U * VW)
+#pragma GCC unroll 4
+        for (int u = 0; u < U; u++) {
+            const vf wv = load_w(w, k + u * VW, kind);
+#pragma GCC unroll 4
+            for (int i = 0; i < NR; i++) acc[i][u] = VF_FMA(wv, VF_LOAD(xs[i] + k + u * VW), acc[i][u]);
+        }
+    for (; k + VW <= n_in; k += VW) {
+        const vf wv = load_w(w, k, kind);
+#pragma GCC unroll 4
+        for (int i = 0; i < NR; i++) acc[i][0] = VF_FMA(wv, VF_LOAD(xs[i] + k), acc[i][0]);
+    }
+#pragma GCC unroll 4
+    for (int i = 0; i < NR; i++) {
+        y[i] = VF_SUM(VF_ADD(VF_ADD(acc[i][0], acc[i][1]), VF_ADD(acc[i][2], acc[i][3])));
+        for (int64_t j = k; j < n_in; j++) y[i] += load_w1(w, j, kind) * xs[i][j];
+    }
+}
+
+#define ROWS_FLOAT(kind)                                                                                              \
+    switch (n) {                                                                                                      \
+    case 1: rows_float(w, xs, n_in, 1, kind, y); break;                                                               \
+    case 2: rows_float(w, xs, n_in, 2, kind, y); break;                                                               \
+    case 3: rows_float(w, xs, n_in, 3, kind, y); break;                                                               \
+    default: rows_float(w, xs, n_in, 4, kind, y); break;                                                              \
+    }
+
+/* y[i] = w . x_i for one weight row w of a float kind and n (1..4) activation rows of stride ldx. */
+void lp_dot_float_rows(int kind, const void *w, const float *x, int64_t ldx, int64_t n_in, int n, float *y) {
+    const float *xs[4];
+    for (int i = 0; i < 4; i++) xs[i] = x + (i < n ? i : 0) * ldx;
+    if (kind == LP_WF16) {
+        ROWS_FLOAT(LP_WF16)
+    } else if (kind == LP_WBF16) {
+        ROWS_FLOAT(LP_WBF16)
+    } else {
+        ROWS_FLOAT(LP_WF32)
+    }
+}
+
+#define TILE_ROWS(kind)                                                                                               \
+    switch (n) {                                                                                                      \
+    case 1: tile_f32(ws, xs, n_in, 1, kind, s); break;                                                                \
+    case 2: tile_f32(ws, xs, n_in, 2, kind, s); break;                                                                \
+    case 3: tile_f32(ws, xs, n_in, 3, kind, s); break;                                                                \
+    TILE_ROWS_WIDE(kind)                                                                                              \
+    default: tile_f32(ws, xs, n_in, LP_TX, kind, s); break;                                                           \
+    }
+#if LP_TX > 4
+#define TILE_ROWS_WIDE(kind)                                                                                          \
+    case 4: tile_f32(ws, xs, n_in, 4, kind, s); break;                                                                \
+    case 5: tile_f32(ws, xs, n_in, 5, kind, s); break;
+#else
+#define TILE_ROWS_WIDE(kind)
+#endif
+
+/* y[j * LP_TX + i] = w_j . x_i in fp32 for nw <= LP_TW weight rows w[j] of a float kind (fp32,
+ * or f16 / bf16 read straight from the file: the products are the same as on the widened
+ * rows) and n <= LP_TX activation rows x_i (stride ldx): exact products, vectorized sums, an
+ * LP_TW x n tile of accumulators in registers (AVX-512 and NEON have 32: up to 4 x 6; AVX2 16:
+ * 3 x 4), so each weight load feeds n products and each activation load LP_TW.  Weight rows
+ * past nw repeat the first (computed, not stored). */
+void lp_dot_tile_f32(int kind, const void *const *w, int nw, int64_t n_in, const float *x, int64_t ldx, int n,
+                     float *y) {
+    const void *ws[LP_TW];
+    const float *xs[LP_TX];
     for (int j = 0; j < LP_TW; j++) ws[j] = w[j < nw ? j : 0];
     for (int i = 0; i < LP_TX; i++) xs[i] = x + (i < n ? i : 0) * ldx;
     float s[LP_TW * LP_TX];
-    switch (n) {
-    case 1: tile_f32(ws, xs, n_in, 1, s); break;
-    case 2: tile_f32(ws, xs, n_in, 2, s); break;
-    case 3: tile_f32(ws, xs, n_in, 3, s); break;
-#if LP_TX > 4
-    case 4: tile_f32(ws, xs, n_in, 4, s); break;
-    case 5: tile_f32(ws, xs, n_in, 5, s); break;
-#endif
-    default: tile_f32(ws, xs, n_in, LP_TX, s); break;
+    if (kind == LP_WF16) {
+        TILE_ROWS(LP_WF16)
+    } else if (kind == LP_WBF16) {
+        TILE_ROWS(LP_WBF16)
+    } else {
+        TILE_ROWS(LP_WF32)
     }
     for (int j = 0; j < nw; j++)
         for (int i = 0; i < n; i++) y[LP_TX * j + i] = s[LP_TX * j + i];

@@ -54,12 +54,13 @@
 #define LP_INLINE static inline __attribute__((always_inline))
 
 /* A float vector of VW lanes: 16 on AVX-512, 8 on AVX2, 4 on NEON, 1 in portable C.
- * VF_LOADH loads VW f16 values as floats. */
+ * VF_LOADH loads VW f16 values as floats, VF_LOADB VW bf16 values. */
 #if defined(LP_AVX512)
 #define VW 16
 typedef __m512 vf;
 #define VF_LOAD(p) _mm512_loadu_ps(p)
 #define VF_LOADH(p) _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(p)))
+#define VF_LOADB(p) _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(p))), 16))
 #define VF_STORE(p, v) _mm512_storeu_ps(p, v)
 #define VF_SET1(x) _mm512_set1_ps(x)
 #define VF_FMA(a, b, c) _mm512_fmadd_ps(a, b, c)
@@ -71,6 +72,7 @@ typedef __m512 vf;
 typedef __m256 vf;
 #define VF_LOAD(p) _mm256_loadu_ps(p)
 #define VF_LOADH(p) _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p)))
+#define VF_LOADB(p) _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(p))), 16))
 #define VF_STORE(p, v) _mm256_storeu_ps(p, v)
 #define VF_SET1(x) _mm256_set1_ps(x)
 #define VF_FMA(a, b, c) _mm256_fmadd_ps(a, b, c)
@@ -87,6 +89,7 @@ LP_INLINE float VF_SUM(__m256 v) {
 typedef float32x4_t vf;
 #define VF_LOAD(p) vld1q_f32(p)
 #define VF_LOADH(p) vcvt_f32_f16(vld1_f16((const __fp16 *)(p)))
+#define VF_LOADB(p) vreinterpretq_f32_u32(vshll_n_u16(vld1_u16((const uint16_t *)(p)), 16))
 #define VF_STORE(p, v) vst1q_f32(p, v)
 #define VF_SET1(x) vdupq_n_f32(x)
 #define VF_FMA(a, b, c) vfmaq_f32(c, a, b)
@@ -98,6 +101,7 @@ typedef float32x4_t vf;
 typedef float vf;
 #define VF_LOAD(p) (*(p))
 #define VF_LOADH(p) lp_f16_to_f32(*(p))
+#define VF_LOADB(p) lp_bf16_to_f32(*(p))
 #define VF_STORE(p, v) (*(p) = (v))
 #define VF_SET1(x) (x)
 #define VF_FMA(a, b, c) ((a) * (b) + (c))
@@ -179,7 +183,10 @@ void lp_prepare_x_row(const float *x, lp_xrows xr, int64_t r);
 /* dot.c: w . x_r for row r of xr (integer products), and the fp32 products of nw <= LP_TW
  * float rows w[j] against n <= LP_TX rows of x (row stride ldx) into y[LP_TX j + i]. */
 float lp_dot_row(int g16, int has_min, lp_wrow w, const lp_xrows *xr, int64_t r);
-void lp_dot_tile_f32(const float *const *w, int nw, int64_t n_in, const float *x, int64_t ldx, int n, float *y);
+enum { LP_WF32 = 0, LP_WF16 = 1, LP_WBF16 = 2 }; /* the float kinds of weight rows lp_dot_tile_f32 reads */
+void lp_dot_tile_f32(int kind, const void *const *w, int nw, int64_t n_in, const float *x, int64_t ldx, int n,
+                     float *y);
+void lp_dot_float_rows(int kind, const void *w, const float *x, int64_t ldx, int64_t n_in, int n, float *y); /* n <= 4 */
 #if defined(LP_BF16)
 /* ... and in bf16 on a CPU with AVX512-BF16 (rows as bf16, n_in a multiple of 32): nw <= 3
  * weight rows, n <= 4 activation rows, y[LP_TX j + i] */

@@ -85,14 +85,24 @@ static void mm_chunk(int type, const uint8_t *w, int64_t o0, int64_t o1, int64_t
 #endif
     if (lp_is_float(type) || n >= LP_F32_ROWS) {
         const int64_t nt = (n + LP_TX - 1) / LP_TX;
+        const int kind = type == LP_F16 ? LP_WF16 : type == LP_BF16_T ? LP_WBF16 : LP_WF32;
+        if (n <= 4 && kind != LP_WF32) { /* f16 / bf16 decode, verification: each weight row one stream */
+            for (int64_t o = o0; o < o1; o++) {
+                lp_dot_float_rows(kind, w + o * rb, xp->x, n_in, n_in, (int)n, acc);
+                for (int64_t r = 0; r < n; r++) put(y + r * ldy + o, acc[r], accumulate);
+            }
+            return;
+        }
         for (int64_t o = o0; o < o1; o += LP_TW) {
             const int nw = (int)(o1 - o < LP_TW ? o1 - o : LP_TW);
-            const float *f[LP_TW];
-            for (int j = 0; j < nw; j++) f[j] = row_f32(type, w, rb, o + j, n_in, wf + j * n_in, wr);
+            const void *f[LP_TW];
+            for (int j = 0; j < nw; j++) /* float types straight from the file, the rest dequantized */
+                f[j] = kind == LP_WF32 ? (const void *)row_f32(type, w, rb, o + j, n_in, wf + j * n_in, wr)
+                                       : (const void *)(w + (o + j) * rb);
             for (int64_t t = 0; t < nt; t++) { /* the rows in nt tiles of near-equal size (8: 4 + 4, not 6 + 2) */
                 const int64_t r0 = n * t / nt;
                 const int nr = (int)(n * (t + 1) / nt - r0);
-                lp_dot_tile_f32(f, nw, n_in, xp->x + r0 * n_in, n_in, nr, acc);
+                lp_dot_tile_f32(kind, f, nw, n_in, xp->x + r0 * n_in, n_in, nr, acc);
                 for (int j = 0; j < nw; j++)
                     for (int i = 0; i < nr; i++) put(y + (r0 + i) * ldy + o + j, acc[LP_TX * j + i], accumulate);
             }
