@@ -56,8 +56,8 @@ static const float *row_f32(int type, const uint8_t *w, int64_t rb, int64_t o, i
  * activation rows), else through the canonical form -- so a verification or a few sequences
  * get the one-row arithmetic; LP_F32_ROWS rows or more, and float types: the rows converted to
  * fp32 LP_TW at a time, exact fp32 products in LP_TW x LP_TX tiles. */
-static void mm_chunk(int type, const uint8_t *w, int64_t o0, int64_t o1, int64_t n_in, const lp_xprep *xp, float *y,
-                     int64_t ldy, int accumulate, void *scratch) {
+static void mm_chunk(int type, const uint8_t *w, int64_t o0, int64_t o1, int64_t n_out, int64_t n_in, const lp_xprep *xp,
+                     float *y, int64_t ldy, int accumulate, void *scratch) {
     const int64_t rb = lp_row_bytes(type, n_in), n = xp->n;
     lp_wrow wr = lp_wrow_at(scratch, n_in);
     float *wf = (float *)(((uintptr_t)((char *)scratch + lp_wrow_bytes(n_in)) + 63) & ~(uintptr_t)63);
@@ -99,6 +99,11 @@ static void mm_chunk(int type, const uint8_t *w, int64_t o0, int64_t o1, int64_t
             for (int j = 0; j < nw; j++) /* float types straight from the file, the rest dequantized */
                 f[j] = kind == LP_WF32 ? (const void *)row_f32(type, w, rb, o + j, n_in, wf + j * n_in, wr)
                                        : (const void *)(w + (o + j) * rb);
+            { /* the next tile's weight rows on their way while this one computes */
+                const int64_t e = o + 2 * LP_TW < n_out ? o + 2 * LP_TW : n_out;
+                for (const char *p = (const char *)(w + (o + LP_TW) * rb), *pe = (const char *)(w + e * rb); p < pe; p += 64)
+                    __builtin_prefetch(p, 0, 0);
+            }
             for (int64_t t = 0; t < nt; t++) { /* the rows in nt tiles of near-equal size (8: 4 + 4, not 6 + 2) */
                 const int64_t r0 = n * t / nt;
                 const int nr = (int)(n * (t + 1) / nt - r0);
@@ -141,7 +146,7 @@ void lp_mm_for(int type, const uint8_t *w, int64_t n_out, int64_t n_in, const lp
                int accumulate, void *scratch) {
 #pragma omp for schedule(static)
     for (int64_t o0 = 0; o0 < n_out; o0 += CHUNK)
-        mm_chunk(type, w, o0, o0 + CHUNK < n_out ? o0 + CHUNK : n_out, n_in, xp, y, ldy, accumulate, scratch);
+        mm_chunk(type, w, o0, o0 + CHUNK < n_out ? o0 + CHUNK : n_out, n_out, n_in, xp, y, ldy, accumulate, scratch);
 }
 
 /* y[r, o] (+)= sum_k x[r, k] W[o, k]: x float [n_rows, n_in], W [n_out, n_in] in blocks of
