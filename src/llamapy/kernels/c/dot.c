@@ -160,31 +160,33 @@ LP_INLINE void tile_f32(const void *const *ws, const float *const *xs, int64_t n
             for (int i = 0; i < NR; i++) s[LP_TX * j + i] += load_w1(ws[j], k, kind) * xs[i][k];
 }
 
-/* w . x_i for one weight row of a float kind against NR (1..4) activation rows, the weight row
- * read as one sequential stream: one row at a time is what the prefetchers stream fastest,
- * where a tile's LP_TW interleaved rows, or widening a row into a buffer first, lose a third
- * to a half of the bandwidth (benchmarks/matmul_rows.py --stream). */
+/* w . x_i for one weight row of a float kind against NR (1..LP_FROWS) activation rows, the
+ * weight row read as one sequential stream: one row at a time is what the prefetchers stream
+ * fastest, where a tile's LP_TW interleaved rows, or widening a row into a buffer first, lose
+ * a third to a half of the bandwidth (benchmarks/matmul_rows.py --stream).  U accumulators per
+ * activation row keep U * NR FMA chains independent. */
 LP_INLINE void rows_float(const void *w, const float *const *xs, int64_t n_in, const int NR, const int kind, float *y) {
-    enum { U = 4 }; /* accumulators per activation row: 4 independent FMA chains */
-    vf acc[4][U];
-#pragma GCC unroll 4
+    enum { UMAX = 4 };
+    const int U = NR <= 2 ? 4 : NR <= 4 ? 2 : 1;
+    vf acc[LP_FROWS][UMAX];
+#pragma GCC unroll 8
     for (int i = 0; i < NR; i++)
 #pragma GCC unroll 4
-        for (int u = 0; u < U; u++) acc[i][u] = VF_SET1(0.0f);
+        for (int u = 0; u < UMAX; u++) acc[i][u] = VF_SET1(0.0f);
     int64_t k = 0;
     for (; k + U * VW <= n_in; k += U * VW)
 #pragma GCC unroll 4
         for (int u = 0; u < U; u++) {
             const vf wv = load_w(w, k + u * VW, kind);
-#pragma GCC unroll 4
+#pragma GCC unroll 8
             for (int i = 0; i < NR; i++) acc[i][u] = VF_FMA(wv, VF_LOAD(xs[i] + k + u * VW), acc[i][u]);
         }
     for (; k + VW <= n_in; k += VW) {
         const vf wv = load_w(w, k, kind);
-#pragma GCC unroll 4
+#pragma GCC unroll 8
         for (int i = 0; i < NR; i++) acc[i][0] = VF_FMA(wv, VF_LOAD(xs[i] + k), acc[i][0]);
     }
-#pragma GCC unroll 4
+#pragma GCC unroll 8
     for (int i = 0; i < NR; i++) {
         y[i] = VF_SUM(VF_ADD(VF_ADD(acc[i][0], acc[i][1]), VF_ADD(acc[i][2], acc[i][3])));
         for (int64_t j = k; j < n_in; j++) y[i] += load_w1(w, j, kind) * xs[i][j];
@@ -196,13 +198,18 @@ LP_INLINE void rows_float(const void *w, const float *const *xs, int64_t n_in, c
     case 1: rows_float(w, xs, n_in, 1, kind, y); break;                                                               \
     case 2: rows_float(w, xs, n_in, 2, kind, y); break;                                                               \
     case 3: rows_float(w, xs, n_in, 3, kind, y); break;                                                               \
-    default: rows_float(w, xs, n_in, 4, kind, y); break;                                                              \
+    case 4: rows_float(w, xs, n_in, 4, kind, y); break;                                                               \
+    case 5: rows_float(w, xs, n_in, 5, kind, y); break;                                                               \
+    case 6: rows_float(w, xs, n_in, 6, kind, y); break;                                                               \
+    case 7: rows_float(w, xs, n_in, 7, kind, y); break;                                                               \
+    default: rows_float(w, xs, n_in, LP_FROWS, kind, y); break;                                                       \
     }
 
-/* y[i] = w . x_i for one weight row w of a float kind and n (1..4) activation rows of stride ldx. */
+/* y[i] = w . x_i for one weight row w of a float kind and n (1..LP_FROWS) activation rows of
+ * stride ldx. */
 void lp_dot_float_rows(int kind, const void *w, const float *x, int64_t ldx, int64_t n_in, int n, float *y) {
-    const float *xs[4];
-    for (int i = 0; i < 4; i++) xs[i] = x + (i < n ? i : 0) * ldx;
+    const float *xs[LP_FROWS];
+    for (int i = 0; i < LP_FROWS; i++) xs[i] = x + (i < n ? i : 0) * ldx;
     if (kind == LP_WF16) {
         ROWS_FLOAT(LP_WF16)
     } else if (kind == LP_WBF16) {

@@ -186,7 +186,8 @@ float lp_dot_row(int g16, int has_min, lp_wrow w, const lp_xrows *xr, int64_t r)
 enum { LP_WF32 = 0, LP_WF16 = 1, LP_WBF16 = 2 }; /* the float kinds of weight rows lp_dot_tile_f32 reads */
 void lp_dot_tile_f32(int kind, const void *const *w, int nw, int64_t n_in, const float *x, int64_t ldx, int n,
                      float *y);
-void lp_dot_float_rows(int kind, const void *w, const float *x, int64_t ldx, int64_t n_in, int n, float *y); /* n <= 4 */
+#define LP_FROWS 8 /* f16 / bf16 weights against at most this many rows: one weight row at a time (lp_dot_float_rows) */
+void lp_dot_float_rows(int kind, const void *w, const float *x, int64_t ldx, int64_t n_in, int n, float *y);
 #if defined(LP_BF16)
 /* ... and in bf16 on a CPU with AVX512-BF16 (rows as bf16, n_in a multiple of 32): nw <= 3
  * weight rows, n <= 4 activation rows, y[LP_TX j + i] */

@@ -86,7 +86,7 @@ static void mm_chunk(int type, const uint8_t *w, int64_t o0, int64_t o1, int64_t
     if (lp_is_float(type) || n >= LP_F32_ROWS) {
         const int64_t nt = (n + LP_TX - 1) / LP_TX;
         const int kind = type == LP_F16 ? LP_WF16 : type == LP_BF16_T ? LP_WBF16 : LP_WF32;
-        if (n <= 4 && kind != LP_WF32) { /* f16 / bf16 decode, verification: each weight row one stream */
+        if (n <= LP_FROWS && kind != LP_WF32) { /* f16 / bf16 decode, verification: each weight row one stream */
             for (int64_t o = o0; o < o1; o++) {
                 lp_dot_float_rows(kind, w + o * rb, xp->x, n_in, n_in, (int)n, acc);
                 for (int64_t r = 0; r < n; r++) put(y + r * ldy + o, acc[r], accumulate);
