@@ -148,7 +148,7 @@ static void check_type(const lib_t *u, const lib_t *r, const type_t *t) {
     u->get_rows(t->type, w, n_in, ids, 4, a);
     r->get_rows(t->type, w, n_in, ids, 4, b);
     report("get_rows (bit for bit)", t->name, memcmp(a, b, sizeof(float) * 4 * n_in) ? 1.0 : 0.0, 0.0);
-    const int rows[] = {1, 2, 3, 5, 17};
+    const int rows[] = {1, 2, 3, 5, 8, 9, 17}; /* f16 / bf16: one weight row at a time up to 8 */
     for (size_t k = 0; k < sizeof(rows) / sizeof(rows[0]); k++) {
         const int n = rows[k];
         float *x = malloc(sizeof(float) * n * n_in), *ya = malloc(sizeof(float) * n * n_out), *yb = malloc(sizeof(float) * n * n_out);
