@@ -165,6 +165,9 @@ LP_INLINE void tile_f32(const void *const *ws, const float *const *xs, int64_t n
  * fastest, where a tile's LP_TW interleaved rows, or widening a row into a buffer first, lose
  * a third to a half of the bandwidth (benchmarks/matmul_rows.py --stream).  U accumulators per
  * activation row keep U * NR FMA chains independent. */
+#ifndef LP_PF_ELEMS
+#define LP_PF_ELEMS 1024 /* prefetch distance in weights (2 KiB of f16): matmul_rows --stream, 5-8 rows, 256-2048 tried */
+#endif
 LP_INLINE void rows_float(const void *w, const float *const *xs, int64_t n_in, const int NR, const int kind, float *y) {
     enum { UMAX = 4 };
     const int U = NR <= 2 ? 4 : NR <= 4 ? 2 : 1;
@@ -174,13 +177,16 @@ LP_INLINE void rows_float(const void *w, const float *const *xs, int64_t n_in, c
 #pragma GCC unroll 4
         for (int u = 0; u < UMAX; u++) acc[i][u] = VF_SET1(0.0f);
     int64_t k = 0;
-    for (; k + U * VW <= n_in; k += U * VW)
+    const int64_t wsz = kind == LP_WF32 ? 4 : 2;
+    for (; k + U * VW <= n_in; k += U * VW) {
+        if (NR > 2) __builtin_prefetch((const char *)w + (k + LP_PF_ELEMS) * wsz, 0, 0);
 #pragma GCC unroll 4
         for (int u = 0; u < U; u++) {
             const vf wv = load_w(w, k + u * VW, kind);
 #pragma GCC unroll 8
             for (int i = 0; i < NR; i++) acc[i][u] = VF_FMA(wv, VF_LOAD(xs[i] + k + u * VW), acc[i][u]);
         }
+    }
     for (; k + VW <= n_in; k += VW) {
         const vf wv = load_w(w, k, kind);
 #pragma GCC unroll 8
