@@ -99,7 +99,8 @@ def test_restated_sizes_equal_the_torch_modules():
     from llamapy.model import block_matrix, loader, qmatrix
 
     assert estimate.FAST_ROWS == ops.FAST_ROWS
-    assert estimate.DENSE_ROWS == block_matrix.DENSE_ROWS == qmatrix.DENSE_ROWS
+    assert estimate.DENSE_ROWS == block_matrix.DENSE_ROWS
+    assert estimate.QMATRIX_DENSE_ROWS == qmatrix.DENSE_ROWS
     assert proc.BLOCK_TYPES == block_matrix.BLOCK_TYPES
     assert proc.Q4_TYPES == qmatrix.Q4_TYPES
     dtype = loader.WeightLoader.__dataclass_fields__["dtype"].default

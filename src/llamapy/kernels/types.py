@@ -14,7 +14,13 @@ FLOAT_TYPES = frozenset({T.F16, T.BF16, T.F32})  # rows of any length, fp32 prod
 # (bf16's 8-bit mantissa would squander the K-quants' and the 5-, 6-, 8-bit types' precision)
 BF16_GEMM_TYPES = frozenset({T.Q4_0, T.Q4_1, T.Q2_K, T.Q3_K, T.BF16})
 FAST_ROWS = 32  # ubatches of fewer rows take the fused decode kernels (kernels/ops.py)
-DENSE_ROWS = 32  # from this many rows on, a matmul dequantizes and runs a dense GEMM
+# from this many rows on, a block matrix (model/block_matrix.py) dequantizes and runs a dense
+# GEMM; fewer take the kernels' tiles, each weight row dequantized once into registers' reach.
+# benchmarks/dense_crossover.py on a 2-core AMD EPYC (Zen 4): the tiles beat dequantize + GEMM
+# by 10-60% from 32 to 128 rows for every SmolLM2 Q4_1 and Gemma 3 Q4_K_M layer shape, at the
+# AVX-512 and the AVX2 level; at 256 the two are about even, at 512 the GEMM wins or ties.
+DENSE_ROWS = 128
+QMATRIX_DENSE_ROWS = 32  # the same for the PyTorch fallback without a C compiler (model/qmatrix.py)
 DEQUANT_CHUNK = 1 << 21  # dense path: weights dequantized at a time (elements)
 
 

@@ -23,8 +23,8 @@ from .process import resident_weight_bytes as _resident_bytes
 MiB = 1024 * 1024
 SWA_PAD = 256  # llama_kv_cache_iswa: the SWA cache size is always padded to 256
 F32 = 4  # activations and logits are float32
-# qmatrix.py's DENSE_ROWS is restated from kernels/types.py (tests hold them equal)
-from ..kernels.types import DENSE_ROWS, DEQUANT_CHUNK, FAST_ROWS  # noqa: E402
+# block_matrix.py's and qmatrix.py's thresholds are restated from kernels/types.py (tests hold them equal)
+from ..kernels.types import DENSE_ROWS, DEQUANT_CHUNK, FAST_ROWS, QMATRIX_DENSE_ROWS  # noqa: E402
 
 
 def swa_cells(n_ctx_stream: int, n_swa: int, n_seq_max: int, kv_unified: bool, n_ubatch: int, swa_full: bool = False) -> int:
@@ -194,14 +194,14 @@ def _matmul_terms(name: str, n_t: int, n_in: int, n_out: int, phase: str, input_
                   blocks: bool = False, bf16: bool = True) -> list[ComputeTerm]:
     """A matrix product on [n_t, n_in] -> float32 [n_t, n_out]: the float32 result
     (lasting), and during the call: the float32 input when it is a temporary (input_name),
-    its bf16 copy, and from DENSE_ROWS rows on the largest of: the weights dequantized to
+    its bf16 copy, and from DENSE_ROWS rows on (blocks; QMATRIX_DENSE_ROWS for QMatrix) the largest of: the weights dequantized to
     bf16 with the bf16 product, the product alone, and for model/qmatrix.py's QMatrix (not
     blocks, model/block_matrix.py, which dequantizes straight to bf16) the bf16 weights while
     their unpacked uint8 nibbles are alive.  Blocks on the fp32 GEMM (no native bf16, or a
     fine type: bf16 False; model/block_matrix.py dense_dtype): no input copy, the weights
     dequantized to fp32 in chunks of DEQUANT_CHUNK elements, each chunk's product, and the
     fp32 product itself, made while the weights are alive."""
-    w = n_out * n_in if n_t >= DENSE_ROWS else 0
+    w = n_out * n_in if n_t >= (DENSE_ROWS if blocks else QMATRIX_DENSE_ROWS) else 0
     out_b = n_t * n_out * 2
     if blocks and w and not bf16:
         step = max(64, DEQUANT_CHUNK // n_in // 64 * 64)

@@ -36,7 +36,7 @@ from .block_matrix import BlockMatrix, block_matrix, block_nbytes, blocks_fit
 
 T = gguf.GGMLQuantizationType
 Q4_TYPES = (T.Q4_0, T.Q4_1, T.Q4_K)
-from ..kernels.types import DENSE_ROWS  # from this many rows on, dequantize + dense GEMM beats the weight-only kernels
+from ..kernels.types import QMATRIX_DENSE_ROWS as DENSE_ROWS  # from this many rows on, dequantize + dense GEMM beats PyTorch's int4 kernel
 REFINE_TOP = 64  # Q8_0 few-row path: outputs per row recomputed exactly
 DEQUANT_CHUNK = 1 << 21  # dense path: weights dequantized at a time (elements; 64-row multiples)
 
