@@ -24,6 +24,7 @@ keeps every raw number.  A step that fails is named under its table and leaves "
 
     .venv/bin/python benchmarks/vs_llamacpp.py -t 2 --server                   # native, both models
     .venv/bin/python benchmarks/vs_llamacpp.py -t 2 --server --isa native,avx2 --json out.json
+    .venv/bin/python benchmarks/vs_llamacpp.py -t 2 --rounds 3 --isa avx2   # speed rows: medians of 3 alternating rounds
     .venv/bin/python benchmarks/vs_llamacpp.py -t 2 --quick --server -m smollm2-135m   # smoke run
 Not a test: it takes minutes per model and level, and its numbers depend on the machine.
 """
@@ -33,10 +34,11 @@ import argparse
 import json
 import os
 import re
+import statistics
 import sys
 import tempfile
 import traceback
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import cpp_side
@@ -158,6 +160,8 @@ def measure(mr: ModelRun, level: str, bin_dir: Path | None, s: Sizes, text: Path
     mr.py["run_peak"] = mr.attempt("llamapy run -n 4", lambda: py_run_peak(mr.path, s, env))
     if base is not None:
         base.unlink(missing_ok=True)  # ~2 bytes per vocabulary entry per scored token
+    if a.rounds > 1:
+        speed_rounds(mr, bin_dir, s, text, env, a.rounds)
     if a.server:
         spec = server_load.LoadSpec(n_requests=a.requests, max_tokens=a.max_tokens, threads=s.threads)
         res = mr.attempt("server load", lambda: server_load.run_both(bin_dir, mr.path, spec, env))
@@ -165,6 +169,34 @@ def measure(mr: ModelRun, level: str, bin_dir: Path | None, s: Sizes, text: Path
         for k, v in (res or {}).items():
             if v.errors:
                 mr.errors.append(f"{mr.name}: {v.server}: {len(v.errors)} of {spec.n_requests} requests failed: {v.errors[0]}")
+
+
+SPEED_KEYS = ("pp", "tg", "batched")
+
+
+def speed_rounds(mr: ModelRun, bin_dir: Path | None, s: Sizes, text: Path, env: dict[str, str], rounds: int) -> None:
+    """The speed rows (pp, tg, batched S_TG) measured `rounds` times in all, llama.cpp and
+    llamapy taking turns (this kind of shared machine's speed drifts over minutes: one block of
+    llama.cpp's runs and a later block of llamapy's would compare two different machines); each
+    side's figure becomes the median of its rounds, every round kept under KEY_rounds."""
+    speed = replace(s, ppl_chunks=0)
+    seen = {side: {k: [d[k]] for k in SPEED_KEYS if d.get(k) is not None} for side, d in (("cpp", mr.cpp), ("py", mr.py))}
+    for r in range(2, rounds + 1):
+        got = {"cpp": {}, "py": {}}
+        if bin_dir is not None:
+            got["cpp"] = mr.attempt(f"llama-bench, round {r}", lambda: cpp_side.bench(bin_dir, mr.path, s)) or {}
+            if s.npl > 0:
+                got["cpp"]["batched"] = mr.attempt(f"llama-batched-bench, round {r}",
+                                                   lambda: cpp_side.batched(bin_dir, mr.path, s))
+        got["py"] = mr.attempt(f"llamapy bench/batched, round {r}",
+                               lambda: py_child("bench", mr.path, text, speed, env)) or {}
+        for side in ("cpp", "py"):
+            for k in SPEED_KEYS:
+                if got[side].get(k) is not None:
+                    seen[side].setdefault(k, []).append(got[side][k])
+    for side, d in (("cpp", mr.cpp), ("py", mr.py)):
+        for k, vals in seen[side].items():
+            d[k], d[f"{k}_rounds"] = statistics.median(vals), vals
 
 
 def rows_for(mr: ModelRun, s: Sizes, a) -> list[Row]:
@@ -222,6 +254,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--skip-ppl", action="store_true", help="no perplexity (nor KLD) row (--chunks 0)")
     ap.add_argument("--skip-llamacpp", action="store_true", help="llamapy's numbers only")
     ap.add_argument("--timeout", type=int, default=3600, help="seconds per tool run")
+    ap.add_argument("--rounds", type=int, default=1,
+                    help="measure the speed rows this many times, llama.cpp and llamapy taking turns; report medians")
     ap.add_argument("--json", type=Path, default=None, help="also write every raw number here")
     a = ap.parse_args(argv)
     levels = [x.strip() for x in a.isa.split(",") if x.strip()]
@@ -262,7 +296,8 @@ def main(argv: list[str] | None = None) -> int:
         kern = sorted({str(mr.py.get("cpu_isa")) for mr in runs if mr.py.get("cpu_isa")})
         aten = sorted({str(mr.py.get("aten")) for mr in runs if mr.py.get("aten")})
         title = (f"{cpu} · ISA {lv} (llamapy kernels {'/'.join(kern) or '?'}, ATen {'/'.join(aten) or '?'}; "
-                 f"llama.cpp {bin_dir.parent.name if bin_dir else '-'}) · {a.threads} threads")
+                 f"llama.cpp {bin_dir.parent.name if bin_dir else '-'}) · {a.threads} threads"
+                 + (f" · speed rows: medians of {a.rounds} alternating rounds" if a.rounds > 1 else ""))
         rows = [r for mr in runs for r in rows_for(mr, s, a)]
         t = markdown(title, rows)
         feats = sorted({mr.cpp_features for mr in runs if mr.cpp_features})
