@@ -86,7 +86,7 @@ def test_dequant_and_rows_exact(lib, qtype):
 
 
 @pytest.mark.parametrize("qtype", QUANT_TYPES + FLOAT_TYPES, ids=lambda t: t.name)
-@pytest.mark.parametrize("rows", [1, 2, 3, 4, 8, 17, DENSE_ROWS + 3])  # integer rows 1..4, tiles of 4..6 rows
+@pytest.mark.parametrize("rows", [1, 2, 3, 4, 8, 17, DENSE_ROWS - 1, DENSE_ROWS + 3])  # integer rows 1..4, tiles, dense
 def test_matmul_against_exact_product(lib, qtype, rows):
     n_in = 512 if qtype in F16_FIELDS else 160  # n_in an odd number of blocks of 32
     shape = (72, n_in)  # not a multiple of the 16-row chunks
