@@ -194,8 +194,8 @@ def _matmul_terms(name: str, n_t: int, n_in: int, n_out: int, phase: str, input_
                   blocks: bool = False, bf16: bool = True) -> list[ComputeTerm]:
     """A matrix product on [n_t, n_in] -> float32 [n_t, n_out]: the float32 result
     (lasting), and during the call: the float32 input when it is a temporary (input_name),
-    its bf16 copy, and from DENSE_ROWS rows on (blocks; QMATRIX_DENSE_ROWS for QMatrix) the largest of: the weights dequantized to
-    bf16 with the bf16 product, the product alone, and for model/qmatrix.py's QMatrix (not
+    its bf16 copy, and from DENSE_ROWS rows on (blocks; QMATRIX_DENSE_ROWS for a QMatrix) the
+    largest of: the weights dequantized to bf16 with the bf16 product, the product alone, and for model/qmatrix.py's QMatrix (not
     blocks, model/block_matrix.py, which dequantizes straight to bf16) the bf16 weights while
     their unpacked uint8 nibbles are alive.  Blocks on the fp32 GEMM (no native bf16, or a
     fine type: bf16 False; model/block_matrix.py dense_dtype): no input copy, the weights

@@ -160,14 +160,13 @@ LP_INLINE void tile_f32(const void *const *ws, const float *const *xs, int64_t n
             for (int i = 0; i < NR; i++) s[LP_TX * j + i] += load_w1(ws[j], k, kind) * xs[i][k];
 }
 
+#define LP_PF_ELEMS 1024 /* prefetch distance in weights (2 KiB of f16): matmul_rows --stream, 5-8 rows, 256-2048 tried */
+
 /* w . x_i for one weight row of a float kind against NR (1..LP_FROWS) activation rows, the
  * weight row read as one sequential stream: one row at a time is what the prefetchers stream
  * fastest, where a tile's LP_TW interleaved rows, or widening a row into a buffer first, lose
  * a third to a half of the bandwidth (benchmarks/matmul_rows.py --stream).  U accumulators per
  * activation row keep U * NR FMA chains independent. */
-#ifndef LP_PF_ELEMS
-#define LP_PF_ELEMS 1024 /* prefetch distance in weights (2 KiB of f16): matmul_rows --stream, 5-8 rows, 256-2048 tried */
-#endif
 LP_INLINE void rows_float(const void *w, const float *const *xs, int64_t n_in, const int NR, const int kind, float *y) {
     enum { UMAX = 4 };
     const int U = NR <= 2 ? 4 : NR <= 4 ? 2 : 1;

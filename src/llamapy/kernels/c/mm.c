@@ -54,8 +54,11 @@ static const float *row_f32(int type, const uint8_t *w, int64_t rb, int64_t o, i
  * activation row.  Fewer than LP_F32_ROWS rows: integer products on the int16 activations,
  * straight from the blocks where row1_x86.c has the type (one weight row decoded once for all
  * activation rows), else through the canonical form -- so a verification or a few sequences
- * get the one-row arithmetic; LP_F32_ROWS rows or more, and float types: the rows converted to
- * fp32 LP_TW at a time, exact fp32 products in LP_TW x LP_TX tiles. */
+ * get the one-row arithmetic.  F16 / BF16 weights against up to LP_FROWS rows: one weight row
+ * at a time, read from the file as one stream (dot.c lp_dot_float_rows).  Otherwise (LP_F32_ROWS
+ * rows or more, float types): LP_TW rows at a time, dequantized to fp32 (f16 / bf16 widened as
+ * they are read), exact fp32 products in LP_TW x LP_TX tiles, the next LP_TW rows prefetched.
+ * n_out: the matrix's rows (the prefetch stops there). */
 static void mm_chunk(int type, const uint8_t *w, int64_t o0, int64_t o1, int64_t n_out, int64_t n_in, const lp_xprep *xp,
                      float *y, int64_t ldy, int accumulate, void *scratch) {
     const int64_t rb = lp_row_bytes(type, n_in), n = xp->n;
