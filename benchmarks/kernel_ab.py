@@ -1,0 +1,84 @@
+#!/usr/bin/env python3
+"""Two builds of llamapy's CPU kernels, A and B, side by side in one process: the same random
+matrix of each GGUF block type and the same activation rows through each library's lp_mm,
+calls alternating A, B, A, B .. (so a shared machine's drift hits both alike), the best time
+of each, and the largest difference of their outputs (0: bit for bit the same sums).  For a
+kernel change: build both (each source tree's `load_kernels()` prints its cached library), then
+
+    .venv/bin/python benchmarks/kernel_ab.py A.so B.so                 # one thread, one row
+    .venv/bin/python benchmarks/kernel_ab.py A.so B.so --rows 4 -t 2 --types Q4_K,Q6_K --shape 2048x512
+Not a test: the numbers depend on the machine.
+"""
+from __future__ import annotations
+
+import argparse
+import ctypes
+import os
+import sys
+import time
+
+TYPES = {"Q4_0": 2, "Q4_1": 3, "Q5_0": 6, "Q5_1": 7, "Q8_0": 8, "Q2_K": 10, "Q3_K": 11, "Q4_K": 12, "Q5_K": 13,
+         "Q6_K": 14, "F16": 1, "BF16": 30}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("a", help="library A (the baseline)")
+    ap.add_argument("b", help="library B")
+    ap.add_argument("--types", default="Q4_0,Q4_1,Q5_0,Q5_1,Q8_0")
+    ap.add_argument("--shape", default="3072x576", help="n_out x n_in (SmolLM2's gate|up by default)")
+    ap.add_argument("--rows", type=int, default=1, help="activation rows")
+    ap.add_argument("-t", "--threads", type=int, default=1)
+    ap.add_argument("-r", "--reps", type=int, default=300)
+    a = ap.parse_args(argv)
+    os.environ["OMP_NUM_THREADS"] = str(a.threads)  # before either library starts its OpenMP runtime
+
+    import gguf
+    import numpy as np
+
+    libs = [ctypes.CDLL(os.path.abspath(p)) for p in (a.a, a.b)]
+    n_out, n_in = (int(v) for v in a.shape.lower().split("x"))
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((a.rows, n_in)).astype(np.float32)
+    P, I64, I = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int
+    print(f"{a.shape}, {a.rows} row(s), {a.threads} thread(s), best of {a.reps} alternating calls each")
+    for name in a.types.split(","):
+        qt = gguf.GGMLQuantizationType[name]
+        if name.endswith("_K"):
+            w = _random_blocks(rng, qt, n_out, n_in)
+        else:  # gguf's own quantizer (and f16 / bf16 conversion)
+            w = gguf.quantize(rng.standard_normal((n_out, n_in)).astype(np.float32), qt)
+        w = np.ascontiguousarray(w).view(np.uint8)
+        ys = [np.zeros((a.rows, n_out), np.float32) for _ in libs]
+        best = [float("inf")] * 2
+        for _ in range(a.reps):
+            for k, lib in enumerate(libs):
+                t = time.perf_counter()
+                rc = lib.lp_mm(I(TYPES[name]), P(w.ctypes.data), I64(n_out), I64(n_in), P(x.ctypes.data), I64(a.rows),
+                               P(ys[k].ctypes.data), I64(n_out), I(0))
+                best[k] = min(best[k], time.perf_counter() - t)
+                if rc != 0:
+                    raise SystemExit(f"lp_mm returned {rc} ({'AB'[k]})")
+        diff = float(np.abs(ys[0] - ys[1]).max())
+        print(f"  {name:5s} A {best[0] * 1e6:8.1f} us  B {best[1] * 1e6:8.1f} us  B is {best[0] / best[1]:.3f}x A"
+              f"  max|yA - yB| {diff:.3g}")
+    return 0
+
+
+def _random_blocks(rng, qt, n_out: int, n_in: int):
+    """Random K-quant blocks (gguf cannot quantize them) with small positive f16 super-scales
+    (their byte offsets in each block: ggml's block_q2_K .. block_q6_K)."""
+    import gguf
+    import numpy as np
+
+    T = gguf.GGMLQuantizationType
+    scales_at = {T.Q2_K: (80, 82), T.Q3_K: (108,), T.Q4_K: (0, 2), T.Q5_K: (0, 2), T.Q6_K: (208,)}[qt]
+    be, bb = gguf.GGML_QUANT_SIZES[qt]
+    raw = rng.integers(0, 256, size=(n_out * n_in // be, bb), dtype=np.uint8)
+    for o in scales_at:
+        raw[:, o:o + 2] = np.frombuffer(np.float16(0.01).tobytes(), np.uint8)
+    return raw
+
+
+if __name__ == "__main__":
+    sys.exit(main())
