@@ -17,10 +17,6 @@ import os
 import sys
 import time
 
-TYPES = {"Q4_0": 2, "Q4_1": 3, "Q5_0": 6, "Q5_1": 7, "Q8_0": 8, "Q2_K": 10, "Q3_K": 11, "Q4_K": 12, "Q5_K": 13,
-         "Q6_K": 14, "F16": 1, "BF16": 30}
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("a", help="library A (the baseline)")
@@ -54,7 +50,7 @@ def main(argv: list[str] | None = None) -> int:
         for _ in range(a.reps):
             for k, lib in enumerate(libs):
                 t = time.perf_counter()
-                rc = lib.lp_mm(I(TYPES[name]), P(w.ctypes.data), I64(n_out), I64(n_in), P(x.ctypes.data), I64(a.rows),
+                rc = lib.lp_mm(I(int(qt)), P(w.ctypes.data), I64(n_out), I64(n_in), P(x.ctypes.data), I64(a.rows),
                                P(ys[k].ctypes.data), I64(n_out), I(0))
                 best[k] = min(best[k], time.perf_counter() - t)
                 if rc != 0:
