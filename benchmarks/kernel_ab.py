@@ -26,6 +26,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rows", type=int, default=1, help="activation rows")
     ap.add_argument("-t", "--threads", type=int, default=1)
     ap.add_argument("-r", "--reps", type=int, default=300)
+    ap.add_argument("--stream", action="store_true",
+                    help="a different copy of the matrix each call (~64 MiB in all): the weights come from memory")
     a = ap.parse_args(argv)
     os.environ["OMP_NUM_THREADS"] = str(a.threads)  # before either library starts its OpenMP runtime
 
@@ -37,7 +39,8 @@ def main(argv: list[str] | None = None) -> int:
     rng = np.random.default_rng(0)
     x = rng.standard_normal((a.rows, n_in)).astype(np.float32)
     P, I64, I = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int
-    print(f"{a.shape}, {a.rows} row(s), {a.threads} thread(s), best of {a.reps} alternating calls each")
+    print(f"{a.shape}, {a.rows} row(s), {a.threads} thread(s), best of {a.reps} alternating calls each"
+          + (", the weights from memory" if a.stream else ", the weights in cache"))
     for name in a.types.split(","):
         qt = gguf.GGMLQuantizationType[name]
         if name.endswith("_K"):
@@ -45,10 +48,12 @@ def main(argv: list[str] | None = None) -> int:
         else:  # gguf's own quantizer (and f16 / bf16 conversion)
             w = gguf.quantize(rng.standard_normal((n_out, n_in)).astype(np.float32), qt)
         w = np.ascontiguousarray(w).view(np.uint8)
+        copies = [w] + [w.copy() for _ in range(max(0, (64 << 20) // w.nbytes - 1) if a.stream else 0)]
         ys = [np.zeros((a.rows, n_out), np.float32) for _ in libs]
         best = [float("inf")] * 2
-        for _ in range(a.reps):
+        for i in range(a.reps):
             for k, lib in enumerate(libs):
+                w = copies[(2 * i + k) % len(copies)]  # from memory: never the copy the other library just read
                 t = time.perf_counter()
                 rc = lib.lp_mm(I(int(qt)), P(w.ctypes.data), I64(n_out), I64(n_in), P(x.ctypes.data), I64(a.rows),
                                P(ys[k].ctypes.data), I64(n_out), I(0))
