@@ -1,32 +1,12 @@
 /* Attention of one query row's group of hpt heads (sharing a KV head) over its visible cells,
  * x86 with 256-bit vectors (AVX2 and the AVX-512 level): the scores of 8 cells at a time
  * (8 accumulators over the head dimension, reduced together), the softmax's exponentials 8 at
- * a time (exp256: Cephes' range reduction and polynomial, within 2 ulp of expf), and the
- * softmax-weighted sum of V rows with 32 output dims of up to 3 heads in registers per pass.
+ * a time (lp.h lp_exp8), and the softmax-weighted sum of V rows with 32 output dims of up to 3
+ * heads in registers per pass.
  * The same scores, softmax and sums as ops.c's generic attn_group, in another order. */
 #include "lp.h"
 
 #if defined(LP_AVX2) || defined(LP_AVX512)
-
-/* exp(x) for 8 floats; exp(-inf) = 0, x <= -88 gives 0 (the softmax's arguments are <= 0). */
-LP_INLINE __m256 exp256(__m256 x) {
-    const __m256 lo = _mm256_set1_ps(-87.3f), hi = _mm256_set1_ps(88.3f);
-    const __m256 under = _mm256_cmp_ps(x, lo, _CMP_LT_OQ);
-    x = _mm256_min_ps(_mm256_max_ps(x, lo), hi);
-    const __m256 fx = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
-                                      _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    x = _mm256_fnmadd_ps(fx, _mm256_set1_ps(0.693359375f), x);
-    x = _mm256_fnmadd_ps(fx, _mm256_set1_ps(-2.12194440e-4f), x);
-    __m256 y = _mm256_set1_ps(1.9875691500e-4f);
-    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(1.3981999507e-3f));
-    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(8.3334519073e-3f));
-    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(4.1665795894e-2f));
-    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(1.6666665459e-1f));
-    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(5.0000001201e-1f));
-    y = _mm256_fmadd_ps(y, _mm256_mul_ps(x, x), _mm256_add_ps(x, _mm256_set1_ps(1.0f)));
-    const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(fx), _mm256_set1_epi32(127)), 23);
-    return _mm256_andnot_ps(under, _mm256_mul_ps(y, _mm256_castsi256_ps(e)));
-}
 
 LP_INLINE __m256 hsum8x(const __m256 *a) { /* [sum a[0], ..., sum a[7]] */
     const __m256 h01 = _mm256_hadd_ps(a[0], a[1]), h23 = _mm256_hadd_ps(a[2], a[3]);
@@ -85,7 +65,7 @@ static void softmax(float *p, int64_t nc, float m) {
     __m256 sv = _mm256_setzero_ps();
     int64_t c = 0;
     for (; c + 8 <= nc; c += 8) {
-        const __m256 e = exp256(_mm256_sub_ps(_mm256_loadu_ps(p + c), mv));
+        const __m256 e = lp_exp8(_mm256_sub_ps(_mm256_loadu_ps(p + c), mv));
         _mm256_storeu_ps(p + c, e);
         sv = _mm256_add_ps(sv, e);
     }

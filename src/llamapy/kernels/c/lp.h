@@ -110,6 +110,29 @@ typedef float vf;
 #define VF_SUM(v) (v)
 #endif
 
+#if defined(LP_AVX2) || defined(LP_AVX512)
+/* exp(x) for 8 floats (x86: AVX2 and the AVX-512 level): Cephes' range reduction and polynomial,
+ * within 2 ulp of expf; x below -87.3 (and -inf) gives 0, x above 88.3 gives exp(88.3). */
+LP_INLINE __m256 lp_exp8(__m256 x) {
+    const __m256 lo = _mm256_set1_ps(-87.3f), hi = _mm256_set1_ps(88.3f);
+    const __m256 under = _mm256_cmp_ps(x, lo, _CMP_LT_OQ);
+    x = _mm256_min_ps(_mm256_max_ps(x, lo), hi);
+    const __m256 fx = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                                      _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    x = _mm256_fnmadd_ps(fx, _mm256_set1_ps(0.693359375f), x);
+    x = _mm256_fnmadd_ps(fx, _mm256_set1_ps(-2.12194440e-4f), x);
+    __m256 y = _mm256_set1_ps(1.9875691500e-4f);
+    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(1.3981999507e-3f));
+    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(8.3334519073e-3f));
+    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(4.1665795894e-2f));
+    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(1.6666665459e-1f));
+    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(5.0000001201e-1f));
+    y = _mm256_fmadd_ps(y, _mm256_mul_ps(x, x), _mm256_add_ps(x, _mm256_set1_ps(1.0f)));
+    const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(fx), _mm256_set1_epi32(127)), 23);
+    return _mm256_andnot_ps(under, _mm256_mul_ps(y, _mm256_castsi256_ps(e)));
+}
+#endif
+
 #define LP_XQ_MAX 32639.0f /* |xq| bound: 127 * 256 + 127, so xq splits into two int8 (dotprod) */
 #define LP_F32_ROWS 5 /* products of this many rows or more take the fp32 (or bf16) tiles (mm.c); fewer: integers */
 #if defined(LP_AVX512) || defined(LP_NEON)

@@ -21,17 +21,37 @@ void lp_rms_norm_row(const float *x, const float *w, int64_t n, float eps, float
     }
 }
 
-/* out[i] = silu(g[i]) * u[i] over one row of n_ff. */
+/* out[i] = silu(g[i]) * u[i] = g[i] / (1 + exp(-g[i])) * u[i] over one row of n_ff; on x86 the
+ * exponentials 8 at a time (lp_exp8: 13 us -> about 1 a row of 1536 on a Zen 4, where a scalar
+ * expf each was 3-4% of a SmolLM2 token). */
 void lp_swiglu_row(const float *g, const float *u, int64_t n_ff, float *out) {
-#pragma omp simd
-    for (int64_t i = 0; i < n_ff; i++) out[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+    int64_t i = 0;
+#if defined(LP_AVX2) || defined(LP_AVX512)
+    const __m256 one = _mm256_set1_ps(1.0f);
+    for (; i + 8 <= n_ff; i += 8) {
+        const __m256 x = _mm256_loadu_ps(g + i);
+        const __m256 e = lp_exp8(_mm256_sub_ps(_mm256_setzero_ps(), x));
+        _mm256_storeu_ps(out + i, _mm256_mul_ps(_mm256_div_ps(x, _mm256_add_ps(one, e)), _mm256_loadu_ps(u + i)));
+    }
+#endif
+    for (; i < n_ff; i++) out[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
 }
 
-/* out[i] = gelu(g[i]) * u[i], gelu's tanh form (ggml_gelu: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))). */
+/* out[i] = gelu(g[i]) * u[i], gelu's tanh form (ggml_gelu: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))).
+ * On x86 as x / (1 + exp(-2 z)), z the tanh's argument (the same function: 0.5 (1 + tanh z) is
+ * 1 / (1 + exp(-2 z))), 8 at a time: a scalar tanhf each took 40 us a row of 2048. */
 void lp_geglu_row(const float *g, const float *u, int64_t n_ff, float *out) {
     const float c = 0.7978845608028654f;
-#pragma omp simd
-    for (int64_t i = 0; i < n_ff; i++) {
+    int64_t i = 0;
+#if defined(LP_AVX2) || defined(LP_AVX512)
+    const __m256 one = _mm256_set1_ps(1.0f), m2c = _mm256_set1_ps(-2.0f * c), k = _mm256_set1_ps(0.044715f);
+    for (; i + 8 <= n_ff; i += 8) {
+        const __m256 x = _mm256_loadu_ps(g + i);
+        const __m256 t = _mm256_mul_ps(_mm256_mul_ps(m2c, x), _mm256_fmadd_ps(_mm256_mul_ps(k, x), x, one)); /* -2 z */
+        _mm256_storeu_ps(out + i, _mm256_mul_ps(_mm256_div_ps(x, _mm256_add_ps(one, lp_exp8(t))), _mm256_loadu_ps(u + i)));
+    }
+#endif
+    for (; i < n_ff; i++) {
         const float x = g[i];
         out[i] = 0.5f * x * (1.0f + tanhf(c * x * (1.0f + 0.044715f * x * x))) * u[i];
     }
