@@ -253,63 +253,84 @@ LP_INLINE void q6k_half(const uint8_t *ql, const uint8_t *qh, __m256i *w) {
                            _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 6), m3), 4));
 }
 
-/* Q4_K / Q5_K: per super-block of 256, eight sub-blocks of 32 with 6-bit scales and mins. */
+/* The 8 scales (bytes 0..7) and 8 minimums (8..15) of a Q4_K / Q5_K super-block, 6 bits each,
+ * from its 12 packed bytes (ggml's get_scale_min_k4 for all eight at once, on 32-bit words). */
+LP_INLINE void k45_scales(const uint8_t *sc, uint32_t u[4]) {
+    const uint32_t m6 = 0x3f3f3f3f, m4 = 0x0f0f0f0f, m2 = 0x03030303;
+    memcpy(u, sc, 12);
+    u[3] = ((u[2] >> 4) & m4) | (((u[1] >> 6) & m2) << 4);
+    const uint32_t mins_lo = u[1] & m6;
+    u[1] = (u[2] & m4) | (((u[0] >> 6) & m2) << 4);
+    u[2] = mins_lo;
+    u[0] &= m6;
+}
+
+/* 8 bytes at p as 8 floats. */
+LP_INLINE __m256 u8x8_ps(const void *p) { return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)p))); }
+LP_INLINE __m256 i8x8_ps(const void *p) { return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)p))); }
+
+/* Lane j of v in every lane. */
+LP_INLINE __m256 lane(__m256 v, int j) { return _mm256_permutevar8x32_ps(v, _mm256_set1_epi32(j)); }
+
+/* Q4_K / Q5_K: per super-block of 256, eight sub-blocks of 32 with 6-bit scales and mins.  The
+ * scales are taken as vectors: the eight d * scale * s of a super-block in one product, each
+ * sub-block's broadcast from it, and the minimums' dmin * min * sum(x) in one FMA a super-block
+ * (a scalar chain per sub-block took about as long as the integer products). */
 LP_INLINE float row1_k45(const int type, const uint8_t *row, int64_t nsb, const lp_xrows *xr, int64_t r) {
     const int bb = type == LP_Q4_K ? 144 : 176;
     const int16_t *xq = xr->q + r * xr->n_in;
-    const float *s = xr->s + r * nsb * 8, *sum = xr->sum16 + r * nsb * 16;
-    __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
-    float am = 0.0f;
+    const float *s = xr->s + r * nsb * 8, *sum32 = xr->sum32 + r * nsb * 8;
+    __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps(), am = _mm256_setzero_ps();
     for (int64_t i = 0; i < nsb; i++) {
-        const uint8_t *b = row + i * bb, *sc = b + 4, *qs = b + (type == LP_Q4_K ? 16 : 48);
-        const float d = lp_f16_to_f32(lp_rd16(b)), dmin = lp_f16_to_f32(lp_rd16(b + 2));
-        uint8_t scl[8], mn[8];
-        for (int j = 0; j < 4; j++) {
-            scl[j] = sc[j] & 63;
-            mn[j] = sc[j + 4] & 63;
-            scl[j + 4] = (sc[j + 8] & 15) | ((sc[j] >> 6) << 4);
-            mn[j + 4] = (sc[j + 8] >> 4) | ((sc[j + 4] >> 6) << 4);
-        }
-        __m256i hb = type == LP_Q5_K ? _mm256_loadu_si256((const __m256i *)(b + 16)) : _mm256_setzero_si256();
+        const uint8_t *b = row + i * bb, *qs = b + (type == LP_Q4_K ? 16 : 48);
+        uint32_t u[4];
+        k45_scales(b + 4, u);
+        const __m128 dd = _mm_cvtph_ps(_mm_cvtsi32_si128((int)(lp_rd16(b) | ((uint32_t)lp_rd16(b + 2) << 16)))); /* d, dmin */
         const int64_t k = 8 * i; /* first sub-block of 32 */
+        const __m256 sv = _mm256_mul_ps(_mm256_mul_ps(u8x8_ps(u), _mm256_broadcastss_ps(dd)), _mm256_loadu_ps(s + k));
+        am = _mm256_fmadd_ps(_mm256_mul_ps(u8x8_ps(u + 2), _mm256_broadcastss_ps(_mm_movehdup_ps(dd))),
+                             _mm256_loadu_ps(sum32 + k), am);
+        __m256i hb = type == LP_Q5_K ? _mm256_loadu_si256((const __m256i *)(b + 16)) : _mm256_setzero_si256();
+#pragma GCC unroll 4
         for (int j = 0; j < 4; j++) {
             __m256i wa, wb;
             k45_pair(type, qs + 32 * j, &hb, &wa, &wb);
             const int64_t ka = k + 2 * j, kb = ka + 1;
-            a0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot32(lo16(wa), hi16(wa), xq + 32 * ka)),
-                                 _mm256_set1_ps(d * (float)scl[2 * j] * s[ka]), a0);
-            a1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot32(lo16(wb), hi16(wb), xq + 32 * kb)),
-                                 _mm256_set1_ps(d * (float)scl[2 * j + 1] * s[kb]), a1);
-            am -= dmin * (float)mn[2 * j] * (sum[2 * ka] + sum[2 * ka + 1]) +
-                  dmin * (float)mn[2 * j + 1] * (sum[2 * kb] + sum[2 * kb + 1]);
+            a0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot32(lo16(wa), hi16(wa), xq + 32 * ka)), lane(sv, 2 * j), a0);
+            a1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot32(lo16(wb), hi16(wb), xq + 32 * kb)), lane(sv, 2 * j + 1), a1);
         }
     }
-    return hsum(_mm256_add_ps(a0, a1)) + am;
+    return hsum(_mm256_add_ps(a0, a1)) - hsum(am);
 }
 
-/* Q6_K: per super-block of 256, sixteen groups of 16 with int8 scales; values q - 32. */
+/* Q6_K: per super-block of 256, sixteen groups of 16 with int8 scales; values q - 32.  The
+ * sixteen d * scale * s of a super-block as two vectors (group pairs of blocks 0-3, 4-7), each
+ * group's broadcast from them. */
 LP_INLINE float row1_q6_k(const uint8_t *row, int64_t nsb, const lp_xrows *xr, int64_t r) {
     const int16_t *xq = xr->q + r * xr->n_in;
     const float *s = xr->s + r * nsb * 8;
-    const __m256i o32 = _mm256_set1_epi8(32);
+    const __m256i o32 = _mm256_set1_epi8(32), lo4 = _mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3);
+    const __m256i hi4 = _mm256_setr_epi32(4, 4, 5, 5, 6, 6, 7, 7);
     __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
     for (int64_t i = 0; i < nsb; i++) {
         const uint8_t *b = row + i * 210;
-        const int8_t *sc = (const int8_t *)(b + 192);
-        const float d = lp_f16_to_f32(lp_rd16(b + 208));
+        const __m256 d = _mm256_set1_ps(lp_f16_to_f32(lp_rd16(b + 208)));
+        const __m256 sb = _mm256_mul_ps(d, _mm256_loadu_ps(s + 8 * i)); /* d s of blocks 0..7 */
+        const __m256 sv[2] = {_mm256_mul_ps(i8x8_ps(b + 192), _mm256_permutevar8x32_ps(sb, lo4)),
+                              _mm256_mul_ps(i8x8_ps(b + 200), _mm256_permutevar8x32_ps(sb, hi4))};
         for (int n = 0; n < 2; n++) {
             const uint8_t *ql = b + 64 * n, *qh = b + 128 + 32 * n;
             __m256i w[4];
             q6k_half(ql, qh, w);
+#pragma GCC unroll 4
             for (int j = 0; j < 4; j++) {
                 const __m256i wj = _mm256_sub_epi8(w[j], o32);
                 const int64_t kb = 8 * i + 4 * n + j; /* block of 32 */
                 const __m256i x0 = _mm256_loadu_si256((const __m256i *)(xq + 32 * kb));
                 const __m256i x1 = _mm256_loadu_si256((const __m256i *)(xq + 32 * kb + 16));
                 const __m256i pl = _mm256_madd_epi16(lo16(wj), x0), ph = _mm256_madd_epi16(hi16(wj), x1);
-                const float ds = d * s[kb];
-                a0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(pl), _mm256_set1_ps(ds * (float)sc[8 * n + 2 * j]), a0);
-                a1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(ph), _mm256_set1_ps(ds * (float)sc[8 * n + 2 * j + 1]), a1);
+                a0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(pl), lane(sv[n], 2 * j), a0);
+                a1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(ph), lane(sv[n], 2 * j + 1), a1);
             }
         }
     }
