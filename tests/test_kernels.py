@@ -167,15 +167,23 @@ def test_rope_in_place_matches_torch(lib, rope_type):
     assert torch.equal(qkv[:, n_head * d :], tail)  # the rest of the row is not touched
 
 
-@pytest.mark.parametrize("n_head,n_head_kv,d,n", [(6, 2, 32, 5), (4, 4, 32, 5), (9, 3, 64, 5), (9, 3, 64, 1), (6, 1, 64, 5), (4, 1, 256, 3)])
-def test_attention_matches_sdpa(lib, n_head, n_head_kv, d, n):
+@pytest.mark.parametrize("n_kv", [48, 700], ids=["short", "chunked"])
+@pytest.mark.parametrize("n_head,n_head_kv,d,n", [(6, 2, 32, 5), (4, 4, 32, 5), (9, 3, 64, 5), (9, 3, 64, 1), (6, 1, 64, 5),
+                                                 (4, 1, 256, 3), (4, 1, 256, 1), (9, 3, 64, 2)])
+def test_attention_matches_sdpa(lib, n_head, n_head_kv, d, n, n_kv):
+    """700 cells: few (row, KV head) groups split their cells into chunks among the threads,
+    whose softmax partials are merged (ops.c lp_attn_chunks); a row seeing one cell leaves
+    chunks empty."""
     g = torch.Generator().manual_seed(0)
-    n_kv, n_cells = 48, 64
+    n_cells = n_kv + 16
     q = torch.randn(n, n_head, d, generator=g)
     k = torch.randn(n_cells, n_head_kv * d, generator=g).half()
     v = torch.randn(n_cells, n_head_kv * d, generator=g).half()
     visible = torch.rand(n, n_kv, generator=g) < 0.4
     visible[:, 0] = True
+    if n > 2:
+        visible[1] = False
+        visible[1, n_kv // 2] = True  # one cell
     empty = n - 1 if n > 1 else None
     if empty is not None:
         visible[empty] = False  # a row that sees nothing gets zeros

@@ -66,6 +66,10 @@ int lp_attn_f16(const float *q, int64_t n, int64_t ldq, int64_t n_head, int64_t 
                 const uint16_t *k, const uint16_t *v, int64_t n_kv, const float *mask, const int64_t *ptr,
                 const int64_t *cells, float scale, float *out) {
     const int64_t hpt = lp_attn_heads_per_task(n, n_head, n_head_kv), most = lp_most_visible(ptr, n);
+    const int64_t n_chunk = lp_attn_chunks(n, n_head, n_head_kv, most, omp_get_max_threads());
+    const int64_t n_part = lp_attn_part_floats(n, n_head, d_v, n_chunk);
+    float *part = n_part ? (float *)malloc((size_t)n_part * sizeof(float)) : NULL;
+    if (n_part && !part) return -1;
     int failed = 0;
 #pragma omp parallel
     {
@@ -74,8 +78,9 @@ int lp_attn_f16(const float *q, int64_t n, int64_t ldq, int64_t n_head, int64_t 
         failed += p == NULL;
 #pragma omp barrier
         if (!failed) lp_attn_for(q, n, ldq, n_head, n_head_kv, d_k, d_v, k, v, n_kv, mask, ptr, cells, scale, out,
-                                 n_head * d_v, hpt, p, NULL);
+                                 n_head * d_v, hpt, n_chunk, p, part, NULL);
         free(p);
     }
+    free(part);
     return failed ? -1 : 0;
 }

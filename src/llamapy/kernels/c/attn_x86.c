@@ -55,11 +55,11 @@ static float scores(const float *q, int64_t d_k, const uint16_t *k, int64_t ldk,
     return m;
 }
 
-/* p[0..nc) = exp(p - m) / sum (zeros where m is -inf: the row sees nothing). */
-static void softmax(float *p, int64_t nc, float m) {
+/* p[0..nc) = exp(p - m) / sum (zeros where m is -inf: the row sees nothing); returns the sum. */
+static float softmax(float *p, int64_t nc, float m) {
     if (m == -INFINITY) {
         memset(p, 0, (size_t)nc * sizeof(float));
-        return;
+        return 0.0f;
     }
     const __m256 mv = _mm256_set1_ps(m);
     __m256 sv = _mm256_setzero_ps();
@@ -79,6 +79,7 @@ static void softmax(float *p, int64_t nc, float m) {
     const __m256 inv = _mm256_set1_ps(1.0f / s);
     for (c = 0; c + 8 <= nc; c += 8) _mm256_storeu_ps(p + c, _mm256_mul_ps(_mm256_loadu_ps(p + c), inv));
     for (; c < nc; c++) p[c] *= 1.0f / s;
+    return s;
 }
 
 /* o[h * d_v + j] = sum_c p[h * nc + c] v_c[j] for nh <= 3 heads and dims j0 .. j0 + 32. */
@@ -102,9 +103,12 @@ LP_INLINE void weighted_v(const int nh, const float *p, int64_t nc, const uint16
 
 int lp_attn_group_x86(const float *q0, int64_t hpt, int64_t d_k, int64_t d_v, const uint16_t *k, const uint16_t *v,
                       int64_t ldk, int64_t ldv, const float *mi, const int64_t *cells, int64_t nc, float scale,
-                      float *p, float *o) {
+                      float *p, float *o, float *ms) {
     if (d_k % 8 || d_v % 32) return 0;
-    for (int64_t h = 0; h < hpt; h++) softmax(p + h * nc, nc, scores(q0 + h * d_k, d_k, k, ldk, mi, cells, nc, scale, p + h * nc));
+    for (int64_t h = 0; h < hpt; h++) {
+        const float m = scores(q0 + h * d_k, d_k, k, ldk, mi, cells, nc, scale, p + h * nc), s = softmax(p + h * nc, nc, m);
+        if (ms) ms[2 * h] = m, ms[2 * h + 1] = s;
+    }
     for (int64_t h0 = 0; h0 < hpt; h0 += 3) {
         const int64_t nh = hpt - h0 < 3 ? hpt - h0 : 3;
         for (int64_t j0 = 0; j0 < d_v; j0 += 32) {
@@ -121,8 +125,8 @@ int lp_attn_group_x86(const float *q0, int64_t hpt, int64_t d_k, int64_t d_v, co
 #else
 int lp_attn_group_x86(const float *q0, int64_t hpt, int64_t d_k, int64_t d_v, const uint16_t *k, const uint16_t *v,
                       int64_t ldk, int64_t ldv, const float *mi, const int64_t *cells, int64_t nc, float scale,
-                      float *p, float *o) {
-    (void)q0, (void)hpt, (void)d_k, (void)d_v, (void)k, (void)v, (void)ldk, (void)ldv, (void)mi, (void)cells, (void)nc;
+                      float *p, float *o, float *ms) {
+    (void)ms, (void)q0, (void)hpt, (void)d_k, (void)d_v, (void)k, (void)v, (void)ldk, (void)ldv, (void)mi, (void)cells, (void)nc;
     (void)scale, (void)p, (void)o;
     return 0;
 }

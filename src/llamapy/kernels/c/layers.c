@@ -47,6 +47,8 @@ typedef struct {
     const int64_t *ptr, *cells; /* the visible cells of each row (ops.c lp_attn_for) */
 } lp_kv_in;
 
+#define LP_MAX_KV_SETS 8 /* KV sets of one call (an iSWA model has 2) */
+
 static int64_t max3(int64_t a, int64_t b, int64_t c) { return a > b ? (a > c ? a : c) : (b > c ? b : c); }
 
 /* One product of the prepared activations into y (stride ldy), split among the threads. */
@@ -80,12 +82,15 @@ int lp_layers(const lp_layer *L, int64_t n_layer, const lp_dims *hp, float *x, i
     const int64_t ne = hp->n_embd, d = hp->d, nq = hp->n_head * d, nk = hp->n_head_kv * d, nqkv = nq + 2 * nk;
     const int64_t n_ff = hp->n_ff, half = hp->n_rot / 2, wide = max3(ne, nq, n_ff);
     const int64_t hpt = lp_attn_heads_per_task(n, hp->n_head, hp->n_head_kv);
-    int64_t most = 1;
-    for (int64_t s = 0; s < n_kv_sets; s++) {
-        const int64_t m = lp_most_visible(kvs[s].ptr, n);
+    int64_t most = 1, n_part = 0, n_chunk[LP_MAX_KV_SETS];
+    if (n_kv_sets > LP_MAX_KV_SETS) return -1;
+    for (int64_t s = 0; s < n_kv_sets; s++) { /* each set's cells chunked as lp_attn_f16 would (the same sums) */
+        const int64_t m = lp_most_visible(kvs[s].ptr, n), np = lp_attn_part_floats(n, hp->n_head, d, n_chunk[s] =
+                                                                   lp_attn_chunks(n, hp->n_head, hp->n_head_kv, m, omp_get_max_threads()));
         most = m > most ? m : most;
+        n_part = np > n_part ? np : n_part;
     }
-    float *buf = (float *)malloc((size_t)(n * (2 * ne + nqkv + nq + 3 * n_ff)) * sizeof(float));
+    float *buf = (float *)malloc((size_t)(n * (2 * ne + nqkv + nq + 3 * n_ff) + n_part) * sizeof(float));
     void *xbuf = malloc(lp_xprep_bytes(wide, n));
     if (!buf || !xbuf) {
         free(buf);
@@ -93,7 +98,7 @@ int lp_layers(const lp_layer *L, int64_t n_layer, const lp_dims *hp, float *x, i
         return -1;
     }
     float *xn = buf, *qkv = xn + n * ne, *att = qkv + n * nqkv, *gu = att + n * nq, *h = gu + n * 2 * n_ff;
-    float *tmp = h + n * n_ff;
+    float *tmp = h + n * n_ff, *part = tmp + n * ne; /* part: the attention chunks' partials */
     int failed = 0;
     lp_xprep xp_ne = lp_xprep_at(xbuf, ne, n, xn), xp_q = lp_xprep_at(xbuf, nq, n, att), xp_ff = lp_xprep_at(xbuf, n_ff, n, h);
 #pragma omp parallel
@@ -132,7 +137,7 @@ int lp_layers(const lp_layer *L, int64_t n_layer, const lp_dims *hp, float *x, i
                 lp_store_f16(l->v + kv->row_off[r] + kv->store_cells[r] * nk, row + nq + nk, nk);
             }
             lp_attn_for(qkv, n, nqkv, hp->n_head, hp->n_head_kv, d, d, l->k, l->v, kv->n_kv, kv->mask, kv->ptr,
-                        kv->cells, hp->attn_scale, att, nq, hpt, p, kv->row_off);
+                        kv->cells, hp->attn_scale, att, nq, hpt, n_chunk[l->kv_set], p, part, kv->row_off);
             lp_prep_for(&xp_q);
             if (l->attn_post_norm) {
                 product(l->to, l->wo, ne, &xp_q, tmp, ne, 0, scratch);

@@ -243,17 +243,19 @@ void lp_geglu_row(const float *g, const float *u, int64_t n_ff, float *out);
 void lp_rope_row(float *x, int64_t n_head, int64_t d, int64_t n_rot, const float *c, const float *s, int neox);
 void lp_store_f16(uint16_t *dst, const float *x, int64_t n);
 int64_t lp_attn_heads_per_task(int64_t n, int64_t n_head, int64_t n_head_kv);
+int64_t lp_attn_chunks(int64_t n, int64_t n_head, int64_t n_head_kv, int64_t most, int n_threads);
+int64_t lp_attn_part_floats(int64_t n, int64_t n_head, int64_t d_v, int64_t n_chunk);
 int64_t lp_most_visible(const int64_t *ptr, int64_t n);
 void lp_attn_for(const float *q, int64_t n, int64_t ldq, int64_t n_head, int64_t n_head_kv, int64_t d_k,
                  int64_t d_v, const uint16_t *k, const uint16_t *v, int64_t n_kv, const float *mask,
                  const int64_t *ptr, const int64_t *cells, float scale, float *out, int64_t ldo, int64_t hpt,
-                 float *p, const int64_t *row_off);
+                 int64_t n_chunk, float *p, float *part, const int64_t *row_off);
 
 /* attn_x86.c: ops.c's attention of one row's head group, vectorized for x86; 0 where it does
  * not apply (head sizes not multiples of 8 / 32, or not x86). */
 int lp_attn_group_x86(const float *q0, int64_t hpt, int64_t d_k, int64_t d_v, const uint16_t *k, const uint16_t *v,
                       int64_t ldk, int64_t ldv, const float *mi, const int64_t *cells, int64_t nc, float scale,
-                      float *p, float *o);
+                      float *p, float *o, float *ms);
 
 /* mm.c: the product split among the threads of an enclosing parallel region. */
 typedef struct {

@@ -120,11 +120,29 @@ static inline void axpy_f16(float *y, float p, const uint16_t *v, int64_t d) {
     for (; j < d; j++) y[j] += p * lp_f16_to_f32(v[j]);
 }
 
-/* Query heads per attention task: a row's whole KV-head group when there are enough tasks
- * for the threads, else one head; and the most cells any row sees (the scratch per task). */
+/* Query heads per attention task: a row's whole KV-head group (each K and V row read once for
+ * all of them), one head where a group is over 64. */
 int64_t lp_attn_heads_per_task(int64_t n, int64_t n_head, int64_t n_head_kv) {
+    (void)n;
     const int64_t r = n_head / n_head_kv;
-    return r <= 64 && n * n_head_kv >= 4 * omp_get_max_threads() ? r : 1;
+    return r <= 64 ? r : 1;
+}
+
+/* Chunks of each (row, head group)'s visible cells: 1 where the groups alone give each of the
+ * threads 4 tasks, else as many as that takes (a decode step of one row and few KV heads), of
+ * at least LP_ATTN_CHUNK cells.  The chunks' softmax partials are merged (lp_attn_for), so the
+ * threads share one row's cells, and each K and V row is still read once. */
+#define LP_ATTN_CHUNK 32
+int64_t lp_attn_chunks(int64_t n, int64_t n_head, int64_t n_head_kv, int64_t most, int n_threads) {
+    const int64_t hpt = lp_attn_heads_per_task(n, n_head, n_head_kv), tasks = n * (n_head / hpt), want = 4 * (int64_t)n_threads;
+    if (hpt == 1 || tasks >= want) return 1;
+    const int64_t c = (want + tasks - 1) / tasks, cap = most / LP_ATTN_CHUNK;
+    return c < cap ? c : (cap > 1 ? cap : 1);
+}
+
+/* Floats of the chunks' partials: [n, n_chunk, n_head] outputs of d_v, and (max, sum) of each. */
+int64_t lp_attn_part_floats(int64_t n, int64_t n_head, int64_t d_v, int64_t n_chunk) {
+    return n_chunk > 1 ? n * n_chunk * n_head * (d_v + 2) : 0;
 }
 
 int64_t lp_most_visible(const int64_t *ptr, int64_t n) {
@@ -135,11 +153,12 @@ int64_t lp_most_visible(const int64_t *ptr, int64_t n) {
 
 /* hpt query heads h0.. of one row sharing KV head hk: each visible cell's K row is read once
  * for all of them (scores into p [hpt, nc]), then each V row once (softmax-weighted sums into
- * the heads' outputs o + h * d_v, zeroed first).  A head that sees nothing gets zeros. */
+ * the heads' outputs o + h * d_v, zeroed first).  A head that sees nothing gets zeros.  ms
+ * (NULL, or [hpt, 2]): each head's largest score and its softmax's sum (-inf, 0: nothing seen). */
 static void attn_group(const float *q, int64_t hpt, int64_t d_k, int64_t d_v, const uint16_t *k, const uint16_t *v,
                        int64_t ldk, int64_t ldv, const float *mi, const int64_t *cells, int64_t nc, float scale,
-                       float *p, float *o) {
-    if (lp_attn_group_x86(q, hpt, d_k, d_v, k, v, ldk, ldv, mi, cells, nc, scale, p, o)) return;
+                       float *p, float *o, float *ms) {
+    if (lp_attn_group_x86(q, hpt, d_k, d_v, k, v, ldk, ldv, mi, cells, nc, scale, p, o, ms)) return;
     float mx[64], l[64];
     for (int64_t h = 0; h < hpt; h++) mx[h] = -INFINITY;
     for (int64_t c = 0; c < nc; c++) {
@@ -157,6 +176,7 @@ static void attn_group(const float *q, int64_t hpt, int64_t d_k, int64_t d_v, co
             s += ph[c];
         }
         l[h] = s > 0.0f ? 1.0f / s : 0.0f;
+        if (ms) ms[2 * h] = m, ms[2 * h + 1] = s;
         memset(o + h * d_v, 0, (size_t)d_v * sizeof(float));
     }
     for (int64_t c = 0; c < nc; c++) {
@@ -165,20 +185,58 @@ static void attn_group(const float *q, int64_t hpt, int64_t d_k, int64_t d_v, co
     }
 }
 
-/* lp_attn_f16's tasks (one per (row, group of hpt query heads)), split among the threads of
- * the enclosing parallel region; p: this thread's scratch of lp_most_visible() * hpt floats.
- * Row i's output is out + i * ldo.  row_off (NULL: all 0) [n]: where row i's cells start in k
- * and v, in elements (its stream's offset when the ubatch spans several streams). */
+/* out (d_v floats) = the chunks' outputs o_c merged: sum_c w_c o_c / sum_c w_c, w_c = s_c
+ * exp(m_c - max m) (each o_c is its chunk's softmax-weighted mean); zeros if nothing was seen.
+ * o: the first chunk's output, the next ones `step` floats apart; ms likewise (stride mstep). */
+static void attn_merge(const float *o, int64_t step, const float *ms, int64_t mstep, int64_t n_chunk, int64_t d_v,
+                       float *out) {
+    float m = -INFINITY, w_sum = 0.0f;
+    for (int64_t c = 0; c < n_chunk; c++) m = ms[c * mstep] > m ? ms[c * mstep] : m;
+    memset(out, 0, (size_t)d_v * sizeof(float));
+    if (m == -INFINITY) return;
+    for (int64_t c = 0; c < n_chunk; c++) {
+        if (ms[c * mstep] == -INFINITY) continue;
+        const float w = ms[c * mstep + 1] * expf(ms[c * mstep] - m), *oc = o + c * step;
+        w_sum += w;
+#pragma omp simd
+        for (int64_t j = 0; j < d_v; j++) out[j] += w * oc[j];
+    }
+    const float inv = 1.0f / w_sum;
+#pragma omp simd
+    for (int64_t j = 0; j < d_v; j++) out[j] *= inv;
+}
+
+/* lp_attn_f16's tasks (one per (row, group of hpt query heads), or per chunk of its visible
+ * cells: n_chunk, lp_attn_chunks), split among the threads of the enclosing parallel region
+ * (which meet after it); p: this thread's scratch of lp_most_visible() * hpt floats; part: the
+ * chunks' partials, lp_attn_part_floats() (NULL when n_chunk is 1).  Row i's output is out +
+ * i * ldo.  row_off (NULL: all 0) [n]: where row i's cells start in k and v, in elements (its
+ * stream's offset when the ubatch spans several streams). */
 void lp_attn_for(const float *q, int64_t n, int64_t ldq, int64_t n_head, int64_t n_head_kv, int64_t d_k,
                  int64_t d_v, const uint16_t *k, const uint16_t *v, int64_t n_kv, const float *mask,
                  const int64_t *ptr, const int64_t *cells, float scale, float *out, int64_t ldo, int64_t hpt,
-                 float *p, const int64_t *row_off) {
-    const int64_t r = n_head / n_head_kv, ldk = n_head_kv * d_k, ldv = n_head_kv * d_v;
+                 int64_t n_chunk, float *p, float *part, const int64_t *row_off) {
+    const int64_t r = n_head / n_head_kv, ldk = n_head_kv * d_k, ldv = n_head_kv * d_v, G = n_head / hpt;
+    if (n_chunk < 1 || part == NULL) n_chunk = 1;
+    float *part_ms = n_chunk > 1 ? part + n * n_chunk * n_head * d_v : NULL; /* [n, n_chunk, n_head, 2] after the outputs */
 #pragma omp for schedule(dynamic, 1)
-    for (int64_t t = 0; t < n * n_head / hpt; t++) {
-        const int64_t i = t / (n_head / hpt), h0 = t % (n_head / hpt) * hpt, hk = h0 / r;
-        const int64_t off = row_off ? row_off[i] : 0;
+    for (int64_t t = 0; t < n * G * n_chunk; t++) {
+        const int64_t ch = t % n_chunk, g = t / n_chunk, i = g / G, h0 = g % G * hpt, hk = h0 / r;
+        const int64_t off = row_off ? row_off[i] : 0, nc = ptr[i + 1] - ptr[i];
+        const int64_t c0 = nc * ch / n_chunk, c1 = nc * (ch + 1) / n_chunk;
+        float *o = out + i * ldo + h0 * d_v, *ms = NULL;
+        if (n_chunk > 1) {
+            o = part + ((i * n_chunk + ch) * n_head + h0) * d_v;
+            ms = part_ms + ((i * n_chunk + ch) * n_head + h0) * 2;
+        }
         attn_group(q + i * ldq + h0 * d_k, hpt, d_k, d_v, k + off + hk * d_k, v + off + hk * d_v, ldk, ldv, mask + i * n_kv,
-                   cells + ptr[i], ptr[i + 1] - ptr[i], scale, p, out + i * ldo + h0 * d_v);
+                   cells + ptr[i] + c0, c1 - c0, scale, p, o, ms);
+    }
+    if (n_chunk == 1) return;
+#pragma omp for schedule(static)
+    for (int64_t t = 0; t < n * n_head; t++) {
+        const int64_t i = t / n_head, h = t % n_head;
+        attn_merge(part + (i * n_chunk * n_head + h) * d_v, n_head * d_v, part_ms + (i * n_chunk * n_head + h) * 2,
+                   n_head * 2, n_chunk, d_v, out + i * ldo + h * d_v);
     }
 }
