@@ -69,6 +69,34 @@ def test_server_draft_model_unchanged(smollm2_path, smollm2):
         assert p.ctx.memory.seq_pos_max(p.seq_id) == len(p.cached) - 1
 
 
+def test_server_draft_reads_the_prompt_with_it(smollm2_path, smollm2):
+    """The draft model reads a request's prompt as part of its prompt processing (as
+    llama-server mirrors the prompt's batches into its draft context): when the first token
+    is out, the slot's draft cache holds the prompt, so that reading is in prompt_ms, not in
+    the generation's tokens/s; and a request with speculative.n_max 0 leaves it empty."""
+    spec = SpecParams(type="draft-simple", draft_model=str(smollm2_path), n_max=3)
+    params = ContextParams(n_ctx=512, n_batch=256, n_ubatch=256, n_seq_max=2, kv_unified=False)
+    ctx = Context(smollm2, params)
+    s = Scheduler(ctx, spec, make_proposers(spec, smollm2, params, 2))
+    ids = smollm2.tokenize(PROMPTS[0], add_special=True, parse_special=True)
+    evs: list[list[Event]] = [[], []]
+    s.submit(Request(prompt=ids, max_tokens=8, sampling=SamplingParams(temp=0.0), sink=evs[0].append, spec={}))
+    s.submit(Request(prompt=ids, max_tokens=8, sampling=SamplingParams(temp=0.0), sink=evs[1].append, spec={"n_max": 0}))
+    for _ in range(50):
+        s.update_slots()
+        if evs[0] and evs[1]:
+            break
+    assert evs[0] and evs[1], "no first tokens"
+    by_seq = {p.seq_id: p for p in s.proposers}
+    for slot in s.slots:  # a slot's draft sequence is its id
+        p = by_seq[slot.id]
+        if slot.request.spec.get("n_max") == 0:
+            assert p.cached == []
+        else:
+            assert p.cached == ids  # read with the prompt, before any draft
+            assert p.ctx.memory.seq_pos_max(p.seq_id) == len(ids) - 1
+
+
 def _call(state, method: str, path: str, **kw) -> httpx.Response:
     async def go() -> httpx.Response:
         async with httpx.AsyncClient(transport=httpx.ASGITransport(app=create_app(state)), base_url="http://test") as c:

@@ -410,6 +410,8 @@ class Scheduler:
         eog = self.tok.is_eog(tok)
         s.sampler.accept(tok, accept_grammar=not eog)
         if s.state is SlotState.PREFILLING:
+            if s.spec is not None and s.spec.n_max > 0:  # a draft model reads the prompt as part of prompt
+                s.spec.prefill(s.cache_tokens)  # processing (llama-server mirrors the prompt's batches into it)
             s.state, s.t_prompt_done = SlotState.GENERATING, time.perf_counter()
         s.n_decoded += 1
         self.metrics.on_tokens(1)
