@@ -21,6 +21,7 @@ import torch
 from ..memory.kv_cache import KVCache
 from .build import KernelLib
 from .ops import FAST_ROWS, visible_cells
+from .types import MAX_KV_SETS
 
 P, I64, F = ctypes.c_void_p, ctypes.c_int64, ctypes.c_float
 
@@ -148,6 +149,8 @@ class FusedLayers:
             if not isinstance(cache, KVCache) or not cache.type_k.name == cache.type_v.name == "f16":
                 return False
             key = (id(cache), self.swa[il])
+            if key not in sets and len(sets) == MAX_KV_SETS:  # layers.c's bound (an iSWA model has 2)
+                return False
             if key not in sets:
                 kv, held = _kv_set(inp, cache, self.swa[il], n)
                 keep += held

@@ -14,6 +14,7 @@ FLOAT_TYPES = frozenset({T.F16, T.BF16, T.F32})  # rows of any length, fp32 prod
 # (bf16's 8-bit mantissa would squander the K-quants' and the 5-, 6-, 8-bit types' precision)
 BF16_GEMM_TYPES = frozenset({T.Q4_0, T.Q4_1, T.Q2_K, T.Q3_K, T.BF16})
 FAST_ROWS = 32  # ubatches of fewer rows take the fused decode kernels (kernels/ops.py)
+MAX_KV_SETS = 8  # KV sets (caches a ubatch stores into and reads) of one lp_layers call: layers.c LP_MAX_KV_SETS
 # from this many rows on, a block matrix (model/block_matrix.py) dequantizes and runs a dense
 # GEMM; fewer take the kernels' tiles, each weight row dequantized once into registers' reach.
 # benchmarks/dense_crossover.py on a 2-core AMD EPYC (Zen 4): the tiles beat dequantize + GEMM
