@@ -65,7 +65,7 @@ void lp_rope(float *x, int64_t n_rows, int64_t ldx, int64_t n_head, int64_t d, i
 int lp_attn_f16(const float *q, int64_t n, int64_t ldq, int64_t n_head, int64_t n_head_kv, int64_t d_k, int64_t d_v,
                 const uint16_t *k, const uint16_t *v, int64_t n_kv, const float *mask, const int64_t *ptr,
                 const int64_t *cells, float scale, float *out) {
-    const int64_t hpt = lp_attn_heads_per_task(n, n_head, n_head_kv), most = lp_most_visible(ptr, n);
+    const int64_t hpt = lp_attn_heads_per_task(n_head, n_head_kv), most = lp_most_visible(ptr, n);
     const int64_t n_chunk = lp_attn_chunks(n, n_head, n_head_kv, most, omp_get_max_threads());
     const int64_t n_part = lp_attn_part_floats(n, n_head, d_v, n_chunk);
     float *part = n_part ? (float *)malloc((size_t)n_part * sizeof(float)) : NULL;

@@ -81,7 +81,7 @@ int lp_layers(const lp_layer *L, int64_t n_layer, const lp_dims *hp, float *x, i
               const lp_kv_in *kvs, int64_t n_kv_sets) {
     const int64_t ne = hp->n_embd, d = hp->d, nq = hp->n_head * d, nk = hp->n_head_kv * d, nqkv = nq + 2 * nk;
     const int64_t n_ff = hp->n_ff, half = hp->n_rot / 2, wide = max3(ne, nq, n_ff);
-    const int64_t hpt = lp_attn_heads_per_task(n, hp->n_head, hp->n_head_kv);
+    const int64_t hpt = lp_attn_heads_per_task(hp->n_head, hp->n_head_kv);
     int64_t most = 1, n_part = 0, n_chunk[LP_MAX_KV_SETS];
     if (n_kv_sets > LP_MAX_KV_SETS) return -1;
     for (int64_t s = 0; s < n_kv_sets; s++) { /* each set's cells chunked as lp_attn_f16 would (the same sums) */

@@ -242,7 +242,7 @@ void lp_swiglu_row(const float *g, const float *u, int64_t n_ff, float *out);
 void lp_geglu_row(const float *g, const float *u, int64_t n_ff, float *out);
 void lp_rope_row(float *x, int64_t n_head, int64_t d, int64_t n_rot, const float *c, const float *s, int neox);
 void lp_store_f16(uint16_t *dst, const float *x, int64_t n);
-int64_t lp_attn_heads_per_task(int64_t n, int64_t n_head, int64_t n_head_kv);
+int64_t lp_attn_heads_per_task(int64_t n_head, int64_t n_head_kv);
 int64_t lp_attn_chunks(int64_t n, int64_t n_head, int64_t n_head_kv, int64_t most, int n_threads);
 int64_t lp_attn_part_floats(int64_t n, int64_t n_head, int64_t d_v, int64_t n_chunk);
 int64_t lp_most_visible(const int64_t *ptr, int64_t n);

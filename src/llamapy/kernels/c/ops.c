@@ -122,8 +122,7 @@ static inline void axpy_f16(float *y, float p, const uint16_t *v, int64_t d) {
 
 /* Query heads per attention task: a row's whole KV-head group (each K and V row read once for
  * all of them), one head where a group is over 64. */
-int64_t lp_attn_heads_per_task(int64_t n, int64_t n_head, int64_t n_head_kv) {
-    (void)n;
+int64_t lp_attn_heads_per_task(int64_t n_head, int64_t n_head_kv) {
     const int64_t r = n_head / n_head_kv;
     return r <= 64 ? r : 1;
 }
@@ -134,7 +133,7 @@ int64_t lp_attn_heads_per_task(int64_t n, int64_t n_head, int64_t n_head_kv) {
  * threads share one row's cells, and each K and V row is still read once. */
 #define LP_ATTN_CHUNK 32
 int64_t lp_attn_chunks(int64_t n, int64_t n_head, int64_t n_head_kv, int64_t most, int n_threads) {
-    const int64_t hpt = lp_attn_heads_per_task(n, n_head, n_head_kv), tasks = n * (n_head / hpt), want = 4 * (int64_t)n_threads;
+    const int64_t hpt = lp_attn_heads_per_task(n_head, n_head_kv), tasks = n * (n_head / hpt), want = 4 * (int64_t)n_threads;
     if (hpt == 1 || tasks >= want) return 1;
     const int64_t c = (want + tasks - 1) / tasks, cap = most / LP_ATTN_CHUNK;
     return c < cap ? c : (cap > 1 ? cap : 1);

@@ -57,6 +57,13 @@ LP_INLINE float hsum(__m256 v) {
     return _mm_cvtss_f32(s);
 }
 
+/* The two f16 at p (a block's d and m, or d and dmin) as [p[0], p[1], 0, 0]: one F16C conversion. */
+LP_INLINE __m128 f16x2_ps(const uint8_t *p) {
+    uint32_t u;
+    memcpy(&u, p, 4);
+    return _mm_cvtph_ps(_mm_cvtsi32_si128((int)u));
+}
+
 /* 32-element block types: per block its int8 values (element order), d and m. */
 LP_INLINE __m256i block32(const int type, const uint8_t *b, float *d, float *m) {
     *d = lp_f16_to_f32(lp_rd16(b));
@@ -88,9 +95,7 @@ LP_INLINE void block16(const int type, const uint8_t *bp, __m256i *wl, __m256i *
         *wl = _mm256_and_si256(w, _mm256_set1_epi16(15));
         *wh = _mm256_srli_epi16(w, 4);
         if (type == LP_Q4_1) { /* d and m in one conversion */
-            uint32_t dm;
-            memcpy(&dm, bp, 4);
-            const __m128 f = _mm_cvtph_ps(_mm_cvtsi32_si128((int)dm));
+            const __m128 f = f16x2_ps(bp);
             *d = _mm_cvtss_f32(f);
             *m = _mm_cvtss_f32(_mm_movehdup_ps(f));
         } else {
@@ -115,11 +120,7 @@ LP_INLINE void hsum2(__m256 a, __m256 b, float *ya, float *yb) {
 
 /* [d s, m sum(x), 0, 0] of the block at bp of Q4_1 / Q5_1 (its first 4 bytes: the halves d and m)
  * and the activations' ss = [s, sum(x), 0, 0]: one F16C conversion and one product. */
-LP_INLINE __m128 dm_ss(const uint8_t *bp, __m128 ss) {
-    uint32_t dm;
-    memcpy(&dm, bp, 4);
-    return _mm_mul_ps(_mm_cvtph_ps(_mm_cvtsi32_si128((int)dm)), ss);
-}
+LP_INLINE __m128 dm_ss(const uint8_t *bp, __m128 ss) { return _mm_mul_ps(f16x2_ps(bp), ss); }
 
 /* nr (1 or 2) weight rows (w0, w1) of a 32-element block type against one activation row:
  * each activation load feeds both rows; per block the int16 dot and one FMA per row, plus the
@@ -285,7 +286,7 @@ LP_INLINE float row1_k45(const int type, const uint8_t *row, int64_t nsb, const 
         const uint8_t *b = row + i * bb, *qs = b + (type == LP_Q4_K ? 16 : 48);
         uint32_t u[4];
         k45_scales(b + 4, u);
-        const __m128 dd = _mm_cvtph_ps(_mm_cvtsi32_si128((int)(lp_rd16(b) | ((uint32_t)lp_rd16(b + 2) << 16)))); /* d, dmin */
+        const __m128 dd = f16x2_ps(b); /* d, dmin */
         const int64_t k = 8 * i; /* first sub-block of 32 */
         const __m256 sv = _mm256_mul_ps(_mm256_mul_ps(u8x8_ps(u), _mm256_broadcastss_ps(dd)), _mm256_loadu_ps(s + k));
         am = _mm256_fmadd_ps(_mm256_mul_ps(u8x8_ps(u + 2), _mm256_broadcastss_ps(_mm_movehdup_ps(dd))),
