@@ -77,17 +77,17 @@ def test_tiny_gemma3_embedding_scale_and_tied_output(tmp_path):
     hp = model.hparams
     emb = net.tok_embd.dequant()
     x = emb[7] * math.sqrt(hp.n_embd)
-    from llamapy.model.layers import geglu_ffn, rms_norm
+    from llamapy.model.layers import rms_norm
 
-    def lin(t: torch.Tensor, m) -> torch.Tensor:
-        return torch.nn.functional.linear(t, m.dequant())
-
+    F = torch.nn.functional
+    n_qk = (hp.n_head + hp.n_head_kv) * hp.n_embd_head_k
     for L in net.layers:  # one token: attention returns V of that token
         h = rms_norm(x, L.attn_norm, hp.f_norm_rms_eps)
-        v = lin(h, L.wv).repeat(hp.n_head // hp.n_head_kv)
-        sa = x + rms_norm(lin(v, L.wo), L.attn_post_norm, hp.f_norm_rms_eps)
+        v = F.linear(h, L.wqkv.dequant()[n_qk:]).repeat(hp.n_head // hp.n_head_kv)  # Q | K | V: V's rows
+        sa = x + rms_norm(F.linear(v, L.wo.dequant()), L.attn_post_norm, hp.f_norm_rms_eps)
         g = rms_norm(sa[None], L.ffn_norm, hp.f_norm_rms_eps)
-        f = geglu_ffn(g, L.ffn_gate.dequant(), L.ffn_up.dequant(), L.ffn_down.dequant())[0]
+        gate, up = F.linear(g, L.ffn_gate.dequant()), F.linear(g, L.ffn_up.dequant())
+        f = F.linear(F.gelu(gate, approximate="tanh") * up, L.ffn_down.dequant())[0]
         x = sa + rms_norm(f, L.ffn_post_norm, hp.f_norm_rms_eps)
     want = torch.nn.functional.linear(rms_norm(x, net.output_norm, hp.f_norm_rms_eps), emb)
     assert torch.allclose(logits, want, atol=1e-4)

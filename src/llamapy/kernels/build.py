@@ -43,6 +43,7 @@ SIGNATURES: dict[str, tuple] = {  # name -> argument types (all return void unle
     "lp_mm": (I, P, I64, I64, P, I64, P, I64, I),
     "lp_rms_norm": (P, P, I64, I64, F, P),
     "lp_glu": (P, I64, I64, I, P),
+    "lp_glu_rows": (P, I64, P, I64, I64, I64, I, P),
     "lp_rope": (P, I64, I64, I64, I64, I64, P, P, I),
     "lp_attn_f16": (P, I64, I64, I64, I64, I64, I64, P, P, I64, P, P, P, F, P),
     "lp_layers": (P, I64, P, P, I64, P, P, I64),

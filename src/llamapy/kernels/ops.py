@@ -1,8 +1,8 @@
 """Torch-facing calls of the small CPU kernels the decode path fuses (kernels/c/):
 each takes tensors, checks what the C code assumes (CPU, float32 / float16, the strides it
-reads), allocates the output and passes pointers.  `fast_rows(x)` is the gate: the
-kernels are for ubatches of few rows, where PyTorch's per-op overhead dominates; big
-ubatches keep PyTorch's multithreaded ops."""
+reads), allocates the output and passes pointers.  `fast_lib(x)` is the gate of the few-row
+kernels (attention over an f16 cache, the fused layers); `row_lib(x)` that of the row-wise
+ones, which split any number of rows among their threads."""
 from __future__ import annotations
 
 import torch
@@ -19,6 +19,16 @@ def fast_lib(x: torch.Tensor) -> KernelLib | None:
     return load_kernels()
 
 
+def row_lib(x: torch.Tensor) -> KernelLib | None:
+    """The kernels for a row-wise op (RMS norm, GLU, RoPE) on x (float32, on the CPU) of any
+    row count: one call whose threads split the rows, where PyTorch takes several passes over
+    the tensor (its CPU rms_norm is five ops; a 512-row Gemma 3 ubatch spent ~30% of its
+    prefill in such elementwise passes)."""
+    if x.device.type != "cpu" or x.dtype != torch.float32:
+        return None
+    return load_kernels()
+
+
 def rms_norm(lib: KernelLib, x: torch.Tensor, w: torch.Tensor | None, eps: float) -> torch.Tensor:
     """x: [n, n_embd] -> x / sqrt(mean(x^2) + eps) * w, a new tensor."""
     x = x.contiguous()
@@ -30,10 +40,16 @@ def rms_norm(lib: KernelLib, x: torch.Tensor, w: torch.Tensor | None, eps: float
 
 def glu_stacked(lib: KernelLib, gu: torch.Tensor, gelu: bool = False) -> torch.Tensor:
     """gu: [n, 2 n_ff] (gate | up) -> act(gate) * up [n, n_ff]; act silu, or gelu's tanh form."""
-    gu = gu.contiguous()
-    n_ff = gu.shape[1] // 2
-    out = torch.empty(gu.shape[0], n_ff, dtype=torch.float32)
-    lib.fn.lp_glu(gu.data_ptr(), gu.shape[0], n_ff, int(gelu), out.data_ptr())
+    gate, up = gu.chunk(2, dim=1)
+    return glu(lib, gate, up, gelu)
+
+
+def glu(lib: KernelLib, gate: torch.Tensor, up: torch.Tensor, gelu: bool = False) -> torch.Tensor:
+    """gate, up: [n, n_ff] (rows contiguous, any row stride) -> act(gate) * up [n, n_ff]."""
+    gate, up = (t if t.stride(1) == 1 else t.contiguous() for t in (gate, up))
+    n, n_ff = gate.shape
+    out = torch.empty(n, n_ff, dtype=torch.float32)
+    lib.fn.lp_glu_rows(gate.data_ptr(), gate.stride(0), up.data_ptr(), up.stride(0), n, n_ff, int(gelu), out.data_ptr())
     return out
 
 

@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 
 from ..kernels import ops as kops
-from ..kernels.ops import fast_lib
+from ..kernels.ops import row_lib
 
 Linear = Callable[[torch.Tensor], torch.Tensor] | torch.Tensor  # a QMatrix, or a dense [n_out, n_in]
 
@@ -19,15 +19,17 @@ def linear(x: torch.Tensor, w: Linear) -> torch.Tensor:
 
 
 def rms_norm(x: torch.Tensor, w: torch.Tensor | None, eps: float) -> torch.Tensor:
-    """x: [..., n] -> x / sqrt(mean(x^2) + eps) * w   (ggml_rms_norm then ggml_mul).
-    Few-row [n, n_embd] activations take the fused CPU kernel (one call, not six ops)."""
-    lib = fast_lib(x) if x.dim() == 2 else None
+    """x: [..., n] -> x / sqrt(mean(x^2) + eps) * w   (ggml_rms_norm then ggml_mul), a new
+    tensor.  On the CPU the kernel's one pass (rows of any count and shape, e.g. Gemma 3's
+    per-head norms of [n_tokens, n_head, d]); elsewhere PyTorch's."""
+    lib = row_lib(x)
     if lib is not None:
-        return kops.rms_norm(lib, x, w, eps)
+        return kops.rms_norm(lib, x.reshape(-1, x.shape[-1]), w, eps).view(x.shape)
     return F.rms_norm(x, (x.shape[-1],), w, eps)
 
 
 FLASH_SCORE_BYTES = 4 * 1024 * 1024  # flash: query rows per SDPA call keep its scores under this
+FLASH_Q_BLOCK = 128  # flash: at most this many query rows per SDPA call (see attention)
 
 
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor, scale: float,
@@ -35,8 +37,11 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Ten
     """Grouped-query attention through an additive mask.
 
     flash: SDPA (PyTorch's fused CPU kernel: scores in small tiles, K/V heads shared by
-    enable_gqa, never repeated) over blocks of query rows of at most FLASH_SCORE_BYTES of
-    scores, whatever n_ubatch and n_kv are.  Otherwise (-fa off) KQ = q·kᵀ·scale + mask
+    enable_gqa, never repeated) over blocks of at most FLASH_Q_BLOCK query rows and
+    FLASH_SCORE_BYTES of scores, whatever n_ubatch and n_kv are; each block reads only the
+    cells from the first to the last one any of its rows can see (SDPA's CPU kernel does not
+    skip masked tiles: a 512-token prompt's causal mask in blocks of 128 reads 5/8 of the
+    scores, and a sliding window's early cells are skipped too).  Otherwise (-fa off) KQ = q·kᵀ·scale + mask
     [n_head, n_tokens, n_kv] is materialized whole, softmaxed, and multiplied by v.
 
     q: [n_tokens, n_head, d_k]; k: [n_kv, n_head_kv, d_k]; v: [n_kv, n_head_kv, d_v];
@@ -53,19 +58,17 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Ten
             kh, vh = kh.repeat_interleave(r, dim=0), vh.repeat_interleave(r, dim=0)
         kq = torch.baddbmm(mask.expand(n_head, -1, -1), qh, kh.transpose(1, 2), alpha=scale)  # [n_head, n_tokens, n_kv]
         return torch.bmm(kq.softmax(-1), vh).transpose(0, 1).reshape(n_tokens, -1)
-    step = max(1, FLASH_SCORE_BYTES // (4 * n_head * n_kv))
+    step = max(1, min(FLASH_Q_BLOCK, FLASH_SCORE_BYTES // (4 * n_head * n_kv)))
     if step >= n_tokens:
         o = F.scaled_dot_product_attention(qh[None], kh[None], vh[None], attn_mask=mask, scale=scale, enable_gqa=r > 1)
         return o[0].transpose(0, 1).reshape(n_tokens, n_head * d_v)  # [n_tokens, n_head * d_v]
     out = torch.empty(n_tokens, n_head, d_v, dtype=q.dtype, device=q.device)
-    # each block of rows reads the cells up to the last one any of its rows can see (a
-    # prompt's causal mask: the first block reads a fraction of them)
     seen = (mask != float("-inf")).view(-1, n_kv)
     for i in range(0, n_tokens, step):
         cols = torch.nonzero(seen[i : i + step].any(0))
-        end = int(cols[-1]) + 1 if len(cols) else 1
-        ob = F.scaled_dot_product_attention(qh[None, :, i : i + step], kh[None, :, :end], vh[None, :, :end],
-                                            attn_mask=mask[i : i + step, :end], scale=scale,
+        c0, c1 = (int(cols[0]), int(cols[-1]) + 1) if len(cols) else (0, 1)  # a block that sees nothing: one cell, all -inf
+        ob = F.scaled_dot_product_attention(qh[None, :, i : i + step], kh[None, :, c0:c1], vh[None, :, c0:c1],
+                                            attn_mask=mask[i : i + step, c0:c1], scale=scale,
                                             enable_gqa=r > 1)  # [1, n_head, rows, d_v]
         out[i : i + step] = ob[0].transpose(0, 1)
     return out.reshape(n_tokens, n_head * d_v)
@@ -101,19 +104,26 @@ def swiglu(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
     return F.silu(gate) * up
 
 
+def glu(gate: torch.Tensor, up: torch.Tensor, gelu: bool = False) -> torch.Tensor:
+    """act(gate) * up, elementwise on [n, n_ff] each: act silu (SwiGLU), or with gelu GELU's
+    tanh form (Gemma's GeGLU).  On the CPU the kernel's one pass."""
+    lib = row_lib(gate)
+    if lib is not None and gate.dim() == 2:
+        return kops.glu(lib, gate, up, gelu)
+    return F.gelu(gate, approximate="tanh") * up if gelu else swiglu(gate, up)
+
+
+def glu_stacked(gu: torch.Tensor, gelu: bool = False) -> torch.Tensor:
+    """gu: [n, 2 n_ff], gate | up (one stacked product) -> act(gate) * up [n, n_ff]."""
+    return glu(*gu.chunk(2, dim=1), gelu=gelu)
+
+
 def swiglu_stacked(gu: torch.Tensor) -> torch.Tensor:
     """gu: [n, 2 n_ff], gate | up (one stacked product) -> silu(gate) * up [n, n_ff]."""
-    lib = fast_lib(gu)
-    if lib is not None:
-        return kops.swiglu_stacked(lib, gu)
-    return swiglu(*gu.chunk(2, dim=1))
+    return glu_stacked(gu, gelu=False)
 
 
 def swiglu_ffn(x: torch.Tensor, gate: Linear, up: Linear, down: Linear) -> torch.Tensor:
     """x: [n, n_embd] -> down(silu(gate x) * up x): [n, n_embd]."""
     return linear(F.silu(linear(x, gate)) * linear(x, up), down)
 
-
-def geglu_ffn(x: torch.Tensor, gate: Linear, up: Linear, down: Linear) -> torch.Tensor:
-    """x: [n, n_embd] -> down(gelu_tanh(gate x) * up x) (Gemma)."""
-    return linear(F.gelu(linear(x, gate), approximate="tanh") * linear(x, up), down)

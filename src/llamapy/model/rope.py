@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import torch
 
 from ..kernels import ops as kops
-from ..kernels.ops import fast_lib
+from ..kernels.ops import row_lib
 
 ROPE_TYPE_NORM = 0
 ROPE_TYPE_NEOX = 2
@@ -49,9 +49,9 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, p: RopePar
 
 
 def apply_rope_(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, p: RopeParams) -> torch.Tensor:
-    """apply_rope in place on x [n, n_head, head_dim] (a view into the stacked QKV product):
-    few rows take the fused CPU kernel; returns x."""
-    lib = fast_lib(x)
+    """apply_rope in place on x [n, n_head, head_dim] (a view into the stacked QKV product, its
+    heads contiguous): on the CPU the kernel's one pass; returns x."""
+    lib = row_lib(x)
     if lib is not None and x.stride(2) == 1 and x.stride(1) == x.shape[2]:
         kops.rope_(lib, x, cos, sin, p.n_rot, p.rope_type == ROPE_TYPE_NEOX)
         return x

@@ -35,22 +35,28 @@ void lp_rms_norm(const float *x, const float *w, int64_t n_rows, int64_t n, floa
     for (int64_t r = 0; r < n_rows; r++) lp_rms_norm_row(x + r * n, w, n, eps, out + r * n);
 }
 
-/* out[r, i] = act(gu[r, i]) * gu[r, n_ff + i]: gate | up stacked in one row of 2 n_ff; act
- * silu (gelu = 0) or gelu's tanh form. */
-void lp_glu(const float *gu, int64_t n_rows, int64_t n_ff, int gelu, float *out) {
+/* out[r, i] = act(g[r * ldg + i]) * u[r * ldu + i], out [n_rows, n_ff]; act silu (gelu = 0)
+ * or gelu's tanh form.  Gate and up in separate tensors, or as views of one stacked row. */
+void lp_glu_rows(const float *g, int64_t ldg, const float *u, int64_t ldu, int64_t n_rows, int64_t n_ff, int gelu,
+                 float *out) {
 #pragma omp parallel for schedule(static) if (n_rows * n_ff >= 8192)
     for (int64_t r = 0; r < n_rows; r++) {
-        const float *g = gu + r * 2 * n_ff;
         if (gelu)
-            lp_geglu_row(g, g + n_ff, n_ff, out + r * n_ff);
+            lp_geglu_row(g + r * ldg, u + r * ldu, n_ff, out + r * n_ff);
         else
-            lp_swiglu_row(g, g + n_ff, n_ff, out + r * n_ff);
+            lp_swiglu_row(g + r * ldg, u + r * ldu, n_ff, out + r * n_ff);
     }
+}
+
+/* The same with gate | up stacked in one row of 2 n_ff. */
+void lp_glu(const float *gu, int64_t n_rows, int64_t n_ff, int gelu, float *out) {
+    lp_glu_rows(gu, 2 * n_ff, gu + n_ff, 2 * n_ff, n_rows, n_ff, gelu, out);
 }
 
 /* RoPE on each row of x [n_rows, row stride ldx]; cos, sin [n_rows, n_rot/2]. */
 void lp_rope(float *x, int64_t n_rows, int64_t ldx, int64_t n_head, int64_t d, int64_t n_rot, const float *cos_,
              const float *sin_, int neox) {
+#pragma omp parallel for schedule(static) if (n_rows * n_head * d >= 8192)
     for (int64_t r = 0; r < n_rows; r++)
         lp_rope_row(x + r * ldx, n_head, d, n_rot, cos_ + r * (n_rot / 2), sin_ + r * (n_rot / 2), neox);
 }

@@ -20,10 +20,10 @@ from ...memory.factory import Memory, cache_for_layer
 from ..graph import UBatchInputs
 from ..hparams import HParams
 from ..attend import attend
-from ..layers import geglu_ffn, rms_norm
+from ..layers import glu, rms_norm
 from ..loader import WeightLoader
 from ..qmatrix import QMatrix
-from ..rope import ROPE_TYPE_NEOX, RopeParams, apply_rope, rope_cos_sin
+from ..rope import ROPE_TYPE_NEOX, RopeParams, apply_rope, apply_rope_, rope_cos_sin
 from ..stage import StageLayers
 from . import register
 
@@ -31,9 +31,7 @@ from . import register
 @dataclass(slots=True)
 class Gemma3Layer:
     attn_norm: torch.Tensor  # [n_embd]
-    wq: QMatrix  # [n_head * d, n_embd]
-    wk: QMatrix  # [n_head_kv * d, n_embd]
-    wv: QMatrix  # [n_head_kv * d, n_embd]
+    wqkv: QMatrix  # [(n_head + 2 n_head_kv) * d, n_embd]: Q | K | V stacked (one product)
     wo: QMatrix  # [n_embd, n_head * d]
     attn_q_norm: torch.Tensor  # [d]
     attn_k_norm: torch.Tensor  # [d]
@@ -76,7 +74,7 @@ class Gemma3Model:
         """Every layer in one C call for few-row ubatches (kernels/fused_layers.py), when the
         weights are in blocks; RoPE set 0 is the global layers', 1 the window layers'."""
         hp = self.hp
-        specs = [LayerSpec(L.attn_norm, L.ffn_norm, [L.wq, L.wk, L.wv], L.wo, [L.ffn_gate, L.ffn_up], L.ffn_down,
+        specs = [LayerSpec(L.attn_norm, L.ffn_norm, [L.wqkv], L.wo, [L.ffn_gate, L.ffn_up], L.ffn_down,
                            swa=hp.is_swa(il), rope_set=int(hp.is_swa(il)), q_norm=L.attn_q_norm,
                            k_norm=L.attn_k_norm, attn_post_norm=L.attn_post_norm, ffn_post_norm=L.ffn_post_norm)
                  for il, L in zip(self.layer_ids, self.layers)]
@@ -87,14 +85,14 @@ class Gemma3Model:
         p = f"blk.{il}."
         return Gemma3Layer(
             attn_norm=w.get(p + "attn_norm.weight"),
-            wq=w.matrix(p + "attn_q.weight"),
-            wk=w.matrix(p + "attn_k.weight"),
-            wv=w.matrix(p + "attn_v.weight"),
+            wqkv=w.matrix(p + "attn_q.weight", p + "attn_k.weight", p + "attn_v.weight"),
             wo=w.matrix(p + "attn_output.weight"),
             attn_q_norm=w.get(p + "attn_q_norm.weight"),
             attn_k_norm=w.get(p + "attn_k_norm.weight"),
             attn_post_norm=w.get(p + "post_attention_norm.weight"),
             ffn_norm=w.get(p + "ffn_norm.weight"),
+            # gate and up apart: stacked, Gemma 3's [2 n_ff, n_embd] passes DEQUANT_CHUNK and a
+            # prompt's GEMM would be cut in two and copied together (~10% of a 270M prefill)
             ffn_gate=w.matrix(p + "ffn_gate.weight"),
             ffn_up=w.matrix(p + "ffn_up.weight"),
             ffn_down=w.matrix(p + "ffn_down.weight"),
@@ -115,8 +113,7 @@ class Gemma3Model:
         return self.tok_embd.get_rows(inp.tokens) * math.sqrt(self.hp.n_embd)
 
     def forward_layers(self, inp: UBatchInputs, kv: Memory, x: torch.Tensor) -> torch.Tensor:
-        """x [n_tokens, n_embd] through this stage's layers; returns the result (in place on
-        the fused path, a new tensor on the per-op one)."""
+        """x [n_tokens, n_embd] through this stage's layers, in place; returns x."""
         hp = self.hp
         n_tokens = inp.tokens.shape[0]
         d, eps = hp.n_embd_head_k, hp.f_norm_rms_eps
@@ -124,21 +121,21 @@ class Gemma3Model:
         caches = [cache_for_layer(kv, il) for il in self.layer_ids]
         if self.fused is not None and self.fused.run(inp, caches, x, [ropes[self.rope_global], ropes[self.rope_swa]]):
             return x
-        for il, L in zip(self.layer_ids, self.layers):
+        n_q, n_k = hp.n_head * d, hp.n_head_kv * d
+        for il, L in zip(self.layer_ids, self.layers):  # x updated in place, as the fused path does
             rope = self.rope_for_layer(il)
             cos, sin = ropes[rope]
-            swa = hp.is_swa(il)
-            cache = cache_for_layer(kv, il)
-            h = rms_norm(x, L.attn_norm, eps)
-            q = rms_norm(L.wq(h).view(n_tokens, hp.n_head, d), L.attn_q_norm, eps)  # [n_tokens, n_head, d]
-            k = rms_norm(L.wk(h).view(n_tokens, hp.n_head_kv, d), L.attn_k_norm, eps)  # [n_tokens, n_head_kv, d]
-            v = L.wv(h)  # [n_tokens, n_head_kv * d_v]
-            q = apply_rope(q, cos, sin, rope) * self.f_attention_scale
-            k = apply_rope(k, cos, sin, rope)
-            attn = attend(inp, cache, il, q, k, v, 1.0, swa)  # q already carries the attention scale
-            sa_out = x + rms_norm(L.wo(attn), L.attn_post_norm, eps)
-            f = geglu_ffn(rms_norm(sa_out, L.ffn_norm, eps), L.ffn_gate, L.ffn_up, L.ffn_down)
-            x = sa_out + rms_norm(f, L.ffn_post_norm, eps)
+            qkv = L.wqkv(rms_norm(x, L.attn_norm, eps))  # [n_tokens, n_q + 2 n_k]
+            q = rms_norm(qkv[:, :n_q].view(n_tokens, hp.n_head, d), L.attn_q_norm, eps)  # [n_tokens, n_head, d]
+            k = rms_norm(qkv[:, n_q : n_q + n_k].view(n_tokens, hp.n_head_kv, d), L.attn_k_norm, eps)
+            apply_rope_(q, cos, sin, rope)
+            apply_rope_(k, cos, sin, rope)
+            # the attention scale on the scores (the fused path scales q: the same to rounding)
+            attn = attend(inp, cache_for_layer(kv, il), il, q, k, qkv[:, n_q + n_k :], self.f_attention_scale,
+                          hp.is_swa(il))
+            x.add_(rms_norm(L.wo(attn), L.attn_post_norm, eps))
+            h = rms_norm(x, L.ffn_norm, eps)
+            x.add_(rms_norm(L.ffn_down(glu(L.ffn_gate(h), L.ffn_up(h), gelu=True)), L.ffn_post_norm, eps))
         return x
 
     def logits(self, inp: UBatchInputs, x: torch.Tensor) -> torch.Tensor:
