@@ -64,3 +64,30 @@ def test_compact_mask_declines_when_it_does_not_pay():
     assert compact_mask(causal, np.zeros(n, dtype=np.int64), N_HEAD, 1 << 22) is None
     vis, q_seq, *_ = _case(5, 16, 256, 16)
     assert compact_mask(vis, q_seq, N_HEAD, 64) is None  # scores over the byte budget
+
+
+@pytest.mark.parametrize("window", [0, 40], ids=["causal", "window-40"])
+def test_flash_blocks_read_only_visible_cells(window):
+    """A prompt of more rows than FLASH_Q_BLOCK: SDPA runs per block of rows over the cells
+    from the first to the last its rows see (a causal mask's later blocks read more, a window's
+    skip the early cells).  Two sequences' prompts interleaved in the cells, 64 cells already
+    held, ~1/8 of them empty: the same as the float64 reference."""
+    from llamapy.model.layers import FLASH_Q_BLOCK
+
+    n, n_kv, held = 2 * FLASH_Q_BLOCK + 44, 2 * FLASH_Q_BLOCK + 108, 64
+    rng = np.random.default_rng(7)
+    cell_seq = np.arange(n_kv) % 2
+    cell_pos = np.concatenate([np.arange(held) // 2, held // 2 + np.arange(n_kv - held) // 2])
+    empty = rng.random(n_kv) < 0.125
+    rows = np.arange(held, held + n)  # the ubatch's own cells
+    empty[rows] = False
+    vis = (cell_seq[None] == cell_seq[rows][:, None]) & (cell_pos[None] <= cell_pos[rows][:, None]) & ~empty[None]
+    if window:
+        vis &= cell_pos[rows][:, None] - cell_pos[None] < window
+    g = torch.Generator().manual_seed(7)
+    q = torch.randn(n, N_HEAD, D, generator=g)
+    k = torch.randn(n_kv, N_HEAD_KV, D, generator=g)
+    v = torch.randn(n_kv, N_HEAD_KV, D, generator=g)
+    mask = torch.zeros(n, n_kv).masked_fill_(torch.from_numpy(~vis), float("-inf"))
+    ref = _reference(vis, q, k, v, 0.3)
+    torch.testing.assert_close(attention(q, k, v, mask, 0.3, True).double(), ref, atol=1e-5, rtol=0)

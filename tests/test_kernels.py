@@ -153,6 +153,30 @@ def test_rms_norm_and_glu(lib):
     torch.testing.assert_close(kops.glu_stacked(lib, gu, gelu=True), ref, rtol=1e-5, atol=1e-6)
 
 
+def test_row_ops_at_prefill_sizes():
+    """The model's row-wise ops take the kernels at any row count (a prompt's 300 rows split
+    among the threads): RMS norm over a 3-D [n, n_head, d] view (Gemma 3's per-head norms),
+    the GLU of a gate and an up that are strided views or separate tensors, RoPE in place on
+    a view of the stacked product, each against PyTorch's own ops."""
+    from llamapy.model.layers import glu, glu_stacked, rms_norm
+    from llamapy.model.rope import apply_rope_
+
+    assert load_kernels() is not None
+    qkv = torch.randn(300, 6 * 64)
+    w = torch.randn(64)
+    q = qkv[:, : 4 * 64].view(300, 4, 64)  # rows strided by the stacked product
+    torch.testing.assert_close(rms_norm(q, w, 1e-6), F.rms_norm(q, (64,), w, 1e-6), rtol=1e-5, atol=1e-6)
+    gate, up = torch.randn(300, 2 * 200)[:, 100:300], torch.randn(300, 200)
+    torch.testing.assert_close(glu(gate, up, gelu=True), F.gelu(gate, approximate="tanh") * up, rtol=1e-5, atol=1e-6)
+    gu = torch.randn(300, 2 * 200)
+    torch.testing.assert_close(glu_stacked(gu), F.silu(gu[:, :200]) * gu[:, 200:], rtol=1e-5, atol=1e-6)
+    p = RopeParams(64, 10000.0, 1.0, ROPE_TYPE_NEOX)
+    cos, sin = rope_cos_sin(torch.arange(300), p)
+    want = apply_rope(q.clone(), cos, sin, p)
+    assert apply_rope_(q, cos, sin, p) is q
+    torch.testing.assert_close(qkv[:, : 4 * 64].view(300, 4, 64), want, rtol=1e-5, atol=1e-5)
+
+
 @pytest.mark.parametrize("rope_type", [ROPE_TYPE_NORM, ROPE_TYPE_NEOX])
 def test_rope_in_place_matches_torch(lib, rope_type):
     n, n_head, d = 4, 5, 32
