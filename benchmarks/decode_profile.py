@@ -7,6 +7,7 @@ torch.profiler's table of the top PyTorch ops over a few more steps.
     .venv/bin/python benchmarks/decode_profile.py -B 1       # single-stream decode (tg)
     .venv/bin/python benchmarks/vs_llamacpp.py ...          # the ratios; this says why
     .venv/bin/python benchmarks/decode_profile.py -B 16      # batched decode, unified cache
+    .venv/bin/python benchmarks/decode_profile.py -m gemma3-270m -p 512 --prefill -n 3   # a prompt's ubatch
 Not a test: the numbers depend on the machine.
 """
 from __future__ import annotations
@@ -29,6 +30,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("-n", type=int, default=32, help="timed steps")
     ap.add_argument("-t", "--threads", type=int, default=2)
     ap.add_argument("--rows", type=int, default=12, help="profiler table rows")
+    ap.add_argument("--prefill", action="store_true",
+                    help="time and profile the prompt's decode (B sequences of -p tokens, -n times) instead of the steps")
     ap.add_argument("--per-op", action="store_true",
                     help="llama: run the per-op path (each kernel timed) instead of all layers in one C call")
     a = ap.parse_args(argv)
@@ -46,20 +49,26 @@ def main(argv: list[str] | None = None) -> int:
         model.net.fused = None
     n_ctx = a.B * (a.p + a.n + 64) + 256  # the timed steps, the warm-up and the profiled ones
     ctx = llamapy.Context(model, llamapy.ContextParams(n_ctx=n_ctx, n_seq_max=a.B, kv_unified=True, n_threads=a.threads))
-    b = llamapy.Batch()
-    for s in range(a.B):
-        for i in range(a.p):
-            b.add((7 + 31 * s + i) % model.n_vocab, i, [s], logits=i == a.p - 1)
-    ctx.decode(b)
+    def prompt() -> None:
+        ctx.memory.clear()
+        b = llamapy.Batch()
+        for s in range(a.B):
+            for i in range(a.p):
+                b.add((7 + 31 * s + i) % model.n_vocab, i, [s], logits=i == a.p - 1)
+        ctx.decode(b)
+
+    prompt()
     pos = a.p
 
-    def step() -> None:
+    def decode_step() -> None:
         nonlocal pos
         b = llamapy.Batch()
         for s in range(a.B):
             b.add(5, pos, [s], logits=True)
         ctx.decode(b)
         pos += 1
+
+    step = prompt if a.prefill else decode_step
 
     for _ in range(3):
         step()
@@ -92,8 +101,9 @@ def main(argv: list[str] | None = None) -> int:
     for _ in range(a.n):
         step()
     dt = (time.perf_counter() - t0) / a.n
-    print(f"B={a.B}, prompt {a.p}: {dt * 1e3:.2f} ms per step, {a.B / dt:.1f} t/s")
-    n_prof = 8
+    done = a.B * a.p if a.prefill else a.B
+    print(f"B={a.B}, prompt {a.p}{' (timed)' if a.prefill else ''}: {dt * 1e3:.2f} ms per step, {done / dt:.1f} t/s")
+    n_prof = 1 if a.prefill else 8
     with profile() as prof:
         for _ in range(n_prof):
             step()
