@@ -176,6 +176,7 @@ static inline uint16_t lp_f32_to_bf16(float f) { /* round to nearest even (no Na
 }
 
 static inline uint16_t lp_rd16(const uint8_t *p) { return (uint16_t)(p[0] | (p[1] << 8)); }
+static inline uint32_t lp_rd32(const uint8_t *p) { return p[0] | (p[1] << 8) | (p[2] << 16) | ((uint32_t)p[3] << 24); }
 
 /* One output row in canonical form (see the top of this file). */
 typedef struct {

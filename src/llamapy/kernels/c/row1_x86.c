@@ -76,10 +76,18 @@ LP_INLINE __m256i block32(const int type, const uint8_t *b, float *d, float *m) 
         return nibbles32(b + 4);
     case LP_Q5_0:
         *m = 0.0f; /* (q | 0xF0) as int8 is q - 16 where the fifth bit is clear */
+#if defined(LP_AVX512) /* the 32 fifth bits as a byte mask: one masked subtract, not ggml's four-step bytes_from_bits_32 */
+        return _mm256_mask_sub_epi8(nibbles32(b + 6), (__mmask32)~lp_rd32(b + 2), nibbles32(b + 6), _mm256_set1_epi8(16));
+#else
         return _mm256_or_si256(nibbles32(b + 6), _mm256_andnot_si256(bits_to_bytes(b + 2), _mm256_set1_epi8((char)0xF0)));
+#endif
     case LP_Q5_1:
         *m = lp_f16_to_f32(lp_rd16(b + 2));
+#if defined(LP_AVX512)
+        return _mm256_mask_add_epi8(nibbles32(b + 8), (__mmask32)lp_rd32(b + 4), nibbles32(b + 8), _mm256_set1_epi8(16));
+#else
         return _mm256_or_si256(nibbles32(b + 8), _mm256_and_si256(bits_to_bytes(b + 4), _mm256_set1_epi8(0x10)));
+#endif
     default: /* LP_Q8_0 */
         *m = 0.0f;
         return _mm256_loadu_si256((const __m256i *)(b + 2));
@@ -104,6 +112,26 @@ LP_INLINE void block16(const int type, const uint8_t *bp, __m256i *wl, __m256i *
         }
         return;
     }
+#if defined(LP_AVX512)
+    if (type == LP_Q5_0 || type == LP_Q5_1) { /* as Q4_x, the fifth bits applied per int16 lane by mask */
+        const uint32_t qh = lp_rd32(bp + (type == LP_Q5_0 ? 2 : 4));
+        const __m256i w = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(bp + (type == LP_Q5_0 ? 6 : 8))));
+        const __m256i l = _mm256_and_si256(w, _mm256_set1_epi16(15)), h = _mm256_srli_epi16(w, 4), f = _mm256_set1_epi16(16);
+        if (type == LP_Q5_0) { /* q - 16 where the bit is clear */
+            *wl = _mm256_mask_sub_epi16(l, (__mmask16)~qh, l, f);
+            *wh = _mm256_mask_sub_epi16(h, (__mmask16)(~qh >> 16), h, f);
+            *d = lp_f16_to_f32(lp_rd16(bp));
+            *m = 0.0f;
+        } else { /* q + 16 where it is set */
+            *wl = _mm256_mask_add_epi16(l, (__mmask16)qh, l, f);
+            *wh = _mm256_mask_add_epi16(h, (__mmask16)(qh >> 16), h, f);
+            const __m128 dm = f16x2_ps(bp);
+            *d = _mm_cvtss_f32(dm);
+            *m = _mm_cvtss_f32(_mm_movehdup_ps(dm));
+        }
+        return;
+    }
+#endif
     const __m256i w8 = block32(type, bp, d, m);
     *wl = lo16(w8);
     *wh = hi16(w8);
