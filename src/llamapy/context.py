@@ -90,16 +90,23 @@ class Context:
         if self.memory.has_shift():
             self.memory.apply_shift(self.model.net.rotate_k)
         n_outputs = self.alloc.n_outputs
-        logits = torch.empty(n_outputs, self.model.n_vocab, dtype=torch.float32)
+        logits = None
         out_ids = self.alloc.output_ids
         for ub, sinfo in zip(ubatches, sinfos):
             inp, key = self._begin_ubatch(ub, sinfo, self.memory)
-            if self.cuda_graphs is not None:
-                out = self.cuda_graphs.forward(self.model.net, inp, self.memory, key)  # [n_outputs(ub), n_vocab]
+            if self.cuda_graphs is not None:  # its output is a graph's buffer: always copied
+                out = self.cuda_graphs.forward(self.model.net, inp, self.memory, key).to("cpu", copy=True)
             else:
-                out = self.model.net.forward(inp, self.memory)
-            if out.shape[0]:
-                logits[torch.tensor(self._output_rows(ub), dtype=torch.long)] = out.to("cpu")
+                out = self.model.net.forward(inp, self.memory).to("cpu")  # [n_outputs(ub), n_vocab], a new tensor
+            rows = self._output_rows(ub)
+            if len(ubatches) == 1 and rows == list(range(n_outputs)) and out.dtype == torch.float32:
+                logits = out  # one ubatch, outputs in order (a decode step): its logits, not a copy
+            elif out.shape[0]:
+                if logits is None:
+                    logits = torch.empty(n_outputs, self.model.n_vocab, dtype=torch.float32)
+                logits[torch.tensor(rows, dtype=torch.long)] = out
+        if logits is None:
+            logits = torch.empty(n_outputs, self.model.n_vocab, dtype=torch.float32)
         self._logits, self._output_ids = logits, out_ids
         self._count(batch, len(ubatches))
 
