@@ -158,6 +158,20 @@ def test_frequency_presence_and_window():
     for t in (0, 2, 2):
         s.accept(t)
     assert s.sample(logits) == 1  # -1 = n_ctx (3): token 0 still inside
+
+
+def test_window_past_the_context_is_the_context():
+    """repeat_last_n larger than the context (up to numbers no deque could hold: a fuzzed
+    request sent 2**70) is the whole context, as -1 is."""
+    logits = torch.tensor([1.0, 0.5, 0.0])
+    for last_n in (4, 2**40, 2**70):
+        s = Sampler(SamplingParams(temp=0.0, penalty_present=0.6, penalty_last_n=last_n), n_ctx=3)
+        for t in (0, 2, 2, 2):
+            s.accept(t)
+        assert s.sample(logits) == 0  # the window holds the last 3 tokens: token 0 left it
+    s = Sampler(SamplingParams(temp=0.0, penalty_present=0.6, penalty_last_n=2**70))  # no context given
+    s.accept(0)
+    assert s.sample(logits) == 1
     s.reset()
     assert s.sample(logits) == 0
 

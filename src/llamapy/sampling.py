@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 import os
+import sys
 from collections import Counter, deque
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -193,7 +194,10 @@ class Sampler:
         self.params = params if params is not None else SamplingParams()
         self.grammar = grammar  # masks the logits before the chain; advanced by accept(t, accept_grammar=True)
         last_n = self.params.penalty_last_n
-        self._window: deque[int] = deque(maxlen=n_ctx if last_n == -1 else last_n)
+        window = n_ctx if last_n == -1 else last_n
+        if n_ctx is not None and window is not None:  # a sequence never holds more than its context:
+            window = min(window, n_ctx)  # a larger repeat_last_n means the same window
+        self._window: deque[int] = deque(maxlen=None if window is None else min(window, sys.maxsize))
         self._counts: Counter[int] = Counter()
         self._generator = torch.Generator(device="cpu")
         self.seed = 0

@@ -241,7 +241,13 @@ class Scheduler:
             req = self.waiting.popleft()
             self._dequeued()
             slot = self._pick_slot(idle, req.prompt)
-            sampler = Sampler(req.sampling, n_ctx=slot.n_ctx, grammar=req.constraint)
+            try:
+                sampler = Sampler(req.sampling, n_ctx=slot.n_ctx, grammar=req.constraint)
+            except Exception as e:  # noqa: BLE001 - this request's own settings: it ends, the others go on
+                log.exception("request %s: its sampler could not be made", req.id)
+                req.sink(Event(req.id, final=True, finish_reason="error", usage=Usage(len(req.prompt)),
+                               error=f"sampling settings rejected: {e}"))
+                continue
             n_keep = slot.start(req, sampler, StreamDecoder(self.tok))
             slot.spec = self._speculator(slot.id, req)
             can_reuse = getattr(self.ctx.memory, "can_reuse_prefix", None)  # SWA: the window may have moved on
