@@ -38,12 +38,6 @@ def rms_norm(lib: KernelLib, x: torch.Tensor, w: torch.Tensor | None, eps: float
     return out
 
 
-def glu_stacked(lib: KernelLib, gu: torch.Tensor, gelu: bool = False) -> torch.Tensor:
-    """gu: [n, 2 n_ff] (gate | up) -> act(gate) * up [n, n_ff]; act silu, or gelu's tanh form."""
-    gate, up = gu.chunk(2, dim=1)
-    return glu(lib, gate, up, gelu)
-
-
 def glu(lib: KernelLib, gate: torch.Tensor, up: torch.Tensor, gelu: bool = False) -> torch.Tensor:
     """gate, up: [n, n_ff] (rows contiguous, any row stride) -> act(gate) * up [n, n_ff]."""
     gate, up = (t if t.stride(1) == 1 else t.contiguous() for t in (gate, up))
@@ -51,11 +45,6 @@ def glu(lib: KernelLib, gate: torch.Tensor, up: torch.Tensor, gelu: bool = False
     out = torch.empty(n, n_ff, dtype=torch.float32)
     lib.fn.lp_glu_rows(gate.data_ptr(), gate.stride(0), up.data_ptr(), up.stride(0), n, n_ff, int(gelu), out.data_ptr())
     return out
-
-
-def swiglu_stacked(lib: KernelLib, gu: torch.Tensor) -> torch.Tensor:
-    """gu: [n, 2 n_ff] (gate | up) -> silu(gate) * up [n, n_ff]."""
-    return glu_stacked(lib, gu, gelu=False)
 
 
 def rope_(lib: KernelLib, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, n_rot: int, neox: bool) -> None:

@@ -2,20 +2,11 @@
 rows: attention, which consults the KQ mask."""
 from __future__ import annotations
 
-from typing import Callable
-
 import torch
 import torch.nn.functional as F
 
 from ..kernels import ops as kops
 from ..kernels.ops import row_lib
-
-Linear = Callable[[torch.Tensor], torch.Tensor] | torch.Tensor  # a QMatrix, or a dense [n_out, n_in]
-
-
-def linear(x: torch.Tensor, w: Linear) -> torch.Tensor:
-    """x: [n, n_in] -> [n, n_out] through a QMatrix or a dense weight."""
-    return F.linear(x, w) if isinstance(w, torch.Tensor) else w(x)
 
 
 def rms_norm(x: torch.Tensor, w: torch.Tensor | None, eps: float) -> torch.Tensor:
@@ -116,14 +107,4 @@ def glu(gate: torch.Tensor, up: torch.Tensor, gelu: bool = False) -> torch.Tenso
 def glu_stacked(gu: torch.Tensor, gelu: bool = False) -> torch.Tensor:
     """gu: [n, 2 n_ff], gate | up (one stacked product) -> act(gate) * up [n, n_ff]."""
     return glu(*gu.chunk(2, dim=1), gelu=gelu)
-
-
-def swiglu_stacked(gu: torch.Tensor) -> torch.Tensor:
-    """gu: [n, 2 n_ff], gate | up (one stacked product) -> silu(gate) * up [n, n_ff]."""
-    return glu_stacked(gu, gelu=False)
-
-
-def swiglu_ffn(x: torch.Tensor, gate: Linear, up: Linear, down: Linear) -> torch.Tensor:
-    """x: [n, n_embd] -> down(silu(gate x) * up x): [n, n_embd]."""
-    return linear(F.silu(linear(x, gate)) * linear(x, up), down)
 

@@ -12,7 +12,7 @@ from ...memory.kv_cache import KVCache
 from ..graph import UBatchInputs
 from ..hparams import HParams
 from ..attend import attend
-from ..layers import rms_norm, swiglu_stacked
+from ..layers import glu_stacked, rms_norm
 from ..loader import WeightLoader
 from ..qmatrix import QMatrix
 from ..rope import ROPE_TYPE_NORM, RopeParams, apply_rope, apply_rope_, rope_cos_sin
@@ -105,7 +105,7 @@ class LlamaModel:
     def _ffn(self, L: LlamaLayer, x: torch.Tensor) -> None:
         """x [n_tokens, n_embd] += the SwiGLU block's output."""
         gu = L.ffn_gate_up(rms_norm(x, L.ffn_norm, self.hp.f_norm_rms_eps))  # [n_tokens, 2 n_ff]: gate | up
-        L.ffn_down.add_into(swiglu_stacked(gu), x)
+        L.ffn_down.add_into(glu_stacked(gu), x)  # SwiGLU
 
     def rotate_k(self, il: int, k: torch.Tensor, delta: torch.Tensor) -> torch.Tensor:
         """K-shift: k [n, n_embd_k_gqa] rotated by delta [n] positions (RoPE composes)."""
