@@ -5,6 +5,7 @@ kernels (attention over an f16 cache, the fused layers); `row_lib(x)` that of th
 ones, which split any number of rows among their threads."""
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 from .build import KernelLib, load_kernels
@@ -59,10 +60,15 @@ def rope_(lib: KernelLib, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
 def visible_cells(mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """The cells each row of a KQ mask [n, n_kv] can see, as (ptr [n + 1], cells [nnz]) int64:
     row i's are cells[ptr[i]:ptr[i + 1]], ascending.  Built once per ubatch."""
-    rows, cells = torch.nonzero(mask != float("-inf"), as_tuple=True)
-    ptr = torch.zeros(mask.shape[0] + 1, dtype=torch.int64)
-    ptr[1:] = torch.bincount(rows, minlength=mask.shape[0]).cumsum(0)
-    return ptr, cells.contiguous()
+    return visible_cells_np((mask != float("-inf")).numpy())
+
+
+def visible_cells_np(visible: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
+    """visible_cells of the mask rule's bool [n, n_kv] (True: the row sees the cell)."""
+    _, cells = np.nonzero(visible)
+    ptr = np.zeros(visible.shape[0] + 1, dtype=np.int64)
+    np.cumsum(np.count_nonzero(visible, axis=1), out=ptr[1:])
+    return torch.from_numpy(ptr), torch.from_numpy(np.ascontiguousarray(cells, dtype=np.int64))  # nonzero: a strided view
 
 
 def attn_f16(lib: KernelLib, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, n_kv: int, n_head_kv: int,

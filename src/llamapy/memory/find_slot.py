@@ -33,6 +33,8 @@ def find_slot(pos: np.ndarray, seq: np.ndarray, n_used: int, seq_pos_max: Sequen
     if n_tokens < 1 or n_tokens > size:
         return None
     head_cur = 0 if head > n_used + 2 * n_tokens else min(max(head, 0), size)
+    if head_cur + n_tokens <= size and bool((pos[head_cur:head_cur + n_tokens] < 0).all()):
+        return list(range(head_cur, head_cur + n_tokens))  # empty cells from head: first in either order
     usable = usable_cells(pos, seq, seq_pos_max, n_swa, swa_type)
     if not cont:
         order = np.roll(np.arange(size), -head_cur)

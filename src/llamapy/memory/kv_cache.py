@@ -156,8 +156,8 @@ class KVCache:
         has left behind its window count as free (llama.cpp find_slot)."""
         streams = np.array([self.seq_to_stream(s[0]) for s in ub.seq_id], dtype=np.int64)
         idxs = np.zeros(ub.n_tokens, dtype=np.int64)
-        for st in np.unique(streams):
-            rows = np.nonzero(streams == st)[0]
+        groups = [(0, np.arange(ub.n_tokens))] if self.n_stream == 1 else SlotInfo(streams, idxs).groups()
+        for st, rows in groups:
             cells = self.cells[int(st)]
             found = cells.find_slot(len(rows), n_swa=self.n_swa, swa_type=self.swa_type)
             if found is None:
@@ -179,7 +179,10 @@ class KVCache:
     def prepare(self, ubatches: list[UBatch]) -> list[SlotInfo]:
         """Find cells for every ubatch of a decode call by simulating them, then undo the
         simulation.  Raises KVCacheFullError before anything changes if one does not fit.
-        Only the streams the ubatches write are copied (one of -np 8 for a single stream)."""
+        Only the streams the ubatches write are copied (one of -np 8 for a single stream); a
+        single ubatch (a decode step) needs no simulation: its search changes nothing."""
+        if len(ubatches) == 1:
+            return [self._find_slot(ubatches[0])]
         touched = sorted({self.seq_to_stream(sids[0]) for ub in ubatches for sids in ub.seq_id})
         snaps = [(st, self.cells[st].snapshot()) for st in touched]
         try:
@@ -210,9 +213,8 @@ class KVCache:
         Written into `out` when given (a reused graph input buffer)."""
         if visible is None:
             visible = self.kq_visible(ub, stream, rows, n_kv, swa)
-        blocked = torch.from_numpy(~visible).to(self.device)
-        m = torch.zeros(visible.shape, dtype=torch.float32, device=self.device) if out is None else out.zero_()
-        return m.masked_fill_(blocked, float("-inf"))
+        m = torch.from_numpy(np.where(visible, np.float32(0.0), np.float32(-np.inf)))  # [len(rows), n_kv]
+        return m.to(self.device) if out is None else out.copy_(m)
 
     def store_plan(self, sinfo: SlotInfo) -> list[tuple[int, slice | torch.Tensor, slice | torch.Tensor]]:
         """(stream, cells, ubatch rows) per stream the ubatch writes: slices when the cells are

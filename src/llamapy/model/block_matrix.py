@@ -107,8 +107,9 @@ class BlockMatrix:
     def get_rows(self, ids: torch.Tensor) -> torch.Tensor:
         """Rows `ids` as float32 [len(ids), n_in] (ggml_get_rows: embeddings), exact."""
         ids = ids.to(torch.int64).contiguous()
-        if len(ids) and (int(ids.min()) < 0 or int(ids.max()) >= self.n_out):
-            raise IndexError(f"row ids must be in [0, {self.n_out}), got {int(ids.min())}..{int(ids.max())}")
+        lo, hi = (int(v) for v in ids.aminmax()) if len(ids) else (0, 0)
+        if lo < 0 or hi >= self.n_out:
+            raise IndexError(f"row ids must be in [0, {self.n_out}), got {lo}..{hi}")
         out = torch.empty(len(ids), self.n_in, dtype=torch.float32)
         self.lib.fn.lp_get_rows(int(self.qtype), self.blocks.data_ptr(), self.n_in, ids.data_ptr(), len(ids), out.data_ptr())
         return out

@@ -9,7 +9,7 @@ import numpy as np
 import torch
 
 from ..batch.allocator import UBatch
-from ..kernels.ops import visible_cells
+from ..kernels.ops import visible_cells_np
 from ..memory.kv_cache import KVCache, SlotInfo
 
 
@@ -33,7 +33,7 @@ class AttnGroup:
     q_index: torch.Tensor | None = None  # gathered: [S * r_max] long
     take: torch.Tensor | None = None  # gathered: [n] long into the S * r_max slots
     bias: torch.Tensor | None = None  # gathered: [S, r_max, c_max] float32
-    visible: tuple[torch.Tensor, torch.Tensor] | None = None  # dense, CPU kernel: kernels.ops.visible_cells(mask)
+    visible: tuple[torch.Tensor, torch.Tensor] | None = None  # dense, CPU kernel: kernels.ops.visible_cells_np(visible)
 
 
 GATHER_MAX_FRACTION = 0.5  # gather when the compressed mask has at most this share of the dense one
@@ -108,7 +108,7 @@ class UBatchInputs:
                     continue
                 buf = None if self.graphs is None else self.graphs.buffer((id(cache), swa, st), (len(rows), n_kv), cache.device)
                 mask = cache.kq_mask(self.ubatch, st, rows, n_kv, swa, out=buf, visible=vis)
-                out.append(AttnGroup(rows_t, st, n_kv, mask, visible=None if gather else visible_cells(mask)))
+                out.append(AttnGroup(rows_t, st, n_kv, mask, visible=None if gather else visible_cells_np(vis)))
             self.masks[key] = out
         return self.masks[key]
 

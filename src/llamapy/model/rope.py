@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from ..kernels import ops as kops
@@ -24,7 +25,15 @@ class RopeParams:
 
 
 def rope_cos_sin(pos: torch.Tensor, p: RopeParams) -> tuple[torch.Tensor, torch.Tensor]:
-    """pos: [n] int (positions, or position deltas for a K-shift) -> cos, sin: [n, 1, n_rot/2]."""
+    """pos: [n] int (positions, or position deltas for a K-shift) -> cos, sin: [n, 1, n_rot/2],
+    the angles in float64, rounded once to float32.  On the CPU in numpy: a decode step's row
+    costs a few numpy calls instead of ten PyTorch ops (a step's Python runs with caches the
+    weights' stream has just emptied, so each op costs more than its bare time)."""
+    if pos.device.type == "cpu":
+        inv_np = p.freq_base ** (-np.arange(0, p.n_rot, 2, dtype=np.float64) / p.n_rot)  # [n_rot/2]
+        th = (pos.numpy().astype(np.float64)[:, None] * p.freq_scale) * inv_np[None, :]  # [n, n_rot/2]
+        return (torch.from_numpy(np.cos(th).astype(np.float32)[:, None, :]),
+                torch.from_numpy(np.sin(th).astype(np.float32)[:, None, :]))
     inv = p.freq_base ** (-torch.arange(0, p.n_rot, 2, dtype=torch.float64, device=pos.device) / p.n_rot)  # [n_rot/2]
     theta = (pos.to(torch.float64)[:, None] * p.freq_scale) * inv[None, :]  # [n, n_rot/2]
     return theta.cos().float()[:, None, :], theta.sin().float()[:, None, :]
