@@ -86,7 +86,7 @@ def test_dequant_and_rows_exact(lib, qtype):
 
 
 @pytest.mark.parametrize("qtype", QUANT_TYPES + FLOAT_TYPES, ids=lambda t: t.name)
-@pytest.mark.parametrize("rows", [1, 2, 3, 4, 8, 17, DENSE_ROWS - 1, DENSE_ROWS + 3])  # integer rows 1..4, tiles, dense
+@pytest.mark.parametrize("rows", [1, 2, 3, 4, 8, 16, 17, DENSE_ROWS - 1, DENSE_ROWS + 3])  # ints 1..4, tiles, ints, dense
 def test_matmul_against_exact_product(lib, qtype, rows):
     n_in = 512 if qtype in F16_FIELDS else 160  # n_in an odd number of blocks of 32
     shape = (72, n_in)  # not a multiple of the 16-row chunks
@@ -96,7 +96,8 @@ def test_matmul_against_exact_product(lib, qtype, rows):
     ref = (x.double() @ W.double().T).float()
     y = m(x)
     scale = ref.abs().max().item()
-    # 1-4 rows: int16 activations (block types) or exact fp32 (float types); more: fp32, or bf16
+    # 1-4 and 16+ rows: int16 activations (block types; from 16 rows on x86 in vector lanes, a
+    # part-filled last group at 17 and 127) or exact fp32 (float types); 5-15: fp32; both: bf16
     # products where the CPU multiplies bf16 natively and the type is a coarse one
     bf16 = rows >= 5 and dense_dtype(qtype, lib) == torch.bfloat16
     tol = 1e-2 if bf16 else 1e-4
@@ -113,7 +114,8 @@ def test_isa_levels_agree():
     libs = [load_kernels(lv) for lv in levels]
     if None in libs:
         pytest.skip("no C compiler")
-    for qtype, rows in ((T.Q4_1, 1), (T.Q6_K, 5), (T.Q5_0, 5), (T.F16, 5), (T.Q5_0, 1), (T.Q6_K, 1)):
+    for qtype, rows in ((T.Q4_1, 1), (T.Q6_K, 5), (T.Q5_0, 5), (T.F16, 5), (T.Q5_0, 1), (T.Q6_K, 1),
+                        (T.Q6_K, 16), (T.Q8_0, 20), (T.Q4_K, 33), (T.Q5_0, 15)):  # from 16 rows: x86's lanes
         shape = (48, 512)  # (several rows of Q4_1 multiply in bf16 where the CPU has it)
         raw, _ = _matrix(qtype, shape, seed=3)
         x = torch.randn(rows, shape[1], generator=torch.Generator().manual_seed(2))

@@ -8,8 +8,16 @@ Q5_K, Q6_K, and the float types F16, BF16, F32).
                            against the weights' own integers (single-sequence decode: the
                            weights stream from memory, the fewest instructions per block win);
                            float types in exact fp32.
-  2 .. DENSE_ROWS - 1 rows lp_mm: each weight row dequantized once, exact fp32 products with
-                           every activation row (batched decode).
+  2 .. 4 rows              lp_mm: the one-row integer products, each block decoded once for
+                           the rows (a verification, a few sequences).
+  5 .. 15 rows             lp_mm: each weight row dequantized once, exact fp32 products with
+                           every activation row (from 5 rows on a CPU with AVX512-BF16, its
+                           coarse types in bf16: kernels/types.py BF16_GEMM_TYPES).
+  16 .. DENSE_ROWS - 1     lp_mm: the one-row arithmetic again (int16 activations), on x86
+                           with the rows in vector lanes: each weight row decoded to int16
+                           once, 16 or 8 rows per vpdpwssd / vpmaddwd (kernels/c/lanes_x86.c);
+                           1.2-1.6x the fp32 tiles from 16 rows on a Zen 4 at both x86
+                           levels (benchmarks/kernel_ab.py --rows 16 --stream).
   many rows                the weights dequantized (by the kernel) in chunks of DEQUANT_CHUNK
                            elements, then a dense GEMM: in bf16 where the CPU multiplies bf16
                            natively (AVX512-BF16) and the type is a coarse one (Q4_0, Q4_1,

@@ -16,8 +16,9 @@
  * from memory) is rounded once to int16 with one scale per block of 32 (lp_xrows, quants.c
  * lp_prepare_x_row): x ~ s * xq, |xq| <= LP_XQ_MAX.  The product is then the sum over 16-groups
  * of d16 * s * (q . xq) + m16 * sum16(x): integer dot products, the same integers on every ISA
- * (only the float sums' order differs).  Two rows or more (batched decode) multiply in fp32:
- * each weight row dequantized once, exact products. */
+ * (only the float sums' order differs).  The same from 16 rows on (a batched decode of 16
+ * sequences; on x86 with the rows in vector lanes, lanes_x86.c); from 5 to 15 rows, fp32:
+ * each weight row dequantized once, exact products (mm.c). */
 #ifndef LP_H
 #define LP_H
 
@@ -195,6 +196,32 @@ typedef struct {
     int8_t *qh, *ql;  /* dotprod builds: q = 256 qh + ql, [n, n_in] each; else NULL */
 } lp_xrows;
 
+/* Activation rows laid out "rows in lanes" for the integer products of LP_F32_ROWS rows or
+ * more (lanes_x86.c): per group of LP_NL rows, lane r of each vector is row r's. */
+typedef struct {
+    int64_t n_in, n_grp; /* row length, groups of LP_NL rows */
+    int32_t *q;          /* [n_grp, n_in / 2, LP_NL] each lane's pair of int16 (xrows' q) */
+    float *s, *sum32;    /* [n_grp, n_in / 32, LP_NL] */
+    float *sum16;        /* [n_grp, n_in / 16, LP_NL] */
+} lp_xlanes;
+#if defined(LP_AVX2) || defined(LP_AVX512)
+#define LP_LANES 1
+#if defined(LP_AVX512)
+#define LP_NL 16 /* rows per lane group: a zmm of int32 */
+#else
+#define LP_NL 8
+#endif
+size_t lp_xlanes_bytes(int64_t n_in, int64_t n);
+lp_xlanes lp_xlanes_at(void *buf, int64_t n_in, int64_t n);
+void lp_xlanes_put_row(const lp_xrows *xr, int64_t r, lp_xlanes l);
+/* nw (1..4) weight rows (w16: their canonical q widened to int16, lp_widen_q; wr: their d16,
+ * m16) against the LP_NL rows of each of ng (1, 2) lane groups from g0: y[LP_NL (ng j + i) + lane]. */
+void lp_lanes_tile(int ng, int nw, int g16, int has_min, const int16_t *const *w16, const lp_wrow *wr,
+                   const lp_xlanes *l, int64_t g0, float *y);
+void lp_widen_q(const int8_t *q, int64_t n_in, int16_t *out);
+int lp_unpack_row16(int type, const uint8_t *row, int64_t n_in, int16_t *q16, float *d16, float *m16); /* row1_x86.c */
+#endif
+
 /* quants.c */
 size_t lp_wrow_bytes(int64_t n_in);
 lp_wrow lp_wrow_at(void *buf, int64_t n_in);
@@ -260,7 +287,8 @@ int lp_attn_group_x86(const float *q0, int64_t hpt, int64_t d_k, int64_t d_v, co
 
 /* mm.c: the product split among the threads of an enclosing parallel region. */
 typedef struct {
-    lp_xrows xr;       /* the integer form (one row) */
+    lp_xrows xr;       /* the integer form (fewer than LP_F32_ROWS rows; on x86 any number) */
+    lp_xlanes xl;      /* x86, LP_F32_ROWS rows or more: xr's rows in lanes */
     uint16_t *xb;      /* the rows as bf16 (AVX512-BF16 builds, 2 rows or more), else NULL */
     const float *x;    /* fp32 rows */
     int64_t n, n_in;

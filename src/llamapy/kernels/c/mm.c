@@ -9,12 +9,34 @@
 
 #define CHUNK 16 /* output rows per task */
 
-size_t lp_xprep_bytes(int64_t n_in, int64_t n) { return lp_xrows_bytes(n_in, n) + (size_t)(n * n_in) * 2 + 64; }
+/* Do products of n rows of n_in take the integer products from many rows (LP_LANES_ROWS or
+ * more: on x86 the lanes of lanes_x86.c, which there beat the fp32 tiles at both levels,
+ * benchmarks/kernel_ab.py --rows; elsewhere dot.c's one-row products row by row), so that
+ * every level computes the same integers for every row count? */
+#define LP_LANES_ROWS 16
+static int many_ints(int64_t n_in, int64_t n) { return n_in % 32 == 0 && n >= LP_LANES_ROWS; }
+
+static size_t lanes_bytes(int64_t n_in, int64_t n) {
+#if defined(LP_LANES)
+    return many_ints(n_in, n) ? lp_xlanes_bytes(n_in, n) : 0;
+#else
+    (void)n_in, (void)n;
+    return 0;
+#endif
+}
+
+size_t lp_xprep_bytes(int64_t n_in, int64_t n) {
+    return lp_xrows_bytes(n_in, n) + (size_t)(n * n_in) * 2 + 64 + lanes_bytes(n_in, n);
+}
 
 lp_xprep lp_xprep_at(void *buf, int64_t n_in, int64_t n, const float *x) {
     lp_xprep p;
+    memset(&p.xl, 0, sizeof p.xl);
     p.xr = lp_xrows_at(buf, n_in, n);
     p.xb = (uint16_t *)(((uintptr_t)((char *)buf + lp_xrows_bytes(n_in, n)) + 63) & ~(uintptr_t)63);
+#if defined(LP_LANES)
+    if (many_ints(n_in, n)) p.xl = lp_xlanes_at((char *)buf + lp_xrows_bytes(n_in, n) + (size_t)(n * n_in) * 2 + 64, n_in, n);
+#endif
     p.x = x;
     p.n = n;
     p.n_in = n_in;
@@ -22,11 +44,15 @@ lp_xprep lp_xprep_at(void *buf, int64_t n_in, int64_t n, const float *x) {
 }
 
 /* Does row r of x need preparing (the integer products take it)? */
-int lp_needs_prep(const lp_xprep *xp) { return xp->n_in % 32 == 0 && xp->n < LP_F32_ROWS; }
+int lp_needs_prep(const lp_xprep *xp) { return xp->n_in % 32 == 0 && (xp->n < LP_F32_ROWS || xp->n >= LP_LANES_ROWS); }
 
-/* Row r of xp as the products read it: int16 for one row, bf16 for several on a bf16 CPU. */
+/* Row r of xp as the products read it: int16 (and on x86 from LP_F32_ROWS rows on, in lanes),
+ * bf16 for several on a bf16 CPU. */
 void lp_prep_row(lp_xprep *xp, int64_t r) {
     if (lp_needs_prep(xp)) lp_prepare_x_row(xp->x + r * xp->n_in, xp->xr, r);
+#if defined(LP_LANES)
+    if (many_ints(xp->n_in, xp->n)) lp_xlanes_put_row(&xp->xr, r, xp->xl);
+#endif
 #if defined(LP_BF16)
     if (xp->n >= LP_F32_ROWS && xp->n_in % 32 == 0) lp_to_bf16(xp->x + r * xp->n_in, xp->n_in, xp->xb + r * xp->n_in);
 #endif
@@ -39,9 +65,69 @@ void lp_prep_for(lp_xprep *xp) {
     for (int64_t r = 0; r < xp->n; r++) lp_prep_row(xp, r);
 }
 
-size_t lp_mm_scratch_bytes(int64_t n_in) { return lp_wrow_bytes(n_in) + LP_TW * (size_t)n_in * 6 + 192; }
+#define LANES_NW 4 /* weight rows per lane tile */
+#ifndef LANES_PF
+#define LANES_PF 0
+#endif
+#define LANES_YB 2048 /* floats of a chunk's buffered outputs (CHUNK columns of 128 rows) */
+static size_t lanes_row_bytes(int64_t n_in) { return lp_wrow_bytes(n_in) + (size_t)n_in * 2 + 128; }
+
+size_t lp_mm_scratch_bytes(int64_t n_in) {
+    const size_t tiles = lp_wrow_bytes(n_in) + LP_TW * (size_t)n_in * 6 + 192, lane_rows = LANES_NW * lanes_row_bytes(n_in);
+    return tiles > lane_rows ? tiles : lane_rows;
+}
 
 static inline void put(float *y, float v, int accumulate) { *y = accumulate ? *y + v : v; }
+
+#if defined(LP_LANES)
+/* Output rows o0..o1 from the lanes (lanes_x86.c): LANES_NW weight rows at a time unpacked to
+ * canonical form and widened to int16 once, then against every group of 8 activation rows. */
+static void lanes_chunk(int type, const uint8_t *w, int64_t o0, int64_t o1, int64_t n_out, int64_t n_in, const lp_xprep *xp,
+                        float *y, int64_t ldy, int accumulate, void *scratch) {
+    const int64_t rb = lp_row_bytes(type, n_in), n = xp->n;
+    const int g16 = type == LP_Q2_K || type == LP_Q3_K || type == LP_Q6_K, has_min = lp_has_min(type);
+    lp_wrow wr[LANES_NW];
+    int16_t *w16[LANES_NW];
+    for (int j = 0; j < LANES_NW; j++) {
+        char *at = (char *)scratch + j * lanes_row_bytes(n_in);
+        wr[j] = lp_wrow_at(at, n_in);
+        w16[j] = (int16_t *)(((uintptr_t)(at + lp_wrow_bytes(n_in)) + 63) & ~(uintptr_t)63);
+    }
+    float t[2 * LP_NL * LANES_NW];
+    float yb[LANES_YB]; /* the chunk's outputs [o1 - o0][n_pad]: y's rows lie ldy apart (often a multiple of 4 KiB:
+                         * the same cache sets), so each row's part is written once, in one piece */
+    const int64_t n_pad = xp->xl.n_grp * LP_NL;
+    const int buffered = n_pad * (o1 - o0) <= LANES_YB;
+    for (int64_t o = o0; o < o1; o += LANES_NW) {
+        const int nw = (int)(o1 - o < LANES_NW ? o1 - o : LANES_NW);
+        { /* the weight rows two tiles ahead on their way while this one computes */
+            const int64_t b = o + 2 * LANES_NW, e = o + 3 * LANES_NW < n_out ? o + 3 * LANES_NW : n_out;
+            for (const char *p = (const char *)(w + b * rb), *pe = (const char *)(w + e * rb); p < pe; p += 64)
+                __builtin_prefetch(p, 0, LANES_PF);
+        }
+        for (int j = 0; j < nw; j++) {
+            if (lp_unpack_row16(type, w + (o + j) * rb, n_in, w16[j], wr[j].d16, wr[j].m16)) continue;
+            lp_unpack_row(type, w + (o + j) * rb, n_in, wr[j]);
+            lp_widen_q(wr[j].q, n_in, w16[j]);
+        }
+        for (int64_t g = 0; g < xp->xl.n_grp; g += 2) { /* two groups of LP_NL rows a pass where there are */
+            const int ng = g + 1 < xp->xl.n_grp ? 2 : 1;
+            if (buffered) { /* t's lanes are the rows: yb's column o + j, rows LP_NL g .. */
+                lp_lanes_tile(ng, nw, g16, has_min, (const int16_t *const *)w16, wr, &xp->xl, g, t);
+                for (int j = 0; j < nw; j++) memcpy(yb + (o - o0 + j) * n_pad + LP_NL * g, t + LP_NL * ng * j, sizeof(float) * LP_NL * ng);
+                continue;
+            }
+            lp_lanes_tile(ng, nw, g16, has_min, (const int16_t *const *)w16, wr, &xp->xl, g, t);
+            for (int j = 0; j < nw; j++)
+                for (int64_t i = 0; i < LP_NL * ng && LP_NL * g + i < n; i++)
+                    put(y + (LP_NL * g + i) * ldy + o + j, t[LP_NL * (ng * j + i / LP_NL) + i % LP_NL], accumulate);
+        }
+    }
+    if (buffered)
+        for (int64_t r = 0; r < n; r++)
+            for (int64_t k = 0; k < o1 - o0; k++) put(y + r * ldy + o0 + k, yb[k * n_pad + r], accumulate);
+}
+#endif
 
 /* Output row o as float32: the file's floats, or dequantized into buf. */
 static const float *row_f32(int type, const uint8_t *w, int64_t rb, int64_t o, int64_t n_in, float *buf, lp_wrow wr) {
@@ -54,9 +140,11 @@ static const float *row_f32(int type, const uint8_t *w, int64_t rb, int64_t o, i
  * activation row.  Fewer than LP_F32_ROWS rows: integer products on the int16 activations,
  * straight from the blocks where row1_x86.c has the type (one weight row decoded once for all
  * activation rows), else through the canonical form -- so a verification or a few sequences
- * get the one-row arithmetic.  F16 / BF16 weights against up to LP_FROWS rows: one weight row
- * at a time, read from the file as one stream (dot.c lp_dot_float_rows).  Otherwise (LP_F32_ROWS
- * rows or more, float types): LP_TW rows at a time, dequantized to fp32 (f16 / bf16 widened as
+ * get the one-row arithmetic.  LP_LANES_ROWS rows or more of a block type (but a bf16 CPU's
+ * coarse types): the same integer products, on x86 in lanes (lanes_chunk), elsewhere row by
+ * row.  F16 / BF16 weights against up to LP_FROWS rows: one weight row at a time, read from
+ * the file as one stream (dot.c lp_dot_float_rows).  Otherwise (float types, and block types
+ * between the two bounds): LP_TW rows at a time, dequantized to fp32 (f16 / bf16 widened as
  * they are read), exact fp32 products in LP_TW x LP_TX tiles, the next LP_TW rows prefetched.
  * n_out: the matrix's rows (the prefetch stops there). */
 static void mm_chunk(int type, const uint8_t *w, int64_t o0, int64_t o1, int64_t n_out, int64_t n_in, const lp_xprep *xp,
@@ -66,6 +154,14 @@ static void mm_chunk(int type, const uint8_t *w, int64_t o0, int64_t o1, int64_t
     float *wf = (float *)(((uintptr_t)((char *)scratch + lp_wrow_bytes(n_in)) + 63) & ~(uintptr_t)63);
     const int g16 = type == LP_Q2_K || type == LP_Q3_K || type == LP_Q6_K, has_min = lp_has_min(type);
     float acc[LP_TW * LP_TX];
+    /* integer products: fewer than LP_F32_ROWS rows, or many (block types but bf16 CPUs' coarse ones) */
+    const int ints = !lp_is_float(type) && (n < LP_F32_ROWS || (many_ints(n_in, n) && !lp_bf16_rows(type, n_in)));
+#if defined(LP_LANES)
+    if (ints && n >= LP_F32_ROWS) {
+        lanes_chunk(type, w, o0, o1, n_out, n_in, xp, y, ldy, accumulate, scratch);
+        return;
+    }
+#endif
 #if defined(LP_BF16)
     if (n >= LP_F32_ROWS && lp_bf16_rows(type, n_in)) {
         uint16_t *wb = (uint16_t *)(wf + 3 * n_in);
@@ -86,7 +182,7 @@ static void mm_chunk(int type, const uint8_t *w, int64_t o0, int64_t o1, int64_t
         return;
     }
 #endif
-    if (lp_is_float(type) || n >= LP_F32_ROWS) {
+    if (!ints) {
         const int64_t nt = (n + LP_TX - 1) / LP_TX;
         const int kind = type == LP_F16 ? LP_WF16 : type == LP_BF16_T ? LP_WBF16 : LP_WF32;
         if (n <= LP_FROWS && kind != LP_WF32) { /* f16 / bf16 decode, verification: each weight row one stream */
@@ -130,7 +226,7 @@ static void mm_chunk(int type, const uint8_t *w, int64_t o0, int64_t o1, int64_t
         put(y + o, acc[0], accumulate);
         put(y + o + 1, acc[1], accumulate);
     }
-    for (; o < o1; o++) { /* each weight row against the n (< LP_F32_ROWS) activation rows */
+    for (; o < o1; o++) { /* each weight row against the n activation rows */
         const uint8_t *row = w + o * rb;
         if (n > 1 && lp_dot_rows_x(type, row, n_in, &xp->xr, 0, (int)n, acc)) { /* decoded once for all rows */
             for (int64_t r = 0; r < n; r++) put(y + r * ldy + o, acc[r], accumulate);

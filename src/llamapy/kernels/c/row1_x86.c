@@ -441,6 +441,84 @@ int lp_row_to_f32_fast(int type, const uint8_t *row, int64_t n_in, float *out) {
     }
 }
 
+/* A row of a 32-element block type as int16 values (the canonical q, lp.h) with d16 and m16,
+ * for the lane products (lanes_x86.c): block16's decoding, stored; 0 for the other types. */
+LP_INLINE void store16(__m256i w8, int16_t *q16) { /* 32 int8 values as int16 */
+    _mm256_storeu_si256((__m256i *)q16, lo16(w8));
+    _mm256_storeu_si256((__m256i *)(q16 + 16), hi16(w8));
+}
+
+/* Q4_K / Q5_K (f32_k45's decoding) and Q6_K (f32_q6_k's) as int16 values, d16 and m16. */
+LP_INLINE void unpack16_k45(const int type, const uint8_t *row, int64_t nsb, int16_t *q16, float *d16, float *m16) {
+    const int bb = type == LP_Q4_K ? 144 : 176;
+    for (int64_t i = 0; i < nsb; i++) {
+        const uint8_t *b = row + i * bb, *sc = b + 4, *qs = b + (type == LP_Q4_K ? 16 : 48);
+        const float d = lp_f16_to_f32(lp_rd16(b)), dmin = lp_f16_to_f32(lp_rd16(b + 2));
+        __m256i hb = type == LP_Q5_K ? _mm256_loadu_si256((const __m256i *)(b + 16)) : _mm256_setzero_si256();
+        for (int j = 0; j < 4; j++) {
+            const int sa = j < 2 ? sc[2 * j] & 63 : (sc[2 * j + 4] & 15) | ((sc[2 * j - 4] >> 6) << 4);
+            const int ma = j < 2 ? sc[2 * j + 4] & 63 : (sc[2 * j + 4] >> 4) | ((sc[2 * j] >> 6) << 4);
+            const int sb = j < 2 ? sc[2 * j + 1] & 63 : (sc[2 * j + 5] & 15) | ((sc[2 * j - 3] >> 6) << 4);
+            const int mb = j < 2 ? sc[2 * j + 5] & 63 : (sc[2 * j + 5] >> 4) | ((sc[2 * j + 1] >> 6) << 4);
+            __m256i wa, wb;
+            k45_pair(type, qs + 32 * j, &hb, &wa, &wb);
+            const int64_t g = 16 * i + 4 * j; /* the 16-group of wa's first value */
+            store16(wa, q16 + 16 * g);
+            store16(wb, q16 + 16 * g + 32);
+            d16[g] = d16[g + 1] = d * (float)sa;
+            d16[g + 2] = d16[g + 3] = d * (float)sb;
+            m16[g] = m16[g + 1] = -(dmin * (float)ma);
+            m16[g + 2] = m16[g + 3] = -(dmin * (float)mb);
+        }
+    }
+}
+
+LP_INLINE void unpack16_q6_k(const uint8_t *row, int64_t nsb, int16_t *q16, float *d16, float *m16) {
+    const __m256i o32 = _mm256_set1_epi8(32);
+    for (int64_t i = 0; i < nsb; i++) {
+        const uint8_t *b = row + i * 210;
+        const int8_t *sc = (const int8_t *)(b + 192);
+        const float d = lp_f16_to_f32(lp_rd16(b + 208));
+        for (int n = 0; n < 2; n++) {
+            __m256i w[4];
+            q6k_half(b + 64 * n, b + 128 + 32 * n, w);
+            for (int j = 0; j < 4; j++) store16(_mm256_sub_epi8(w[j], o32), q16 + 256 * i + 128 * n + 32 * j);
+        }
+        for (int g = 0; g < 16; g++) {
+            d16[16 * i + g] = d * (float)sc[g];
+            m16[16 * i + g] = 0.0f;
+        }
+    }
+}
+
+int lp_unpack_row16(int type, const uint8_t *row, int64_t n_in, int16_t *q16, float *d16, float *m16) {
+    if (type == LP_Q4_K || type == LP_Q5_K) {
+        unpack16_k45(type, row, n_in / 256, q16, d16, m16);
+        return 1;
+    }
+    if (type == LP_Q6_K) {
+        unpack16_q6_k(row, n_in / 256, q16, d16, m16);
+        return 1;
+    }
+    if (type != LP_Q4_0 && type != LP_Q4_1 && type != LP_Q5_0 && type != LP_Q5_1 && type != LP_Q8_0) return 0;
+    const int bb = bytes32(type);
+    for (int64_t b = 0; b < n_in / 32; b++) {
+        __m256i wl, wh;
+        float d, m;
+        block16(type, row + b * bb, &wl, &wh, &d, &m);
+        if (type == LP_Q4_0) { /* block16 keeps the nibbles (a minimum of -8 d): the canonical q - 8 */
+            wl = _mm256_sub_epi16(wl, _mm256_set1_epi16(8));
+            wh = _mm256_sub_epi16(wh, _mm256_set1_epi16(8));
+            m = 0.0f;
+        }
+        _mm256_storeu_si256((__m256i *)(q16 + 32 * b), wl);
+        _mm256_storeu_si256((__m256i *)(q16 + 32 * b + 16), wh);
+        d16[2 * b] = d16[2 * b + 1] = d;
+        m16[2 * b] = m16[2 * b + 1] = m;
+    }
+    return 1;
+}
+
 /* Weight rows w0 and w1 against activation row r, read together (each activation load feeds
  * both) where that pays: the 4- and 5-bit types.  Q8_0's rows are read one at a time: two
  * interleaved streams of its 34-byte blocks halve the bandwidth the prefetchers reach. */

@@ -1,0 +1,168 @@
+/* Integer products of several activation rows (5 or more: batched decode, a verification, a
+ * server step) against weight rows in canonical form (lp.h), x86: the activation rows laid
+ * out "rows in lanes".  The one-row arithmetic of dot.c (exact integer dots of int8 weights
+ * with int16 activations, one float scale per block of 32 or per 16-group), for 8 rows at once:
+ *
+ *   lane layout (lp_xlanes, per group of 8 rows): for each pair k of adjacent elements, one
+ *   256-bit vector whose lane r holds row r's two int16 (x[2k], x[2k+1]); per block of 32 the
+ *   rows' scales s, per 16-group their sums.
+ *   product: a weight pair (w[2k], w[2k+1]) broadcast to every lane, one vpdpwssd (AVX512-VNNI;
+ *   vpmaddwd + vpaddd without it) adds w[2k] x_r[2k] + w[2k+1] x_r[2k+1] to lane r: 16 exact
+ *   products per instruction, for 8 rows, with no dequantization to float and no horizontal
+ *   sums; per block (or 16-group) one conversion and one FMA per weight row give 8 rows' share.
+ *
+ * The fp32 tiles (dot.c) dequantize every weight row and spend a multiply-add per weight and
+ * row; here a weight row is unpacked once and widened to int16 once for all the rows.  The
+ * sums are the one-row path's integers, so several rows agree with the one-row products up to
+ * the order of the float sums (the fp32 tiles multiplied the unrounded activations). */
+#include "lp.h"
+
+#if defined(LP_AVX2) || defined(LP_AVX512)
+
+#if defined(LP_AVX512) /* 16 lanes: zmm (a Zen 4 issues vpdpwssd zmm as fast as ymm: twice the products) */
+typedef __m512i vi;
+typedef __m512 vfl;
+#define VI_ZERO() _mm512_setzero_si512()
+#define VI_LOAD(p) _mm512_load_si512(p)
+#define VI_BCAST(x) _mm512_set1_epi32(x)
+#define VFL_ZERO() _mm512_setzero_ps()
+#define VFL_LOAD(p) _mm512_loadu_ps(p)
+#define VFL_STORE(p, v) _mm512_storeu_ps(p, v)
+#define VFL_SET1(x) _mm512_set1_ps(x)
+#define VFL_FMA(a, b, c) _mm512_fmadd_ps(a, b, c)
+#define VFL_MUL(a, b) _mm512_mul_ps(a, b)
+#define VFL_CVT(a) _mm512_cvtepi32_ps(a)
+LP_INLINE vi pair_dot(vi acc, vi x, vi w) {
+#if defined(LP_VNNI)
+    return _mm512_dpwssd_epi32(acc, x, w);
+#else
+    return _mm512_add_epi32(acc, _mm512_madd_epi16(x, w));
+#endif
+}
+#else
+typedef __m256i vi;
+typedef __m256 vfl;
+#define VI_ZERO() _mm256_setzero_si256()
+#define VI_LOAD(p) _mm256_load_si256(p)
+#define VI_BCAST(x) _mm256_set1_epi32(x)
+#define VFL_ZERO() _mm256_setzero_ps()
+#define VFL_LOAD(p) _mm256_loadu_ps(p)
+#define VFL_STORE(p, v) _mm256_storeu_ps(p, v)
+#define VFL_SET1(x) _mm256_set1_ps(x)
+#define VFL_FMA(a, b, c) _mm256_fmadd_ps(a, b, c)
+#define VFL_MUL(a, b) _mm256_mul_ps(a, b)
+#define VFL_CVT(a) _mm256_cvtepi32_ps(a)
+LP_INLINE vi pair_dot(vi acc, vi x, vi w) { return _mm256_add_epi32(acc, _mm256_madd_epi16(x, w)); }
+#endif
+#define NL LP_NL
+
+size_t lp_xlanes_bytes(int64_t n_in, int64_t n) {
+    const int64_t ng = (n + NL - 1) / NL;
+    return (size_t)(ng * NL) * ((size_t)n_in * 2 + (size_t)(n_in / 32) * 8 + (size_t)(n_in / 16) * 4) + 128;
+}
+
+lp_xlanes lp_xlanes_at(void *buf, int64_t n_in, int64_t n) {
+    lp_xlanes l;
+    const int64_t ng = (n + NL - 1) / NL;
+    l.n_in = n_in;
+    l.n_grp = ng;
+    l.q = (int32_t *)(((uintptr_t)buf + 63) & ~(uintptr_t)63);
+    l.s = (float *)(l.q + ng * NL * (n_in / 2));
+    l.sum32 = l.s + ng * NL * (n_in / 32);
+    l.sum16 = l.sum32 + ng * NL * (n_in / 32);
+    return l;
+}
+
+/* Row r of xr (prepared: lp_prepare_x_row) into lane r % NL of group r / NL.  Rows are written
+ * by whichever thread prepares them; a group's lanes past the last row hold whatever the
+ * buffer held (their outputs are never read). */
+void lp_xlanes_put_row(const lp_xrows *xr, int64_t r, lp_xlanes l) {
+    const int64_t n_in = l.n_in, nb = n_in / 32, ng16 = n_in / 16, g = r / NL, lane = r % NL;
+    const int32_t *src = (const int32_t *)(xr->q + r * n_in);
+    int32_t *q = l.q + g * NL * (n_in / 2) + lane;
+    for (int64_t k = 0; k < n_in / 2; k++) q[NL * k] = src[k];
+    float *s = l.s + g * NL * nb + lane, *s32 = l.sum32 + g * NL * nb + lane, *s16 = l.sum16 + g * NL * ng16 + lane;
+    for (int64_t b = 0; b < nb; b++) {
+        s[NL * b] = xr->s[r * nb + b];
+        s32[NL * b] = xr->sum32[r * nb + b];
+    }
+    for (int64_t j = 0; j < ng16; j++) s16[NL * j] = xr->sum16[r * ng16 + j];
+}
+
+/* The NW weight rows w16[j] (int16 [n_in], widened from canonical rows wr[j]) against NG (1 or
+ * 2) lane groups g0.. of NL rows: y[NL (NG j + i) + lane] for group g0 + i.  Per block of 32
+ * (g16: per 16-group) one integer sum per weight row and lane, NG * NW independent chains of
+ * vpdpwssd (each weight pair broadcast once for the NG groups), then scaled by d s and the
+ * minimum's m sum(x) added, as dot.c does. */
+LP_INLINE void tile(const int NG, const int NW, const int g16, const int has_min, const int16_t *const *w16,
+                    const lp_wrow *wr, const lp_xlanes *l, int64_t g0, float *y) {
+    const int64_t n_in = l->n_in, nb = n_in / 32, ng16 = n_in / 16, np = n_in / 2;
+    const vi *xq[2];
+    const float *s[2], *s32[2], *s16[2];
+    for (int i = 0; i < NG; i++) {
+        xq[i] = (const vi *)(l->q + (g0 + i) * NL * np);
+        s[i] = l->s + (g0 + i) * NL * nb;
+        s32[i] = l->sum32 + (g0 + i) * NL * nb;
+        s16[i] = l->sum16 + (g0 + i) * NL * ng16;
+    }
+    vfl acc[2][4];
+    for (int i = 0; i < NG; i++)
+        for (int j = 0; j < NW; j++) acc[i][j] = VFL_ZERO();
+    for (int64_t b = 0; b < nb; b++) {
+        for (int h = 0; h < (g16 ? 2 : 1); h++) {
+            const int64_t gi = g16 ? 2 * b + h : 2 * b, k0 = 16 * b + 8 * h; /* gi: the 16-group whose d16, m16 apply */
+            vi p[2][4];
+            for (int i = 0; i < NG; i++)
+                for (int j = 0; j < NW; j++) p[i][j] = VI_ZERO();
+            for (int k = 0; k < (g16 ? 8 : 16); k++) {
+                vi xv[2];
+                for (int i = 0; i < NG; i++) xv[i] = VI_LOAD(xq[i] + k0 + k);
+                for (int j = 0; j < NW; j++) {
+                    int32_t wp;
+                    memcpy(&wp, w16[j] + 2 * (k0 + k), 4);
+                    const vi wv = VI_BCAST(wp); /* a broadcast load */
+                    for (int i = 0; i < NG; i++) p[i][j] = pair_dot(p[i][j], xv[i], wv);
+                }
+            }
+            for (int i = 0; i < NG; i++) {
+                const vfl sv = VFL_LOAD(s[i] + NL * b);
+                for (int j = 0; j < NW; j++) {
+                    acc[i][j] = VFL_FMA(VFL_CVT(p[i][j]), VFL_MUL(VFL_SET1(wr[j].d16[gi]), sv), acc[i][j]);
+                    if (has_min)
+                        acc[i][j] = VFL_FMA(VFL_LOAD(g16 ? s16[i] + NL * gi : s32[i] + NL * b), VFL_SET1(wr[j].m16[gi]), acc[i][j]);
+                }
+            }
+        }
+    }
+    for (int j = 0; j < NW; j++)
+        for (int i = 0; i < NG; i++) VFL_STORE(y + NL * (NG * j + i), acc[i][j]);
+}
+
+#define TILE_K(NG, NW)                                                                                                 \
+    do {                                                                                                               \
+        if (g16)                                                                                                       \
+            has_min ? tile(NG, NW, 1, 1, w16, wr, l, g0, y) : tile(NG, NW, 1, 0, w16, wr, l, g0, y);                   \
+        else                                                                                                           \
+            has_min ? tile(NG, NW, 0, 1, w16, wr, l, g0, y) : tile(NG, NW, 0, 0, w16, wr, l, g0, y);                   \
+    } while (0)
+
+void lp_lanes_tile(int ng, int nw, int g16, int has_min, const int16_t *const *w16, const lp_wrow *wr,
+                   const lp_xlanes *l, int64_t g0, float *y) {
+    switch (ng * 8 + nw) {
+    case 17: TILE_K(2, 1); break;
+    case 18: TILE_K(2, 2); break;
+    case 19: TILE_K(2, 3); break;
+    case 20: TILE_K(2, 4); break;
+    case 9: TILE_K(1, 1); break;
+    case 10: TILE_K(1, 2); break;
+    case 11: TILE_K(1, 3); break;
+    default: TILE_K(1, 4); break;
+    }
+}
+#undef TILE_K
+
+void lp_widen_q(const int8_t *q, int64_t n_in, int16_t *out) {
+    for (int64_t k = 0; k + 16 <= n_in; k += 16)
+        _mm256_storeu_si256((__m256i *)(out + k), _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(q + k))));
+}
+#endif
