@@ -39,3 +39,20 @@ def blocks_fit(qtype: T, n_in: int) -> bool:
 def bf16_gemm(qtype: T, cpu_bf16: bool) -> bool:
     """Does a many-row product of this type run as a bf16 GEMM (else fp32)?"""
     return cpu_bf16 and qtype in BF16_GEMM_TYPES
+
+
+def lanes_gemm(qtype: T, level: str, cpu_bf16: bool) -> bool:
+    """Does a product of DENSE_ROWS rows or more of this type stay in the kernels' integer lane
+    products (kernels/c/lanes_x86.c) instead of dequantize + fp32 GEMM?  At the AVX-512 level
+    (vpdpwssd on 512 bits) for the block types the CPU does not take in bf16: a 2-core AMD EPYC
+    (Zen 4) ran 512-row products of Gemma 3's Q5_0, Q8_0, Q4_K and Q6_K shapes 1.24-1.41x
+    faster than PyTorch's fp32 GEMM with the dequantization; at the AVX2 level from 0.73x (Q6_K)
+    to 1.42x (Q5_0), so there the GEMM stays.  The arithmetic is the one-row path's (int16
+    activations, an error of at most 1/65278 of each block's largest value)."""
+    return level == "avx512" and qtype in BLOCK_TYPES and qtype not in FLOAT_TYPES and not bf16_gemm(qtype, cpu_bf16)
+
+
+def lanes_slice_rows(n_in: int) -> int:
+    """Rows per kernel call of a many-row lane product: its activation buffers (about 6 bytes a
+    value: int16 rows, their lanes, bf16) stay within the dense path's dequantized chunk."""
+    return max(16, min(512, DEQUANT_CHUNK * 4 // (6 * n_in) // 16 * 16))

@@ -18,7 +18,10 @@ Q5_K, Q6_K, and the float types F16, BF16, F32).
                            once, 16 or 8 rows per vpdpwssd / vpmaddwd (kernels/c/lanes_x86.c);
                            1.2-1.6x the fp32 tiles from 16 rows on a Zen 4 at both x86
                            levels (benchmarks/kernel_ab.py --rows 16 --stream).
-  many rows                the weights dequantized (by the kernel) in chunks of DEQUANT_CHUNK
+  many rows                at the AVX-512 level the lane products again, in slices of at most
+                           512 rows (kernels/types.py lanes_gemm: 1.24-1.41x the fp32 GEMM
+                           for Gemma 3's fine types on a Zen 4); otherwise
+                           the weights dequantized (by the kernel) in chunks of DEQUANT_CHUNK
                            elements, then a dense GEMM: in bf16 where the CPU multiplies bf16
                            natively (AVX512-BF16) and the type is a coarse one (Q4_0, Q4_1,
                            Q2_K, Q3_K; BF16 weights are bf16 already), else in fp32 (a bf16
@@ -37,7 +40,8 @@ import torch
 import torch.nn.functional as F
 
 from ..kernels import KernelLib
-from ..kernels.types import BLOCK_TYPES, DENSE_ROWS, DEQUANT_CHUNK, bf16_gemm, block_nbytes, blocks_fit
+from ..kernels.types import (BLOCK_TYPES, DENSE_ROWS, DEQUANT_CHUNK, bf16_gemm, block_nbytes, blocks_fit, lanes_gemm,
+                             lanes_slice_rows)
 
 T = gguf.GGMLQuantizationType
 __all__ = ["BLOCK_TYPES", "DENSE_ROWS", "BlockMatrix", "block_matrix", "block_nbytes", "blocks_fit", "dense_dtype"]
@@ -61,10 +65,14 @@ class BlockMatrix:
     def nbytes(self) -> int:
         return self.blocks.numel()
 
+    def _dense(self, n: int) -> bool:
+        """Do n rows take dequantize + GEMM (else the kernels' products)?"""
+        return n >= DENSE_ROWS and not lanes_gemm(self.qtype, self.lib.level, self.lib.bf16)
+
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         """x: [n, n_in] float32 -> [n, n_out] float32."""
         n = x.shape[0]
-        if n >= DENSE_ROWS:
+        if self._dense(n):
             return self._dense_rows(x)
         y = torch.empty(n, self.n_out, dtype=torch.float32)
         if n:
@@ -73,18 +81,23 @@ class BlockMatrix:
 
     def add_into(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         """y += x W^T in place (the residual add fused into the product); y [n, n_out] float32."""
-        if x.shape[0] >= DENSE_ROWS or not y.is_contiguous():
+        if self._dense(x.shape[0]) or not y.is_contiguous():
             return y.add_(self(x))
         if x.shape[0]:
             self._mm(x, y, accumulate=True)
         return y
 
     def _mm(self, x: torch.Tensor, y: torch.Tensor, accumulate: bool) -> None:
+        """y (+)= x W^T through lp_mm; many rows in slices of lanes_slice_rows (bounded buffers)."""
         x = x.contiguous() if x.dtype == torch.float32 else x.float().contiguous()
-        rc = self.lib.fn.lp_mm(int(self.qtype), self.blocks.data_ptr(), self.n_out, self.n_in, x.data_ptr(), x.shape[0],
-                               y.data_ptr(), y.stride(0), int(accumulate))
-        if rc != 0:
-            raise MemoryError(f"lp_mm: no scratch memory for {x.shape[0]} rows of {self.n_in}")
+        n = x.shape[0]
+        step = lanes_slice_rows(self.n_in) if n >= DENSE_ROWS else n
+        for r0 in range(0, n, step):
+            r1 = min(n, r0 + step)
+            rc = self.lib.fn.lp_mm(int(self.qtype), self.blocks.data_ptr(), self.n_out, self.n_in, x[r0].data_ptr(),
+                                   r1 - r0, y[r0].data_ptr(), y.stride(0), int(accumulate))
+            if rc != 0:
+                raise MemoryError(f"lp_mm: no scratch memory for {r1 - r0} rows of {self.n_in}")
 
     def _dense_rows(self, x: torch.Tensor) -> torch.Tensor:
         dtype = dense_dtype(self.qtype, self.lib)
