@@ -1,20 +1,24 @@
-/* Integer products of several activation rows (5 or more: batched decode, a verification, a
- * server step) against weight rows in canonical form (lp.h), x86: the activation rows laid
- * out "rows in lanes".  The one-row arithmetic of dot.c (exact integer dots of int8 weights
- * with int16 activations, one float scale per block of 32 or per 16-group), for 8 rows at once:
+/* Integer products of many activation rows (16 or more, mm.c LP_LANES_ROWS: a batched decode
+ * of 16 sequences, a server step, and at the AVX-512 level prefill, kernels/types.py
+ * lanes_gemm) against weight rows in canonical form (lp.h), x86: the activation rows laid out
+ * "rows in lanes".  The one-row arithmetic of dot.c (exact integer dots of int8 weights with
+ * int16 activations, one float scale per block of 32 or per 16-group), for LP_NL rows at once
+ * (16 in a zmm at the AVX-512 level, 8 in a ymm at AVX2):
  *
- *   lane layout (lp_xlanes, per group of 8 rows): for each pair k of adjacent elements, one
- *   256-bit vector whose lane r holds row r's two int16 (x[2k], x[2k+1]); per block of 32 the
- *   rows' scales s, per 16-group their sums.
+ *   lane layout (lp_xlanes, per group of LP_NL rows): for each pair k of adjacent elements,
+ *   one vector whose lane r holds row r's two int16 (x[2k], x[2k+1]); per block of 32 the rows'
+ *   scales s, per 16-group their sums.
  *   product: a weight pair (w[2k], w[2k+1]) broadcast to every lane, one vpdpwssd (AVX512-VNNI;
- *   vpmaddwd + vpaddd without it) adds w[2k] x_r[2k] + w[2k+1] x_r[2k+1] to lane r: 16 exact
- *   products per instruction, for 8 rows, with no dequantization to float and no horizontal
- *   sums; per block (or 16-group) one conversion and one FMA per weight row give 8 rows' share.
+ *   vpmaddwd + vpaddd without it) adds w[2k] x_r[2k] + w[2k+1] x_r[2k+1] to lane r: 2 LP_NL
+ *   exact products per instruction, with no dequantization to float and no horizontal sums;
+ *   per block (or 16-group) one conversion and one FMA per weight row give the rows' share.
+ *   (A Zen 4 issues vpdpwssd on a zmm as fast as on a ymm: twice the products of its fp32 FMA.)
  *
  * The fp32 tiles (dot.c) dequantize every weight row and spend a multiply-add per weight and
- * row; here a weight row is unpacked once and widened to int16 once for all the rows.  The
- * sums are the one-row path's integers, so several rows agree with the one-row products up to
- * the order of the float sums (the fp32 tiles multiplied the unrounded activations). */
+ * row; here a weight row is decoded to int16 once (row1_x86.c lp_unpack_row16) for all the
+ * rows.  The sums are the one-row path's integers, so many rows agree with the one-row
+ * products up to the order of the float sums (the fp32 tiles multiplied the unrounded
+ * activations). */
 #include "lp.h"
 
 #if defined(LP_AVX2) || defined(LP_AVX512)
