@@ -37,6 +37,8 @@ class Row:
             return self.py / self.cpp - 1 if self.cpp else None
         if self.kind == "peak":
             return self.py / self.cpp if self.cpp else None
+        if self.kind == "kld" and -1e-6 < self.py < 0:  # a KLD of equal logits, summed in floats: 0 up to rounding
+            return 0.0 if self.cpp > 0 else None
         return self.py / self.cpp if self.cpp > 0 and self.py >= 0 else None
 
     def met(self) -> bool | None:

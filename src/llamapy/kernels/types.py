@@ -16,7 +16,8 @@ BF16_GEMM_TYPES = frozenset({T.Q4_0, T.Q4_1, T.Q2_K, T.Q3_K, T.BF16})
 FAST_ROWS = 32  # ubatches of fewer rows take the fused decode kernels (kernels/ops.py)
 MAX_KV_SETS = 8  # KV sets (caches a ubatch stores into and reads) of one lp_layers call: layers.c LP_MAX_KV_SETS
 # from this many rows on, a block matrix (model/block_matrix.py) dequantizes and runs a dense
-# GEMM; fewer take the kernels' tiles, each weight row dequantized once into registers' reach.
+# GEMM (unless lanes_gemm keeps it in the kernels' integer lanes); fewer take the kernels' tiles
+# or lanes.  (The memory estimate reserves the dense path's buffers, the larger of the two.)
 # benchmarks/dense_crossover.py on a 2-core AMD EPYC (Zen 4): the tiles beat dequantize + GEMM
 # by 10-60% from 32 to 128 rows for every SmolLM2 Q4_1 and Gemma 3 Q4_K_M layer shape, at the
 # AVX-512 and the AVX2 level; at 256 the two are about even, at 512 the GEMM wins or ties.

@@ -46,8 +46,8 @@ lp_xprep lp_xprep_at(void *buf, int64_t n_in, int64_t n, const float *x) {
 /* Does row r of x need preparing (the integer products take it)? */
 int lp_needs_prep(const lp_xprep *xp) { return xp->n_in % 32 == 0 && (xp->n < LP_F32_ROWS || xp->n >= LP_LANES_ROWS); }
 
-/* Row r of xp as the products read it: int16 (and on x86 from LP_F32_ROWS rows on, in lanes),
- * bf16 for several on a bf16 CPU. */
+/* Row r of xp as the products read it: int16 (on x86 from LP_LANES_ROWS rows on also in
+ * lanes), bf16 for several on a bf16 CPU. */
 void lp_prep_row(lp_xprep *xp, int64_t r) {
     if (lp_needs_prep(xp)) lp_prepare_x_row(xp->x + r * xp->n_in, xp->xr, r);
 #if defined(LP_LANES)
@@ -66,9 +66,6 @@ void lp_prep_for(lp_xprep *xp) {
 }
 
 #define LANES_NW 4 /* weight rows per lane tile */
-#ifndef LANES_PF
-#define LANES_PF 0
-#endif
 #define LANES_YB 2048 /* floats of a chunk's buffered outputs (CHUNK columns of 128 rows) */
 static size_t lanes_row_bytes(int64_t n_in) { return lp_wrow_bytes(n_in) + (size_t)n_in * 2 + 128; }
 
@@ -80,8 +77,9 @@ size_t lp_mm_scratch_bytes(int64_t n_in) {
 static inline void put(float *y, float v, int accumulate) { *y = accumulate ? *y + v : v; }
 
 #if defined(LP_LANES)
-/* Output rows o0..o1 from the lanes (lanes_x86.c): LANES_NW weight rows at a time unpacked to
- * canonical form and widened to int16 once, then against every group of 8 activation rows. */
+/* Output rows o0..o1 from the lanes (lanes_x86.c): LANES_NW weight rows at a time decoded to
+ * int16 once (lp_unpack_row16, or the canonical form widened), then against every group of
+ * LP_NL activation rows, two groups a pass. */
 static void lanes_chunk(int type, const uint8_t *w, int64_t o0, int64_t o1, int64_t n_out, int64_t n_in, const lp_xprep *xp,
                         float *y, int64_t ldy, int accumulate, void *scratch) {
     const int64_t rb = lp_row_bytes(type, n_in), n = xp->n;
@@ -103,7 +101,7 @@ static void lanes_chunk(int type, const uint8_t *w, int64_t o0, int64_t o1, int6
         { /* the weight rows two tiles ahead on their way while this one computes */
             const int64_t b = o + 2 * LANES_NW, e = o + 3 * LANES_NW < n_out ? o + 3 * LANES_NW : n_out;
             for (const char *p = (const char *)(w + b * rb), *pe = (const char *)(w + e * rb); p < pe; p += 64)
-                __builtin_prefetch(p, 0, LANES_PF);
+                __builtin_prefetch(p, 0, 0); /* (one tile ahead, or re-prefetching, left the loads waiting) */
         }
         for (int j = 0; j < nw; j++) {
             if (lp_unpack_row16(type, w + (o + j) * rb, n_in, w16[j], wr[j].d16, wr[j].m16)) continue;
@@ -112,15 +110,15 @@ static void lanes_chunk(int type, const uint8_t *w, int64_t o0, int64_t o1, int6
         }
         for (int64_t g = 0; g < xp->xl.n_grp; g += 2) { /* two groups of LP_NL rows a pass where there are */
             const int ng = g + 1 < xp->xl.n_grp ? 2 : 1;
-            if (buffered) { /* t's lanes are the rows: yb's column o + j, rows LP_NL g .. */
-                lp_lanes_tile(ng, nw, g16, has_min, (const int16_t *const *)w16, wr, &xp->xl, g, t);
-                for (int j = 0; j < nw; j++) memcpy(yb + (o - o0 + j) * n_pad + LP_NL * g, t + LP_NL * ng * j, sizeof(float) * LP_NL * ng);
-                continue;
-            }
             lp_lanes_tile(ng, nw, g16, has_min, (const int16_t *const *)w16, wr, &xp->xl, g, t);
-            for (int j = 0; j < nw; j++)
+            for (int j = 0; j < nw; j++) { /* t's lanes are the rows LP_NL g .. of output column o + j */
+                if (buffered) {
+                    memcpy(yb + (o - o0 + j) * n_pad + LP_NL * g, t + LP_NL * ng * j, sizeof(float) * LP_NL * ng);
+                    continue;
+                }
                 for (int64_t i = 0; i < LP_NL * ng && LP_NL * g + i < n; i++)
-                    put(y + (LP_NL * g + i) * ldy + o + j, t[LP_NL * (ng * j + i / LP_NL) + i % LP_NL], accumulate);
+                    put(y + (LP_NL * g + i) * ldy + o + j, t[LP_NL * ng * j + i], accumulate);
+            }
         }
     }
     if (buffered)
