@@ -388,41 +388,72 @@ LP_INLINE void f32_32(const int type, const uint8_t *row, int64_t nb, float *out
     }
 }
 
-LP_INLINE void f32_k45(const int type, const uint8_t *row, int64_t nsb, float *out) {
-    const int bb = type == LP_Q4_K ? 144 : 176;
-    for (int64_t i = 0; i < nsb; i++) {
-        const uint8_t *b = row + i * bb, *sc = b + 4, *qs = b + (type == LP_Q4_K ? 16 : 48);
-        const float d = lp_f16_to_f32(lp_rd16(b)), dmin = lp_f16_to_f32(lp_rd16(b + 2));
-        __m256i hb = type == LP_Q5_K ? _mm256_loadu_si256((const __m256i *)(b + 16)) : _mm256_setzero_si256();
-        for (int j = 0; j < 4; j++) {
-            const int sa = j < 2 ? sc[2 * j] & 63 : (sc[2 * j + 4] & 15) | ((sc[2 * j - 4] >> 6) << 4);
-            const int ma = j < 2 ? sc[2 * j + 4] & 63 : (sc[2 * j + 4] >> 4) | ((sc[2 * j] >> 6) << 4);
-            const int sb = j < 2 ? sc[2 * j + 1] & 63 : (sc[2 * j + 5] & 15) | ((sc[2 * j - 3] >> 6) << 4);
-            const int mb = j < 2 ? sc[2 * j + 5] & 63 : (sc[2 * j + 5] >> 4) | ((sc[2 * j + 1] >> 6) << 4);
-            __m256i wa, wb;
-            k45_pair(type, qs + 32 * j, &hb, &wa, &wb);
-            const float da = d * (float)sa, db = d * (float)sb, mna = -(dmin * (float)ma), mnb = -(dmin * (float)mb);
-            store32(wa, da, da, mna, mna, 1, out + 256 * i + 64 * j);
-            store32(wb, db, db, mnb, mnb, 1, out + 256 * i + 64 * j + 32);
-        }
-    }
+/* Sub-blocks 2j and 2j + 1 of the Q4_K / Q5_K super-block at b (d, dmin: its two scales):
+ * their 32 values each (Q5_K's fifth bits from *hb, moved on), scales d * sc and minimums
+ * -(dmin * m), ggml's get_scale_min_k4 per pair. */
+typedef struct {
+    __m256i wa, wb;
+    float da, db, mna, mnb;
+} k45_sub;
+
+LP_INLINE k45_sub k45_decode(const int type, const uint8_t *b, int j, float d, float dmin, __m256i *hb) {
+    const uint8_t *sc = b + 4, *qs = b + (type == LP_Q4_K ? 16 : 48);
+    const int sa = j < 2 ? sc[2 * j] & 63 : (sc[2 * j + 4] & 15) | ((sc[2 * j - 4] >> 6) << 4);
+    const int ma = j < 2 ? sc[2 * j + 4] & 63 : (sc[2 * j + 4] >> 4) | ((sc[2 * j] >> 6) << 4);
+    const int sb = j < 2 ? sc[2 * j + 1] & 63 : (sc[2 * j + 5] & 15) | ((sc[2 * j - 3] >> 6) << 4);
+    const int mb = j < 2 ? sc[2 * j + 5] & 63 : (sc[2 * j + 5] >> 4) | ((sc[2 * j + 1] >> 6) << 4);
+    k45_sub o;
+    k45_pair(type, qs + 32 * j, hb, &o.wa, &o.wb);
+    o.da = d * (float)sa, o.db = d * (float)sb, o.mna = -(dmin * (float)ma), o.mnb = -(dmin * (float)mb);
+    return o;
 }
 
-LP_INLINE void f32_q6_k(const uint8_t *row, int64_t nsb, float *out) {
-    const __m256i o32 = _mm256_set1_epi8(32);
-    for (int64_t i = 0; i < nsb; i++) {
-        const uint8_t *b = row + i * 210;
-        const int8_t *sc = (const int8_t *)(b + 192);
-        const float d = lp_f16_to_f32(lp_rd16(b + 208));
-        for (int n = 0; n < 2; n++) {
-            const uint8_t *ql = b + 64 * n, *qh = b + 128 + 32 * n;
-            __m256i w[4];
-            q6k_half(ql, qh, w);
-            for (int j = 0; j < 4; j++)
-                store32(_mm256_sub_epi8(w[j], o32), d * (float)sc[8 * n + 2 * j], d * (float)sc[8 * n + 2 * j + 1], 0.0f,
-                        0.0f, 0, out + 256 * i + 128 * n + 32 * j);
-        }
+/* The body (...) for each sub-block pair j of each super-block i of a Q4_K / Q5_K row, its k45_sub `sub`
+ * (f32_k45 and unpack16_k45 store the same decoding two ways). */
+#define FOR_K45(type, row, nsb, ...)                                                                                    \
+    for (int64_t i = 0; i < (nsb); i++) {                                                                              \
+        const uint8_t *b = (row) + i * ((type) == LP_Q4_K ? 144 : 176);                                                \
+        const float d = lp_f16_to_f32(lp_rd16(b)), dmin = lp_f16_to_f32(lp_rd16(b + 2));                               \
+        __m256i hb = (type) == LP_Q5_K ? _mm256_loadu_si256((const __m256i *)(b + 16)) : _mm256_setzero_si256();       \
+        for (int j = 0; j < 4; j++) {                                                                                  \
+            const k45_sub sub = k45_decode(type, b, j, d, dmin, &hb);                                                  \
+            __VA_ARGS__                                                                                                \
+        }                                                                                                              \
     }
+
+LP_INLINE void f32_k45(const int type, const uint8_t *row, int64_t nsb, float *out) {
+    FOR_K45(type, row, nsb, {
+        store32(sub.wa, sub.da, sub.da, sub.mna, sub.mna, 1, out + 256 * i + 64 * j);
+        store32(sub.wb, sub.db, sub.db, sub.mnb, sub.mnb, 1, out + 256 * i + 64 * j + 32);
+    })
+}
+
+/* Half n of the Q6_K super-block at b: its four groups of 32 values, q - 32 (int8). */
+LP_INLINE void q6k_values(const uint8_t *b, int n, __m256i *w) {
+    q6k_half(b + 64 * n, b + 128 + 32 * n, w);
+    for (int j = 0; j < 4; j++) w[j] = _mm256_sub_epi8(w[j], _mm256_set1_epi8(32));
+}
+
+/* The body (...) for each group of 32 values w[j] (q - 32) of a Q6_K row: k its first value's index,
+ * d0 and d1 the scales of its two 16-groups (f32_q6_k and unpack16_q6_k store them two ways). */
+#define FOR_Q6K(row, nsb, ...)                                                                                          \
+    for (int64_t i = 0; i < (nsb); i++) {                                                                              \
+        const uint8_t *b = (row) + i * 210;                                                                            \
+        const int8_t *sc = (const int8_t *)(b + 192);                                                                  \
+        const float d = lp_f16_to_f32(lp_rd16(b + 208));                                                               \
+        for (int n = 0; n < 2; n++) {                                                                                  \
+            __m256i w[4];                                                                                              \
+            q6k_values(b, n, w);                                                                                       \
+            for (int j = 0; j < 4; j++) {                                                                              \
+                const int64_t k = 256 * i + 128 * n + 32 * j;                                                          \
+                const float d0 = d * (float)sc[8 * n + 2 * j], d1 = d * (float)sc[8 * n + 2 * j + 1];                  \
+                __VA_ARGS__                                                                                            \
+            }                                                                                                          \
+        }                                                                                                              \
+    }
+
+LP_INLINE void f32_q6_k(const uint8_t *row, int64_t nsb, float *out) {
+    FOR_Q6K(row, nsb, { store32(w[j], d0, d1, 0.0f, 0.0f, 0, out + k); })
 }
 
 /* A row as float32 straight from its blocks (ggml's dequantization, bit for bit); 0 where the
@@ -450,46 +481,27 @@ LP_INLINE void store16(__m256i w8, int16_t *q16) { /* 32 int8 values as int16 */
 
 /* Q4_K / Q5_K (f32_k45's decoding) and Q6_K (f32_q6_k's) as int16 values, d16 and m16. */
 LP_INLINE void unpack16_k45(const int type, const uint8_t *row, int64_t nsb, int16_t *q16, float *d16, float *m16) {
-    const int bb = type == LP_Q4_K ? 144 : 176;
-    for (int64_t i = 0; i < nsb; i++) {
-        const uint8_t *b = row + i * bb, *sc = b + 4, *qs = b + (type == LP_Q4_K ? 16 : 48);
-        const float d = lp_f16_to_f32(lp_rd16(b)), dmin = lp_f16_to_f32(lp_rd16(b + 2));
-        __m256i hb = type == LP_Q5_K ? _mm256_loadu_si256((const __m256i *)(b + 16)) : _mm256_setzero_si256();
-        for (int j = 0; j < 4; j++) {
-            const int sa = j < 2 ? sc[2 * j] & 63 : (sc[2 * j + 4] & 15) | ((sc[2 * j - 4] >> 6) << 4);
-            const int ma = j < 2 ? sc[2 * j + 4] & 63 : (sc[2 * j + 4] >> 4) | ((sc[2 * j] >> 6) << 4);
-            const int sb = j < 2 ? sc[2 * j + 1] & 63 : (sc[2 * j + 5] & 15) | ((sc[2 * j - 3] >> 6) << 4);
-            const int mb = j < 2 ? sc[2 * j + 5] & 63 : (sc[2 * j + 5] >> 4) | ((sc[2 * j + 1] >> 6) << 4);
-            __m256i wa, wb;
-            k45_pair(type, qs + 32 * j, &hb, &wa, &wb);
-            const int64_t g = 16 * i + 4 * j; /* the 16-group of wa's first value */
-            store16(wa, q16 + 16 * g);
-            store16(wb, q16 + 16 * g + 32);
-            d16[g] = d16[g + 1] = d * (float)sa;
-            d16[g + 2] = d16[g + 3] = d * (float)sb;
-            m16[g] = m16[g + 1] = -(dmin * (float)ma);
-            m16[g + 2] = m16[g + 3] = -(dmin * (float)mb);
-        }
-    }
+    FOR_K45(type, row, nsb, {
+        const int64_t g = 16 * i + 4 * j; /* the 16-group of wa's first value */
+        store16(sub.wa, q16 + 16 * g);
+        store16(sub.wb, q16 + 16 * g + 32);
+        d16[g] = d16[g + 1] = sub.da;
+        d16[g + 2] = d16[g + 3] = sub.db;
+        m16[g] = m16[g + 1] = sub.mna;
+        m16[g + 2] = m16[g + 3] = sub.mnb;
+    })
 }
+#undef FOR_K45
 
 LP_INLINE void unpack16_q6_k(const uint8_t *row, int64_t nsb, int16_t *q16, float *d16, float *m16) {
-    const __m256i o32 = _mm256_set1_epi8(32);
-    for (int64_t i = 0; i < nsb; i++) {
-        const uint8_t *b = row + i * 210;
-        const int8_t *sc = (const int8_t *)(b + 192);
-        const float d = lp_f16_to_f32(lp_rd16(b + 208));
-        for (int n = 0; n < 2; n++) {
-            __m256i w[4];
-            q6k_half(b + 64 * n, b + 128 + 32 * n, w);
-            for (int j = 0; j < 4; j++) store16(_mm256_sub_epi8(w[j], o32), q16 + 256 * i + 128 * n + 32 * j);
-        }
-        for (int g = 0; g < 16; g++) {
-            d16[16 * i + g] = d * (float)sc[g];
-            m16[16 * i + g] = 0.0f;
-        }
-    }
+    FOR_Q6K(row, nsb, {
+        store16(w[j], q16 + k);
+        d16[k / 16] = d0;
+        d16[k / 16 + 1] = d1;
+        m16[k / 16] = m16[k / 16 + 1] = 0.0f;
+    })
 }
+#undef FOR_Q6K
 
 int lp_unpack_row16(int type, const uint8_t *row, int64_t n_in, int16_t *q16, float *d16, float *m16) {
     if (type == LP_Q4_K || type == LP_Q5_K) {
