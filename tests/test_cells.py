@@ -333,6 +333,21 @@ def test_find_slot_cont_returns_an_adjacent_free_run(spec, n, head):
         assert got == list(range(got[0], got[0] + n)) and got[0] in runs
 
 
+@settings(max_examples=200, deadline=None)
+@given(spec=st.lists(st.booleans(), min_size=1, max_size=16), n=st.integers(1, 5), head=st.integers(0, 20))
+def test_find_slot_takes_the_first_free_cells_from_head(spec, n, head):
+    """The first n empty cells in the order head .. size - 1, 0 .. head - 1 (from 0 when head
+    lies past used + 2 n): also when the n cells at head are free (find_slot takes them without
+    scanning the cache)."""
+    cells = KVCells(len(spec), 1)
+    for i, busy in enumerate(spec):
+        if busy:
+            cells.set_cell(i, i, (0,))
+    h = 0 if head > sum(spec) + 2 * n else min(head, len(spec))
+    free = [i for i in list(range(h, len(spec))) + list(range(h)) if not spec[i]][:n]
+    assert cells.find_slot(n, head=head) == (free if len(free) == n else None)
+
+
 def test_find_slot_far_head_restarts_at_zero():
     cells = KVCells(64, 1)
     # head 40 > used (0) + 2 * 4: llama.cpp starts from the beginning to fill the cache
