@@ -27,6 +27,14 @@ class KVCacheFullError(RuntimeError):
     """No room for a ubatch: the cache is unchanged; the message says how full it is."""
 
 
+def stream_rows(stream: np.ndarray) -> list[tuple[int, np.ndarray]]:
+    """(stream, row indices) for each stream in `stream` [n_tokens], in stream order; one
+    stream (a decode step, a unified cache) without a sort."""
+    if stream.size and (stream == stream[0]).all():
+        return [(int(stream[0]), np.arange(stream.size))]
+    return [(int(s), np.nonzero(stream == s)[0]) for s in np.unique(stream)]
+
+
 @dataclass(frozen=True, slots=True)
 class SlotInfo:
     """Where each row of one ubatch goes (llama.cpp slot_info).  [n_tokens] each."""
@@ -36,7 +44,7 @@ class SlotInfo:
 
     def groups(self) -> list[tuple[int, np.ndarray]]:
         """(stream, row indices) for each stream the ubatch touches, in stream order."""
-        return [(int(s), np.nonzero(self.stream == s)[0]) for s in np.unique(self.stream)]
+        return stream_rows(self.stream)
 
 
 class KVCache:
@@ -156,8 +164,7 @@ class KVCache:
         has left behind its window count as free (llama.cpp find_slot)."""
         streams = np.array([self.seq_to_stream(s[0]) for s in ub.seq_id], dtype=np.int64)
         idxs = np.zeros(ub.n_tokens, dtype=np.int64)
-        groups = [(0, np.arange(ub.n_tokens))] if self.n_stream == 1 else SlotInfo(streams, idxs).groups()
-        for st, rows in groups:
+        for st, rows in stream_rows(streams):
             cells = self.cells[int(st)]
             found = cells.find_slot(len(rows), n_swa=self.n_swa, swa_type=self.swa_type)
             if found is None:
