@@ -13,6 +13,7 @@ FLOAT_TYPES = frozenset({T.F16, T.BF16, T.F32})  # rows of any length, fp32 prod
 # many-row products take a bf16 GEMM on a CPU with native bf16 for these coarse types only
 # (bf16's 8-bit mantissa would squander the K-quants' and the 5-, 6-, 8-bit types' precision)
 BF16_GEMM_TYPES = frozenset({T.Q4_0, T.Q4_1, T.Q2_K, T.Q3_K, T.BF16})
+BLOCK32_TYPES = frozenset({T.Q4_0, T.Q4_1, T.Q5_0, T.Q5_1, T.Q8_0})  # one scale (and minimum) per block of 32
 FAST_ROWS = 32  # ubatches of fewer rows take the fused decode kernels (kernels/ops.py)
 MAX_KV_SETS = 8  # KV sets (caches a ubatch stores into and reads) of one lp_layers call: layers.c LP_MAX_KV_SETS
 # from this many rows on, a block matrix (model/block_matrix.py) dequantizes and runs a dense
@@ -47,10 +48,16 @@ def lanes_gemm(qtype: T, level: str, cpu_bf16: bool) -> bool:
     products (kernels/c/lanes_x86.c) instead of dequantize + fp32 GEMM?  At the AVX-512 level
     (vpdpwssd on 512 bits) for the block types the CPU does not take in bf16: a 2-core AMD EPYC
     (Zen 4) ran 512-row products of Gemma 3's Q5_0, Q8_0, Q4_K and Q6_K shapes 1.24-1.41x
-    faster than PyTorch's fp32 GEMM with the dequantization; at the AVX2 level from 0.73x (Q6_K)
-    to 1.42x (Q5_0), so there the GEMM stays.  The arithmetic is the one-row path's (int16
-    activations, an error of at most 1/65278 of each block's largest value)."""
-    return level == "avx512" and qtype in BLOCK_TYPES and qtype not in FLOAT_TYPES and not bf16_gemm(qtype, cpu_bf16)
+    faster than PyTorch's fp32 GEMM with the dequantization.  At the AVX2 level (vpmaddwd on
+    256 bits) only for the types of one scale per block of 32 (BLOCK32_TYPES: one conversion
+    and FMA per 16 pairs): there the same CPU ran SmolLM2's Q4_1 and Q8_0 shapes and Gemma 3's
+    Q5_0 1.09-1.54x the GEMM at 256 and 512 rows, but the K-quants' scales per 16-group halve
+    the integer run between conversions and Q4_K tied, Q6_K lost (0.69-0.75x)
+    (benchmarks/dense_crossover.py).  The arithmetic is the one-row path's (int16 activations,
+    an error of at most 1/65278 of each block's largest value)."""
+    if qtype not in BLOCK_TYPES or qtype in FLOAT_TYPES or bf16_gemm(qtype, cpu_bf16):
+        return False
+    return level == "avx512" or (level == "avx2" and qtype in BLOCK32_TYPES)
 
 
 def lanes_slice_rows(n_in: int) -> int:
