@@ -66,7 +66,7 @@ void lp_prep_for(lp_xprep *xp) {
 }
 
 #define LANES_NW 4 /* weight rows per lane tile */
-#define LANES_YB 2048 /* floats of a chunk's buffered outputs (CHUNK columns of 128 rows) */
+#define LANES_YB 8192 /* floats of a chunk's buffered outputs (CHUNK columns of 512 rows: lanes_slice_rows) */
 static size_t lanes_row_bytes(int64_t n_in) { return lp_wrow_bytes(n_in) + (size_t)n_in * 2 + 128; }
 
 size_t lp_mm_scratch_bytes(int64_t n_in) {
