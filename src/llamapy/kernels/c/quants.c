@@ -282,7 +282,10 @@ void lp_prepare_x_row(const float *x, lp_xrows xr, int64_t r) {
     for (int64_t b = 0; b < n_in / 32; b++) {
         const float *xb = x + 32 * b;
         float mx = 0.0f;
-        for (int j = 0; j < 32; j++) mx = fmaxf(mx, fabsf(xb[j]));
+        for (int j = 0; j < 32; j++) { /* fmaxf(mx, |x|) (a NaN leaves mx), in a form the compiler vectorizes */
+            const float a = fabsf(xb[j]);
+            mx = a > mx ? a : mx;
+        }
         const float inv = mx > 0.0f ? LP_XQ_MAX / mx : 0.0f;
         s[b] = mx / LP_XQ_MAX;
         for (int j = 0; j < 32; j++) {
