@@ -292,7 +292,11 @@ typedef struct {
     uint16_t *xb;      /* the rows as bf16 (AVX512-BF16 builds, 2 rows or more), else NULL */
     const float *x;    /* fp32 rows */
     int64_t n, n_in;
+    int reads;         /* LP_READS_INTS | LP_READS_BF16: the forms the products of xp read (lp_xprep_at: both;
+                        * lp_mm: its type's, lp_xprep_reads) -- lp_prep_row makes only these */
 } lp_xprep;
+#define LP_READS_INTS 1
+#define LP_READS_BF16 2
 size_t lp_xprep_bytes(int64_t n_in, int64_t n);
 lp_xprep lp_xprep_at(void *buf, int64_t n_in, int64_t n, const float *x);
 int lp_needs_prep(const lp_xprep *xp);

@@ -40,7 +40,15 @@ lp_xprep lp_xprep_at(void *buf, int64_t n_in, int64_t n, const float *x) {
     p.x = x;
     p.n = n;
     p.n_in = n_in;
+    p.reads = LP_READS_INTS | LP_READS_BF16;
     return p;
+}
+
+/* The forms of x a product of this type reads (mm_chunk's choice): bf16 rows for a bf16 CPU's
+ * coarse types from LP_F32_ROWS rows on, the integer form for the other block types. */
+static int lp_xprep_reads(int type, int64_t n_in, int64_t n) {
+    if (n >= LP_F32_ROWS && lp_bf16_rows(type, n_in)) return LP_READS_BF16;
+    return lp_is_float(type) ? 0 : LP_READS_INTS;
 }
 
 /* Does row r of x need preparing (the integer products take it)? */
@@ -49,12 +57,15 @@ int lp_needs_prep(const lp_xprep *xp) { return xp->n_in % 32 == 0 && (xp->n < LP
 /* Row r of xp as the products read it: int16 (on x86 from LP_LANES_ROWS rows on also in
  * lanes), bf16 for several on a bf16 CPU. */
 void lp_prep_row(lp_xprep *xp, int64_t r) {
-    if (lp_needs_prep(xp)) lp_prepare_x_row(xp->x + r * xp->n_in, xp->xr, r);
+    if (xp->reads & LP_READS_INTS) {
+        if (lp_needs_prep(xp)) lp_prepare_x_row(xp->x + r * xp->n_in, xp->xr, r);
 #if defined(LP_LANES)
-    if (many_ints(xp->n_in, xp->n)) lp_xlanes_put_row(&xp->xr, r, xp->xl);
+        if (many_ints(xp->n_in, xp->n)) lp_xlanes_put_row(&xp->xr, r, xp->xl);
 #endif
+    }
 #if defined(LP_BF16)
-    if (xp->n >= LP_F32_ROWS && xp->n_in % 32 == 0) lp_to_bf16(xp->x + r * xp->n_in, xp->n_in, xp->xb + r * xp->n_in);
+    if ((xp->reads & LP_READS_BF16) && xp->n >= LP_F32_ROWS && xp->n_in % 32 == 0)
+        lp_to_bf16(xp->x + r * xp->n_in, xp->n_in, xp->xb + r * xp->n_in);
 #endif
 }
 
@@ -261,6 +272,7 @@ int lp_mm(int type, const uint8_t *w, int64_t n_out, int64_t n_in, const float *
     void *xbuf = malloc(lp_xprep_bytes(n_in, n_rows));
     if (!xbuf) return -1;
     lp_xprep xp = lp_xprep_at(xbuf, n_in, n_rows, x);
+    xp.reads = lp_xprep_reads(type, n_in, n_rows);
     int failed = 0;
 #pragma omp parallel
     {
