@@ -12,7 +12,9 @@
  *   vpmaddwd + vpaddd without it) adds w[2k] x_r[2k] + w[2k+1] x_r[2k+1] to lane r: 2 LP_NL
  *   exact products per instruction, with no dequantization to float and no horizontal sums;
  *   per block (or 16-group) one conversion and one FMA per weight row give the rows' share.
- *   (A Zen 4 issues vpdpwssd on a zmm as fast as on a ymm: twice the products of its fp32 FMA.)
+ *   (A Zen 4 multiplies as many int16 pairs a ns with vpdpwssd on a zmm as on a ymm, half as many
+ *   instructions of twice the lanes: 115 products a ns a core, twice its fp32 FMA's 57;
+ *   benchmarks/fma_peak.py.)
  *
  * The fp32 tiles (dot.c) dequantize every weight row and spend a multiply-add per weight and
  * row; here a weight row is decoded to int16 once (row1_x86.c lp_unpack_row16) for all the
@@ -23,7 +25,7 @@
 
 #if defined(LP_AVX2) || defined(LP_AVX512)
 
-#if defined(LP_AVX512) /* 16 lanes: zmm (a Zen 4 issues vpdpwssd zmm as fast as ymm: twice the products) */
+#if defined(LP_AVX512) /* 16 lanes: zmm (on a Zen 4 as many products a ns as ymm, in half the instructions) */
 typedef __m512i vi;
 typedef __m512 vfl;
 #define VI_ZERO() _mm512_setzero_si512()
