@@ -51,8 +51,8 @@ def lanes_gemm(qtype: T, level: str, cpu_bf16: bool) -> bool:
     faster than PyTorch's fp32 GEMM with the dequantization.  At the AVX2 level (vpmaddwd on
     256 bits) only for the types of one scale per block of 32 (BLOCK32_TYPES: one conversion
     and FMA per 16 pairs): there the same CPU ran SmolLM2's Q4_1 and Q8_0 shapes and Gemma 3's
-    Q5_0 1.09-1.54x the GEMM at 256 and 512 rows, but the K-quants' scales per 16-group halve
-    the integer run between conversions and Q4_K tied, Q6_K lost (0.69-0.75x)
+    Q5_0 1.09-1.54x the GEMM at 256 and 512 rows, but not the K-quants: Q4_K tied, and Q6_K,
+    whose scales per 16 halve the integer run between conversions, lost (0.69-0.75x)
     (benchmarks/dense_crossover.py).  The arithmetic is the one-row path's (int16 activations,
     an error of at most 1/65278 of each block's largest value)."""
     if qtype not in BLOCK_TYPES or qtype in FLOAT_TYPES or bf16_gemm(qtype, cpu_bf16):
