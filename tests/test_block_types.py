@@ -65,7 +65,13 @@ def test_type_in_its_blocks(tmp_path, qtype):
     ref = _logits(Model.load(path, exact=True))
     scale = ref.abs().max().item()
     # bf16 products (the coarse types, where the CPU multiplies bf16) round activations and
-    # weights to 8 bits of mantissa: on this random model that moves logits by a few percent
+    # weights to 8 bits of mantissa: on this random model that moves logits by a few percent.
+    # Elsewhere the block types' products of 1-4 and 16+ rows round the activations to int16
+    # (1/65278 of each block's largest value), at every ISA level: up to 1e-3 of the largest
+    # logit here, and 2.6e-3 for Q4_1, whose unsigned nibbles make the rounded integer part
+    # one of two large terms that its minimum's part cancels (measured with LLAMAPY_CPU_ISA=avx2
+    # and =scalar alike); the float types multiply in fp32
     bf16 = dense_dtype(qtype, L.wo.lib) == torch.bfloat16
-    assert (y - ref).abs().max().item() <= (6e-2 if bf16 else 2e-3) * scale
+    tol = 6e-2 if bf16 else 2e-3 if qtype in (T.F16, T.BF16, T.F32) else 5e-3
+    assert (y - ref).abs().max().item() <= tol * scale
     assert (y.argmax(-1) == ref.argmax(-1)).float().mean().item() >= 0.8
