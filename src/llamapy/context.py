@@ -9,7 +9,7 @@ import torch
 from .batch import Batch, BatchAllocator, UBatch
 from .cparams import CParams, log_cparams, resolve_cparams
 from .log import logger
-from .memory.estimate import MemoryEstimate, dense_bf16_for, estimate_from
+from .memory.estimate import MemoryEstimate, dense_for, estimate_from
 from .memory.factory import Memory, bind_slot_info, create_memory
 from .memory.kv_log import buffer_name
 from .model.cuda_graphs import CudaGraphs
@@ -49,7 +49,7 @@ class Context:
         self.kv_device = model.device if c.offload_kqv else torch.device("cpu")  # -nkvo: host memory
         layers = model.net.layer_ids  # all, or a pipeline stage's (pipeline/)
         self.estimate = estimate_from(hp, c, model.n_bytes_resident, model.n_bytes_file,
-                                      dense_bf16=dense_bf16_for(model.gguf.tensors), layers=layers)
+                                      dense=dense_for(model.gguf.tensors), layers=layers)
         _log_output_buffer(self.estimate, model.device)  # llama.cpp's order: output, KV cache, compute
         self.memory: Memory = create_memory(hp, c, self.kv_device, layers)  # KVCache, or KVCacheISWA (n_swa > 0)
         _log_compute_buffer(self.estimate, model.device)

@@ -197,17 +197,22 @@ def system_info(lib: KernelLib | None, n_threads: int) -> str:
     return head + f"ISA = {isa} | " + " | ".join(f"{k} = {int(v)}" for k, v in flags.items()) + " | OPENMP = 1 |"
 
 
-def bf16_expected() -> bool:
-    """Will the kernels run at a level that multiplies bf16 natively (avx512 with AVX512-BF16)?
-    Answered without building or loading anything (and without torch)."""
+def expected_level() -> str | None:
+    """The level the kernels will be built for (LLAMAPY_CPU_ISA's, or the CPU's best), None
+    when they are turned off or the requested level cannot run here.  Answered without
+    building or loading anything (and without torch)."""
     if os.environ.get("LLAMAPY_KERNELS", "1") == "0":
-        return False
+        return None
     machine, feats = cpu_features()
     try:
-        level = resolve_level(requested_isa(), machine, feats)
+        return resolve_level(requested_isa(), machine, feats)
     except IsaError:
-        return False
-    return level == "avx512" and "avx512_bf16" in feats
+        return None
+
+
+def bf16_expected() -> bool:
+    """Will the kernels run at a level that multiplies bf16 natively (avx512 with AVX512-BF16)?"""
+    return expected_level() == "avx512" and "avx512_bf16" in cpu_features()[1]
 
 
 def requested_isa() -> str | None:

@@ -17,14 +17,14 @@ from ..model.hparams import HParams
 from ..params import ContextParams
 from .host import kernels_expected, torch_threads
 from .kv_types import KVType
-from .process import ProcessEstimate, layers_bf16_gemm, process_estimate
+from .process import ProcessEstimate, layers_dense, process_estimate
 from .process import resident_weight_bytes as _resident_bytes
 
 MiB = 1024 * 1024
 SWA_PAD = 256  # llama_kv_cache_iswa: the SWA cache size is always padded to 256
 F32 = 4  # activations and logits are float32
 # block_matrix.py's and qmatrix.py's thresholds are restated from kernels/types.py (tests hold them equal)
-from ..kernels.types import DENSE_ROWS, DEQUANT_CHUNK, FAST_ROWS, QMATRIX_DENSE_ROWS  # noqa: E402
+from ..kernels.types import DENSE_ROWS, DEQUANT_CHUNK, FAST_ROWS, QMATRIX_DENSE_ROWS, lanes_slice_rows  # noqa: E402
 
 
 def swa_cells(n_ctx_stream: int, n_swa: int, n_seq_max: int, kv_unified: bool, n_ubatch: int, swa_full: bool = False) -> int:
@@ -191,19 +191,25 @@ def flash_attn_enabled(c: CParams) -> bool:
 
 
 def _matmul_terms(name: str, n_t: int, n_in: int, n_out: int, phase: str, input_name: str = "",
-                  blocks: bool = False, bf16: bool = True) -> list[ComputeTerm]:
+                  blocks: bool = False, dense: str = "bf16") -> list[ComputeTerm]:
     """A matrix product on [n_t, n_in] -> float32 [n_t, n_out]: the float32 result
     (lasting), and during the call: the float32 input when it is a temporary (input_name),
     its bf16 copy, and from DENSE_ROWS rows on (blocks; QMATRIX_DENSE_ROWS for a QMatrix) the
     largest of: the weights dequantized to bf16 with the bf16 product, the product alone, and for model/qmatrix.py's QMatrix (not
     blocks, model/block_matrix.py, which dequantizes straight to bf16) the bf16 weights while
     their unpacked uint8 nibbles are alive.  Blocks on the fp32 GEMM (no native bf16, or a
-    fine type: bf16 False; model/block_matrix.py dense_dtype): no input copy, the weights
+    fine type: dense "fp32"; model/block_matrix.py dense_dtype): no input copy, the weights
     dequantized to fp32 in chunks of DEQUANT_CHUNK elements, each chunk's product, and the
-    fp32 product itself, made while the weights are alive."""
+    fp32 product itself, made while the weights are alive.  Blocks in the kernels' integer
+    lanes (dense "lanes": kernels/types.py lanes_gemm): lp_mm's prepared activations for one
+    slice of lanes_slice_rows rows (kernels/c/mm.c lp_xprep_bytes: the int16 rows with their
+    scales and sums, the same in lanes, a bf16 copy: at most 7 bytes a value)."""
     w = n_out * n_in if n_t >= (DENSE_ROWS if blocks else QMATRIX_DENSE_ROWS) else 0
     out_b = n_t * n_out * 2
-    if blocks and w and not bf16:
+    if blocks and w and dense == "lanes":
+        rows = -(-min(n_t, lanes_slice_rows(n_in)) // 16) * 16
+        temps = 7 * rows * n_in + 1024
+    elif blocks and w and dense == "fp32":
         step = max(64, DEQUANT_CHUNK // n_in // 64 * 64)
         # the product (or the output it is copied into, chunk by chunk) is allocated while
         # the dequantized weights are alive
@@ -226,17 +232,17 @@ def flash_tile_bytes(n_t: int, n_kv: int, n_threads: int) -> int:
 
 
 def compute_terms(hp: HParams, c: CParams, caches: tuple[CacheEstimate, ...], n_outputs: int,
-                  dense_bf16: bool | None = None) -> tuple[ComputeTerm, ...]:
+                  dense: str | None = None) -> tuple[ComputeTerm, ...]:
     """Worst-case intermediates of one ubatch through model/archs/llama.py: n_tokens =
     min(n_ctx, n_ubatch) rows against a full stream (n_kv = the largest cache's cells).
     Flash attention off materializes KQ [n_head, n_tokens, n_kv]; the logits are reserved
     for n_outputs rows only, not for every row of the ubatch.  The residual adds are in place
     (BlockMatrix.add_into / QMatrix.add_into)."""
     blocks = kernels_expected()  # the loader's BlockMatrix kernels (model/block_matrix.py)
-    if dense_bf16 is None:  # no file to read the types from: as the CPU decides
+    if dense is None:  # no file to read the types from: the GEMMs, as the CPU decides
         from ..kernels.build import bf16_expected
 
-        dense_bf16 = bf16_expected()
+        dense = "bf16" if bf16_expected() else "fp32"
 
     n_t = min(c.n_ctx, c.n_ubatch)
     n_kv = max(ch.cells for ch in caches)
@@ -251,7 +257,7 @@ def compute_terms(hp: HParams, c: CParams, caches: tuple[CacheEstimate, ...], n_
         for ch in caches:  # the CPU kernel's attention: each row's visible cells, int64 (kernels/ops.py)
             terms.append(ComputeTerm(f"kq visible cells{' (' + ch.name + ')' if ch.name else ''}", (n_t, ch.cells),
                                      "persistent", 8))
-    terms += [*_matmul_terms("wqkv", n_t, hp.n_embd, n_qkv, "attention", "attn_norm", blocks, dense_bf16),
+    terms += [*_matmul_terms("wqkv", n_t, hp.n_embd, n_qkv, "attention", "attn_norm", blocks, dense),
               ComputeTerm("Qcur|Kcur (rope)", (n_t, hp.n_head * dk + wk), "attention"),
               ComputeTerm("Kcur (contiguous)", (n_t, wk), "attention")]
     # the attention call: KVCache.view() decodes the first n_kv cells to f32 (an f32 cache is
@@ -274,23 +280,23 @@ def compute_terms(hp: HParams, c: CParams, caches: tuple[CacheEstimate, ...], n_
         att.append(ComputeTerm("flash attn tiles", (flash_tile_bytes(n_t, n_kv, n_threads),), "attention", 1, "attention"))
     terms += att
     terms += [ComputeTerm("kqv_out", (n_t, hp.n_head * dv), "attention", F32, "attention"),
-              *_matmul_terms("wo", n_t, hp.n_head * dv, hp.n_embd, "attention", "kqv_out (heads merged)", blocks, dense_bf16),
-              *_matmul_terms("ffn_gate|up", n_t, hp.n_embd, 2 * hp.n_ff, "ffn", "ffn_norm", blocks, dense_bf16),
+              *_matmul_terms("wo", n_t, hp.n_head * dv, hp.n_embd, "attention", "kqv_out (heads merged)", blocks, dense),
+              *_matmul_terms("ffn_gate|up", n_t, hp.n_embd, 2 * hp.n_ff, "ffn", "ffn_norm", blocks, dense),
               ComputeTerm("ffn_gate (act)", (n_t, hp.n_ff), "ffn"),
               ComputeTerm("ffn_gate_par", (n_t, hp.n_ff), "ffn"),
-              *_matmul_terms("ffn_down", n_t, hp.n_ff, hp.n_embd, "ffn", "", blocks, dense_bf16),
+              *_matmul_terms("ffn_down", n_t, hp.n_ff, hp.n_embd, "ffn", "", blocks, dense),
               ComputeTerm("result_norm", (n_out, hp.n_embd), "output"),
               ComputeTerm("result_output (logits)", (n_out, hp.n_vocab), "output")]
     return tuple(terms)
 
 
 def estimate_from(hp: HParams, c: CParams, weights: int = 0, weights_file: int = 0, n_outputs: int | None = None,
-                  process: ProcessEstimate | None = None, dense_bf16: bool | None = None,
+                  process: ProcessEstimate | None = None, dense: str | None = None,
                   layers: range | list[int] | None = None) -> MemoryEstimate:
     """MemoryEstimate for resolved params.  n_outputs: logits rows to reserve (default
     n_seq_max, one per sequence as in generation; a perplexity run needs n_ubatch).
-    dense_bf16: the layers' many-row products run as bf16 GEMMs (memory/process.py
-    layers_bf16_gemm; None: as the CPU decides).  layers: the KV of only these layers (a
+    dense: how the layers' many-row products run, "bf16", "fp32" or "lanes" (memory/process.py
+    layers_dense; None: the GEMMs, as the CPU decides).  layers: the KV of only these layers (a
     pipeline stage's; None: all)."""
     n_out = c.n_seq_max if n_outputs is None else n_outputs
     if n_out < 1:
@@ -302,7 +308,7 @@ def estimate_from(hp: HParams, c: CParams, weights: int = 0, weights_file: int =
         weights=weights,
         weights_file=weights_file,
         caches=caches,
-        compute_terms=compute_terms(hp, c, caches, n_out, dense_bf16),
+        compute_terms=compute_terms(hp, c, caches, n_out, dense),
         n_outputs=n_out,
         output=n_out * hp.n_vocab * F32,
         process=process,
@@ -317,14 +323,15 @@ class ModelInfo:
     weights: int  # resident
     weights_file: int
     process: ProcessEstimate | None = None  # None: typed-in hyperparameters, no file
-    dense_bf16: bool | None = None  # the layers' many-row products in bf16 (None: no file)
+    dense: str | None = None  # how the layers' many-row products run (None: no file)
 
 
-def dense_bf16_for(tensors) -> bool:
-    """Do this file's layers take bf16 GEMMs on this CPU (memory/process.py layers_bf16_gemm)?"""
-    from ..kernels.build import bf16_expected
+def dense_for(tensors) -> str:
+    """How this file's layers' many-row products run on this CPU (memory/process.py layers_dense)."""
+    from ..kernels.build import bf16_expected, expected_level
 
-    return layers_bf16_gemm(tensors, kernels_expected() and bf16_expected())
+    kernels = kernels_expected()
+    return layers_dense(tensors, expected_level() if kernels else None, kernels and bf16_expected())
 
 
 def model_info(model_or_path) -> ModelInfo:
@@ -333,7 +340,7 @@ def model_info(model_or_path) -> ModelInfo:
     if hasattr(model_or_path, "hparams"):
         m = model_or_path
         return ModelInfo(m.hparams, m.n_bytes_resident, sum(t.n_bytes for t in m.gguf.tensors.values()),
-                         process_estimate(m.gguf, m.n_bytes_resident), dense_bf16_for(m.gguf.tensors))
+                         process_estimate(m.gguf, m.n_bytes_resident), dense_for(m.gguf.tensors))
     from ..gguf.header import GGUFHeader
     from ..model.hparams import hparams_from_gguf
 
@@ -345,7 +352,7 @@ def model_info(model_or_path) -> ModelInfo:
     h = GGUFHeader(path)
     weights = resident_weight_bytes(h.tensors)
     return ModelInfo(hparams_from_gguf(h), weights, sum(t.n_bytes for t in h.tensors.values()), process_estimate(h, weights),
-                     dense_bf16_for(h.tensors))
+                     dense_for(h.tensors))
 
 
 def resident_weight_bytes(tensors) -> int:
@@ -359,4 +366,4 @@ def estimate_memory(model_or_path, params: ContextParams | None = None, n_output
     """Predict every buffer of Context(model, params) without reading tensor data."""
     info = model_or_path if isinstance(model_or_path, ModelInfo) else model_info(model_or_path)
     c = resolve_cparams(params or ContextParams(), info.hparams, n_ctx_fitted)
-    return estimate_from(info.hparams, c, info.weights, info.weights_file, n_outputs, info.process, info.dense_bf16)
+    return estimate_from(info.hparams, c, info.weights, info.weights_file, n_outputs, info.process, info.dense)

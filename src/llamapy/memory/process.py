@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import gguf
 
 from ..gguf.header import GGUFHeader, TensorInfo
-from ..kernels.types import BF16_GEMM_TYPES, BLOCK_TYPES, block_nbytes, blocks_fit
+from ..kernels.types import BF16_GEMM_TYPES, BLOCK_TYPES, block_nbytes, blocks_fit, lanes_gemm
 
 T = gguf.GGMLQuantizationType
 Q4_TYPES = (T.Q4_0, T.Q4_1, T.Q4_K)  # model/qmatrix.py: PyTorch's int4 kernel
@@ -63,11 +63,20 @@ def resident_weight_bytes(tensors: dict[str, TensorInfo], blocks: bool) -> int:
     return total
 
 
-def layers_bf16_gemm(tensors: dict[str, TensorInfo], cpu_bf16: bool) -> bool:
-    """Do the layers' many-row products run as bf16 GEMMs (model/block_matrix.py dense_dtype):
-    a CPU with native bf16 and every layer matrix of a type that takes it?"""
+def layers_dense(tensors: dict[str, TensorInfo], level: str | None, cpu_bf16: bool) -> str:
+    """How the layers' many-row products run (model/block_matrix.py _dense, dense_dtype), with
+    the kernels at `level` (None: no kernels): "bf16" GEMMs (a CPU with native bf16 and every
+    layer matrix of a type that takes it), "lanes" (every layer matrix stays in the kernels'
+    integer lanes: kernels/types.py lanes_gemm), else "fp32" GEMMs (also for a mix: their
+    dequantized chunks are the largest buffers)."""
     mats = [t.qtype for name, t in tensors.items() if name.startswith("blk.") and len(t.ne) == 2]
-    return cpu_bf16 and bool(mats) and all(q in BF16_GEMM_TYPES for q in mats)
+    if not mats:
+        return "fp32"
+    if cpu_bf16 and all(q in BF16_GEMM_TYPES for q in mats):
+        return "bf16"
+    if level is not None and all(lanes_gemm(q, level, cpu_bf16) for q in mats):
+        return "lanes"
+    return "fp32"
 
 
 def vocab_bytes(n_vocab: int, n_merges: int) -> int:

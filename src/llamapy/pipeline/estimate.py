@@ -47,12 +47,12 @@ def estimate_stages(model_ref, params: ContextParams, stages: list[StageLayers],
 def _header(model_ref):
     """(ModelInfo, tensor infos) of a path / registered name, or of a loaded Model's header."""
     from ..gguf.header import GGUFHeader
-    from ..memory.estimate import ModelInfo, dense_bf16_for
+    from ..memory.estimate import ModelInfo, dense_for
     from ..registry import resolve_model
 
     if hasattr(model_ref, "gguf"):  # a loaded (stage 0) Model: its header is read already
         t = model_ref.gguf.tensors
-        return ModelInfo(model_ref.hparams, 0, 0, None, dense_bf16_for(t)), t
+        return ModelInfo(model_ref.hparams, 0, 0, None, dense_for(t)), t
     path = model_ref if hasattr(model_ref, "is_file") else resolve_model(None if model_ref is None else str(model_ref))
     return model_info(path), GGUFHeader(path).tensors
 
@@ -65,7 +65,7 @@ def _stages(info, tensors, params: ContextParams, stages: list[StageLayers], n_o
     for i, st in enumerate(stages):
         held = {n: t for n, t in tensors.items() if st.holds(n)}
         e = estimate_from(hp, c, resident_weight_bytes(held), sum(t.n_bytes for t in held.values()), n_outputs,
-                          dense_bf16=info.dense_bf16, layers=st.ids)
+                          dense=info.dense, layers=st.ids)
         if not st.last:  # the output norm, the logits and their buffer live on the last stage only
             e = replace(e, compute_terms=tuple(t for t in e.compute_terms if t.phase != "output"), output=0)
         rows = min(c.n_ctx, c.n_ubatch) * hp.n_embd * F32
