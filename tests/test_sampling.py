@@ -122,6 +122,23 @@ def test_apply_penalties_llama_cpp_arithmetic():
         apply_penalties(x, Counter({9: 1}), 1.1, 0.0, 0.0)
 
 
+def test_masked_logits_stay_masked_and_the_chain_never_empties():
+    # a repeat penalty that rounds to 0 in float32 (a fuzzed request's 8.7e-144) made a masked
+    # logit -inf * 0 = NaN, min_p's maximum NaN, and the chain empty: a server error
+    x = torch.tensor([1.0, float("-inf"), -1.0, 2.0])
+    apply_penalties(x, Counter({1: 1, 2: 1, 3: 1}), repeat=8.720845667913865e-144, freq=0.5, present=0.5)
+    assert x[1].item() == float("-inf") and not torch.isnan(x).any()
+    cur = cand([float("nan")] * 3)
+    min_p(cur, 0.05)
+    assert cur.ids.shape[0] == 1  # at least one candidate, as llama.cpp keeps the first
+    s = Sampler(SamplingParams(penalty_repeat=8.720845667913865e-144, temp=0.8, seed=3))
+    for t in (1, 2, 3):
+        s.accept(t)
+    logits = torch.randn(50, generator=torch.Generator().manual_seed(0))
+    logits[2] = float("-inf")
+    assert {s.sample(logits) for _ in range(20)}.isdisjoint({2})
+
+
 def greedy(**kw) -> Sampler:
     return Sampler(SamplingParams(temp=0.0, **kw))
 

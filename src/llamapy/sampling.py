@@ -94,8 +94,10 @@ def apply_penalties(
     tok = torch.tensor(list(counts.keys()), dtype=torch.int64, device=logits.device)
     cnt = torch.tensor(list(counts.values()), dtype=torch.float32, device=logits.device)
     l = logits[tok]  # [n_seen]
-    l = torch.where(l <= 0, l * repeat, l / repeat)
-    logits[tok] = l - cnt * freq - present  # every token in `counts` has count > 0
+    pen = torch.where(l <= 0, l * repeat, l / repeat) - cnt * freq - present  # every token in `counts` has count > 0
+    # a masked logit (-inf: a grammar's) stays masked whatever the penalties (a repeat penalty
+    # that rounds to 0 in float32 would make it NaN, and a NaN maximum empties min_p)
+    logits[tok] = torch.where(torch.isneginf(l), l, pen)
 
 
 def top_k(cur: TokenDataArray, k: int) -> None:
@@ -148,7 +150,7 @@ def min_p(cur: TokenDataArray, p: float, min_keep: int = 0) -> None:
     if not cur.sorted:
         vals, idx = torch.sort(cur.logits, descending=True)
         cur.ids, cur.logits, cur.sorted = cur.ids[idx], vals, True
-    cur.take(slice(0, min(min_keep, n)), True)
+    cur.take(slice(0, min(max(min_keep, 1), n)), True)  # never none (llama.cpp keeps the first)
 
 
 def temperature(cur: TokenDataArray, temp: float) -> None:
