@@ -163,8 +163,10 @@ static void mm_chunk(int type, const uint8_t *w, int64_t o0, int64_t o1, int64_t
     float *wf = (float *)(((uintptr_t)((char *)scratch + lp_wrow_bytes(n_in)) + 63) & ~(uintptr_t)63);
     const int g16 = type == LP_Q2_K || type == LP_Q3_K || type == LP_Q6_K, has_min = lp_has_min(type);
     float acc[LP_TW * LP_TX];
-    /* integer products: fewer than LP_F32_ROWS rows, or many (block types but bf16 CPUs' coarse ones) */
-    const int ints = !lp_is_float(type) && (n < LP_F32_ROWS || (many_ints(n_in, n) && !lp_bf16_rows(type, n_in)));
+    /* integer products: fewer than LP_F32_ROWS rows, or many (block types but bf16 CPUs' coarse
+     * ones); the forms of x they read are lp_xprep_reads's, one decision for both */
+    const int reads = lp_xprep_reads(type, n_in, n);
+    const int ints = (reads & LP_READS_INTS) && (n < LP_F32_ROWS || many_ints(n_in, n));
 #if defined(LP_LANES)
     if (ints && n >= LP_F32_ROWS) {
         lanes_chunk(type, w, o0, o1, n_out, n_in, xp, y, ldy, accumulate, scratch);
@@ -172,7 +174,7 @@ static void mm_chunk(int type, const uint8_t *w, int64_t o0, int64_t o1, int64_t
     }
 #endif
 #if defined(LP_BF16)
-    if (n >= LP_F32_ROWS && lp_bf16_rows(type, n_in)) {
+    if (reads & LP_READS_BF16) {
         uint16_t *wb = (uint16_t *)(wf + 3 * n_in);
         for (int64_t o = o0; o < o1; o += 3) {
             const int nw = (int)(o1 - o < 3 ? o1 - o : 3);
