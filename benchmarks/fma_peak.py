@@ -5,7 +5,8 @@ products (kernels/c/dot.c fp32 tiles) and PyTorch's fp32 GEMM cannot beat it, so
 what exact fp32 arithmetic can do with a product of a given size.  On x86 it also measures
 the ceiling of the lane products' integer instruction (kernels/c/lanes_x86.c): int16 pair
 products, `vpdpwssd` on 512 and on 256 bits with AVX512-VNNI, `vpmaddwd` + `vpaddd` on 256
-bits at the AVX2 level, in products per ns (each instruction's lanes times two):
+bits at the AVX2 level and AVX-VNNI's `{vex} vpdpwssd` where the CPU has it (avx2+vnni), in
+products per ns (each instruction's lanes times two):
 
     .venv/bin/python benchmarks/fma_peak.py                # native vector width
     .venv/bin/python benchmarks/fma_peak.py --isa avx2     # 256-bit
@@ -87,12 +88,16 @@ def int16_body(kind: str) -> tuple[str, int, int]:
     if kind in ("zmm", "ymm"):
         body = "".join(f"vpdpwssd %%{kind}30, %%{kind}31, %%{kind}{i}\\n" for i in range(12))
         return body, 12, 64 if kind == "zmm" else 32
+    if kind == "vex":  # AVX-VNNI: the VEX form, ymm0-15 (%{ %}: braces are asm dialect marks to gcc)
+        return "".join(f"%{{vex%}} vpdpwssd %%ymm14, %%ymm15, %%ymm{i}\\n" for i in range(12)), 12, 32
     body = "".join(f"vpmaddwd %%ymm14, %%ymm15, %%ymm{12 + i % 2}\\n vpaddd %%ymm{12 + i % 2}, %%ymm{i}, %%ymm{i}\\n"
                    for i in range(6))
     return body, 6, 32
 
 
-INT16_KINDS = {"avx512": [("vpdpwssd zmm", "zmm"), ("vpdpwssd ymm", "ymm")], "avx2": [("vpmaddwd + vpaddd ymm", "madd")]}
+INT16_KINDS = {"avx512": [("vpdpwssd zmm", "zmm"), ("vpdpwssd ymm", "ymm")],
+               "avx2": [("vpmaddwd + vpaddd ymm", "madd"), ("AVX-VNNI vpdpwssd ymm", "vex")]}
+INT16_NEEDS = {"zmm": "avx512_vnni", "ymm": "avx512_vnni", "vex": "avx_vnni"}
 
 FLAGS = {"avx512": ["-march=x86-64-v4", "-DVBYTES=64"], "avx2": ["-march=x86-64-v3", "-DVBYTES=32"],
          "neon": ["-DVBYTES=16"], "scalar": ["-DVBYTES=4"]}
@@ -100,14 +105,14 @@ FLAGS = {"avx512": ["-march=x86-64-v4", "-DVBYTES=64"], "avx2": ["-march=x86-64-
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--isa", default="native", help="native, avx512, avx2, neon or scalar")
+    ap.add_argument("--isa", default="native", help="native, avx512, avx2+vnni, avx2, neon or scalar")
     ap.add_argument("-t", "--threads", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--gflop", type=float, default=None, help="also print the time this much work takes at peak")
     a = ap.parse_args(argv)
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
-    from llamapy.kernels.build import cpu_features, resolve_level
+    from llamapy.kernels.build import cpu_features, kernel_level, resolve_level
 
-    level = resolve_level(a.isa, *cpu_features())
+    level = kernel_level(resolve_level(a.isa, *cpu_features()))
     flags = ["-O2", "-fopenmp", "-ffp-contract=fast", *FLAGS[level]]
     with tempfile.TemporaryDirectory() as d:
         src, exe = Path(d) / "fma.c", Path(d) / "fma"
@@ -124,8 +129,9 @@ def main(argv: list[str] | None = None) -> int:
               f" ({g / 2:.1f} products a ns)")
     feats = cpu_features()[1]
     for name, kind in INT16_KINDS.get(level, []):
-        if kind != "madd" and "avx512_vnni" not in feats:
-            print(f"int16 pair products, {name}: skipped (the CPU lacks avx512_vnni)")
+        need = INT16_NEEDS.get(kind)
+        if need is not None and need not in feats:
+            print(f"int16 pair products, {name}: skipped (the CPU lacks {need})")
             continue
         body, chains, vbytes = int16_body(kind)
         clobbers = ", ".join(f'"xmm{i}"' for i in range(16))

@@ -36,7 +36,7 @@ def native_harness(tmp_path_factory) -> Path:
     return exe
 
 
-@pytest.mark.parametrize("level", ["avx512", "avx2"])
+@pytest.mark.parametrize("level", ["avx512", "avx2+vnni", "avx2"])
 def test_x86_level_against_portable(native_harness, tmp_path, level):
     machine, feats = cpu_features()
     if machine not in ("x86_64", "amd64"):

@@ -11,12 +11,12 @@ import torch.nn.functional as F
 
 from llamapy.kernels import load_kernels
 from llamapy.kernels import ops as kops
-from llamapy.kernels.build import cpu_features, resolve_level, IsaError
+from llamapy.kernels.build import cpu_features, kernel_level, resolve_level, system_info, IsaError
 from llamapy.model.block_matrix import DENSE_ROWS, block_matrix, dense_dtype
 from llamapy.model.rope import ROPE_TYPE_NEOX, ROPE_TYPE_NORM, RopeParams, apply_rope, rope_cos_sin
 
 T = gguf.GGMLQuantizationType
-X86_LEVELS = ("avx512", "avx2", "scalar")
+X86_LEVELS = ("avx512", "avx2+vnni", "avx2", "scalar")
 QUANT_TYPES = [T.Q4_0, T.Q4_1, T.Q5_0, T.Q5_1, T.Q8_0, T.Q2_K, T.Q3_K, T.Q4_K, T.Q5_K, T.Q6_K]
 FLOAT_TYPES = [T.F16, T.BF16, T.F32]
 # byte offsets of the f16 scale fields inside one block of the types gguf cannot quantize
@@ -42,7 +42,7 @@ def lib(request):
     k = load_kernels(request.param)
     if k is None:
         pytest.skip("no C compiler: the CPU kernels are off (the PyTorch paths are tested elsewhere)")
-    assert k.level == request.param
+    assert k.level == kernel_level(request.param)
     return k
 
 
@@ -133,6 +133,24 @@ def test_forced_level_the_cpu_lacks_is_a_clear_error():
     with pytest.raises(IsaError, match="expected one of"):
         resolve_level("sse9", machine, feats)
     assert resolve_level("native", "x86_64", frozenset({"avx2", "fma", "f16c", "bmi2"})) == "avx2"
+    with pytest.raises(IsaError, match="lacks avx_vnni"):
+        resolve_level("avx2+vnni", "x86_64", frozenset({"avx2", "fma", "f16c", "bmi2"}))
+
+
+def test_avx2_with_avx_vnni():
+    """An Intel AVX2 chip with AVX-VNNI (Alder Lake and later) gets avx2+vnni as its native
+    level; a forced avx2 stays exactly x86-64-v3 (llama.cpp's GGML_AVX2 build)."""
+    feats = frozenset({"avx2", "fma", "f16c", "bmi2", "avx_vnni"})
+    assert resolve_level("native", "x86_64", feats) == "avx2+vnni"
+    assert resolve_level("avx2", "x86_64", feats) == "avx2"
+    assert resolve_level("native", "x86_64", feats | {"avx512f", "avx512bw", "avx512dq", "avx512vl"}) == "avx512"
+    assert kernel_level("avx2+vnni") == "avx2"
+    if "avx_vnni" in cpu_features()[1]:
+        lib = load_kernels("avx2+vnni")
+        if lib is not None:
+            assert (lib.level, lib.isa) == ("avx2", "avx2+vnni")
+            assert "ISA = avx2+vnni | AVX_VNNI = 1 | AVX2 = 1" in system_info(lib, 2)
+            assert "AVX512_VNNI = 0" in system_info(lib, 2)
     assert resolve_level(None, "aarch64", frozenset({"asimd"})) == "neon"
 
 

@@ -4,12 +4,15 @@ loaded with ctypes.  When no C compiler is found or the build fails, load_kernel
 with the reason logged once, and every caller keeps its PyTorch path.
 
 ISA levels (ggml-cpu's per-ISA variants, chosen at run time from the CPU's features):
-  avx512  x86-64-v4 (AVX-512 F/BW/DQ/VL), with VNNI and BF16 where the CPU has them
-  avx2    x86-64-v3 (AVX2, FMA, F16C, BMI2)
+  avx512     x86-64-v4 (AVX-512 F/BW/DQ/VL), with VNNI and BF16 where the CPU has them
+  avx2+vnni  x86-64-v3 with AVX-VNNI (vpdpwssd on ymm): Intel's AVX2 chips since Alder Lake
+  avx2       x86-64-v3 (AVX2, FMA, F16C, BMI2): exactly that level, llama.cpp's GGML_AVX2 build
   neon    ARMv8-A NEON, with the dot-product extension where the CPU has it
   scalar  the portable C loops (the reference every SIMD path is tested against)
-LLAMAPY_CPU_ISA=native (the best the CPU runs, the default) | avx512 | avx2 | neon | scalar forces
-a level; one the CPU lacks is an error naming the missing features.  LLAMAPY_KERNELS=0 turns the
+LLAMAPY_CPU_ISA=native (the best the CPU runs, the default) | avx512 | avx2+vnni | avx2 | neon |
+scalar forces a level; one the CPU lacks is an error naming the missing features.  avx2+vnni runs every
+kernel of the avx2 level (KernelLib.level is "avx2") with its int16 pair products in one
+instruction instead of two.  LLAMAPY_KERNELS=0 turns the
 kernels off (the PyTorch paths then run everywhere)."""
 from __future__ import annotations
 
@@ -29,8 +32,9 @@ from ..log import logger
 
 ABI_VERSION = 4
 SOURCE_DIR = Path(__file__).with_name("c")
-LEVELS = ("native", "avx512", "avx2", "neon", "scalar")
+LEVELS = ("native", "avx512", "avx2+vnni", "avx2", "neon", "scalar")
 X86_NEEDS = {"avx512": ("avx512f", "avx512bw", "avx512dq", "avx512vl", "avx2", "fma", "f16c"),
+             "avx2+vnni": ("avx2", "fma", "f16c", "bmi2", "avx_vnni"),
              "avx2": ("avx2", "fma", "f16c", "bmi2")}
 BASE_FLAGS = ("-O3", "-fopenmp", "-shared", "-fPIC", "-std=gnu11", "-fno-math-errno", "-fno-trapping-math",
               "-ffp-contract=off")
@@ -58,8 +62,8 @@ class KernelLib:
 
     path: Path
     fn: ctypes.CDLL
-    level: str  # avx512 | avx2 | neon | scalar
-    isa: str  # what the build uses, e.g. "avx512+vnni+bf16", "avx2", "neon+dotprod", "scalar"
+    level: str  # avx512 | avx2 | neon | scalar (avx2+vnni runs the avx2 level's kernels)
+    isa: str  # what the build uses, e.g. "avx512+vnni+bf16", "avx2+vnni", "neon+dotprod", "scalar"
 
     @property
     def bf16(self) -> bool:
@@ -92,7 +96,7 @@ def best_level(machine: str, feats: frozenset[str]) -> str:
     """The highest level this CPU runs."""
     if _is_arm(machine):
         return "neon"
-    for level in ("avx512", "avx2"):
+    for level in ("avx512", "avx2+vnni", "avx2"):
         if all(f in feats for f in X86_NEEDS[level]):
             return level
     return "scalar"
@@ -120,12 +124,19 @@ def resolve_level(requested: str | None, machine: str, feats: frozenset[str]) ->
     return req
 
 
+def kernel_level(level: str) -> str:
+    """The kernels a build level runs: avx2+vnni is the avx2 level with VNNI's instruction."""
+    return "avx2" if level == "avx2+vnni" else level
+
+
 def level_flags(level: str, machine: str, feats: frozenset[str]) -> list[str]:
     """Compiler flags of a level on this CPU (the optional extensions it has)."""
     if level == "scalar":
         return ["-DLP_PORTABLE"] + ([] if _is_arm(machine) else ["-march=x86-64", "-mtune=generic"])
     if level == "avx2":
         return ["-march=x86-64-v3"]
+    if level == "avx2+vnni":
+        return ["-march=x86-64-v3", "-mavxvnni"]
     if level == "avx512":
         return ["-march=x86-64-v4"] + [flag for feat, flag in (("avx512_vnni", "-mavx512vnni"), ("avx512_bf16", "-mavx512bf16"))
                                        if feat in feats]
@@ -190,10 +201,9 @@ def system_info(lib: KernelLib | None, n_threads: int) -> str:
     if lib.level in ("neon", "scalar") and _is_arm(cpu_features()[0]):
         flags = {"NEON": lib.level == "neon", "DOTPROD": "dotprod" in isa}
     else:
-        avx512 = lib.level == "avx512"
-        flags = {"AVX2": lib.level in ("avx2", "avx512"), "F16C": lib.level in ("avx2", "avx512"),
-                 "FMA": lib.level in ("avx2", "avx512"), "AVX512": avx512, "AVX512_VNNI": "vnni" in isa,
-                 "AVX512_BF16": "bf16" in isa}
+        avx512, v3 = lib.level == "avx512", lib.level in ("avx2", "avx512")
+        flags = {"AVX_VNNI": isa == "avx2+vnni", "AVX2": v3, "F16C": v3, "FMA": v3, "AVX512": avx512,
+                 "AVX512_VNNI": avx512 and "vnni" in isa, "AVX512_BF16": "bf16" in isa}
     return head + f"ISA = {isa} | " + " | ".join(f"{k} = {int(v)}" for k, v in flags.items()) + " | OPENMP = 1 |"
 
 
@@ -205,7 +215,7 @@ def expected_level() -> str | None:
         return None
     machine, feats = cpu_features()
     try:
-        return resolve_level(requested_isa(), machine, feats)
+        return kernel_level(resolve_level(requested_isa(), machine, feats))
     except IsaError:
         return None
 
@@ -249,4 +259,4 @@ def load_kernels(isa: str | None = None) -> KernelLib | None:
     if fn.lp_abi_version() != ABI_VERSION:
         log.warning(f"{path}: ABI {fn.lp_abi_version()} != {ABI_VERSION}; the CPU kernels are off")
         return None
-    return KernelLib(path, fn, level, fn.lp_isa().decode())
+    return KernelLib(path, fn, kernel_level(level), fn.lp_isa().decode())

@@ -18,6 +18,8 @@ const char *lp_isa(void) {
 #else
     return "avx512";
 #endif
+#elif defined(LP_AVXVNNI)
+    return "avx2+vnni";
 #elif defined(LP_AVX2)
     return "avx2";
 #elif defined(LP_DOTPROD)

@@ -8,8 +8,8 @@
  *   lane layout (lp_xlanes, per group of LP_NL rows): for each pair k of adjacent elements,
  *   one vector whose lane r holds row r's two int16 (x[2k], x[2k+1]); per block of 32 the rows'
  *   scales s, per 16-group their sums.
- *   product: a weight pair (w[2k], w[2k+1]) broadcast to every lane, one vpdpwssd (AVX512-VNNI;
- *   vpmaddwd + vpaddd without it) adds w[2k] x_r[2k] + w[2k+1] x_r[2k+1] to lane r: 2 LP_NL
+ *   product: a weight pair (w[2k], w[2k+1]) broadcast to every lane, one vpdpwssd (AVX512-VNNI,
+ *   or AVX-VNNI on an AVX2 chip that has it; vpmaddwd + vpaddd without) adds w[2k] x_r[2k] + w[2k+1] x_r[2k+1] to lane r: 2 LP_NL
  *   exact products per instruction, with no dequantization to float and no horizontal sums;
  *   per block (or 16-group) one conversion and one FMA per weight row give the rows' share.
  *   (A Zen 4 multiplies as many int16 pairs a ns with vpdpwssd on a zmm as on a ymm, half as many
@@ -58,7 +58,7 @@ typedef __m256 vfl;
 #define VFL_FMA(a, b, c) _mm256_fmadd_ps(a, b, c)
 #define VFL_MUL(a, b) _mm256_mul_ps(a, b)
 #define VFL_CVT(a) _mm256_cvtepi32_ps(a)
-LP_INLINE vi pair_dot(vi acc, vi x, vi w) { return _mm256_add_epi32(acc, _mm256_madd_epi16(x, w)); }
+LP_INLINE vi pair_dot(vi acc, vi x, vi w) { return lp_dpwssd256(acc, x, w); }
 #endif
 #define NL LP_NL
 

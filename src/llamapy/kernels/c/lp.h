@@ -4,7 +4,8 @@
  * -march=x86-64-v3 (avx2), -march=x86-64-v4 (+VNNI/BF16 where the CPU has them: avx512),
  * armv8-a(+dotprod) (neon), or with LP_PORTABLE defined (scalar: the reference every SIMD
  * path is tested against).  Code picks its path with the compiler's feature macros:
- *   LP_AVX512 (__AVX512F__ + BW + VL), LP_AVX2 (__AVX2__ + __FMA__ + __F16C__),
+ *   LP_AVX512 (__AVX512F__ + BW + VL), LP_AVX2 (__AVX2__ + __FMA__ + __F16C__), LP_AVXVNNI
+ *   (AVX2 with AVX-VNNI: Intel's AVX2 chips since Alder Lake, built as avx2+vnni),
  *   LP_NEON (__ARM_NEON + aarch64), LP_DOTPROD (__ARM_FEATURE_DOTPROD), none: portable C.
  *
  * Weights stay in the GGUF file's blocks.  Every block type is read through one canonical
@@ -42,6 +43,9 @@
 #if defined(LP_AVX512) && defined(__AVX512VNNI__)
 #define LP_VNNI 1
 #endif
+#if defined(LP_AVX2) && !defined(LP_AVX512) && defined(__AVXVNNI__)
+#define LP_AVXVNNI 1 /* vpdpwssd on ymm, VEX-encoded */
+#endif
 #if defined(LP_AVX512) && defined(__AVX512BF16__)
 #define LP_BF16 1 /* the CPU multiplies bf16 natively (vdpbf16ps) */
 #endif
@@ -53,6 +57,21 @@
 #endif
 
 #define LP_INLINE static inline __attribute__((always_inline))
+
+#if defined(LP_AVX2) || defined(LP_AVX512)
+/* acc + the int16 pair products of a and b, per int32 lane (a[2i] b[2i] + a[2i+1] b[2i+1]):
+ * one vpdpwssd with VNNI (AVX512-VNNI's EVEX form or AVX-VNNI's VEX form), else vpmaddwd +
+ * vpaddd.  The same integers either way. */
+LP_INLINE __m256i lp_dpwssd256(__m256i acc, __m256i a, __m256i b) {
+#if defined(LP_VNNI)
+    return _mm256_dpwssd_epi32(acc, a, b);
+#elif defined(LP_AVXVNNI)
+    return _mm256_dpwssd_avx_epi32(acc, a, b);
+#else
+    return _mm256_add_epi32(acc, _mm256_madd_epi16(a, b));
+#endif
+}
+#endif
 
 /* A float vector of VW lanes: 16 on AVX-512, 8 on AVX2, 4 on NEON, 1 in portable C.
  * VF_LOADH loads VW f16 values as floats, VF_LOADB VW bf16 values. */

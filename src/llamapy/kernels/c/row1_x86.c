@@ -1,6 +1,6 @@
 /* One activation row against one weight row, straight from the GGUF blocks (x86, 256-bit
- * vectors: AVX2, and the AVX-512 level with its VNNI vpdpwssd on ymm registers): the decode
- * ubatch of a single sequence, where the weights stream from memory and every instruction
+ * vectors: AVX2, with AVX-VNNI's vpdpwssd at avx2+vnni, and the AVX-512 level with its VNNI
+ * vpdpwssd on ymm registers): the decode ubatch of a single sequence, where the weights stream from memory and every instruction
  * per block counts.  The same integers and scales as dot.c's canonical path (lp.h): per block
  * of 32 the int16 dot of the weights' integers with the activations' int16, times d * s, plus
  * m * sum(x) where the type has a minimum; the fp32 sums are taken in another order.
@@ -12,8 +12,8 @@
 /* The int32x8 dot of 32 int16 weights (wl: elements 0..15, wh: 16..31) with 32 int16
  * activations (x0: 0..15, x1: 16..31). */
 LP_INLINE __m256i dot32x(__m256i wl, __m256i wh, __m256i x0, __m256i x1) {
-#if defined(LP_VNNI)
-    return _mm256_dpwssd_epi32(_mm256_dpwssd_epi32(_mm256_setzero_si256(), wl, x0), wh, x1);
+#if defined(LP_VNNI) || defined(LP_AVXVNNI)
+    return lp_dpwssd256(lp_dpwssd256(_mm256_setzero_si256(), wl, x0), wh, x1);
 #else
     return _mm256_add_epi32(_mm256_madd_epi16(wl, x0), _mm256_madd_epi16(wh, x1));
 #endif
