@@ -102,7 +102,7 @@ def cpu_model() -> str:
     name = info.get("Model name") or platform.processor() or platform.machine()
     if len(name.split()) <= 3 and info.get("CPU family"):
         name += f" (family {info['CPU family']}, model {info.get('Model', '?')}, stepping {info.get('Stepping', '?')})"
-    vec = [f for f in ("avx2", "fma", "f16c", "avx512f", "avx512_vnni", "avx512_bf16", "amx_bf16", "asimddp") if f in flags]
+    vec = [f for f in ("avx2", "fma", "f16c", "avx_vnni", "avx512f", "avx512_vnni", "avx512_bf16", "amx_bf16", "asimddp") if f in flags]
     cores = info.get("CPU(s)") or str(os.cpu_count() or "?")
     return f"{name}, {cores} CPUs" + (f", {' '.join(vec)}" if vec else "")
 
