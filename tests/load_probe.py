@@ -5,13 +5,14 @@ torch, llamapy's kernel library and the tokenizer's libraries are loaded first, 
 "before" reading has them and the figures are Model.load's own.  "after_read" is the
 resident set once every weight the model keeps has been read once (one decode of one
 token), the figure `llamapy mem` predicts; the context it needs is measured separately and
-subtracted."""
+subtracted.  "huge": the growth of its anonymous memory in 2 MiB pages (the weight arena,
+model/huge_pages.py); `--mmap` loads with the weights mapped instead."""
 from __future__ import annotations
 
 import json
 import sys
 
-from proc_status import status
+from proc_status import huge_bytes, status
 
 
 
@@ -29,11 +30,11 @@ def main() -> None:
     load_kernels()
     with open("/proc/self/clear_refs", "w") as f:
         f.write("5")  # VmHWM := VmRSS
-    rss0 = status("VmRSS")
-    model = llamapy.Model.load(path, device="cpu")
+    rss0, huge0 = status("VmRSS"), huge_bytes()
+    model = llamapy.Model.load(path, device="cpu", mmap=True if "--mmap" in sys.argv else None)
     rss1, hwm = status("VmRSS"), status("VmHWM")
     out = {"file": model.path.stat().st_size, "growth": rss1 - rss0, "peak": hwm - rss0,
-           "stacked": model.n_bytes_stacked, "resident": model.n_bytes_resident}
+           "stacked": model.n_bytes_stacked, "resident": model.n_bytes_resident, "huge": huge_bytes() - huge0}
     if "--decode" in sys.argv:
         ctx = llamapy.Context(model, llamapy.ContextParams(n_ctx=256, n_batch=256, n_ubatch=256))
         b = llamapy.Batch()

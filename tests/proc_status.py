@@ -10,3 +10,12 @@ def status(key: str) -> int:
             if line.startswith(key):
                 return int(line.split()[1]) * 1024
     raise KeyError(key)
+
+
+def huge_bytes() -> int:
+    """Bytes of the process's anonymous memory in transparent huge pages (smaps_rollup)."""
+    with open("/proc/self/smaps_rollup") as f:
+        for line in f:
+            if line.startswith("AnonHugePages:"):
+                return int(line.split()[1]) * 1024
+    return 0

@@ -22,6 +22,12 @@ def _add_context(p: argparse.ArgumentParser) -> None:
     p.add_argument("-fa", "--flash-attn", default="auto", choices=("on", "off", "auto"))
     p.add_argument("--kv-unified", action="store_true", help="one KV stream shared by all sequences")
     p.add_argument("--swa-full", action="store_true", help="full-size cache for sliding-window layers")
+    mm = p.add_mutually_exclusive_group()
+    mm.add_argument("--mmap", dest="mmap", action="store_true", default=None,
+                    help="keep the weights mapped from the file (shared page cache, read on first use)")
+    mm.add_argument("--no-mmap", dest="mmap", action="store_false",
+                    help="read the weights into memory (default where the kernel has transparent huge pages: "
+                         "read into 2 MiB pages, faster to stream; else mapped)")
     p.add_argument("--mem-budget", type=float, default=0.0, help="MiB that -c 0 is fitted under (default: free memory minus 1 GiB)")
     p.add_argument("-t", "--threads", type=int, default=0, help="CPU threads (0: torch's default)")
     p.add_argument("--device", default="auto", help="cpu, cuda or auto (CUDA when available)")

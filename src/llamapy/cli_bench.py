@@ -208,7 +208,7 @@ def cmd_perplexity(a: argparse.Namespace) -> int:
     params = perplexity_params(n_ctx, a.batch_size, a.ubatch_size, type_k=a.cache_type_k, type_v=a.cache_type_v,
                                flash_attn=a.flash_attn, n_threads=a.threads, device=a.device,
                                offload_kqv=not a.no_kv_offload)
-    model, ctx = open_context(a.model, params, pipe, device=a.device, exact=a.exact)
+    model, ctx = open_context(a.model, params, pipe, device=a.device, exact=a.exact, mmap=getattr(a, "mmap", None))
     t0 = time.perf_counter()
     tokens = model.tokenize(text, add_special=True, parse_special=False)
     print(f"perplexity: tokenization took {(time.perf_counter() - t0) * 1e3:g} ms", file=sys.stderr)

@@ -80,7 +80,7 @@ def _load(a: argparse.Namespace, params=None):
     """(Model, Context) for a command: one process, or stage 0 of --pp N stages."""
     from .pipeline import open_context
 
-    return open_context(a.model, params or _ctx_params(a), _pipe_params(a), device=a.device)
+    return open_context(a.model, params or _ctx_params(a), _pipe_params(a), device=a.device, mmap=getattr(a, "mmap", None))
 
 
 def _spec_params(a: argparse.Namespace):

@@ -1,11 +1,14 @@
 """Tensor names -> torch weights, with byte accounting (llama_model_loader).
 
-Weights live in the GGUF file's own memory: a matrix is a view over the mapped file
-(gguf/reader.py), so its pages join the process only as the kernels first read them, and
-the page cache shares them with any other process mapping the same file.  Matrices stacked
-along n_out for one product (Q|K|V, gate|up) are read with os.preadv straight from the file
-into one new buffer, the parts at their offsets: the stack costs its bytes once, with no
-torch.cat copy and no mapped page of the parts touched.  Parts of different types stay
+Weights keep the GGUF file's bytes.  Mapped (Model.load's mmap, llama.cpp's --mmap), a matrix
+is a view over the mapped file (gguf/reader.py), so its pages join the process only as the
+kernels first read them, and the page cache shares them with any other process mapping the
+same file.  Read (the default where the kernel has transparent huge pages, and --no-mmap),
+every matrix the kernels keep in its blocks is read with os.preadv straight from the file
+into a WeightArena (model/huge_pages.py: 2 MiB pages, far fewer TLB misses when a decode
+step streams the weights), its bytes once, no mapped page touched.  Matrices stacked along
+n_out for one product (Q|K|V, gate|up) are read the same way into one buffer, the parts at
+their offsets: the stack costs its bytes once, with no torch.cat copy.  Parts of different types stay
 separate views.  Where no kernel reads a type as it lies (model/qmatrix.py's fallback), that
 matrix is converted and costs what the conversion allocates.  `n_bytes_file` keeps what the
 GGUF holds so the memory report can show both."""
@@ -19,6 +22,8 @@ from ..gguf.header import GGUFError, TensorInfo
 from ..gguf.quants import DEQUANTIZE_TYPES, dequantize
 from ..gguf.reader import GGUFFile
 from ..kernels import KernelLib
+from ..kernels.types import blocks_fit
+from .huge_pages import WeightArena
 from .qmatrix import QMatrix, make_qmatrix
 
 
@@ -30,10 +35,11 @@ class WeightLoader:
     exact: bool = False  # True: every matrix dequantized to float32 (reference mode)
     n_bytes_file: int = 0
     n_bytes_resident: int = 0
-    n_bytes_stacked: int = 0  # read into new buffers (stacks), the rest stays mapped
+    n_bytes_stacked: int = 0  # read into new buffers (stacks, and every block matrix with an arena), the rest mapped
     loaded: set[str] = field(default_factory=set)
     slot_orders: dict[tuple[int, int], torch.Tensor] = field(default_factory=dict)
     kernels: KernelLib | None = None  # llamapy's CPU kernels: matrices stay in their blocks
+    arena: WeightArena | None = None  # where block matrices are read (None: they stay mapped)
 
     def has(self, name: str) -> bool:
         return name in self.f.tensors
@@ -55,9 +61,15 @@ class WeightLoader:
         self.n_bytes_file += info.n_bytes
         self.loaded.add(info.name)
 
-    def _stacked(self, infos: list[TensorInfo]) -> torch.Tensor:
-        """The tensors' bytes one after another in a new uint8 buffer, read from the file."""
-        out = torch.empty(sum(i.n_bytes for i in infos), dtype=torch.uint8)
+    def _to_arena(self, infos: list[TensorInfo]) -> bool:
+        """Is this matrix (kept in its blocks) read into the arena?"""
+        return self.arena is not None and self.arena.wants(sum(i.n_bytes for i in infos))
+
+    def _stacked(self, infos: list[TensorInfo], in_arena: bool) -> torch.Tensor:
+        """The tensors' bytes one after another in a new uint8 buffer (from the arena: a
+        matrix the kernels keep as it is read, that _to_arena takes), read from the file."""
+        n = sum(i.n_bytes for i in infos)
+        out = self.arena.take(n) if in_arena else torch.empty(n, dtype=torch.uint8)
         mv = memoryview(out.numpy())
         pos = 0
         for i in infos:
@@ -69,7 +81,8 @@ class WeightLoader:
     def matrix(self, *names: str) -> QMatrix:
         """Weight matrices ([n_out, n_in] each, same n_in) kept in their blocks where a kernel
         reads them; several names are stacked along n_out into one matrix (one matmul for
-        Q|K|V): one part read into one buffer when they share a type, else the parts' views."""
+        Q|K|V): one part read into one buffer when they share a type, else the parts' own
+        (read into the arena, or views of the mapped file)."""
         infos = [self._info(name) for name in names]
         for i in infos:
             if len(i.ne) != 2:
@@ -77,11 +90,14 @@ class WeightLoader:
         n_in = {i.shape[1] for i in infos}
         if len(n_in) != 1:
             raise GGUFError(f"{self.f.path.name}: cannot stack {', '.join(names)}: their rows differ ({sorted(n_in)})")
-        if len(infos) > 1 and len({i.qtype for i in infos}) == 1:
+        kept = [self.kernels is not None and not self.exact and blocks_fit(i.qtype, i.shape[1]) for i in infos]
+        one_type = len({i.qtype for i in infos}) == 1
+        if one_type and (len(infos) > 1 or (kept[0] and self._to_arena(infos))):
             shape = (sum(i.shape[0] for i in infos), infos[0].shape[1])
-            parts = [(self._stacked(infos), infos[0].qtype, shape)]
-        else:
-            parts = [(self.f.tensor_data(i.name), i.qtype, i.shape) for i in infos]
+            parts = [(self._stacked(infos, kept[0] and self._to_arena(infos)), infos[0].qtype, shape)]
+        else:  # each its own: read into the arena where it goes there, else mapped
+            parts = [(self._stacked([i], True) if k and self._to_arena([i]) else self.f.tensor_data(i.name), i.qtype, i.shape)
+                     for i, k in zip(infos, kept)]
         m = make_qmatrix(parts, self.exact, self.dtype, self.slot_orders, self.kernels)
         if self.device.type != "cpu":  # exact (dense) on accelerators: see Model.load
             m.dense = m.dense.to(self.device)

@@ -13,6 +13,7 @@ from ..gguf.reader import GGUFFile
 from ..log import Progress, logger
 from .archs import arch_class
 from .hparams import HParams, hparams_from_gguf
+from .huge_pages import WeightArena, read_weights, thp_available
 from .loader import WeightLoader
 from .stage import StageLayers
 
@@ -33,13 +34,15 @@ class Model:
 
     @classmethod
     def load(cls, name_or_path: str | Path | None = None, device: str = "auto", exact: bool = False,
-             stage: StageLayers | None = None, tokenizer: bool = True) -> "Model":
+             stage: StageLayers | None = None, tokenizer: bool = True, mmap: bool | None = None) -> "Model":
         """Load a registered model name (pulled on first use) or a path to a .gguf file.
         stage: only these layers (and the embedding / output where the stage holds them: a
         pipeline stage, see pipeline/); tokenizer False: none is built (tokenizer None).
         exact=True dequantizes every weight to float32 (slow, for reference comparisons);
-        otherwise weights stay in the file's blocks where a kernel reads them (a view over the
-        mapped file, see model/loader.py).  On CUDA weights are dense float32.
+        otherwise weights stay in the file's blocks where a kernel reads them: read into 2 MiB
+        pages where the kernel has transparent huge pages, else views of the mapped file
+        (mmap True: always mapped, llama.cpp's --mmap; False: always read, --no-mmap; see
+        model/huge_pages.py).  On CUDA weights are dense float32.
         device "auto": CUDA when available, else the CPU."""
         device = resolve_device(device)
         from ..kernels import load_kernels
@@ -60,7 +63,11 @@ class Model:
         _warm_page_cache(f, stage)
         exact = exact or torch.device(device).type != "cpu"
         kernels = None if exact else load_kernels()
-        loader = WeightLoader(f, torch.device(device), exact=exact, kernels=kernels)
+        min_bytes, huge = read_weights(mmap, thp_available())
+        arena = None
+        if min_bytes is not None and kernels is not None:  # (capacity: the data, and alignment slack per tensor)
+            arena = WeightArena.reserve(f.file_size() - f.data_offset + 64 * len(f.tensors), huge, min_bytes)
+        loader = WeightLoader(f, torch.device(device), exact=exact, kernels=kernels, arena=arena)
         net = net_cls(hp, loader, stage)
         tok = None
         if tokenizer:
@@ -68,7 +75,7 @@ class Model:
                 tok = Tokenizer.from_gguf(f)
         logger("load_tensors").info(f"CPU model buffer size = {loader.n_bytes_resident / MiB:10.2f} MiB (file: {loader.n_bytes_file / MiB:.2f} MiB; "
                                     f"{(loader.n_bytes_file - loader.n_bytes_stacked) / MiB:.2f} MiB mapped from the file, "
-                                    f"{loader.n_bytes_stacked / MiB:.2f} MiB read into stacked matrices)")
+                                    f"{_read_into(loader.n_bytes_stacked, arena)})")
         log.info(f"model loaded in {time.perf_counter() - t0:.2f} s")
         return cls(path, f, hp, net, tok, loader)
 
@@ -91,6 +98,15 @@ def resolve_device(device: str) -> str:
     if device.startswith("cuda") and not torch.cuda.is_available():
         raise ValueError(f"--device {device}: no CUDA device is available (use --device cpu)")
     return device
+
+
+def _read_into(n_read: int, arena: WeightArena | None) -> str:
+    """The load line's account of the bytes read: stacks, and the arena's matrices."""
+    n_arena = arena.n_bytes if arena is not None else 0
+    out = f"{(n_read - n_arena) / MiB:.2f} MiB read into stacked matrices"
+    if arena is not None:
+        out += f", {n_arena / MiB:.2f} MiB into {'2 MiB pages' if arena.huge else 'memory'}"
+    return out
 
 
 def _warm_page_cache(f: GGUFFile, stage: StageLayers | None = None) -> None:

@@ -34,15 +34,16 @@ def plan_stages(model_ref, pipe: PipelineParams):
 
 
 def open_context(model_ref, params: ContextParams, pipe: PipelineParams | None = None, device: str = "auto",
-                 exact: bool = False):
+                 exact: bool = False, mmap: bool | None = None):
     """(Model, Context): a plain Context, or with --pp N > 1 a PipelineContext whose other
-    stages are started here (or joined, under torchrun)."""
+    stages are started here (or joined, under torchrun).  mmap: Model.load's (stage 0's; the
+    other stages take the default)."""
     from ..context import Context
     from ..model.model import Model
 
     pipe = pipe or PipelineParams()
     if not pipe.enabled:
-        model = Model.load(model_ref, device=device, exact=exact)
+        model = Model.load(model_ref, device=device, exact=exact, mmap=mmap)
         return model, Context(model, params)
     if device not in ("auto", "cpu"):
         raise ValueError(f"--pp {pipe.pp}: pipeline stages run on the CPU over gloo here (got --device {device})")
@@ -52,7 +53,7 @@ def open_context(model_ref, params: ContextParams, pipe: PipelineParams | None =
     path, stages = plan_stages(model_ref, pipe)
     p = Pipeline.start(pipe.pp, pipe.timeout_s)
     try:
-        model = Model.load(path, device="cpu", exact=exact, stage=stages[0])
+        model = Model.load(path, device="cpu", exact=exact, stage=stages[0], mmap=mmap)
         return model, PipelineContext(model, params, p, stages)
     except BaseException:
         p.close(graceful=not p.broken)
