@@ -7,13 +7,13 @@ ISA levels (ggml-cpu's per-ISA variants, chosen at run time from the CPU's featu
   avx512     x86-64-v4 (AVX-512 F/BW/DQ/VL), with VNNI and BF16 where the CPU has them
   avx2+vnni  x86-64-v3 with AVX-VNNI (vpdpwssd on ymm): Intel's AVX2 chips since Alder Lake
   avx2       x86-64-v3 (AVX2, FMA, F16C, BMI2): exactly that level, llama.cpp's GGML_AVX2 build
-  neon    ARMv8-A NEON, with the dot-product extension where the CPU has it
-  scalar  the portable C loops (the reference every SIMD path is tested against)
+  neon       ARMv8-A NEON, with the dot-product extension where the CPU has it
+  scalar     the portable C loops (the reference every SIMD path is tested against)
 LLAMAPY_CPU_ISA=native (the best the CPU runs, the default) | avx512 | avx2+vnni | avx2 | neon |
-scalar forces a level; one the CPU lacks is an error naming the missing features.  avx2+vnni runs every
-kernel of the avx2 level (KernelLib.level is "avx2") with its int16 pair products in one
-instruction instead of two.  LLAMAPY_KERNELS=0 turns the
-kernels off (the PyTorch paths then run everywhere)."""
+scalar forces a level; one the CPU lacks is an error naming the missing features.  avx2+vnni
+runs every kernel of the avx2 level (KernelLib.level is "avx2") with its int16 pair products
+in one instruction instead of two.  LLAMAPY_KERNELS=0 turns the kernels off (the PyTorch paths
+then run everywhere)."""
 from __future__ import annotations
 
 import ctypes

@@ -1,15 +1,16 @@
 """Tensor names -> torch weights, with byte accounting (llama_model_loader).
 
-Weights keep the GGUF file's bytes.  Mapped (Model.load's mmap, llama.cpp's --mmap), a matrix
-is a view over the mapped file (gguf/reader.py), so its pages join the process only as the
-kernels first read them, and the page cache shares them with any other process mapping the
-same file.  Read (the default where the kernel has transparent huge pages, and --no-mmap),
-every matrix the kernels keep in its blocks is read with os.preadv straight from the file
-into a WeightArena (model/huge_pages.py: 2 MiB pages, far fewer TLB misses when a decode
-step streams the weights), its bytes once, no mapped page touched.  Matrices stacked along
-n_out for one product (Q|K|V, gate|up) are read the same way into one buffer, the parts at
-their offsets: the stack costs its bytes once, with no torch.cat copy.  Parts of different types stay
-separate views.  Where no kernel reads a type as it lies (model/qmatrix.py's fallback), that
+Weights keep the GGUF file's bytes.  Mapped, a matrix is a view over the mapped file
+(gguf/reader.py), so its pages join the process only as the kernels first read them, and the
+page cache shares them with any other process mapping the same file.  Read, a matrix the
+kernels keep in its blocks goes with os.preadv straight from the file into a WeightArena
+(model/huge_pages.py: 2 MiB pages, far fewer TLB misses when a decode step streams it), its
+bytes once, no mapped page touched: by default the matrices of 16 MiB or more where the
+kernel has transparent huge pages, with Model.load(mmap=False) (--no-mmap) every one, with
+mmap=True (--mmap) none.  Matrices stacked along n_out for one product (Q|K|V, gate|up) are
+read the same way into one buffer (the arena's where it takes them), the parts at their
+offsets: the stack costs its bytes once, with no torch.cat copy.  Parts of different types
+are each a view, or read into the arena.  Where no kernel reads a type as it lies (model/qmatrix.py's fallback), that
 matrix is converted and costs what the conversion allocates.  `n_bytes_file` keeps what the
 GGUF holds so the memory report can show both."""
 from __future__ import annotations

@@ -39,10 +39,10 @@ class Model:
         stage: only these layers (and the embedding / output where the stage holds them: a
         pipeline stage, see pipeline/); tokenizer False: none is built (tokenizer None).
         exact=True dequantizes every weight to float32 (slow, for reference comparisons);
-        otherwise weights stay in the file's blocks where a kernel reads them: read into 2 MiB
-        pages where the kernel has transparent huge pages, else views of the mapped file
-        (mmap True: always mapped, llama.cpp's --mmap; False: always read, --no-mmap; see
-        model/huge_pages.py).  On CUDA weights are dense float32.
+        otherwise weights stay in the file's blocks where a kernel reads them: views of the
+        mapped file, but matrices of 16 MiB or more read into 2 MiB pages where the kernel has
+        transparent huge pages (mmap True: every one mapped, llama.cpp's --mmap; False: every
+        one read, --no-mmap; see model/huge_pages.py).  On CUDA weights are dense float32.
         device "auto": CUDA when available, else the CPU."""
         device = resolve_device(device)
         from ..kernels import load_kernels
