@@ -34,7 +34,8 @@ def main() -> None:
     model = llamapy.Model.load(path, device="cpu", mmap=True if "--mmap" in sys.argv else None)
     rss1, hwm = status("VmRSS"), status("VmHWM")
     out = {"file": model.path.stat().st_size, "growth": rss1 - rss0, "peak": hwm - rss0,
-           "stacked": model.n_bytes_stacked, "resident": model.n_bytes_resident, "huge": huge_bytes() - huge0}
+           "stacked": model.n_bytes_stacked, "resident": model.n_bytes_resident, "arena": model.n_bytes_arena,
+           "huge": huge_bytes() - huge0}
     if "--decode" in sys.argv:
         ctx = llamapy.Context(model, llamapy.ContextParams(n_ctx=256, n_batch=256, n_ubatch=256))
         b = llamapy.Batch()

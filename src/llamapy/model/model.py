@@ -30,6 +30,7 @@ class Model:
         self.n_bytes_file = loader.n_bytes_file
         self.n_bytes_resident = loader.n_bytes_resident
         self.n_bytes_stacked = loader.n_bytes_stacked  # read into new buffers; the rest is mapped
+        self.n_bytes_arena = loader.arena.n_bytes if loader.arena is not None else 0  # of those, in the weight arena
         self.device = loader.device
 
     @classmethod

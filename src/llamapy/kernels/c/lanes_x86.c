@@ -9,8 +9,8 @@
  *   one vector whose lane r holds row r's two int16 (x[2k], x[2k+1]); per block of 32 the rows'
  *   scales s, per 16-group their sums.
  *   product: a weight pair (w[2k], w[2k+1]) broadcast to every lane, one vpdpwssd (AVX512-VNNI,
- *   or AVX-VNNI on an AVX2 chip that has it; vpmaddwd + vpaddd without) adds w[2k] x_r[2k] + w[2k+1] x_r[2k+1] to lane r: 2 LP_NL
- *   exact products per instruction, with no dequantization to float and no horizontal sums;
+ *   or AVX-VNNI on an AVX2 chip that has it; vpmaddwd + vpaddd without) adds
+ *   w[2k] x_r[2k] + w[2k+1] x_r[2k+1] to lane r: 2 LP_NL exact products per instruction, with no dequantization to float and no horizontal sums;
  *   per block (or 16-group) one conversion and one FMA per weight row give the rows' share.
  *   (A Zen 4 multiplies as many int16 pairs a ns with vpdpwssd on a zmm as on a ymm, half as many
  *   instructions of twice the lanes: 115 products a ns a core, twice its fp32 FMA's 57;

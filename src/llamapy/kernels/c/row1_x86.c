@@ -1,7 +1,7 @@
 /* One activation row against one weight row, straight from the GGUF blocks (x86, 256-bit
  * vectors: AVX2, with AVX-VNNI's vpdpwssd at avx2+vnni, and the AVX-512 level with its VNNI
- * vpdpwssd on ymm registers): the decode ubatch of a single sequence, where the weights stream from memory and every instruction
- * per block counts.  The same integers and scales as dot.c's canonical path (lp.h): per block
+ * vpdpwssd on ymm registers): the decode ubatch of a single sequence, where the weights
+ * stream from memory and every instruction per block counts.  The same integers and scales as dot.c's canonical path (lp.h): per block
  * of 32 the int16 dot of the weights' integers with the activations' int16, times d * s, plus
  * m * sum(x) where the type has a minimum; the fp32 sums are taken in another order.
  * Types without a path here (Q2_K, Q3_K, float types) return 0 and take the canonical path. */
