@@ -63,12 +63,15 @@ class WeightLoader:
         self.loaded.add(info.name)
 
     def _to_arena(self, infos: list[TensorInfo]) -> bool:
-        """Is this matrix (kept in its blocks) read into the arena?"""
-        return self.arena is not None and self.arena.wants(sum(i.n_bytes for i in infos))
+        """Is this matrix read into the arena: the kernels keep its blocks as they lie (so the
+        read bytes are what stays), and the arena takes its size?"""
+        return (self.arena is not None and self.kernels is not None and not self.exact
+                and all(blocks_fit(i.qtype, i.shape[1]) for i in infos)
+                and self.arena.wants(sum(i.n_bytes for i in infos)))
 
     def _stacked(self, infos: list[TensorInfo], in_arena: bool) -> torch.Tensor:
         """The tensors' bytes one after another in a new uint8 buffer (from the arena: a
-        matrix the kernels keep as it is read, that _to_arena takes), read from the file."""
+        matrix _to_arena takes), read from the file."""
         n = sum(i.n_bytes for i in infos)
         out = self.arena.take(n) if in_arena else torch.empty(n, dtype=torch.uint8)
         mv = memoryview(out.numpy())
@@ -91,14 +94,13 @@ class WeightLoader:
         n_in = {i.shape[1] for i in infos}
         if len(n_in) != 1:
             raise GGUFError(f"{self.f.path.name}: cannot stack {', '.join(names)}: their rows differ ({sorted(n_in)})")
-        kept = [self.kernels is not None and not self.exact and blocks_fit(i.qtype, i.shape[1]) for i in infos]
-        one_type = len({i.qtype for i in infos}) == 1
-        if one_type and (len(infos) > 1 or (kept[0] and self._to_arena(infos))):
+        whole = self._to_arena(infos)
+        if len({i.qtype for i in infos}) == 1 and (len(infos) > 1 or whole):
             shape = (sum(i.shape[0] for i in infos), infos[0].shape[1])
-            parts = [(self._stacked(infos, kept[0] and self._to_arena(infos)), infos[0].qtype, shape)]
+            parts = [(self._stacked(infos, whole), infos[0].qtype, shape)]
         else:  # each its own: read into the arena where it goes there, else mapped
-            parts = [(self._stacked([i], True) if k and self._to_arena([i]) else self.f.tensor_data(i.name), i.qtype, i.shape)
-                     for i, k in zip(infos, kept)]
+            parts = [(self._stacked([i], True) if self._to_arena([i]) else self.f.tensor_data(i.name), i.qtype, i.shape)
+                     for i in infos]
         m = make_qmatrix(parts, self.exact, self.dtype, self.slot_orders, self.kernels)
         if self.device.type != "cpu":  # exact (dense) on accelerators: see Model.load
             m.dense = m.dense.to(self.device)

@@ -28,11 +28,7 @@ static float int_dot(int g16, lp_wrow w, const lp_xrows *xr, int64_t r) {
         const __m512 dv = g16 ? _mm512_permutexvar_ps(idx, _mm512_castps128_ps512(_mm_castpd_ps(_mm_load_sd((const double *)(w.d16 + 2 * b)))))
                               : _mm512_set1_ps(w.d16[2 * b]);
         const __m512i xv = _mm512_loadu_si512(xr->q + r * n_in + 32 * b);
-#if defined(LP_VNNI)
-        const __m512i p = _mm512_dpwssd_epi32(_mm512_setzero_si512(), wv, xv);
-#else
-        const __m512i p = _mm512_madd_epi16(wv, xv);
-#endif
+        const __m512i p = lp_dpwssd512(_mm512_setzero_si512(), wv, xv);
         acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), _mm512_mul_ps(dv, _mm512_set1_ps(xr->s[r * nb + b])), acc);
     }
     return _mm512_reduce_add_ps(acc);

@@ -38,13 +38,7 @@ typedef __m512 vfl;
 #define VFL_FMA(a, b, c) _mm512_fmadd_ps(a, b, c)
 #define VFL_MUL(a, b) _mm512_mul_ps(a, b)
 #define VFL_CVT(a) _mm512_cvtepi32_ps(a)
-LP_INLINE vi pair_dot(vi acc, vi x, vi w) {
-#if defined(LP_VNNI)
-    return _mm512_dpwssd_epi32(acc, x, w);
-#else
-    return _mm512_add_epi32(acc, _mm512_madd_epi16(x, w));
-#endif
-}
+LP_INLINE vi pair_dot(vi acc, vi x, vi w) { return lp_dpwssd512(acc, x, w); }
 #else
 typedef __m256i vi;
 typedef __m256 vfl;

@@ -72,6 +72,16 @@ LP_INLINE __m256i lp_dpwssd256(__m256i acc, __m256i a, __m256i b) {
 #endif
 }
 #endif
+#if defined(LP_AVX512)
+/* The same on 512 bits (vpdpwssd zmm with AVX512-VNNI). */
+LP_INLINE __m512i lp_dpwssd512(__m512i acc, __m512i a, __m512i b) {
+#if defined(LP_VNNI)
+    return _mm512_dpwssd_epi32(acc, a, b);
+#else
+    return _mm512_add_epi32(acc, _mm512_madd_epi16(a, b));
+#endif
+}
+#endif
 
 /* A float vector of VW lanes: 16 on AVX-512, 8 on AVX2, 4 on NEON, 1 in portable C.
  * VF_LOADH loads VW f16 values as floats, VF_LOADB VW bf16 values. */
