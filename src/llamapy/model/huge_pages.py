@@ -6,7 +6,7 @@ and on 4 KiB pages that is a TLB miss per 4 KiB: Gemma 3's 171 MiB vocabulary pr
 2 MiB pages the same product ran in 9.3-9.7 ms where the file's mapped pages took 11.0-14.1
 (a plain anonymous copy on 4 KiB pages 11.0-14.1), and a Gemma 3 decode step went 25.6 ->
 20.2 ms (benchmarks/decode_profile.py -m gemma3-270m), on a 2-core Intel Xeon under KVM with
-THP in `madvise` mode.  Matrices that stay in the caches gained nothing measurable (SmolLM2's
+THP in `madvise` mode, at the native level (avx512+vnni+bf16).  Matrices that stay in the caches gained nothing measurable (SmolLM2's
 28 MiB vocabulary: 1.16-1.17 against 1.18-1.20 ms; the layers of either model).
 
 The cost is the file mapping's two properties: pages shared with other processes mapping the
