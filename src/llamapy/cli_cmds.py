@@ -216,19 +216,29 @@ def cmd_tokenize(a: argparse.Namespace) -> int:
 
 
 def cmd_quantize(a: argparse.Namespace) -> int:
+    """llama-quantize's output: a progress line, then its model size / quant size lines."""
     import time
     from pathlib import Path
 
+    from .pull import StderrProgress
     from .quantize import quantize_file
     from .registry import resolve_model
 
-    src = resolve_model(a.input)
+    src, dst = resolve_model(a.input), Path(a.output)
+    bar = StderrProgress()
     t0 = time.perf_counter()
-    counts = quantize_file(src, Path(a.output), a.type)
-    mib = Path(a.output).stat().st_size / 2**20
-    print(f"llama_model_quantize: {src} -> {a.output} as {a.type.upper()}: "
-          f"{', '.join(f'{n} {k}' for k, n in counts.items())} tensors, {mib:.2f} MiB, "
+    rep = quantize_file(src, dst, a.type, allow_requantize=a.allow_requantize, force=a.force,
+                        progress=lambda done, total: bar("quantize", f"{src.name} -> {dst.name} as {a.type.upper()}",
+                                                         done, total))
+    log = "llama_model_quantize_impl"
+    mib = 2.0**20
+    print(f"{log}: model size  = {rep.bytes_in / mib:8.2f} MiB ({rep.bytes_in * 8 / rep.n_elements:.2f} BPW)\n"
+          f"{log}: quant size  = {rep.bytes_out / mib:8.2f} MiB ({rep.bytes_out * 8 / rep.n_elements:.2f} BPW)\n"
+          f"{log}: tensors: {', '.join(f'{n} {k}' for k, n in rep.counts.items())}; "
           f"{time.perf_counter() - t0:.1f} s", file=sys.stderr)
+    if rep.n_fallback:
+        print(f"{log}: WARNING: {rep.n_fallback} of {len(rep.plans)} tensor(s) required fallback quantization",
+              file=sys.stderr)
     return 0
 
 

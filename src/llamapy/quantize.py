@@ -1,57 +1,181 @@
-"""`llamapy quantize IN OUT TYPE` (llama-quantize's role, for the types the `gguf` package can
-write): every 2-D weight is dequantized (gguf's own arithmetic) and stored as TYPE; 1-D
-tensors (norms, biases) stay F32, as llama-quantize keeps them; the metadata is copied with
-general.file_type set to TYPE's.  One tensor at a time, so the process holds about one
-tensor's floats beyond the mapped input.
+"""`llamapy quantize IN OUT TYPE` (llama-quantize's role, for the types this package can write).
 
-TYPE: F32, F16, BF16, or a block type the `gguf` package quantizes (Q8_0, Q4_0, Q4_1, Q5_0,
-Q5_1).  The K-quants need llama.cpp's quantizer (importance search), which `gguf` lacks."""
+Which tensor gets which type follows llama-quantize (src/llama-quant.cpp) for these mixes:
+- only tensors named `*weight` of two or more dimensions are converted (not `*_norm.weight`,
+  position embeddings or token types); the rest are copied as they are;
+- the output matrix (`output.weight`, or `token_embd.weight` when the model ties the two) is
+  stored as Q6_K in the Q4_0 .. Q5_1 mixes, as Q8_0 where its rows are not a whole number of
+  256-blocks (SmolLM2's 576, Gemma 3's 640) and in the Q8_0 mix;
+- a matrix whose rows are not a whole number of the type's blocks falls back to F16;
+- a tensor already of its target type is copied byte for byte.
+Converting a quantized tensor to another block type loses precision twice (requantizing): it
+is refused unless allow_requantize (llama-quantize's --allow-requantize).  Dequantizing one to
+F32, F16 or BF16 is allowed (how a bigger target is made from a small file).
+
+Every check runs before anything is written; the output is written beside its destination
+and renamed into place at the end, so a failure leaves no partial file.  One tensor at a time:
+the process holds about one tensor's floats beyond the mapped input.
+
+TYPE: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1.  The K-quant mixes (Q4_K_M ...) need
+llama.cpp's importance-weighted quantizers, which neither `gguf` nor this package has.
+"""
 from __future__ import annotations
 
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import gguf
 import numpy as np
+import torch
+
+from .gguf.quants_pack_k import QK_K, quantize_q6_k
 
 T = gguf.GGMLQuantizationType
 FILE_TYPES = {"F32": (T.F32, 0), "F16": (T.F16, 1), "BF16": (T.BF16, 32), "Q8_0": (T.Q8_0, 7), "Q4_0": (T.Q4_0, 2),
               "Q4_1": (T.Q4_1, 3), "Q5_0": (T.Q5_0, 8), "Q5_1": (T.Q5_1, 9)}
+FLOAT_TYPES = (T.F32, T.F16, T.BF16)
 SKIP_KEYS = ("GGUF.", "general.architecture", "general.file_type")
+KEEP_NAMES = ("position_embd.weight", "token_types.weight")  # llama-quantize never quantizes these
+
+# progress(done_bytes, total_bytes) over the input's tensor bytes
+Progress = Callable[[int, int], None]
 
 
-def quantize_file(src: Path, dst: Path, type_name: str) -> dict[str, int]:
-    """Write dst from src with its weights as type_name; returns {tensor type name: count}.
-    Raises ValueError for a type it cannot write, or when dst is src."""
+class QuantizeError(ValueError):
+    """Bad input to quantize: nothing was written."""
+
+
+@dataclass(frozen=True, slots=True)
+class TensorPlan:
+    name: str
+    shape: tuple[int, ...]  # numpy order: [.., n_in]
+    src_type: T
+    out_type: T
+
+
+@dataclass(slots=True)
+class QuantizeReport:
+    plans: list[TensorPlan]
+    bytes_in: int = 0  # tensor data, llama-quantize's "model size"
+    bytes_out: int = 0  # its "quant size"
+    n_elements: int = 0
+    n_fallback: int = 0
+    counts: dict[str, int] = field(default_factory=dict)  # output type name -> tensors
+
+
+def allows_quantization(name: str, n_dims: int) -> bool:
+    """llama-quantize's tensor_allows_quantization for the architectures llamapy runs."""
+    return (n_dims >= 2 and name.endswith("weight") and "_norm.weight" not in name
+            and not name.endswith(KEEP_NAMES))
+
+
+def output_matrix_name(names: set[str]) -> str:
+    """The tensor llama-quantize treats as the output matrix: output.weight, or the token
+    embeddings when the model ties them (no output.weight)."""
+    return "output.weight" if "output.weight" in names else "token_embd.weight"
+
+
+def target_type(name: str, shape: tuple[int, ...], src_type: T, qtype: T, output_name: str) -> tuple[T, bool]:
+    """(the type `name` is written as, whether it fell back for its shape) in the `qtype` mix."""
+    if not allows_quantization(name, len(shape)):
+        return src_type, False
+    if qtype in FLOAT_TYPES:
+        return qtype, False
+    n_in = shape[-1]
+    new = qtype
+    if name == output_name and qtype != T.Q8_0:
+        new = T.Q6_K if n_in % QK_K == 0 else T.Q8_0
+    if n_in % gguf.GGML_QUANT_SIZES[new][0] != 0:
+        return T.F16, True
+    return new, False
+
+
+def mix_type(type_name: str) -> tuple[T, int]:
+    """(the mix's tensor type, its general.file_type); QuantizeError for a type not written here."""
     key = type_name.upper()
     if key not in FILE_TYPES:
-        raise ValueError(f"quantize type {type_name!r}: expected one of {', '.join(FILE_TYPES)} "
-                         "(the K-quants need llama.cpp's llama-quantize)")
-    if Path(src).resolve() == Path(dst).resolve():
-        raise ValueError(f"output {dst} is the input: choose another path")
-    qtype, ftype = FILE_TYPES[key]
-    r = gguf.GGUFReader(src)
-    arch = str(r.fields["general.architecture"].contents())
-    w = gguf.GGUFWriter(dst, arch)
-    for name, f in r.fields.items():
-        if name.startswith(SKIP_KEYS):
-            continue
-        sub = f.types[1] if f.types[0] == gguf.GGUFValueType.ARRAY and len(f.types) > 1 else None
-        w.add_key_value(name, f.contents(), f.types[0], sub)
-    w.add_uint32("general.file_type", ftype)
-    counts: dict[str, int] = {}
+        raise QuantizeError(f"quantize type {type_name!r}: expected one of {', '.join(FILE_TYPES)} "
+                            "(the K-quant mixes need llama.cpp's llama-quantize)")
+    return FILE_TYPES[key]
+
+
+def plan_file(r: gguf.GGUFReader, type_name: str, allow_requantize: bool) -> tuple[list[TensorPlan], int]:
+    """Each tensor's target type, and how many fell back; raises QuantizeError for an unknown
+    type or a requantization that allow_requantize does not permit."""
+    qtype = mix_type(type_name)[0]
+    out_name = output_matrix_name({t.name for t in r.tensors})
+    plans, n_fallback = [], 0
     for t in r.tensors:
-        shape = tuple(int(x) for x in reversed(t.shape))  # numpy order: [.., n_in]
-        x = gguf.quants.dequantize(t.data, t.tensor_type).reshape(shape).astype(np.float32)
-        out_type = qtype if x.ndim >= 2 and x.shape[-1] % gguf.GGML_QUANT_SIZES[qtype][0] == 0 else T.F32
-        if out_type == T.F32:
-            w.add_tensor(t.name, x)
-        elif out_type == T.F16:
-            w.add_tensor(t.name, x.astype(np.float16))
-        else:
-            w.add_tensor(t.name, gguf.quants.quantize(x, out_type), raw_shape=x.shape, raw_dtype=out_type)
-        counts[out_type.name] = counts.get(out_type.name, 0) + 1
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
-    return counts
+        shape = tuple(int(x) for x in reversed(t.shape))
+        src = T(t.tensor_type)
+        out, fell_back = target_type(t.name, shape, src, qtype, out_name)
+        n_fallback += fell_back
+        if out != src and src not in FLOAT_TYPES and out not in FLOAT_TYPES and not allow_requantize:
+            raise QuantizeError(
+                f"{t.name} is {src.name}: requantizing it to {out.name} loses precision twice; quantize from an "
+                "F32/F16/BF16 file, or pass --allow-requantize to do it anyway")
+        plans.append(TensorPlan(t.name, shape, src, out))
+    return plans, n_fallback
+
+
+def encode(x: np.ndarray, out_type: T) -> tuple[np.ndarray, dict]:
+    """Float32 values x [.., n_in] as out_type: (the array, GGUFWriter.add_tensor's raw keywords)."""
+    if out_type == T.F32:
+        return x, {}
+    if out_type == T.F16:
+        return x.astype(np.float16), {}
+    if out_type == T.Q6_K:
+        blocks = quantize_q6_k(torch.from_numpy(np.ascontiguousarray(x)).reshape(-1, QK_K)).numpy()
+        return blocks.reshape(*x.shape[:-1], -1), {"raw_dtype": out_type}
+    return gguf.quants.quantize(x, out_type), {"raw_dtype": out_type}
+
+
+def quantize_file(src: Path, dst: Path, type_name: str, *, allow_requantize: bool = False, force: bool = False,
+                  progress: Progress | None = None) -> QuantizeReport:
+    """Write dst from src with its weights as type_name's mix (module docstring); returns what
+    was written.  Raises QuantizeError, before writing anything, for an unknown type, a
+    requantization without allow_requantize, dst being src, or dst existing without force."""
+    src, dst = Path(src), Path(dst)
+    file_type = mix_type(type_name)[1]
+    if src.resolve() == dst.resolve():
+        raise QuantizeError(f"output {dst} is the input: choose another path")
+    if dst.exists() and not force:
+        raise QuantizeError(f"output {dst} exists: choose another path, or pass --force to overwrite it")
+    r = gguf.GGUFReader(src)
+    plans, n_fallback = plan_file(r, type_name, allow_requantize)
+    report = QuantizeReport(plans, n_fallback=n_fallback)
+    arch = str(r.fields["general.architecture"].contents())
+    tmp = dst.with_name(f".{dst.name}.partial")
+    try:
+        w = gguf.GGUFWriter(tmp, arch)
+        for name, f in r.fields.items():
+            if name.startswith(SKIP_KEYS):
+                continue
+            sub = f.types[1] if f.types[0] == gguf.GGUFValueType.ARRAY and len(f.types) > 1 else None
+            w.add_key_value(name, f.contents(), f.types[0], sub)
+        w.add_uint32("general.file_type", file_type)
+        total = sum(int(t.n_bytes) for t in r.tensors)
+        for t, p in zip(r.tensors, plans):
+            raw = np.asarray(t.data)
+            if p.out_type == p.src_type:  # copied as it is
+                data, kw = (raw, {}) if p.src_type in (T.F32, T.F16) else (raw, {"raw_dtype": p.src_type})
+            else:
+                x = gguf.quants.dequantize(raw, p.src_type).reshape(p.shape).astype(np.float32)
+                data, kw = encode(x, p.out_type)
+            w.add_tensor(p.name, data, **kw)
+            report.bytes_in += int(t.n_bytes)
+            report.bytes_out += int(data.nbytes)
+            report.n_elements += int(np.prod(p.shape))
+            report.counts[p.out_type.name] = report.counts.get(p.out_type.name, 0) + 1
+            if progress is not None:
+                progress(report.bytes_in, total)
+        w.write_header_to_file()
+        w.write_kv_data_to_file()
+        w.write_tensors_to_file()
+        w.close()
+        os.replace(tmp, dst)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return report
