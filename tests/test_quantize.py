@@ -65,28 +65,30 @@ def test_q6_k_quantizer_against_gguf_dequantization():
     assert torch.all(((y - x).abs() <= 0.5 * step.abs() * (1 + 1e-5))[inside])
 
 
-@pytest.mark.parametrize("n_in,qtype,want", [
-    (576, T.Q4_0, T.Q8_0), (640, T.Q5_1, T.Q8_0), (2048, T.Q4_1, T.Q6_K), (4096, T.Q5_0, T.Q6_K),
-    (2048, T.Q8_0, T.Q8_0), (2048, T.F16, T.F16), (2048, T.BF16, T.BF16),
+@pytest.mark.parametrize("n_in,qtype,want,fell_back_from", [
+    (576, T.Q4_0, T.Q8_0, T.Q6_K), (640, T.Q5_1, T.Q8_0, T.Q6_K), (2048, T.Q4_1, T.Q6_K, None),
+    (4096, T.Q5_0, T.Q6_K, None), (2048, T.Q8_0, T.Q8_0, None), (2048, T.F16, T.F16, None),
+    (2048, T.BF16, T.BF16, None),
 ])
-def test_output_matrix_rule(n_in, qtype, want):
-    """llama-quantize's output rule: Q6_K in the 4- and 5-bit mixes, Q8_0 where the rows are not
-    whole 256-blocks, the mix's own type for Q8_0 and the float types."""
-    assert target_type("output.weight", (1000, n_in), T.F32, qtype, "output.weight") == (want, False)
-    assert target_type("token_embd.weight", (1000, n_in), T.F32, qtype, "token_embd.weight") == (want, False)
+def test_output_matrix_rule(n_in, qtype, want, fell_back_from):
+    """llama-quantize's output rule: Q6_K in the 4- and 5-bit mixes, falling back to Q8_0 where
+    the rows are not whole 256-blocks; the mix's own type for Q8_0 and the float types."""
+    assert target_type("output.weight", (1000, n_in), T.F32, qtype, "output.weight") == (want, fell_back_from)
+    assert target_type("token_embd.weight", (1000, n_in), T.F32, qtype, "token_embd.weight") == (want, fell_back_from)
     # with a separate output matrix the embeddings take the mix's type
-    assert target_type("token_embd.weight", (1000, n_in), T.F32, qtype, "output.weight") == (qtype, False)
+    assert target_type("token_embd.weight", (1000, n_in), T.F32, qtype, "output.weight") == (qtype, None)
 
 
 def test_kept_and_fallback_tensors():
     out = "output.weight"
-    assert target_type("blk.0.attn_norm.weight", (576,), T.F32, T.Q4_0, out) == (T.F32, False)  # 1-D
-    assert target_type("blk.0.attn_q_norm.weight", (4, 64), T.F32, T.Q4_0, out) == (T.F32, False)
-    assert target_type("position_embd.weight", (512, 64), T.F32, T.Q4_0, out) == (T.F32, False)
-    assert target_type("blk.0.attn_q.bias", (64, 64), T.F32, T.Q4_0, out) == (T.F32, False)
+    assert target_type("blk.0.attn_norm.weight", (576,), T.F32, T.Q4_0, out) == (T.F32, None)  # 1-D
+    assert target_type("blk.0.attn_q_norm.weight", (4, 64), T.F32, T.Q4_0, out) == (T.F32, None)
+    assert target_type("position_embd.weight", (512, 64), T.F32, T.Q4_0, out) == (T.F32, None)
+    assert target_type("blk.0.attn_q.bias", (64, 64), T.F32, T.Q4_0, out) == (T.F32, None)
     # rows not a whole number of 32-blocks: F16, counted as a fallback
-    assert target_type("blk.0.ffn_down.weight", (64, 80), T.F32, T.Q4_0, out) == (T.F16, True)
-    assert target_type("blk.0.ffn_down.weight", (64, 80), T.F32, T.F16, out) == (T.F16, False)
+    assert target_type("blk.0.ffn_down.weight", (64, 80), T.F32, T.Q4_0, out) == (T.F16, T.Q4_0)
+    assert target_type("blk.0.ffn_down.weight", (64, 80), T.F32, T.F16, out) == (T.F16, None)
+    assert target_type("output.weight", (64, 80), T.F32, T.Q5_0, out) == (T.F16, T.Q6_K)
 
 
 @pytest.mark.parametrize("type_name,bound", [("Q8_0", 0.01), ("Q5_1", 0.05), ("Q4_0", 0.12), ("F16", 1e-3), ("BF16", 6e-3)])
@@ -141,6 +143,7 @@ def test_requantize_refused_then_allowed(smollm2_path, tmp_path):
     assert not dst.exists() and not list(tmp_path.iterdir())
     rep = quantize_file(smollm2_path, dst, "Q4_0", allow_requantize=True)
     assert rep.counts["Q4_0"] > 200 and rep.counts["Q8_0"] == 1  # token_embd (576 = not whole 256-blocks): Q8_0
+    assert [(p.name, p.fell_back_from) for p in rep.plans if p.fell_back_from] == [("token_embd.weight", T.Q6_K)]
 
 
 def test_f16_target_matches_the_q4_1_model(smollm2_path, tmp_path):

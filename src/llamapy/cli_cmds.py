@@ -221,7 +221,7 @@ def cmd_quantize(a: argparse.Namespace) -> int:
     from pathlib import Path
 
     from .pull import StderrProgress
-    from .quantize import quantize_file
+    from .quantize import gguf_block, quantize_file
     from .registry import resolve_model
 
     src, dst = resolve_model(a.input), Path(a.output)
@@ -236,8 +236,13 @@ def cmd_quantize(a: argparse.Namespace) -> int:
           f"{log}: quant size  = {rep.bytes_out / mib:8.2f} MiB ({rep.bytes_out * 8 / rep.n_elements:.2f} BPW)\n"
           f"{log}: tensors: {', '.join(f'{n} {k}' for k, n in rep.counts.items())}; "
           f"{time.perf_counter() - t0:.1f} s", file=sys.stderr)
-    if rep.n_fallback:
-        print(f"{log}: WARNING: {rep.n_fallback} of {len(rep.plans)} tensor(s) required fallback quantization",
+    fallbacks = [p for p in rep.plans if p.fell_back_from is not None]
+    for p in fallbacks:
+        print(f"warning: {p.name:<36} - ncols {p.shape[-1]:6d} not divisible by {gguf_block(p.fell_back_from):3d} "
+              f"(required for type {p.fell_back_from.name.lower():>7}) -> falling back to {p.out_type.name.lower():>7}",
+              file=sys.stderr)
+    if fallbacks:
+        print(f"{log}: WARNING: {len(fallbacks)} of {len(rep.plans)} tensor(s) required fallback quantization",
               file=sys.stderr)
     return 0
 

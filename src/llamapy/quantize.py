@@ -4,9 +4,9 @@ Which tensor gets which type follows llama-quantize (src/llama-quant.cpp) for th
 - only tensors named `*weight` of two or more dimensions are converted (not `*_norm.weight`,
   position embeddings or token types); the rest are copied as they are;
 - the output matrix (`output.weight`, or `token_embd.weight` when the model ties the two) is
-  stored as Q6_K in the Q4_0 .. Q5_1 mixes, as Q8_0 where its rows are not a whole number of
-  256-blocks (SmolLM2's 576, Gemma 3's 640) and in the Q8_0 mix;
-- a matrix whose rows are not a whole number of the type's blocks falls back to F16;
+  stored as Q6_K in the Q4_0 .. Q5_1 mixes, and as Q8_0 in the Q8_0 mix;
+- a matrix whose rows are not a whole number of its type's blocks falls back: Q6_K to Q8_0
+  (SmolLM2's 576 and Gemma 3's 640 are not whole 256-blocks), the 32-blocks to F16;
 - a tensor already of its target type is copied byte for byte.
 Converting a quantized tensor to another block type loses precision twice (requantizing): it
 is refused unless allow_requantize (llama-quantize's --allow-requantize).  Dequantizing one to
@@ -53,6 +53,7 @@ class TensorPlan:
     shape: tuple[int, ...]  # numpy order: [.., n_in]
     src_type: T
     out_type: T
+    fell_back_from: T | None = None  # the mix's type for it, had its rows been whole blocks of it
 
 
 @dataclass(slots=True)
@@ -61,8 +62,12 @@ class QuantizeReport:
     bytes_in: int = 0  # tensor data, llama-quantize's "model size"
     bytes_out: int = 0  # its "quant size"
     n_elements: int = 0
-    n_fallback: int = 0
     counts: dict[str, int] = field(default_factory=dict)  # output type name -> tensors
+
+
+def gguf_block(t: T) -> int:
+    """Elements in one block of t."""
+    return gguf.GGML_QUANT_SIZES[t][0]
 
 
 def allows_quantization(name: str, n_dims: int) -> bool:
@@ -77,19 +82,21 @@ def output_matrix_name(names: set[str]) -> str:
     return "output.weight" if "output.weight" in names else "token_embd.weight"
 
 
-def target_type(name: str, shape: tuple[int, ...], src_type: T, qtype: T, output_name: str) -> tuple[T, bool]:
-    """(the type `name` is written as, whether it fell back for its shape) in the `qtype` mix."""
+def target_type(name: str, shape: tuple[int, ...], src_type: T, qtype: T, output_name: str) -> tuple[T, T | None]:
+    """(the type `name` is written as in the `qtype` mix, the type it fell back from when its
+    rows are not a whole number of that type's blocks, else None)."""
     if not allows_quantization(name, len(shape)):
-        return src_type, False
+        return src_type, None
     if qtype in FLOAT_TYPES:
-        return qtype, False
+        return qtype, None
     n_in = shape[-1]
     new = qtype
     if name == output_name and qtype != T.Q8_0:
-        new = T.Q6_K if n_in % QK_K == 0 else T.Q8_0
-    if n_in % gguf.GGML_QUANT_SIZES[new][0] != 0:
-        return T.F16, True
-    return new, False
+        new = T.Q6_K
+    if n_in % gguf_block(new) == 0:
+        return new, None
+    fallback = T.Q8_0 if new == T.Q6_K and n_in % 32 == 0 else T.F16  # llama-quant.cpp tensor_type_fallback
+    return fallback, new
 
 
 def mix_type(type_name: str) -> tuple[T, int]:
@@ -101,23 +108,22 @@ def mix_type(type_name: str) -> tuple[T, int]:
     return FILE_TYPES[key]
 
 
-def plan_file(r: gguf.GGUFReader, type_name: str, allow_requantize: bool) -> tuple[list[TensorPlan], int]:
-    """Each tensor's target type, and how many fell back; raises QuantizeError for an unknown
-    type or a requantization that allow_requantize does not permit."""
+def plan_file(r: gguf.GGUFReader, type_name: str, allow_requantize: bool) -> list[TensorPlan]:
+    """Each tensor's target type; raises QuantizeError for an unknown type or a requantization
+    that allow_requantize does not permit."""
     qtype = mix_type(type_name)[0]
     out_name = output_matrix_name({t.name for t in r.tensors})
-    plans, n_fallback = [], 0
+    plans = []
     for t in r.tensors:
         shape = tuple(int(x) for x in reversed(t.shape))
         src = T(t.tensor_type)
-        out, fell_back = target_type(t.name, shape, src, qtype, out_name)
-        n_fallback += fell_back
+        out, fell_back_from = target_type(t.name, shape, src, qtype, out_name)
         if out != src and src not in FLOAT_TYPES and out not in FLOAT_TYPES and not allow_requantize:
             raise QuantizeError(
                 f"{t.name} is {src.name}: requantizing it to {out.name} loses precision twice; quantize from an "
                 "F32/F16/BF16 file, or pass --allow-requantize to do it anyway")
-        plans.append(TensorPlan(t.name, shape, src, out))
-    return plans, n_fallback
+        plans.append(TensorPlan(t.name, shape, src, out, fell_back_from))
+    return plans
 
 
 def encode(x: np.ndarray, out_type: T) -> tuple[np.ndarray, dict]:
@@ -144,8 +150,7 @@ def quantize_file(src: Path, dst: Path, type_name: str, *, allow_requantize: boo
     if dst.exists() and not force:
         raise QuantizeError(f"output {dst} exists: choose another path, or pass --force to overwrite it")
     r = gguf.GGUFReader(src)
-    plans, n_fallback = plan_file(r, type_name, allow_requantize)
-    report = QuantizeReport(plans, n_fallback=n_fallback)
+    report = QuantizeReport(plan_file(r, type_name, allow_requantize))
     arch = str(r.fields["general.architecture"].contents())
     tmp = dst.with_name(f".{dst.name}.partial")
     try:
@@ -157,7 +162,7 @@ def quantize_file(src: Path, dst: Path, type_name: str, *, allow_requantize: boo
             w.add_key_value(name, f.contents(), f.types[0], sub)
         w.add_uint32("general.file_type", file_type)
         total = sum(int(t.n_bytes) for t in r.tensors)
-        for t, p in zip(r.tensors, plans):
+        for t, p in zip(r.tensors, report.plans):
             raw = np.asarray(t.data)
             if p.out_type == p.src_type:  # copied as it is
                 data, kw = (raw, {}) if p.src_type in (T.F32, T.F16) else (raw, {"raw_dtype": p.src_type})
