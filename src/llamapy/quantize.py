@@ -13,8 +13,9 @@ is refused unless allow_requantize (llama-quantize's --allow-requantize).  Dequa
 F32, F16 or BF16 is allowed (how a bigger target is made from a small file).
 
 Every check runs before anything is written; the output is written beside its destination
-and renamed into place at the end, so a failure leaves no partial file.  One tensor at a time:
-the process holds about one tensor's floats beyond the mapped input.
+and renamed into place at the end, so a failure leaves no partial file.  One tensor at a time,
+each written as soon as it is converted: the process holds about one tensor's floats and
+blocks beyond the mapped input.
 
 TYPE: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1.  The K-quant mixes (Q4_K_M ...) need
 llama.cpp's importance-weighted quantizers, which neither `gguf` nor this package has.
@@ -126,23 +127,50 @@ def plan_file(r: gguf.GGUFReader, type_name: str, allow_requantize: bool) -> lis
     return plans
 
 
-def encode(x: np.ndarray, out_type: T) -> tuple[np.ndarray, dict]:
-    """Float32 values x [.., n_in] as out_type: (the array, GGUFWriter.add_tensor's raw keywords)."""
-    if out_type == T.F32:
-        return x, {}
-    if out_type == T.F16:
-        return x.astype(np.float16), {}
+NUMPY_TYPES = {T.F32: np.float32, T.F16: np.float16}  # written as numpy arrays; the rest as raw blocks
+
+
+def stored(shape: tuple[int, ...], t: T) -> tuple[tuple[int, ...], np.dtype, T | None]:
+    """How GGUFWriter is told about a tensor of `shape` (numpy order) stored as t: (the array's
+    shape, its dtype, raw_dtype) -- the elements for F32/F16, else bytes [.., row bytes]."""
+    if t in NUMPY_TYPES:
+        return shape, np.dtype(NUMPY_TYPES[t]), None
+    block, size = gguf.GGML_QUANT_SIZES[t]
+    return (*shape[:-1], shape[-1] // block * size), np.dtype(np.uint8), t
+
+
+def encode(x: np.ndarray, out_type: T) -> np.ndarray:
+    """Float32 values x [.., n_in] as out_type (stored()'s form)."""
+    if out_type in NUMPY_TYPES:
+        return x.astype(NUMPY_TYPES[out_type])
     if out_type == T.Q6_K:
-        blocks = quantize_q6_k(torch.from_numpy(np.ascontiguousarray(x)).reshape(-1, QK_K)).numpy()
-        return blocks.reshape(*x.shape[:-1], -1), {"raw_dtype": out_type}
-    return gguf.quants.quantize(x, out_type), {"raw_dtype": out_type}
+        blocks = quantize_q6_k(torch.from_numpy(np.require(x, np.float32, ["C", "W"])).reshape(-1, QK_K)).numpy()
+        return blocks.reshape(*x.shape[:-1], -1)
+    return gguf.quants.quantize(x, out_type)
+
+
+CHUNK_ELEMENTS = 1 << 22  # floats converted at a time (16 MiB): gguf's dequantization makes a few copies
+
+
+def convert(raw: np.ndarray, p: TensorPlan, out: np.ndarray) -> np.ndarray:
+    """raw [rows, row bytes or elements] of p.src_type into out (stored()'s form of p.out_type),
+    CHUNK_ELEMENTS floats at a time, so a vocabulary's temporaries stay small."""
+    rows, n_in = raw.shape[0], p.shape[-1]
+    flat = out.reshape(rows, -1)
+    step = max(1, CHUNK_ELEMENTS // n_in)
+    for i in range(0, rows, step):
+        x = gguf.quants.dequantize(raw[i : i + step], p.src_type).reshape(-1, n_in).astype(np.float32, copy=False)
+        flat[i : i + step] = encode(x, p.out_type).reshape(x.shape[0], -1)
+    return out
 
 
 def quantize_file(src: Path, dst: Path, type_name: str, *, allow_requantize: bool = False, force: bool = False,
                   progress: Progress | None = None) -> QuantizeReport:
     """Write dst from src with its weights as type_name's mix (module docstring); returns what
     was written.  Raises QuantizeError, before writing anything, for an unknown type, a
-    requantization without allow_requantize, dst being src, or dst existing without force."""
+    requantization without allow_requantize, dst being src, or dst existing without force.
+    Every tensor's size is known from the plan, so the header goes first and each tensor is
+    written as soon as it is converted (GGUFWriter's add_tensor would hold them all)."""
     src, dst = Path(src), Path(dst)
     file_type = mix_type(type_name)[1]
     if src.resolve() == dst.resolve():
@@ -161,24 +189,26 @@ def quantize_file(src: Path, dst: Path, type_name: str, *, allow_requantize: boo
             sub = f.types[1] if f.types[0] == gguf.GGUFValueType.ARRAY and len(f.types) > 1 else None
             w.add_key_value(name, f.contents(), f.types[0], sub)
         w.add_uint32("general.file_type", file_type)
+        forms = [stored(p.shape, p.out_type) for p in report.plans]
+        for p, (shape, dtype, raw_dtype) in zip(report.plans, forms):
+            w.add_tensor_info(p.name, shape, dtype, int(np.prod(shape)) * dtype.itemsize, raw_dtype=raw_dtype)
+        w.write_header_to_file()
+        w.write_kv_data_to_file()
+        w.write_ti_data_to_file()
         total = sum(int(t.n_bytes) for t in r.tensors)
-        for t, p in zip(r.tensors, report.plans):
+        for t, p, (shape, dtype, _) in zip(r.tensors, report.plans, forms):
             raw = np.asarray(t.data)
             if p.out_type == p.src_type:  # copied as it is
-                data, kw = (raw, {}) if p.src_type in (T.F32, T.F16) else (raw, {"raw_dtype": p.src_type})
+                data = np.ascontiguousarray(raw.view(dtype).reshape(shape))
             else:
-                x = gguf.quants.dequantize(raw, p.src_type).reshape(p.shape).astype(np.float32)
-                data, kw = encode(x, p.out_type)
-            w.add_tensor(p.name, data, **kw)
+                data = convert(raw.reshape(-1, raw.shape[-1]), p, np.empty(shape, dtype))
+            w.write_tensor_data(data)
             report.bytes_in += int(t.n_bytes)
             report.bytes_out += int(data.nbytes)
             report.n_elements += int(np.prod(p.shape))
             report.counts[p.out_type.name] = report.counts.get(p.out_type.name, 0) + 1
             if progress is not None:
                 progress(report.bytes_in, total)
-        w.write_header_to_file()
-        w.write_kv_data_to_file()
-        w.write_tensors_to_file()
         w.close()
         os.replace(tmp, dst)
     finally:
