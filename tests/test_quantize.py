@@ -175,6 +175,32 @@ def test_cli_errors_and_force(tiny256, tmp_path, capsys):
     assert "'Q3_K_M'" in err and "Q4_0" in err and err.strip().count("\n") == 0
     assert main(["quantize", str(tiny256), str(tiny256), "Q8_0", "--force"]) == 1
     assert "is the input" in capsys.readouterr().err
+    assert main(["quantize", str(tiny256), str(tmp_path / "no" / "x.gguf"), "Q8_0"]) == 1
+    assert "output folder" in capsys.readouterr().err
     assert main(["quantize", "--force", str(tiny256), str(dst), "Q8_0"]) == 0
     assert dst.read_bytes() != before and tensors(dst)["blk.0.attn_q.weight"][0] == T.Q8_0
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out.gguf"]  # no partial file left
+
+
+def test_failure_midway_leaves_the_old_output(tiny256, tmp_path, monkeypatch):
+    """A conversion that fails part-way (here the 5th tensor's) leaves neither a partial file
+    nor a changed output, even with force."""
+    import llamapy.quantize as q
+
+    dst = tmp_path / "out.gguf"
+    quantize_file(tiny256, dst, "Q8_0")
+    before = dst.read_bytes()
+    calls = {"n": 0}
+    real = q.encode
+
+    def failing(x, out_type):
+        calls["n"] += 1
+        if calls["n"] == 5:
+            raise OSError("disk full")
+        return real(x, out_type)
+
+    monkeypatch.setattr(q, "encode", failing)
+    with pytest.raises(OSError, match="disk full"):
+        quantize_file(tiny256, dst, "Q4_0", force=True)
+    assert dst.read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.gguf"]

@@ -168,19 +168,23 @@ def quantize_file(src: Path, dst: Path, type_name: str, *, allow_requantize: boo
                   progress: Progress | None = None) -> QuantizeReport:
     """Write dst from src with its weights as type_name's mix (module docstring); returns what
     was written.  Raises QuantizeError, before writing anything, for an unknown type, a
-    requantization without allow_requantize, dst being src, or dst existing without force.
+    requantization without allow_requantize, dst being src, dst's folder missing, or dst
+    existing without force.
     Every tensor's size is known from the plan, so the header goes first and each tensor is
     written as soon as it is converted (GGUFWriter's add_tensor would hold them all)."""
     src, dst = Path(src), Path(dst)
     file_type = mix_type(type_name)[1]
     if src.resolve() == dst.resolve():
         raise QuantizeError(f"output {dst} is the input: choose another path")
+    if not dst.parent.is_dir():
+        raise QuantizeError(f"output folder {dst.parent} does not exist")
     if dst.exists() and not force:
         raise QuantizeError(f"output {dst} exists: choose another path, or pass --force to overwrite it")
     r = gguf.GGUFReader(src)
     report = QuantizeReport(plan_file(r, type_name, allow_requantize))
     arch = str(r.fields["general.architecture"].contents())
     tmp = dst.with_name(f".{dst.name}.partial")
+    w = None
     try:
         w = gguf.GGUFWriter(tmp, arch)
         for name, f in r.fields.items():
@@ -212,5 +216,7 @@ def quantize_file(src: Path, dst: Path, type_name: str, *, allow_requantize: boo
         w.close()
         os.replace(tmp, dst)
     finally:
+        if w is not None:
+            w.close()  # (again, harmless) the file is closed before the partial output goes
         tmp.unlink(missing_ok=True)
     return report
