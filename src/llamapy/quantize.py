@@ -13,9 +13,10 @@ is refused unless allow_requantize (llama-quantize's --allow-requantize).  Dequa
 F32, F16 or BF16 is allowed (how a bigger target is made from a small file).
 
 Every check runs before anything is written; the output is written beside its destination
-and renamed into place at the end, so a failure leaves no partial file.  One tensor at a time,
-each written as soon as it is converted: the process holds about one tensor's floats and
-blocks beyond the mapped input.
+and renamed into place at the end, so a failure leaves no partial file.  The input is read
+with the engine's reader (gguf/reader.py: a vocabulary's arrays stay in the map until copied;
+gguf.GGUFReader's per-entry objects cost Gemma 3's 262k-token file ~700 MiB), one tensor at a
+time, converted in slices and written as soon as it is done.
 
 TYPE: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1.  The K-quant mixes (Q4_K_M ...) need
 llama.cpp's importance-weighted quantizers, which neither `gguf` nor this package has.
@@ -31,13 +32,15 @@ import gguf
 import numpy as np
 import torch
 
+from .gguf.header import VT, ArrayRef
 from .gguf.quants_pack_k import QK_K, quantize_q6_k
+from .gguf.reader import GGUFFile
 
 T = gguf.GGMLQuantizationType
 FILE_TYPES = {"F32": (T.F32, 0), "F16": (T.F16, 1), "BF16": (T.BF16, 32), "Q8_0": (T.Q8_0, 7), "Q4_0": (T.Q4_0, 2),
               "Q4_1": (T.Q4_1, 3), "Q5_0": (T.Q5_0, 8), "Q5_1": (T.Q5_1, 9)}
 FLOAT_TYPES = (T.F32, T.F16, T.BF16)
-SKIP_KEYS = ("GGUF.", "general.architecture", "general.file_type")
+SKIP_KEYS = ("general.architecture", "general.file_type")  # the writer's own
 KEEP_NAMES = ("position_embd.weight", "token_types.weight")  # llama-quantize never quantizes these
 
 # progress(done_bytes, total_bytes) over the input's tensor bytes
@@ -109,15 +112,14 @@ def mix_type(type_name: str) -> tuple[T, int]:
     return FILE_TYPES[key]
 
 
-def plan_file(r: gguf.GGUFReader, type_name: str, allow_requantize: bool) -> list[TensorPlan]:
-    """Each tensor's target type; raises QuantizeError for an unknown type or a requantization
-    that allow_requantize does not permit."""
+def plan_file(f: GGUFFile, type_name: str, allow_requantize: bool) -> list[TensorPlan]:
+    """Each tensor's target type, in the file's order; raises QuantizeError for an unknown type
+    or a requantization that allow_requantize does not permit."""
     qtype = mix_type(type_name)[0]
-    out_name = output_matrix_name({t.name for t in r.tensors})
+    out_name = output_matrix_name(set(f.tensors))
     plans = []
-    for t in r.tensors:
-        shape = tuple(int(x) for x in reversed(t.shape))
-        src = T(t.tensor_type)
+    for t in f.tensors.values():
+        shape, src = tuple(reversed(t.ne)), T(t.qtype)
         out, fell_back_from = target_type(t.name, shape, src, qtype, out_name)
         if out != src and src not in FLOAT_TYPES and out not in FLOAT_TYPES and not allow_requantize:
             raise QuantizeError(
@@ -125,6 +127,22 @@ def plan_file(r: gguf.GGUFReader, type_name: str, allow_requantize: bool) -> lis
                 "F32/F16/BF16 file, or pass --allow-requantize to do it anyway")
         plans.append(TensorPlan(t.name, shape, src, out, fell_back_from))
     return plans
+
+
+def copy_metadata(f: GGUFFile, w: gguf.GGUFWriter) -> None:
+    """Every metadata key of f but those the writer sets itself, large arrays (a vocabulary)
+    decoded from the map only here, once."""
+    for name, fld in f.fields.items():
+        if name.startswith(SKIP_KEYS):
+            continue
+        if name == "general.alignment":
+            w.add_custom_alignment(int(fld.value))
+            continue
+        v, et = fld.value, fld.elem_type
+        if isinstance(v, ArrayRef):
+            et = v.type
+            v = f.strings(name).tolist() if v.type == VT.STRING else f.array(name).tolist()
+        w.add_key_value(name, v, fld.type, et if fld.type == VT.ARRAY else None)
 
 
 NUMPY_TYPES = {T.F32: np.float32, T.F16: np.float16}  # written as numpy arrays; the rest as raw blocks
@@ -180,18 +198,13 @@ def quantize_file(src: Path, dst: Path, type_name: str, *, allow_requantize: boo
         raise QuantizeError(f"output folder {dst.parent} does not exist")
     if dst.exists() and not force:
         raise QuantizeError(f"output {dst} exists: choose another path, or pass --force to overwrite it")
-    r = gguf.GGUFReader(src)
-    report = QuantizeReport(plan_file(r, type_name, allow_requantize))
-    arch = str(r.fields["general.architecture"].contents())
+    f = GGUFFile(src)
+    report = QuantizeReport(plan_file(f, type_name, allow_requantize))
     tmp = dst.with_name(f".{dst.name}.partial")
     w = None
     try:
-        w = gguf.GGUFWriter(tmp, arch)
-        for name, f in r.fields.items():
-            if name.startswith(SKIP_KEYS):
-                continue
-            sub = f.types[1] if f.types[0] == gguf.GGUFValueType.ARRAY and len(f.types) > 1 else None
-            w.add_key_value(name, f.contents(), f.types[0], sub)
+        w = gguf.GGUFWriter(tmp, str(f.fields["general.architecture"].value))
+        copy_metadata(f, w)
         w.add_uint32("general.file_type", file_type)
         forms = [stored(p.shape, p.out_type) for p in report.plans]
         for p, (shape, dtype, raw_dtype) in zip(report.plans, forms):
@@ -199,13 +212,14 @@ def quantize_file(src: Path, dst: Path, type_name: str, *, allow_requantize: boo
         w.write_header_to_file()
         w.write_kv_data_to_file()
         w.write_ti_data_to_file()
-        total = sum(int(t.n_bytes) for t in r.tensors)
-        for t, p, (shape, dtype, _) in zip(r.tensors, report.plans, forms):
-            raw = np.asarray(t.data)
+        total = sum(t.n_bytes for t in f.tensors.values())
+        for t, p, (shape, dtype, _) in zip(f.tensors.values(), report.plans, forms):
+            in_shape, in_dtype, _ = stored(p.shape, p.src_type)
+            raw = f.tensor_array(t.name).view(in_dtype).reshape(in_shape)  # over the map, no copy
             if p.out_type == p.src_type:  # copied as it is
-                data = np.ascontiguousarray(raw.view(dtype).reshape(shape))
+                data = np.ascontiguousarray(raw)
             else:
-                data = convert(raw.reshape(-1, raw.shape[-1]), p, np.empty(shape, dtype))
+                data = convert(raw.reshape(-1, in_shape[-1]), p, np.empty(shape, dtype))
             w.write_tensor_data(data)
             report.bytes_in += int(t.n_bytes)
             report.bytes_out += int(data.nbytes)
