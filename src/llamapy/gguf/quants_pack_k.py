@@ -14,10 +14,9 @@ from __future__ import annotations
 import torch
 
 from .quants_bits import f16_bytes
+from .quants_pack import GROUP_MAX_EPS
 
 QK_K = 256
-Q6_K_BYTES = QK_K // 2 + QK_K // 4 + QK_K // 16 + 2  # ql, qh, scales, d: 210
-GROUP_MAX_EPS = 1e-15  # ggml-quants.c: below this a group's amax counts as zero
 
 
 def _signed_max(x: torch.Tensor) -> torch.Tensor:
