@@ -86,7 +86,7 @@ def test_dequant_and_rows_exact(lib, qtype):
 
 
 @pytest.mark.parametrize("qtype", QUANT_TYPES + FLOAT_TYPES, ids=lambda t: t.name)
-@pytest.mark.parametrize("rows", [1, 2, 3, 4, 8, 16, 17, DENSE_ROWS - 1, DENSE_ROWS + 3])  # ints 1..4, tiles, ints, dense
+@pytest.mark.parametrize("rows", [1, 2, 3, 4, 5, 8, 12, 16, 17, DENSE_ROWS - 1, DENSE_ROWS + 3])  # ints 1..8, tiles, ints, dense
 def test_matmul_against_exact_product(lib, qtype, rows):
     n_in = 512 if qtype in F16_FIELDS else 160  # n_in an odd number of blocks of 32
     shape = (72, n_in)  # not a multiple of the 16-row chunks
@@ -96,15 +96,36 @@ def test_matmul_against_exact_product(lib, qtype, rows):
     ref = (x.double() @ W.double().T).float()
     y = m(x)
     scale = ref.abs().max().item()
-    # 1-4 and 16+ rows: int16 activations (block types; from 16 rows on x86 in vector lanes, a
-    # part-filled last group at 17 and 127) or exact fp32 (float types); 5-15: fp32; both: bf16
-    # products where the CPU multiplies bf16 natively and the type is a coarse one
+    # 1-8 and 16+ rows: int16 activations (block types; on x86 from 5 rows in vector lanes, a
+    # part-filled last group at 5, 17 and 127) or exact fp32 (float types); 9-15: fp32; from 5
+    # rows bf16 products where the CPU multiplies bf16 natively and the type is a coarse one
     bf16 = rows >= 5 and dense_dtype(qtype, lib) == torch.bfloat16
     tol = 1e-2 if bf16 else 1e-4
     assert (y - ref).abs().max().item() <= tol * scale
     acc = torch.ones(rows, shape[0])
     m.add_into(x, acc)  # the residual add fused into the product
     assert (acc - 1 - y).abs().max().item() <= 1e-5 * scale
+
+
+@pytest.mark.parametrize("qtype", [T.Q4_0, T.Q4_1, T.Q5_0, T.Q8_0, T.Q4_K, T.Q6_K], ids=lambda t: t.name)
+def test_few_rows_are_the_integer_products(lib, qtype):
+    """5-8 rows (a server step of 8 slots, a verification) take the integer products of one row
+    and of 16: on AVX-512 two weight rows share a vector (twin lanes), at AVX2 one lane group,
+    elsewhere row by row.  Each of those rows is bit for bit the same row of a 16-row product
+    (the same integers and float steps), and within fp32 order of the one-row products."""
+    if qtype in (T.Q4_0, T.Q4_1) and dense_dtype(qtype, lib) == torch.bfloat16:
+        pytest.skip("a bf16 CPU multiplies 5+ rows of the coarse types in bf16")
+    shape = (45, 512)  # an odd number of weight rows: the last twin pair is one row with itself
+    raw, _ = _matrix(qtype, shape, seed=4)
+    m = block_matrix([(raw, qtype, shape)], lib)
+    x = torch.randn(16, shape[1], generator=torch.Generator().manual_seed(3))
+    y16 = m(x)
+    one = torch.cat([m(x[r:r + 1]) for r in range(16)])
+    for rows in (5, 7, 8):
+        y = m(x[:rows])
+        assert torch.equal(y, y16[:rows]), rows
+        # (x86's one-row Q4_0 reads nibbles 0..15 with a minimum of -8 d: rounding ~8x the result's)
+        torch.testing.assert_close(y, one[:rows], rtol=1e-5, atol=5e-5 * one.abs().max().item())
 
 
 def test_isa_levels_agree():
@@ -114,8 +135,8 @@ def test_isa_levels_agree():
     libs = [load_kernels(lv) for lv in levels]
     if None in libs:
         pytest.skip("no C compiler")
-    for qtype, rows in ((T.Q4_1, 1), (T.Q6_K, 5), (T.Q5_0, 5), (T.F16, 5), (T.Q5_0, 1), (T.Q6_K, 1),
-                        (T.Q6_K, 16), (T.Q8_0, 20), (T.Q4_K, 33), (T.Q5_0, 15)):  # from 16 rows: x86's lanes
+    for qtype, rows in ((T.Q4_1, 1), (T.Q6_K, 5), (T.Q5_0, 5), (T.F16, 5), (T.Q5_0, 1), (T.Q6_K, 1), (T.Q8_0, 8),
+                        (T.Q6_K, 16), (T.Q8_0, 20), (T.Q4_K, 33), (T.Q5_0, 15)):  # 5-8, 16+ rows: x86's lanes
         shape = (48, 512)  # (several rows of Q4_1 multiply in bf16 where the CPU has it)
         raw, _ = _matrix(qtype, shape, seed=3)
         x = torch.randn(rows, shape[1], generator=torch.Generator().manual_seed(2))

@@ -55,6 +55,9 @@ typedef __m256 vfl;
 LP_INLINE vi pair_dot(vi acc, vi x, vi w) { return lp_dpwssd256(acc, x, w); }
 #endif
 #define NL LP_NL
+/* a weight line for a later tile, requested while this one computes: a tile spreads its
+ * requests over its blocks (a burst of them at its start left its loads waiting) */
+#define PF(p) __builtin_prefetch(p, 0, 0)
 
 size_t lp_xlanes_bytes(int64_t n_in, int64_t n) {
     const int64_t ng = (n + NL - 1) / NL;
@@ -73,20 +76,20 @@ lp_xlanes lp_xlanes_at(void *buf, int64_t n_in, int64_t n) {
     return l;
 }
 
-/* Row r of xr (prepared: lp_prepare_x_row) into lane r % NL of group r / NL.  Rows are written
- * by whichever thread prepares them; a group's lanes past the last row hold whatever the
- * buffer held (their outputs are never read). */
-void lp_xlanes_put_row(const lp_xrows *xr, int64_t r, lp_xlanes l) {
-    const int64_t n_in = l.n_in, nb = n_in / 32, ng16 = n_in / 16, g = r / NL, lane = r % NL;
-    const int32_t *src = (const int32_t *)(xr->q + r * n_in);
-    int32_t *q = l.q + g * NL * (n_in / 2) + lane;
-    for (int64_t k = 0; k < n_in / 2; k++) q[NL * k] = src[k];
-    float *s = l.s + g * NL * nb + lane, *s32 = l.sum32 + g * NL * nb + lane, *s16 = l.sum16 + g * NL * ng16 + lane;
-    for (int64_t b = 0; b < nb; b++) {
-        s[NL * b] = xr->s[r * nb + b];
-        s32[NL * b] = xr->sum32[r * nb + b];
+/* Block b (32 elements) of the n rows of xr (prepared: lp_prepare_x_row) into the lanes: row r
+ * in lane r % NL of group r / NL.  A group's lanes past the last row hold whatever the buffer
+ * held (their outputs are never read). */
+void lp_xlanes_fill(const lp_xrows *xr, int64_t n, lp_xlanes l, int64_t b) {
+    const int64_t n_in = l.n_in, nb = n_in / 32, ng16 = n_in / 16;
+    for (int64_t r = 0; r < n; r++) {
+        const int64_t g = r / NL, lane = r % NL;
+        const int32_t *src = (const int32_t *)(xr->q + r * n_in);
+        int32_t *q = l.q + g * NL * (n_in / 2) + lane;
+        for (int64_t k = 16 * b; k < 16 * b + 16; k++) q[NL * k] = src[k];
+        l.s[(g * nb + b) * NL + lane] = xr->s[r * nb + b];
+        l.sum32[(g * nb + b) * NL + lane] = xr->sum32[r * nb + b];
+        for (int64_t j = 2 * b; j < 2 * b + 2; j++) l.sum16[(g * ng16 + j) * NL + lane] = xr->sum16[r * ng16 + j];
     }
-    for (int64_t j = 0; j < ng16; j++) s16[NL * j] = xr->sum16[r * ng16 + j];
 }
 
 /* The NW weight rows w16[j] (int16 [n_in], widened from canonical rows wr[j]) against NG (1 or
@@ -95,8 +98,8 @@ void lp_xlanes_put_row(const lp_xrows *xr, int64_t r, lp_xlanes l) {
  * vpdpwssd (each weight pair broadcast once for the NG groups), then scaled by d s and the
  * minimum's m sum(x) added, as dot.c does. */
 LP_INLINE void tile(const int NG, const int NW, const int g16, const int has_min, const int16_t *const *w16,
-                    const lp_wrow *wr, const lp_xlanes *l, int64_t g0, float *y) {
-    const int64_t n_in = l->n_in, nb = n_in / 32, ng16 = n_in / 16, np = n_in / 2;
+                    const lp_wrow *wr, const lp_xlanes *l, int64_t g0, const char *pf, int64_t pf_lines, float *y) {
+    const int64_t n_in = l->n_in, nb = n_in / 32, ng16 = n_in / 16, np = n_in / 2, pf_b = (pf_lines + nb - 1) / nb;
     const vi *xq[2];
     const float *s[2], *s32[2], *s16[2];
     for (int i = 0; i < NG; i++) {
@@ -109,6 +112,7 @@ LP_INLINE void tile(const int NG, const int NW, const int g16, const int has_min
     for (int i = 0; i < NG; i++)
         for (int j = 0; j < NW; j++) acc[i][j] = VFL_ZERO();
     for (int64_t b = 0; b < nb; b++) {
+        for (int64_t i = b * pf_b; i < (b + 1) * pf_b && i < pf_lines; i++) PF(pf + 64 * i);
         for (int h = 0; h < (g16 ? 2 : 1); h++) {
             const int64_t gi = g16 ? 2 * b + h : 2 * b, k0 = 16 * b + 8 * h; /* gi: the 16-group whose d16, m16 apply */
             vi p[2][4];
@@ -141,13 +145,13 @@ LP_INLINE void tile(const int NG, const int NW, const int g16, const int has_min
 #define TILE_K(NG, NW)                                                                                                 \
     do {                                                                                                               \
         if (g16)                                                                                                       \
-            has_min ? tile(NG, NW, 1, 1, w16, wr, l, g0, y) : tile(NG, NW, 1, 0, w16, wr, l, g0, y);                   \
+            has_min ? tile(NG, NW, 1, 1, w16, wr, l, g0, pf, pf_lines, y) : tile(NG, NW, 1, 0, w16, wr, l, g0, pf, pf_lines, y);                   \
         else                                                                                                           \
-            has_min ? tile(NG, NW, 0, 1, w16, wr, l, g0, y) : tile(NG, NW, 0, 0, w16, wr, l, g0, y);                   \
+            has_min ? tile(NG, NW, 0, 1, w16, wr, l, g0, pf, pf_lines, y) : tile(NG, NW, 0, 0, w16, wr, l, g0, pf, pf_lines, y);                   \
     } while (0)
 
 void lp_lanes_tile(int ng, int nw, int g16, int has_min, const int16_t *const *w16, const lp_wrow *wr,
-                   const lp_xlanes *l, int64_t g0, float *y) {
+                   const lp_xlanes *l, int64_t g0, const char *pf, int64_t pf_lines, float *y) {
     switch (ng * 8 + nw) {
     case 17: TILE_K(2, 1); break;
     case 18: TILE_K(2, 2); break;
@@ -165,4 +169,109 @@ void lp_widen_q(const int8_t *q, int64_t n_in, int16_t *out) {
     for (int64_t k = 0; k + 16 <= n_in; k += 16)
         _mm256_storeu_si256((__m256i *)(out + k), _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(q + k))));
 }
+#endif
+
+#if defined(LP_AVX512)
+/* Twin lanes: LP_F32_ROWS..LP_FEW_ROWS (5..8) activation rows on AVX-512 (a server step of 8
+ * slots, a verification of a few drafts).  The 16-lane groups above would leave half of every
+ * zmm idle there; instead each row fills two adjacent lanes (lane 2r and 2r + 1 hold row r's
+ * pair k) and two weight rows A, B share a vector: their pairs interleaved once per row pair
+ * (A[k], B[k] as one 64-bit word, lp_twin_pair), one 64-bit broadcast puts A[k] in the even
+ * lanes and B[k] in the odd ones, and one vpdpwssd adds 8 rows x 2 weight rows' products.  Lane
+ * 2r + h of a pair's result is row r's output for weight row A (h = 0) or B (h = 1).  The same
+ * integers and the same float steps per lane as the 16-lane tile, so its outputs equal it bit for
+ * bit. */
+
+/* Block b of the n <= LP_FEW_ROWS rows of xr into the one group of l: row r in lanes 2r and
+ * 2r + 1. */
+void lp_xlanes_fill_twin(const lp_xrows *xr, int64_t n, lp_xlanes l, int64_t b) {
+    const int64_t n_in = l.n_in, nb = n_in / 32, ng16 = n_in / 16;
+    for (int64_t r = 0; r < n; r++) {
+        const int32_t *src = (const int32_t *)(xr->q + r * n_in);
+        int32_t *q = l.q + 2 * r;
+        for (int64_t k = 16 * b; k < 16 * b + 16; k++) q[16 * k] = q[16 * k + 1] = src[k];
+        l.s[16 * b + 2 * r] = l.s[16 * b + 2 * r + 1] = xr->s[r * nb + b];
+        l.sum32[16 * b + 2 * r] = l.sum32[16 * b + 2 * r + 1] = xr->sum32[r * nb + b];
+        for (int64_t j = 2 * b; j < 2 * b + 2; j++)
+            l.sum16[16 * j + 2 * r] = l.sum16[16 * j + 2 * r + 1] = xr->sum16[r * ng16 + j];
+    }
+}
+
+/* Weight rows a, b (int16 [n_in], their d16 / m16 in wa, wb) interleaved for the twin tile:
+ * ab int32 [n_in] = (a's pair k, b's pair k) for each k; dm float [4 n_in / 16] = (da, db) per
+ * 16-group, then (ma, mb). */
+void lp_twin_pair(const int16_t *a, const int16_t *b, const lp_wrow *wa, const lp_wrow *wb, int64_t n_in, int32_t *ab,
+                  float *dm) {
+    const __m512i lo = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
+    const __m512i hi = _mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31);
+    for (int64_t k = 0; k < n_in / 2; k += 16) {
+        const __m512i va = _mm512_loadu_si512(a + 2 * k), vb = _mm512_loadu_si512(b + 2 * k);
+        _mm512_storeu_si512(ab + 2 * k, _mm512_permutex2var_epi32(va, lo, vb));
+        _mm512_storeu_si512(ab + 2 * k + 16, _mm512_permutex2var_epi32(va, hi, vb));
+    }
+    const int64_t ng16 = n_in / 16;
+    for (int64_t g = 0; g < ng16; g++) {
+        dm[2 * g] = wa->d16[g], dm[2 * g + 1] = wb->d16[g];
+        dm[2 * ng16 + 2 * g] = wa->m16[g], dm[2 * ng16 + 2 * g + 1] = wb->m16[g];
+    }
+}
+
+LP_INLINE __m512i bcast64i(const void *p) {
+    int64_t v;
+    memcpy(&v, p, 8);
+    return _mm512_set1_epi64(v);
+}
+
+/* NP weight-row pairs (ab[j], dm[j]: lp_twin_pair) against the twin lanes l: y[16 j + lane]. */
+LP_INLINE void twin(const int NP, const int g16, const int has_min, const int32_t *const *ab, const float *const *dm,
+                    const lp_xlanes *l, const char *pf, int64_t pf_lines, float *y) {
+    const int64_t n_in = l->n_in, nb = n_in / 32, ng16 = n_in / 16, pf_b = (pf_lines + nb - 1) / nb;
+    const __m512i *xq = (const __m512i *)l->q;
+    __m512 acc[4];
+    for (int j = 0; j < NP; j++) acc[j] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        for (int64_t i = b * pf_b; i < (b + 1) * pf_b && i < pf_lines; i++) PF(pf + 64 * i);
+        for (int h = 0; h < (g16 ? 2 : 1); h++) {
+            const int64_t gi = g16 ? 2 * b + h : 2 * b, k0 = 16 * b + 8 * h;
+            __m512i p[4], p2[4]; /* two chains a pair (even and odd k): the integers' order is free */
+            for (int j = 0; j < NP; j++) p[j] = p2[j] = _mm512_setzero_si512();
+            for (int k = 0; k < (g16 ? 8 : 16); k += 2) {
+                const __m512i xv = _mm512_load_si512(xq + k0 + k), xv2 = _mm512_load_si512(xq + k0 + k + 1);
+                for (int j = 0; j < NP; j++) {
+                    p[j] = lp_dpwssd512(p[j], xv, bcast64i(ab[j] + 2 * (k0 + k)));
+                    p2[j] = lp_dpwssd512(p2[j], xv2, bcast64i(ab[j] + 2 * (k0 + k + 1)));
+                }
+            }
+            for (int j = 0; j < NP; j++) p[j] = _mm512_add_epi32(p[j], p2[j]);
+            const __m512 sv = _mm512_loadu_ps(l->s + 16 * b);
+            for (int j = 0; j < NP; j++) {
+                const __m512 dv = _mm512_castsi512_ps(bcast64i(dm[j] + 2 * gi));
+                acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p[j]), _mm512_mul_ps(dv, sv), acc[j]);
+                if (has_min)
+                    acc[j] = _mm512_fmadd_ps(_mm512_loadu_ps(g16 ? l->sum16 + 16 * gi : l->sum32 + 16 * b),
+                                             _mm512_castsi512_ps(bcast64i(dm[j] + 2 * ng16 + 2 * gi)), acc[j]);
+            }
+        }
+    }
+    for (int j = 0; j < NP; j++) _mm512_storeu_ps(y + 16 * j, acc[j]);
+}
+
+#define TWIN_K(NP)                                                                                                     \
+    do {                                                                                                               \
+        if (g16)                                                                                                       \
+            has_min ? twin(NP, 1, 1, ab, dm, l, pf, pf_lines, y) : twin(NP, 1, 0, ab, dm, l, pf, pf_lines, y);                                     \
+        else                                                                                                           \
+            has_min ? twin(NP, 0, 1, ab, dm, l, pf, pf_lines, y) : twin(NP, 0, 0, ab, dm, l, pf, pf_lines, y);                                     \
+    } while (0)
+
+void lp_twin_tile(int np, int g16, int has_min, const int32_t *const *ab, const float *const *dm, const lp_xlanes *l,
+                  const char *pf, int64_t pf_lines, float *y) {
+    switch (np) {
+    case 1: TWIN_K(1); break;
+    case 2: TWIN_K(2); break;
+    case 3: TWIN_K(3); break;
+    default: TWIN_K(4); break;
+    }
+}
+#undef TWIN_K
 #endif

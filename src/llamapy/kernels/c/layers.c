@@ -75,6 +75,7 @@ static void norm_prep_for(const float *x, const float *w, float eps, lp_xprep *x
         lp_rms_norm_row(x + r * xp->n_in, w, xp->n_in, eps, out);
         lp_prep_row(xp, r);
     }
+    lp_lanes_for(xp);
 }
 
 int lp_layers(const lp_layer *L, int64_t n_layer, const lp_dims *hp, float *x, int64_t n, const lp_rope_in *ropes,
@@ -162,6 +163,7 @@ int lp_layers(const lp_layer *L, int64_t n_layer, const lp_dims *hp, float *x, i
                     lp_swiglu_row(g, g + n_ff, n_ff, h + r * n_ff);
                 lp_prep_row(&xp_ff, r);
             }
+            lp_lanes_for(&xp_ff);
             if (l->ffn_post_norm) {
                 product(l->td, l->wd, ne, &xp_ff, tmp, ne, 0, scratch);
                 residual_for(x, tmp, l->ffn_post_norm, n, ne, hp->eps);

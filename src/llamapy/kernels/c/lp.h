@@ -164,7 +164,8 @@ LP_INLINE __m256 lp_exp8(__m256 x) {
 #endif
 
 #define LP_XQ_MAX 32639.0f /* |xq| bound: 127 * 256 + 127, so xq splits into two int8 (dotprod) */
-#define LP_F32_ROWS 5 /* products of this many rows or more take the fp32 (or bf16) tiles (mm.c); fewer: integers */
+#define LP_F32_ROWS 5 /* products of this many rows or more take a bf16 CPU's bf16 tiles for its coarse types (mm.c) */
+#define LP_FEW_ROWS 8 /* products of at most this many rows take the integer products (mm.c); 9..15 rows the fp32 tiles */
 #if defined(LP_AVX512) || defined(LP_NEON)
 #define LP_TW 4 /* fp32 tiles: weight rows x activation rows (32 vector registers) */
 #define LP_TX 6
@@ -225,8 +226,9 @@ typedef struct {
     int8_t *qh, *ql;  /* dotprod builds: q = 256 qh + ql, [n, n_in] each; else NULL */
 } lp_xrows;
 
-/* Activation rows laid out "rows in lanes" for the integer products of LP_F32_ROWS rows or
- * more (lanes_x86.c): per group of LP_NL rows, lane r of each vector is row r's. */
+/* Activation rows laid out "rows in lanes" for x86's integer products of LP_F32_ROWS rows or
+ * more (lanes_x86.c; mm.c decides which): per group of LP_NL rows, lane r of each vector is row
+ * r's (the twin lanes: row r in lanes 2r and 2r + 1). */
 typedef struct {
     int64_t n_in, n_grp; /* row length, groups of LP_NL rows */
     int32_t *q;          /* [n_grp, n_in / 2, LP_NL] each lane's pair of int16 (xrows' q) */
@@ -242,13 +244,23 @@ typedef struct {
 #endif
 size_t lp_xlanes_bytes(int64_t n_in, int64_t n);
 lp_xlanes lp_xlanes_at(void *buf, int64_t n_in, int64_t n);
-void lp_xlanes_put_row(const lp_xrows *xr, int64_t r, lp_xlanes l);
+void lp_xlanes_fill(const lp_xrows *xr, int64_t n, lp_xlanes l, int64_t b);
 /* nw (1..4) weight rows (w16: their canonical q widened to int16, lp_widen_q; wr: their d16,
  * m16) against the LP_NL rows of each of ng (1, 2) lane groups from g0: y[LP_NL (ng j + i) + lane]. */
 void lp_lanes_tile(int ng, int nw, int g16, int has_min, const int16_t *const *w16, const lp_wrow *wr,
-                   const lp_xlanes *l, int64_t g0, float *y);
+                   const lp_xlanes *l, int64_t g0, const char *pf, int64_t pf_lines, float *y);
 void lp_widen_q(const int8_t *q, int64_t n_in, int16_t *out);
 int lp_unpack_row16(int type, const uint8_t *row, int64_t n_in, int16_t *q16, float *d16, float *m16); /* row1_x86.c */
+#endif
+#if defined(LP_AVX512)
+/* Twin lanes (lanes_x86.c): LP_F32_ROWS..LP_FEW_ROWS rows, each in two adjacent lanes of one
+ * group, against weight rows paired by lp_twin_pair; np (1..4) pairs: y[16 j + 2 r + h]. */
+#define LP_TWIN 1
+void lp_xlanes_fill_twin(const lp_xrows *xr, int64_t n, lp_xlanes l, int64_t b);
+void lp_twin_pair(const int16_t *a, const int16_t *b, const lp_wrow *wa, const lp_wrow *wb, int64_t n_in, int32_t *ab,
+                  float *dm);
+void lp_twin_tile(int np, int g16, int has_min, const int32_t *const *ab, const float *const *dm, const lp_xlanes *l,
+                  const char *pf, int64_t pf_lines, float *y);
 #endif
 
 /* quants.c */
@@ -316,8 +328,8 @@ int lp_attn_group_x86(const float *q0, int64_t hpt, int64_t d_k, int64_t d_v, co
 
 /* mm.c: the product split among the threads of an enclosing parallel region. */
 typedef struct {
-    lp_xrows xr;       /* the integer form (fewer than LP_F32_ROWS rows; on x86 any number) */
-    lp_xlanes xl;      /* x86, LP_F32_ROWS rows or more: xr's rows in lanes */
+    lp_xrows xr;       /* the integer form */
+    lp_xlanes xl;      /* x86, LP_F32_ROWS rows or more (mm.c lanes_bytes): xr's rows in lanes */
     uint16_t *xb;      /* the rows as bf16 (AVX512-BF16 builds, 2 rows or more), else NULL */
     const float *x;    /* fp32 rows */
     int64_t n, n_in;
@@ -331,6 +343,7 @@ lp_xprep lp_xprep_at(void *buf, int64_t n_in, int64_t n, const float *x);
 int lp_needs_prep(const lp_xprep *xp);
 void lp_prep_row(lp_xprep *xp, int64_t r);
 void lp_prep_for(lp_xprep *xp);
+void lp_lanes_for(const lp_xprep *xp);
 size_t lp_mm_scratch_bytes(int64_t n_in);
 void lp_mm_for(int type, const uint8_t *w, int64_t n_out, int64_t n_in, const lp_xprep *xp, float *y, int64_t ldy,
                int accumulate, void *scratch);

@@ -9,16 +9,42 @@
 
 #define CHUNK 16 /* output rows per task */
 
-/* Do products of n rows of n_in take the integer products from many rows (LP_LANES_ROWS or
- * more: on x86 the lanes of lanes_x86.c, which there beat the fp32 tiles at both levels,
- * benchmarks/kernel_ab.py --rows; elsewhere dot.c's one-row products row by row), so that
- * every level computes the same integers for every row count? */
+/* Which products of n rows of n_in take the integer products (int16 activations: the one-row
+ * arithmetic), so that every level computes the same integers for a row count?
+ *   up to LP_FEW_ROWS rows: from LP_F32_ROWS rows on AVX-512 in twin lanes, at AVX2 in one
+ *     group of lanes (lanes_x86.c); fewer rows, and elsewhere, dot.c's one-row products row by row;
+ *   LP_LANES_ROWS rows or more: on x86 in lanes, elsewhere row by row.
+ * The rows between take the fp32 tiles, and a bf16 CPU's coarse types bf16 tiles from
+ * LP_F32_ROWS rows (lp_xprep_reads).  (On x86 the lanes beat the fp32 tiles at 8 rows and from
+ * 16: benchmarks/kernel_ab.py --rows.) */
 #define LP_LANES_ROWS 16
 static int many_ints(int64_t n_in, int64_t n) { return n_in % 32 == 0 && n >= LP_LANES_ROWS; }
 
+static int twin_ints(int64_t n_in, int64_t n) {
+#if defined(LP_TWIN)
+    return n_in % 32 == 0 && n >= LP_F32_ROWS && n <= LP_FEW_ROWS;
+#else
+    (void)n_in, (void)n;
+    return 0;
+#endif
+}
+
+/* x86 products in (16- or 8-) lanes: many rows, and at AVX2 a few rows in one group too */
+static int lanes_ints(int64_t n_in, int64_t n) {
+#if defined(LP_LANES) && !defined(LP_TWIN)
+    if (n_in % 32 == 0 && n >= LP_F32_ROWS && n <= LP_FEW_ROWS) return 1;
+#endif
+#if defined(LP_LANES)
+    return many_ints(n_in, n);
+#else
+    (void)n_in, (void)n;
+    return 0;
+#endif
+}
+
 static size_t lanes_bytes(int64_t n_in, int64_t n) {
 #if defined(LP_LANES)
-    return many_ints(n_in, n) ? lp_xlanes_bytes(n_in, n) : 0;
+    return lanes_ints(n_in, n) || twin_ints(n_in, n) ? lp_xlanes_bytes(n_in, n) : 0;
 #else
     (void)n_in, (void)n;
     return 0;
@@ -35,7 +61,7 @@ lp_xprep lp_xprep_at(void *buf, int64_t n_in, int64_t n, const float *x) {
     p.xr = lp_xrows_at(buf, n_in, n);
     p.xb = (uint16_t *)(((uintptr_t)((char *)buf + lp_xrows_bytes(n_in, n)) + 63) & ~(uintptr_t)63);
 #if defined(LP_LANES)
-    if (many_ints(n_in, n)) p.xl = lp_xlanes_at((char *)buf + lp_xrows_bytes(n_in, n) + (size_t)(n * n_in) * 2 + 64, n_in, n);
+    if (lanes_bytes(n_in, n)) p.xl = lp_xlanes_at((char *)buf + lp_xrows_bytes(n_in, n) + (size_t)(n * n_in) * 2 + 64, n_in, n);
 #endif
     p.x = x;
     p.n = n;
@@ -52,17 +78,14 @@ static int lp_xprep_reads(int type, int64_t n_in, int64_t n) {
 }
 
 /* Does row r of x need preparing (the integer products take it)? */
-int lp_needs_prep(const lp_xprep *xp) { return xp->n_in % 32 == 0 && (xp->n < LP_F32_ROWS || xp->n >= LP_LANES_ROWS); }
+int lp_needs_prep(const lp_xprep *xp) {
+    return xp->n_in % 32 == 0 && (xp->n <= LP_FEW_ROWS || xp->n >= LP_LANES_ROWS);
+}
 
-/* Row r of xp as the products read it: int16 (on x86 from LP_LANES_ROWS rows on also in
- * lanes), bf16 for several on a bf16 CPU. */
+/* Row r of xp as the products read it: int16, bf16 for several on a bf16 CPU (the lanes are
+ * laid out from the int16 rows afterwards: lp_lanes_for). */
 void lp_prep_row(lp_xprep *xp, int64_t r) {
-    if (xp->reads & LP_READS_INTS) {
-        if (lp_needs_prep(xp)) lp_prepare_x_row(xp->x + r * xp->n_in, xp->xr, r);
-#if defined(LP_LANES)
-        if (many_ints(xp->n_in, xp->n)) lp_xlanes_put_row(&xp->xr, r, xp->xl);
-#endif
-    }
+    if ((xp->reads & LP_READS_INTS) && lp_needs_prep(xp)) lp_prepare_x_row(xp->x + r * xp->n_in, xp->xr, r);
 #if defined(LP_BF16)
     if ((xp->reads & LP_READS_BF16) && xp->n >= LP_F32_ROWS && xp->n_in % 32 == 0)
         lp_to_bf16(xp->x + r * xp->n_in, xp->n_in, xp->xb + r * xp->n_in);
@@ -74,18 +97,94 @@ void lp_prep_row(lp_xprep *xp, int64_t r) {
 void lp_prep_for(lp_xprep *xp) {
 #pragma omp for schedule(static)
     for (int64_t r = 0; r < xp->n; r++) lp_prep_row(xp, r);
+    lp_lanes_for(xp);
+}
+
+/* On x86, where the products take lanes: xp's int16 rows (every row prepared: called after the
+ * rows' loop and its barrier) laid out in lanes, the blocks of 32 split among the threads, each
+ * writing whole vectors (rows split among threads would share every vector's cache line). */
+void lp_lanes_for(const lp_xprep *xp) {
+#if defined(LP_LANES)
+    const int64_t nb = xp->n_in / 32;
+    const int lanes = lanes_ints(xp->n_in, xp->n), twin = twin_ints(xp->n_in, xp->n);
+    if (!(xp->reads & LP_READS_INTS) || !(lanes || twin)) return;
+#pragma omp for schedule(static)
+    for (int64_t b = 0; b < nb; b++) {
+#if defined(LP_TWIN)
+        if (twin) {
+            lp_xlanes_fill_twin(&xp->xr, xp->n, xp->xl, b);
+            continue;
+        }
+#endif
+        lp_xlanes_fill(&xp->xr, xp->n, xp->xl, b);
+    }
+#else
+    (void)xp;
+#endif
 }
 
 #define LANES_NW 4 /* weight rows per lane tile */
 #define LANES_YB 8192 /* floats of a chunk's buffered outputs (CHUNK columns of 512 rows: lanes_slice_rows) */
 static size_t lanes_row_bytes(int64_t n_in) { return lp_wrow_bytes(n_in) + (size_t)n_in * 2 + 128; }
+#define TWIN_NP 4 /* weight-row pairs per twin tile */
+/* a twin pair: ab int32 [n_in] and dm float [4 n_in / 16] (lp_twin_pair), 64-byte aligned */
+static size_t twin_pair_bytes(int64_t n_in) { return (size_t)n_in * 4 + (size_t)(n_in / 16) * 16 + 128; }
 
 size_t lp_mm_scratch_bytes(int64_t n_in) {
     const size_t tiles = lp_wrow_bytes(n_in) + LP_TW * (size_t)n_in * 6 + 192, lane_rows = LANES_NW * lanes_row_bytes(n_in);
-    return tiles > lane_rows ? tiles : lane_rows;
+    const size_t twins = 2 * lanes_row_bytes(n_in) + TWIN_NP * twin_pair_bytes(n_in);
+    const size_t most = tiles > lane_rows ? tiles : lane_rows;
+    return most > twins ? most : twins;
 }
 
 static inline void put(float *y, float v, int accumulate) { *y = accumulate ? *y + v : v; }
+
+#if defined(LP_TWIN)
+/* Output rows o0..o1 from the twin lanes (lanes_x86.c): 2 TWIN_NP weight rows at a time, each
+ * decoded to int16 once (as lanes_chunk) and paired with its neighbour (an odd last row with
+ * itself), against the n <= LP_FEW_ROWS rows in one vector. */
+static void twin_chunk(int type, const uint8_t *w, int64_t o0, int64_t o1, int64_t n_out, int64_t n_in, const lp_xprep *xp,
+                       float *y, int64_t ldy, int accumulate, void *scratch) {
+    const int64_t rb = lp_row_bytes(type, n_in), n = xp->n;
+    const int g16 = type == LP_Q2_K || type == LP_Q3_K || type == LP_Q6_K, has_min = lp_has_min(type);
+    lp_wrow wr[2];
+    int16_t *w16[2];
+    for (int j = 0; j < 2; j++) {
+        char *at = (char *)scratch + j * lanes_row_bytes(n_in);
+        wr[j] = lp_wrow_at(at, n_in);
+        w16[j] = (int16_t *)(((uintptr_t)(at + lp_wrow_bytes(n_in)) + 63) & ~(uintptr_t)63);
+    }
+    int32_t *ab[TWIN_NP];
+    float *dm[TWIN_NP];
+    for (int j = 0; j < TWIN_NP; j++) {
+        char *at = (char *)(((uintptr_t)((char *)scratch + 2 * lanes_row_bytes(n_in) + j * twin_pair_bytes(n_in)) + 63) &
+                            ~(uintptr_t)63);
+        ab[j] = (int32_t *)at;
+        dm[j] = (float *)(at + (size_t)n_in * 4);
+    }
+    float t[16 * TWIN_NP];
+    for (int64_t o = o0; o < o1; o += 2 * TWIN_NP) {
+        const int nw = (int)(o1 - o < 2 * TWIN_NP ? o1 - o : 2 * TWIN_NP), np = (nw + 1) / 2;
+        for (int j = 0; j < np; j++) {
+            const int two = 2 * j + 1 < nw;
+            for (int h = 0; h < 1 + two; h++) {
+                const uint8_t *row = w + (o + 2 * j + h) * rb;
+                if (lp_unpack_row16(type, row, n_in, w16[h], wr[h].d16, wr[h].m16)) continue;
+                lp_unpack_row(type, row, n_in, wr[h]);
+                lp_widen_q(wr[h].q, n_in, w16[h]);
+            }
+            lp_twin_pair(w16[0], w16[two], &wr[0], &wr[two], n_in, ab[j], dm[j]);
+        }
+        /* the next tile's weight rows on their way while this one computes, spread over its blocks */
+        const int64_t pb = o + 2 * TWIN_NP, pe = o + 4 * TWIN_NP < n_out ? o + 4 * TWIN_NP : n_out;
+        const char *pf = (const char *)(((uintptr_t)(w + pb * rb)) & ~(uintptr_t)63);
+        const int64_t pf_lines = pe > pb ? ((const char *)(w + pe * rb) - pf + 63) / 64 : 0;
+        lp_twin_tile(np, g16, has_min, (const int32_t *const *)ab, (const float *const *)dm, &xp->xl, pf, pf_lines, t);
+        for (int j = 0; j < nw; j++) /* lane 2 r + (j & 1) of pair j / 2: row r, output column o + j */
+            for (int64_t r = 0; r < n; r++) put(y + r * ldy + o + j, t[16 * (j / 2) + 2 * r + (j & 1)], accumulate);
+    }
+}
+#endif
 
 #if defined(LP_LANES)
 /* Output rows o0..o1 from the lanes (lanes_x86.c): LANES_NW weight rows at a time decoded to
@@ -109,11 +208,6 @@ static void lanes_chunk(int type, const uint8_t *w, int64_t o0, int64_t o1, int6
     const int buffered = n_pad * (o1 - o0) <= LANES_YB;
     for (int64_t o = o0; o < o1; o += LANES_NW) {
         const int nw = (int)(o1 - o < LANES_NW ? o1 - o : LANES_NW);
-        { /* the weight rows two tiles ahead on their way while this one computes */
-            const int64_t b = o + 2 * LANES_NW, e = o + 3 * LANES_NW < n_out ? o + 3 * LANES_NW : n_out;
-            for (const char *p = (const char *)(w + b * rb), *pe = (const char *)(w + e * rb); p < pe; p += 64)
-                __builtin_prefetch(p, 0, 0); /* (one tile ahead, or re-prefetching, left the loads waiting) */
-        }
         for (int j = 0; j < nw; j++) {
             if (lp_unpack_row16(type, w + (o + j) * rb, n_in, w16[j], wr[j].d16, wr[j].m16)) continue;
             lp_unpack_row(type, w + (o + j) * rb, n_in, wr[j]);
@@ -121,7 +215,11 @@ static void lanes_chunk(int type, const uint8_t *w, int64_t o0, int64_t o1, int6
         }
         for (int64_t g = 0; g < xp->xl.n_grp; g += 2) { /* two groups of LP_NL rows a pass where there are */
             const int ng = g + 1 < xp->xl.n_grp ? 2 : 1;
-            lp_lanes_tile(ng, nw, g16, has_min, (const int16_t *const *)w16, wr, &xp->xl, g, t);
+            /* the weight rows two tiles ahead on their way while the first pass computes, spread over its blocks */
+            const int64_t pb = o + 2 * LANES_NW, pe = o + 3 * LANES_NW < n_out ? o + 3 * LANES_NW : n_out;
+            const char *pf = (const char *)(((uintptr_t)(w + pb * rb)) & ~(uintptr_t)63);
+            const int64_t pf_lines = g == 0 && pe > pb ? ((const char *)(w + pe * rb) - pf + 63) / 64 : 0;
+            lp_lanes_tile(ng, nw, g16, has_min, (const int16_t *const *)w16, wr, &xp->xl, g, pf, pf_lines, t);
             for (int j = 0; j < nw; j++) { /* t's lanes are the rows LP_NL g .. of output column o + j */
                 if (buffered) {
                     memcpy(yb + (o - o0 + j) * n_pad + LP_NL * g, t + LP_NL * ng * j, sizeof(float) * LP_NL * ng);
@@ -146,12 +244,13 @@ static const float *row_f32(int type, const uint8_t *w, int64_t rb, int64_t o, i
 }
 
 /* Output rows o0..o1 of the product: each weight row read once and multiplied by every
- * activation row.  Fewer than LP_F32_ROWS rows: integer products on the int16 activations,
- * straight from the blocks where row1_x86.c has the type (one weight row decoded once for all
- * activation rows), else through the canonical form -- so a verification or a few sequences
- * get the one-row arithmetic.  LP_LANES_ROWS rows or more of a block type (but a bf16 CPU's
- * coarse types): the same integer products, on x86 in lanes (lanes_chunk), elsewhere row by
- * row.  F16 / BF16 weights against up to LP_FROWS rows: one weight row at a time, read from
+ * activation row.  Up to LP_FEW_ROWS rows: integer products on the int16 activations (on x86
+ * from LP_F32_ROWS rows in lanes: twin_chunk, lanes_chunk), else straight from the blocks where
+ * row1_x86.c has the type (one weight row decoded once for all activation rows), else through
+ * the canonical form -- so a verification or a few sequences get the one-row arithmetic.
+ * LP_LANES_ROWS rows or more of a block type: the same integer products, on x86 in lanes
+ * (lanes_chunk), elsewhere row by row.  (A bf16 CPU's coarse types from LP_F32_ROWS rows: bf16
+ * tiles.)  F16 / BF16 weights against up to LP_FROWS rows: one weight row at a time, read from
  * the file as one stream (dot.c lp_dot_float_rows).  Otherwise (float types, and block types
  * between the two bounds): LP_TW rows at a time, dequantized to fp32 (f16 / bf16 widened as
  * they are read), exact fp32 products in LP_TW x LP_TX tiles, the next LP_TW rows prefetched.
@@ -163,12 +262,18 @@ static void mm_chunk(int type, const uint8_t *w, int64_t o0, int64_t o1, int64_t
     float *wf = (float *)(((uintptr_t)((char *)scratch + lp_wrow_bytes(n_in)) + 63) & ~(uintptr_t)63);
     const int g16 = type == LP_Q2_K || type == LP_Q3_K || type == LP_Q6_K, has_min = lp_has_min(type);
     float acc[LP_TW * LP_TX];
-    /* integer products: fewer than LP_F32_ROWS rows, or many (block types but bf16 CPUs' coarse
-     * ones); the forms of x they read are lp_xprep_reads's, one decision for both */
+    /* integer products: few rows or many (block types but bf16 CPUs' coarse ones from
+     * LP_F32_ROWS rows); the forms of x they read are lp_xprep_reads's, one decision for both */
     const int reads = lp_xprep_reads(type, n_in, n);
-    const int ints = (reads & LP_READS_INTS) && (n < LP_F32_ROWS || many_ints(n_in, n));
+    const int ints = (reads & LP_READS_INTS) && (n <= LP_FEW_ROWS || many_ints(n_in, n));
+#if defined(LP_TWIN)
+    if (ints && twin_ints(n_in, n)) {
+        twin_chunk(type, w, o0, o1, n_out, n_in, xp, y, ldy, accumulate, scratch);
+        return;
+    }
+#endif
 #if defined(LP_LANES)
-    if (ints && n >= LP_F32_ROWS) {
+    if (ints && lanes_ints(n_in, n)) {
         lanes_chunk(type, w, o0, o1, n_out, n_in, xp, y, ldy, accumulate, scratch);
         return;
     }
