@@ -63,6 +63,12 @@ class Context:
         # decode replayed as CUDA graphs (None on the CPU, and under -nkvo: attention copies to the host)
         self.cuda_graphs = CudaGraphs.for_device(model.device) if c.offload_kqv else None
         self._logits = torch.empty(0, hp.n_vocab)  # [n_outputs, n_vocab] of the last decode
+        # reuse_logits: each decode step writes its logits into one buffer (grown to the most
+        # outputs met), so that get_logits() is valid only until the next decode, as in
+        # llama.cpp, instead of a fresh tensor per decode (a server step's 8 x 262144 floats are
+        # 8 MiB of new pages every step).  Off by default; the server's scheduler turns it on.
+        self.reuse_logits = False
+        self._logits_buf = torch.empty(0, hp.n_vocab)
         self._output_ids: list[int] = []
 
     def _fitted_n_ctx(self) -> int | None:
@@ -94,6 +100,8 @@ class Context:
         out_ids = self.alloc.output_ids
         for ub, sinfo in zip(ubatches, sinfos):
             inp, key = self._begin_ubatch(ub, sinfo, self.memory)
+            if self.reuse_logits and len(ubatches) == 1 and self.model.device.type == "cpu":
+                inp.logits_out = self._logits_rows(n_outputs)
             if self.cuda_graphs is not None:  # its output is a graph's buffer: always copied
                 out = self.cuda_graphs.forward(self.model.net, inp, self.memory, key).to("cpu", copy=True)
             else:
@@ -109,6 +117,12 @@ class Context:
             logits = torch.empty(n_outputs, self.model.n_vocab, dtype=torch.float32)
         self._logits, self._output_ids = logits, out_ids
         self._count(batch, len(ubatches))
+
+    def _logits_rows(self, n: int) -> torch.Tensor:
+        """The reused logits buffer's first n rows [n, n_vocab] (grown when n is more)."""
+        if self._logits_buf.shape[0] < n:
+            self._logits_buf = torch.empty(n, self.model.n_vocab, dtype=torch.float32)
+        return self._logits_buf[:n]
 
     def _count(self, batch: Batch, n_ubatches: int) -> None:
         """The stats of one decode call that went through."""

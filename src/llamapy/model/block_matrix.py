@@ -69,12 +69,14 @@ class BlockMatrix:
         """Do n rows take dequantize + GEMM (else the kernels' products)?"""
         return n >= DENSE_ROWS and not lanes_gemm(self.qtype, self.lib.level, self.lib.bf16)
 
-    def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        """x: [n, n_in] float32 -> [n, n_out] float32."""
+    def __call__(self, x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+        """x: [n, n_in] float32 -> [n, n_out] float32, written into `out` (contiguous, that
+        shape) when given and the kernels take the product, else a new tensor."""
         n = x.shape[0]
         if self._dense(n):
             return self._dense_rows(x)
-        y = torch.empty(n, self.n_out, dtype=torch.float32)
+        usable = out is not None and out.is_contiguous() and tuple(out.shape) == (n, self.n_out) and out.dtype == torch.float32
+        y = out if usable else torch.empty(n, self.n_out, dtype=torch.float32)
         if n:
             self._mm(x, y, accumulate=False)
         return y

@@ -80,6 +80,7 @@ class UBatchInputs:
     sinfo: dict[int, SlotInfo] = field(default_factory=dict)  # id(cache) -> slot info
     plans: dict[int, list] = field(default_factory=dict)  # id(cache) -> KVCache.store_plan()
     masks: dict[tuple[int, bool, bool], list[AttnGroup]] = field(default_factory=dict)
+    logits_out: torch.Tensor | None = None  # [n_outputs, n_vocab] float32 the logits may be written into
 
     def store_plan(self, cache: KVCache) -> list:
         key = id(cache)

@@ -7,6 +7,13 @@ import torch.nn.functional as F
 
 from ..kernels import ops as kops
 from ..kernels.ops import row_lib
+from .block_matrix import BlockMatrix
+
+
+def project(m, x: torch.Tensor, out: torch.Tensor | None) -> torch.Tensor:
+    """The product m(x) [n, n_out], written into `out` where m is a BlockMatrix that can (a
+    caller's reused logits buffer), else a new tensor."""
+    return m(x, out) if out is not None and isinstance(m, BlockMatrix) else m(x)
 
 
 def rms_norm(x: torch.Tensor, w: torch.Tensor | None, eps: float) -> torch.Tensor:

@@ -20,7 +20,7 @@ from ...memory.factory import Memory, cache_for_layer
 from ..graph import UBatchInputs
 from ..hparams import HParams
 from ..attend import attend
-from ..layers import glu, rms_norm
+from ..layers import glu, project, rms_norm
 from ..loader import WeightLoader
 from ..qmatrix import QMatrix
 from ..rope import ROPE_TYPE_NEOX, RopeParams, apply_rope, apply_rope_, rope_cos_sin
@@ -141,7 +141,7 @@ class Gemma3Model:
     def logits(self, inp: UBatchInputs, x: torch.Tensor) -> torch.Tensor:
         """The output rows of x [n_tokens, n_embd] -> logits [n_outputs, n_vocab] (the last stage's part)."""
         x = x.index_select(0, inp.out_rows)  # [n_outputs, n_embd]
-        logits = self.output(rms_norm(x, self.output_norm, self.hp.f_norm_rms_eps))
+        logits = project(self.output, rms_norm(x, self.output_norm, self.hp.f_norm_rms_eps), inp.logits_out)
         if self.f_final_logit_softcapping:
             c = self.f_final_logit_softcapping
             logits = torch.tanh(logits / c) * c

@@ -12,7 +12,7 @@ from ...memory.kv_cache import KVCache
 from ..graph import UBatchInputs
 from ..hparams import HParams
 from ..attend import attend
-from ..layers import glu_stacked, rms_norm
+from ..layers import glu_stacked, project, rms_norm
 from ..loader import WeightLoader
 from ..qmatrix import QMatrix
 from ..rope import ROPE_TYPE_NORM, RopeParams, apply_rope, apply_rope_, rope_cos_sin
@@ -88,7 +88,7 @@ class LlamaModel:
     def logits(self, inp: UBatchInputs, x: torch.Tensor) -> torch.Tensor:
         """The output rows of x [n_tokens, n_embd] -> logits [n_outputs, n_vocab] (the last stage's part)."""
         x = x.index_select(0, inp.out_rows)  # [n_outputs, n_embd]
-        return self.output(rms_norm(x, self.output_norm, self.hp.f_norm_rms_eps))
+        return project(self.output, rms_norm(x, self.output_norm, self.hp.f_norm_rms_eps), inp.logits_out)
 
     def _attention(self, inp: UBatchInputs, kv: KVCache, il: int, L: LlamaLayer, x: torch.Tensor,
                    cos: torch.Tensor, sin: torch.Tensor) -> None:
