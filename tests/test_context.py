@@ -157,6 +157,24 @@ def test_logits_only_for_flagged_slots_by_batch_index(tiny):
     assert torch.allclose(ctx.get_logits_ith(2), all_logits[2], atol=TOL)
 
 
+def test_reused_logits_buffer(tiny):
+    """reuse_logits (the server's): every decode step writes its logits into the same buffer,
+    equal to a fresh tensor's, and get_logits() holds until the next decode."""
+    toks = rand_tokens(12, tiny.n_vocab, 6)
+    fresh, reused = Context(tiny, ContextParams(n_ctx=512)), Context(tiny, ContextParams(n_ctx=512))
+    reused.reuse_logits = True
+    ptrs = []
+    for n, pos0 in ((3, 0), (2, 3), (3, 5), (1, 8)):  # a step of 3 rows, then fewer: views of one buffer
+        a, b = decode_seq(fresh, toks[pos0:pos0 + n], 0, pos0), decode_seq(reused, toks[pos0:pos0 + n], 0, pos0)
+        assert torch.equal(a, b)
+        ptrs.append(reused.get_logits().data_ptr())
+        assert fresh.get_logits().data_ptr() not in ptrs
+    assert len(set(ptrs)) == 1
+    before = reused.get_logits().clone()
+    decode_seq(reused, toks[9:10], 0, 9)
+    assert not torch.equal(reused.get_logits(), before)  # overwritten by the next decode, as in llama.cpp
+
+
 # --- n_kv padding ----------------------------------------------------------------------------------
 def test_n_kv_is_padded_to_256_and_capped(tiny):
     ctx = Context(tiny, ContextParams(n_ctx=768))
