@@ -128,6 +128,21 @@ def test_few_rows_are_the_integer_products(lib, qtype):
         torch.testing.assert_close(y, one[:rows], rtol=1e-5, atol=5e-5 * one.abs().max().item())
 
 
+@pytest.mark.parametrize("qtype", [T.F16, T.BF16], ids=lambda t: t.name)
+def test_float_weights_few_rows(lib, qtype):
+    """F16 / BF16 weights against 5-8 rows (a verification of an F16 target's drafts): two
+    weight rows a pass where the registers hold them, an odd last row alone; every row is
+    the exact product within fp32 rounding, whatever the pairing."""
+    shape = (45, 512)
+    raw, W = _matrix(qtype, shape, seed=5)
+    m = block_matrix([(raw, qtype, shape)], lib)
+    x = torch.randn(8, shape[1], generator=torch.Generator().manual_seed(6))
+    tol = 1e-2 if dense_dtype(qtype, lib) == torch.bfloat16 else 1e-5  # a bf16 CPU's BF16: bf16 tiles
+    for rows in (5, 6, 7, 8):
+        ref = (x[:rows].double() @ W.double().T).float()
+        assert (m(x[:rows]) - ref).abs().max().item() <= tol * ref.abs().max().item(), rows
+
+
 def test_isa_levels_agree():
     """Every level this CPU runs gives the same products up to fp32 summation order (the
     integers are the same on every ISA)."""

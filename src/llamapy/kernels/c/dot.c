@@ -194,6 +194,63 @@ LP_INLINE void rows_float(const void *w, const float *const *xs, int64_t n_in, c
     }
 }
 
+/* rows_float for two weight rows w0, w1 against NR (LP_F32_ROWS..LP_FROWS) rows: each activation
+ * load feeds both (loads, not FMAs, bound the one-row form at several rows), each weight
+ * stream prefetched ahead (two interleaved streams lose the hardware prefetchers).  One FMA
+ * chain per row and weight row, as rows_float at these NR: the same sums, bit for bit. */
+LP_INLINE void rows_float2(const void *w0, const void *w1, const float *const *xs, int64_t n_in, const int NR,
+                           const int kind, float *y0, float *y1) {
+    vf a0[LP_FROWS], a1[LP_FROWS];
+#pragma GCC unroll 8
+    for (int i = 0; i < NR; i++) a0[i] = a1[i] = VF_SET1(0.0f);
+    int64_t k = 0;
+    const int64_t wsz = kind == LP_WF32 ? 4 : 2;
+    for (; k + VW <= n_in; k += VW) {
+        __builtin_prefetch((const char *)w0 + (k + LP_PF_ELEMS) * wsz, 0, 0);
+        __builtin_prefetch((const char *)w1 + (k + LP_PF_ELEMS) * wsz, 0, 0);
+        const vf v0 = load_w(w0, k, kind), v1 = load_w(w1, k, kind);
+#pragma GCC unroll 8
+        for (int i = 0; i < NR; i++) {
+            vf xv = VF_LOAD(xs[i] + k);
+            LP_IN_REG(xv); /* one load for both FMAs (GCC would fold it into each as a memory operand) */
+            a0[i] = VF_FMA(v0, xv, a0[i]);
+            a1[i] = VF_FMA(v1, xv, a1[i]);
+        }
+    }
+#pragma GCC unroll 8
+    for (int i = 0; i < NR; i++) {
+        y0[i] = VF_SUM(a0[i]);
+        y1[i] = VF_SUM(a1[i]);
+        for (int64_t j = k; j < n_in; j++) {
+            y0[i] += load_w1(w0, j, kind) * xs[i][j];
+            y1[i] += load_w1(w1, j, kind) * xs[i][j];
+        }
+    }
+}
+
+#define ROWS_FLOAT2(kind)                                                                                             \
+    switch (n) {                                                                                                      \
+    case 5: rows_float2(w0, w1, xs, n_in, 5, kind, y, y + LP_FROWS); break;                                           \
+    case 6: rows_float2(w0, w1, xs, n_in, 6, kind, y, y + LP_FROWS); break;                                           \
+    case 7: rows_float2(w0, w1, xs, n_in, 7, kind, y, y + LP_FROWS); break;                                           \
+    default: rows_float2(w0, w1, xs, n_in, LP_FROWS, kind, y, y + LP_FROWS); break;                                   \
+    }
+
+/* y[i], y[LP_FROWS + i] = w0 . x_i, w1 . x_i for n (LP_F32_ROWS..LP_FROWS2) rows of stride ldx:
+ * lp_dot_float_rows's sums for each weight row. */
+void lp_dot_float_rows2(int kind, const void *w0, const void *w1, const float *x, int64_t ldx, int64_t n_in, int n,
+                        float *y) {
+    const float *xs[LP_FROWS];
+    for (int i = 0; i < LP_FROWS; i++) xs[i] = x + (i < n ? i : 0) * ldx;
+    if (kind == LP_WF16) {
+        ROWS_FLOAT2(LP_WF16)
+    } else if (kind == LP_WBF16) {
+        ROWS_FLOAT2(LP_WBF16)
+    } else {
+        ROWS_FLOAT2(LP_WF32)
+    }
+}
+
 #define ROWS_FLOAT(kind)                                                                                              \
     switch (n) {                                                                                                      \
     case 1: rows_float(w, xs, n_in, 1, kind, y); break;                                                               \

@@ -57,6 +57,15 @@
 #endif
 
 #define LP_INLINE static inline __attribute__((always_inline))
+/* v kept in a vector register: a value used by several instructions is loaded once (GCC may
+ * fold its load into each as a memory operand, and loads then bound the loop) */
+#if defined(LP_AVX2) || defined(LP_AVX512)
+#define LP_IN_REG(v) __asm__("" : "+v"(v))
+#elif defined(LP_NEON)
+#define LP_IN_REG(v) __asm__("" : "+w"(v))
+#else
+#define LP_IN_REG(v) (void)(v)
+#endif
 
 #if defined(LP_AVX2) || defined(LP_AVX512)
 /* acc + the int16 pair products of a and b, per int32 lane (a[2i] b[2i] + a[2i+1] b[2i+1]):
@@ -279,7 +288,16 @@ enum { LP_WF32 = 0, LP_WF16 = 1, LP_WBF16 = 2 }; /* the float kinds of weight ro
 void lp_dot_tile_f32(int kind, const void *const *w, int nw, int64_t n_in, const float *x, int64_t ldx, int n,
                      float *y);
 #define LP_FROWS 8 /* f16 / bf16 weights against at most this many rows: one weight row at a time (lp_dot_float_rows) */
+/* ... and from LP_F32_ROWS rows two weight rows at a time where their 2 n accumulators, the two
+ * weight vectors and an activation fit the vector registers (32; 16 at AVX2) */
+#if defined(LP_AVX2) && !defined(LP_AVX512)
+#define LP_FROWS2 6
+#else
+#define LP_FROWS2 LP_FROWS
+#endif
 void lp_dot_float_rows(int kind, const void *w, const float *x, int64_t ldx, int64_t n_in, int n, float *y);
+void lp_dot_float_rows2(int kind, const void *w0, const void *w1, const float *x, int64_t ldx, int64_t n_in, int n,
+                        float *y);
 #if defined(LP_BF16)
 /* ... and in bf16 on a CPU with AVX512-BF16 (rows as bf16, n_in a multiple of 32): nw <= 3
  * weight rows, n <= 4 activation rows, y[LP_TX j + i] */
