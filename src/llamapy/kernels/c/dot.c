@@ -230,26 +230,11 @@ LP_INLINE void rows_float2(const void *w0, const void *w1, const float *const *x
 
 #define ROWS_FLOAT2(kind)                                                                                             \
     switch (n) {                                                                                                      \
-    case 5: rows_float2(w0, w1, xs, n_in, 5, kind, y, y + LP_FROWS); break;                                           \
-    case 6: rows_float2(w0, w1, xs, n_in, 6, kind, y, y + LP_FROWS); break;                                           \
-    case 7: rows_float2(w0, w1, xs, n_in, 7, kind, y, y + LP_FROWS); break;                                           \
-    default: rows_float2(w0, w1, xs, n_in, LP_FROWS, kind, y, y + LP_FROWS); break;                                   \
+    case 5: rows_float2(w, w1, xs, n_in, 5, kind, y, y + LP_FROWS); break;                                            \
+    case 6: rows_float2(w, w1, xs, n_in, 6, kind, y, y + LP_FROWS); break;                                            \
+    case 7: rows_float2(w, w1, xs, n_in, 7, kind, y, y + LP_FROWS); break;                                            \
+    default: rows_float2(w, w1, xs, n_in, LP_FROWS, kind, y, y + LP_FROWS); break;                                    \
     }
-
-/* y[i], y[LP_FROWS + i] = w0 . x_i, w1 . x_i for n (LP_F32_ROWS..LP_FROWS2) rows of stride ldx:
- * lp_dot_float_rows's sums for each weight row. */
-void lp_dot_float_rows2(int kind, const void *w0, const void *w1, const float *x, int64_t ldx, int64_t n_in, int n,
-                        float *y) {
-    const float *xs[LP_FROWS];
-    for (int i = 0; i < LP_FROWS; i++) xs[i] = x + (i < n ? i : 0) * ldx;
-    if (kind == LP_WF16) {
-        ROWS_FLOAT2(LP_WF16)
-    } else if (kind == LP_WBF16) {
-        ROWS_FLOAT2(LP_WBF16)
-    } else {
-        ROWS_FLOAT2(LP_WF32)
-    }
-}
 
 #define ROWS_FLOAT(kind)                                                                                              \
     switch (n) {                                                                                                      \
@@ -263,17 +248,26 @@ void lp_dot_float_rows2(int kind, const void *w0, const void *w1, const float *x
     default: rows_float(w, xs, n_in, LP_FROWS, kind, y); break;                                                       \
     }
 
+#define FLOAT_KINDS(ROWS)                                                                                             \
+    if (kind == LP_WF16) {                                                                                            \
+        ROWS(LP_WF16)                                                                                                 \
+    } else if (kind == LP_WBF16) {                                                                                    \
+        ROWS(LP_WBF16)                                                                                                \
+    } else {                                                                                                          \
+        ROWS(LP_WF32)                                                                                                 \
+    }
+
 /* y[i] = w . x_i for one weight row w of a float kind and n (1..LP_FROWS) activation rows of
- * stride ldx. */
-void lp_dot_float_rows(int kind, const void *w, const float *x, int64_t ldx, int64_t n_in, int n, float *y) {
+ * stride ldx; with a second row w1 (NULL: none; n LP_F32_ROWS..LP_FROWS2) also
+ * y[LP_FROWS + i] = w1 . x_i, the same sums as w1 alone. */
+void lp_dot_float_rows(int kind, const void *w, const void *w1, const float *x, int64_t ldx, int64_t n_in, int n,
+                       float *y) {
     const float *xs[LP_FROWS];
     for (int i = 0; i < LP_FROWS; i++) xs[i] = x + (i < n ? i : 0) * ldx;
-    if (kind == LP_WF16) {
-        ROWS_FLOAT(LP_WF16)
-    } else if (kind == LP_WBF16) {
-        ROWS_FLOAT(LP_WBF16)
+    if (w1) {
+        FLOAT_KINDS(ROWS_FLOAT2)
     } else {
-        ROWS_FLOAT(LP_WF32)
+        FLOAT_KINDS(ROWS_FLOAT)
     }
 }
 

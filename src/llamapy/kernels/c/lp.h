@@ -295,9 +295,8 @@ void lp_dot_tile_f32(int kind, const void *const *w, int nw, int64_t n_in, const
 #else
 #define LP_FROWS2 LP_FROWS
 #endif
-void lp_dot_float_rows(int kind, const void *w, const float *x, int64_t ldx, int64_t n_in, int n, float *y);
-void lp_dot_float_rows2(int kind, const void *w0, const void *w1, const float *x, int64_t ldx, int64_t n_in, int n,
-                        float *y);
+void lp_dot_float_rows(int kind, const void *w, const void *w1, const float *x, int64_t ldx, int64_t n_in, int n,
+                       float *y);
 #if defined(LP_BF16)
 /* ... and in bf16 on a CPU with AVX512-BF16 (rows as bf16, n_in a multiple of 32): nw <= 3
  * weight rows, n <= 4 activation rows, y[LP_TX j + i] */

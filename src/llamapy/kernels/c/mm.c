@@ -304,14 +304,14 @@ static void mm_chunk(int type, const uint8_t *w, int64_t o0, int64_t o1, int64_t
         if (n <= LP_FROWS && kind != LP_WF32) { /* f16 / bf16 decode, verification: each weight row one stream */
             int64_t o = o0;
             for (float y2[2 * LP_FROWS]; n >= LP_F32_ROWS && n <= LP_FROWS2 && o + 2 <= o1; o += 2) { /* two weight rows a pass */
-                lp_dot_float_rows2(kind, w + o * rb, w + (o + 1) * rb, xp->x, n_in, n_in, (int)n, y2);
+                lp_dot_float_rows(kind, w + o * rb, w + (o + 1) * rb, xp->x, n_in, n_in, (int)n, y2);
                 for (int64_t r = 0; r < n; r++) {
                     put(y + r * ldy + o, y2[r], accumulate);
                     put(y + r * ldy + o + 1, y2[LP_FROWS + r], accumulate);
                 }
             }
             for (; o < o1; o++) {
-                lp_dot_float_rows(kind, w + o * rb, xp->x, n_in, n_in, (int)n, acc);
+                lp_dot_float_rows(kind, w + o * rb, NULL, xp->x, n_in, n_in, (int)n, acc);
                 for (int64_t r = 0; r < n; r++) put(y + r * ldy + o, acc[r], accumulate);
             }
             return;
