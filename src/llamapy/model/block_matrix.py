@@ -8,9 +8,12 @@ Q5_K, Q6_K, and the float types F16, BF16, F32).
                            against the weights' own integers (single-sequence decode: the
                            weights stream from memory, the fewest instructions per block win);
                            float types in exact fp32.
-  2 .. 4 rows              lp_mm: the one-row integer products, each block decoded once for
-                           the rows (a verification, a few sequences).
-  5 .. 15 rows             lp_mm: each weight row dequantized once, exact fp32 products with
+  2 .. 8 rows              lp_mm: the one-row integer products (a verification, a few
+                           sequences, a server step of 8 slots): 2-4 rows each block decoded
+                           once for the rows; 5-8 on x86 in vector lanes (AVX-512: twin lanes,
+                           two weight rows a zmm; AVX2: one group of 8), elsewhere row by row.
+                           F16 / BF16 weights: exact fp32, one or two weight rows a pass.
+  9 .. 15 rows             lp_mm: each weight row dequantized once, exact fp32 products with
                            every activation row (from 5 rows on a CPU with AVX512-BF16, its
                            coarse types in bf16: kernels/types.py BF16_GEMM_TYPES).
   16 .. DENSE_ROWS - 1     lp_mm: the one-row arithmetic again (int16 activations), on x86
