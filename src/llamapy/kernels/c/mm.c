@@ -139,6 +139,14 @@ size_t lp_mm_scratch_bytes(int64_t n_in) {
 
 static inline void put(float *y, float v, int accumulate) { *y = accumulate ? *y + v : v; }
 
+/* The cache lines of weight rows b..e (e capped at n_out) from *pf: what a lane tile requests,
+ * spread over its blocks, while it computes. */
+static int64_t tile_prefetch(const uint8_t *w, int64_t rb, int64_t b, int64_t e, int64_t n_out, const char **pf) {
+    e = e < n_out ? e : n_out;
+    *pf = (const char *)(((uintptr_t)(w + b * rb)) & ~(uintptr_t)63);
+    return e > b ? ((const char *)(w + e * rb) - *pf + 63) / 64 : 0;
+}
+
 #if defined(LP_TWIN)
 /* Output rows o0..o1 from the twin lanes (lanes_x86.c): 2 TWIN_NP weight rows at a time, each
  * decoded to int16 once (as lanes_chunk) and paired with its neighbour (an odd last row with
@@ -175,10 +183,8 @@ static void twin_chunk(int type, const uint8_t *w, int64_t o0, int64_t o1, int64
             }
             lp_twin_pair(w16[0], w16[two], &wr[0], &wr[two], n_in, ab[j], dm[j]);
         }
-        /* the next tile's weight rows on their way while this one computes, spread over its blocks */
-        const int64_t pb = o + 2 * TWIN_NP, pe = o + 4 * TWIN_NP < n_out ? o + 4 * TWIN_NP : n_out;
-        const char *pf = (const char *)(((uintptr_t)(w + pb * rb)) & ~(uintptr_t)63);
-        const int64_t pf_lines = pe > pb ? ((const char *)(w + pe * rb) - pf + 63) / 64 : 0;
+        const char *pf; /* the next tile's weight rows on their way while this one computes */
+        const int64_t pf_lines = tile_prefetch(w, rb, o + 2 * TWIN_NP, o + 4 * TWIN_NP, n_out, &pf);
         lp_twin_tile(np, g16, has_min, (const int32_t *const *)ab, (const float *const *)dm, &xp->xl, pf, pf_lines, t);
         for (int j = 0; j < nw; j++) /* lane 2 r + (j & 1) of pair j / 2: row r, output column o + j */
             for (int64_t r = 0; r < n; r++) put(y + r * ldy + o + j, t[16 * (j / 2) + 2 * r + (j & 1)], accumulate);
@@ -215,10 +221,8 @@ static void lanes_chunk(int type, const uint8_t *w, int64_t o0, int64_t o1, int6
         }
         for (int64_t g = 0; g < xp->xl.n_grp; g += 2) { /* two groups of LP_NL rows a pass where there are */
             const int ng = g + 1 < xp->xl.n_grp ? 2 : 1;
-            /* the weight rows two tiles ahead on their way while the first pass computes, spread over its blocks */
-            const int64_t pb = o + 2 * LANES_NW, pe = o + 3 * LANES_NW < n_out ? o + 3 * LANES_NW : n_out;
-            const char *pf = (const char *)(((uintptr_t)(w + pb * rb)) & ~(uintptr_t)63);
-            const int64_t pf_lines = g == 0 && pe > pb ? ((const char *)(w + pe * rb) - pf + 63) / 64 : 0;
+            const char *pf = NULL; /* the weight rows two tiles ahead on their way while the first pass computes */
+            const int64_t pf_lines = g == 0 ? tile_prefetch(w, rb, o + 2 * LANES_NW, o + 3 * LANES_NW, n_out, &pf) : 0;
             lp_lanes_tile(ng, nw, g16, has_min, (const int16_t *const *)w16, wr, &xp->xl, g, pf, pf_lines, t);
             for (int j = 0; j < nw; j++) { /* t's lanes are the rows LP_NL g .. of output column o + j */
                 if (buffered) {
