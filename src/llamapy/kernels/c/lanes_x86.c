@@ -144,10 +144,14 @@ LP_INLINE void tile(const int NG, const int NW, const int g16, const int has_min
 
 #define TILE_K(NG, NW)                                                                                                 \
     do {                                                                                                               \
-        if (g16)                                                                                                       \
-            has_min ? tile(NG, NW, 1, 1, w16, wr, l, g0, pf, pf_lines, y) : tile(NG, NW, 1, 0, w16, wr, l, g0, pf, pf_lines, y);                   \
+        if (g16 && has_min)                                                                                            \
+            tile(NG, NW, 1, 1, w16, wr, l, g0, pf, pf_lines, y);                                                       \
+        else if (g16)                                                                                                  \
+            tile(NG, NW, 1, 0, w16, wr, l, g0, pf, pf_lines, y);                                                       \
+        else if (has_min)                                                                                              \
+            tile(NG, NW, 0, 1, w16, wr, l, g0, pf, pf_lines, y);                                                       \
         else                                                                                                           \
-            has_min ? tile(NG, NW, 0, 1, w16, wr, l, g0, pf, pf_lines, y) : tile(NG, NW, 0, 0, w16, wr, l, g0, pf, pf_lines, y);                   \
+            tile(NG, NW, 0, 0, w16, wr, l, g0, pf, pf_lines, y);                                                       \
     } while (0)
 
 void lp_lanes_tile(int ng, int nw, int g16, int has_min, const int16_t *const *w16, const lp_wrow *wr,
@@ -258,10 +262,14 @@ LP_INLINE void twin(const int NP, const int g16, const int has_min, const int32_
 
 #define TWIN_K(NP)                                                                                                     \
     do {                                                                                                               \
-        if (g16)                                                                                                       \
-            has_min ? twin(NP, 1, 1, ab, dm, l, pf, pf_lines, y) : twin(NP, 1, 0, ab, dm, l, pf, pf_lines, y);                                     \
+        if (g16 && has_min)                                                                                            \
+            twin(NP, 1, 1, ab, dm, l, pf, pf_lines, y);                                                                \
+        else if (g16)                                                                                                  \
+            twin(NP, 1, 0, ab, dm, l, pf, pf_lines, y);                                                                \
+        else if (has_min)                                                                                              \
+            twin(NP, 0, 1, ab, dm, l, pf, pf_lines, y);                                                                \
         else                                                                                                           \
-            has_min ? twin(NP, 0, 1, ab, dm, l, pf, pf_lines, y) : twin(NP, 0, 0, ab, dm, l, pf, pf_lines, y);                                     \
+            twin(NP, 0, 0, ab, dm, l, pf, pf_lines, y);                                                                \
     } while (0)
 
 void lp_twin_tile(int np, int g16, int has_min, const int32_t *const *ab, const float *const *dm, const lp_xlanes *l,
