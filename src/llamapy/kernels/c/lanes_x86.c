@@ -76,19 +76,25 @@ lp_xlanes lp_xlanes_at(void *buf, int64_t n_in, int64_t n) {
     return l;
 }
 
-/* Block b (32 elements) of the n rows of xr (prepared: lp_prepare_x_row) into the lanes: row r
- * in lane r % NL of group r / NL.  A group's lanes past the last row hold whatever the buffer
- * held (their outputs are never read). */
-void lp_xlanes_fill(const lp_xrows *xr, int64_t n, lp_xlanes l, int64_t b) {
+/* Block b (32 elements) of the n rows of xr (prepared: lp_prepare_x_row) into the lanes, each
+ * row in `per` adjacent lanes: per 1, row r in lane r % NL of group r / NL; per 2 (the twin
+ * lanes below, n <= LP_FEW_ROWS), row r in lanes 2r and 2r + 1 of the one group.  A group's
+ * lanes past the last row hold whatever the buffer held (their outputs are never read). */
+void lp_xlanes_fill(const lp_xrows *xr, int64_t n, lp_xlanes l, int64_t b, int per) {
     const int64_t n_in = l.n_in, nb = n_in / 32, ng16 = n_in / 16;
     for (int64_t r = 0; r < n; r++) {
-        const int64_t g = r / NL, lane = r % NL;
+        const int64_t g = r * per / NL, lane = r * per % NL;
         const int32_t *src = (const int32_t *)(xr->q + r * n_in);
         int32_t *q = l.q + g * NL * (n_in / 2) + lane;
-        for (int64_t k = 16 * b; k < 16 * b + 16; k++) q[NL * k] = src[k];
-        l.s[(g * nb + b) * NL + lane] = xr->s[r * nb + b];
-        l.sum32[(g * nb + b) * NL + lane] = xr->sum32[r * nb + b];
-        for (int64_t j = 2 * b; j < 2 * b + 2; j++) l.sum16[(g * ng16 + j) * NL + lane] = xr->sum16[r * ng16 + j];
+        float *s = l.s + (g * nb + b) * NL + lane, *s32 = l.sum32 + (g * nb + b) * NL + lane;
+        float *s16 = l.sum16 + (g * ng16 + 2 * b) * NL + lane;
+        for (int h = 0; h < per; h++) {
+            for (int64_t k = 16 * b; k < 16 * b + 16; k++) q[NL * k + h] = src[k];
+            s[h] = xr->s[r * nb + b];
+            s32[h] = xr->sum32[r * nb + b];
+            s16[h] = xr->sum16[r * ng16 + 2 * b];
+            s16[NL + h] = xr->sum16[r * ng16 + 2 * b + 1];
+        }
     }
 }
 
@@ -185,21 +191,6 @@ void lp_widen_q(const int8_t *q, int64_t n_in, int16_t *out) {
  * 2r + h of a pair's result is row r's output for weight row A (h = 0) or B (h = 1).  The same
  * integers and the same float steps per lane as the 16-lane tile, so its outputs equal it bit for
  * bit. */
-
-/* Block b of the n <= LP_FEW_ROWS rows of xr into the one group of l: row r in lanes 2r and
- * 2r + 1. */
-void lp_xlanes_fill_twin(const lp_xrows *xr, int64_t n, lp_xlanes l, int64_t b) {
-    const int64_t n_in = l.n_in, nb = n_in / 32, ng16 = n_in / 16;
-    for (int64_t r = 0; r < n; r++) {
-        const int32_t *src = (const int32_t *)(xr->q + r * n_in);
-        int32_t *q = l.q + 2 * r;
-        for (int64_t k = 16 * b; k < 16 * b + 16; k++) q[16 * k] = q[16 * k + 1] = src[k];
-        l.s[16 * b + 2 * r] = l.s[16 * b + 2 * r + 1] = xr->s[r * nb + b];
-        l.sum32[16 * b + 2 * r] = l.sum32[16 * b + 2 * r + 1] = xr->sum32[r * nb + b];
-        for (int64_t j = 2 * b; j < 2 * b + 2; j++)
-            l.sum16[16 * j + 2 * r] = l.sum16[16 * j + 2 * r + 1] = xr->sum16[r * ng16 + j];
-    }
-}
 
 /* Weight rows a, b (int16 [n_in], their d16 / m16 in wa, wb) interleaved for the twin tile:
  * ab int32 [n_in] = (a's pair k, b's pair k) for each k; dm float [4 n_in / 16] = (da, db) per

@@ -253,7 +253,7 @@ typedef struct {
 #endif
 size_t lp_xlanes_bytes(int64_t n_in, int64_t n);
 lp_xlanes lp_xlanes_at(void *buf, int64_t n_in, int64_t n);
-void lp_xlanes_fill(const lp_xrows *xr, int64_t n, lp_xlanes l, int64_t b);
+void lp_xlanes_fill(const lp_xrows *xr, int64_t n, lp_xlanes l, int64_t b, int per); /* per: lanes a row (1, 2: twin) */
 /* nw (1..4) weight rows (w16: their canonical q widened to int16, lp_widen_q; wr: their d16,
  * m16) against the LP_NL rows of each of ng (1, 2) lane groups from g0: y[LP_NL (ng j + i) + lane]. */
 void lp_lanes_tile(int ng, int nw, int g16, int has_min, const int16_t *const *w16, const lp_wrow *wr,
@@ -265,7 +265,6 @@ int lp_unpack_row16(int type, const uint8_t *row, int64_t n_in, int16_t *q16, fl
 /* Twin lanes (lanes_x86.c): LP_F32_ROWS..LP_FEW_ROWS rows, each in two adjacent lanes of one
  * group, against weight rows paired by lp_twin_pair; np (1..4) pairs: y[16 j + 2 r + h]. */
 #define LP_TWIN 1
-void lp_xlanes_fill_twin(const lp_xrows *xr, int64_t n, lp_xlanes l, int64_t b);
 void lp_twin_pair(const int16_t *a, const int16_t *b, const lp_wrow *wa, const lp_wrow *wb, int64_t n_in, int32_t *ab,
                   float *dm);
 void lp_twin_tile(int np, int g16, int has_min, const int32_t *const *ab, const float *const *dm, const lp_xlanes *l,

@@ -20,27 +20,26 @@
 #define LP_LANES_ROWS 16
 static int many_ints(int64_t n_in, int64_t n) { return n_in % 32 == 0 && n >= LP_LANES_ROWS; }
 
+#if defined(LP_LANES)
+/* The few rows that x86 multiplies in lanes: twin lanes at AVX-512, one lane group at AVX2. */
+static int few_lanes(int64_t n_in, int64_t n) { return n_in % 32 == 0 && n >= LP_F32_ROWS && n <= LP_FEW_ROWS; }
 static int twin_ints(int64_t n_in, int64_t n) {
 #if defined(LP_TWIN)
-    return n_in % 32 == 0 && n >= LP_F32_ROWS && n <= LP_FEW_ROWS;
+    return few_lanes(n_in, n);
 #else
     (void)n_in, (void)n;
     return 0;
 #endif
 }
-
-/* x86 products in (16- or 8-) lanes: many rows, and at AVX2 a few rows in one group too */
+/* x86 products in (16- or 8-) lanes: many rows, and at AVX2 the few too */
 static int lanes_ints(int64_t n_in, int64_t n) {
-#if defined(LP_LANES) && !defined(LP_TWIN)
-    if (n_in % 32 == 0 && n >= LP_F32_ROWS && n <= LP_FEW_ROWS) return 1;
-#endif
-#if defined(LP_LANES)
+#if defined(LP_TWIN)
     return many_ints(n_in, n);
 #else
-    (void)n_in, (void)n;
-    return 0;
+    return many_ints(n_in, n) || few_lanes(n_in, n);
 #endif
 }
+#endif
 
 static size_t lanes_bytes(int64_t n_in, int64_t n) {
 #if defined(LP_LANES)
@@ -109,15 +108,7 @@ void lp_lanes_for(const lp_xprep *xp) {
     const int lanes = lanes_ints(xp->n_in, xp->n), twin = twin_ints(xp->n_in, xp->n);
     if (!(xp->reads & LP_READS_INTS) || !(lanes || twin)) return;
 #pragma omp for schedule(static)
-    for (int64_t b = 0; b < nb; b++) {
-#if defined(LP_TWIN)
-        if (twin) {
-            lp_xlanes_fill_twin(&xp->xr, xp->n, xp->xl, b);
-            continue;
-        }
-#endif
-        lp_xlanes_fill(&xp->xr, xp->n, xp->xl, b);
-    }
+    for (int64_t b = 0; b < nb; b++) lp_xlanes_fill(&xp->xr, xp->n, xp->xl, b, twin ? 2 : 1);
 #else
     (void)xp;
 #endif
@@ -139,6 +130,7 @@ size_t lp_mm_scratch_bytes(int64_t n_in) {
 
 static inline void put(float *y, float v, int accumulate) { *y = accumulate ? *y + v : v; }
 
+#if defined(LP_LANES)
 /* The cache lines of weight rows b..e (e capped at n_out) from *pf: what a lane tile requests,
  * spread over its blocks, while it computes. */
 static int64_t tile_prefetch(const uint8_t *w, int64_t rb, int64_t b, int64_t e, int64_t n_out, const char **pf) {
@@ -146,6 +138,24 @@ static int64_t tile_prefetch(const uint8_t *w, int64_t rb, int64_t b, int64_t e,
     *pf = (const char *)(((uintptr_t)(w + b * rb)) & ~(uintptr_t)63);
     return e > b ? ((const char *)(w + e * rb) - *pf + 63) / 64 : 0;
 }
+
+/* k weight rows' room in a lane chunk's scratch: wr[j] (canonical form) and w16[j] (int16). */
+static void lane_rows_at(void *scratch, int64_t n_in, int k, lp_wrow *wr, int16_t **w16) {
+    for (int j = 0; j < k; j++) {
+        char *at = (char *)scratch + j * lanes_row_bytes(n_in);
+        wr[j] = lp_wrow_at(at, n_in);
+        w16[j] = (int16_t *)(((uintptr_t)(at + lp_wrow_bytes(n_in)) + 63) & ~(uintptr_t)63);
+    }
+}
+
+/* A weight row decoded to int16 once for every activation row: straight from its blocks
+ * (lp_unpack_row16), or through the canonical form widened. */
+static void row16(int type, const uint8_t *row, int64_t n_in, lp_wrow *wr, int16_t *w16) {
+    if (lp_unpack_row16(type, row, n_in, w16, wr->d16, wr->m16)) return;
+    lp_unpack_row(type, row, n_in, *wr);
+    lp_widen_q(wr->q, n_in, w16);
+}
+#endif
 
 #if defined(LP_TWIN)
 /* Output rows o0..o1 from the twin lanes (lanes_x86.c): 2 TWIN_NP weight rows at a time, each
@@ -157,11 +167,7 @@ static void twin_chunk(int type, const uint8_t *w, int64_t o0, int64_t o1, int64
     const int g16 = type == LP_Q2_K || type == LP_Q3_K || type == LP_Q6_K, has_min = lp_has_min(type);
     lp_wrow wr[2];
     int16_t *w16[2];
-    for (int j = 0; j < 2; j++) {
-        char *at = (char *)scratch + j * lanes_row_bytes(n_in);
-        wr[j] = lp_wrow_at(at, n_in);
-        w16[j] = (int16_t *)(((uintptr_t)(at + lp_wrow_bytes(n_in)) + 63) & ~(uintptr_t)63);
-    }
+    lane_rows_at(scratch, n_in, 2, wr, w16);
     int32_t *ab[TWIN_NP];
     float *dm[TWIN_NP];
     for (int j = 0; j < TWIN_NP; j++) {
@@ -175,12 +181,7 @@ static void twin_chunk(int type, const uint8_t *w, int64_t o0, int64_t o1, int64
         const int nw = (int)(o1 - o < 2 * TWIN_NP ? o1 - o : 2 * TWIN_NP), np = (nw + 1) / 2;
         for (int j = 0; j < np; j++) {
             const int two = 2 * j + 1 < nw;
-            for (int h = 0; h < 1 + two; h++) {
-                const uint8_t *row = w + (o + 2 * j + h) * rb;
-                if (lp_unpack_row16(type, row, n_in, w16[h], wr[h].d16, wr[h].m16)) continue;
-                lp_unpack_row(type, row, n_in, wr[h]);
-                lp_widen_q(wr[h].q, n_in, w16[h]);
-            }
+            for (int h = 0; h < 1 + two; h++) row16(type, w + (o + 2 * j + h) * rb, n_in, &wr[h], w16[h]);
             lp_twin_pair(w16[0], w16[two], &wr[0], &wr[two], n_in, ab[j], dm[j]);
         }
         const char *pf; /* the next tile's weight rows on their way while this one computes */
@@ -202,11 +203,7 @@ static void lanes_chunk(int type, const uint8_t *w, int64_t o0, int64_t o1, int6
     const int g16 = type == LP_Q2_K || type == LP_Q3_K || type == LP_Q6_K, has_min = lp_has_min(type);
     lp_wrow wr[LANES_NW];
     int16_t *w16[LANES_NW];
-    for (int j = 0; j < LANES_NW; j++) {
-        char *at = (char *)scratch + j * lanes_row_bytes(n_in);
-        wr[j] = lp_wrow_at(at, n_in);
-        w16[j] = (int16_t *)(((uintptr_t)(at + lp_wrow_bytes(n_in)) + 63) & ~(uintptr_t)63);
-    }
+    lane_rows_at(scratch, n_in, LANES_NW, wr, w16);
     float t[2 * LP_NL * LANES_NW];
     float yb[LANES_YB]; /* the chunk's outputs [o1 - o0][n_pad]: y's rows lie ldy apart (often a multiple of 4 KiB:
                          * the same cache sets), so each row's part is written once, in one piece */
@@ -214,11 +211,7 @@ static void lanes_chunk(int type, const uint8_t *w, int64_t o0, int64_t o1, int6
     const int buffered = n_pad * (o1 - o0) <= LANES_YB;
     for (int64_t o = o0; o < o1; o += LANES_NW) {
         const int nw = (int)(o1 - o < LANES_NW ? o1 - o : LANES_NW);
-        for (int j = 0; j < nw; j++) {
-            if (lp_unpack_row16(type, w + (o + j) * rb, n_in, w16[j], wr[j].d16, wr[j].m16)) continue;
-            lp_unpack_row(type, w + (o + j) * rb, n_in, wr[j]);
-            lp_widen_q(wr[j].q, n_in, w16[j]);
-        }
+        for (int j = 0; j < nw; j++) row16(type, w + (o + j) * rb, n_in, &wr[j], w16[j]);
         for (int64_t g = 0; g < xp->xl.n_grp; g += 2) { /* two groups of LP_NL rows a pass where there are */
             const int ng = g + 1 < xp->xl.n_grp ? 2 : 1;
             const char *pf = NULL; /* the weight rows two tiles ahead on their way while the first pass computes */
