@@ -279,6 +279,42 @@ def test_attention_matches_sdpa(lib, n_head, n_head_kv, d, n, n_kv):
         assert torch.equal(out[empty], torch.zeros(n_head * d))
 
 
+@pytest.mark.parametrize("n_head,n_head_kv,d", [(9, 3, 64), (4, 1, 256), (6, 6, 12), (20, 1, 8), (5, 1, 32)])
+@pytest.mark.parametrize("mask_kind", ["causal", "window", "two-seqs"])
+def test_tile_attention_matches_reference(lib, n_head, n_head_kv, d, mask_kind):
+    """Many rows (a prompt's ubatch) through the tiles of 16 query vectors (attn_tiles.c),
+    against a float64 softmax: a causal prompt after 21 held cells, a sliding window, two
+    sequences' prompts interleaved in the cells; cells past the ubatch's (n_kv padding) and a
+    row that sees nothing (zeros); GQA groups of 1, 3, 4, 5 and 20 heads (more than a tile's
+    16: two head chunks), head sizes of 8 to 256 (not multiples of 16).  A wrong lane, block
+    edge, mask, running max or rescale fails it."""
+    g = torch.Generator().manual_seed(1)
+    n, held = 45, 21
+    n_kv = held + n + 30  # cells past the last row's: never visible
+    q = torch.randn(n, n_head, d, generator=g)
+    k = torch.randn(n_kv, n_head_kv * d, generator=g).half()
+    v = torch.randn(n_kv, n_head_kv * d, generator=g).half()
+    pos = torch.arange(n_kv)
+    qpos = held + torch.arange(n)
+    visible = pos[None] <= qpos[:, None]
+    if mask_kind == "window":
+        visible &= qpos[:, None] - pos[None] < 19
+    if mask_kind == "two-seqs":
+        visible &= (pos[None] % 2) == (qpos[:, None] % 2)
+    visible[7] = False
+    mask = torch.zeros(n, n_kv).masked_fill_(~visible, float("-inf"))
+    out = kops.attn_tiles_f16(lib, q, k, v, n_kv, n_head_kv, mask, 0.3)
+    r = n_head // n_head_kv
+    kk = k.double().view(n_kv, n_head_kv, d).repeat_interleave(r, 1)
+    vv = v.double().view(n_kv, n_head_kv, d).repeat_interleave(r, 1)
+    s = torch.einsum("thd,khd->htk", q.double(), kk) * 0.3 + mask.double()[None]
+    ref = torch.einsum("htk,khd->thd", s.softmax(-1), vv).reshape(n, -1)
+    ref[7] = 0.0
+    torch.testing.assert_close(out.double(), ref, rtol=0, atol=2e-5)
+    assert kops.attn_tiles_f16(lib, q[:, :, :6].contiguous(), k[:, : 6 * n_head_kv].contiguous(),
+                               v[:, : 6 * n_head_kv].contiguous(), n_kv, n_head_kv, mask, 0.3) is None  # d % 4: declined
+
+
 def _decode_steps(model, n_seq: int) -> torch.Tensor:
     """A 40-token prompt per sequence, then 4 steps of one token each; the last logits."""
     from llamapy import Batch, Context, ContextParams

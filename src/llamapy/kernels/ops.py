@@ -90,3 +90,25 @@ def attn_f16(lib: KernelLib, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, 
     if rc != 0:
         raise MemoryError(f"lp_attn_f16: no scratch memory for {n} rows")
     return out
+
+
+def attn_tiles_f16(lib: KernelLib, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, n_kv: int, n_head_kv: int,
+                   mask: torch.Tensor, scale: float) -> torch.Tensor | None:
+    """attn_f16's attention for many rows (a prompt's ubatch): the C kernel's tiles of 16 query
+    vectors (kernels/c/attn_tiles.c), each K and V row widened once for all of them.  q: [n,
+    n_head, d_k] float32; k, v: [n_cells, n_head_kv * d] float16 (one stream); mask [n, n_kv]
+    -> [n, n_head * d_v]; None when d_k or d_v is not a multiple of 4 (take another path)."""
+    n, n_head, d_k = q.shape
+    if q.stride(2) != 1 or q.stride(1) != d_k:
+        q = q.contiguous()
+    d_v = v.shape[1] // n_head_kv
+    assert k.dtype == v.dtype == torch.float16 and k.is_contiguous() and v.is_contiguous()
+    mask = mask.contiguous()
+    out = torch.empty(n, n_head * d_v, dtype=torch.float32)
+    rc = lib.fn.lp_attn_tiles_f16(q.data_ptr(), n, q.stride(0), n_head, n_head_kv, d_k, d_v, k.data_ptr(), v.data_ptr(),
+                                  n_kv, mask.data_ptr(), scale, out.data_ptr(), out.stride(0))
+    if rc == -2:
+        return None
+    if rc != 0:
+        raise MemoryError(f"lp_attn_tiles_f16: no scratch memory for {n} rows")
+    return out

@@ -1,8 +1,9 @@
 """The attention step of one layer, shared by every architecture: write the ubatch's K and V
 into its cells, then attend per stream group (model/graph.py AttnGroup): over the first n_kv
 cells through the KQ mask, or over the gathered cells each sequence can see (the same mask,
-compressed).  Flash: fused SDPA, or for few rows over an f16 cache the CPU kernel (one
-online-softmax pass over the cells the mask lets each row see); otherwise the KQ matrix is
+compressed).  Flash: over an f16 cache the CPU kernels (few rows: one online-softmax pass over
+the cells the mask lets each row see; many rows: tiles of 16 query vectors, each K and V row
+widened once for all of them, kernels/c/attn_tiles.c), else fused SDPA; otherwise the KQ matrix is
 materialized, as llama.cpp's -fa off.  A cache in host memory under a CUDA model (-nkvo)
 gets q, k, v copied to it, attention runs there, and the output is copied back: llama.cpp
 runs the KQ and KQV ops of -nkvo on the CPU the same way."""
@@ -13,7 +14,7 @@ import torch
 from ..memory.kv_cache import KVCache
 from .graph import UBatchInputs
 from ..kernels import ops as kops
-from ..kernels.ops import fast_lib
+from ..kernels.ops import fast_lib, row_lib
 from .layers import attention, attention_gathered
 
 
@@ -27,14 +28,20 @@ def attend(inp: UBatchInputs, cache: KVCache, il: int, q: torch.Tensor, k: torch
     n_tokens, n_head, d_k = q.shape
     d_v = hp.n_embd_head_v
     cache.store(il, inp.store_plan(cache), k.reshape(n_tokens, -1), v)
-    lib = fast_lib(q) if inp.flash_attn and cache.type_k.name == cache.type_v.name == "f16" else None
-    groups = inp.groups(cache, swa, gather=lib is None)
+    f16 = inp.flash_attn and cache.type_k.name == cache.type_v.name == "f16"
+    lib = fast_lib(q) if f16 else None
+    tiles = row_lib(q) if f16 and lib is None and d_k % 4 == 0 and d_v % 4 == 0 else None
+    groups = inp.groups(cache, swa, gather=lib is None and tiles is None, cells=lib is not None)
     out = None
     for g in groups:
         if lib is not None:  # few rows over an f16 cache: the fused kernel reads only visible cells
             qr = q if len(groups) == 1 else q.index_select(0, g.rows)
             o = kops.attn_f16(lib, qr, cache.k[il][g.stream], cache.v[il][g.stream], g.n_kv, hp.n_head_kv, g.mask,
                               scale, g.visible)
+        elif tiles is not None:  # many rows over an f16 cache: the kernel's tiles of 16 query vectors
+            qr = q if len(groups) == 1 else q.index_select(0, g.rows)
+            o = kops.attn_tiles_f16(tiles, qr, cache.k[il][g.stream], cache.v[il][g.stream], g.n_kv, hp.n_head_kv,
+                                    g.mask, scale)
         elif g.mask is None:
             kc, vc = cache.gather(il, g.stream, g.cells)  # [S * c_max, n_embd_{k,v}_gqa]
             o = attention_gathered(q.index_select(0, g.q_index), kc, vc, g.bias, g.take, hp.n_head_kv, scale, inp.flash_attn)

@@ -79,7 +79,7 @@ class UBatchInputs:
     graphs: "GraphCache | None" = None
     sinfo: dict[int, SlotInfo] = field(default_factory=dict)  # id(cache) -> slot info
     plans: dict[int, list] = field(default_factory=dict)  # id(cache) -> KVCache.store_plan()
-    masks: dict[tuple[int, bool, bool], list[AttnGroup]] = field(default_factory=dict)
+    masks: dict[tuple[int, bool, bool, bool], list[AttnGroup]] = field(default_factory=dict)
     logits_out: torch.Tensor | None = None  # [n_outputs, n_vocab] float32 the logits may be written into
 
     def store_plan(self, cache: KVCache) -> list:
@@ -88,10 +88,12 @@ class UBatchInputs:
             self.plans[key] = cache.store_plan(self.sinfo[key])
         return self.plans[key]
 
-    def groups(self, cache: KVCache, swa: bool = False, gather: bool = True) -> list[AttnGroup]:
+    def groups(self, cache: KVCache, swa: bool = False, gather: bool = True, cells: bool = True) -> list[AttnGroup]:
         """One AttnGroup for each stream this ubatch touches in `cache`; built once per ubatch.
-        gather False: dense masks only (the CPU kernel skips masked cells by itself)."""
-        key = (id(cache), swa, gather)
+        gather False: dense masks only (the CPU kernels skip masked cells by themselves), with
+        each row's visible cells listed (`visible`, the few-row kernel's) unless cells is False
+        (the many-row tiles scan the mask; a 512-row ubatch over 4096 cells would list 2M)."""
+        key = (id(cache), swa, gather, cells)
         if key not in self.masks:
             from .layers import FLASH_SCORE_BYTES
 
@@ -109,7 +111,7 @@ class UBatchInputs:
                     continue
                 buf = None if self.graphs is None else self.graphs.buffer((id(cache), swa, st), (len(rows), n_kv), cache.device)
                 mask = cache.kq_mask(self.ubatch, st, rows, n_kv, swa, out=buf, visible=vis)
-                out.append(AttnGroup(rows_t, st, n_kv, mask, visible=None if gather else visible_cells_np(vis)))
+                out.append(AttnGroup(rows_t, st, n_kv, mask, visible=visible_cells_np(vis) if cells and not gather else None))
             self.masks[key] = out
         return self.masks[key]
 

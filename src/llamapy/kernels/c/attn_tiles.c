@@ -1,0 +1,210 @@
+/* Attention of many query rows (a prompt's ubatch, a server step's prompt chunk) over an f16 KV
+ * cache, in tiles: flash attention's online softmax, with the work laid out so that every K and
+ * V value widened from f16 serves 16 query vectors.
+ *
+ * A task is a tile of query vectors (row, head): up to AT_Q of them, the heads h0..h0+nh of one
+ * KV head's group for rows row0..row0+nrow-1.  It walks the cells from the first one any of its
+ * rows can see to the last, in blocks of AT_C, skipping a block its rows see nothing of (a
+ * sliding window's early cells, another sequence's):
+ *
+ *   S[c][i]  = (scale q_i) . k_c + mask[row(i)][c]        (QT [d_k][AT_Q] x the block's K rows)
+ *   m_i'     = max(m_i, max_c S[c][i]);  P[c][i] = exp(S[c][i] - m_i')
+ *   l_i      = l_i exp(m_i - m_i') + sum_c P[c][i]
+ *   OT[j][i] = OT[j][i] exp(m_i - m_i') + sum_c v_c[j] P[c][i]
+ *
+ * and writes out[row(i)][head(i) d_v + j] = OT[j][i] / l_i (zeros for a row that sees nothing).
+ * Both products are one micro-kernel, C[R][AT_Q] += A (broadcast) x B[k][AT_Q] (vectors): the
+ * query vectors are the lanes, so the softmax's maxima and sums are taken lane by lane.  fp32
+ * throughout; the same softmax as the few-row kernel (ops.c) up to the order of its sums. */
+#include <omp.h>
+
+#include "lp.h"
+
+#define AT_Q 16 /* query vectors of a tile: the lanes */
+#define AT_C 16 /* cells of a KV block */
+
+#if defined(LP_AVX512)
+#define VF_MAX(a, b) _mm512_max_ps(a, b)
+#define VF_SUB(a, b) _mm512_sub_ps(a, b)
+#elif defined(LP_AVX2)
+#define VF_MAX(a, b) _mm256_max_ps(a, b)
+#define VF_SUB(a, b) _mm256_sub_ps(a, b)
+#elif defined(LP_NEON)
+#define VF_MAX(a, b) vmaxq_f32(a, b)
+#define VF_SUB(a, b) vsubq_f32(a, b)
+#else
+#define VF_MAX(a, b) ((a) > (b) ? (a) : (b))
+#define VF_SUB(a, b) ((a) - (b))
+#endif
+
+/* Rows of C a micro-kernel call keeps in registers: enough independent FMA chains to cover the
+ * FMA latency (AVX-512: 8 zmm; AVX2 and NEON: 8 and 16 registers of 4 rows). */
+#if defined(LP_AVX512)
+#define AT_R 8
+#else
+#define AT_R 4
+#endif
+
+/* C[i][0..AT_Q) += sum_k A[i ars + k aks] B[k][0..AT_Q) for the R (AT_R or 4) rows i of C
+ * (AT_Q floats apart). */
+LP_INLINE void mk(const int R, int64_t K, const float *A, int64_t ars, int64_t aks, const float *B, float *C) {
+    vf acc[AT_R][AT_Q / VW];
+    for (int i = 0; i < R; i++)
+        for (int v = 0; v < AT_Q / VW; v++) acc[i][v] = VF_LOAD(C + AT_Q * i + VW * v);
+    for (int64_t k = 0; k < K; k++) {
+        vf b[AT_Q / VW];
+        for (int v = 0; v < AT_Q / VW; v++) b[v] = VF_LOAD(B + AT_Q * k + VW * v);
+        for (int i = 0; i < R; i++) {
+            const vf a = VF_SET1(A[i * ars + k * aks]);
+            for (int v = 0; v < AT_Q / VW; v++) acc[i][v] = VF_FMA(a, b[v], acc[i][v]);
+        }
+    }
+    for (int i = 0; i < R; i++)
+        for (int v = 0; v < AT_Q / VW; v++) VF_STORE(C + AT_Q * i + VW * v, acc[i][v]);
+}
+
+/* C [n][AT_Q] += A B as mk, n a multiple of 4: AT_R rows a call, then 4. */
+static void mk_rows(int64_t n, int64_t K, const float *A, int64_t ars, int64_t aks, const float *B, float *C) {
+    int64_t i = 0;
+    for (; i + AT_R <= n; i += AT_R) mk(AT_R, K, A + i * ars, ars, aks, B, C + i * AT_Q);
+    for (; i < n; i += 4) mk(4, K, A + i * ars, ars, aks, B, C + i * AT_Q);
+}
+
+/* p[0..n) = exp(p[0..n)) (-inf: 0); n a multiple of 8. */
+static void exp_inplace(float *p, int64_t n) {
+#if defined(LP_AVX2) || defined(LP_AVX512)
+    for (int64_t c = 0; c < n; c += 8) _mm256_storeu_ps(p + c, lp_exp8(_mm256_loadu_ps(p + c)));
+#else
+    for (int64_t c = 0; c < n; c++) p[c] = expf(p[c]);
+#endif
+}
+
+/* f16 rows src + c ld (c < nc) as float rows dst [AT_C][d]; rows nc.. zero. */
+static void widen_block(const uint16_t *src, int64_t ld, int64_t nc, int64_t d, float *dst) {
+    for (int64_t c = 0; c < AT_C; c++) {
+        float *o = dst + c * d;
+        if (c >= nc) {
+            memset(o, 0, (size_t)d * sizeof(float));
+            continue;
+        }
+        const uint16_t *s = src + c * ld;
+        int64_t j = 0;
+#if VW > 1
+        for (; j + VW <= d; j += VW) VF_STORE(o + j, VF_LOADH(s + j));
+#endif
+        for (; j < d; j++) o[j] = lp_f16_to_f32(s[j]);
+    }
+}
+
+typedef struct {
+    int64_t n_head, n_head_kv, d_k, d_v, ldq, ldk, ldv, n_kv, ldo;
+    float scale;
+} at_dims;
+
+/* Floats of one thread's workspace. */
+static int64_t ws_floats(int64_t d_k, int64_t d_v) { return (AT_Q + AT_C) * (d_k + d_v) + AT_C * AT_Q + 4 * AT_Q; }
+
+/* The tile of rows row0..row0+nrow-1 and heads h0..h0+nh-1 (nrow nh <= AT_Q; one KV head). */
+static void tile_task(const at_dims *D, const float *q, const uint16_t *k, const uint16_t *v, const float *mask,
+                      float *out, int64_t row0, int64_t nrow, int64_t h0, int64_t nh, float *ws) {
+    const int64_t d_k = D->d_k, d_v = D->d_v, n_kv = D->n_kv, nq = nrow * nh, hk = h0 / (D->n_head / D->n_head_kv);
+    float *QT = ws, *Kb = QT + d_k * AT_Q, *Vb = Kb + AT_C * d_k, *S = Vb + AT_C * d_v, *OT = S + AT_C * AT_Q;
+    float *m = OT + d_v * AT_Q, *l = m + AT_Q, *corr = l + AT_Q, *mn = corr + AT_Q;
+    const float *mrow[AT_Q]; /* each vector's mask row (NULL: a padding vector) */
+    for (int64_t i = 0; i < AT_Q; i++) {
+        const float *qi = i < nq ? q + (row0 + i / nh) * D->ldq + (h0 + i % nh) * d_k : NULL;
+        for (int64_t j = 0; j < d_k; j++) QT[j * AT_Q + i] = qi ? qi[j] * D->scale : 0.0f;
+        mrow[i] = i < nq ? mask + (row0 + i / nh) * n_kv : NULL;
+        m[i] = -INFINITY, l[i] = 0.0f;
+    }
+    memset(OT, 0, (size_t)(d_v * AT_Q) * sizeof(float));
+    int64_t lo = n_kv, hi = 0; /* the cells any row of the tile sees */
+    for (int64_t t = 0; t < nrow; t++) {
+        const float *mr = mask + (row0 + t) * n_kv;
+        int64_t a = 0, b = n_kv;
+        while (a < n_kv && mr[a] == -INFINITY) a++;
+        while (b > a && mr[b - 1] == -INFINITY) b--;
+        if (a < b) lo = a < lo ? a : lo, hi = b > hi ? b : hi;
+    }
+    for (int64_t c0 = lo; c0 < hi; c0 += AT_C) {
+        const int64_t nc = hi - c0 < AT_C ? hi - c0 : AT_C;
+        int seen = 0, masked = nc < AT_C || nq < AT_Q; /* masked: some score needs the mask or -inf */
+        for (int64_t t = 0; t < nrow; t++)
+            for (int64_t c = 0; c < nc; c++) {
+                const int vis = mask[(row0 + t) * n_kv + c0 + c] != -INFINITY;
+                seen |= vis, masked |= !vis;
+            }
+        if (!seen) continue;
+        widen_block(k + c0 * D->ldk + hk * d_k, D->ldk, nc, d_k, Kb);
+        memset(S, 0, sizeof(float) * AT_C * AT_Q);
+        mk_rows(AT_C, d_k, Kb, d_k, 1, QT, S);
+        if (masked) /* the mask, and -inf past the last cell and for the padding vectors */
+            for (int64_t c = 0; c < AT_C; c++)
+                for (int64_t i = 0; i < AT_Q; i++)
+                    S[c * AT_Q + i] = c < nc && mrow[i] ? S[c * AT_Q + i] + mrow[i][c0 + c] : -INFINITY;
+        /* the online softmax, lane by lane: m the running maxima, corr their change's factor */
+        for (int v = 0; v < AT_Q / VW; v++) {
+            vf mx = VF_LOAD(m + VW * v);
+            for (int64_t c = 0; c < AT_C; c++) mx = VF_MAX(mx, VF_LOAD(S + c * AT_Q + VW * v));
+            VF_STORE(mn + VW * v, mx);
+        }
+        for (int64_t i = 0; i < AT_Q; i++) { /* -inf: nothing seen yet, nothing to rescale */
+            corr[i] = m[i] == -INFINITY ? -INFINITY : m[i] - mn[i];
+            m[i] = mn[i];
+            mn[i] = mn[i] == -INFINITY ? 0.0f : mn[i];
+        }
+        for (int64_t c = 0; c < AT_C; c++)
+            for (int v = 0; v < AT_Q / VW; v++)
+                VF_STORE(S + c * AT_Q + VW * v, VF_SUB(VF_LOAD(S + c * AT_Q + VW * v), VF_LOAD(mn + VW * v)));
+        exp_inplace(S, AT_C * AT_Q);
+        exp_inplace(corr, AT_Q);
+        for (int v = 0; v < AT_Q / VW; v++) {
+            vf sum = VF_MUL(VF_LOAD(l + VW * v), VF_LOAD(corr + VW * v));
+            for (int64_t c = 0; c < AT_C; c++) sum = VF_ADD(sum, VF_LOAD(S + c * AT_Q + VW * v));
+            VF_STORE(l + VW * v, sum);
+        }
+        for (int64_t j = 0; j < d_v; j++)
+            for (int v = 0; v < AT_Q / VW; v++)
+                VF_STORE(OT + j * AT_Q + VW * v, VF_MUL(VF_LOAD(OT + j * AT_Q + VW * v), VF_LOAD(corr + VW * v)));
+        widen_block(v + c0 * D->ldv + hk * d_v, D->ldv, nc, d_v, Vb);
+        mk_rows(d_v, AT_C, Vb, 1, d_v, S, OT);
+    }
+    for (int64_t i = 0; i < nq; i++) {
+        float *o = out + (row0 + i / nh) * D->ldo + (h0 + i % nh) * d_v;
+        const float inv = l[i] > 0.0f ? 1.0f / l[i] : 0.0f;
+        for (int64_t j = 0; j < d_v; j++) o[j] = OT[j * AT_Q + i] * inv;
+    }
+}
+
+/* out [n, ldo] (row i's head h at out + i ldo + h d_v) = attention of q [n, ldq] (heads of d_k
+ * contiguous) over the cells of k, v (f16 [n_kv, n_head_kv d_k] and [n_kv, n_head_kv d_v], one
+ * stream) through the additive mask [n, n_kv] (0 or -inf), query head h reading KV head
+ * h / (n_head / n_head_kv).  Returns 0; -1 without scratch memory; -2 when d_k or d_v is not a
+ * multiple of 4 (the caller takes another path). */
+int lp_attn_tiles_f16(const float *q, int64_t n, int64_t ldq, int64_t n_head, int64_t n_head_kv, int64_t d_k,
+                      int64_t d_v, const uint16_t *k, const uint16_t *v, int64_t n_kv, const float *mask, float scale,
+                      float *out, int64_t ldo) {
+    if (d_k % 4 || d_v % 4 || n_head % n_head_kv) return -2;
+    const at_dims D = {n_head, n_head_kv, d_k, d_v, ldq, n_head_kv * d_k, n_head_kv * d_v, n_kv, ldo, scale};
+    const int64_t r = n_head / n_head_kv, nh = r < AT_Q ? r : AT_Q, hc = (r + nh - 1) / nh; /* head chunks a group */
+    const int64_t tr = AT_Q / nh, n_rt = (n + tr - 1) / tr, n_task = n_rt * n_head_kv * hc;
+    int failed = 0;
+#pragma omp parallel
+    {
+        float *ws = (float *)malloc((size_t)ws_floats(d_k, d_v) * sizeof(float));
+        if (!ws) {
+#pragma omp atomic write
+            failed = 1;
+        }
+#pragma omp for schedule(dynamic, 1)
+        for (int64_t t = n_task - 1; t >= 0; t--) { /* the last rows first: under a causal mask they see the most */
+            if (!ws) continue;
+            const int64_t rt = t / (n_head_kv * hc), g = t % (n_head_kv * hc), hk = g / hc, h0 = hk * r + g % hc * nh;
+            const int64_t row0 = rt * tr, nrow = n - row0 < tr ? n - row0 : tr;
+            const int64_t nhh = hk * r + r - h0 < nh ? hk * r + r - h0 : nh;
+            tile_task(&D, q, k, v, mask, out, row0, nrow, h0, nhh, ws);
+        }
+        free(ws);
+    }
+    return failed ? -1 : 0;
+}
