@@ -71,20 +71,27 @@ def visible_cells_np(visible: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
     return torch.from_numpy(ptr), torch.from_numpy(np.ascontiguousarray(cells, dtype=np.int64))  # nonzero: a strided view
 
 
+def _attn_args(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, n_head_kv: int,
+               mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """What the attention kernels read: q with its heads contiguous, the f16 cache rows
+    contiguous (asserted), the mask contiguous; and the output [n, n_head * d_v] to write."""
+    n, n_head, d_k = q.shape
+    if q.stride(2) != 1 or q.stride(1) != d_k:
+        q = q.contiguous()
+    assert k.dtype == v.dtype == torch.float16 and k.is_contiguous() and v.is_contiguous()
+    return q, mask.contiguous(), torch.empty(n, n_head * (v.shape[1] // n_head_kv), dtype=torch.float32)
+
+
 def attn_f16(lib: KernelLib, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, n_kv: int, n_head_kv: int,
              mask: torch.Tensor, scale: float, visible: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
     """q: [n, n_head, d_k] float32 (heads contiguous); k: [n_cells, n_head_kv * d_k], v:
     [n_cells, n_head_kv * d_v] float16 (a stream of the cache); mask [n, n_kv] float32 ->
     [n, n_head * d_v].  the C attention over the visible cells (visible_cells(mask),
     computed here unless given)."""
+    q, mask, out = _attn_args(q, k, v, n_head_kv, mask)
     n, n_head, d_k = q.shape
-    if q.stride(2) != 1 or q.stride(1) != d_k:
-        q = q.contiguous()
     d_v = v.shape[1] // n_head_kv
-    assert k.dtype == v.dtype == torch.float16 and k.is_contiguous() and v.is_contiguous()
-    mask = mask.contiguous()
     ptr, cells = visible_cells(mask) if visible is None else visible
-    out = torch.empty(n, n_head * d_v, dtype=torch.float32)
     rc = lib.fn.lp_attn_f16(q.data_ptr(), n, q.stride(0), n_head, n_head_kv, d_k, d_v, k.data_ptr(), v.data_ptr(), n_kv,
                             mask.data_ptr(), ptr.data_ptr(), cells.data_ptr(), scale, out.data_ptr())
     if rc != 0:
@@ -98,13 +105,9 @@ def attn_tiles_f16(lib: KernelLib, q: torch.Tensor, k: torch.Tensor, v: torch.Te
     vectors (kernels/c/attn_tiles.c), each K and V row widened once for all of them.  q: [n,
     n_head, d_k] float32; k, v: [n_cells, n_head_kv * d] float16 (one stream); mask [n, n_kv]
     -> [n, n_head * d_v]; None when d_k or d_v is not a multiple of 4 (take another path)."""
+    q, mask, out = _attn_args(q, k, v, n_head_kv, mask)
     n, n_head, d_k = q.shape
-    if q.stride(2) != 1 or q.stride(1) != d_k:
-        q = q.contiguous()
     d_v = v.shape[1] // n_head_kv
-    assert k.dtype == v.dtype == torch.float16 and k.is_contiguous() and v.is_contiguous()
-    mask = mask.contiguous()
-    out = torch.empty(n, n_head * d_v, dtype=torch.float32)
     rc = lib.fn.lp_attn_tiles_f16(q.data_ptr(), n, q.stride(0), n_head, n_head_kv, d_k, d_v, k.data_ptr(), v.data_ptr(),
                                   n_kv, mask.data_ptr(), scale, out.data_ptr(), out.stride(0))
     if rc == -2:
