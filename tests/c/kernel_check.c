@@ -22,6 +22,8 @@ typedef void (*glu_fn)(const float *, int64_t, int64_t, int, float *);
 typedef void (*rope_fn)(float *, int64_t, int64_t, int64_t, int64_t, int64_t, const float *, const float *, int);
 typedef int (*attn_fn)(const float *, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, const uint16_t *,
                        const uint16_t *, int64_t, const float *, const int64_t *, const int64_t *, float, float *);
+typedef int (*tiles_fn)(const float *, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, const uint16_t *,
+                        const uint16_t *, int64_t, const float *, float, float *, int64_t);
 typedef const char *(*isa_fn)(void);
 
 typedef struct {
@@ -34,6 +36,7 @@ typedef struct {
     glu_fn glu;
     rope_fn rope;
     attn_fn attn;
+    tiles_fn tiles;
 } lib_t;
 
 static int failures = 0;
@@ -53,6 +56,7 @@ static lib_t open_lib(const char *path) {
     l.glu = (glu_fn)dlsym(l.h, "lp_glu");
     l.rope = (rope_fn)dlsym(l.h, "lp_rope");
     l.attn = (attn_fn)dlsym(l.h, "lp_attn_f16");
+    l.tiles = (tiles_fn)dlsym(l.h, "lp_attn_tiles_f16");
     return l;
 }
 
@@ -226,6 +230,28 @@ static void check_attention(const lib_t *u, const lib_t *r, int64_t n_head, int6
     free(q), free(mask), free(k), free(v), free(a), free(b);
 }
 
+/* The many-row attention (attn_tiles.c): a causal prompt of 37 rows after 5 held cells, 11
+ * cells past it, row 3 seeing nothing. */
+static void check_tiles(const lib_t *u, const lib_t *r, int64_t n_head, int64_t n_head_kv, int64_t d) {
+    const int64_t n = 37, n_kv = 5 + n + 11;
+    float *q = malloc(sizeof(float) * n * n_head * d), *mask = malloc(sizeof(float) * n * n_kv);
+    uint16_t *k = malloc(2 * n_kv * n_head_kv * d), *v = malloc(2 * n_kv * n_head_kv * d);
+    float *a = malloc(sizeof(float) * n * n_head * d), *b = malloc(sizeof(float) * n * n_head * d);
+    for (int64_t i = 0; i < n * n_head * d; i++) q[i] = frand();
+    for (int64_t i = 0; i < n_kv * n_head_kv * d; i++) {
+        k[i] = to_f16(frand());
+        v[i] = to_f16(frand());
+    }
+    for (int64_t i = 0; i < n; i++)
+        for (int64_t c = 0; c < n_kv; c++) mask[i * n_kv + c] = c <= 5 + i && i != 3 ? 0.0f : -INFINITY;
+    const int ra = u->tiles(q, n, n_head * d, n_head, n_head_kv, d, d, k, v, n_kv, mask, 0.125f, a, n_head * d);
+    const int rb = r->tiles(q, n, n_head * d, n_head, n_head_kv, d, d, k, v, n_kv, mask, 0.125f, b, n_head * d);
+    char what[64];
+    snprintf(what, sizeof what, "attention tiles %lldx%lld d=%lld", (long long)n_head, (long long)n_head_kv, (long long)d);
+    report(what, "f16", ra || rb ? INFINITY : max_diff(a, b, n * n_head * d) / max_abs(b, n * n_head * d), 1e-5);
+    free(q), free(mask), free(k), free(v), free(a), free(b);
+}
+
 int main(int argc, char **argv) {
     if (argc != 3) {
         fprintf(stderr, "usage: %s LIB_UNDER_TEST LIB_REFERENCE\n", argv[0]);
@@ -238,6 +264,9 @@ int main(int argc, char **argv) {
     check_attention(&u, &r, 9, 3, 64);
     check_attention(&u, &r, 4, 1, 256);
     check_attention(&u, &r, 6, 2, 32);
+    check_tiles(&u, &r, 9, 3, 64);
+    check_tiles(&u, &r, 4, 1, 256);
+    check_tiles(&u, &r, 20, 1, 12);
     printf("%d failed\n", failures);
     return failures != 0;
 }

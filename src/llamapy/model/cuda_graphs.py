@@ -128,7 +128,7 @@ class CudaGraphs:
         e = _Entry(tokens=inp.tokens.clone(), pos=inp.pos.clone(), out_rows=inp.out_rows.clone(),
                    rows=torch.arange(n, device=dev))
         stream = {id(c): (c, st) for c, (st, _) in zip(caches, where)}
-        for cid, swa, _gather in inp.masks:  # the masks the warm-up forward built
+        for cid, swa, *_ in inp.masks:  # the masks the warm-up forward built
             c, st = stream[cid]
             e.masks[(cid, swa)] = torch.empty(n, c.n_kv(st), dtype=torch.float32, device=c.device)
         for c in caches:
@@ -156,7 +156,9 @@ class CudaGraphs:
             for (cid, swa), m in e.masks.items():
                 if cid == id(c):
                     group = [AttnGroup(e.rows, st, m.shape[1], m)]
-                    s.masks[(cid, swa, True)] = s.masks[(cid, swa, False)] = group
+                    for gather in (True, False):  # whatever groups() is asked for (graph.py's key)
+                        for cells in (True, False):
+                            s.masks[(cid, swa, gather, cells)] = group
         return s
 
     def _capture(self, e: _Entry, net, inp: UBatchInputs, memory, caches, where) -> None:
