@@ -231,6 +231,12 @@ def flash_tile_bytes(n_t: int, n_kv: int, n_threads: int) -> int:
     return n_threads * 2 * q_split * min(512, n_kv) * F32
 
 
+def attn_tiles_ws_bytes(d_k: int, d_v: int) -> int:
+    """One thread's workspace of the many-row attention kernel (kernels/c/attn_tiles.c
+    ws_floats: its tiles of 16 query vectors against blocks of 16 cells)."""
+    return 4 * ((16 + 16) * (d_k + d_v) + 16 * 16 + 4 * 16)
+
+
 def compute_terms(hp: HParams, c: CParams, caches: tuple[CacheEstimate, ...], n_outputs: int,
                   dense: str | None = None) -> tuple[ComputeTerm, ...]:
     """Worst-case intermediates of one ubatch through model/archs/llama.py: n_tokens =
@@ -260,30 +266,41 @@ def compute_terms(hp: HParams, c: CParams, caches: tuple[CacheEstimate, ...], n_
     terms += [*_matmul_terms("wqkv", n_t, hp.n_embd, n_qkv, "attention", "attn_norm", blocks, dense),
               ComputeTerm("Qcur|Kcur (rope)", (n_t, hp.n_head * dk + wk), "attention"),
               ComputeTerm("Kcur (contiguous)", (n_t, wk), "attention")]
-    # the attention call: KVCache.view() decodes the first n_kv cells to f32 (an f32 cache is
-    # read in place), then the fused kernel's score tiles, or (-fa off) the K/V heads repeated
-    # to n_head and the whole KQ with its softmax
+    # the attention call: many rows over an f16 cache with the kernels, their tiles read the
+    # cache in place (kernels/c/attn_tiles.c: a workspace per thread); otherwise KVCache.view()
+    # decodes the first n_kv cells to f32 (an f32 cache is read in place), then the fused
+    # kernel's score tiles, or (-fa off) the K/V heads repeated to n_head and the whole KQ with
+    # its softmax (few rows count the same, an upper bound of the few-row kernel's scratch)
     att = []
-    if c.type_k != "f32":
-        att.append(ComputeTerm("k cache view (f32)", (n_kv, wk), "attention", F32, "attention"))
-    if c.type_v != "f32":
-        att.append(ComputeTerm("v cache view (f32)", (n_kv, wv), "attention", F32, "attention"))
-    if not flash_attn_enabled(c):
-        if hp.n_head_kv != hp.n_head:
-            att += [ComputeTerm("k (gqa repeat)", (hp.n_head, n_kv, dk), "attention", F32, "attention"),
-                    ComputeTerm("v (gqa repeat)", (hp.n_head, n_kv, dv), "attention", F32, "attention")]
-        att += [ComputeTerm("kq (no flash attn)", (hp.n_head, n_t, n_kv), "attention", F32, "attention"),
-                ComputeTerm("kq softmax", (hp.n_head, n_t, n_kv), "attention", F32, "attention"),
-                ComputeTerm("kqv (heads first)", (hp.n_head, n_t, dv), "attention", F32, "attention")]
+    if (blocks and n_t >= FAST_ROWS and flash_attn_enabled(c) and c.type_k == c.type_v == "f16"
+            and dk % 4 == 0 and dv % 4 == 0):
+        att.append(ComputeTerm("flash attn tiles (kernel workspaces)", (torch_threads() * attn_tiles_ws_bytes(dk, dv),),
+                               "attention", 1, "attention"))
     else:
-        n_threads = torch_threads()  # the Context sets -t before it estimates
-        att.append(ComputeTerm("flash attn tiles", (flash_tile_bytes(n_t, n_kv, n_threads),), "attention", 1, "attention"))
+        if c.type_k != "f32":
+            att.append(ComputeTerm("k cache view (f32)", (n_kv, wk), "attention", F32, "attention"))
+        if c.type_v != "f32":
+            att.append(ComputeTerm("v cache view (f32)", (n_kv, wv), "attention", F32, "attention"))
+        if not flash_attn_enabled(c):
+            if hp.n_head_kv != hp.n_head:
+                att += [ComputeTerm("k (gqa repeat)", (hp.n_head, n_kv, dk), "attention", F32, "attention"),
+                        ComputeTerm("v (gqa repeat)", (hp.n_head, n_kv, dv), "attention", F32, "attention")]
+            att += [ComputeTerm("kq (no flash attn)", (hp.n_head, n_t, n_kv), "attention", F32, "attention"),
+                    ComputeTerm("kq softmax", (hp.n_head, n_t, n_kv), "attention", F32, "attention"),
+                    ComputeTerm("kqv (heads first)", (hp.n_head, n_t, dv), "attention", F32, "attention")]
+        else:
+            n_threads = torch_threads()  # the Context sets -t before it estimates
+            att.append(ComputeTerm("flash attn tiles", (flash_tile_bytes(n_t, n_kv, n_threads),), "attention", 1,
+                                   "attention"))
     terms += att
     terms += [ComputeTerm("kqv_out", (n_t, hp.n_head * dv), "attention", F32, "attention"),
               *_matmul_terms("wo", n_t, hp.n_head * dv, hp.n_embd, "attention", "kqv_out (heads merged)", blocks, dense),
               *_matmul_terms("ffn_gate|up", n_t, hp.n_embd, 2 * hp.n_ff, "ffn", "ffn_norm", blocks, dense),
               ComputeTerm("ffn_gate (act)", (n_t, hp.n_ff), "ffn"),
-              ComputeTerm("ffn_gate_par", (n_t, hp.n_ff), "ffn"),
+              # PyTorch's GLU makes a second tensor; the kernels' one pass does not, but on a GEMM
+              # path the term stays as room for the library's packing buffers (without it a 512-row
+              # ubatch on the bf16 GEMM measured 0.3 MiB over: tests/test_workspace_peak.py)
+              *([] if blocks and dense == "lanes" else [ComputeTerm("ffn_gate_par", (n_t, hp.n_ff), "ffn")]),
               *_matmul_terms("ffn_down", n_t, hp.n_ff, hp.n_embd, "ffn", "", blocks, dense),
               ComputeTerm("result_norm", (n_out, hp.n_embd), "output"),
               ComputeTerm("result_output (logits)", (n_out, hp.n_vocab), "output")]
