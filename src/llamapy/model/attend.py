@@ -30,7 +30,8 @@ def attend(inp: UBatchInputs, cache: KVCache, il: int, q: torch.Tensor, k: torch
     cache.store(il, inp.store_plan(cache), k.reshape(n_tokens, -1), v)
     f16 = inp.flash_attn and cache.type_k.name == cache.type_v.name == "f16"
     lib = fast_lib(q) if f16 else None
-    tiles = row_lib(q) if f16 and lib is None and d_k % 4 == 0 and d_v % 4 == 0 else None
+    tiles = (row_lib(q) if f16 and lib is None and d_k % 4 == 0 and d_v % 4 == 0 and n_head % hp.n_head_kv == 0
+             else None)
     groups = inp.groups(cache, swa, gather=lib is None and tiles is None, cells=lib is not None)
     out = None
     for g in groups:
