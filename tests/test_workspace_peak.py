@@ -26,4 +26,7 @@ def test_full_ubatch_peak_within_reservation(smollm2_path, fa, n_ctx, n_ubatch):
     print(f"-fa {fa} -c {n_ctx} -ub {n_ubatch}: peak {m['peak'] / mib:.2f} MiB, reserved {m['reserved'] / mib:.2f} MiB")
     assert m["n_kv"] == n_ctx  # the worst case: attention over every cell
     assert m["peak"] <= m["reserved"]
-    assert m["reserved"] <= 1.5 * m["peak"]  # a reservation, not a wild over-estimate
+    # a reservation, not a wild over-estimate: at -ub 128 on the AVX2 level's integer lanes it
+    # is ~1.45x (the lanes' prepared activations are reserved at their allocated 7 bytes a value,
+    # of which 5 are written), so 1.6 leaves that measurement's noise room
+    assert m["reserved"] <= 1.6 * m["peak"]
