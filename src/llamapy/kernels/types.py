@@ -27,6 +27,16 @@ QMATRIX_DENSE_ROWS = 32  # the same for the PyTorch fallback without a C compile
 DEQUANT_CHUNK = 1 << 21  # dense path: weights dequantized at a time (elements)
 
 
+def tile_attention(n_rows: int, flash: bool, type_k: str, type_v: str, d_k: int, d_v: int, n_head: int,
+                   n_head_kv: int) -> bool:
+    """Does a ubatch of n_rows attend through the many-row C kernel (kernels/c/attn_tiles.c),
+    with the kernels on: FAST_ROWS rows or more, flash attention over an f16 cache, head sizes
+    a multiple of 4 and whole KV groups (what lp_attn_tiles_f16 takes).  Fewer rows take the
+    few-row kernel; anything else PyTorch's SDPA over the cache widened to fp32."""
+    return (n_rows >= FAST_ROWS and flash and type_k == type_v == "f16" and d_k % 4 == 0 and d_v % 4 == 0
+            and n_head % n_head_kv == 0)
+
+
 def block_nbytes(qtype: T, n_out: int, n_in: int) -> int:
     """Bytes of a [n_out, n_in] matrix of `qtype` in its GGUF blocks."""
     be, bb = gguf.GGML_QUANT_SIZES[qtype]

@@ -24,7 +24,8 @@ MiB = 1024 * 1024
 SWA_PAD = 256  # llama_kv_cache_iswa: the SWA cache size is always padded to 256
 F32 = 4  # activations and logits are float32
 # block_matrix.py's and qmatrix.py's thresholds are restated from kernels/types.py (tests hold them equal)
-from ..kernels.types import DENSE_ROWS, DEQUANT_CHUNK, FAST_ROWS, QMATRIX_DENSE_ROWS, lanes_slice_rows  # noqa: E402
+from ..kernels.types import (DENSE_ROWS, DEQUANT_CHUNK, FAST_ROWS, QMATRIX_DENSE_ROWS, lanes_slice_rows,  # noqa: E402
+                             tile_attention)
 
 
 def swa_cells(n_ctx_stream: int, n_swa: int, n_seq_max: int, kv_unified: bool, n_ubatch: int, swa_full: bool = False) -> int:
@@ -272,8 +273,7 @@ def compute_terms(hp: HParams, c: CParams, caches: tuple[CacheEstimate, ...], n_
     # kernel's score tiles, or (-fa off) the K/V heads repeated to n_head and the whole KQ with
     # its softmax (few rows count the same, an upper bound of the few-row kernel's scratch)
     att = []
-    if (blocks and n_t >= FAST_ROWS and flash_attn_enabled(c) and c.type_k == c.type_v == "f16"
-            and dk % 4 == 0 and dv % 4 == 0):
+    if blocks and tile_attention(n_t, flash_attn_enabled(c), c.type_k, c.type_v, dk, dv, hp.n_head, hp.n_head_kv):
         att.append(ComputeTerm("flash attn tiles (kernel workspaces)", (torch_threads() * attn_tiles_ws_bytes(dk, dv),),
                                "attention", 1, "attention"))
     else:

@@ -15,6 +15,7 @@ from ..memory.kv_cache import KVCache
 from .graph import UBatchInputs
 from ..kernels import ops as kops
 from ..kernels.ops import fast_lib, row_lib
+from ..kernels.types import tile_attention
 from .layers import attention, attention_gathered
 
 
@@ -30,8 +31,8 @@ def attend(inp: UBatchInputs, cache: KVCache, il: int, q: torch.Tensor, k: torch
     cache.store(il, inp.store_plan(cache), k.reshape(n_tokens, -1), v)
     f16 = inp.flash_attn and cache.type_k.name == cache.type_v.name == "f16"
     lib = fast_lib(q) if f16 else None
-    tiles = (row_lib(q) if f16 and lib is None and d_k % 4 == 0 and d_v % 4 == 0 and n_head % hp.n_head_kv == 0
-             else None)
+    tiles = (row_lib(q) if lib is None and tile_attention(n_tokens, inp.flash_attn, cache.type_k.name, cache.type_v.name,
+                                                          d_k, d_v, n_head, hp.n_head_kv) else None)
     groups = inp.groups(cache, swa, gather=lib is None and tiles is None, cells=lib is not None)
     out = None
     for g in groups:

@@ -155,10 +155,7 @@ class CudaGraphs:
             s.plans[id(c)] = [(st, e.cells[id(c)], e.rows)]
             for (cid, swa), m in e.masks.items():
                 if cid == id(c):
-                    group = [AttnGroup(e.rows, st, m.shape[1], m)]
-                    for gather in (True, False):  # whatever groups() is asked for (graph.py's key)
-                        for cells in (True, False):
-                            s.masks[(cid, swa, gather, cells)] = group
+                    s.set_groups(cid, swa, [AttnGroup(e.rows, st, m.shape[1], m)])
         return s
 
     def _capture(self, e: _Entry, net, inp: UBatchInputs, memory, caches, where) -> None:

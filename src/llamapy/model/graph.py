@@ -88,6 +88,13 @@ class UBatchInputs:
             self.plans[key] = cache.store_plan(self.sinfo[key])
         return self.plans[key]
 
+    def set_groups(self, cache_id: int, swa: bool, groups: list[AttnGroup]) -> None:
+        """`groups` as the answer to every groups() call for this cache and mask kind, whatever
+        its gather and cells (CUDA graphs' static inputs: their masks are made beforehand)."""
+        for gather in (True, False):
+            for cells in (True, False):
+                self.masks[(cache_id, swa, gather, cells)] = groups
+
     def groups(self, cache: KVCache, swa: bool = False, gather: bool = True, cells: bool = True) -> list[AttnGroup]:
         """One AttnGroup for each stream this ubatch touches in `cache`; built once per ubatch.
         gather False: dense masks only (the CPU kernels skip masked cells by themselves), with
