@@ -267,6 +267,9 @@ int lp_unpack_row16(int type, const uint8_t *row, int64_t n_in, int16_t *q16, fl
 #define LP_TWIN 1
 void lp_twin_pair(const int16_t *a, const int16_t *b, const lp_wrow *wa, const lp_wrow *wb, int64_t n_in, int32_t *ab,
                   float *dm);
+/* Rows a and b of a 32-element block type straight into lp_twin_pair's ab and dm (row1_x86.c); 0
+ * for the other types. */
+int lp_unpack_pair16(int type, const uint8_t *a, const uint8_t *b, int64_t n_in, int32_t *ab, float *dm);
 void lp_twin_tile(int np, int g16, int has_min, const int32_t *const *ab, const float *const *dm, const lp_xlanes *l,
                   const char *pf, int64_t pf_lines, float *y);
 #endif

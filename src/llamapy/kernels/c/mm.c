@@ -181,7 +181,9 @@ static void twin_chunk(int type, const uint8_t *w, int64_t o0, int64_t o1, int64
         const int nw = (int)(o1 - o < 2 * TWIN_NP ? o1 - o : 2 * TWIN_NP), np = (nw + 1) / 2;
         for (int j = 0; j < np; j++) {
             const int two = 2 * j + 1 < nw;
-            for (int h = 0; h < 1 + two; h++) row16(type, w + (o + 2 * j + h) * rb, n_in, &wr[h], w16[h]);
+            const uint8_t *ra = w + (o + 2 * j) * rb;
+            if (lp_unpack_pair16(type, ra, two ? ra + rb : ra, n_in, ab[j], dm[j])) continue;
+            for (int h = 0; h < 1 + two; h++) row16(type, ra + h * rb, n_in, &wr[h], w16[h]);
             lp_twin_pair(w16[0], w16[two], &wr[0], &wr[two], n_in, ab[j], dm[j]);
         }
         const char *pf; /* the next tile's weight rows on their way while this one computes */

@@ -1,0 +1,93 @@
+#!/usr/bin/env python3
+"""Two builds of llamapy's CPU kernels, A and B, in one decode: the model loaded once, a prompt
+of -p tokens, then the same one-token decode step (all layers, logits) with library A, its
+cell removed, with B, removed, A, B .. (a shared machine's drift hits both alike); the median
+and best step time of each, and the largest difference of their logits.  kernel_ab.py times
+one product; this times what a user's tokens/s reads, barriers and all.
+
+    .venv/bin/python benchmarks/decode_ab.py A.so B.so -m gemma3-270m -r 200
+Both libraries must be builds of this tree's ABI (each source tree's `load_kernels()` prints
+its cached library).  Not a test: the numbers depend on the machine.
+"""
+from __future__ import annotations
+
+import argparse
+import ctypes
+import logging
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("a", help="library A (the baseline)")
+    ap.add_argument("b", help="library B")
+    ap.add_argument("-m", "--model", default="smollm2-135m")
+    ap.add_argument("-p", type=int, default=128, help="prompt tokens before the timed steps")
+    ap.add_argument("-r", "--reps", type=int, default=100, help="steps of each library")
+    ap.add_argument("-t", "--threads", type=int, default=2)
+    a = ap.parse_args(argv)
+    os.environ["OMP_NUM_THREADS"] = str(a.threads)
+
+    import torch
+
+    import llamapy
+    from llamapy.kernels import load_kernels
+    from llamapy.kernels.build import RETURNS, SIGNATURES
+    from llamapy.registry import resolve_model
+
+    logging.getLogger("llamapy").setLevel(logging.ERROR)
+    torch.set_num_threads(a.threads)
+    lib = load_kernels()
+    if lib is None:
+        print("no CPU kernels here")
+        return 1
+    fns = []
+    for path in (a.a, a.b):
+        fn = ctypes.CDLL(os.path.abspath(path))
+        for name, args in SIGNATURES.items():
+            f = getattr(fn, name)
+            f.argtypes, f.restype = list(args), None
+        for name, res in RETURNS.items():
+            getattr(fn, name).restype = res
+        fns.append(fn)
+    own = lib.fn
+    model = llamapy.Model.load(resolve_model(a.model))
+    ctx = llamapy.Context(model, llamapy.ContextParams(n_ctx=a.p + 64, n_threads=a.threads))
+    b = llamapy.Batch()
+    for i in range(a.p):
+        b.add((7 + 31 * i) % model.n_vocab, i, (0,), logits=i == a.p - 1)
+    ctx.decode(b)
+    times: list[list[float]] = [[], []]
+    diff = 0.0
+    for i in range(a.reps + 2):  # the first two rounds warm both
+        logits = []
+        for k, fn in enumerate(fns):
+            object.__setattr__(lib, "fn", fn)
+            step = llamapy.Batch()
+            step.add((5 + i) % model.n_vocab, a.p, (0,), logits=True)
+            t = time.perf_counter()
+            ctx.decode(step)
+            dt = time.perf_counter() - t
+            if i >= 2:
+                times[k].append(dt)
+            logits.append(ctx.get_logits_ith(-1).clone())
+            ctx.memory.seq_rm(0, a.p, -1)
+        diff = max(diff, float((logits[0] - logits[1]).abs().max()))
+    object.__setattr__(lib, "fn", own)
+    med = [statistics.median(t) for t in times]
+    best = [min(t) for t in times]
+    print(f"{a.model}, prompt {a.p}, {a.threads} threads, {a.reps} alternating steps each")
+    print(f"  A {med[0] * 1e3:7.3f} ms median {best[0] * 1e3:7.3f} best   B {med[1] * 1e3:7.3f} ms median "
+          f"{best[1] * 1e3:7.3f} best   B is {med[0] / med[1]:.3f}x A (median), {best[0] / best[1]:.3f}x (best)   "
+          f"max|logits A - B| {diff:.3g}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
