@@ -98,13 +98,41 @@ void lp_xlanes_fill(const lp_xrows *xr, int64_t n, lp_xlanes l, int64_t b, int p
     }
 }
 
+/* Four vectors of lanes, a0..a3 (output columns 0..3, lane r: activation row r), as rows: row
+ * r's four at y[r ldy]: a 4 x 4 transpose in each 128-bit lane, then a 16-byte store per row.
+ * (Stored as columns, the chunk transposed them through memory a float at a time.) */
+LP_INLINE void store_rows4(vfl a0, vfl a1, vfl a2, vfl a3, float *y, int64_t ldy) {
+#if defined(LP_AVX512)
+    const __m512 t0 = _mm512_unpacklo_ps(a0, a1), t1 = _mm512_unpackhi_ps(a0, a1); /* a0[0] a1[0] a0[1] a1[1] | .. */
+    const __m512 t2 = _mm512_unpacklo_ps(a2, a3), t3 = _mm512_unpackhi_ps(a2, a3);
+    const __m512 r[4] = {_mm512_shuffle_ps(t0, t2, 0x44), _mm512_shuffle_ps(t0, t2, 0xEE), _mm512_shuffle_ps(t1, t3, 0x44),
+                         _mm512_shuffle_ps(t1, t3, 0xEE)}; /* r[m], 128-bit lane q: row 4 q + m */
+    for (int m = 0; m < 4; m++) {
+        _mm_storeu_ps(y + m * ldy, _mm512_castps512_ps128(r[m]));
+        _mm_storeu_ps(y + (4 + m) * ldy, _mm512_extractf32x4_ps(r[m], 1));
+        _mm_storeu_ps(y + (8 + m) * ldy, _mm512_extractf32x4_ps(r[m], 2));
+        _mm_storeu_ps(y + (12 + m) * ldy, _mm512_extractf32x4_ps(r[m], 3));
+    }
+#else
+    const __m256 t0 = _mm256_unpacklo_ps(a0, a1), t1 = _mm256_unpackhi_ps(a0, a1);
+    const __m256 t2 = _mm256_unpacklo_ps(a2, a3), t3 = _mm256_unpackhi_ps(a2, a3);
+    const __m256 r[4] = {_mm256_shuffle_ps(t0, t2, 0x44), _mm256_shuffle_ps(t0, t2, 0xEE), _mm256_shuffle_ps(t1, t3, 0x44),
+                         _mm256_shuffle_ps(t1, t3, 0xEE)};
+    for (int m = 0; m < 4; m++) {
+        _mm_storeu_ps(y + m * ldy, _mm256_castps256_ps128(r[m]));
+        _mm_storeu_ps(y + (4 + m) * ldy, _mm256_extractf128_ps(r[m], 1));
+    }
+#endif
+}
+
 /* The NW weight rows w16[j] (int16 [n_in], widened from canonical rows wr[j]) against NG (1 or
- * 2) lane groups g0.. of NL rows: y[NL (NG j + i) + lane] for group g0 + i.  Per block of 32
+ * 2) lane groups g0.. of NL rows: row NL i + lane's outputs at y[(NL i + lane) ldy + j] (store_rows4).  Per block of 32
  * (g16: per 16-group) one integer sum per weight row and lane, NG * NW independent chains of
  * vpdpwssd (each weight pair broadcast once for the NG groups), then scaled by d s and the
  * minimum's m sum(x) added, as dot.c does. */
 LP_INLINE void tile(const int NG, const int NW, const int g16, const int has_min, const int16_t *const *w16,
-                    const lp_wrow *wr, const lp_xlanes *l, int64_t g0, const char *pf, int64_t pf_lines, float *y) {
+                    const lp_wrow *wr, const lp_xlanes *l, int64_t g0, const char *pf, int64_t pf_lines, float *y,
+                    int64_t ldy) {
     const int64_t n_in = l->n_in, nb = n_in / 32, ng16 = n_in / 16, np = n_in / 2, pf_b = (pf_lines + nb - 1) / nb;
     const vi *xq[2];
     const float *s[2], *s32[2], *s16[2];
@@ -144,24 +172,25 @@ LP_INLINE void tile(const int NG, const int NW, const int g16, const int has_min
             }
         }
     }
-    for (int j = 0; j < NW; j++)
-        for (int i = 0; i < NG; i++) VFL_STORE(y + NL * (NG * j + i), acc[i][j]);
+    for (int i = 0; i < NG; i++)
+        store_rows4(acc[i][0], NW > 1 ? acc[i][1] : VFL_ZERO(), NW > 2 ? acc[i][2] : VFL_ZERO(),
+                    NW > 3 ? acc[i][3] : VFL_ZERO(), y + NL * i * ldy, ldy);
 }
 
 #define TILE_K(NG, NW)                                                                                                 \
     do {                                                                                                               \
         if (g16 && has_min)                                                                                            \
-            tile(NG, NW, 1, 1, w16, wr, l, g0, pf, pf_lines, y);                                                       \
+            tile(NG, NW, 1, 1, w16, wr, l, g0, pf, pf_lines, y, ldy);                                                       \
         else if (g16)                                                                                                  \
-            tile(NG, NW, 1, 0, w16, wr, l, g0, pf, pf_lines, y);                                                       \
+            tile(NG, NW, 1, 0, w16, wr, l, g0, pf, pf_lines, y, ldy);                                                       \
         else if (has_min)                                                                                              \
-            tile(NG, NW, 0, 1, w16, wr, l, g0, pf, pf_lines, y);                                                       \
+            tile(NG, NW, 0, 1, w16, wr, l, g0, pf, pf_lines, y, ldy);                                                       \
         else                                                                                                           \
-            tile(NG, NW, 0, 0, w16, wr, l, g0, pf, pf_lines, y);                                                       \
+            tile(NG, NW, 0, 0, w16, wr, l, g0, pf, pf_lines, y, ldy);                                                       \
     } while (0)
 
 void lp_lanes_tile(int ng, int nw, int g16, int has_min, const int16_t *const *w16, const lp_wrow *wr,
-                   const lp_xlanes *l, int64_t g0, const char *pf, int64_t pf_lines, float *y) {
+                   const lp_xlanes *l, int64_t g0, const char *pf, int64_t pf_lines, float *y, int64_t ldy) {
     switch (ng * 8 + nw) {
     case 17: TILE_K(2, 1); break;
     case 18: TILE_K(2, 2); break;

@@ -255,9 +255,11 @@ size_t lp_xlanes_bytes(int64_t n_in, int64_t n);
 lp_xlanes lp_xlanes_at(void *buf, int64_t n_in, int64_t n);
 void lp_xlanes_fill(const lp_xrows *xr, int64_t n, lp_xlanes l, int64_t b, int per); /* per: lanes a row (1, 2: twin) */
 /* nw (1..4) weight rows (w16: their canonical q widened to int16, lp_widen_q; wr: their d16,
- * m16) against the LP_NL rows of each of ng (1, 2) lane groups from g0: y[LP_NL (ng j + i) + lane]. */
+ * m16) against the LP_NL rows of each of ng (1, 2) lane groups from g0, in rows: activation row
+ * LP_NL i + lane's outputs at y[(LP_NL i + lane) ldy + j], j < 4 (four written whatever nw: the
+ * columns past nw hold zeros). */
 void lp_lanes_tile(int ng, int nw, int g16, int has_min, const int16_t *const *w16, const lp_wrow *wr,
-                   const lp_xlanes *l, int64_t g0, const char *pf, int64_t pf_lines, float *y);
+                   const lp_xlanes *l, int64_t g0, const char *pf, int64_t pf_lines, float *y, int64_t ldy);
 void lp_widen_q(const int8_t *q, int64_t n_in, int16_t *out);
 int lp_unpack_row16(int type, const uint8_t *row, int64_t n_in, int16_t *q16, float *d16, float *m16); /* row1_x86.c */
 #endif

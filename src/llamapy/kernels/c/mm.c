@@ -114,7 +114,7 @@ void lp_lanes_for(const lp_xprep *xp) {
 #endif
 }
 
-#define LANES_NW 4 /* weight rows per lane tile */
+#define LANES_NW 4 /* weight rows per lane tile (lp_lanes_tile writes 4 columns: CHUNK a multiple of it) */
 #define LANES_YB 8192 /* floats of a chunk's buffered outputs (CHUNK columns of 512 rows: lanes_slice_rows) */
 static size_t lanes_row_bytes(int64_t n_in) { return lp_wrow_bytes(n_in) + (size_t)n_in * 2 + 128; }
 #define TWIN_NP 4 /* weight-row pairs per twin tile */
@@ -206,11 +206,11 @@ static void lanes_chunk(int type, const uint8_t *w, int64_t o0, int64_t o1, int6
     lp_wrow wr[LANES_NW];
     int16_t *w16[LANES_NW];
     lane_rows_at(scratch, n_in, LANES_NW, wr, w16);
-    float t[2 * LP_NL * LANES_NW];
-    float yb[LANES_YB]; /* the chunk's outputs [o1 - o0][n_pad]: y's rows lie ldy apart (often a multiple of 4 KiB:
-                         * the same cache sets), so each row's part is written once, in one piece */
+    float t[2 * LP_NL * 4];
+    float yb[LANES_YB]; /* the chunk's outputs in rows [n_pad][CHUNK]: y's rows lie ldy apart (often a multiple of
+                         * 4 KiB: the same cache sets), so each row's part is written once, in one piece */
     const int64_t n_pad = xp->xl.n_grp * LP_NL;
-    const int buffered = n_pad * (o1 - o0) <= LANES_YB;
+    const int buffered = n_pad * CHUNK <= LANES_YB;
     for (int64_t o = o0; o < o1; o += LANES_NW) {
         const int nw = (int)(o1 - o < LANES_NW ? o1 - o : LANES_NW);
         for (int j = 0; j < nw; j++) row16(type, w + (o + j) * rb, n_in, &wr[j], w16[j]);
@@ -218,20 +218,25 @@ static void lanes_chunk(int type, const uint8_t *w, int64_t o0, int64_t o1, int6
             const int ng = g + 1 < xp->xl.n_grp ? 2 : 1;
             const char *pf = NULL; /* the weight rows two tiles ahead on their way while the first pass computes */
             const int64_t pf_lines = g == 0 ? tile_prefetch(w, rb, o + 2 * LANES_NW, o + 3 * LANES_NW, n_out, &pf) : 0;
-            lp_lanes_tile(ng, nw, g16, has_min, (const int16_t *const *)w16, wr, &xp->xl, g, pf, pf_lines, t);
-            for (int j = 0; j < nw; j++) { /* t's lanes are the rows LP_NL g .. of output column o + j */
-                if (buffered) {
-                    memcpy(yb + (o - o0 + j) * n_pad + LP_NL * g, t + LP_NL * ng * j, sizeof(float) * LP_NL * ng);
-                    continue;
-                }
-                for (int64_t i = 0; i < LP_NL * ng && LP_NL * g + i < n; i++)
-                    put(y + (LP_NL * g + i) * ldy + o + j, t[LP_NL * ng * j + i], accumulate);
+            if (buffered) { /* rows LP_NL g .., columns o - o0 .. o - o0 + 3 of the chunk (4 <= CHUNK - (o - o0)) */
+                lp_lanes_tile(ng, nw, g16, has_min, (const int16_t *const *)w16, wr, &xp->xl, g, pf, pf_lines,
+                              yb + LP_NL * g * CHUNK + (o - o0), CHUNK);
+                continue;
             }
+            lp_lanes_tile(ng, nw, g16, has_min, (const int16_t *const *)w16, wr, &xp->xl, g, pf, pf_lines, t, 4);
+            for (int64_t i = 0; i < LP_NL * ng && LP_NL * g + i < n; i++)
+                for (int j = 0; j < nw; j++) put(y + (LP_NL * g + i) * ldy + o + j, t[4 * i + j], accumulate);
         }
     }
     if (buffered)
-        for (int64_t r = 0; r < n; r++)
-            for (int64_t k = 0; k < o1 - o0; k++) put(y + r * ldy + o0 + k, yb[k * n_pad + r], accumulate);
+        for (int64_t r = 0; r < n; r++) {
+            float *yr = y + r * ldy + o0;
+            const float *br = yb + r * CHUNK;
+            if (accumulate)
+                for (int64_t k = 0; k < o1 - o0; k++) yr[k] += br[k];
+            else
+                memcpy(yr, br, sizeof(float) * (size_t)(o1 - o0));
+        }
 }
 #endif
 
