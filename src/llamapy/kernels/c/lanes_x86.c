@@ -31,6 +31,7 @@ typedef __m512 vfl;
 #define VI_ZERO() _mm512_setzero_si512()
 #define VI_LOAD(p) _mm512_load_si512(p)
 #define VI_BCAST(x) _mm512_set1_epi32(x)
+#define VI_ADD(a, b) _mm512_add_epi32(a, b)
 #define VFL_ZERO() _mm512_setzero_ps()
 #define VFL_LOAD(p) _mm512_loadu_ps(p)
 #define VFL_STORE(p, v) _mm512_storeu_ps(p, v)
@@ -45,6 +46,7 @@ typedef __m256 vfl;
 #define VI_ZERO() _mm256_setzero_si256()
 #define VI_LOAD(p) _mm256_load_si256(p)
 #define VI_BCAST(x) _mm256_set1_epi32(x)
+#define VI_ADD(a, b) _mm256_add_epi32(a, b)
 #define VFL_ZERO() _mm256_setzero_ps()
 #define VFL_LOAD(p) _mm256_loadu_ps(p)
 #define VFL_STORE(p, v) _mm256_storeu_ps(p, v)
@@ -152,14 +154,31 @@ LP_INLINE void tile(const int NG, const int NW, const int g16, const int has_min
             vi p[2][4];
             for (int i = 0; i < NG; i++)
                 for (int j = 0; j < NW; j++) p[i][j] = VI_ZERO();
-            for (int k = 0; k < (g16 ? 8 : 16); k++) {
-                vi xv[2];
-                for (int i = 0; i < NG; i++) xv[i] = VI_LOAD(xq[i] + k0 + k);
-                for (int j = 0; j < NW; j++) {
-                    int32_t wp;
-                    memcpy(&wp, w16[j] + 2 * (k0 + k), 4);
-                    const vi wv = VI_BCAST(wp); /* a broadcast load */
-                    for (int i = 0; i < NG; i++) p[i][j] = pair_dot(p[i][j], xv[i], wv);
+            if (NG == 1) { /* one group: its NW chains of vpdpwssd waited on their latency; even and odd pairs
+                            * in two chains each, summed after (the same integers) */
+                vi p2[4];
+                for (int j = 0; j < NW; j++) p2[j] = VI_ZERO();
+                for (int k = 0; k < (g16 ? 8 : 16); k += 2) {
+                    const vi x0 = VI_LOAD(xq[0] + k0 + k), x1 = VI_LOAD(xq[0] + k0 + k + 1);
+                    for (int j = 0; j < NW; j++) {
+                        int32_t w0, w1; /* each read on its own: broadcast loads */
+                        memcpy(&w0, w16[j] + 2 * (k0 + k), 4);
+                        memcpy(&w1, w16[j] + 2 * (k0 + k + 1), 4);
+                        p[0][j] = pair_dot(p[0][j], x0, VI_BCAST(w0));
+                        p2[j] = pair_dot(p2[j], x1, VI_BCAST(w1));
+                    }
+                }
+                for (int j = 0; j < NW; j++) p[0][j] = VI_ADD(p[0][j], p2[j]);
+            } else {
+                for (int k = 0; k < (g16 ? 8 : 16); k++) {
+                    vi xv[2];
+                    for (int i = 0; i < NG; i++) xv[i] = VI_LOAD(xq[i] + k0 + k);
+                    for (int j = 0; j < NW; j++) {
+                        int32_t wp;
+                        memcpy(&wp, w16[j] + 2 * (k0 + k), 4);
+                        const vi wv = VI_BCAST(wp); /* a broadcast load */
+                        for (int i = 0; i < NG; i++) p[i][j] = pair_dot(p[i][j], xv[i], wv);
+                    }
                 }
             }
             for (int i = 0; i < NG; i++) {
