@@ -95,6 +95,8 @@ def test_tokenize_detokenize_props_slots_metrics(state):
     assert props["total_slots"] == 4 and props["default_generation_settings"]["n_ctx"] == 256
     slots = _call(state, "GET", "/slots").json()
     assert [s["n_ctx"] for s in slots] == [256] * 4 and all("state" in s for s in slots)
+    # a decode of this test's own, so the counter below is not left to the tests before it
+    assert _call(state, "POST", "/v1/completions", json={"prompt": "hello", "max_tokens": 2}).status_code == 200
     text = _call(state, "GET", "/metrics").text
     lines = dict(ln.rsplit(" ", 1) for ln in text.splitlines() if not ln.startswith("#"))
     assert int(lines["llamacpp:kv_cells_total"]) == 1024
