@@ -34,7 +34,6 @@ typedef __m512 vfl;
 #define VI_ADD(a, b) _mm512_add_epi32(a, b)
 #define VFL_ZERO() _mm512_setzero_ps()
 #define VFL_LOAD(p) _mm512_loadu_ps(p)
-#define VFL_STORE(p, v) _mm512_storeu_ps(p, v)
 #define VFL_SET1(x) _mm512_set1_ps(x)
 #define VFL_FMA(a, b, c) _mm512_fmadd_ps(a, b, c)
 #define VFL_MUL(a, b) _mm512_mul_ps(a, b)
@@ -49,7 +48,6 @@ typedef __m256 vfl;
 #define VI_ADD(a, b) _mm256_add_epi32(a, b)
 #define VFL_ZERO() _mm256_setzero_ps()
 #define VFL_LOAD(p) _mm256_loadu_ps(p)
-#define VFL_STORE(p, v) _mm256_storeu_ps(p, v)
 #define VFL_SET1(x) _mm256_set1_ps(x)
 #define VFL_FMA(a, b, c) _mm256_fmadd_ps(a, b, c)
 #define VFL_MUL(a, b) _mm256_mul_ps(a, b)
@@ -128,10 +126,10 @@ LP_INLINE void store_rows4(vfl a0, vfl a1, vfl a2, vfl a3, float *y, int64_t ldy
 }
 
 /* The NW weight rows w16[j] (int16 [n_in], widened from canonical rows wr[j]) against NG (1 or
- * 2) lane groups g0.. of NL rows: row NL i + lane's outputs at y[(NL i + lane) ldy + j] (store_rows4).  Per block of 32
- * (g16: per 16-group) one integer sum per weight row and lane, NG * NW independent chains of
- * vpdpwssd (each weight pair broadcast once for the NG groups), then scaled by d s and the
- * minimum's m sum(x) added, as dot.c does. */
+ * 2) lane groups g0.. of NL rows: row NL i + lane's outputs at y[(NL i + lane) ldy + j]
+ * (store_rows4).  Per block of 32 (g16: per 16-group) one integer sum per weight row and lane,
+ * NG * NW independent chains of vpdpwssd (2 NW for one group; each weight pair broadcast once
+ * for the NG groups), then scaled by d s and the minimum's m sum(x) added, as dot.c does. */
 LP_INLINE void tile(const int NG, const int NW, const int g16, const int has_min, const int16_t *const *w16,
                     const lp_wrow *wr, const lp_xlanes *l, int64_t g0, const char *pf, int64_t pf_lines, float *y,
                     int64_t ldy) {
@@ -199,13 +197,13 @@ LP_INLINE void tile(const int NG, const int NW, const int g16, const int has_min
 #define TILE_K(NG, NW)                                                                                                 \
     do {                                                                                                               \
         if (g16 && has_min)                                                                                            \
-            tile(NG, NW, 1, 1, w16, wr, l, g0, pf, pf_lines, y, ldy);                                                       \
+            tile(NG, NW, 1, 1, w16, wr, l, g0, pf, pf_lines, y, ldy);                                                  \
         else if (g16)                                                                                                  \
-            tile(NG, NW, 1, 0, w16, wr, l, g0, pf, pf_lines, y, ldy);                                                       \
+            tile(NG, NW, 1, 0, w16, wr, l, g0, pf, pf_lines, y, ldy);                                                  \
         else if (has_min)                                                                                              \
-            tile(NG, NW, 0, 1, w16, wr, l, g0, pf, pf_lines, y, ldy);                                                       \
+            tile(NG, NW, 0, 1, w16, wr, l, g0, pf, pf_lines, y, ldy);                                                  \
         else                                                                                                           \
-            tile(NG, NW, 0, 0, w16, wr, l, g0, pf, pf_lines, y, ldy);                                                       \
+            tile(NG, NW, 0, 0, w16, wr, l, g0, pf, pf_lines, y, ldy);                                                  \
     } while (0)
 
 void lp_lanes_tile(int ng, int nw, int g16, int has_min, const int16_t *const *w16, const lp_wrow *wr,

@@ -115,6 +115,7 @@ void lp_lanes_for(const lp_xprep *xp) {
 }
 
 #define LANES_NW 4 /* weight rows per lane tile (lp_lanes_tile writes 4 columns: CHUNK a multiple of it) */
+_Static_assert(CHUNK % LANES_NW == 0, "a lane tile's four columns stay inside its chunk's row");
 #define LANES_YB 8192 /* floats of a chunk's buffered outputs (CHUNK columns of 512 rows: lanes_slice_rows) */
 static size_t lanes_row_bytes(int64_t n_in) { return lp_wrow_bytes(n_in) + (size_t)n_in * 2 + 128; }
 #define TWIN_NP 4 /* weight-row pairs per twin tile */
