@@ -128,6 +128,30 @@ def test_few_rows_are_the_integer_products(lib, qtype):
         torch.testing.assert_close(y, one[:rows], rtol=1e-5, atol=5e-5 * one.abs().max().item())
 
 
+@pytest.mark.parametrize("qtype", [T.Q8_0, T.Q4_K, T.Q6_K], ids=lambda t: t.name)
+def test_lanes_past_the_chunk_buffer(lib, qtype):
+    """lp_mm called with more rows than a chunk's output buffer holds (over 512; the model's
+    BlockMatrix slices at lanes_slice_rows, so only a direct call reaches this): the lane
+    tiles' rows go straight to y, a weight-row tail of 1..3 included.  Each row is bit for bit
+    that row of a product in slices of at most 512 (a row's integers and float steps are its
+    own), and within fp32 order of the exact product."""
+    shape = (45, 256)  # 45: chunks of 16 end in a tile of one weight row; 256: a K-quant block
+    raw, W = _matrix(qtype, shape, seed=7)
+    blocks = torch.from_numpy(np.ascontiguousarray(raw).view(np.uint8).copy())
+    x = torch.randn(520, shape[1], generator=torch.Generator().manual_seed(8))
+
+    def mm(xs: torch.Tensor) -> torch.Tensor:
+        y = torch.zeros(xs.shape[0], shape[0])
+        assert lib.fn.lp_mm(int(qtype), blocks.data_ptr(), shape[0], shape[1], xs.data_ptr(), xs.shape[0],
+                            y.data_ptr(), shape[0], 0) == 0
+        return y
+
+    y = mm(x)
+    assert torch.equal(y, torch.cat([mm(x[:512].contiguous()), mm(x[512:].contiguous())]))
+    ref = (x.double() @ W.double().T).float()
+    assert (y - ref).abs().max().item() <= 1e-4 * ref.abs().max().item()
+
+
 @pytest.mark.parametrize("qtype", [T.F16, T.BF16], ids=lambda t: t.name)
 def test_float_weights_few_rows(lib, qtype):
     """F16 / BF16 weights against 5-8 rows (a verification of an F16 target's drafts): two
