@@ -38,7 +38,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import llamapy
     from llamapy.kernels import load_kernels
-    from llamapy.kernels.build import RETURNS, SIGNATURES
+    from llamapy.kernels.build import bind_signatures
     from llamapy.registry import resolve_model
 
     logging.getLogger("llamapy").setLevel(logging.ERROR)
@@ -50,11 +50,7 @@ def main(argv: list[str] | None = None) -> int:
     fns = []
     for path in (a.a, a.b):
         fn = ctypes.CDLL(os.path.abspath(path))
-        for name, args in SIGNATURES.items():
-            f = getattr(fn, name)
-            f.argtypes, f.restype = list(args), None
-        for name, res in RETURNS.items():
-            getattr(fn, name).restype = res
+        bind_signatures(fn)
         fns.append(fn)
     own = lib.fn
     model = llamapy.Model.load(resolve_model(a.model))

@@ -230,6 +230,15 @@ def requested_isa() -> str | None:
     return os.environ.get("LLAMAPY_CPU_ISA")
 
 
+def bind_signatures(fn: ctypes.CDLL) -> None:
+    """The exported functions' argument and return types on a loaded kernel library."""
+    for name, args in SIGNATURES.items():
+        f = getattr(fn, name)
+        f.argtypes, f.restype = list(args), None
+    for name, res in RETURNS.items():
+        getattr(fn, name).restype = res
+
+
 @functools.lru_cache(maxsize=4)
 def load_kernels(isa: str | None = None) -> KernelLib | None:
     """The kernel library for `isa` (default: $LLAMAPY_CPU_ISA, else native), built on first
@@ -252,11 +261,7 @@ def load_kernels(isa: str | None = None) -> KernelLib | None:
     except (OSError, RuntimeError, subprocess.SubprocessError) as e:
         log.warning(f"CPU kernels unavailable, PyTorch paths are used: {e}")
         return None
-    for name, args in SIGNATURES.items():
-        f = getattr(fn, name)
-        f.argtypes, f.restype = list(args), None
-    for name, res in RETURNS.items():
-        getattr(fn, name).restype = res
+    bind_signatures(fn)
     if fn.lp_abi_version() != ABI_VERSION:
         log.warning(f"{path}: ABI {fn.lp_abi_version()} != {ABI_VERSION}; the CPU kernels are off")
         return None

@@ -512,18 +512,24 @@ LP_INLINE void unpack16_q6_k(const uint8_t *row, int64_t nsb, int16_t *q16, floa
 }
 #undef FOR_Q6K
 
-/* nb blocks of a 32-element type: block16's decoding, stored. */
+/* Block bp of a 32-element type in canonical form (lp.h): block16's decoding, Q4_0's nibbles
+ * (read with a minimum of -8 d) made q - 8 with no minimum. */
+LP_INLINE void canon16(const int type, const uint8_t *bp, __m256i *wl, __m256i *wh, float *d, float *m) {
+    block16(type, bp, wl, wh, d, m);
+    if (type == LP_Q4_0) {
+        *wl = _mm256_sub_epi16(*wl, _mm256_set1_epi16(8));
+        *wh = _mm256_sub_epi16(*wh, _mm256_set1_epi16(8));
+        *m = 0.0f;
+    }
+}
+
+/* nb blocks of a 32-element type in canonical form, stored. */
 LP_INLINE void unpack16_32(const int type, const uint8_t *row, int64_t nb, int16_t *q16, float *d16, float *m16) {
     const int bb = bytes32(type);
     for (int64_t b = 0; b < nb; b++) {
         __m256i wl, wh;
         float d, m;
-        block16(type, row + b * bb, &wl, &wh, &d, &m);
-        if (type == LP_Q4_0) { /* block16 keeps the nibbles (a minimum of -8 d): the canonical q - 8 */
-            wl = _mm256_sub_epi16(wl, _mm256_set1_epi16(8));
-            wh = _mm256_sub_epi16(wh, _mm256_set1_epi16(8));
-            m = 0.0f;
-        }
+        canon16(type, row + b * bb, &wl, &wh, &d, &m);
         _mm256_storeu_si256((__m256i *)(q16 + 32 * b), wl);
         _mm256_storeu_si256((__m256i *)(q16 + 32 * b + 16), wh);
         d16[2 * b] = d16[2 * b + 1] = d;
@@ -550,7 +556,7 @@ int lp_unpack_row16(int type, const uint8_t *row, int64_t n_in, int16_t *q16, fl
 
 #if defined(LP_AVX512)
 /* Rows a and b of a 32-element type in the twin lanes' pair form (lanes_x86.c lp_twin_pair's ab
- * and dm), block by block: block16's decoding of both, their pairs interleaved in registers;
+ * and dm), block by block: canon16's decoding of both, their pairs interleaved in registers;
  * the two int16 rows that lp_twin_pair reads back, and a third of the pairing's time, skipped. */
 LP_INLINE void pair16_32(const int type, const uint8_t *ra, const uint8_t *rb, int64_t nb, int32_t *ab, float *dm) {
     const int bb = bytes32(type);
@@ -560,13 +566,8 @@ LP_INLINE void pair16_32(const int type, const uint8_t *ra, const uint8_t *rb, i
     for (int64_t b = 0; b < nb; b++) {
         __m256i al, ah, bl, bh;
         float da, ma, db, mb;
-        block16(type, ra + b * bb, &al, &ah, &da, &ma);
-        block16(type, rb + b * bb, &bl, &bh, &db, &mb);
-        if (type == LP_Q4_0) { /* the canonical q - 8, as unpack16_32 */
-            const __m256i e = _mm256_set1_epi16(8);
-            al = _mm256_sub_epi16(al, e), ah = _mm256_sub_epi16(ah, e), bl = _mm256_sub_epi16(bl, e), bh = _mm256_sub_epi16(bh, e);
-            ma = mb = 0.0f;
-        }
+        canon16(type, ra + b * bb, &al, &ah, &da, &ma);
+        canon16(type, rb + b * bb, &bl, &bh, &db, &mb);
         const __m512i va = _mm512_inserti64x4(_mm512_castsi256_si512(al), ah, 1);
         const __m512i vb = _mm512_inserti64x4(_mm512_castsi256_si512(bl), bh, 1);
         _mm512_storeu_si512(ab + 32 * b, _mm512_permutex2var_epi32(va, lo, vb));
