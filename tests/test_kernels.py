@@ -233,6 +233,32 @@ def test_rms_norm_and_glu(lib):
     torch.testing.assert_close(kops.glu(lib, gu[:, :40], gu[:, 40:], gelu=True), ref, rtol=1e-5, atol=1e-6)
 
 
+def test_argmax_is_the_greedy_pick(lib):
+    """lp_argmax: the first largest (llama.cpp's greedy `logit > max`), a NaN never wins, -1
+    when nothing is above -inf; lengths around its 16-lane passes and a vocabulary's."""
+    g = torch.Generator().manual_seed(0)
+
+    def am(x: torch.Tensor) -> int:
+        return lib.fn.lp_argmax(x.data_ptr(), x.shape[0])
+
+    for n in (1, 15, 16, 17, 33, 1000, 262144 + 3):
+        x = torch.randn(n, generator=g)
+        assert am(x) == int(x.argmax())
+        top, tie = sorted(int(v) for v in torch.randint(0, n, (2,), generator=g))
+        x[top] = x[tie] = 100.0  # two equal largest (one when the draws agree): the first wins
+        assert am(x) == top
+        if n > 2:
+            x[(tie + 1) % n if (tie + 1) % n != top else (tie + 2) % n] = float("nan")
+            assert am(x) == top
+    assert am(torch.full((40,), float("-inf"))) == -1
+    assert am(torch.full((40,), float("nan"))) == -1
+    assert am(torch.empty(0)) == -1
+    x = torch.full((40,), float("-inf"))
+    x[37] = -1e30
+    assert am(x) == 37
+    assert kops.argmax(torch.tensor([0.0, 3.0, 1.0, 3.0])) == 1
+
+
 def test_row_ops_at_prefill_sizes():
     """The model's row-wise ops take the kernels at any row count (a prompt's 300 rows split
     among the threads): RMS norm over a 3-D [n, n_head, d] view (Gemma 3's per-head norms),

@@ -21,6 +21,8 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from .kernels.ops import argmax
+
 if TYPE_CHECKING:
     from .grammar import Constraint
 
@@ -243,7 +245,7 @@ class Sampler:
         p = self.params
         if p.temp <= 0.0 and not p.penalties_enabled():  # greedy: the chain would keep only the argmax
             x = logits.detach()
-            i = int(torch.argmax(x).item())  # the first largest, as temperature(cur, 0.0)
+            i = argmax(x)  # the first largest, as temperature(cur, 0.0)
             self.cur = TokenDataArray(torch.tensor([i], device=x.device), x[i : i + 1].float(), True,
                                       torch.ones(1, device=x.device), 0)
             return i

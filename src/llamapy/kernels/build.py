@@ -30,7 +30,7 @@ from pathlib import Path
 
 from ..log import logger
 
-ABI_VERSION = 5
+ABI_VERSION = 6
 SOURCE_DIR = Path(__file__).with_name("c")
 LEVELS = ("native", "avx512", "avx2+vnni", "avx2", "neon", "scalar")
 X86_NEEDS = {"avx512": ("avx512f", "avx512bw", "avx512dq", "avx512vl", "avx2", "fma", "f16c"),
@@ -52,9 +52,11 @@ SIGNATURES: dict[str, tuple] = {  # name -> argument types (all return void unle
     "lp_attn_f16": (P, I64, I64, I64, I64, I64, I64, P, P, I64, P, P, P, F, P),
     "lp_attn_tiles_f16": (P, I64, I64, I64, I64, I64, I64, P, P, I64, P, F, P, I64),
     "lp_layers": (P, I64, P, P, I64, P, P, I64),
+    "lp_argmax": (P, I64),
 }
 RETURNS = {"lp_abi_version": ctypes.c_int, "lp_isa": ctypes.c_char_p, "lp_mm": ctypes.c_int,
-           "lp_attn_f16": ctypes.c_int, "lp_attn_tiles_f16": ctypes.c_int, "lp_layers": ctypes.c_int}
+           "lp_attn_f16": ctypes.c_int, "lp_attn_tiles_f16": ctypes.c_int, "lp_layers": ctypes.c_int,
+           "lp_argmax": ctypes.c_int64}
 
 
 @dataclass(frozen=True, slots=True)

@@ -115,3 +115,15 @@ def attn_tiles_f16(lib: KernelLib, q: torch.Tensor, k: torch.Tensor, v: torch.Te
     if rc != 0:
         raise MemoryError(f"lp_attn_tiles_f16: no scratch memory for {n} rows")
     return out
+
+
+def argmax(x: torch.Tensor) -> int:
+    """The index of the first largest value of x [n] (llama.cpp's greedy pick: a NaN never
+    wins): lp_argmax for a contiguous float32 row on the CPU, torch.argmax otherwise (and for a
+    row with nothing above -inf)."""
+    lib = row_lib(x) if x.dim() == 1 and x.is_contiguous() else None
+    if lib is not None:
+        i = lib.fn.lp_argmax(x.data_ptr(), x.shape[0])
+        if i >= 0:
+            return int(i)
+    return int(torch.argmax(x).item())
