@@ -20,7 +20,7 @@ def _add_context(p: argparse.ArgumentParser) -> None:
     p.add_argument("-ctk", "--cache-type-k", default="f16")
     p.add_argument("-ctv", "--cache-type-v", default="f16")
     p.add_argument("-fa", "--flash-attn", default="auto", choices=("on", "off", "auto"))
-    p.add_argument("--kv-unified", action="store_true", help="one KV stream shared by all sequences")
+    p.add_argument("-kvu", "--kv-unified", action="store_true", help="one KV stream shared by all sequences")
     p.add_argument("--swa-full", action="store_true", help="full-size cache for sliding-window layers")
     mm = p.add_mutually_exclusive_group()
     mm.add_argument("--mmap", dest="mmap", action="store_true", default=None,

@@ -24,6 +24,7 @@ typedef int (*attn_fn)(const float *, int64_t, int64_t, int64_t, int64_t, int64_
                        const uint16_t *, int64_t, const float *, const int64_t *, const int64_t *, float, float *);
 typedef int (*tiles_fn)(const float *, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, const uint16_t *,
                         const uint16_t *, int64_t, const float *, float, float *, int64_t);
+typedef int64_t (*argmax_fn)(const float *, int64_t);
 typedef const char *(*isa_fn)(void);
 
 typedef struct {
@@ -37,6 +38,7 @@ typedef struct {
     rope_fn rope;
     attn_fn attn;
     tiles_fn tiles;
+    argmax_fn argmax;
 } lib_t;
 
 static int failures = 0;
@@ -57,6 +59,7 @@ static lib_t open_lib(const char *path) {
     l.rope = (rope_fn)dlsym(l.h, "lp_rope");
     l.attn = (attn_fn)dlsym(l.h, "lp_attn_f16");
     l.tiles = (tiles_fn)dlsym(l.h, "lp_attn_tiles_f16");
+    l.argmax = (argmax_fn)dlsym(l.h, "lp_argmax");
     return l;
 }
 
@@ -199,6 +202,18 @@ static void check_ops(const lib_t *u, const lib_t *r) {
         r->rope(b, N, D, 3, 32, 32, c, s, neox);
         report(neox ? "rope neox" : "rope norm", "f32", max_diff(a, b, N * D) / max_abs(b, N * D), 1e-6);
     }
+    enum { V = 1003 }; /* the greedy pick: the first of two equal largest, NaNs never winning, -1 for all NaN */
+    float lg[V];
+    int64_t diff = 0;
+    for (int k = 0; k < 8; k++) {
+        for (int i = 0; i < V; i++) lg[i] = 5.0f * frand();
+        lg[(k * 131) % V] = lg[(k * 131 + 400) % V] = 9.0f;
+        lg[(k * 131 + 1) % V] = NAN;
+        diff += u->argmax(lg, V - k) != r->argmax(lg, V - k);
+    }
+    for (int i = 0; i < V; i++) lg[i] = NAN;
+    diff += u->argmax(lg, V) != -1 || r->argmax(lg, V) != -1;
+    report("argmax", "f32", (double)diff, 0.0);
 }
 
 static void check_attention(const lib_t *u, const lib_t *r, int64_t n_head, int64_t n_head_kv, int64_t d) {

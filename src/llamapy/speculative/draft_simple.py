@@ -10,6 +10,7 @@ import torch
 from ..batch import Batch
 from ..context import Context
 from ..generate import common_prefix
+from ..kernels.ops import argmax
 
 
 class VocabMismatchError(ValueError):
@@ -80,7 +81,7 @@ class DraftSimple:
         out: list[int] = []
         while len(out) < n_max:
             logits = self.ctx.get_logits_ith(-1)  # [n_vocab]
-            top = int(torch.argmax(logits).item())
+            top = argmax(logits)
             if self.p_min > 0.0 and float(torch.softmax(logits.float(), dim=0)[top]) < self.p_min:
                 break
             out.append(top)

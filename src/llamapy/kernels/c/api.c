@@ -96,19 +96,42 @@ int lp_attn_f16(const float *q, int64_t n, int64_t ldq, int64_t n_head, int64_t 
 /* The index of the first largest of x[0..n) (llama.cpp's greedy sampler: `logit > max`, so a
  * NaN never wins), or -1 when nothing is larger than -inf (n 0, or all -inf or NaN).  One
  * thread: a vocabulary's logits are a megabyte the step just wrote, two passes in cache (the
- * lanes' maxima, then the first index holding it) take ~40 us, where torch.argmax took
- * 250-400 us a row (a server step of 8 slots spent ~3 ms in it with Gemma 3's 262,144). */
+ * largest, then the first index holding it) take ~20 us, where torch.argmax took 250-400 us a
+ * row (a server step of 8 slots spent ~3 ms in it with Gemma 3's 262,144).  The vector max
+ * keeps its second operand where the first is NaN (x86 maxps, ARM fmaxnm). */
 int64_t lp_argmax(const float *x, int64_t n) {
-    float mx[16];
-    for (int j = 0; j < 16; j++) mx[j] = -INFINITY;
-    int64_t i = 0;
-    for (; i + 16 <= n; i += 16)
-        for (int j = 0; j < 16; j++) mx[j] = x[i + j] > mx[j] ? x[i + j] : mx[j];
     float m = -INFINITY;
+    int64_t i = 0;
+#if defined(LP_AVX512)
+    __m512 v = _mm512_set1_ps(-INFINITY);
+    for (; i + 16 <= n; i += 16) v = _mm512_max_ps(_mm512_loadu_ps(x + i), v);
+    m = _mm512_reduce_max_ps(v);
+#elif defined(LP_AVX2)
+    __m256 v = _mm256_set1_ps(-INFINITY);
+    for (; i + 8 <= n; i += 8) v = _mm256_max_ps(_mm256_loadu_ps(x + i), v);
+    float t[8];
+    _mm256_storeu_ps(t, v);
+    for (int j = 0; j < 8; j++) m = t[j] > m ? t[j] : m;
+#elif defined(LP_NEON)
+    float32x4_t v = vdupq_n_f32(-INFINITY);
+    for (; i + 4 <= n; i += 4) v = vmaxnmq_f32(v, vld1q_f32(x + i));
+    m = vmaxnmvq_f32(v);
+#endif
     for (; i < n; i++) m = x[i] > m ? x[i] : m;
-    for (int j = 0; j < 16; j++) m = mx[j] > m ? mx[j] : m;
     if (!(m > -INFINITY)) return -1;
-    for (i = 0; i < n; i++)
+    i = 0;
+#if defined(LP_AVX512)
+    for (const __m512 mv = _mm512_set1_ps(m); i + 16 <= n; i += 16) {
+        const __mmask16 k = _mm512_cmp_ps_mask(_mm512_loadu_ps(x + i), mv, _CMP_EQ_OQ);
+        if (k) return i + __builtin_ctz(k);
+    }
+#elif defined(LP_AVX2)
+    for (const __m256 mv = _mm256_set1_ps(m); i + 8 <= n; i += 8) {
+        const int k = _mm256_movemask_ps(_mm256_cmp_ps(_mm256_loadu_ps(x + i), mv, _CMP_EQ_OQ));
+        if (k) return i + __builtin_ctz((unsigned)k);
+    }
+#endif
+    for (; i < n; i++)
         if (x[i] == m) return i;
     return -1;
 }
