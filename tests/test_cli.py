@@ -72,3 +72,13 @@ def test_chat_uses_template_and_answers(smollm2_path):
     assert len(replies) == 2, r.stdout
     assert "Paris" in replies[0]
     assert "Rome" in replies[1]  # the second turn saw the first (prefix kept in the cache)
+
+
+def test_llamacpp_short_flags_parse():
+    """llama.cpp's short spellings a user types from its docs: -kvu (--kv-unified), -np, -ub."""
+    from llamapy.cli import build_parser
+
+    a = build_parser().parse_args(["serve", "-kvu", "-np", "4", "-ub", "64"])
+    assert a.kv_unified is True and a.parallel == 4 and a.ubatch_size == 64
+    assert build_parser().parse_args(["serve"]).kv_unified is False
+    assert build_parser().parse_args(["batched-bench", "-kvu", "-npl", "2,4"]).kv_unified is True
