@@ -259,6 +259,31 @@ def test_argmax_is_the_greedy_pick(lib):
     assert kops.argmax(torch.tensor([0.0, 3.0, 1.0, 3.0])) == 1
 
 
+def test_topk_is_the_k_largest(lib):
+    """lp_topk: the k largest, largest first, of equal ones the earlier index first; NaN never
+    taken while a number is left; -1 for k out of range; lengths around its vector passes."""
+    g = torch.Generator().manual_seed(1)
+
+    def tk(x: torch.Tensor, k: int) -> tuple[list[int], list[float], int]:
+        ids, vals = torch.zeros(max(k, 1), dtype=torch.int64), torch.zeros(max(k, 1))
+        rc = lib.fn.lp_topk(x.data_ptr(), x.shape[0], k, ids.data_ptr(), vals.data_ptr())
+        return ids[:k].tolist(), vals[:k].tolist(), rc
+
+    for n, k in ((1, 1), (17, 5), (100, 100), (1000, 40), (49152 + 7, 40), (262144, 1), (5000, 700)):
+        x = torch.randn(n, generator=g)
+        ids, vals, rc = tk(x, k)
+        ref_v, ref_i = torch.topk(x, k)
+        assert rc == k and ids == ref_i.tolist() and vals == ref_v.tolist()
+    x = torch.tensor([1.0, 5.0, 3.0, 5.0, float("nan"), 5.0, 2.0] + [0.0] * 40)
+    ids, vals, _ = tk(x, 4)
+    assert ids == [1, 3, 5, 2] and vals == [5.0, 5.0, 5.0, 3.0]
+    x = torch.full((30,), float("nan"))
+    x[20], x[3] = 1.0, 2.0
+    ids, vals, _ = tk(x, 3)
+    assert ids[:2] == [3, 20] and vals[2] == float("-inf")
+    assert tk(torch.zeros(10), 0)[2] == -1 and tk(torch.zeros(10), 11)[2] == -1
+
+
 def test_row_ops_at_prefill_sizes():
     """The model's row-wise ops take the kernels at any row count (a prompt's 300 rows split
     among the threads): RMS norm over a 3-D [n, n_head, d] view (Gemma 3's per-head norms),

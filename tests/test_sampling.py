@@ -270,3 +270,16 @@ def test_sample_leaves_input_alone_and_accepts_bf16():
     assert torch.equal(logits, before)
     with pytest.raises(ValueError, match=r"\[n_vocab\], got \(2, 4\)"):
         s.sample(torch.zeros(2, 4))
+
+
+def test_fast_top_k_draws_what_the_torch_chain_draws():
+    """The chain's top_k from the kernels (a contiguous float32 row) and from torch.topk (the
+    same logits as float64, which the kernel does not take) leave the same candidates in the
+    same order, so the same seeds draw the same tokens."""
+    g = torch.Generator().manual_seed(5)
+    for trial in range(6):
+        x = torch.randn(5000, generator=g) * 3
+        for params in (dict(), dict(top_k=7, top_p=1.0, min_p=0.0, temp=1.3), dict(top_k=300, top_p=0.99, min_p=0.0)):
+            a = [Sampler(SamplingParams(seed=trial * 10 + i, **params)).sample(x) for i in range(8)]
+            b = [Sampler(SamplingParams(seed=trial * 10 + i, **params)).sample(x.double()) for i in range(8)]
+            assert a == b

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from .kernels.ops import argmax
+from .kernels.ops import argmax, topk
 
 if TYPE_CHECKING:
     from .grammar import Constraint
@@ -261,14 +261,20 @@ class Sampler:
         """The candidates the chain leaves for logits [n_vocab]: penalties, then the argmax
         (temp <= 0) or top_k, top_p, min_p and temperature."""
         p = self.params
-        x = logits.detach().to(dtype=torch.float32, copy=True)  # [n_vocab]
+        x = logits.detach()  # [n_vocab]
         if p.penalties_enabled():
+            x = x.to(dtype=torch.float32, copy=True)
             apply_penalties(x, self._counts, p.penalty_repeat, p.penalty_freq, p.penalty_present)
-        cur = TokenDataArray(torch.arange(x.shape[0], device=x.device), x)
+        fast = topk(x, p.top_k) if p.temp > 0.0 and 0 < p.top_k < x.shape[0] else None
+        if fast is not None:  # the k largest straight from the row: no copy, no arange, no torch.topk
+            cur = TokenDataArray(fast[0].to(x.device), fast[1].to(x.device), True)
+        else:
+            cur = TokenDataArray(torch.arange(x.shape[0], device=x.device), x.to(dtype=torch.float32, copy=True))
         if p.temp <= 0.0:
             temperature(cur, 0.0)
             return cur
-        top_k(cur, p.top_k)
+        if fast is None:
+            top_k(cur, p.top_k)
         top_p(cur, p.top_p, p.min_keep)
         min_p(cur, p.min_p, p.min_keep)
         temperature(cur, p.temp)

