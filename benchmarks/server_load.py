@@ -5,9 +5,9 @@ other, each given the same streaming /v1/completions requests.
     llamapy serve -m F -c 8192 -np 8 --host 127.0.0.1 --port P -t T   (under the ISA env)
 
 Requests: `n_requests` prompts of 20-160 words cut from tests/data/prose_en*.txt at places drawn
-from `seed`, max_tokens 64, temperature 0, ignore_eos (every request generates exactly
-max_tokens, so both servers do the same work), at most `concurrency` in flight.  Each server
-first answers one short warm-up request, not timed.  Measured per server:
+from `seed`, max_tokens 64, temperature 0 (--temperature T: sampled, seeded), ignore_eos (every
+request generates exactly max_tokens, so both servers do the same work), at most `concurrency`
+in flight.  Each server first answers one short warm-up request, not timed.  Measured per server:
   tokens/s   generated tokens (the final chunk's usage.completion_tokens) / wall time from the
              first request sent to the last stream ended
   TTFT p50   median time from sending a request to its first chunk carrying text
@@ -48,6 +48,7 @@ class LoadSpec:
     min_words: int = 20
     max_words: int = 160
     seed: int = 1234
+    temperature: float = 0.0  # 0: greedy (the targets' load); above 0 each request samples, seeded
     n_ctx: int = 8192
     n_parallel: int = 8
     threads: int = 2
@@ -96,8 +97,10 @@ def free_port() -> int:
 
 
 async def _one(client: httpx.AsyncClient, prompt: str, spec: LoadSpec, res: LoadResult) -> None:
-    body = {"prompt": prompt, "max_tokens": spec.max_tokens, "temperature": 0, "stream": True, "ignore_eos": True,
-            "stream_options": {"include_usage": True}}
+    body = {"prompt": prompt, "max_tokens": spec.max_tokens, "temperature": spec.temperature, "stream": True,
+            "ignore_eos": True, "stream_options": {"include_usage": True}}
+    if spec.temperature > 0:
+        body["seed"] = spec.seed
     t0 = time.perf_counter()
     ttft, n_chunks, usage = None, 0, None
     async with client.stream("POST", "/v1/completions", json=body) as r:
@@ -234,11 +237,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("-t", "--threads", type=int, default=2)
     ap.add_argument("-n", "--n-requests", type=int, default=32)
     ap.add_argument("--max-tokens", type=int, default=64)
+    ap.add_argument("--temperature", type=float, default=0.0,
+                    help="sampling temperature of every request (0: greedy, the targets' load; the server "
+                         "chain's defaults otherwise: top-k 40, top-p 0.95, min-p 0.05)")
     ap.add_argument("--skip-llamacpp", action="store_true")
     a = ap.parse_args(argv)
     from llamapy.registry import resolve_model
 
-    spec = LoadSpec(n_requests=a.n_requests, max_tokens=a.max_tokens, threads=a.threads)
+    spec = LoadSpec(n_requests=a.n_requests, max_tokens=a.max_tokens, threads=a.threads, temperature=a.temperature)
     bin_dir = None if a.skip_llamacpp else (a.llamacpp_bin or llamacpp_bin(a.isa))
     res = run_both(bin_dir, Path(resolve_model(a.model)), spec, isa_env(a.isa).apply())
     print(json.dumps({k: v.as_dict() | {"ttft_s": None} for k, v in res.items()}, indent=2))
