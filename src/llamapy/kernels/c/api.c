@@ -1,5 +1,5 @@
-/* The row-wise kernels as ctypes entry points (each its own parallel region), and what the
- * library was built for. */
+/* The row-wise kernels as ctypes entry points (each its own parallel region), the sampler's
+ * picks over a row of logits (one thread), and what the library was built for. */
 #include <omp.h>
 
 #include "lp.h"
@@ -96,7 +96,7 @@ int lp_attn_f16(const float *q, int64_t n, int64_t ldq, int64_t n_head, int64_t 
 /* The index of the first largest of x[0..n) (llama.cpp's greedy sampler: `logit > max`, so a
  * NaN never wins), or -1 when nothing is larger than -inf (n 0, or all -inf or NaN).  One
  * thread: a vocabulary's logits are a megabyte the step just wrote, two passes in cache (the
- * largest, then the first index holding it) take ~20 us, where torch.argmax took 250-400 us a
+ * largest, then the first index holding it) take ~30 us, where torch.argmax took 250-400 us a
  * row (a server step of 8 slots spent ~3 ms in it with Gemma 3's 262,144).  The vector max
  * keeps its second operand where the first is NaN (x86 maxps, ARM fmaxnm). */
 int64_t lp_argmax(const float *x, int64_t n) {
@@ -160,7 +160,7 @@ static void topk_sift(float *v, int64_t *id, int64_t k) {
  * leaves ties in no set order); a NaN is never taken while a number is left, and is listed as
  * -inf.  One pass with a k-entry min-heap whose smallest is the bar: 16 (AVX-512) or 8 (AVX2)
  * logits at a time are compared with it and a vector with none above it is skipped, so a
- * vocabulary of random-looking logits costs about a read (Gemma 3's 262,144: ~60 us, where
+ * vocabulary of random-looking logits costs about a read (Gemma 3's 262,144: ~50 us, where
  * torch.topk took ~1 ms and the sampler's full chain ~1.9 ms a token).  Returns k, or -1 for
  * a k out of range. */
 int64_t lp_topk(const float *x, int64_t n, int64_t k, int64_t *ids, float *vals) {
