@@ -161,8 +161,8 @@ static void topk_sift(float *v, int64_t *id, int64_t k) {
  * -inf.  One pass with a k-entry min-heap whose smallest is the bar: 16 (AVX-512) or 8 (AVX2)
  * logits at a time are compared with it and a vector with none above it is skipped, so a
  * vocabulary of random-looking logits costs about a read (Gemma 3's 262,144: ~50 us, where
- * the sampler's chain around torch.topk took 0.9-1.9 ms a token, benchmarks/sampler.py).  Returns k, or -1 for
- * a k out of range. */
+ * the sampler's chain around torch.topk took 0.9-1.9 ms a token, benchmarks/sampler.py).
+ * Returns k, or -1 for a k out of range. */
 int64_t lp_topk(const float *x, int64_t n, int64_t k, int64_t *ids, float *vals) {
     if (k < 1 || k > n) return -1;
     for (int64_t i = 0; i < k; i++) {
