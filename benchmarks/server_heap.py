@@ -24,17 +24,14 @@ SETTINGS = {"glibc defaults": None, "server (32 MiB, trim 256 MiB)": (32, 256), 
 
 def waves(model: str, threads: int, n_prompt: int, n_gen: int, n_waves: int, heap: tuple | None) -> list[dict]:
     """In this process: the heap setting, then n_waves waves; prompt t/s and ms a step each."""
-    import ctypes
     import logging
     import random
 
-    if heap is not None:
-        libc = ctypes.CDLL(None)
-        libc.mallopt(-8, 2)  # M_ARENA_MAX, as the server
-        libc.mallopt(-3, heap[0] << 20)  # M_MMAP_THRESHOLD
-        if heap[1] is not None:
-            libc.mallopt(-1, heap[1] << 20)  # M_TRIM_THRESHOLD
     sys.path.insert(0, str(ROOT / "src"))
+    from llamapy.cli_serve import _tune_malloc
+
+    if heap is not None:  # the server's own call, with this setting's thresholds
+        _tune_malloc(mmap_threshold=heap[0] << 20, trim_threshold=None if heap[1] is None else heap[1] << 20)
     import torch
 
     import llamapy

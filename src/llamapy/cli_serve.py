@@ -162,7 +162,7 @@ def tune_server_process() -> None:
     os.environ.setdefault("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "16")
 
 
-def _tune_malloc(n: int = 2, mmap_threshold: int = 32 << 20, trim_threshold: int = 256 << 20) -> None:
+def _tune_malloc(n: int = 2, mmap_threshold: int = 32 << 20, trim_threshold: int | None = 256 << 20) -> None:
     """A long-running server's heap, tuned for glibc (no-op elsewhere): each thread that
     allocates would get its own arena (up to 8 per core), which keeps what it freed, so the
     HTTP worker threads slowly grow the resident set -- n arenas (M_ARENA_MAX).  A step's
@@ -172,7 +172,8 @@ def _tune_malloc(n: int = 2, mmap_threshold: int = 32 << 20, trim_threshold: int
     each such buffer its own fresh mapping, page-faulted in and unmapped on every use (a Gemma 3
     prefill of 8 prompts 1.6x slower and a decode step of 8 slots 1.15x slower, Zen 4, 2
     threads).  What the heap holds when the server goes idle is handed back by the scheduler's
-    release_heap (malloc_trim), so the resident set does not keep a busy spell's peak."""
+    release_heap (malloc_trim), so the resident set does not keep a busy spell's peak.
+    trim_threshold None leaves glibc's (benchmarks/server_heap.py's old setting)."""
     if sys.platform.startswith("linux"):
         import ctypes
 
@@ -180,7 +181,8 @@ def _tune_malloc(n: int = 2, mmap_threshold: int = 32 << 20, trim_threshold: int
             libc = ctypes.CDLL(None)
             libc.mallopt(-8, n)  # M_ARENA_MAX
             libc.mallopt(-3, mmap_threshold)  # M_MMAP_THRESHOLD
-            libc.mallopt(-1, trim_threshold)  # M_TRIM_THRESHOLD
+            if trim_threshold is not None:
+                libc.mallopt(-1, trim_threshold)  # M_TRIM_THRESHOLD
         except (OSError, AttributeError):  # not glibc
             pass
 

@@ -267,7 +267,7 @@ class Sampler:
             apply_penalties(x, self._counts, p.penalty_repeat, p.penalty_freq, p.penalty_present)
         fast = topk(x, p.top_k) if p.temp > 0.0 and 0 < p.top_k < x.shape[0] else None
         if fast is not None:  # the k largest straight from the row: no copy, no arange, no torch.topk
-            cur = TokenDataArray(fast[0].to(x.device), fast[1].to(x.device), True)
+            cur = TokenDataArray(fast[0], fast[1], True)  # (the kernels take CPU rows only)
         else:
             cur = TokenDataArray(torch.arange(x.shape[0], device=x.device), x.to(dtype=torch.float32, copy=True))
         if p.temp <= 0.0:
