@@ -272,6 +272,43 @@ lp_xrows lp_xrows_at(void *buf, int64_t n_in, int64_t n) {
     return x;
 }
 
+/* max |x[j]| over 32 floats, from 0, a NaN skipped: mx = |x| > mx ? |x| : mx in any order (the
+ * largest of a set; |x| is never -0), so the vector forms below equal the scalar loop.  (GCC does
+ * not vectorize the loop itself: a serial chain of vmaxss, half of the rows' preparation.)
+ * vmaxps a, m returns m unless a > m, a NaN included; NEON's vmaxq would pass a NaN on. */
+static inline float absmax32(const float *x) {
+#if defined(LP_AVX512)
+    const __m512 abs = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fffffff));
+    __m512 m = _mm512_max_ps(_mm512_and_ps(_mm512_loadu_ps(x), abs), _mm512_setzero_ps());
+    m = _mm512_max_ps(_mm512_and_ps(_mm512_loadu_ps(x + 16), abs), m);
+    const __m256 h = _mm256_max_ps(_mm512_extractf32x8_ps(m, 1), _mm512_castps512_ps256(m));
+#elif defined(LP_AVX2)
+    const __m256 abs = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+    __m256 h = _mm256_setzero_ps();
+    for (int j = 0; j < 32; j += 8) h = _mm256_max_ps(_mm256_and_ps(_mm256_loadu_ps(x + j), abs), h);
+#endif
+#if defined(LP_AVX512) || defined(LP_AVX2)
+    __m128 q = _mm_max_ps(_mm256_extractf128_ps(h, 1), _mm256_castps256_ps128(h));
+    q = _mm_max_ps(_mm_movehl_ps(q, q), q);
+    q = _mm_max_ss(_mm_movehdup_ps(q), q);
+    return _mm_cvtss_f32(q);
+#elif defined(LP_NEON)
+    float32x4_t m = vdupq_n_f32(0.0f);
+    for (int j = 0; j < 32; j += 4) {
+        const float32x4_t a = vabsq_f32(vld1q_f32(x + j));
+        m = vbslq_f32(vcgtq_f32(a, m), a, m);
+    }
+    return vmaxvq_f32(m); /* no NaN left in m */
+#else
+    float mx = 0.0f;
+    for (int j = 0; j < 32; j++) {
+        const float a = fabsf(x[j]);
+        mx = a > mx ? a : mx;
+    }
+    return mx;
+#endif
+}
+
 /* Row r of x [n_in] into xr: per block of 32, s = max |x| / LP_XQ_MAX and xq = x / s rounded
  * to nearest even (the same integers on every ISA: one scalar division per block, then
  * IEEE products); sum16 in order. */
@@ -281,11 +318,7 @@ void lp_prepare_x_row(const float *x, lp_xrows xr, int64_t r) {
     float *s = xr.s + r * (n_in / 32), *sum = xr.sum16 + r * (n_in / 16);
     for (int64_t b = 0; b < n_in / 32; b++) {
         const float *xb = x + 32 * b;
-        float mx = 0.0f;
-        for (int j = 0; j < 32; j++) { /* fmaxf(mx, |x|) (a NaN leaves mx), in a form the compiler vectorizes */
-            const float a = fabsf(xb[j]);
-            mx = a > mx ? a : mx;
-        }
+        const float mx = absmax32(xb);
         const float inv = mx > 0.0f ? LP_XQ_MAX / mx : 0.0f;
         s[b] = mx / LP_XQ_MAX;
         for (int j = 0; j < 32; j++) {
