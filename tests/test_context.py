@@ -75,6 +75,21 @@ def test_clamps_are_llamacpp_and_logged(tiny, caplog):
     assert "-b 64 < -ub 512: micro-batch clamped to 64" in caplog.text
 
 
+@pytest.mark.parametrize("n_ctx, n_seq, unified, want_ctx, want_seq", [
+    (1024, 8, False, 2048, 256),  # 128 a stream, padded to 256 (llama_context: GGML_PAD(n_ctx / n_seq_max, 256))
+    (4096, 3, False, 4608, 1536),  # 1365 -> 1536
+    (8192, 8, False, 8192, 1024),  # already a multiple: unchanged
+    (1024, 8, True, 1024, 1024),  # unified: one stream of n_ctx
+])
+def test_streams_hold_multiples_of_256_cells(tiny, caplog, n_ctx, n_seq, unified, want_ctx, want_seq):
+    """Without --kv-unified each sequence's stream is n_ctx / n_seq_max padded to 256, and n_ctx
+    follows (llama.cpp: -c 1024 -np 8 gives n_ctx 2048, n_ctx_seq 256), with a warning."""
+    with caplog.at_level(logging.WARNING, logger="llamapy"):
+        ctx = Context(tiny, ContextParams(n_ctx=n_ctx, n_seq_max=n_seq, kv_unified=unified))
+    assert (ctx.cparams.n_ctx, ctx.n_ctx_seq) == (want_ctx, want_seq)
+    assert (f"n_ctx set to {want_ctx}" in caplog.text) == (want_ctx != n_ctx)
+
+
 def test_n_ctx_zero_means_trained_context(tiny):
     ctx = Context(tiny, ContextParams(n_ctx=0))
     assert ctx.n_ctx == tiny.hparams.n_ctx_train

@@ -51,10 +51,15 @@ def resolve_cparams(p: ContextParams, hp: HParams, n_ctx_fitted: int | None = No
     if n_ctx_padded != n_ctx and p.n_ctx > 0:
         log.warning(f"n_ctx ({n_ctx}) padded up to {n_ctx_padded}, a multiple of {N_CTX_PAD}")
     n_ctx = n_ctx_padded
-    if not p.kv_unified and n_ctx % p.n_seq_max:
-        n_new = pad(n_ctx // p.n_seq_max, N_CTX_PAD) * p.n_seq_max
-        log.warning(f"n_ctx ({n_ctx}) is not divisible by n_seq_max ({p.n_seq_max}): raised to {n_new} so each stream holds {n_new // p.n_seq_max} cells")
-        n_ctx = n_new
+    if not p.kv_unified:  # each stream a multiple of 256 cells (llama_context: n_ctx_seq = GGML_PAD(n_ctx / n_seq_max, 256))
+        n_seq_cells = pad(n_ctx // p.n_seq_max, N_CTX_PAD)
+        if n_seq_cells == 0:
+            raise ValueError(f"n_ctx ({n_ctx}) < n_seq_max (-np {p.n_seq_max}): no cells for a stream; raise -c or lower -np")
+        if n_seq_cells * p.n_seq_max != n_ctx:
+            n_new = n_seq_cells * p.n_seq_max
+            log.warning(f"n_ctx ({n_ctx}) / n_seq_max ({p.n_seq_max}) is not a multiple of {N_CTX_PAD}: n_ctx set to {n_new} "
+                        f"so each stream holds {n_seq_cells} cells")
+            n_ctx = n_new
     n_batch = min(n_ctx, p.n_batch)
     if n_batch != p.n_batch:
         log.warning(f"n_batch (-b {p.n_batch}) > n_ctx ({n_ctx}): n_batch clamped to {n_batch}")
