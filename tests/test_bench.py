@@ -294,8 +294,10 @@ def test_cli_perplexity_output(tiny_path, tmp_path, capsys):
 
 
 def test_cli_batched_bench_md(tiny_path, capsys):
+    """One KV stream per sequence by default, as llama-batched-bench (-kvu: one unified cache)."""
     a = _cli(["batched-bench", "-m", str(tiny_path), "-c", "256", "-npp", "8,16", "-ntg", "2", "-npl", "1,3", "-t", "1"])
-    assert a.kv_unified is True
+    assert a.kv_unified is False
+    assert _cli(["batched-bench", "-m", str(tiny_path), "-kvu"]).kv_unified is True
     assert a.fn(a) == 0
     lines = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("|")]
     assert [c.strip() for c in lines[0].strip("|").split("|")] == ["PP", "TG", "B", "N_KV", "T_PP s", "S_PP t/s", "T_TG s", "S_TG t/s", "T s", "S t/s"]

@@ -62,11 +62,11 @@ def add_parser(sub, common) -> None:
     p.add_argument("-pps", action="store_true", help="one prompt shared by all sequences (seq_cp)")
     p.add_argument("-tgs", action="store_true", help="generate for each sequence separately")
     p.add_argument("-no-kvu", "--no-kv-unified", dest="kv_unified", action="store_false",
-                   help="one KV stream per sequence instead of the unified cache")
+                   help="one KV stream per sequence (the default; -kvu: one unified cache)")
     p.add_argument("--output-format", default="md", choices=("md", "jsonl"))
     p.add_argument("-v", "--verbose", action="store_true")
     common._add_speculative(p)  # each sequence then a server slot that drafts
-    p.set_defaults(fn=cmd_batched_bench, kv_unified=True)
+    p.set_defaults(fn=cmd_batched_bench)  # one KV stream per sequence unless -kvu, as llama-batched-bench
 
     p = sub.add_parser("perplexity", help="llama-perplexity: PPL over the second half of each n_ctx chunk")
     common._add_model(p), common._add_context(p)
