@@ -6,6 +6,7 @@ and best step time of each, and the largest difference of their logits.  kernel_
 one product; this times what a user's tokens/s reads, barriers and all.
 
     .venv/bin/python benchmarks/decode_ab.py A.so B.so -m gemma3-270m -r 200
+    .venv/bin/python benchmarks/decode_ab.py A.so B.so -m gemma3-270m -B 16 -r 30   # batched decode
 Both libraries must be builds of this tree's ABI (each source tree's `load_kernels()` prints
 its cached library).  Not a test: the numbers depend on the machine.
 """
@@ -28,7 +29,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("a", help="library A (the baseline)")
     ap.add_argument("b", help="library B")
     ap.add_argument("-m", "--model", default="smollm2-135m")
-    ap.add_argument("-p", type=int, default=128, help="prompt tokens before the timed steps")
+    ap.add_argument("-p", type=int, default=128, help="prompt tokens before the timed steps (per sequence)")
+    ap.add_argument("-B", type=int, default=1, help="sequences: a step decodes one token of each (unified cache)")
     ap.add_argument("-r", "--reps", type=int, default=100, help="steps of each library")
     ap.add_argument("-t", "--threads", type=int, default=2)
     a = ap.parse_args(argv)
@@ -54,10 +56,12 @@ def main(argv: list[str] | None = None) -> int:
         fns.append(fn)
     own = lib.fn
     model = llamapy.Model.load(resolve_model(a.model))
-    ctx = llamapy.Context(model, llamapy.ContextParams(n_ctx=a.p + 64, n_threads=a.threads))
+    ctx = llamapy.Context(model, llamapy.ContextParams(n_ctx=a.B * (a.p + 64), n_seq_max=a.B, kv_unified=True,
+                                                       n_threads=a.threads))
     b = llamapy.Batch()
-    for i in range(a.p):
-        b.add((7 + 31 * i) % model.n_vocab, i, (0,), logits=i == a.p - 1)
+    for s in range(a.B):
+        for i in range(a.p):
+            b.add((7 + 31 * i + s) % model.n_vocab, i, (s,), logits=i == a.p - 1)
     ctx.decode(b)
     times: list[list[float]] = [[], []]
     diff = 0.0
@@ -66,19 +70,21 @@ def main(argv: list[str] | None = None) -> int:
         for k, fn in enumerate(fns):
             object.__setattr__(lib, "fn", fn)
             step = llamapy.Batch()
-            step.add((5 + i) % model.n_vocab, a.p, (0,), logits=True)
+            for s in range(a.B):
+                step.add((5 + i + s) % model.n_vocab, a.p, (s,), logits=True)
             t = time.perf_counter()
             ctx.decode(step)
             dt = time.perf_counter() - t
             if i >= 2:
                 times[k].append(dt)
             logits.append(ctx.get_logits_ith(-1).clone())
-            ctx.memory.seq_rm(0, a.p, -1)
+            for s in range(a.B):
+                ctx.memory.seq_rm(s, a.p, -1)
         diff = max(diff, float((logits[0] - logits[1]).abs().max()))
     object.__setattr__(lib, "fn", own)
     med = [statistics.median(t) for t in times]
     best = [min(t) for t in times]
-    print(f"{a.model}, prompt {a.p}, {a.threads} threads, {a.reps} alternating steps each")
+    print(f"{a.model}, B={a.B}, prompt {a.p}, {a.threads} threads, {a.reps} alternating steps each")
     print(f"  A {med[0] * 1e3:7.3f} ms median {best[0] * 1e3:7.3f} best   B {med[1] * 1e3:7.3f} ms median "
           f"{best[1] * 1e3:7.3f} best   B is {med[0] / med[1]:.3f}x A (median), {best[0] / best[1]:.3f}x (best)   "
           f"max|logits A - B| {diff:.3g}")
