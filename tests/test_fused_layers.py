@@ -115,13 +115,16 @@ def test_fused_layers_streams(block_model, n_seq):
         assert torch.equal(y_fused, y_op)
 
 
-@pytest.mark.parametrize("case", ["q8_0 cache", "fa off", "big ubatch"])
+@pytest.mark.parametrize("case", ["iq4_nl cache", "q8_0 cache, heads of 16", "fa off", "big ubatch"])
 def test_fused_layers_fall_back(block_model, case):
-    """Where the fused path does not apply, the per-op path runs (and gives its logits)."""
+    """Where the fused path does not apply, the per-op path runs (and gives its logits): a
+    cache type the kernels do not store, block-typed heads that are not whole blocks of 32."""
     n_seq, prompt = 2, 5
     p = ContextParams(n_ctx=512, n_seq_max=n_seq, kv_unified=True)
-    if case == "q8_0 cache":
-        p = ContextParams(n_ctx=512, n_seq_max=n_seq, kv_unified=True, type_k="q8_0", type_v="q8_0", flash_attn="on")
+    assert block_model.hparams.n_embd_head_k == 16
+    if case.endswith("cache") or "heads" in case:
+        t = case.split()[0]
+        p = ContextParams(n_ctx=512, n_seq_max=n_seq, kv_unified=True, type_k=t, type_v=t, flash_attn="on")
     elif case == "fa off":
         p = ContextParams(n_ctx=512, n_seq_max=n_seq, kv_unified=True, flash_attn="off")
     else:
@@ -130,6 +133,50 @@ def test_fused_layers_fall_back(block_model, case):
     y_fused, calls = _run(block_model, True, p, n_seq, prompt=prompt)
     assert calls == {"big ubatch": 4}.get(case, 0)
     assert torch.equal(y_fused, y_op)
+
+
+@pytest.mark.parametrize("types", [("q8_0", "q8_0"), ("q4_0", "q4_1"), ("q5_0", "q5_1"), ("f16", "q8_0"), ("q4_1", "f16")])
+def test_fused_layers_block_caches(tmp_path, types):
+    """A KV cache in ggml's blocks (-ctk / -ctv q8_0, q4_0, q4_1, q5_0, q5_1, or f16 with one of
+    them): the fused path quantizes K and V in C and attends over the rows widened to f32 --
+    the same cache bytes as the per-op path's store (ggml's reference quantizers) and the same
+    logits, bit for bit, one stream and several."""
+    m = Model.load(write_tiny_llama(tmp_path / "d64.gguf", n_embd=384, n_head=6, n_head_kv=2, n_ff=256,
+                                    weight_type=T.Q4_1))
+    tk, tv = types
+    for n_seq, unified in ((1, True), (3, True), (3, False)):
+        p = ContextParams(n_ctx=256 * n_seq, n_seq_max=n_seq, kv_unified=unified, type_k=tk, type_v=tv, flash_attn="on")
+        y_op, calls_op = _run(m, False, p, n_seq, holes=n_seq == 3)
+        y_fused, calls = _run(m, True, p, n_seq, holes=n_seq == 3)
+        assert calls_op == 0 and calls >= 4
+        assert torch.equal(y_fused, y_op)
+        f16 = _run(m, False, ContextParams(n_ctx=256 * n_seq, n_seq_max=n_seq, kv_unified=unified, flash_attn="on"),
+                   n_seq, holes=n_seq == 3)[0]
+        assert not torch.equal(y_op, f16)  # the cache type reached the logits (the attention itself: test_kernels.py)
+
+
+def test_fused_block_cache_bytes_are_the_per_op_path(tmp_path):
+    """The cells a fused decode stores into a q5_1 / q4_0 cache are the per-op path's, byte for
+    byte (kernels/c/kv_quant.c against the Python quantizers)."""
+    m = Model.load(write_tiny_llama(tmp_path / "d64.gguf", n_embd=384, n_head=6, n_head_kv=2, n_ff=256,
+                                    weight_type=T.Q8_0))
+    caches = []
+    for fused in (False, True):
+        saved = m.net.fused
+        if not fused:
+            m.net.fused = None
+        try:
+            ctx = Context(m, ContextParams(n_ctx=256, type_k="q5_1", type_v="q4_0", flash_attn="on"))
+            for i in range(20):  # one token a decode: the fused path stores every cell
+                b = Batch()
+                b.add((7 * i + 3) % m.n_vocab, i, [0], logits=True)
+                ctx.decode(b)
+            caches.append([(ctx.memory.k[il].clone(), ctx.memory.v[il].clone()) for il in range(m.hparams.n_layer)])
+        finally:
+            m.net.fused = saved
+    assert m.net.fused.calls >= 20
+    for (ka, va), (kb, vb) in zip(*caches):
+        assert torch.equal(ka, kb) and torch.equal(va, vb)
 
 
 def test_fused_layers_real_model(smollm2):
@@ -143,8 +190,8 @@ def test_fused_layers_real_model(smollm2):
         assert torch.equal(y_fused, y_op)
 
 
-@pytest.mark.parametrize("types", ["f32", "mixed"])
-def test_fused_gemma3_layers(tmp_path, types):
+@pytest.mark.parametrize("types,cache", [("f32", "f16"), ("mixed", "f16"), ("mixed", "q8_0")])
+def test_fused_gemma3_layers(tmp_path, types, cache):
     """Gemma 3's shape: window and global layers (two caches, two RoPE bases), Q/K norms, post
     norms, GeGLU, separate Q/K/V of different types; against its per-op path, over more
     tokens than the window (so the window cache's mask hides cells)."""
@@ -153,7 +200,7 @@ def test_fused_gemma3_layers(tmp_path, types):
     m = Model.load(write_tiny_gemma3(tmp_path / "g.gguf", n_embd=128, head_dim=64, n_ff=256, weight_types=wt))
     assert m.net.fused is not None
     for n_seq, unified in ((1, True), (3, True), (3, False)):
-        p = ContextParams(n_ctx=512, n_seq_max=n_seq, kv_unified=unified)
+        p = ContextParams(n_ctx=512, n_seq_max=n_seq, kv_unified=unified, type_k=cache, type_v=cache, flash_attn="on")
         y_op, calls_op = _run(m, False, p, n_seq, prompt=20, steps=6)
         y_fused, calls = _run(m, True, p, n_seq, prompt=20, steps=6)
         assert calls_op == 0 and calls >= 6 + (n_seq == 1)

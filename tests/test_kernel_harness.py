@@ -24,6 +24,7 @@ def _run_harness(cmd: list[str]) -> str:
     assert r.returncode == 0, f"{' '.join(cmd)} (rc {r.returncode}):\n{r.stdout[-4000:]}\n{r.stderr[-2000:]}"
     assert r.stdout.rstrip().endswith("0 failed")
     assert r.stdout.count("ok   attention tiles") == 3  # the many-row attention checked too (attn_tiles.c)
+    assert r.stdout.count("ok   attention over") == 4  # and the few-row one over block-typed KV caches
     assert "ok   argmax" in r.stdout and "ok   topk" in r.stdout  # the sampler's picks (api.c)
     return r.stdout
 

@@ -354,6 +354,67 @@ def test_attention_matches_sdpa(lib, n_head, n_head_kv, d, n, n_kv):
         assert torch.equal(out[empty], torch.zeros(n_head * d))
 
 
+KV_BLOCK_TYPES = ["q8_0", "q4_0", "q4_1", "q5_0", "q5_1"]
+
+
+@pytest.mark.parametrize("name", KV_BLOCK_TYPES)
+def test_kv_quantize_is_ggml_reference(lib, name):
+    """The KV cache's C quantizers (kv_quant.c, the fused decode's store) write the bytes of
+    ggml's quantize_row_*_ref, as the gguf package does: random rows, a zero row, a constant
+    row, rows whose largest magnitude appears twice with both signs, tiny and huge values."""
+    from llamapy.gguf.quants import quantize
+
+    qt = T[name.upper()]
+    g = torch.Generator().manual_seed(5)
+    x = torch.randn(40, 128, generator=g) * torch.logspace(-3, 3, 40)[:, None]
+    x[0] = 0.0
+    x[1] = 0.7
+    x[2, :32] = torch.linspace(-1, 1, 32)  # -1 first: q4_0 / q5_0 take the first of equal magnitudes
+    x[3, 5], x[3, 9] = 3.0, -3.0
+    got = kops.kv_quantize(lib, x, int(qt))
+    assert torch.equal(got, quantize(x, qt))
+    ref = gguf.quants.quantize(x.numpy(), qt)
+    assert np.array_equal(got.numpy(), ref)
+
+
+@pytest.mark.parametrize("types", [("q8_0", "q8_0"), ("q4_0", "q4_1"), ("q5_0", "q5_1"), ("f16", "q4_0"), ("q8_0", "f16")])
+@pytest.mark.parametrize("n_head,n_head_kv,d,n,n_kv", [(9, 3, 64, 1, 300), (4, 1, 256, 3, 48), (6, 2, 32, 5, 700)])
+def test_attention_over_block_cache(lib, types, n_head, n_head_kv, d, n, n_kv):
+    """Few rows over a KV cache in ggml's blocks (-ctk / -ctv): the same attention as PyTorch's
+    SDPA over the cache dequantized, each row seeing its cells (one row sees nothing: zeros)."""
+    from llamapy.gguf.quants import dequantize, quantize
+
+    g = torch.Generator().manual_seed(1)
+    n_cells = n_kv + 16
+    q = torch.randn(n, n_head, d, generator=g)
+    raw, wide = [], []
+    for t in types:
+        x = torch.randn(n_cells, n_head_kv * d, generator=g)
+        if t == "f16":
+            raw.append(x.half())
+            wide.append(x.half().float())
+        else:
+            b = quantize(x, T[t.upper()])
+            raw.append(b)
+            wide.append(dequantize(b, T[t.upper()], (n_cells, n_head_kv * d)))
+    visible = torch.rand(n, n_kv, generator=g) < 0.5
+    visible[:, 0] = True
+    empty = n - 1 if n > 2 else None
+    if empty is not None:
+        visible[empty] = False
+    mask = torch.zeros(n, n_kv).masked_fill_(~visible, float("-inf"))
+    c_types = kops.c_kv_types(*types, d, d)
+    out = kops.attn_kv(lib, q, raw[0], raw[1], c_types, n_kv, n_head_kv, d, mask, 0.125)
+    kh, vh = (w[:n_kv].view(n_kv, n_head_kv, d).transpose(0, 1)[None] for w in wide)
+    ref = F.scaled_dot_product_attention(q.transpose(0, 1)[None], kh, vh, attn_mask=mask, scale=0.125,
+                                         enable_gqa=n_head > n_head_kv)[0].transpose(0, 1).reshape(n, -1)
+    keep = torch.arange(n) != (-1 if empty is None else empty)
+    torch.testing.assert_close(out[keep], ref[keep], rtol=1e-4, atol=1e-5)
+    if empty is not None:
+        assert torch.equal(out[empty], torch.zeros(n_head * d))
+    assert kops.c_kv_types("q8_0", "f16", 16, 16) is None and kops.c_kv_types("iq4_nl", "f16", 64, 64) is None
+
+
 @pytest.mark.parametrize("n_head,n_head_kv,d", [(9, 3, 64), (4, 1, 256), (6, 6, 12), (20, 1, 8), (5, 1, 32)])
 @pytest.mark.parametrize("mask_kind", ["causal", "window", "two-seqs"])
 def test_tile_attention_matches_reference(lib, n_head, n_head_kv, d, mask_kind):

@@ -22,6 +22,8 @@ typedef void (*glu_fn)(const float *, int64_t, int64_t, int, float *);
 typedef void (*rope_fn)(float *, int64_t, int64_t, int64_t, int64_t, int64_t, const float *, const float *, int);
 typedef int (*attn_fn)(const float *, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, const uint16_t *,
                        const uint16_t *, int64_t, const float *, const int64_t *, const int64_t *, float, float *);
+typedef int (*attn_kv_fn)(const float *, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int, const void *, int,
+                          const void *, int64_t, const float *, const int64_t *, const int64_t *, float, float *);
 typedef int (*tiles_fn)(const float *, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, const uint16_t *,
                         const uint16_t *, int64_t, const float *, float, float *, int64_t);
 typedef int64_t (*argmax_fn)(const float *, int64_t);
@@ -38,6 +40,7 @@ typedef struct {
     glu_fn glu;
     rope_fn rope;
     attn_fn attn;
+    attn_kv_fn attn_kv;
     tiles_fn tiles;
     argmax_fn argmax;
     topk_fn topk;
@@ -60,6 +63,7 @@ static lib_t open_lib(const char *path) {
     l.glu = (glu_fn)dlsym(l.h, "lp_glu");
     l.rope = (rope_fn)dlsym(l.h, "lp_rope");
     l.attn = (attn_fn)dlsym(l.h, "lp_attn_f16");
+    l.attn_kv = (attn_kv_fn)dlsym(l.h, "lp_attn_kv");
     l.tiles = (tiles_fn)dlsym(l.h, "lp_attn_tiles_f16");
     l.argmax = (argmax_fn)dlsym(l.h, "lp_argmax");
     l.topk = (topk_fn)dlsym(l.h, "lp_topk");
@@ -259,6 +263,37 @@ static void check_attention(const lib_t *u, const lib_t *r, int64_t n_head, int6
     free(q), free(mask), free(k), free(v), free(a), free(b);
 }
 
+/* The few-row attention over a KV cache in ggml's blocks (-ctk / -ctv): K of type tk, V of tv
+ * (random blocks with sane scales), rows seeing random cells. */
+static void check_attention_blocks(const lib_t *u, const lib_t *r, const type_t *tk, const type_t *tv, int64_t n_head,
+                                   int64_t n_head_kv, int64_t d) {
+    const int64_t n = 3, n_kv = 200, cells = 208;
+    float *q = malloc(sizeof(float) * n * n_head * d), *mask = malloc(sizeof(float) * n * n_kv);
+    uint8_t *k = random_matrix(tk, cells, n_head_kv * d), *v = random_matrix(tv, cells, n_head_kv * d);
+    float *a = malloc(sizeof(float) * n * n_head * d), *b = malloc(sizeof(float) * n * n_head * d);
+    int64_t ptr[4], vis[3 * 200];
+    for (int64_t i = 0; i < n * n_head * d; i++) q[i] = frand();
+    int64_t nv = 0;
+    ptr[0] = 0;
+    for (int64_t i = 0; i < n; i++) {
+        for (int64_t c = 0; c < n_kv; c++) {
+            const int see = c == 0 || rnd() % 3 == 0;
+            mask[i * n_kv + c] = see ? 0.0f : -INFINITY;
+            if (see) vis[nv++] = c;
+        }
+        ptr[i + 1] = nv;
+    }
+    const int ra = u->attn_kv(q, n, n_head * d, n_head, n_head_kv, d, d, tk->type, k, tv->type, v, n_kv, mask, ptr, vis,
+                              0.125f, a);
+    const int rb = r->attn_kv(q, n, n_head * d, n_head, n_head_kv, d, d, tk->type, k, tv->type, v, n_kv, mask, ptr, vis,
+                              0.125f, b);
+    char what[96];
+    snprintf(what, sizeof what, "attention over %s K / %s V, %lldx%lld heads d=%lld", tk->name, tv->name, (long long)n_head,
+             (long long)n_head_kv, (long long)d);
+    report(what, "kv", ra || rb ? INFINITY : max_diff(a, b, n * n_head * d) / max_abs(b, n * n_head * d), 1e-5);
+    free(q), free(mask), free(k), free(v), free(a), free(b);
+}
+
 /* The many-row attention (attn_tiles.c): a causal prompt of 37 rows after 5 held cells, 11
  * cells past it, row 3 seeing nothing. */
 static void check_tiles(const lib_t *u, const lib_t *r, int64_t n_head, int64_t n_head_kv, int64_t d) {
@@ -293,6 +328,10 @@ int main(int argc, char **argv) {
     check_attention(&u, &r, 9, 3, 64);
     check_attention(&u, &r, 4, 1, 256);
     check_attention(&u, &r, 6, 2, 32);
+    check_attention_blocks(&u, &r, &TYPES[4], &TYPES[4], 9, 3, 64);   /* q8_0 / q8_0 */
+    check_attention_blocks(&u, &r, &TYPES[0], &TYPES[1], 4, 1, 256);  /* q4_0 / q4_1 */
+    check_attention_blocks(&u, &r, &TYPES[2], &TYPES[10], 6, 2, 32);  /* q5_0 / f16 */
+    check_attention_blocks(&u, &r, &TYPES[10], &TYPES[3], 9, 3, 64);  /* f16 / q5_1 */
     check_tiles(&u, &r, 9, 3, 64);
     check_tiles(&u, &r, 4, 1, 256);
     check_tiles(&u, &r, 20, 1, 12);

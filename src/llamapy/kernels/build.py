@@ -30,7 +30,7 @@ from pathlib import Path
 
 from ..log import logger
 
-ABI_VERSION = 6
+ABI_VERSION = 7
 SOURCE_DIR = Path(__file__).with_name("c")
 LEVELS = ("native", "avx512", "avx2+vnni", "avx2", "neon", "scalar")
 X86_NEEDS = {"avx512": ("avx512f", "avx512bw", "avx512dq", "avx512vl", "avx2", "fma", "f16c"),
@@ -50,13 +50,15 @@ SIGNATURES: dict[str, tuple] = {  # name -> argument types (all return void unle
     "lp_glu_rows": (P, I64, P, I64, I64, I64, I, P),
     "lp_rope": (P, I64, I64, I64, I64, I64, P, P, I),
     "lp_attn_f16": (P, I64, I64, I64, I64, I64, I64, P, P, I64, P, P, P, F, P),
+    "lp_attn_kv": (P, I64, I64, I64, I64, I64, I64, I, P, I, P, I64, P, P, P, F, P),
+    "lp_kv_quantize": (I, P, I64, I64, P),
     "lp_attn_tiles_f16": (P, I64, I64, I64, I64, I64, I64, P, P, I64, P, F, P, I64),
     "lp_layers": (P, I64, P, P, I64, P, P, I64),
     "lp_argmax": (P, I64),
     "lp_topk": (P, I64, I64, P, P),
 }
 RETURNS = {"lp_abi_version": ctypes.c_int, "lp_isa": ctypes.c_char_p, "lp_mm": ctypes.c_int,
-           "lp_attn_f16": ctypes.c_int, "lp_attn_tiles_f16": ctypes.c_int, "lp_layers": ctypes.c_int,
+           "lp_attn_f16": ctypes.c_int, "lp_attn_kv": ctypes.c_int, "lp_attn_tiles_f16": ctypes.c_int, "lp_layers": ctypes.c_int,
            "lp_argmax": ctypes.c_int64, "lp_topk": ctypes.c_int64}
 
 

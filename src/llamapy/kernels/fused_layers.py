@@ -6,8 +6,9 @@ compare the two.
 
 A FusedLayers exists only when every matrix of every layer is a BlockMatrix (or a stack of
 them: Q|K|V of different types) and the shapes are the ones the C code assumes; run() then
-takes a ubatch when it has fewer than FAST_ROWS rows, flash attention is on and every cache is
-f16.  Each row stores into and reads its own stream of each cache, so a ubatch over several
+takes a ubatch when it has fewer than FAST_ROWS rows, flash attention is on and every cache's
+K and V types are ones the C attention reads (ops.C_KV_TYPES: f16, or ggml's blocks of 32 --
+stored by the C quantizers, kernels/c/kv_quant.c, the bytes the per-op path's store writes).  Each row stores into and reads its own stream of each cache, so a ubatch over several
 streams (llama-server's -np layout) is one call too.  Anything else returns False and the
 per-op path runs."""
 from __future__ import annotations
@@ -20,7 +21,7 @@ import torch
 
 from ..memory.kv_cache import KVCache
 from .build import KernelLib
-from .ops import FAST_ROWS, visible_cells
+from .ops import FAST_ROWS, c_kv_types, visible_cells
 from .types import MAX_KV_SETS
 
 P, I64, F = ctypes.c_void_p, ctypes.c_int64, ctypes.c_float
@@ -32,7 +33,7 @@ class LayerC(ctypes.Structure):
     _fields_ = [("attn_norm", P), ("ffn_norm", P), ("q_norm", P), ("k_norm", P), ("attn_post_norm", P),
                 ("ffn_post_norm", P), ("wq", P), ("wk", P), ("wv", P), ("wo", P), ("wg", P), ("wu", P), ("wd", P),
                 ("tq", I64), ("tk", I64), ("tv", I64), ("to", I64), ("tg", I64), ("tu", I64), ("td", I64),
-                ("k", P), ("v", P), ("kv_set", I64), ("rope_set", I64)]
+                ("k", P), ("v", P), ("tck", I64), ("tcv", I64), ("kv_set", I64), ("rope_set", I64)]
 
 
 class DimsC(ctypes.Structure):
@@ -47,7 +48,7 @@ class RopeC(ctypes.Structure):
 
 
 class KvC(ctypes.Structure):
-    _fields_ = [("store_cells", P), ("row_off", P), ("mask", P), ("n_kv", I64), ("ptr", P), ("cells", P)]
+    _fields_ = [("store_cells", P), ("cell_off", P), ("mask", P), ("n_kv", I64), ("ptr", P), ("cells", P)]
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,8 +146,9 @@ class FusedLayers:
             return False
         sets: dict[tuple[int, bool], int] = {}
         kvs, keep = [], []
+        d = self.dims.d
         for il, cache in enumerate(caches):
-            if not isinstance(cache, KVCache) or not cache.type_k.name == cache.type_v.name == "f16":
+            if not isinstance(cache, KVCache) or c_kv_types(cache.type_k.name, cache.type_v.name, d, d) is None:
                 return False
             key = (id(cache), self.swa[il])
             if key not in sets and len(sets) == MAX_KV_SETS:  # layers.c's bound (an iSWA model has 2)
@@ -166,6 +168,8 @@ class FusedLayers:
         kv_arr = (KvC * len(kvs))(*kvs)
         rc = self.lib.fn.lp_layers(self.layers, self.n_layer, ctypes.byref(self.dims), x.data_ptr(), n, rope_arr,
                                    kv_arr, len(kvs))
+        if rc == -2:
+            raise ValueError("lp_layers: a cache type the kernels do not store (ops.C_KV_TYPES)")
         if rc != 0:
             raise MemoryError(f"lp_layers: no scratch memory for a ubatch of {n} rows")
         self.calls += 1
@@ -173,40 +177,43 @@ class FusedLayers:
 
     def _bind(self, caches: list) -> None:
         """Point every layer's k, v at its cache's tensors [n_stream, n_cells, width] (a KVCache
-        allocates them once, so they move only with another cache)."""
+        allocates them once, so they move only with another cache), with their storage types."""
         key = tuple(id(c) for c in caches)
         if self.bound and self.bound[0] == key and all(r() is c for r, c in zip(self.bound[1], caches)):
             return
         for i, (il, cache) in enumerate(zip(self.layer_ids, caches)):
             k, v = cache.k[il], cache.v[il]
-            assert k.is_contiguous() and v.is_contiguous() and k.dtype == v.dtype == torch.float16
+            assert k.is_contiguous() and v.is_contiguous()
             self.layers[i].k, self.layers[i].v = k.data_ptr(), v.data_ptr()
+            self.layers[i].tck, self.layers[i].tcv = c_kv_types(cache.type_k.name, cache.type_v.name, self.dims.d,
+                                                                self.dims.d)
         self.bound = (key, [weakref.ref(c) for c in caches])
 
 
 def _kv_set(inp, cache: KVCache, swa: bool, n: int) -> tuple[KvC, list[torch.Tensor]]:
     """The C view of how the ubatch's n rows store into and read `cache`: each row's cell, the
-    offset of its stream in the layer tensors, and its mask row and visible cells -- one mask
+    first cell of its stream in the layer tensors [n_stream * size cells], and its mask row and
+    visible cells -- one mask
     [n, max n_kv] whose row i is row i's own stream's (-inf past that stream's n_kv), so rows of
     several streams (llama-server's -np) go through one call.  Also the tensors it points into."""
     groups = inp.groups(cache, swa, gather=False)
-    stride = cache.k[cache.layers[0]].stride(0)  # elements per stream
+    size = cache.k[cache.layers[0]].shape[1]  # cells per stream
     idxs = inp.sinfo[id(cache)].idxs
     cells = torch.from_numpy(idxs.astype("int64", copy=False))  # [n]
-    row_off = torch.empty(n, dtype=torch.int64)
+    cell_off = torch.empty(n, dtype=torch.int64)
     if len(groups) == 1:
         g = groups[0]
         mask = g.mask.contiguous()
         ptr, vis = g.visible
-        row_off.fill_(g.stream * stride)
+        cell_off.fill_(g.stream * size)
     else:
         mask = torch.full((n, max(g.n_kv for g in groups)), float("-inf"))
         for g in groups:
             mask[g.rows, : g.n_kv] = g.mask
-            row_off[g.rows] = g.stream * stride
+            cell_off[g.rows] = g.stream * size
         ptr, vis = visible_cells(mask)
-    kv = KvC(cells.data_ptr(), row_off.data_ptr(), mask.data_ptr(), mask.shape[1], ptr.data_ptr(), vis.data_ptr())
-    return kv, [cells, row_off, mask, ptr, vis]
+    kv = KvC(cells.data_ptr(), cell_off.data_ptr(), mask.data_ptr(), mask.shape[1], ptr.data_ptr(), vis.data_ptr())
+    return kv, [cells, cell_off, mask, ptr, vis]
 
 
 def _shapes_fit(qkv: list, gu: list, o, dn, n_embd: int, n_q: int, n_k: int, n_ff: int) -> bool:

@@ -71,15 +71,62 @@ def visible_cells_np(visible: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
     return torch.from_numpy(ptr), torch.from_numpy(np.ascontiguousarray(cells, dtype=np.int64))  # nonzero: a strided view
 
 
-def _attn_args(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, n_head_kv: int,
-               mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """What the attention kernels read: q with its heads contiguous, the f16 cache rows
-    contiguous (asserted), the mask contiguous; and the output [n, n_head * d_v] to write."""
+def _attn_args(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, n_head_kv: int, mask: torch.Tensor,
+               d_v: int | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """What the attention kernels read: q with its heads contiguous, the cache rows contiguous
+    (asserted; f16 unless d_v, the V head size, is given), the mask contiguous; and the output
+    [n, n_head * d_v] to write."""
     n, n_head, d_k = q.shape
     if q.stride(2) != 1 or q.stride(1) != d_k:
         q = q.contiguous()
-    assert k.dtype == v.dtype == torch.float16 and k.is_contiguous() and v.is_contiguous()
-    return q, mask.contiguous(), torch.empty(n, n_head * (v.shape[1] // n_head_kv), dtype=torch.float32)
+    assert k.is_contiguous() and v.is_contiguous() and (d_v is not None or k.dtype == v.dtype == torch.float16)
+    d_v = v.shape[1] // n_head_kv if d_v is None else d_v
+    return q, mask.contiguous(), torch.empty(n, n_head * d_v, dtype=torch.float32)
+
+
+# KV cache types the C attention and the fused layers read (-ctk / -ctv), by their GGML type:
+# f16 and ggml's blocks of 32 (kernels/c/kv_quant.c); f32, bf16 and iq4_nl take PyTorch's path.
+C_KV_TYPES = {"f16": 1, "q4_0": 2, "q4_1": 3, "q5_0": 6, "q5_1": 7, "q8_0": 8}
+
+
+def c_kv_types(type_k: str, type_v: str, d_k: int, d_v: int) -> tuple[int, int] | None:
+    """The GGML types of a cache the C attention reads, or None: both types in C_KV_TYPES, and
+    block-typed heads whole blocks of 32."""
+    tk, tv = C_KV_TYPES.get(type_k), C_KV_TYPES.get(type_v)
+    if tk is None or tv is None or (type_k != "f16" and d_k % 32) or (type_v != "f16" and d_v % 32):
+        return None
+    return tk, tv
+
+
+def attn_kv(lib: KernelLib, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, types: tuple[int, int], n_kv: int,
+            n_head_kv: int, d_v: int, mask: torch.Tensor, scale: float,
+            visible: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
+    """attn_f16 over a cache of any c_kv_types: k [n_cells, row bytes or n_head_kv * d_k], v
+    likewise, in their storage (float16, or uint8 blocks), types their GGML types; d_v the V
+    head size.  The same C attention as attn_f16 for an f16 cache; a block-typed one has each
+    visible cell's rows widened to f32 (kernels/c/ops.c attn_group_blocks)."""
+    q, mask, out = _attn_args(q, k, v, n_head_kv, mask, d_v)
+    n, n_head, d_k = q.shape
+    ptr, cells = visible_cells(mask) if visible is None else visible
+    rc = lib.fn.lp_attn_kv(q.data_ptr(), n, q.stride(0), n_head, n_head_kv, d_k, d_v, types[0], k.data_ptr(), types[1],
+                           v.data_ptr(), n_kv, mask.data_ptr(), ptr.data_ptr(), cells.data_ptr(), scale, out.data_ptr())
+    if rc == -2:
+        raise ValueError(f"lp_attn_kv: cache types {types} with heads of {d_k} / {d_v} are not read by the kernels")
+    if rc != 0:
+        raise MemoryError(f"lp_attn_kv: no scratch memory for {n} rows")
+    return out
+
+
+def kv_quantize(lib: KernelLib, x: torch.Tensor, qtype: int) -> torch.Tensor:
+    """Rows x [n_rows, n] float32 as a KV cache of GGML type qtype stores them (ggml's
+    quantize_row_*_ref bytes; kernels/c/kv_quant.c): uint8 [n_rows, row bytes]."""
+    import gguf
+
+    x = x.float().contiguous()
+    bs, ts = gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType(qtype)]
+    out = torch.empty(x.shape[0], x.shape[1] // bs * ts, dtype=torch.uint8)
+    lib.fn.lp_kv_quantize(qtype, x.data_ptr(), x.shape[0], x.shape[1], out.data_ptr())
+    return out
 
 
 def attn_f16(lib: KernelLib, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, n_kv: int, n_head_kv: int,

@@ -1,10 +1,10 @@
 """The attention step of one layer, shared by every architecture: write the ubatch's K and V
 into its cells, then attend per stream group (model/graph.py AttnGroup): over the first n_kv
 cells through the KQ mask, or over the gathered cells each sequence can see (the same mask,
-compressed).  Flash: over an f16 cache the CPU kernels (few rows: one online-softmax pass over
-the cells the mask lets each row see; many rows: tiles of 16 query vectors, each K and V row
-widened once for all of them, kernels/c/attn_tiles.c), else fused SDPA; otherwise the KQ matrix is
-materialized, as llama.cpp's -fa off.  A cache in host memory under a CUDA model (-nkvo)
+compressed).  Flash: the CPU kernels -- few rows over an f16 cache or one in ggml's blocks of 32
+(q8_0, q4_0, q4_1, q5_0, q5_1): one softmax pass over the cells the mask lets each row see; many
+rows over an f16 cache: tiles of 16 query vectors, each K and V row widened once for all of them,
+kernels/c/attn_tiles.c -- else fused SDPA; otherwise the KQ matrix is materialized, as llama.cpp's -fa off.  A cache in host memory under a CUDA model (-nkvo)
 gets q, k, v copied to it, attention runs there, and the output is copied back: llama.cpp
 runs the KQ and KQV ops of -nkvo on the CPU the same way."""
 from __future__ import annotations
@@ -29,17 +29,17 @@ def attend(inp: UBatchInputs, cache: KVCache, il: int, q: torch.Tensor, k: torch
     n_tokens, n_head, d_k = q.shape
     d_v = hp.n_embd_head_v
     cache.store(il, inp.store_plan(cache), k.reshape(n_tokens, -1), v)
-    f16 = inp.flash_attn and cache.type_k.name == cache.type_v.name == "f16"
-    lib = fast_lib(q) if f16 else None
+    c_types = kops.c_kv_types(cache.type_k.name, cache.type_v.name, d_k, d_v) if inp.flash_attn else None
+    lib = fast_lib(q) if c_types is not None else None
     tiles = (row_lib(q) if lib is None and tile_attention(n_tokens, inp.flash_attn, cache.type_k.name, cache.type_v.name,
                                                           d_k, d_v, n_head, hp.n_head_kv) else None)
     groups = inp.groups(cache, swa, gather=lib is None and tiles is None, cells=lib is not None)
     out = None
     for g in groups:
-        if lib is not None:  # few rows over an f16 cache: the fused kernel reads only visible cells
+        if lib is not None:  # few rows over an f16 or block cache: the C kernel reads only visible cells
             qr = q if len(groups) == 1 else q.index_select(0, g.rows)
-            o = kops.attn_f16(lib, qr, cache.k[il][g.stream], cache.v[il][g.stream], g.n_kv, hp.n_head_kv, g.mask,
-                              scale, g.visible)
+            o = kops.attn_kv(lib, qr, cache.k[il][g.stream], cache.v[il][g.stream], c_types, g.n_kv, hp.n_head_kv, d_v,
+                             g.mask, scale, g.visible)
         elif tiles is not None:  # many rows over an f16 cache: the kernel's tiles of 16 query vectors
             qr = q if len(groups) == 1 else q.index_select(0, g.rows)
             o = kops.attn_tiles_f16(tiles, qr, cache.k[il][g.stream], cache.v[il][g.stream], g.n_kv, hp.n_head_kv,

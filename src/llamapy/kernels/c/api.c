@@ -4,7 +4,7 @@
 
 #include "lp.h"
 
-int lp_abi_version(void) { return 6; }
+int lp_abi_version(void) { return 7; }
 
 /* The ISA level this build runs, in build.py's names, with the extensions it uses. */
 const char *lp_isa(void) {
@@ -63,34 +63,46 @@ void lp_rope(float *x, int64_t n_rows, int64_t ldx, int64_t n_head, int64_t d, i
         lp_rope_row(x + r * ldx, n_head, d, n_rot, cos_ + r * (n_rot / 2), sin_ + r * (n_rot / 2), neox);
 }
 
-/* Attention of few query rows over an f16 KV cache through the KQ mask, reading only the
- * cells each row can see: row i's visible cells are cells[ptr[i] .. ptr[i+1]) (the mask's
- * non -inf entries, listed once per ubatch), and mask[i, c] is added to the score.
- * q float [n, ldq] with head h at q + h * d_k; k f16 [n_cells, n_head_kv * d_k]; v f16
- * [n_cells, n_head_kv * d_v]; mask float [n, n_kv]; out float [n, n_head * d_v].  Query head
- * h reads KV head h / (n_head / n_head_kv).  A row that sees no cell gets zeros.  Returns 0,
- * or -1 without scratch memory. */
-int lp_attn_f16(const float *q, int64_t n, int64_t ldq, int64_t n_head, int64_t n_head_kv, int64_t d_k, int64_t d_v,
-                const uint16_t *k, const uint16_t *v, int64_t n_kv, const float *mask, const int64_t *ptr,
-                const int64_t *cells, float scale, float *out) {
+/* Attention of few query rows over a KV cache through the KQ mask, reading only the cells
+ * each row can see: row i's visible cells are cells[ptr[i] .. ptr[i+1]) (the mask's non -inf
+ * entries, listed once per ubatch), and mask[i, c] is added to the score.  q float [n, ldq]
+ * with head h at q + h * d_k; k [n_cells, n_head_kv * d_k] and v [n_cells, n_head_kv * d_v] of
+ * storage type tk / tv (f16, or ggml blocks of 32: lp_kv_type_ok); mask float [n, n_kv]; out
+ * float [n, n_head * d_v].  Query head h reads KV head h / (n_head / n_head_kv).  A row that
+ * sees no cell gets zeros.  Returns 0, -1 without scratch memory, -2 for a type it does not
+ * read. */
+int lp_attn_kv(const float *q, int64_t n, int64_t ldq, int64_t n_head, int64_t n_head_kv, int64_t d_k, int64_t d_v,
+               int tk, const void *k, int tv, const void *v, int64_t n_kv, const float *mask, const int64_t *ptr,
+               const int64_t *cells, float scale, float *out) {
+    if (!lp_kv_type_ok(tk) || !lp_kv_type_ok(tv) || (tk != LP_F16 && d_k % 32) || (tv != LP_F16 && d_v % 32)) return -2;
     const int64_t hpt = lp_attn_heads_per_task(n_head, n_head_kv), most = lp_most_visible(ptr, n);
     const int64_t n_chunk = lp_attn_chunks(n, n_head, n_head_kv, most, omp_get_max_threads());
     const int64_t n_part = lp_attn_part_floats(n, n_head, d_v, n_chunk);
+    const int64_t n_kvf = tk == LP_F16 && tv == LP_F16 ? 0 : lp_attn_kv_floats(most, d_k, d_v);
     float *part = n_part ? (float *)malloc((size_t)n_part * sizeof(float)) : NULL;
     if (n_part && !part) return -1;
     int failed = 0;
 #pragma omp parallel
     {
         float *p = (float *)malloc((size_t)(most * hpt) * sizeof(float));
+        float *kvf = n_kvf ? (float *)malloc((size_t)n_kvf * sizeof(float)) : NULL;
 #pragma omp atomic update
-        failed += p == NULL;
+        failed += p == NULL || (n_kvf && kvf == NULL);
 #pragma omp barrier
-        if (!failed) lp_attn_for(q, n, ldq, n_head, n_head_kv, d_k, d_v, k, v, n_kv, mask, ptr, cells, scale, out,
-                                 n_head * d_v, hpt, n_chunk, p, part, NULL);
+        if (!failed) lp_attn_for(q, n, ldq, n_head, n_head_kv, d_k, d_v, tk, k, tv, v, n_kv, mask, ptr, cells, scale,
+                                 out, n_head * d_v, hpt, n_chunk, p, part, NULL, kvf);
         free(p);
+        free(kvf);
     }
     free(part);
     return failed ? -1 : 0;
+}
+
+/* lp_attn_kv over an f16 cache. */
+int lp_attn_f16(const float *q, int64_t n, int64_t ldq, int64_t n_head, int64_t n_head_kv, int64_t d_k, int64_t d_v,
+                const uint16_t *k, const uint16_t *v, int64_t n_kv, const float *mask, const int64_t *ptr,
+                const int64_t *cells, float scale, float *out) {
+    return lp_attn_kv(q, n, ldq, n_head, n_head_kv, d_k, d_v, LP_F16, k, LP_F16, v, n_kv, mask, ptr, cells, scale, out);
 }
 
 /* The index of the first largest of x[0..n) (llama.cpp's greedy sampler: `logit > max`, so a

@@ -2,7 +2,8 @@
  * x86 with 256-bit vectors (AVX2 and the AVX-512 level): the scores of 8 cells at a time
  * (8 accumulators over the head dimension, reduced together), the softmax's exponentials 8 at
  * a time (lp.h lp_exp8), and the softmax-weighted sum of V rows with 32 output dims of up to 3
- * heads in registers per pass.
+ * heads in registers per pass.  K and V rows are f16 (the cache's own), or f32 (a block-typed
+ * cache's rows dequantized by ops.c).
  * The same scores, softmax and sums as ops.c's generic attn_group, in another order. */
 #include "lp.h"
 
@@ -17,21 +18,27 @@ LP_INLINE __m256 hsum8x(const __m256 *a) { /* [sum a[0], ..., sum a[7]] */
 
 LP_INLINE __m256 loadh8(const uint16_t *p) { return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p)); }
 
+/* 8 K or V values from element i of a cache row: f16, or f32 (f32: rows of a block-typed cache
+ * dequantized by ops.c) */
+LP_INLINE __m256 load8(const void *base, int64_t i, const int f32) {
+    return f32 ? _mm256_loadu_ps((const float *)base + i) : loadh8((const uint16_t *)base + i);
+}
+
 /* Scores of head q (d_k floats) against cells[0..nc) into p, returning their max. */
-static float scores(const float *q, int64_t d_k, const uint16_t *k, int64_t ldk, const float *mi, const int64_t *cells,
-                    int64_t nc, float scale, float *p) {
+LP_INLINE float scores(const float *q, int64_t d_k, const void *k, int64_t ldk, const float *mi, const int64_t *cells,
+                       int64_t nc, float scale, float *p, const int f32) {
     __m256 mx = _mm256_set1_ps(-INFINITY);
     int64_t c0 = 0;
     for (; c0 + 8 <= nc; c0 += 8) {
         __m256 acc[8];
-        const uint16_t *kr[8];
+        int64_t kr[8];
         for (int i = 0; i < 8; i++) {
             acc[i] = _mm256_setzero_ps();
-            kr[i] = k + cells[c0 + i] * ldk;
+            kr[i] = cells[c0 + i] * ldk;
         }
         for (int64_t j = 0; j < d_k; j += 8) {
             const __m256 qv = _mm256_loadu_ps(q + j);
-            for (int i = 0; i < 8; i++) acc[i] = _mm256_fmadd_ps(qv, loadh8(kr[i] + j), acc[i]);
+            for (int i = 0; i < 8; i++) acc[i] = _mm256_fmadd_ps(qv, load8(k, kr[i] + j, f32), acc[i]);
         }
         float m8[8];
         for (int i = 0; i < 8; i++) m8[i] = mi[cells[c0 + i]];
@@ -43,9 +50,9 @@ static float scores(const float *q, int64_t d_k, const uint16_t *k, int64_t ldk,
     _mm256_storeu_ps(t, mx);
     for (int i = 0; i < 8; i++) m = t[i] > m ? t[i] : m;
     for (; c0 < nc; c0++) {
-        const uint16_t *kr = k + cells[c0] * ldk;
+        const int64_t kr = cells[c0] * ldk;
         __m256 acc = _mm256_setzero_ps();
-        for (int64_t j = 0; j < d_k; j += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(q + j), loadh8(kr + j), acc);
+        for (int64_t j = 0; j < d_k; j += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(q + j), load8(k, kr + j, f32), acc);
         __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
         s4 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
         const float sc = _mm_cvtss_f32(_mm_add_ss(s4, _mm_movehdup_ps(s4))) * scale + mi[cells[c0]];
@@ -83,15 +90,15 @@ static float softmax(float *p, int64_t nc, float m) {
 }
 
 /* o[h * d_v + j] = sum_c p[h * nc + c] v_c[j] for nh <= 3 heads and dims j0 .. j0 + 32. */
-LP_INLINE void weighted_v(const int nh, const float *p, int64_t nc, const uint16_t *v, int64_t ldv, const int64_t *cells,
-                          int64_t d_v, int64_t j0, float *o) {
+LP_INLINE void weighted_v(const int nh, const float *p, int64_t nc, const void *v, int64_t ldv, const int64_t *cells,
+                          int64_t d_v, int64_t j0, float *o, const int f32) {
     __m256 acc[3][4];
     for (int h = 0; h < nh; h++)
         for (int j = 0; j < 4; j++) acc[h][j] = _mm256_setzero_ps();
     for (int64_t c = 0; c < nc; c++) {
-        const uint16_t *vr = v + cells[c] * ldv + j0;
+        const int64_t vr = cells[c] * ldv + j0;
         __m256 vv[4];
-        for (int j = 0; j < 4; j++) vv[j] = loadh8(vr + 8 * j);
+        for (int j = 0; j < 4; j++) vv[j] = load8(v, vr + 8 * j, f32);
         for (int h = 0; h < nh; h++) {
             const __m256 w = _mm256_broadcast_ss(p + h * nc + c);
             for (int j = 0; j < 4; j++) acc[h][j] = _mm256_fmadd_ps(w, vv[j], acc[h][j]);
@@ -101,32 +108,41 @@ LP_INLINE void weighted_v(const int nh, const float *p, int64_t nc, const uint16
         for (int j = 0; j < 4; j++) _mm256_storeu_ps(o + h * d_v + j0 + 8 * j, acc[h][j]);
 }
 
-int lp_attn_group_x86(const float *q0, int64_t hpt, int64_t d_k, int64_t d_v, const uint16_t *k, const uint16_t *v,
-                      int64_t ldk, int64_t ldv, const float *mi, const int64_t *cells, int64_t nc, float scale,
-                      float *p, float *o, float *ms) {
-    if (d_k % 8 || d_v % 32) return 0;
+LP_INLINE void group(const float *q0, int64_t hpt, int64_t d_k, int64_t d_v, const void *k, const void *v, int64_t ldk,
+                     int64_t ldv, const float *mi, const int64_t *cells, int64_t nc, float scale, float *p, float *o,
+                     float *ms, const int f32) {
     for (int64_t h = 0; h < hpt; h++) {
-        const float m = scores(q0 + h * d_k, d_k, k, ldk, mi, cells, nc, scale, p + h * nc), s = softmax(p + h * nc, nc, m);
+        const float m = scores(q0 + h * d_k, d_k, k, ldk, mi, cells, nc, scale, p + h * nc, f32), s = softmax(p + h * nc, nc, m);
         if (ms) ms[2 * h] = m, ms[2 * h + 1] = s;
     }
     for (int64_t h0 = 0; h0 < hpt; h0 += 3) {
         const int64_t nh = hpt - h0 < 3 ? hpt - h0 : 3;
         for (int64_t j0 = 0; j0 < d_v; j0 += 32) {
             if (nh == 3)
-                weighted_v(3, p + h0 * nc, nc, v, ldv, cells, d_v, j0, o + h0 * d_v);
+                weighted_v(3, p + h0 * nc, nc, v, ldv, cells, d_v, j0, o + h0 * d_v, f32);
             else if (nh == 2)
-                weighted_v(2, p + h0 * nc, nc, v, ldv, cells, d_v, j0, o + h0 * d_v);
+                weighted_v(2, p + h0 * nc, nc, v, ldv, cells, d_v, j0, o + h0 * d_v, f32);
             else
-                weighted_v(1, p + h0 * nc, nc, v, ldv, cells, d_v, j0, o + h0 * d_v);
+                weighted_v(1, p + h0 * nc, nc, v, ldv, cells, d_v, j0, o + h0 * d_v, f32);
         }
     }
+}
+
+int lp_attn_group_x86(const float *q0, int64_t hpt, int64_t d_k, int64_t d_v, const void *k, const void *v, int64_t ldk,
+                      int64_t ldv, const float *mi, const int64_t *cells, int64_t nc, float scale, float *p, float *o,
+                      float *ms, int f32) {
+    if (d_k % 8 || d_v % 32) return 0;
+    if (f32)
+        group(q0, hpt, d_k, d_v, k, v, ldk, ldv, mi, cells, nc, scale, p, o, ms, 1);
+    else
+        group(q0, hpt, d_k, d_v, k, v, ldk, ldv, mi, cells, nc, scale, p, o, ms, 0);
     return 1;
 }
 #else
-int lp_attn_group_x86(const float *q0, int64_t hpt, int64_t d_k, int64_t d_v, const uint16_t *k, const uint16_t *v,
-                      int64_t ldk, int64_t ldv, const float *mi, const int64_t *cells, int64_t nc, float scale,
-                      float *p, float *o, float *ms) {
-    (void)ms, (void)q0, (void)hpt, (void)d_k, (void)d_v, (void)k, (void)v, (void)ldk, (void)ldv, (void)mi, (void)cells, (void)nc;
+int lp_attn_group_x86(const float *q0, int64_t hpt, int64_t d_k, int64_t d_v, const void *k, const void *v, int64_t ldk,
+                      int64_t ldv, const float *mi, const int64_t *cells, int64_t nc, float scale, float *p, float *o,
+                      float *ms, int f32) {
+    (void)ms, (void)f32, (void)q0, (void)hpt, (void)d_k, (void)d_v, (void)k, (void)v, (void)ldk, (void)ldv, (void)mi, (void)cells, (void)nc;
     (void)scale, (void)p, (void)o;
     return 0;
 }

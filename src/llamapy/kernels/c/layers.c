@@ -4,7 +4,7 @@
  *   h = rms_norm(x) * attn_norm
  *   q|k|v = wq h, wk h, wv h               (or one stacked wqkv product)
  *   q, k = rms_norm per head * q_norm, k_norm   (gemma3; skipped when NULL)
- *   q, k = rope(q), rope(k); q *= q_scale; k, v stored into the row's cell (f16)
+ *   q, k = rope(q), rope(k); q *= q_scale; k, v stored into the row's cell (f16, or ggml blocks: kv_quant.c)
  *   a = attention over the cells the row's mask lets it see (scale attn_scale)
  *   x += wo a                              (gemma3: x += rms_norm(wo a) * attn_post_norm)
  *   h = rms_norm(x) * ffn_norm
@@ -25,7 +25,8 @@ typedef struct {
     const float *attn_post_norm, *ffn_post_norm; /* [n_embd] or NULL */
     const uint8_t *wq, *wk, *wv, *wo, *wg, *wu, *wd; /* wk = wv = NULL: wq is Q|K|V stacked; wu = NULL: wg is gate|up */
     int64_t tq, tk, tv, to, tg, tu, td;          /* their GGML types */
-    uint16_t *k, *v;                             /* the layer's cache [n_stream, n_cells, n_head_kv * d] f16 */
+    void *k, *v;                                 /* the layer's cache [n_stream, n_cells, n_head_kv * d] */
+    int64_t tck, tcv;                            /* its storage types: LP_F16, or blocks of 32 (kv_quant.c) */
     int64_t kv_set, rope_set;
 } lp_layer;
 
@@ -41,7 +42,7 @@ typedef struct {
 
 typedef struct {
     const int64_t *store_cells; /* [n] each row's cell */
-    const int64_t *row_off;     /* [n] where each row's stream starts in every layer's k and v, in elements */
+    const int64_t *cell_off;    /* [n] where each row's stream starts in every layer's k and v, in cells */
     const float *mask;          /* [n, n_kv] */
     int64_t n_kv;
     const int64_t *ptr, *cells; /* the visible cells of each row (ops.c lp_attn_for) */
@@ -84,7 +85,12 @@ int lp_layers(const lp_layer *L, int64_t n_layer, const lp_dims *hp, float *x, i
     const int64_t n_ff = hp->n_ff, half = hp->n_rot / 2, wide = max3(ne, nq, n_ff);
     const int64_t hpt = lp_attn_heads_per_task(hp->n_head, hp->n_head_kv);
     int64_t most = 1, n_part = 0, n_chunk[LP_MAX_KV_SETS];
+    int blocks = 0; /* some cache in blocks: the attention widens its rows into per-thread scratch */
     if (n_kv_sets > LP_MAX_KV_SETS) return -1;
+    for (int64_t il = 0; il < n_layer; il++) {
+        if (!lp_kv_type_ok((int)L[il].tck) || !lp_kv_type_ok((int)L[il].tcv)) return -2;
+        blocks |= L[il].tck != LP_F16 || L[il].tcv != LP_F16;
+    }
     for (int64_t s = 0; s < n_kv_sets; s++) { /* each set's cells chunked as lp_attn_f16 would (the same sums) */
         const int64_t m = lp_most_visible(kvs[s].ptr, n), np = lp_attn_part_floats(n, hp->n_head, d, n_chunk[s] =
                                                                    lp_attn_chunks(n, hp->n_head, hp->n_head_kv, m, omp_get_max_threads()));
@@ -106,7 +112,8 @@ int lp_layers(const lp_layer *L, int64_t n_layer, const lp_dims *hp, float *x, i
     {
         float *p = (float *)malloc((size_t)(most * hpt) * sizeof(float));
         void *scratch = malloc(lp_mm_scratch_bytes(wide));
-        int ok = p && scratch;
+        float *kvf = blocks ? (float *)malloc((size_t)lp_attn_kv_floats(most, d, d) * sizeof(float)) : NULL;
+        int ok = p && scratch && (!blocks || kvf);
 #pragma omp atomic update
         failed += !ok;
 #pragma omp barrier
@@ -134,11 +141,13 @@ int lp_layers(const lp_layer *L, int64_t n_layer, const lp_dims *hp, float *x, i
                 lp_rope_row(row, hp->n_head + hp->n_head_kv, d, hp->n_rot, rp->cos + r * half, rp->sin + r * half, (int)hp->neox);
                 if (hp->q_scale != 1.0f)
                     for (int64_t i = 0; i < nq; i++) row[i] *= hp->q_scale;
-                lp_store_f16(l->k + kv->row_off[r] + kv->store_cells[r] * nk, row + nq, nk);
-                lp_store_f16(l->v + kv->row_off[r] + kv->store_cells[r] * nk, row + nq + nk, nk);
+                const int64_t cell = kv->cell_off[r] + kv->store_cells[r];
+                lp_kv_store((int)l->tck, (char *)l->k + cell * lp_kv_row_bytes((int)l->tck, nk), row + nq, nk);
+                lp_kv_store((int)l->tcv, (char *)l->v + cell * lp_kv_row_bytes((int)l->tcv, nk), row + nq + nk, nk);
             }
-            lp_attn_for(qkv, n, nqkv, hp->n_head, hp->n_head_kv, d, d, l->k, l->v, kv->n_kv, kv->mask, kv->ptr,
-                        kv->cells, hp->attn_scale, att, nq, hpt, n_chunk[l->kv_set], p, part, kv->row_off);
+            lp_attn_for(qkv, n, nqkv, hp->n_head, hp->n_head_kv, d, d, (int)l->tck, l->k, (int)l->tcv, l->v, kv->n_kv,
+                        kv->mask, kv->ptr, kv->cells, hp->attn_scale, att, nq, hpt, n_chunk[l->kv_set], p, part,
+                        kv->cell_off, kvf);
             lp_prep_for(&xp_q);
             if (l->attn_post_norm) {
                 product(l->to, l->wo, ne, &xp_q, tmp, ne, 0, scratch);
@@ -173,6 +182,7 @@ int lp_layers(const lp_layer *L, int64_t n_layer, const lp_dims *hp, float *x, i
         }
         free(p);
         free(scratch);
+        free(kvf);
     }
     free(buf);
     free(xbuf);

@@ -336,16 +336,24 @@ int64_t lp_attn_heads_per_task(int64_t n_head, int64_t n_head_kv);
 int64_t lp_attn_chunks(int64_t n, int64_t n_head, int64_t n_head_kv, int64_t most, int n_threads);
 int64_t lp_attn_part_floats(int64_t n, int64_t n_head, int64_t d_v, int64_t n_chunk);
 int64_t lp_most_visible(const int64_t *ptr, int64_t n);
+int64_t lp_attn_kv_floats(int64_t most, int64_t d_k, int64_t d_v);
 void lp_attn_for(const float *q, int64_t n, int64_t ldq, int64_t n_head, int64_t n_head_kv, int64_t d_k,
-                 int64_t d_v, const uint16_t *k, const uint16_t *v, int64_t n_kv, const float *mask,
+                 int64_t d_v, int tk, const void *k, int tv, const void *v, int64_t n_kv, const float *mask,
                  const int64_t *ptr, const int64_t *cells, float scale, float *out, int64_t ldo, int64_t hpt,
-                 int64_t n_chunk, float *p, float *part, const int64_t *row_off);
+                 int64_t n_chunk, float *p, float *part, const int64_t *cell_off, float *kvf);
 
-/* attn_x86.c: ops.c's attention of one row's head group, vectorized for x86; 0 where it does
- * not apply (head sizes not multiples of 8 / 32, or not x86). */
-int lp_attn_group_x86(const float *q0, int64_t hpt, int64_t d_k, int64_t d_v, const uint16_t *k, const uint16_t *v,
-                      int64_t ldk, int64_t ldv, const float *mi, const int64_t *cells, int64_t nc, float scale,
-                      float *p, float *o, float *ms);
+/* attn_x86.c: ops.c's attention of one row's head group, vectorized for x86 (K and V rows f16,
+ * or f32 with f32 set); 0 where it does not apply (head sizes not multiples of 8 / 32, or not x86). */
+int lp_attn_group_x86(const float *q0, int64_t hpt, int64_t d_k, int64_t d_v, const void *k, const void *v, int64_t ldk,
+                      int64_t ldv, const float *mi, const int64_t *cells, int64_t nc, float scale, float *p, float *o,
+                      float *ms, int f32);
+
+/* kv_quant.c: the KV cache's storage types (LP_F16, and ggml's blocks of 32: LP_Q8_0, LP_Q4_0,
+ * LP_Q4_1, LP_Q5_0, LP_Q5_1): a row of n values stored (ggml's quantize_row_*_ref; read back by
+ * lp_row_to_f32); lp_kv_row_bytes: its bytes. */
+int lp_kv_type_ok(int type);
+static inline int64_t lp_kv_row_bytes(int type, int64_t n) { return type == LP_F16 ? 2 * n : lp_row_bytes(type, n); }
+void lp_kv_store(int type, void *dst, const float *x, int64_t n);
 
 /* mm.c: the product split among the threads of an enclosing parallel region. */
 typedef struct {

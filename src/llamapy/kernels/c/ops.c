@@ -98,26 +98,31 @@ void lp_store_f16(uint16_t *dst, const float *x, int64_t n) {
     }
 }
 
-/* dot of a float vector with an f16 one over d elements, and y += p * f16 vector. */
-static inline float dot_f16(const float *q, const uint16_t *k, int64_t d) {
+/* dot of a float vector with a K row over d elements, and y += p * V row: the row f16, or f32
+ * (f32: a block-typed cache's row dequantized, attn_group_blocks) */
+static inline float dot_kv(const float *q, const void *k, int64_t d, const int f32) {
+    const uint16_t *kh = (const uint16_t *)k;
+    const float *kf = (const float *)k;
     int64_t j = 0;
     float s = 0.0f;
 #if VW > 1
     vf acc = VF_SET1(0.0f);
-    for (; j + VW <= d; j += VW) acc = VF_FMA(VF_LOAD(q + j), VF_LOADH(k + j), acc);
+    for (; j + VW <= d; j += VW) acc = VF_FMA(VF_LOAD(q + j), f32 ? VF_LOAD(kf + j) : VF_LOADH(kh + j), acc);
     s = VF_SUM(acc);
 #endif
-    for (; j < d; j++) s += q[j] * lp_f16_to_f32(k[j]);
+    for (; j < d; j++) s += q[j] * (f32 ? kf[j] : lp_f16_to_f32(kh[j]));
     return s;
 }
 
-static inline void axpy_f16(float *y, float p, const uint16_t *v, int64_t d) {
+static inline void axpy_kv(float *y, float p, const void *v, int64_t d, const int f32) {
+    const uint16_t *vh = (const uint16_t *)v;
+    const float *vf32 = (const float *)v;
     int64_t j = 0;
 #if VW > 1
     const vf vp = VF_SET1(p);
-    for (; j + VW <= d; j += VW) VF_STORE(y + j, VF_FMA(vp, VF_LOADH(v + j), VF_LOAD(y + j)));
+    for (; j + VW <= d; j += VW) VF_STORE(y + j, VF_FMA(vp, f32 ? VF_LOAD(vf32 + j) : VF_LOADH(vh + j), VF_LOAD(y + j)));
 #endif
-    for (; j < d; j++) y[j] += p * lp_f16_to_f32(v[j]);
+    for (; j < d; j++) y[j] += p * (f32 ? vf32[j] : lp_f16_to_f32(vh[j]));
 }
 
 /* Query heads per attention task: a row's whole KV-head group (each K and V row read once for
@@ -153,17 +158,19 @@ int64_t lp_most_visible(const int64_t *ptr, int64_t n) {
 /* hpt query heads h0.. of one row sharing KV head hk: each visible cell's K row is read once
  * for all of them (scores into p [hpt, nc]), then each V row once (softmax-weighted sums into
  * the heads' outputs o + h * d_v, zeroed first).  A head that sees nothing gets zeros.  ms
- * (NULL, or [hpt, 2]): each head's largest score and its softmax's sum (-inf, 0: nothing seen). */
-static void attn_group(const float *q, int64_t hpt, int64_t d_k, int64_t d_v, const uint16_t *k, const uint16_t *v,
+ * (NULL, or [hpt, 2]): each head's largest score and its softmax's sum (-inf, 0: nothing seen).
+ * k, v: f16 rows, or f32 (f32 set), ldk / ldv elements apart. */
+static void attn_group(const float *q, int64_t hpt, int64_t d_k, int64_t d_v, const void *k, const void *v,
                        int64_t ldk, int64_t ldv, const float *mi, const int64_t *cells, int64_t nc, float scale,
-                       float *p, float *o, float *ms) {
-    if (lp_attn_group_x86(q, hpt, d_k, d_v, k, v, ldk, ldv, mi, cells, nc, scale, p, o, ms)) return;
+                       float *p, float *o, float *ms, int f32) {
+    if (lp_attn_group_x86(q, hpt, d_k, d_v, k, v, ldk, ldv, mi, cells, nc, scale, p, o, ms, f32)) return;
+    const int64_t es = f32 ? 4 : 2; /* bytes an element */
     float mx[64], l[64];
     for (int64_t h = 0; h < hpt; h++) mx[h] = -INFINITY;
     for (int64_t c = 0; c < nc; c++) {
-        const uint16_t *kr = k + cells[c] * ldk;
+        const void *kr = (const char *)k + cells[c] * ldk * es;
         for (int64_t h = 0; h < hpt; h++) {
-            const float sc = dot_f16(q + h * d_k, kr, d_k) * scale + mi[cells[c]];
+            const float sc = dot_kv(q + h * d_k, kr, d_k, f32) * scale + mi[cells[c]];
             p[h * nc + c] = sc;
             mx[h] = sc > mx[h] ? sc : mx[h];
         }
@@ -179,9 +186,35 @@ static void attn_group(const float *q, int64_t hpt, int64_t d_k, int64_t d_v, co
         memset(o + h * d_v, 0, (size_t)d_v * sizeof(float));
     }
     for (int64_t c = 0; c < nc; c++) {
-        const uint16_t *vr = v + cells[c] * ldv;
-        for (int64_t h = 0; h < hpt; h++) axpy_f16(o + h * d_v, p[h * nc + c] * l[h], vr, d_v);
+        const void *vr = (const char *)v + cells[c] * ldv * es;
+        for (int64_t h = 0; h < hpt; h++) axpy_kv(o + h * d_v, p[h * nc + c] * l[h], vr, d_v, f32);
     }
+}
+
+/* Floats of a thread's scratch for attention over a block-typed cache (lp_attn_for's kvf): the
+ * visible cells' K and V rows of one KV head as f32, their mask values, their indices, and a
+ * row's canonical form for the dequantization. */
+int64_t lp_attn_kv_floats(int64_t most, int64_t d_k, int64_t d_v) {
+    const int64_t d = d_k > d_v ? d_k : d_v;
+    return most * (d_k + d_v + 1 + 2) + ((int64_t)lp_wrow_bytes(d) + 3) / 4 + 32;
+}
+
+/* attn_group over a cache in ggml blocks (or a mix of f16 and blocks): the task's nc visible
+ * cells' K and V rows of its KV head (k, v: that head's part of cell 0's row; ldk, ldv: bytes
+ * a cell) widened to f32 in scratch, then attn_group on those rows in order. */
+static void attn_group_blocks(const float *q, int64_t hpt, int64_t d_k, int64_t d_v, int tk, const uint8_t *k, int64_t ldk,
+                              int tv, const uint8_t *v, int64_t ldv, const float *mi, const int64_t *cells, int64_t nc,
+                              float scale, float *p, float *o, float *ms, float *kvf) {
+    int64_t *ix = (int64_t *)kvf; /* [nc] 0 .. nc-1 */
+    float *mc = kvf + 2 * nc, *kf = mc + nc, *vf_ = kf + nc * d_k;
+    lp_wrow wr = lp_wrow_at(vf_ + nc * d_v, d_k > d_v ? d_k : d_v);
+    for (int64_t c = 0; c < nc; c++) {
+        ix[c] = c;
+        mc[c] = mi[cells[c]];
+        lp_row_to_f32(tk, k + cells[c] * ldk, d_k, kf + c * d_k, wr);
+        lp_row_to_f32(tv, v + cells[c] * ldv, d_v, vf_ + c * d_v, wr);
+    }
+    attn_group(q, hpt, d_k, d_v, kf, vf_, d_k, d_v, mc, ix, nc, scale, p, o, ms, 1);
 }
 
 /* out (d_v floats) = the chunks' outputs o_c merged: sum_c w_c o_c / sum_c w_c, w_c = s_c
@@ -209,27 +242,38 @@ static void attn_merge(const float *o, int64_t step, const float *ms, int64_t ms
  * cells: n_chunk, lp_attn_chunks), split among the threads of the enclosing parallel region
  * (which meet after it); p: this thread's scratch of lp_most_visible() * hpt floats; part: the
  * chunks' partials, lp_attn_part_floats() (NULL when n_chunk is 1).  Row i's output is out +
- * i * ldo.  row_off (NULL: all 0) [n]: where row i's cells start in k and v, in elements (its
- * stream's offset when the ubatch spans several streams). */
+ * i * ldo.  cell_off (NULL: all 0) [n]: where row i's cells start in k and v, in cells (its
+ * stream's offset when the ubatch spans several streams).  k, v: cells of tk / tv (f16, or
+ * ggml blocks, lp_kv_type_ok); kvf: this thread's lp_attn_kv_floats() where a type is blocks. */
 void lp_attn_for(const float *q, int64_t n, int64_t ldq, int64_t n_head, int64_t n_head_kv, int64_t d_k,
-                 int64_t d_v, const uint16_t *k, const uint16_t *v, int64_t n_kv, const float *mask,
+                 int64_t d_v, int tk, const void *k, int tv, const void *v, int64_t n_kv, const float *mask,
                  const int64_t *ptr, const int64_t *cells, float scale, float *out, int64_t ldo, int64_t hpt,
-                 int64_t n_chunk, float *p, float *part, const int64_t *row_off) {
+                 int64_t n_chunk, float *p, float *part, const int64_t *cell_off, float *kvf) {
     const int64_t r = n_head / n_head_kv, ldk = n_head_kv * d_k, ldv = n_head_kv * d_v, G = n_head / hpt;
+    const int f16 = tk == LP_F16 && tv == LP_F16;
+    /* a block-typed cache in bytes: a cell's row, a KV head's part of it */
+    const int64_t kcell = lp_kv_row_bytes(tk, ldk), vcell = lp_kv_row_bytes(tv, ldv);
+    const int64_t khead = lp_kv_row_bytes(tk, d_k), vhead = lp_kv_row_bytes(tv, d_v);
     if (n_chunk < 1 || part == NULL) n_chunk = 1;
     float *part_ms = n_chunk > 1 ? part + n * n_chunk * n_head * d_v : NULL; /* [n, n_chunk, n_head, 2] after the outputs */
 #pragma omp for schedule(dynamic, 1)
     for (int64_t t = 0; t < n * G * n_chunk; t++) {
         const int64_t ch = t % n_chunk, g = t / n_chunk, i = g / G, h0 = g % G * hpt, hk = h0 / r;
-        const int64_t off = row_off ? row_off[i] : 0, nc = ptr[i + 1] - ptr[i];
+        const int64_t off = cell_off ? cell_off[i] : 0, nc = ptr[i + 1] - ptr[i];
         const int64_t c0 = nc * ch / n_chunk, c1 = nc * (ch + 1) / n_chunk;
         float *o = out + i * ldo + h0 * d_v, *ms = NULL;
         if (n_chunk > 1) {
             o = part + ((i * n_chunk + ch) * n_head + h0) * d_v;
             ms = part_ms + ((i * n_chunk + ch) * n_head + h0) * 2;
         }
-        attn_group(q + i * ldq + h0 * d_k, hpt, d_k, d_v, k + off + hk * d_k, v + off + hk * d_v, ldk, ldv, mask + i * n_kv,
-                   cells + ptr[i] + c0, c1 - c0, scale, p, o, ms);
+        if (f16)
+            attn_group(q + i * ldq + h0 * d_k, hpt, d_k, d_v, (const uint16_t *)k + off * ldk + hk * d_k,
+                       (const uint16_t *)v + off * ldv + hk * d_v, ldk, ldv, mask + i * n_kv, cells + ptr[i] + c0, c1 - c0,
+                       scale, p, o, ms, 0);
+        else
+            attn_group_blocks(q + i * ldq + h0 * d_k, hpt, d_k, d_v, tk, (const uint8_t *)k + off * kcell + hk * khead, kcell,
+                              tv, (const uint8_t *)v + off * vcell + hk * vhead, vcell, mask + i * n_kv, cells + ptr[i] + c0,
+                              c1 - c0, scale, p, o, ms, kvf);
     }
     if (n_chunk == 1) return;
 #pragma omp for schedule(static)
