@@ -46,6 +46,22 @@ def test_completion_and_usage(state):
     assert r2.json()["content"] == body["choices"][0]["text"]  # same greedy text, native route
 
 
+@pytest.mark.parametrize("content_type", [None, "application/x-www-form-urlencoded", "text/plain"])
+def test_json_body_whatever_its_content_type(state, content_type):
+    """`curl -d '{..}' URL` (a form content type) works as with llama-server, which parses every
+    POST body as JSON; a body that is not JSON is still the 400 for malformed JSON."""
+    headers = {"content-type": content_type} if content_type else {}
+    body = json.dumps({"prompt": "hello there", "n_predict": 3, "temperature": 0}).encode()
+    r = _call(state, "POST", "/completion", content=body, headers=headers)
+    assert r.status_code == 200, r.text
+    want = _call(state, "POST", "/completion", json={"prompt": "hello there", "n_predict": 3, "temperature": 0})
+    assert r.json()["content"] == want.json()["content"]
+    chat = json.dumps({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}).encode()
+    assert _call(state, "POST", "/v1/chat/completions", content=chat, headers=headers).status_code == 200
+    r = _call(state, "POST", "/completion", content=b"prompt=hi", headers=headers)
+    assert r.status_code == 400 and "malformed JSON" in r.json()["error"]["message"]
+
+
 def test_chat_stream_ends_with_done(state):
     r = _call(state, "POST", "/v1/chat/completions",
               json={"messages": [{"role": "user", "content": "hi"}], "max_tokens": 4, "temperature": 0, "stream": True})

@@ -17,6 +17,7 @@ from .metrics import render_prometheus
 from .request import Event, Request as GenRequest
 from .schemas import (ERROR_RESPONSES, DetokenizeRequest, DetokenizeResponse, NativeCompletionRequest,
                       NativeCompletionResponse, TokenizeRequest, TokenizeResponse, ok_response)
+from .json_body import JsonBody
 from .limits import BodyLimit
 from .scheduler import QueueFullError
 from .slots import PromptTooLongError
@@ -206,7 +207,7 @@ def create_app(state: ServerState) -> BodyLimit:
         return _native_final(state, evs[-1], text, [e for e in evs if e.token >= 0])
 
     app.include_router(openai_router)
-    return BodyLimit(app, lambda: state.max_body)
+    return BodyLimit(JsonBody(app), lambda: state.max_body)
 
 
 def _ready(state: ServerState) -> None:
