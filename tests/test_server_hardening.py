@@ -191,7 +191,12 @@ def test_api_key_on_every_route_but_health(tiny):
         assert r.status_code == 200
 
 
-def test_slots_off_unless_asked():
+def test_slots_on_unless_turned_off():
+    """/slots is on by default, as llama-server's (--no-slots turns it off: a 501 naming --slots)."""
+    from llamapy.cli import build_parser
+
+    assert build_parser().parse_args(["serve"]).slots is True
+    assert build_parser().parse_args(["serve", "--no-slots"]).slots is False
     st = ServerState()
     app = create_app(st)
 

@@ -62,6 +62,27 @@ def test_json_body_whatever_its_content_type(state, content_type):
     assert r.status_code == 400 and "malformed JSON" in r.json()["error"]["message"]
 
 
+def test_native_n_probs_and_timings_are_llama_servers(state):
+    """/completion with n_probs: llama-server's completion_probabilities (probabilities before
+    the sampler chain) -- each token's id, text, UTF-8 bytes, natural-log probability and its
+    n_probs top candidates likewise, largest first; greedy picks the first.  The timings carry
+    llama-server's per-token milliseconds."""
+    r = _call(state, "POST", "/completion", json={"prompt": "hello there", "n_predict": 4, "temperature": 0, "n_probs": 3})
+    body = r.json()
+    probs = body["completion_probabilities"]
+    assert len(probs) == body["tokens_predicted"] > 0
+    for e in probs:
+        assert set(e) == {"id", "token", "bytes", "logprob", "top_logprobs"}
+        top = e["top_logprobs"]
+        assert len(top) == 3 and top[0]["id"] == e["id"] and top[0]["logprob"] == e["logprob"] <= 0
+        assert [t["logprob"] for t in top] == sorted((t["logprob"] for t in top), reverse=True)
+        assert all(set(t) == {"id", "token", "bytes", "logprob"} for t in top)
+        assert bytes(e["bytes"]).decode("utf-8", errors="replace") == e["token"]
+    t = body["timings"]
+    assert t["predicted_per_token_ms"] == pytest.approx(t["predicted_ms"] / t["predicted_n"])
+    assert t["prompt_per_token_ms"] == pytest.approx(t["prompt_ms"] / t["prompt_n"])
+
+
 def test_chat_stream_ends_with_done(state):
     r = _call(state, "POST", "/v1/chat/completions",
               json={"messages": [{"role": "user", "content": "hi"}], "max_tokens": 4, "temperature": 0, "stream": True})

@@ -28,7 +28,8 @@ def add_parser(sub, common) -> None:
     p.add_argument("--api-key", default=None, help="require 'Authorization: Bearer <key>' (not on /health)")
     p.add_argument("--metrics", action="store_true", help="enable the Prometheus /metrics endpoint")
     p.add_argument("-a", "--alias", default=None, help="model name reported by /v1/models")
-    p.add_argument("--slots", action="store_true", help="enable the /slots endpoint (it shows prompts)")
+    p.add_argument("--slots", action=argparse.BooleanOptionalAction, default=True,
+                   help="the /slots monitoring endpoint (default: on, as llama-server; --no-slots hides it: it shows prompts)")
     p.add_argument("--max-queue", type=int, default=None,
                    help="requests that may wait for a slot; one more gets 503 with Retry-After (default: 4 x -np)")
     p.add_argument("-to", "--timeout", type=float, default=600.0,

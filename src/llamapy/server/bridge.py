@@ -20,7 +20,7 @@ class ServerState:
 
     api_key: str | None = None
     metrics: bool = False
-    slots: bool = False  # /slots shows prompts: off unless --slots, as llama-server
+    slots: bool = False  # /slots (it shows prompts): the CLI turns it on unless --no-slots, as llama-server
     max_body: int = 16 * 1024 * 1024  # bytes; a larger request body is a 413
     timeout: float = 600.0  # seconds a request may take from arrival to its end (--timeout)
     draining: bool = False  # shutting down: new requests get 503

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hmac
 import json
+import math
 from typing import Any, AsyncIterator, Callable
 
 from fastapi import FastAPI, Request
@@ -216,10 +217,18 @@ def _ready(state: ServerState) -> None:
 
 
 def _probs(state: ServerState, ev: Event) -> list[dict[str, Any]]:
+    """llama-server's completion_probabilities entry of a token (n_probs, probabilities before
+    the sampler chain): the token and its top candidates as id, text, UTF-8 bytes and
+    natural-log probability."""
     tok = state.model.tokenizer
-    piece = lambda t: tok.token_to_piece(t).decode("utf-8", errors="replace")  # noqa: E731
-    top = [{"id": t, "token": piece(t), "prob": p} for t, p in (ev.probs or [])]
-    return [{"id": ev.token, "token": piece(ev.token), "prob": ev.prob, "top_probs": top}]
+
+    def entry(t: int, p: float) -> dict[str, Any]:
+        raw = tok.token_to_piece(t)
+        return {"id": t, "token": raw.decode("utf-8", errors="replace"), "bytes": list(raw),
+                "logprob": math.log(p) if p > 0 else None}  # (llama-server's JSON writes log(0) as null)
+
+    top = [entry(t, p) for t, p in (ev.probs or [])]
+    return [{**entry(ev.token, ev.prob), "top_logprobs": top}]
 
 
 def stop_fields(ev: Event) -> dict[str, Any]:

@@ -93,7 +93,9 @@ class Slot:
         timings = {
             "prompt_n": n_prompt_new, "prompt_ms": t_p * 1000, "predicted_n": self.n_decoded, "predicted_ms": t_g * 1000,
             "cache_n": self.n_cached, "queue_ms": (self.t_start - req.t_arrival) * 1000,
+            "prompt_per_token_ms": t_p * 1000 / n_prompt_new if n_prompt_new > 0 else 0.0,
             "prompt_per_second": n_prompt_new / t_p if t_p > 0 else 0.0,
+            "predicted_per_token_ms": t_g * 1000 / self.n_decoded if self.n_decoded > 0 else 0.0,
             "predicted_per_second": self.n_decoded / t_g if t_g > 0 else 0.0,
         }
         if self.spec is not None:  # llama-server's names
