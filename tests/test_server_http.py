@@ -130,6 +130,14 @@ def test_tokenize_detokenize_props_slots_metrics(state):
     assert _call(state, "POST", "/detokenize", json={"tokens": ids}).json()["content"] == "hello world"
     props = _call(state, "GET", "/props").json()
     assert props["total_slots"] == 4 and props["default_generation_settings"]["n_ctx"] == 256
+    # what llama-server's web UI and clients read besides: the file type, the modalities, the endpoints, BOS / EOS
+    from llamapy.gguf.ftype import ftype_name
+
+    assert props["model_ftype"] == ftype_name(state.model.gguf.get("general.file_type"))
+    assert props["modalities"] == {"vision": False, "audio": False} and props["endpoint_props"] is False
+    assert props["endpoint_slots"] is True and props["endpoint_metrics"] is True
+    vocab = state.model.tokenizer.vocab
+    assert props["bos_token"] == state.model.tokenizer.token_to_piece(vocab.special["bos"]).decode()
     slots = _call(state, "GET", "/slots").json()
     assert [s["n_ctx"] for s in slots] == [256] * 4 and all("state" in s for s in slots)
     # a decode of this test's own, so the counter below is not left to the tests before it

@@ -8,14 +8,7 @@ from pathlib import Path
 
 import torch
 
-# llama_ftype -> llama_model_ftype_name (llama-model-loader.cpp)
-_FTYPE_NAMES = {
-    0: "all F32", 1: "F16", 2: "Q4_0", 3: "Q4_1", 7: "Q8_0", 8: "Q5_0", 9: "Q5_1",
-    10: "Q2_K - Medium", 11: "Q3_K - Small", 12: "Q3_K - Medium", 13: "Q3_K - Large",
-    14: "Q4_K - Small", 15: "Q4_K - Medium", 16: "Q5_K - Small", 17: "Q5_K - Medium", 18: "Q6_K",
-    19: "IQ2_XXS - 2.0625 bpw", 20: "IQ2_XS - 2.3125 bpw", 21: "Q2_K - Small", 22: "IQ3_XS - 3.3 bpw",
-    23: "IQ3_XXS - 3.0625 bpw", 24: "IQ1_S - 1.5625 bpw", 25: "IQ4_NL - 4.5 bpw", 32: "BF16",
-}
+from ..gguf.ftype import ftype_name
 
 # (arch, n_layer) -> llm_type name, the few entries of llama.cpp's per-arch tables we meet
 _TYPE_NAMES = {
@@ -31,9 +24,7 @@ def model_desc(model) -> str:
     f = model.gguf
     hp = model.hparams
     type_name = _TYPE_NAMES.get((f.arch, hp.n_layer), "?B")
-    ft = f.get("general.file_type")
-    ftype = _FTYPE_NAMES.get(int(ft), f"unknown, may not work") if ft is not None else "all F32 (guessed)"
-    return f"{f.arch} {type_name} {ftype}"
+    return f"{f.arch} {type_name} {ftype_name(f.get('general.file_type'))}"
 
 
 def model_size(model) -> int:

@@ -13,6 +13,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from ..gguf.ftype import ftype_name
 from .bridge import Pending, ServerState
 from .metrics import render_prometheus
 from .request import Event, Request as GenRequest
@@ -150,12 +151,17 @@ def create_app(state: ServerState) -> BodyLimit:
     @app.get("/props")
     async def props() -> dict[str, Any]:
         _ready(state)
-        c = state.ctx.cparams
+        c, vocab = state.ctx.cparams, state.model.tokenizer.vocab
+        text = lambda t: "" if t is None else state.model.tokenizer.token_to_piece(t).decode("utf-8", errors="replace")  # noqa: E731
         return {
             "default_generation_settings": {"n_ctx": c.n_ctx_seq, "params": {"temperature": 0.8, "top_k": 40, "top_p": 0.95, "min_p": 0.05}},
             "total_slots": c.n_seq_max, "n_ctx": c.n_ctx, "n_ctx_seq": c.n_ctx_seq, "kv_unified": c.kv_unified,
             "n_batch": c.n_batch, "n_ubatch": c.n_ubatch, "model_alias": state.alias, "model_path": str(state.model.path),
-            "chat_template": state.model.tokenizer.vocab.chat_template or "", "build_info": "llamapy",
+            "model_ftype": ftype_name(state.model.gguf.get("general.file_type")),
+            "modalities": {"vision": False, "audio": False},
+            "endpoint_slots": state.slots, "endpoint_props": False, "endpoint_metrics": state.metrics,
+            "chat_template": vocab.chat_template or "", "bos_token": text(vocab.special.get("bos")),
+            "eos_token": text(vocab.special.get("eos")), "build_info": "llamapy", "is_sleeping": False,
         }
 
     @app.get("/slots")
