@@ -42,6 +42,7 @@ def test_completion_and_usage(state):
     assert body["usage"]["prompt_tokens"] == n_prompt
     assert body["usage"]["completion_tokens"] <= 5
     assert body["choices"][0]["finish_reason"] in ("length", "stop")
+    assert body["system_fingerprint"] == _call(state, "GET", "/props").json()["build_info"]  # as llama-server
     r2 = _call(state, "POST", "/completion", json={"prompt": "hello there", "n_predict": 5, "temperature": 0})
     assert r2.json()["content"] == body["choices"][0]["text"]  # same greedy text, native route
 

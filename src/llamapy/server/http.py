@@ -37,6 +37,9 @@ class APIError(Exception):
         self.status, self.message, self.headers = status, message, headers
 
 
+BUILD_INFO = "llamapy"  # /props build_info and the OpenAI responses' system_fingerprint (llama_build_info's role)
+
+
 def error_body(status: int, message: str) -> dict[str, Any]:
     return {"error": {"message": message, "type": ERROR_TYPES.get(status, "server_error"), "code": status}}
 
@@ -161,7 +164,7 @@ def create_app(state: ServerState) -> BodyLimit:
             "modalities": {"vision": False, "audio": False},
             "endpoint_slots": state.slots, "endpoint_props": False, "endpoint_metrics": state.metrics,
             "chat_template": vocab.chat_template or "", "bos_token": text(vocab.special.get("bos")),
-            "eos_token": text(vocab.special.get("eos")), "build_info": "llamapy", "is_sleeping": False,
+            "eos_token": text(vocab.special.get("eos")), "build_info": BUILD_INFO, "is_sleeping": False,
         }
 
     @app.get("/slots")

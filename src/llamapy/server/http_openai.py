@@ -13,7 +13,7 @@ from fastapi.responses import JSONResponse
 from . import tools
 from .bridge import Pending, ServerState
 from .constraints import compile_constraint, request_spec
-from .http import APIError, EventStream, error_body, error_response, final_error, sse, submit, tokenize_prompt
+from .http import BUILD_INFO, APIError, EventStream, error_body, error_response, final_error, sse, submit, tokenize_prompt
 from .request import Event, Request as GenRequest, Usage
 from .schemas import ChatCompletionRequest, ChatCompletionResponse, CompletionRequest, CompletionResponse, ok_response
 
@@ -81,7 +81,7 @@ async def completions(body: CompletionRequest, request: Request):
     req = GenRequest(ids, max_tokens=-1 if body.max_tokens is None else body.max_tokens, sampling=body.sampling(n_probs), stop=body.stop_list(), n_probs=n_probs, ignore_eos=body.ignore_eos, spec=body.spec_overrides(), constraint=constraint)
     p = submit(state, req)
     cid, created = f"cmpl-{uuid.uuid4().hex}", int(time.time())
-    head = {"id": cid, "object": "text_completion", "created": created, "model": state.alias}
+    head = {"id": cid, "object": "text_completion", "created": created, "model": state.alias, "system_fingerprint": BUILD_INFO}
     if body.stream:
         return EventStream(_stream(state, p, head, chat=False), p.close)
     text, evs = await p.collect(request.is_disconnected)
@@ -117,7 +117,7 @@ async def chat_completions(body: ChatCompletionRequest, request: Request):
     req = GenRequest(ids, max_tokens=body.n_predict(), sampling=body.sampling(n_probs), stop=body.stop_list(), n_probs=n_probs, ignore_eos=body.ignore_eos, spec=body.spec_overrides(), constraint=constraint)
     p = submit(state, req)
     cid, created = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
-    head = {"id": cid, "object": "chat.completion", "created": created, "model": state.alias}
+    head = {"id": cid, "object": "chat.completion", "created": created, "model": state.alias, "system_fingerprint": BUILD_INFO}
     calls_possible = plan is not None and plan.lark is not None
     if body.stream:
         return EventStream(_stream(state, p, {**head, "object": "chat.completion.chunk"}, chat=True, plan=plan if calls_possible else None), p.close)
