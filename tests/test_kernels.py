@@ -344,8 +344,16 @@ def test_attention_matches_sdpa(lib, n_head, n_head_kv, d, n, n_kv):
         visible[empty] = False  # a row that sees nothing gets zeros
     mask = torch.zeros(n, n_kv).masked_fill_(~visible, float("-inf"))
     out = kops.attn_f16(lib, q, k, v, n_kv, n_head_kv, mask, 0.125)
-    kh = k[:n_kv].float().view(n_kv, n_head_kv, d).transpose(0, 1)[None]
-    vh = v[:n_kv].float().view(n_kv, n_head_kv, d).transpose(0, 1)[None]
+    _assert_is_sdpa(out, q, k.float(), v.float(), mask, n_head_kv, empty)
+
+
+def _assert_is_sdpa(out: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor,
+                    n_head_kv: int, empty: int | None) -> None:
+    """out [n, n_head * d] is PyTorch's SDPA of q [n, n_head, d] over the first n_kv cells of k,
+    v [n_cells, n_head_kv * d] (float) through mask [n, n_kv] at scale 1/8; row `empty` zeros."""
+    n, n_head, d = q.shape
+    n_kv = mask.shape[1]
+    kh, vh = (w[:n_kv].view(n_kv, n_head_kv, d).transpose(0, 1)[None] for w in (k, v))
     ref = F.scaled_dot_product_attention(q.transpose(0, 1)[None], kh, vh, attn_mask=mask, scale=0.125,
                                          enable_gqa=n_head > n_head_kv)[0].transpose(0, 1).reshape(n, -1)
     keep = torch.arange(n) != (-1 if empty is None else empty)
@@ -405,13 +413,7 @@ def test_attention_over_block_cache(lib, types, n_head, n_head_kv, d, n, n_kv):
     mask = torch.zeros(n, n_kv).masked_fill_(~visible, float("-inf"))
     c_types = kops.c_kv_types(*types, d, d)
     out = kops.attn_kv(lib, q, raw[0], raw[1], c_types, n_kv, n_head_kv, d, mask, 0.125)
-    kh, vh = (w[:n_kv].view(n_kv, n_head_kv, d).transpose(0, 1)[None] for w in wide)
-    ref = F.scaled_dot_product_attention(q.transpose(0, 1)[None], kh, vh, attn_mask=mask, scale=0.125,
-                                         enable_gqa=n_head > n_head_kv)[0].transpose(0, 1).reshape(n, -1)
-    keep = torch.arange(n) != (-1 if empty is None else empty)
-    torch.testing.assert_close(out[keep], ref[keep], rtol=1e-4, atol=1e-5)
-    if empty is not None:
-        assert torch.equal(out[empty], torch.zeros(n_head * d))
+    _assert_is_sdpa(out, q, wide[0], wide[1], mask, n_head_kv, empty)
     assert kops.c_kv_types("q8_0", "f16", 16, 16) is None and kops.c_kv_types("iq4_nl", "f16", 64, 64) is None
 
 

@@ -45,16 +45,25 @@ static void block_q4_0(const float *x, uint8_t *y) {
     }
 }
 
-static void block_q4_1(const float *x, uint8_t *y) {
-    float mn = x[0], mx = x[0];
+/* The affine types' block head (q4_1, q5_1): d = (max - min) / levels and m = min as f16 into
+ * y[0..4); returns 1 / d (0 for a constant block) and min in *mn. */
+static float affine_head(const float *x, float levels, uint8_t *y, float *mn) {
+    float lo = x[0], hi = x[0];
     for (int j = 1; j < 32; j++) {
-        mn = x[j] < mn ? x[j] : mn;
-        mx = x[j] > mx ? x[j] : mx;
+        lo = x[j] < lo ? x[j] : lo;
+        hi = x[j] > hi ? x[j] : hi;
     }
-    const float d = (mx - mn) / 15.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
-    const uint16_t dh = f16_bits(d), mh = f16_bits(mn);
+    const float d = (hi - lo) / levels;
+    const uint16_t dh = f16_bits(d), mh = f16_bits(lo);
     memcpy(y, &dh, 2);
     memcpy(y + 2, &mh, 2);
+    *mn = lo;
+    return d != 0.0f ? 1.0f / d : 0.0f;
+}
+
+static void block_q4_1(const float *x, uint8_t *y) {
+    float mn;
+    const float id = affine_head(x, 15.0f, y, &mn);
     for (int j = 0; j < 16; j++) {
         const int8_t a = (int8_t)((x[j] - mn) * id + 0.5f), b = (int8_t)((x[16 + j] - mn) * id + 0.5f);
         y[4 + j] = (uint8_t)((a < 15 ? a : 15) | ((b < 15 ? b : 15) << 4));
@@ -78,15 +87,8 @@ static void block_q5_0(const float *x, uint8_t *y) {
 }
 
 static void block_q5_1(const float *x, uint8_t *y) {
-    float mn = x[0], mx = x[0];
-    for (int j = 1; j < 32; j++) {
-        mn = x[j] < mn ? x[j] : mn;
-        mx = x[j] > mx ? x[j] : mx;
-    }
-    const float d = (mx - mn) / 31.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
-    const uint16_t dh = f16_bits(d), mh = f16_bits(mn);
-    memcpy(y, &dh, 2);
-    memcpy(y + 2, &mh, 2);
+    float mn;
+    const float id = affine_head(x, 31.0f, y, &mn);
     uint32_t qh = 0;
     for (int j = 0; j < 16; j++) {
         const uint8_t a = (uint8_t)((x[j] - mn) * id + 0.5f), b = (uint8_t)((x[16 + j] - mn) * id + 0.5f);
