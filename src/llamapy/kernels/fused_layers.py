@@ -7,9 +7,10 @@ compare the two.
 A FusedLayers exists only when every matrix of every layer is a BlockMatrix (or a stack of
 them: Q|K|V of different types) and the shapes are the ones the C code assumes; run() then
 takes a ubatch when it has fewer than FAST_ROWS rows, flash attention is on and every cache's
-K and V types are ones the C attention reads (ops.C_KV_TYPES: f16, or ggml's blocks of 32 --
-stored by the C quantizers, kernels/c/kv_quant.c, the bytes the per-op path's store writes).  Each row stores into and reads its own stream of each cache, so a ubatch over several
-streams (llama-server's -np layout) is one call too.  Anything else returns False and the
+K and V types are ones the C attention reads (ops.C_KV_TYPES: f16, or ggml's blocks of 32,
+stored by the C quantizers, kernels/c/kv_quant.c: the bytes the per-op path's store writes).
+Each row stores into and reads its own stream of each cache, so a ubatch over several streams
+(llama-server's -np layout) is one call too.  Anything else returns False and the
 per-op path runs."""
 from __future__ import annotations
 
@@ -193,9 +194,9 @@ class FusedLayers:
 def _kv_set(inp, cache: KVCache, swa: bool, n: int) -> tuple[KvC, list[torch.Tensor]]:
     """The C view of how the ubatch's n rows store into and read `cache`: each row's cell, the
     first cell of its stream in the layer tensors [n_stream * size cells], and its mask row and
-    visible cells -- one mask
-    [n, max n_kv] whose row i is row i's own stream's (-inf past that stream's n_kv), so rows of
-    several streams (llama-server's -np) go through one call.  Also the tensors it points into."""
+    visible cells -- one mask [n, max n_kv] whose row i is row i's own stream's (-inf past that
+    stream's n_kv), so rows of several streams (llama-server's -np) go through one call.  Also
+    the tensors it points into."""
     groups = inp.groups(cache, swa, gather=False)
     size = cache.k[cache.layers[0]].shape[1]  # cells per stream
     idxs = inp.sinfo[id(cache)].idxs
