@@ -4,6 +4,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
 
 def llamapy(*args: str, timeout: int = 300) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "llamapy", *args], capture_output=True, text=True, timeout=timeout)
@@ -82,3 +84,29 @@ def test_llamacpp_short_flags_parse():
     assert a.kv_unified is True and a.parallel == 4 and a.ubatch_size == 64
     assert build_parser().parse_args(["serve"]).kv_unified is False
     assert build_parser().parse_args(["batched-bench", "-kvu", "-npl", "2,4"]).kv_unified is True
+
+
+def test_gpu_layers_flag_reads_as_llamacpp(capsys):
+    """-ngl / --gpu-layers / --n-gpu-layers (llama.cpp's docs pass `-ngl 99` everywhere; argparse
+    used to read it as `-n gl`): 0 keeps the model on the CPU; a layer count without a usable
+    GPU is ignored with llama.cpp's warning, once; a bad value names the flag."""
+    import torch
+
+    from llamapy.cli import build_parser
+    from llamapy.cli_cmds import _ctx_params, _device
+
+    p = build_parser()
+    assert p.parse_args(["run", "-ngl", "99"]).n_gpu_layers == 99
+    assert p.parse_args(["serve", "--n-gpu-layers", "all"]).n_gpu_layers == "all"
+    assert p.parse_args(["bench", "-ngl", "0"]).n_gpu_layers == 0
+    assert p.parse_args(["run"]).n_gpu_layers == "auto"
+    assert _device(p.parse_args(["run", "-ngl", "0"])) == "cpu"
+    assert _device(p.parse_args(["run", "-ngl", "0", "--device", "cuda"])) == "cuda"  # --device decides
+    capsys.readouterr()
+    a = p.parse_args(["run", "-ngl", "99"])
+    assert _device(a) == "auto" and _ctx_params(a).device == "auto"
+    warned = capsys.readouterr().err.count("no usable GPU found, --gpu-layers option will be ignored")
+    assert warned == (0 if torch.cuda.is_available() else 1)
+    with pytest.raises(SystemExit):
+        p.parse_args(["run", "-ngl", "x"])
+    assert "-ngl/--gpu-layers/--n-gpu-layers: expected a layer count >= 0, auto or all, got 'x'" in capsys.readouterr().err

@@ -12,6 +12,19 @@ def _add_model(p: argparse.ArgumentParser) -> None:
     p.add_argument("-m", "--model", default=None, help="registered model name or path to a .gguf (default: smollm2-135m)")
 
 
+def _gpu_layers(v: str) -> str | int:
+    """-ngl's value as llama.cpp reads it: auto, all, or a layer count >= 0."""
+    if v in ("auto", "all"):
+        return v
+    try:
+        n = int(v)
+    except ValueError:
+        n = -1
+    if n < 0:
+        raise argparse.ArgumentTypeError(f"expected a layer count >= 0, auto or all, got '{v}'")
+    return n
+
+
 def _add_context(p: argparse.ArgumentParser) -> None:
     p.add_argument("-c", "--ctx-size", type=int, default=0, help="KV cache cells; 0 = the trained context")
     p.add_argument("-b", "--batch-size", type=int, default=2048, help="logical batch: most slots per decode call")
@@ -31,6 +44,9 @@ def _add_context(p: argparse.ArgumentParser) -> None:
     p.add_argument("--mem-budget", type=float, default=0.0, help="MiB that -c 0 is fitted under (default: free memory minus 1 GiB)")
     p.add_argument("-t", "--threads", type=int, default=0, help="CPU threads (0: torch's default)")
     p.add_argument("--device", default="auto", help="cpu, cuda or auto (CUDA when available)")
+    p.add_argument("-ngl", "--gpu-layers", "--n-gpu-layers", dest="n_gpu_layers", default="auto", type=_gpu_layers,
+                   help="llama.cpp's layers in VRAM: N, auto or all (default: auto).  llamapy places the whole model "
+                        "on one device: 0 means --device cpu; any other value leaves the choice to --device")
     p.add_argument("-nkvo", "--no-kv-offload", action="store_true",
                    help="CUDA: keep the KV cache (and attention) in host memory; saves device memory, costs speed")
     _add_pipeline(p)

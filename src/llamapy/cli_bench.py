@@ -6,6 +6,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from .cli_cmds import _device
+
 
 def _ints(s: str) -> list[int]:
     try:
@@ -49,6 +51,8 @@ def add_parser(sub, common) -> None:
     p.add_argument("--no-warmup", action="store_true")
     p.add_argument("--plot", default=None, metavar="FILE.png", help="draw pp t/s and compute MiB against -ub")
     p.add_argument("--device", default="auto", help="cpu, cuda or auto")
+    p.add_argument("-ngl", "--n-gpu-layers", dest="n_gpu_layers", default="auto", type=common._gpu_layers,
+                   help="llama-bench's layers in VRAM (one value): 0 means --device cpu, others leave it to --device")
     p.add_argument("-v", "--verbose", action="store_true")
     common._add_speculative(p)  # tg tests then generate greedily with drafts
     common._add_pipeline(p)
@@ -114,7 +118,7 @@ def cmd_bench(a: argparse.Namespace) -> int:
         model=a.model, n_prompt=flat(a.n_prompt, [512]), n_gen=flat(a.n_gen, [128]), n_pg=a.pg or [], n_depth=a.n_depth,
         n_batch=a.batch_size, n_ubatch=a.ubatch_size, type_k=a.cache_type_k, type_v=a.cache_type_v,
         flash_attn=[_FA.get(x, x) for x in a.flash_attn], n_ctx=a.ctx_size, n_threads=a.threads or [torch.get_num_threads()],
-        reps=a.repetitions, no_warmup=a.no_warmup, device=a.device, no_kv_offload=[bool(x) for x in a.no_kv_offload],
+        reps=a.repetitions, no_warmup=a.no_warmup, device=_device(a), no_kv_offload=[bool(x) for x in a.no_kv_offload],
         spec=_spec_params(a) if a.spec_type != "none" else None, pipe=_pipe_params(a),
     )
     if p.reps < 1:
@@ -202,13 +206,13 @@ def cmd_perplexity(a: argparse.Namespace) -> int:
     if a.kl_divergence:
         if pipe.enabled:
             raise ValueError("--kl-divergence runs in one process: drop --pp")
-        return _kl_divergence(a, Model.load(a.model, device=a.device, exact=a.exact))
+        return _kl_divergence(a, Model.load(a.model, device=_device(a), exact=a.exact))
     text = Path(a.file).read_text(encoding="utf-8", errors="replace")
     n_ctx = a.ctx_size
     params = perplexity_params(n_ctx, a.batch_size, a.ubatch_size, type_k=a.cache_type_k, type_v=a.cache_type_v,
-                               flash_attn=a.flash_attn, n_threads=a.threads, device=a.device,
+                               flash_attn=a.flash_attn, n_threads=a.threads, device=_device(a),
                                offload_kqv=not a.no_kv_offload)
-    model, ctx = open_context(a.model, params, pipe, device=a.device, exact=a.exact, mmap=getattr(a, "mmap", None))
+    model, ctx = open_context(a.model, params, pipe, device=_device(a), exact=a.exact, mmap=getattr(a, "mmap", None))
     t0 = time.perf_counter()
     tokens = model.tokenize(text, add_special=True, parse_special=False)
     print(f"perplexity: tokenization took {(time.perf_counter() - t0) * 1e3:g} ms", file=sys.stderr)
@@ -248,7 +252,7 @@ def _kl_divergence(a: argparse.Namespace, model) -> int:
             text = Path(a.file).read_text(encoding="utf-8", errors="replace")
             base.check_tokens(model.tokenize(text, add_special=True, parse_special=False))
         ctx = make_context(model, base.n_ctx, a.batch_size, a.ubatch_size, type_k=a.cache_type_k, type_v=a.cache_type_v,
-                           flash_attn=a.flash_attn, n_threads=a.threads, device=a.device,
+                           flash_attn=a.flash_attn, n_threads=a.threads, device=_device(a),
                        offload_kqv=not a.no_kv_offload)
         print(f"kl_divergence: computing over {base.n_chunk} chunks, n_ctx={base.n_ctx}, "
               f"batch_size={ctx.cparams.n_batch}, n_seq={ctx.cparams.n_seq_max}", file=sys.stderr)

@@ -8,6 +8,22 @@ from .log import setup_logging
 from .params import ContextParams
 
 
+def _device(a: argparse.Namespace) -> str:
+    """--device, with llama.cpp's -ngl read the only way it applies to a model on one device:
+    -ngl 0 keeps it on the CPU; a GPU layer count without a usable GPU is ignored with
+    llama.cpp's warning (once: the answer is kept on the namespace)."""
+    if getattr(a, "device_resolved", None) is None:
+        ngl, a.device_resolved = getattr(a, "n_gpu_layers", "auto"), a.device
+        if a.device == "auto" and ngl == 0:
+            a.device_resolved = "cpu"
+        elif a.device == "auto" and ngl != "auto":
+            import torch
+
+            if not torch.cuda.is_available():
+                print("warning: no usable GPU found, --gpu-layers option will be ignored", file=sys.stderr)
+    return a.device_resolved
+
+
 def _ctx_params(a: argparse.Namespace) -> ContextParams:
     return ContextParams(
         n_ctx=a.ctx_size,
@@ -21,7 +37,7 @@ def _ctx_params(a: argparse.Namespace) -> ContextParams:
         swa_full=getattr(a, "swa_full", False),
         mem_budget_mib=getattr(a, "mem_budget", 0.0),
         n_threads=a.threads,
-        device=a.device,
+        device=_device(a),
         offload_kqv=not getattr(a, "no_kv_offload", False),
     )
 
@@ -80,7 +96,7 @@ def _load(a: argparse.Namespace, params=None):
     """(Model, Context) for a command: one process, or stage 0 of --pp N stages."""
     from .pipeline import open_context
 
-    return open_context(a.model, params or _ctx_params(a), _pipe_params(a), device=a.device, mmap=getattr(a, "mmap", None))
+    return open_context(a.model, params or _ctx_params(a), _pipe_params(a), device=_device(a), mmap=getattr(a, "mmap", None))
 
 
 def _spec_params(a: argparse.Namespace):
