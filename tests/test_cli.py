@@ -110,3 +110,20 @@ def test_gpu_layers_flag_reads_as_llamacpp(capsys):
     with pytest.raises(SystemExit):
         p.parse_args(["run", "-ngl", "x"])
     assert "-ngl/--gpu-layers/--n-gpu-layers: expected a layer count >= 0, auto or all, got 'x'" in capsys.readouterr().err
+
+
+def test_llamacpp_flags_llamapy_lacks_are_named(capsys):
+    """A llama.cpp flag llamapy does not read is named as unknown, not split into a short option
+    and a glued value (`-cnv` was `-c nv`: "invalid int value: 'nv'"; `-mg 0` loaded a model
+    named "g"); a number glued to a short option still reads (`-n4`), and `-no-cnv` is accepted
+    (run never holds a conversation)."""
+    from llamapy.cli import build_parser
+
+    p = build_parser()
+    assert p.parse_args(["run", "-n4", "-c2048"]).n_predict == 4
+    assert p.parse_args(["run", "-no-cnv"]).no_conversation is True
+    for flag in (["-cnv"], ["-mg", "0"], ["-st"], ["-sm", "none"]):
+        with pytest.raises(SystemExit):
+            p.parse_args(["run", *flag])
+        err = capsys.readouterr().err
+        assert f"unrecognized arguments: {' '.join(flag)}" in err and "invalid" not in err, err

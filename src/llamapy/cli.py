@@ -12,6 +12,31 @@ def _add_model(p: argparse.ArgumentParser) -> None:
     p.add_argument("-m", "--model", default=None, help="registered model name or path to a .gguf (default: smollm2-135m)")
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, minus one reading llama.cpp users trip on: a single-dash word is not a short
+    option with its value glued on unless that value is a number (`-n4`, `-c2048` still work),
+    so llama.cpp's `-cnv`, `-st` or `-mg 0` are unknown flags, named as such, rather than
+    `-c nv` ("invalid int value: 'nv'") or `-m g` (a model named "g")."""
+
+    def _get_option_tuples(self, option_string: str) -> list:
+        def numeric(v: str) -> bool:
+            try:
+                float(v)
+                return True
+            except ValueError:
+                return False
+
+        out = super()._get_option_tuples(option_string)
+        if len(option_string) > 2 and option_string[1] not in self.prefix_chars:
+            out = [t for t in out if t[1] != option_string[:2] or numeric(t[2] or "")]
+        return out
+
+    def error(self, message: str):
+        if message.startswith("unrecognized arguments"):
+            message += " (llamapy does not read that flag; `llamapy COMMAND --help` lists the ones it does)"
+        super().error(message)
+
+
 def _gpu_layers(v: str) -> str | int:
     """-ngl's value as llama.cpp reads it: auto, all, or a layer count >= 0."""
     if v in ("auto", "all"):
@@ -101,13 +126,15 @@ def _add_grammar(p: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="llamapy", description="llama.cpp's inference runtime in Python on PyTorch")
+    ap = _Parser(prog="llamapy", description="llama.cpp's inference runtime in Python on PyTorch")
     sub = ap.add_subparsers(dest="cmd", required=True)
 
     p = sub.add_parser("run", help="generate text from a prompt, streaming tokens")
     _add_model(p), _add_context(p), _add_sampling(p), _add_speculative(p), _add_grammar(p)
     p.add_argument("-p", "--prompt", default="Once upon a time")
     p.add_argument("-n", "--n-predict", type=int, default=128, help="tokens to generate (-1: until end or context full)")
+    p.add_argument("-no-cnv", "--no-conversation", action="store_true",
+                   help="accepted for llama.cpp's command lines: run never holds a conversation (llamapy chat does)")
     p.add_argument("-v", "--verbose", action="store_true", help="print every load/context log line")
     p.set_defaults(fn=cli_cmds.cmd_run)
 
