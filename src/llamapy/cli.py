@@ -26,9 +26,9 @@ class _Parser(argparse.ArgumentParser):
             except ValueError:
                 return False
 
-        out = super()._get_option_tuples(option_string)
+        out = super()._get_option_tuples(option_string)  # (action, option string, [sep,] explicit value)
         if len(option_string) > 2 and option_string[1] not in self.prefix_chars:
-            out = [t for t in out if t[1] != option_string[:2] or numeric(t[2] or "")]
+            out = [t for t in out if t[1] != option_string[:2] or numeric(t[-1] or "")]
         return out
 
     def error(self, message: str):
