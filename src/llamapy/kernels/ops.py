@@ -101,10 +101,12 @@ def c_kv_types(type_k: str, type_v: str, d_k: int, d_v: int) -> tuple[int, int] 
 def attn_kv(lib: KernelLib, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, types: tuple[int, int], n_kv: int,
             n_head_kv: int, d_v: int, mask: torch.Tensor, scale: float,
             visible: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
-    """attn_f16 over a cache of any c_kv_types: k [n_cells, row bytes or n_head_kv * d_k], v
-    likewise, in their storage (float16, or uint8 blocks), types their GGML types; d_v the V
-    head size.  The same C attention as attn_f16 for an f16 cache; a block-typed one has each
-    visible cell's rows widened to f32 (kernels/c/ops.c attn_group_blocks)."""
+    """q: [n, n_head, d_k] float32 (heads contiguous) over a stream of a cache of any
+    c_kv_types: k [n_cells, n_head_kv * d_k values], v likewise, in their storage (float16, or
+    uint8 blocks: row bytes), `types` their GGML types, d_v the V head size; mask [n, n_kv]
+    float32 -> [n, n_head * d_v].  The C attention over the visible cells (visible_cells(mask),
+    computed here unless given); a block-typed cache has each visible cell's rows widened to
+    f32 (kernels/c/ops.c attn_group_blocks)."""
     q, mask, out = _attn_args(q, k, v, n_head_kv, mask, d_v)
     n, n_head, d_k = q.shape
     ptr, cells = visible_cells(mask) if visible is None else visible
@@ -134,16 +136,10 @@ def attn_f16(lib: KernelLib, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, 
     """q: [n, n_head, d_k] float32 (heads contiguous); k: [n_cells, n_head_kv * d_k], v:
     [n_cells, n_head_kv * d_v] float16 (a stream of the cache); mask [n, n_kv] float32 ->
     [n, n_head * d_v].  the C attention over the visible cells (visible_cells(mask),
-    computed here unless given)."""
-    q, mask, out = _attn_args(q, k, v, n_head_kv, mask)
-    n, n_head, d_k = q.shape
-    d_v = v.shape[1] // n_head_kv
-    ptr, cells = visible_cells(mask) if visible is None else visible
-    rc = lib.fn.lp_attn_f16(q.data_ptr(), n, q.stride(0), n_head, n_head_kv, d_k, d_v, k.data_ptr(), v.data_ptr(), n_kv,
-                            mask.data_ptr(), ptr.data_ptr(), cells.data_ptr(), scale, out.data_ptr())
-    if rc != 0:
-        raise MemoryError(f"lp_attn_f16: no scratch memory for {n} rows")
-    return out
+    computed here unless given): attn_kv over an f16 cache."""
+    assert k.dtype == v.dtype == torch.float16
+    f16 = C_KV_TYPES["f16"]
+    return attn_kv(lib, q, k, v, (f16, f16), n_kv, n_head_kv, v.shape[1] // n_head_kv, mask, scale, visible)
 
 
 def attn_tiles_f16(lib: KernelLib, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, n_kv: int, n_head_kv: int,

@@ -14,14 +14,13 @@ static uint16_t f16_bits(float f) {
 }
 
 /* The value of largest magnitude (the first of equal ones), ggml's "max" of q4_0 / q5_0. */
-static float signed_absmax(const float *x, float *amax) {
+static float signed_absmax(const float *x) {
     float a = 0.0f, m = 0.0f;
     for (int j = 0; j < 32; j++)
         if (a < fabsf(x[j])) {
             a = fabsf(x[j]);
             m = x[j];
         }
-    *amax = a;
     return m;
 }
 
@@ -35,8 +34,7 @@ static void block_q8_0(const float *x, uint8_t *y) {
 }
 
 static void block_q4_0(const float *x, uint8_t *y) {
-    float amax;
-    const float d = signed_absmax(x, &amax) / -8.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+    const float d = signed_absmax(x) / -8.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
     const uint16_t dh = f16_bits(d);
     memcpy(y, &dh, 2);
     for (int j = 0; j < 16; j++) {
@@ -71,8 +69,7 @@ static void block_q4_1(const float *x, uint8_t *y) {
 }
 
 static void block_q5_0(const float *x, uint8_t *y) {
-    float amax;
-    const float d = signed_absmax(x, &amax) / -16.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+    const float d = signed_absmax(x) / -16.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
     const uint16_t dh = f16_bits(d);
     memcpy(y, &dh, 2);
     uint32_t qh = 0;
