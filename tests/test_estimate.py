@@ -180,6 +180,27 @@ def test_compute_kq_only_without_flash_attn_and_logits_only_for_outputs():
     assert {t.name: t.shape for t in small.compute_terms}["wqkv output"] == (256, 4096 + 2 * 1024)
 
 
+def test_few_row_attention_scratch_over_block_caches():
+    """Ubatches under FAST_ROWS rows attend through the C kernel; over a q8_0 / q4_0 cache each
+    thread widens up to KV_WIDEN visible cells to f32, counted per thread whatever -c is; an
+    f16 cache is read in place and a 512-row ubatch takes the other path (no such term)."""
+    from llamapy.kernels.types import attn_kv_scratch_bytes
+    from llamapy.memory.host import kernels_expected, torch_threads
+
+    hp = hp_8b()
+    name = "kv cells widened (kernel scratch)"
+
+    def scratch(**kw):
+        return {t.name: t for t in est(hp, flash_attn="on", **kw).compute_terms}.get(name)
+
+    want = torch_threads() * attn_kv_scratch_bytes(128, 128) if kernels_expected() else None
+    for n_ctx in (4096, 131072):
+        got = scratch(n_ctx=n_ctx, n_ubatch=16, type_k="q8_0", type_v="q4_0")
+        assert (got.bytes if got else None) == want
+    assert scratch(n_ctx=4096, n_ubatch=16) is None  # f16
+    assert scratch(n_ctx=4096, n_ubatch=512, type_k="q8_0", type_v="q8_0") is None
+
+
 # --- fitting ----------------------------------------------------------------------------------------
 def test_fit_reduces_trained_context_in_steps_of_256(caplog):
     info = ModelInfo(hp_8b(), 4000 * MiB, 0)

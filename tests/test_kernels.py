@@ -12,6 +12,7 @@ import torch.nn.functional as F
 from llamapy.kernels import load_kernels
 from llamapy.kernels import ops as kops
 from llamapy.kernels.build import cpu_features, kernel_level, resolve_level, system_info, IsaError
+from llamapy.kernels.types import c_kv_types
 from llamapy.model.block_matrix import DENSE_ROWS, block_matrix, dense_dtype
 from llamapy.model.rope import ROPE_TYPE_NEOX, ROPE_TYPE_NORM, RopeParams, apply_rope, rope_cos_sin
 
@@ -386,10 +387,12 @@ def test_kv_quantize_is_ggml_reference(lib, name):
 
 
 @pytest.mark.parametrize("types", [("q8_0", "q8_0"), ("q4_0", "q4_1"), ("q5_0", "q5_1"), ("f16", "q4_0"), ("q8_0", "f16")])
-@pytest.mark.parametrize("n_head,n_head_kv,d,n,n_kv", [(9, 3, 64, 1, 300), (4, 1, 256, 3, 48), (6, 2, 32, 5, 700)])
+@pytest.mark.parametrize("n_head,n_head_kv,d,n,n_kv", [(9, 3, 64, 1, 300), (4, 1, 256, 3, 48), (6, 2, 32, 5, 700),
+                                                     (4, 1, 256, 1, 2500), (9, 3, 64, 2, 1500)])
 def test_attention_over_block_cache(lib, types, n_head, n_head_kv, d, n, n_kv):
     """Few rows over a KV cache in ggml's blocks (-ctk / -ctv): the same attention as PyTorch's
-    SDPA over the cache dequantized, each row seeing its cells (one row sees nothing: zeros)."""
+    SDPA over the cache dequantized, each row seeing its cells (one row sees nothing: zeros).
+    Over ~1,250 visible cells a task widens them KV_WIDEN at a time and merges the parts."""
     from llamapy.gguf.quants import dequantize, quantize
 
     g = torch.Generator().manual_seed(1)
@@ -411,10 +414,26 @@ def test_attention_over_block_cache(lib, types, n_head, n_head_kv, d, n, n_kv):
     if empty is not None:
         visible[empty] = False
     mask = torch.zeros(n, n_kv).masked_fill_(~visible, float("-inf"))
-    c_types = kops.c_kv_types(*types, d, d)
+    c_types = c_kv_types(*types, d, d)
     out = kops.attn_kv(lib, q, raw[0], raw[1], c_types, n_kv, n_head_kv, d, mask, 0.125)
     _assert_is_sdpa(out, q, wide[0], wide[1], mask, n_head_kv, empty)
-    assert kops.c_kv_types("q8_0", "f16", 16, 16) is None and kops.c_kv_types("iq4_nl", "f16", 64, 64) is None
+    assert c_kv_types("q8_0", "f16", 16, 16) is None and c_kv_types("iq4_nl", "f16", 64, 64) is None
+
+
+def test_block_cache_scratch_is_bounded(lib):
+    """A thread's scratch for attention over a block-typed cache stops growing at KV_WIDEN
+    visible cells (it held every visible cell: 1 GiB for Gemma 3's heads of 256 at 32,768 cells
+    and 16 threads), and the memory estimate's mirror of it is the C size."""
+    import ctypes
+
+    from llamapy.kernels.types import KV_WIDEN, attn_kv_scratch_bytes
+
+    f = ctypes.CDLL(str(lib.path)).lp_attn_kv_floats
+    f.argtypes, f.restype = [ctypes.c_int64] * 3, ctypes.c_int64
+    for d_k, d_v in [(64, 64), (256, 256), (128, 64)]:
+        assert f(KV_WIDEN, d_k, d_v) == f(32768, d_k, d_v) > f(KV_WIDEN - 1, d_k, d_v)
+        assert 4 * f(32768, d_k, d_v) == attn_kv_scratch_bytes(d_k, d_v)
+    assert attn_kv_scratch_bytes(256, 256) < 1 << 20
 
 
 @pytest.mark.parametrize("n_head,n_head_kv,d", [(9, 3, 64), (4, 1, 256), (6, 6, 12), (20, 1, 8), (5, 1, 32)])

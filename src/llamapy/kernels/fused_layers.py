@@ -7,7 +7,7 @@ compare the two.
 A FusedLayers exists only when every matrix of every layer is a BlockMatrix (or a stack of
 them: Q|K|V of different types) and the shapes are the ones the C code assumes; run() then
 takes a ubatch when it has fewer than FAST_ROWS rows, flash attention is on and every cache's
-K and V types are ones the C attention reads (ops.C_KV_TYPES: f16, or ggml's blocks of 32,
+K and V types are ones the C attention reads (types.C_KV_TYPES: f16, or ggml's blocks of 32,
 stored by the C quantizers, kernels/c/kv_quant.c: the bytes the per-op path's store writes).
 Each row stores into and reads its own stream of each cache, so a ubatch over several streams
 (llama-server's -np layout) is one call too.  Anything else returns False and the
@@ -22,7 +22,8 @@ import torch
 
 from ..memory.kv_cache import KVCache
 from .build import KernelLib
-from .ops import FAST_ROWS, c_kv_types, visible_cells
+from .ops import FAST_ROWS, visible_cells
+from .types import c_kv_types
 from .types import MAX_KV_SETS
 
 P, I64, F = ctypes.c_void_p, ctypes.c_int64, ctypes.c_float
@@ -170,7 +171,7 @@ class FusedLayers:
         rc = self.lib.fn.lp_layers(self.layers, self.n_layer, ctypes.byref(self.dims), x.data_ptr(), n, rope_arr,
                                    kv_arr, len(kvs))
         if rc == -2:
-            raise ValueError("lp_layers: a cache type the kernels do not store (ops.C_KV_TYPES)")
+            raise ValueError("lp_layers: a cache type the kernels do not store (kernels/types.py C_KV_TYPES)")
         if rc != 0:
             raise MemoryError(f"lp_layers: no scratch memory for a ubatch of {n} rows")
         self.calls += 1

@@ -10,7 +10,7 @@ import torch
 
 from .build import KernelLib, load_kernels
 
-from .types import FAST_ROWS  # ubatches of fewer rows take the fused kernels
+from .types import C_KV_TYPES, FAST_ROWS  # ubatches of fewer rows take the fused kernels
 
 
 def fast_lib(x: torch.Tensor) -> KernelLib | None:
@@ -82,20 +82,6 @@ def _attn_args(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, n_head_kv: int
     assert k.is_contiguous() and v.is_contiguous() and (d_v is not None or k.dtype == v.dtype == torch.float16)
     d_v = v.shape[1] // n_head_kv if d_v is None else d_v
     return q, mask.contiguous(), torch.empty(n, n_head * d_v, dtype=torch.float32)
-
-
-# KV cache types the C attention and the fused layers read (-ctk / -ctv), by their GGML type:
-# f16 and ggml's blocks of 32 (kernels/c/kv_quant.c); f32, bf16 and iq4_nl take PyTorch's path.
-C_KV_TYPES = {"f16": 1, "q4_0": 2, "q4_1": 3, "q5_0": 6, "q5_1": 7, "q8_0": 8}
-
-
-def c_kv_types(type_k: str, type_v: str, d_k: int, d_v: int) -> tuple[int, int] | None:
-    """The GGML types of a cache the C attention reads, or None: both types in C_KV_TYPES, and
-    block-typed heads whole blocks of 32."""
-    tk, tv = C_KV_TYPES.get(type_k), C_KV_TYPES.get(type_v)
-    if tk is None or tv is None or (type_k != "f16" and d_k % 32) or (type_v != "f16" and d_v % 32):
-        return None
-    return tk, tv
 
 
 def attn_kv(lib: KernelLib, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, types: tuple[int, int], n_kv: int,

@@ -27,6 +27,30 @@ QMATRIX_DENSE_ROWS = 32  # the same for the PyTorch fallback without a C compile
 DEQUANT_CHUNK = 1 << 21  # dense path: weights dequantized at a time (elements)
 
 
+# KV cache types the C attention and the fused layers read (-ctk / -ctv), by their GGML type:
+# f16 and ggml's blocks of 32 (kernels/c/kv_quant.c); f32, bf16 and iq4_nl take PyTorch's path.
+C_KV_TYPES = {"f16": 1, "q4_0": 2, "q4_1": 3, "q5_0": 6, "q5_1": 7, "q8_0": 8}
+KV_WIDEN = 256  # cells of a block-typed cache an attention task widens to f32 at a time (kernels/c/ops.c)
+
+
+def c_kv_types(type_k: str, type_v: str, d_k: int, d_v: int) -> tuple[int, int] | None:
+    """The GGML types of a cache the C attention reads, or None: both types in C_KV_TYPES, and
+    block-typed heads whole blocks of 32."""
+    tk, tv = C_KV_TYPES.get(type_k), C_KV_TYPES.get(type_v)
+    if tk is None or tv is None or (type_k != "f16" and d_k % 32) or (type_v != "f16" and d_v % 32):
+        return None
+    return tk, tv
+
+
+def attn_kv_scratch_bytes(d_k: int, d_v: int) -> int:
+    """One thread's scratch of the few-row attention over a block-typed cache (kernels/c/ops.c
+    lp_attn_kv_floats at its KV_WIDEN cells): the widened K and V rows, their mask values and
+    indices, a part's outputs for up to 64 heads, and a row's canonical form."""
+    d = max(d_k, d_v)
+    wrow = d + 2 * (d // 16) * 4 + 64
+    return 4 * (KV_WIDEN * (d_k + d_v + 3) + 64 * (d_v + 2) + (wrow + 3) // 4 + 32)
+
+
 def tile_attention(n_rows: int, flash: bool, type_k: str, type_v: str, d_k: int, d_v: int, n_head: int,
                    n_head_kv: int) -> bool:
     """Does a ubatch of n_rows attend through the many-row C kernel (kernels/c/attn_tiles.c),

@@ -24,8 +24,8 @@ MiB = 1024 * 1024
 SWA_PAD = 256  # llama_kv_cache_iswa: the SWA cache size is always padded to 256
 F32 = 4  # activations and logits are float32
 # block_matrix.py's and qmatrix.py's thresholds are restated from kernels/types.py (tests hold them equal)
-from ..kernels.types import (DENSE_ROWS, DEQUANT_CHUNK, FAST_ROWS, QMATRIX_DENSE_ROWS, lanes_slice_rows,  # noqa: E402
-                             tile_attention)
+from ..kernels.types import (DENSE_ROWS, DEQUANT_CHUNK, FAST_ROWS, QMATRIX_DENSE_ROWS,  # noqa: E402
+                             attn_kv_scratch_bytes, c_kv_types, lanes_slice_rows, tile_attention)
 
 
 def swa_cells(n_ctx_stream: int, n_swa: int, n_seq_max: int, kv_unified: bool, n_ubatch: int, swa_full: bool = False) -> int:
@@ -260,7 +260,9 @@ def compute_terms(hp: HParams, c: CParams, caches: tuple[CacheEstimate, ...], n_
     terms = [ComputeTerm("inp_embd (residual x)", (n_t, hp.n_embd), "persistent")]
     for ch in caches:  # one mask per cache, built once per ubatch (kept for every layer)
         terms.append(ComputeTerm(f"kq_mask{' (' + ch.name + ')' if ch.name else ''}", (n_t, ch.cells), "persistent"))
-    if blocks and n_t < FAST_ROWS and flash_attn_enabled(c) and c.type_k == c.type_v == "f16":
+    few_rows_kernel = (blocks and n_t < FAST_ROWS and flash_attn_enabled(c)
+                       and c_kv_types(c.type_k, c.type_v, hp.n_embd_head_k, hp.n_embd_head_v) is not None)
+    if few_rows_kernel:
         for ch in caches:  # the CPU kernel's attention: each row's visible cells, int64 (kernels/ops.py)
             terms.append(ComputeTerm(f"kq visible cells{' (' + ch.name + ')' if ch.name else ''}", (n_t, ch.cells),
                                      "persistent", 8))
@@ -292,6 +294,10 @@ def compute_terms(hp: HParams, c: CParams, caches: tuple[CacheEstimate, ...], n_
             n_threads = torch_threads()  # the Context sets -t before it estimates
             att.append(ComputeTerm("flash attn tiles", (flash_tile_bytes(n_t, n_kv, n_threads),), "attention", 1,
                                    "attention"))
+    if few_rows_kernel and not c.type_k == c.type_v == "f16":  # its cells widened, KV_WIDEN at a time a thread
+        att.append(ComputeTerm("kv cells widened (kernel scratch)",
+                               (torch_threads() * attn_kv_scratch_bytes(hp.n_embd_head_k, hp.n_embd_head_v),),
+                               "attention", 1, "attention"))
     terms += att
     terms += [ComputeTerm("kqv_out", (n_t, hp.n_head * dv), "attention", F32, "attention"),
               *_matmul_terms("wo", n_t, hp.n_head * dv, hp.n_embd, "attention", "kqv_out (heads merged)", blocks, dense),

@@ -15,7 +15,7 @@ from ..memory.kv_cache import KVCache
 from .graph import UBatchInputs
 from ..kernels import ops as kops
 from ..kernels.ops import fast_lib, row_lib
-from ..kernels.types import tile_attention
+from ..kernels.types import c_kv_types, tile_attention
 from .layers import attention, attention_gathered
 
 
@@ -29,7 +29,7 @@ def attend(inp: UBatchInputs, cache: KVCache, il: int, q: torch.Tensor, k: torch
     n_tokens, n_head, d_k = q.shape
     d_v = hp.n_embd_head_v
     cache.store(il, inp.store_plan(cache), k.reshape(n_tokens, -1), v)
-    c_types = kops.c_kv_types(cache.type_k.name, cache.type_v.name, d_k, d_v) if inp.flash_attn else None
+    c_types = c_kv_types(cache.type_k.name, cache.type_v.name, d_k, d_v) if inp.flash_attn else None
     lib = fast_lib(q) if c_types is not None else None
     tiles = (row_lib(q) if lib is None and tile_attention(n_tokens, inp.flash_attn, cache.type_k.name, cache.type_v.name,
                                                           d_k, d_v, n_head, hp.n_head_kv) else None)

@@ -191,30 +191,62 @@ static void attn_group(const float *q, int64_t hpt, int64_t d_k, int64_t d_v, co
     }
 }
 
-/* Floats of a thread's scratch for attention over a block-typed cache (lp_attn_for's kvf): the
- * visible cells' K and V rows of one KV head as f32, their mask values, their indices, and a
- * row's canonical form for the dequantization. */
+/* Cells a task widens at a time over a block-typed cache: its scratch stays this many cells
+ * (about 0.5 MiB a thread for heads of 256) whatever the context holds. */
+#define KV_WIDEN 256
+#define KV_MAX_HPT 64 /* attn_group's query heads a task, at most */
+
+/* Floats of a thread's scratch for attention over a block-typed cache (lp_attn_for's kvf): up
+ * to KV_WIDEN visible cells' K and V rows of one KV head as f32, their mask values and
+ * indices, one part's outputs and (max, sum) per head, and a row's canonical form for the
+ * dequantization. */
 int64_t lp_attn_kv_floats(int64_t most, int64_t d_k, int64_t d_v) {
-    const int64_t d = d_k > d_v ? d_k : d_v;
-    return most * (d_k + d_v + 1 + 2) + ((int64_t)lp_wrow_bytes(d) + 3) / 4 + 32;
+    const int64_t d = d_k > d_v ? d_k : d_v, w = most < KV_WIDEN ? most : KV_WIDEN;
+    return w * (d_k + d_v + 1 + 2) + KV_MAX_HPT * (d_v + 2) + ((int64_t)lp_wrow_bytes(d) + 3) / 4 + 32;
 }
 
 /* attn_group over a cache in ggml blocks (or a mix of f16 and blocks): the task's nc visible
  * cells' K and V rows of its KV head (k, v: that head's part of cell 0's row; ldk, ldv: bytes
- * a cell) widened to f32 in scratch, then attn_group on those rows in order. */
+ * a cell) widened to f32 in scratch KV_WIDEN cells at a time, attn_group on each part, and the
+ * parts merged as they come (the running output rescaled by exp(old max - new max), as
+ * attn_merge weighs chunks).  One part (nc <= KV_WIDEN) is attn_group's result as it is. */
 static void attn_group_blocks(const float *q, int64_t hpt, int64_t d_k, int64_t d_v, int tk, const uint8_t *k, int64_t ldk,
                               int tv, const uint8_t *v, int64_t ldv, const float *mi, const int64_t *cells, int64_t nc,
                               float scale, float *p, float *o, float *ms, float *kvf) {
-    int64_t *ix = (int64_t *)kvf; /* [nc] 0 .. nc-1 */
-    float *mc = kvf + 2 * nc, *kf = mc + nc, *vf_ = kf + nc * d_k;
-    lp_wrow wr = lp_wrow_at(vf_ + nc * d_v, d_k > d_v ? d_k : d_v);
-    for (int64_t c = 0; c < nc; c++) {
-        ix[c] = c;
-        mc[c] = mi[cells[c]];
-        lp_row_to_f32(tk, k + cells[c] * ldk, d_k, kf + c * d_k, wr);
-        lp_row_to_f32(tv, v + cells[c] * ldv, d_v, vf_ + c * d_v, wr);
+    const int64_t w = nc < KV_WIDEN ? (nc > 0 ? nc : 1) : KV_WIDEN;
+    int64_t *ix = (int64_t *)kvf; /* [w] 0 .. w-1 */
+    float *mc = kvf + 2 * w, *kf = mc + w, *vf_ = kf + w * d_k, *oc = vf_ + w * d_v, *msc = oc + KV_MAX_HPT * d_v;
+    lp_wrow wr = lp_wrow_at(msc + 2 * KV_MAX_HPT, d_k > d_v ? d_k : d_v);
+    float run_m[KV_MAX_HPT], run_s[KV_MAX_HPT]; /* each head's largest score so far, its softmax's sum against it */
+    for (int64_t c0 = 0; c0 < nc || c0 == 0; c0 += w) {
+        const int64_t n1 = nc - c0 < w ? nc - c0 : w;
+        for (int64_t c = 0; c < n1; c++) {
+            ix[c] = c;
+            mc[c] = mi[cells[c0 + c]];
+            lp_row_to_f32(tk, k + cells[c0 + c] * ldk, d_k, kf + c * d_k, wr);
+            lp_row_to_f32(tv, v + cells[c0 + c] * ldv, d_v, vf_ + c * d_v, wr);
+        }
+        if (c0 == 0) { /* the first part straight into o */
+            attn_group(q, hpt, d_k, d_v, kf, vf_, d_k, d_v, mc, ix, n1, scale, p, o, msc, 1);
+            for (int64_t h = 0; h < hpt; h++) run_m[h] = msc[2 * h], run_s[h] = msc[2 * h + 1];
+            continue;
+        }
+        attn_group(q, hpt, d_k, d_v, kf, vf_, d_k, d_v, mc, ix, n1, scale, p, oc, msc, 1);
+        for (int64_t h = 0; h < hpt; h++) {
+            const float m1 = msc[2 * h];
+            if (m1 == -INFINITY) continue; /* this part shows head h nothing */
+            const float m = run_m[h] > m1 ? run_m[h] : m1;
+            const float a = run_m[h] == -INFINITY ? 0.0f : run_s[h] * expf(run_m[h] - m), b = msc[2 * h + 1] * expf(m1 - m);
+            const float inv = 1.0f / (a + b);
+            float *oh = o + h * d_v;
+            const float *och = oc + h * d_v;
+#pragma omp simd
+            for (int64_t j = 0; j < d_v; j++) oh[j] = (a * oh[j] + b * och[j]) * inv;
+            run_m[h] = m, run_s[h] = a + b;
+        }
     }
-    attn_group(q, hpt, d_k, d_v, kf, vf_, d_k, d_v, mc, ix, nc, scale, p, o, ms, 1);
+    if (ms)
+        for (int64_t h = 0; h < hpt; h++) ms[2 * h] = run_m[h], ms[2 * h + 1] = run_s[h];
 }
 
 /* out (d_v floats) = the chunks' outputs o_c merged: sum_c w_c o_c / sum_c w_c, w_c = s_c
