@@ -261,6 +261,28 @@ def test_top_probs_after_chain():
     assert pre[0][1] == pytest.approx(float(torch.softmax(logits, 0)[1]))
 
 
+def test_post_sampling_probs_after_verify_are_the_chains():
+    """After verify() rejects a draft, top_probs() / post_sampling_probs() still report the
+    chain's distribution (the residual it drew from is internal), as after sample(); a token
+    the chain dropped has probability 0."""
+    logits = torch.tensor([0.0, 3.0, 2.5, 2.0, -1.0])
+    params = SamplingParams(seed=11, top_k=3, top_p=1.0, min_p=0.0, temp=1.0)
+    ref = Sampler(params)
+    ref.sample(logits)
+    want = ref.top_probs(5)
+    rejected = 0
+    s = Sampler(params)
+    for _ in range(50):
+        tok, ok = s.verify(logits, 3)  # p(3) ~ 0.19 among the three candidates: mostly rejected
+        rejected += not ok
+        got = s.top_probs(5)
+        assert [t for t, _ in got] == [t for t, _ in want] and [p for _, p in got] == pytest.approx([p for _, p in want])
+        prob, top = s.post_sampling_probs(tok, 2)
+        assert prob == pytest.approx(dict(want)[tok]) and [t for t, _ in top] == [t for t, _ in want[:2]]
+    assert rejected > 20
+    assert s.post_sampling_probs(0, 5)[0] == 0.0  # token 0 is not among the candidates
+
+
 def test_sample_leaves_input_alone_and_accepts_bf16():
     logits = torch.tensor([1.0, 2.0, 3.0, 0.5]).to(torch.bfloat16)
     before = logits.clone()

@@ -84,6 +84,33 @@ def test_native_n_probs_and_timings_are_llama_servers(state):
     assert t["prompt_per_token_ms"] == pytest.approx(t["prompt_ms"] / t["prompt_n"])
 
 
+def test_post_sampling_probs_and_generation_settings(state):
+    """post_sampling_probs: the probabilities among the sampler chain's candidates (llama-server's
+    "prob" / "top_probs"): top_k 2 leaves two candidates whose probabilities sum to 1, the chosen
+    token's among them; greedy leaves one, at 1.  The same per token in a stream.  The final
+    response carries generation_settings with the request's values."""
+    req = {"prompt": "The capital of France is", "n_predict": 3, "temperature": 1.0, "top_k": 2, "top_p": 1.0,
+           "min_p": 0.0, "seed": 7, "n_probs": 5, "post_sampling_probs": True}
+    body = _call(state, "POST", "/completion", json=req).json()
+    probs = body["completion_probabilities"]
+    assert len(probs) == body["tokens_predicted"] == 3
+    for e in probs:
+        assert set(e) == {"id", "token", "bytes", "prob", "top_probs"}
+        top = e["top_probs"]
+        assert len(top) == 2 and sum(t["prob"] for t in top) == pytest.approx(1.0, abs=1e-5)
+        assert e["prob"] == next(t["prob"] for t in top if t["id"] == e["id"]) > 0
+        assert all(set(t) == {"id", "token", "bytes", "prob"} for t in top)
+    g = body["generation_settings"]
+    assert (g["temperature"], g["top_k"], g["seed"], g["n_predict"], g["n_probs"], g["post_sampling_probs"]) == (1.0, 2, 7, 3, 5, True)
+    greedy = _call(state, "POST", "/completion", json=req | {"temperature": 0}).json()["completion_probabilities"]
+    assert all(e["prob"] == 1.0 and [t["id"] for t in e["top_probs"]] == [e["id"]] for e in greedy)
+    r = _call(state, "POST", "/completion", json=req | {"stream": True})
+    chunks = [json.loads(ln[len("data: "):]) for ln in r.text.split("\n\n") if ln.startswith("data: ")]
+    streamed = [c["completion_probabilities"][0] for c in chunks if not c["stop"]]
+    assert [e["id"] for e in streamed] == [e["id"] for e in probs]  # the same seed: the same tokens and probabilities
+    assert [e["prob"] for e in streamed] == pytest.approx([e["prob"] for e in probs])
+
+
 def test_chat_stream_ends_with_done(state):
     r = _call(state, "POST", "/v1/chat/completions",
               json={"messages": [{"role": "user", "content": "hi"}], "max_tokens": 4, "temperature": 0, "stream": True})

@@ -303,6 +303,7 @@ class Sampler:
             cur.probs, cur.selected = probs.float(), int(hit[0, 0])
             self.cur = cur
             return draft, True
+        chain = probs.float()  # what top_probs() reports: the chain's distribution, not the residual drawn from
         if hit.numel():
             probs[hit[0, 0]] = 0.0
         cum = torch.cumsum(probs, dim=0)  # [n_cand]
@@ -310,15 +311,23 @@ class Sampler:
         i = min(int(torch.searchsorted(cum, torch.tensor([v], dtype=torch.float64)).item()), cum.shape[0] - 1)
         while probs[i] == 0.0 and i + 1 < cum.shape[0]:  # searchsorted may land on the removed draft's zero
             i += 1
-        cur.probs, cur.selected = (probs / cum[-1]).float(), i
+        cur.probs, cur.selected = chain, i
         self.cur = cur
         return int(cur.ids[i].item()), False
 
     def top_probs(self, n: int | None = None) -> list[tuple[int, float]]:
         """The n (default params.n_probs) most probable (token, prob) pairs after the chain
-        of the last sample(), largest first; fewer if fewer candidates survived."""
+        of the last sample() or verify(), largest first; fewer if fewer candidates survived."""
         n = self.params.n_probs if n is None else n
         if self.cur is None or self.cur.probs is None:
             raise RuntimeError("top_probs() needs a sample() first")
         vals, idx = torch.topk(self.cur.probs, min(n, self.cur.probs.shape[0]))
         return list(zip(self.cur.ids[idx].tolist(), vals.tolist()))
+
+    def post_sampling_probs(self, token: int, n: int) -> tuple[float, list[tuple[int, float]]]:
+        """llama-server's post_sampling_probs for the token the last sample() / verify() gave:
+        its probability among the chain's candidates (0 if it was not one) and the n most
+        probable candidates with a probability above 0."""
+        top = [(t, p) for t, p in self.top_probs(n) if p > 0.0]
+        hit = (self.cur.ids == token).nonzero()
+        return (float(self.cur.probs[hit[0, 0]]) if hit.numel() else 0.0), top

@@ -205,16 +205,17 @@ def create_app(state: ServerState) -> BodyLimit:
         _ready(state)
         ids = tokenize_prompt(state, body.prompt)
         constraint = await compile_constraint(state, request_spec(body.grammar, body.json_schema))
-        req = GenRequest(ids, max_tokens=body.n_predict, sampling=body.sampling(body.n_probs), stop=body.stop_list(), n_probs=body.n_probs, ignore_eos=body.ignore_eos, spec=body.spec_overrides(), constraint=constraint)
+        req = GenRequest(ids, max_tokens=body.n_predict, sampling=body.sampling(body.n_probs), stop=body.stop_list(), n_probs=body.n_probs,
+                         post_sampling_probs=body.post_sampling_probs, ignore_eos=body.ignore_eos, spec=body.spec_overrides(), constraint=constraint)
         p = submit(state, req)
         if body.stream:
-            return EventStream(_native_stream(state, p), p.close)
+            return EventStream(_native_stream(state, p, body.post_sampling_probs), p.close)
         text, evs = await p.collect(request.is_disconnected)
         if not evs or not evs[-1].final:
             return error_response(499, "client closed the request")
         if (err := final_error(evs[-1])) is not None:
             raise err
-        return _native_final(state, evs[-1], text, [e for e in evs if e.token >= 0])
+        return _native_final(state, evs[-1], text, [e for e in evs if e.token >= 0], body)
 
     app.include_router(openai_router)
     return BodyLimit(JsonBody(app), lambda: state.max_body)
@@ -225,19 +226,20 @@ def _ready(state: ServerState) -> None:
         raise APIError(503, "Loading model")
 
 
-def _probs(state: ServerState, ev: Event) -> list[dict[str, Any]]:
-    """llama-server's completion_probabilities entry of a token (n_probs, probabilities before
-    the sampler chain): the token and its top candidates as id, text, UTF-8 bytes and
-    natural-log probability."""
+def _probs(state: ServerState, ev: Event, post: bool = False) -> list[dict[str, Any]]:
+    """llama-server's completion_probabilities entry of a token: the token and its top n_probs
+    candidates as id, text and UTF-8 bytes, with the natural-log probability before the
+    sampler chain ("logprob", "top_logprobs"), or with post_sampling_probs the probability
+    among the chain's candidates ("prob", "top_probs")."""
     tok = state.model.tokenizer
 
     def entry(t: int, p: float) -> dict[str, Any]:
         raw = tok.token_to_piece(t)
-        return {"id": t, "token": raw.decode("utf-8", errors="replace"), "bytes": list(raw),
-                "logprob": math.log(p) if p > 0 else None}  # (llama-server's JSON writes log(0) as null)
+        value = {"prob": p} if post else {"logprob": math.log(p) if p > 0 else None}  # (llama-server writes log(0) as null)
+        return {"id": t, "token": raw.decode("utf-8", errors="replace"), "bytes": list(raw), **value}
 
     top = [entry(t, p) for t, p in (ev.probs or [])]
-    return [{**entry(ev.token, ev.prob), "top_logprobs": top}]
+    return [{**entry(ev.token, ev.prob), ("top_probs" if post else "top_logprobs"): top}]
 
 
 def stop_fields(ev: Event) -> dict[str, Any]:
@@ -248,22 +250,25 @@ def stop_fields(ev: Event) -> dict[str, Any]:
     return out | ({"finish_details": ev.error} if ev.error else {})
 
 
-def _native_final(state: ServerState, ev: Event, text: str, toks: list[Event]) -> dict[str, Any]:
+def _native_final(state: ServerState, ev: Event, text: str, toks: list[Event], body: NativeCompletionRequest) -> dict[str, Any]:
     u = ev.usage
     out: dict[str, Any] = {
         "content": text, "stop": True, **stop_fields(ev),
         "tokens_predicted": u.completion_tokens, "tokens_evaluated": u.prompt_tokens, "tokens_cached": u.prompt_tokens_cached,
-        "truncated": False, "timings": ev.timings, "model": state.alias,
+        "truncated": False, "generation_settings": body.generation_settings(), "timings": ev.timings, "model": state.alias,
     }
     if toks and toks[0].probs is not None:
-        out["completion_probabilities"] = [p for e in toks for p in _probs(state, e)]
+        out["completion_probabilities"] = [p for e in toks for p in _probs(state, e, body.post_sampling_probs)]
     return out
 
 
-async def _native_stream(state: ServerState, p: Pending) -> AsyncIterator[str]:
+async def _native_stream(state: ServerState, p: Pending, post: bool) -> AsyncIterator[str]:
     async for ev in p.events():
         if not ev.final:
-            yield sse({"content": ev.text, "stop": False, "tokens": [ev.token]})
+            chunk = {"content": ev.text, "stop": False, "tokens": [ev.token]}
+            if ev.probs is not None:  # llama-server sends each token's probabilities with it
+                chunk["completion_probabilities"] = _probs(state, ev, post)
+            yield sse(chunk)
             continue
         if (err := final_error(ev)) is not None:
             yield sse(error_body(err.status, err.message))

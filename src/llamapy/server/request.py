@@ -42,8 +42,8 @@ class Event:
     request_id: int
     text: str = ""
     token: int = -1
-    probs: list[tuple[int, float]] | None = None  # top n_probs (token, prob) before sampling
-    prob: float = 0.0  # probability of `token` before sampling (set when n_probs > 0)
+    probs: list[tuple[int, float]] | None = None  # top n_probs (token, prob), before sampling unless post_sampling_probs
+    prob: float = 0.0  # probability of `token`, likewise (set when n_probs > 0)
     final: bool = False
     finish_reason: str = ""
     error: str = ""
@@ -60,6 +60,7 @@ class Request:
     sampling: SamplingParams = field(default_factory=lambda: SamplingParams(temp=0.8))
     stop: list[str] = field(default_factory=list)
     n_probs: int = 0
+    post_sampling_probs: bool = False  # llama-server's: n_probs after the sampler chain (prob, not logprob)
     ignore_eos: bool = False  # llama.cpp's ignore_eos: end-of-generation tokens are never sampled
     spec: dict[str, float] = field(default_factory=dict)  # speculative.n_max / n_min / p_min overrides
     constraint: "Constraint | None" = None  # the compiled grammar the output must match

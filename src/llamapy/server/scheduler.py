@@ -439,7 +439,9 @@ class Scheduler:
             self._finish(s, "stop")
             return False
         probs, prob = None, 0.0
-        if req.n_probs > 0:  # llama-server's default: probabilities before the sampler chain
+        if req.n_probs > 0 and req.post_sampling_probs:  # the chain's candidates (Sampler.post_sampling_probs)
+            prob, probs = s.sampler.post_sampling_probs(tok, req.n_probs)
+        elif req.n_probs > 0:  # llama-server's default: probabilities before the sampler chain
             probs = token_probabilities(logits, req.n_probs)
             prob = float(torch.softmax(logits, dim=0)[tok])
         text = s.stops.push(s.decoder.feed(tok))

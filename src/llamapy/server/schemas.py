@@ -125,7 +125,19 @@ class NativeCompletionRequest(_Sampling):
     prompt: str | list[int] = Field(min_length=1)
     n_predict: int = Field(-1, ge=-1)
     n_probs: int = Field(0, ge=0, le=100)
+    post_sampling_probs: bool = False
     cache_prompt: bool = True
+
+    def generation_settings(self) -> dict[str, Any]:
+        """llama-server's generation_settings: the request's settings that llamapy applies (the
+        samplers in the chain's order; llama-server also lists ones llamapy does not have)."""
+        return {"seed": self.sampling().seed, "temperature": self.temperature, "top_k": self.top_k, "top_p": self.top_p,
+                "min_p": self.min_p, "repeat_last_n": self.repeat_last_n, "repeat_penalty": self.repeat_penalty,
+                "presence_penalty": self.presence_penalty, "frequency_penalty": self.frequency_penalty,
+                "stop": self.stop_list(), "max_tokens": self.n_predict, "n_predict": self.n_predict,
+                "ignore_eos": self.ignore_eos, "stream": self.stream, "n_probs": self.n_probs,
+                "grammar": self.grammar or "", "samplers": ["penalties", "top_k", "top_p", "min_p", "temperature"],
+                "post_sampling_probs": self.post_sampling_probs, **{f"speculative.{k}": v for k, v in self.spec_overrides().items()}}
 
 
 class TokenizeRequest(BaseModel):
