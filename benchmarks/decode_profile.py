@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Where a decode step's time goes: B sequences, one token each per step, after a prompt of
--p tokens per sequence, timed over -n steps; then llamapy's CPU kernels (kernels/
-cpu_kernels.c, which torch.profiler cannot see) timed per function and matrix shape, and
-torch.profiler's table of the top PyTorch ops over a few more steps.
+-p tokens per sequence, timed over -n steps; then llamapy's CPU kernels (kernels/c/, which
+torch.profiler cannot see) timed per function and matrix shape, with the steps' time outside
+them, and torch.profiler's table of the top PyTorch ops over a few more steps.
 
     .venv/bin/python benchmarks/decode_profile.py -B 1       # single-stream decode (tg)
     .venv/bin/python benchmarks/vs_llamacpp.py ...          # the ratios; this says why
@@ -91,12 +91,17 @@ def main(argv: list[str] | None = None) -> int:
                 return call
 
         object.__setattr__(lib, "fn", Timed())
+        t0 = time.perf_counter()
         for _ in range(a.n):
             step()
+        whole = (time.perf_counter() - t0) / a.n
         object.__setattr__(lib, "fn", fn)
         print(f"llamapy CPU kernels over {a.n} steps (ms per step):")
         for key, (n, t) in sorted(stats.items(), key=lambda kv: -kv[1][1]):
             print(f"  {key:<24} {n / a.n:6.1f} calls  {t / a.n * 1e3:8.3f} ms")
+        in_c = sum(t for _, t in stats.values()) / a.n
+        print(f"  these steps: {whole * 1e3:.3f} ms each, {in_c * 1e3:.3f} in the kernels, "
+              f"{(whole - in_c) * 1e3:.3f} outside them (Python, PyTorch's ops, the batch and the cache)")
     t0 = time.perf_counter()
     for _ in range(a.n):
         step()
