@@ -420,6 +420,18 @@ def test_attention_over_block_cache(lib, types, n_head, n_head_kv, d, n, n_kv):
     assert c_kv_types("q8_0", "f16", 16, 16) is None and c_kv_types("iq4_nl", "f16", 64, 64) is None
 
 
+def test_attention_refuses_what_it_does_not_read(lib):
+    """The C attention answers -2 (a ValueError here) for a cache it does not read -- a type that
+    is not f16 or blocks of 32 (iq4_nl), or block-typed heads that are not whole blocks --
+    rather than reading past a row; c_kv_types keeps those caches off it."""
+    q = torch.randn(1, 2, 16)
+    k = torch.zeros(4, 32, dtype=torch.uint8)
+    mask = torch.zeros(1, 4)
+    for types, d in (((8, 8), 16), ((20, 1), 32), ((1, 8), 16)):  # q8_0 heads of 16; iq4_nl; f16 K, q8_0 V of 16
+        with pytest.raises(ValueError, match="not read by the kernels"):
+            kops.attn_kv(lib, q if d == 16 else torch.randn(1, 2, 32), k, k, types, 4, 1, d, mask, 0.25)
+
+
 def test_block_cache_scratch_is_bounded(lib):
     """A thread's scratch for attention over a block-typed cache stops growing at KV_WIDEN
     visible cells (it held every visible cell: 1 GiB for Gemma 3's heads of 256 at 32,768 cells

@@ -23,8 +23,7 @@ import torch
 from ..memory.kv_cache import KVCache
 from .build import KernelLib
 from .ops import FAST_ROWS, visible_cells
-from .types import c_kv_types
-from .types import MAX_KV_SETS
+from .types import MAX_KV_SETS, c_kv_types
 
 P, I64, F = ctypes.c_void_p, ctypes.c_int64, ctypes.c_float
 

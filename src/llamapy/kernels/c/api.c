@@ -67,14 +67,14 @@ void lp_rope(float *x, int64_t n_rows, int64_t ldx, int64_t n_head, int64_t d, i
  * each row can see: row i's visible cells are cells[ptr[i] .. ptr[i+1]) (the mask's non -inf
  * entries, listed once per ubatch), and mask[i, c] is added to the score.  q float [n, ldq]
  * with head h at q + h * d_k; k [n_cells, n_head_kv * d_k] and v [n_cells, n_head_kv * d_v] of
- * storage type tk / tv (f16, or ggml blocks of 32: lp_kv_type_ok); mask float [n, n_kv]; out
+ * storage type tk / tv (f16, or ggml blocks of 32: lp_kv_types_ok); mask float [n, n_kv]; out
  * float [n, n_head * d_v].  Query head h reads KV head h / (n_head / n_head_kv).  A row that
  * sees no cell gets zeros.  Returns 0, -1 without scratch memory, -2 for a type it does not
  * read. */
 int lp_attn_kv(const float *q, int64_t n, int64_t ldq, int64_t n_head, int64_t n_head_kv, int64_t d_k, int64_t d_v,
                int tk, const void *k, int tv, const void *v, int64_t n_kv, const float *mask, const int64_t *ptr,
                const int64_t *cells, float scale, float *out) {
-    if (!lp_kv_type_ok(tk) || !lp_kv_type_ok(tv) || (tk != LP_F16 && d_k % 32) || (tv != LP_F16 && d_v % 32)) return -2;
+    if (!lp_kv_types_ok(tk, tv, d_k, d_v)) return -2;
     const int64_t hpt = lp_attn_heads_per_task(n_head, n_head_kv), most = lp_most_visible(ptr, n);
     const int64_t n_chunk = lp_attn_chunks(n, n_head, n_head_kv, most, omp_get_max_threads());
     const int64_t n_part = lp_attn_part_floats(n, n_head, d_v, n_chunk);

@@ -100,6 +100,10 @@ int lp_kv_type_ok(int type) {
     return type == LP_F16 || type == LP_Q8_0 || type == LP_Q4_0 || type == LP_Q4_1 || type == LP_Q5_0 || type == LP_Q5_1;
 }
 
+int lp_kv_types_ok(int tk, int tv, int64_t d_k, int64_t d_v) {
+    return lp_kv_type_ok(tk) && lp_kv_type_ok(tv) && (tk == LP_F16 || d_k % 32 == 0) && (tv == LP_F16 || d_v % 32 == 0);
+}
+
 void lp_kv_store(int type, void *dst, const float *x, int64_t n) {
     if (type == LP_F16) {
         lp_store_f16((uint16_t *)dst, x, n);

@@ -88,10 +88,10 @@ int lp_layers(const lp_layer *L, int64_t n_layer, const lp_dims *hp, float *x, i
     int blocks = 0; /* some cache in blocks: the attention widens its rows into per-thread scratch */
     if (n_kv_sets > LP_MAX_KV_SETS) return -1;
     for (int64_t il = 0; il < n_layer; il++) {
-        if (!lp_kv_type_ok((int)L[il].tck) || !lp_kv_type_ok((int)L[il].tcv)) return -2;
+        if (!lp_kv_types_ok((int)L[il].tck, (int)L[il].tcv, d, d)) return -2;
         blocks |= L[il].tck != LP_F16 || L[il].tcv != LP_F16;
     }
-    for (int64_t s = 0; s < n_kv_sets; s++) { /* each set's cells chunked as lp_attn_f16 would (the same sums) */
+    for (int64_t s = 0; s < n_kv_sets; s++) { /* each set's cells chunked as lp_attn_kv would (the same sums) */
         const int64_t m = lp_most_visible(kvs[s].ptr, n), np = lp_attn_part_floats(n, hp->n_head, d, n_chunk[s] =
                                                                    lp_attn_chunks(n, hp->n_head, hp->n_head_kv, m, omp_get_max_threads()));
         most = m > most ? m : most;

@@ -270,13 +270,13 @@ static void attn_merge(const float *o, int64_t step, const float *ms, int64_t ms
     for (int64_t j = 0; j < d_v; j++) out[j] *= inv;
 }
 
-/* lp_attn_f16's tasks (one per (row, group of hpt query heads), or per chunk of its visible
+/* lp_attn_kv's tasks (one per (row, group of hpt query heads), or per chunk of its visible
  * cells: n_chunk, lp_attn_chunks), split among the threads of the enclosing parallel region
  * (which meet after it); p: this thread's scratch of lp_most_visible() * hpt floats; part: the
  * chunks' partials, lp_attn_part_floats() (NULL when n_chunk is 1).  Row i's output is out +
  * i * ldo.  cell_off (NULL: all 0) [n]: where row i's cells start in k and v, in cells (its
  * stream's offset when the ubatch spans several streams).  k, v: cells of tk / tv (f16, or
- * ggml blocks, lp_kv_type_ok); kvf: this thread's lp_attn_kv_floats() where a type is blocks. */
+ * ggml blocks, lp_kv_types_ok); kvf: this thread's lp_attn_kv_floats() where a type is blocks. */
 void lp_attn_for(const float *q, int64_t n, int64_t ldq, int64_t n_head, int64_t n_head_kv, int64_t d_k,
                  int64_t d_v, int tk, const void *k, int tv, const void *v, int64_t n_kv, const float *mask,
                  const int64_t *ptr, const int64_t *cells, float scale, float *out, int64_t ldo, int64_t hpt,
