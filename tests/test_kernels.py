@@ -168,6 +168,28 @@ def test_float_weights_few_rows(lib, qtype):
         assert (m(x[:rows]) - ref).abs().max().item() <= tol * ref.abs().max().item(), rows
 
 
+@pytest.mark.parametrize("qtype", [T.F16, T.BF16], ids=lambda t: t.name)
+def test_float_weights_row_groups(lib, qtype):
+    """F16 / BF16 weights against 9-16 rows (a verification of 8-15 drafts): each weight-row
+    pair against groups of rows, a short last group widened backwards.  Every row is the exact
+    product within fp32 rounding, and each row's sum is the one of 5-8 rows: the first 8 rows
+    of a 9..16-row product equal the 8-row product bit for bit, whatever follows them (45
+    outputs: an odd last weight row; the threads split the outputs)."""
+    shape = (45, 512)
+    raw, W = _matrix(qtype, shape, seed=7)
+    m = block_matrix([(raw, qtype, shape)], lib)
+    x = torch.randn(16, shape[1], generator=torch.Generator().manual_seed(8))
+    bf16 = dense_dtype(qtype, lib) == torch.bfloat16  # a bf16 CPU's BF16: bf16 tiles from 5 rows
+    tol = 1e-2 if bf16 else 1e-5
+    y8 = m(x[:8])
+    for rows in range(9, 17):
+        y = m(x[:rows])
+        ref = (x[:rows].double() @ W.double().T).float()
+        assert (y - ref).abs().max().item() <= tol * ref.abs().max().item(), rows
+        if not bf16:
+            assert torch.equal(y[:8], y8), rows
+
+
 def test_isa_levels_agree():
     """Every level this CPU runs gives the same products up to fp32 summation order (the
     integers are the same on every ISA)."""

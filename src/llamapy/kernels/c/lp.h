@@ -292,6 +292,7 @@ enum { LP_WF32 = 0, LP_WF16 = 1, LP_WBF16 = 2 }; /* the float kinds of weight ro
 void lp_dot_tile_f32(int kind, const void *const *w, int nw, int64_t n_in, const float *x, int64_t ldx, int n,
                      float *y);
 #define LP_FROWS 8 /* f16 / bf16 weights against at most this many rows: one weight row at a time (lp_dot_float_rows) */
+#define LP_FROWS_GROUPED 16 /* ... and up to this many in groups (mm.c float_row_groups) */
 /* ... and from LP_F32_ROWS rows two weight rows at a time where their 2 n accumulators, the two
  * weight vectors and an activation fit the vector registers (32; 16 at AVX2) */
 #if defined(LP_AVX2) && !defined(LP_AVX512)
