@@ -8,13 +8,15 @@ latency), temperature 0, the same raw /completion requests:
   code edit  a source file given in full, to be written back with one name changed
   qa         a passage given in full, and a question answered by quoting it
 
-Each server answers one warm-up request first, then each request `-r` times (the median
-run is reported: one request takes a second or two, and this kind of machine's speed moves
-between runs).  Per server, mode and workload: generated
+Every (server, mode) runs as its own process, all of them at once; each answers one warm-up
+request, then each workload goes round them `-r` times, one request each a round (the
+machine's speed moves by up to 2x within minutes, so a ratio is taken between requests of the
+same round, never between runs minutes apart).  Per server, mode and workload: generated
 tokens / seconds of generation (the response's timings.predicted_ms, which both servers
-report; wall time when absent) and the acceptance rate (timings.draft_n_accepted / draft_n).
-The ratio columns compare a mode with the same server's plain decode, and llamapy with
-llama.cpp in the same mode.
+report; wall time when absent), the median over the rounds, and the acceptance rate
+(timings.draft_n_accepted / draft_n).  The ratio columns are medians over the rounds of a
+mode against the same server's plain decode, and of llamapy against llama.cpp in the same
+mode.
 
     .venv/bin/python benchmarks/speculative.py -m smollm2-135m            # llama.cpp too when built
     .venv/bin/python benchmarks/speculative.py -m smollm2-135m --skip-llamacpp --modes plain,ngram-simple
@@ -26,7 +28,9 @@ import argparse
 import json
 import sys
 import time
-from dataclasses import asdict, dataclass
+import contextlib
+import statistics
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import httpx
@@ -63,6 +67,7 @@ class Row:
     gen_s: float
     draft_n: int
     draft_accepted: int
+    runs: list[float] = field(default_factory=list)  # tokens/s of each round, in round order
 
     @property
     def tok_s(self) -> float:
@@ -83,24 +88,28 @@ def _ask(url: str, text: str, max_tokens: int) -> dict:
     return out
 
 
-def drive(url: str, server: str, mode: str, max_tokens: int, reps: int) -> list[Row]:
-    """Each workload `reps` times; the row of the median speed."""
-    _ask(url, "Say hi.", 8)  # warm-up, not timed
+def drive(urls: dict[tuple[str, str], str], max_tokens: int, reps: int) -> list[Row]:
+    """Each workload `reps` rounds, each round one request to every (server, mode) in turn;
+    per (server, mode, workload) the median run's row, with every round's speed."""
+    for url in urls.values():
+        _ask(url, "Say hi.", 8)  # warm-up, not timed
     rows = []
     for name, text in workloads().items():
-        runs = []
+        runs: dict[tuple[str, str], list[Row]] = {k: [] for k in urls}
         for _ in range(reps):
-            out = _ask(url, text, max_tokens)
-            t = out.get("timings") or {}
-            gen_s = t["predicted_ms"] / 1000 if t.get("predicted_ms") else out["_wall_s"]
-            runs.append(Row(server, mode, name, int(out["tokens_predicted"]), gen_s, int(t.get("draft_n", 0)),
-                            int(t.get("draft_n_accepted", 0))))
-        r = sorted(runs, key=lambda x: x.tok_s)[len(runs) // 2]
-        rows.append(r)
-        acc = f", accepted {r.draft_accepted}/{r.draft_n}" if r.draft_n else ""
-        spread = ", ".join(f"{x.tok_s:.1f}" for x in runs)
-        print(f"  {server} {mode} {name}: {r.tokens} tokens, {r.tok_s:.1f} t/s (runs: {spread}){acc}", file=sys.stderr,
-              flush=True)
+            for (server, mode), url in urls.items():
+                out = _ask(url, text, max_tokens)
+                t = out.get("timings") or {}
+                gen_s = t["predicted_ms"] / 1000 if t.get("predicted_ms") else out["_wall_s"]
+                runs[(server, mode)].append(Row(server, mode, name, int(out["tokens_predicted"]), gen_s,
+                                                int(t.get("draft_n", 0)), int(t.get("draft_n_accepted", 0))))
+        for (server, mode), rs in runs.items():
+            r = sorted(rs, key=lambda x: x.tok_s)[len(rs) // 2]
+            r.runs = [x.tok_s for x in rs]
+            rows.append(r)
+            acc = f", accepted {r.draft_accepted}/{r.draft_n}" if r.draft_n else ""
+            print(f"  {server} {mode} {name}: {r.tokens} tokens, {r.tok_s:.1f} t/s (rounds: "
+                  f"{', '.join(f'{x:.1f}' for x in r.runs)}){acc}", file=sys.stderr, flush=True)
     return rows
 
 
@@ -120,7 +129,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--spec-draft-n-max", type=int, default=3)
     ap.add_argument("-n", "--max-tokens", type=int, default=192)
     ap.add_argument("-t", "--threads", type=int, default=2)
-    ap.add_argument("-r", "--reps", type=int, default=3, help="runs of each request; the median is reported")
+    ap.add_argument("-r", "--reps", type=int, default=5, help="rounds of each request; medians are reported")
     ap.add_argument("--llamacpp-bin", type=Path, default=Path.home() / ".cache/llamacpp-ref/llama.cpp/build/bin")
     ap.add_argument("--skip-llamacpp", action="store_true")
     ap.add_argument("--json", type=Path, default=None)
@@ -135,14 +144,15 @@ def main(argv: list[str] | None = None) -> int:
     if not a.skip_llamacpp and (a.llamacpp_bin / "llama-server").exists():
         servers.append(("llama.cpp", [str(a.llamacpp_bin / "llama-server")]))
     servers.append(("llamapy", [sys.executable, "-m", "llamapy", "serve"]))
-    rows: list[Row] = []
-    for server, cmd0 in servers:
-        for mode in modes:
-            port = free_port()
-            cmd = cmd0 + ["-m", str(model), "-c", "4096", "-np", "1", "--host", "127.0.0.1", "--port", str(port),
-                          "-t", str(a.threads)] + mode_flags(mode, draft, a.spec_draft_n_max)
-            with serving(cmd, port, None, f"{server}-{mode}", 300) as url:
-                rows += drive(url, server, mode, a.max_tokens, a.reps)
+    with contextlib.ExitStack() as stack:  # every (server, mode) up at once: their requests alternate
+        urls = {}
+        for server, cmd0 in servers:
+            for mode in modes:
+                port = free_port()
+                cmd = cmd0 + ["-m", str(model), "-c", "4096", "-np", "1", "--host", "127.0.0.1", "--port", str(port),
+                              "-t", str(a.threads)] + mode_flags(mode, draft, a.spec_draft_n_max)
+                urls[(server, mode)] = stack.enter_context(serving(cmd, port, None, f"{server}-{mode}", 300))
+        rows = drive(urls, a.max_tokens, a.reps)
     print_table(rows)
     if a.json:
         a.json.write_text(json.dumps([asdict(r) | {"tok_s": r.tok_s} for r in rows], indent=1))
@@ -150,18 +160,24 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def print_table(rows: list[Row]) -> None:
-    """One markdown row per (server, mode, workload), with the ratios to the same server's
-    plain decode and, for llamapy, to llama.cpp in the same mode."""
+    """One markdown row per (server, mode, workload): the median round's speed, and the
+    medians over the rounds of its ratio to the same server's plain decode and, for llamapy,
+    to llama.cpp in the same mode (requests of the same round)."""
     by = {(r.server, r.mode, r.workload): r for r in rows}
+
+    def ratio(a: Row, b: Row | None) -> str:
+        if b is None or len(a.runs) != len(b.runs) or not all(b.runs):
+            return ""
+        return f"{statistics.median(x / y for x, y in zip(a.runs, b.runs)):.2f}x"
+
     print("| server | mode | workload | tokens | t/s | accepted | vs plain | vs llama.cpp |")
     print("|---|---|---|---:|---:|---:|---:|---:|")
     for r in rows:
-        plain = by.get((r.server, "plain", r.workload))
+        plain = by.get((r.server, "plain", r.workload)) if r.mode != "plain" else None
         cpp = by.get(("llama.cpp", r.mode, r.workload)) if r.server == "llamapy" else None
         acc = f"{r.acceptance:.0%} ({r.draft_accepted}/{r.draft_n})" if r.acceptance is not None else ""
-        vs_plain = f"{r.tok_s / plain.tok_s:.2f}x" if plain and r.mode != "plain" and plain.tok_s else ""
-        vs_cpp = f"{r.tok_s / cpp.tok_s:.2f}x" if cpp and cpp.tok_s else ""
-        print(f"| {r.server} | {r.mode} | {r.workload} | {r.tokens} | {r.tok_s:.1f} | {acc} | {vs_plain} | {vs_cpp} |")
+        print(f"| {r.server} | {r.mode} | {r.workload} | {r.tokens} | {r.tok_s:.1f} | {acc} | {ratio(r, plain)} | "
+              f"{ratio(r, cpp)} |")
 
 
 if __name__ == "__main__":
