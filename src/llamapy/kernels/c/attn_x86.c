@@ -24,14 +24,34 @@ LP_INLINE __m256 load8(const void *base, int64_t i, const int f32) {
     return f32 ? _mm256_loadu_ps((const float *)base + i) : loadh8((const uint16_t *)base + i);
 }
 
-/* Scores of head q (d_k floats) against cells[0..nc) into p, returning their max. */
+#define ATTN_PF_CELLS 64 /* how far ahead (cells) the first head's pass asks for K rows */
+
+/* The cache lines of n bytes at p, on their way into the caches (a decode row's cells were
+ * last read a token ago: the weights streamed since have evicted them, and a KV head's part of
+ * each cell's row, a few lines every ldk, is a pattern the hardware prefetchers follow poorly). */
+LP_INLINE void prefetch_row(const void *p, int64_t n) {
+    for (int64_t b = 0; b < n; b += 64) _mm_prefetch((const char *)p + b, _MM_HINT_T1);
+}
+
+/* Scores of head q (d_k floats) against cells[0..nc) into p, returning their max.  pf (the
+ * group's first head over an f16 cache): K rows ATTN_PF_CELLS cells ahead, and the V rows
+ * (v, ldv, d_v) of the cells being scored, which weighted_v reads after the softmax, are
+ * prefetched as it goes. */
 LP_INLINE float scores(const float *q, int64_t d_k, const void *k, int64_t ldk, const float *mi, const int64_t *cells,
-                       int64_t nc, float scale, float *p, const int f32) {
+                       int64_t nc, float scale, float *p, const int f32, const int pf, const void *v, int64_t ldv,
+                       int64_t d_v) {
     __m256 mx = _mm256_set1_ps(-INFINITY);
     int64_t c0 = 0;
+    if (pf)
+        for (int64_t c = 0; c < ATTN_PF_CELLS && c < nc; c++) prefetch_row((const uint16_t *)k + cells[c] * ldk, d_k * 2);
     for (; c0 + 8 <= nc; c0 += 8) {
         __m256 acc[8];
         int64_t kr[8];
+        if (pf)
+            for (int i = 0; i < 8; i++) {
+                if (c0 + ATTN_PF_CELLS + i < nc) prefetch_row((const uint16_t *)k + cells[c0 + ATTN_PF_CELLS + i] * ldk, d_k * 2);
+                prefetch_row((const uint16_t *)v + cells[c0 + i] * ldv, d_v * 2);
+            }
         for (int i = 0; i < 8; i++) {
             acc[i] = _mm256_setzero_ps();
             kr[i] = cells[c0 + i] * ldk;
@@ -51,6 +71,7 @@ LP_INLINE float scores(const float *q, int64_t d_k, const void *k, int64_t ldk, 
     for (int i = 0; i < 8; i++) m = t[i] > m ? t[i] : m;
     for (; c0 < nc; c0++) {
         const int64_t kr = cells[c0] * ldk;
+        if (pf) prefetch_row((const uint16_t *)v + cells[c0] * ldv, d_v * 2);
         __m256 acc = _mm256_setzero_ps();
         for (int64_t j = 0; j < d_k; j += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(q + j), load8(k, kr + j, f32), acc);
         __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
@@ -112,7 +133,8 @@ LP_INLINE void group(const float *q0, int64_t hpt, int64_t d_k, int64_t d_v, con
                      int64_t ldv, const float *mi, const int64_t *cells, int64_t nc, float scale, float *p, float *o,
                      float *ms, const int f32) {
     for (int64_t h = 0; h < hpt; h++) {
-        const float m = scores(q0 + h * d_k, d_k, k, ldk, mi, cells, nc, scale, p + h * nc, f32), s = softmax(p + h * nc, nc, m);
+        const float m = scores(q0 + h * d_k, d_k, k, ldk, mi, cells, nc, scale, p + h * nc, f32, !f32 && h == 0, v, ldv, d_v);
+        const float s = softmax(p + h * nc, nc, m);
         if (ms) ms[2 * h] = m, ms[2 * h + 1] = s;
     }
     for (int64_t h0 = 0; h0 < hpt; h0 += 3) {
