@@ -25,11 +25,11 @@ Not a test: the numbers depend on the machine.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import statistics
 import sys
 import time
-import contextlib
-import statistics
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
