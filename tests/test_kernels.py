@@ -171,7 +171,7 @@ def test_float_weights_few_rows(lib, qtype):
 @pytest.mark.parametrize("qtype", [T.F16, T.BF16], ids=lambda t: t.name)
 def test_float_weights_row_groups(lib, qtype):
     """F16 / BF16 weights against 9-16 rows (a verification of 8-15 drafts): each weight-row
-    pair against groups of rows, a short last group widened backwards.  Every row is the exact
+    pair against groups of rows, the last group of 1-8 rows.  Every row is the exact
     product within fp32 rounding, and each row's sum is the one of 5-8 rows: the first 8 rows
     of a 9..16-row product equal the 8-row product bit for bit, whatever follows them (45
     outputs: an odd last weight row; the threads split the outputs)."""

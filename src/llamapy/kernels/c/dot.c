@@ -194,10 +194,11 @@ LP_INLINE void rows_float(const void *w, const float *const *xs, int64_t n_in, c
     }
 }
 
-/* rows_float for two weight rows w0, w1 against NR (LP_F32_ROWS..LP_FROWS) rows: each activation
- * load feeds both (loads, not FMAs, bound the one-row form at several rows), each weight
- * stream prefetched ahead (two interleaved streams lose the hardware prefetchers).  One FMA
- * chain per row and weight row, as rows_float at these NR: the same sums, bit for bit. */
+/* rows_float for two weight rows w0, w1 against NR (1..LP_FROWS) rows: each activation load
+ * feeds both (loads, not FMAs, bound the one-row form at several rows), each weight stream
+ * prefetched ahead (two interleaved streams lose the hardware prefetchers).  One FMA chain per
+ * row and weight row, as rows_float from LP_F32_ROWS rows: the same sums, bit for bit (mm.c's
+ * row groups take any NR for that chain). */
 LP_INLINE void rows_float2(const void *w0, const void *w1, const float *const *xs, int64_t n_in, const int NR,
                            const int kind, float *y0, float *y1) {
     vf a0[LP_FROWS], a1[LP_FROWS];
@@ -230,6 +231,10 @@ LP_INLINE void rows_float2(const void *w0, const void *w1, const float *const *x
 
 #define ROWS_FLOAT2(kind)                                                                                             \
     switch (n) {                                                                                                      \
+    case 1: rows_float2(w, w1, xs, n_in, 1, kind, y, y + LP_FROWS); break;                                            \
+    case 2: rows_float2(w, w1, xs, n_in, 2, kind, y, y + LP_FROWS); break;                                            \
+    case 3: rows_float2(w, w1, xs, n_in, 3, kind, y, y + LP_FROWS); break;                                            \
+    case 4: rows_float2(w, w1, xs, n_in, 4, kind, y, y + LP_FROWS); break;                                            \
     case 5: rows_float2(w, w1, xs, n_in, 5, kind, y, y + LP_FROWS); break;                                            \
     case 6: rows_float2(w, w1, xs, n_in, 6, kind, y, y + LP_FROWS); break;                                            \
     case 7: rows_float2(w, w1, xs, n_in, 7, kind, y, y + LP_FROWS); break;                                            \
@@ -258,8 +263,9 @@ LP_INLINE void rows_float2(const void *w0, const void *w1, const float *const *x
     }
 
 /* y[i] = w . x_i for one weight row w of a float kind and n (1..LP_FROWS) activation rows of
- * stride ldx; with a second row w1 (NULL: none; n LP_F32_ROWS..LP_FROWS2) also
- * y[LP_FROWS + i] = w1 . x_i, the same sums as w1 alone. */
+ * stride ldx; with a second row w1 (NULL: none; n 1..LP_FROWS2) also y[LP_FROWS + i] = w1 . x_i:
+ * then each sum one FMA chain, whatever n (at LP_F32_ROWS rows or more, w1 NULL gives the same
+ * sums). */
 void lp_dot_float_rows(int kind, const void *w, const void *w1, const float *x, int64_t ldx, int64_t n_in, int n,
                        float *y) {
     const float *xs[LP_FROWS];

@@ -132,24 +132,24 @@ size_t lp_mm_scratch_bytes(int64_t n_in) {
 static inline void put(float *y, float v, int accumulate) { *y = accumulate ? *y + v : v; }
 
 /* F16 / BF16 weights against LP_FROWS + 1 .. LP_FROWS_GROUPED rows (a verification of 8 to 15
- * drafts): each pair of weight rows (an odd last row alone) read from memory once, against
- * groups of LP_FROWS2 activation rows in turn (the later groups find the pair in L1).  A last
- * group under LP_F32_ROWS rows is widened backwards to LP_F32_ROWS (its first rows computed
- * again, not stored again), so every row takes the one FMA chain of 5..8 rows: the same sums
- * whatever the grouping, the pairing or the threads.  (The fp32 tiles read 13 rows in three
- * passes over LP_TW interleaved rows: 1.9x the time of 8 rows on a Zen 4.) */
+ * drafts): each pair of weight rows read from memory once (an odd last row paired with
+ * itself), against groups of LP_FROWS2 activation rows in turn (the later groups find the pair
+ * in L1).  Every row, in a group of any size, is rows_float2's one FMA chain, the chain of 5..8
+ * rows: the same sums whatever the grouping, the pairing or the threads.  (The fp32 tiles read
+ * 13 rows in three passes over LP_TW interleaved rows: 1.9x the time of 8 rows in a SmolLM2
+ * F16 decode on a Zen 4.) */
 static void float_row_groups(int kind, const uint8_t *w, int64_t rb, int64_t o0, int64_t o1, int64_t n_in,
                              const float *x, int64_t n, float *y, int64_t ldy, int accumulate) {
     float y2[2 * LP_FROWS];
     for (int64_t o = o0; o < o1; o += 2) {
         const int two = o + 1 < o1;
+        const uint8_t *w0 = w + o * rb;
         for (int64_t g = 0; g < n; g += LP_FROWS2) {
-            const int64_t cnt = n - g < LP_FROWS2 ? n - g : LP_FROWS2;
-            const int64_t g0 = cnt < LP_F32_ROWS ? n - LP_F32_ROWS : g, nr = cnt < LP_F32_ROWS ? LP_F32_ROWS : cnt;
-            lp_dot_float_rows(kind, w + o * rb, two ? w + (o + 1) * rb : NULL, x + g0 * n_in, n_in, n_in, (int)nr, y2);
-            for (int64_t r = g; r < g0 + nr; r++) {
-                put(y + r * ldy + o, y2[r - g0], accumulate);
-                if (two) put(y + r * ldy + o + 1, y2[LP_FROWS + r - g0], accumulate);
+            const int64_t nr = n - g < LP_FROWS2 ? n - g : LP_FROWS2;
+            lp_dot_float_rows(kind, w0, two ? w0 + rb : w0, x + g * n_in, n_in, n_in, (int)nr, y2);
+            for (int64_t r = g; r < g + nr; r++) {
+                put(y + r * ldy + o, y2[r - g], accumulate);
+                if (two) put(y + r * ldy + o + 1, y2[LP_FROWS + r - g], accumulate);
             }
         }
     }
