@@ -174,7 +174,7 @@ LP_INLINE void rows_float(const void *w, const float *const *xs, int64_t n_in, c
     int64_t k = 0;
     const int64_t wsz = kind == LP_WF32 ? 4 : 2;
     for (; k + U * VW <= n_in; k += U * VW) {
-        if (NR > 2) __builtin_prefetch((const char *)w + (k + LP_PF_ELEMS) * wsz, 0, 0);
+        if (NR > 2) LP_PREFETCH_W((const char *)w + (k + LP_PF_ELEMS) * wsz);
 #pragma GCC unroll 4
         for (int u = 0; u < U; u++) {
             const vf wv = load_w(w, k + u * VW, kind);
@@ -207,8 +207,8 @@ LP_INLINE void rows_float2(const void *w0, const void *w1, const float *const *x
     int64_t k = 0;
     const int64_t wsz = kind == LP_WF32 ? 4 : 2;
     for (; k + VW <= n_in; k += VW) {
-        __builtin_prefetch((const char *)w0 + (k + LP_PF_ELEMS) * wsz, 0, 0);
-        __builtin_prefetch((const char *)w1 + (k + LP_PF_ELEMS) * wsz, 0, 0);
+        LP_PREFETCH_W((const char *)w0 + (k + LP_PF_ELEMS) * wsz);
+        LP_PREFETCH_W((const char *)w1 + (k + LP_PF_ELEMS) * wsz);
         const vf v0 = load_w(w0, k, kind), v1 = load_w(w1, k, kind);
 #pragma GCC unroll 8
         for (int i = 0; i < NR; i++) {

@@ -57,7 +57,7 @@ LP_INLINE vi pair_dot(vi acc, vi x, vi w) { return lp_dpwssd256(acc, x, w); }
 #define NL LP_NL
 /* a weight line for a later tile, requested while this one computes: a tile spreads its
  * requests over its blocks (a burst of them at its start left its loads waiting) */
-#define PF(p) __builtin_prefetch(p, 0, 0)
+#define PF(p) LP_PREFETCH_W(p)
 
 size_t lp_xlanes_bytes(int64_t n_in, int64_t n) {
     const int64_t ng = (n + NL - 1) / NL;

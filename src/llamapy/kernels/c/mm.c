@@ -272,6 +272,19 @@ static const float *row_f32(int type, const uint8_t *w, int64_t rb, int64_t o, i
     return buf;
 }
 
+/* The weight lines LP_PF_AHEAD bytes past rows o..o+k-1 (capped at the matrix's end), requested
+ * while those rows compute: a decode row's products are bound by how fast the weights stream,
+ * and the hardware prefetchers alone lose rows read two side by side, or rows of ~1 KB and
+ * more (a third slower from memory without this; benchmarks/kernel_ab.py --stream).  Far
+ * enough ahead to cover the memory's latency at its bandwidth: on a 2-core Intel Xeon (KVM),
+ * Q4_1 3072 x 576 one row streamed 0.93 ns a block at 1.4 KB ahead, 0.74-0.82 at 2.9-8.6 KB. */
+#define LP_PF_AHEAD 3072
+LP_INLINE void prefetch_ahead(const uint8_t *w, int64_t rb, int64_t o, int64_t k, int64_t n_out) {
+    const char *end = (const char *)(w + n_out * rb), *e = (const char *)(w + (o + k) * rb) + LP_PF_AHEAD;
+    for (const char *p = (const char *)(((uintptr_t)(w + o * rb + LP_PF_AHEAD)) & ~(uintptr_t)63); p < e && p < end; p += 64)
+        LP_PREFETCH_W(p);
+}
+
 /* Output rows o0..o1 of the product: each weight row read once and multiplied by every
  * activation row.  Up to LP_FEW_ROWS rows: integer products on the int16 activations (on x86
  * from LP_F32_ROWS rows in lanes: twin_chunk, lanes_chunk), else straight from the blocks where
@@ -358,7 +371,7 @@ static void mm_chunk(int type, const uint8_t *w, int64_t o0, int64_t o1, int64_t
             { /* the next tile's weight rows on their way while this one computes */
                 const int64_t e = o + 2 * LP_TW < n_out ? o + 2 * LP_TW : n_out;
                 for (const char *p = (const char *)(w + (o + LP_TW) * rb), *pe = (const char *)(w + e * rb); p < pe; p += 64)
-                    __builtin_prefetch(p, 0, 0);
+                    LP_PREFETCH_W(p);
             }
             for (int64_t t = 0; t < nt; t++) { /* the rows in nt tiles of near-equal size (8: 4 + 4, not 6 + 2) */
                 const int64_t r0 = n * t / nt;
@@ -372,19 +385,14 @@ static void mm_chunk(int type, const uint8_t *w, int64_t o0, int64_t o1, int64_t
     }
     int64_t o = o0;
     for (; n == 1 && o + 2 <= o1; o += 2) { /* two weight rows per pass where the type has such a path */
-        { /* the next pass's two rows on their way: two rows read side by side are two streams, and
-           * from about 1 KB a row (down projections) the hardware prefetcher loses them (a third
-           * slower from memory without this; benchmarks/kernel_ab.py --stream) */
-            const int64_t e = o + 4 < n_out ? o + 4 : n_out;
-            for (const char *p = (const char *)(w + (o + 2) * rb), *pe = (const char *)(w + e * rb); p < pe; p += 64)
-                __builtin_prefetch(p, 0, 0);
-        }
+        prefetch_ahead(w, rb, o, 2, n_out);
         if (!lp_dot_row1x2(type, w + o * rb, w + (o + 1) * rb, n_in, &xp->xr, 0, acc)) break;
         put(y + o, acc[0], accumulate);
         put(y + o + 1, acc[1], accumulate);
     }
     for (; o < o1; o++) { /* each weight row against the n activation rows */
         const uint8_t *row = w + o * rb;
+        prefetch_ahead(w, rb, o, 1, n_out);
         if (n > 1 && lp_dot_rows_x(type, row, n_in, &xp->xr, 0, (int)n, acc)) { /* decoded once for all rows */
             for (int64_t r = 0; r < n; r++) put(y + r * ldy + o, acc[r], accumulate);
             continue;
