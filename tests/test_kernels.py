@@ -114,8 +114,8 @@ def test_few_rows_are_the_integer_products(lib, qtype):
     and of 16: on AVX-512 two weight rows share a vector (twin lanes), at AVX2 one lane group,
     elsewhere row by row.  Each of those rows is bit for bit the same row of a 16-row product
     (the same integers and float steps), and within fp32 order of the one-row products."""
-    if qtype in (T.Q4_0, T.Q4_1) and dense_dtype(qtype, lib) == torch.bfloat16:
-        pytest.skip("a bf16 CPU multiplies 5+ rows of the coarse types in bf16")
+    if qtype in (T.Q4_0, T.Q4_1) and lib.coarse_bf16:
+        pytest.skip("this bf16 CPU multiplies 5+ rows of the coarse types in bf16 (kernels/calibrate.py)")
     shape = (45, 512)  # an odd number of weight rows: the last twin pair is one row with itself
     raw, _ = _matrix(qtype, shape, seed=4)
     m = block_matrix([(raw, qtype, shape)], lib)
@@ -127,6 +127,40 @@ def test_few_rows_are_the_integer_products(lib, qtype):
         assert torch.equal(y, y16[:rows]), rows
         # (x86's one-row Q4_0 reads nibbles 0..15 with a minimum of -8 d: rounding ~8x the result's)
         torch.testing.assert_close(y, one[:rows], rtol=1e-5, atol=5e-5 * one.abs().max().item())
+
+
+def test_coarse_bf16_choice(monkeypatch):
+    """On a CPU with AVX512-BF16 the coarse types' products of 5+ rows take bf16 or the integer
+    lanes, whichever the library timed faster at load (kernels/calibrate.py);
+    LLAMAPY_COARSE_BF16 forces it.  0: the integers, each of 8 rows bit for bit its row of a
+    16-row product; 1: bf16, within bf16's rounding of them and not the same sums."""
+    machine, feats = cpu_features()
+    try:
+        resolve_level("avx512", machine, feats)
+        base = load_kernels("avx512")
+    except IsaError:
+        base = None
+    if base is None or not base.bf16:
+        pytest.skip("no AVX512-BF16 here: the coarse types always take the integer products")
+    shape = (45, 512)
+    raw, _ = _matrix(T.Q4_1, shape, seed=4)
+    x = torch.randn(16, shape[1], generator=torch.Generator().manual_seed(3))
+    y = {}
+    try:
+        for forced in ("0", "1"):
+            monkeypatch.setenv("LLAMAPY_COARSE_BF16", forced)
+            load_kernels.cache_clear()
+            lib = load_kernels("avx512")
+            assert lib.coarse_bf16 == (forced == "1")
+            m = block_matrix([(raw, T.Q4_1, shape)], lib)
+            y[forced] = (m(x[:8]), m(x))
+    finally:
+        monkeypatch.delenv("LLAMAPY_COARSE_BF16")
+        load_kernels.cache_clear()
+        load_kernels("avx512")  # the timed choice again (the library's flag is one per process)
+    assert torch.equal(y["0"][0], y["0"][1][:8])
+    assert not torch.equal(y["1"][0], y["0"][0])
+    assert (y["1"][0] - y["0"][0]).abs().max().item() <= 1e-2 * y["0"][0].abs().max().item()
 
 
 @pytest.mark.parametrize("qtype", [T.Q8_0, T.Q4_K, T.Q6_K], ids=lambda t: t.name)

@@ -17,6 +17,7 @@ then run everywhere)."""
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import functools
 import hashlib
 import os
@@ -29,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..log import logger
+from .calibrate import calibrate_coarse_bf16
 
 ABI_VERSION = 7
 SOURCE_DIR = Path(__file__).with_name("c")
@@ -56,6 +58,7 @@ SIGNATURES: dict[str, tuple] = {  # name -> argument types (all return void unle
     "lp_layers": (P, I64, P, P, I64, P, P, I64),
     "lp_argmax": (P, I64),
     "lp_topk": (P, I64, I64, P, P),
+    "lp_set_coarse_bf16": (I,),
 }
 RETURNS = {"lp_abi_version": ctypes.c_int, "lp_isa": ctypes.c_char_p, "lp_mm": ctypes.c_int,
            "lp_attn_f16": ctypes.c_int, "lp_attn_kv": ctypes.c_int, "lp_attn_tiles_f16": ctypes.c_int, "lp_layers": ctypes.c_int,
@@ -70,6 +73,7 @@ class KernelLib:
     fn: ctypes.CDLL
     level: str  # avx512 | avx2 | neon | scalar (avx2+vnni runs the avx2 level's kernels)
     isa: str  # what the build uses, e.g. "avx512+vnni+bf16", "avx2+vnni", "neon+dotprod", "scalar"
+    coarse_bf16: bool = False  # a bf16 CPU's coarse types take bf16 from 5 rows (kernels/calibrate.py)
 
     @property
     def bf16(self) -> bool:
@@ -270,4 +274,5 @@ def load_kernels(isa: str | None = None) -> KernelLib | None:
     if fn.lp_abi_version() != ABI_VERSION:
         log.warning(f"{path}: ABI {fn.lp_abi_version()} != {ABI_VERSION}; the CPU kernels are off")
         return None
-    return KernelLib(path, fn, kernel_level(level), fn.lp_isa().decode())
+    lib = KernelLib(path, fn, kernel_level(level), fn.lp_isa().decode())
+    return dataclasses.replace(lib, coarse_bf16=calibrate_coarse_bf16(lib)) if lib.bf16 else lib

@@ -69,10 +69,19 @@ lp_xprep lp_xprep_at(void *buf, int64_t n_in, int64_t n, const float *x) {
     return p;
 }
 
+/* Do a bf16 CPU's coarse types take bf16 from LP_F32_ROWS rows on (1), or the integer products
+ * as the other types do (0)?  Which is faster depends on the core, not on its features: on a
+ * 2-core Intel Xeon (KVM, family 6 model 167) SmolLM2 Q4_1's 8-row verification took 33.8 ms in
+ * bf16 and 17.9 in integers.  Set once when the library is loaded, from a timing of both
+ * (kernels/calibrate.py), before any product runs. */
+static int coarse_bf16 = 1;
+void lp_set_coarse_bf16(int on) { coarse_bf16 = on; }
+
 /* The forms of x a product of this type reads (mm_chunk's choice): bf16 rows for a bf16 CPU's
- * coarse types from LP_F32_ROWS rows on, the integer form for the other block types. */
+ * coarse types from LP_F32_ROWS rows on (where coarse_bf16), the integer form for the other
+ * block types. */
 static int lp_xprep_reads(int type, int64_t n_in, int64_t n) {
-    if (n >= LP_F32_ROWS && lp_bf16_rows(type, n_in)) return LP_READS_BF16;
+    if (n >= LP_F32_ROWS && coarse_bf16 && lp_bf16_rows(type, n_in)) return LP_READS_BF16;
     return lp_is_float(type) ? 0 : LP_READS_INTS;
 }
 

@@ -1,0 +1,66 @@
+"""Choices between two exact-enough kernel paths that depend on the core, not on its feature
+flags, made by timing both once when the library is loaded.
+
+A CPU with AVX512-BF16 can multiply the coarse types (Q4_0, Q4_1, Q2_K, Q3_K: their 4-bit and
+smaller integers lose nothing in bf16's 8-bit mantissa) in bf16 from 5 rows on, or take the
+integer products the other block types take (twin lanes of int16 pairs, vpdpwssd).  Which is
+faster differs between cores that both have the features: on a 2-core Intel Xeon (KVM, family 6
+model 167) an 8-row SmolLM2 Q4_1 verification took 33.8 ms in bf16 and 17.9 in integers.  So
+the library times one 8-row Q4_1 product both ways and takes the integers where they are clearly
+faster, else bf16 (kernels/c/mm.c lp_set_coarse_bf16; the library's flag is one per process).  LLAMAPY_COARSE_BF16=0|1 forces the choice.
+"""
+from __future__ import annotations
+
+import os
+import time
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from ..log import logger
+
+if TYPE_CHECKING:
+    from .build import KernelLib
+
+Q4_1 = 3  # GGML type id
+N_OUT, N_IN, ROWS, REPS = 1536, 576, 8, 7  # an in-cache Q4_1 matrix (0.55 MB), a verification's rows
+MARGIN = 1.25  # the integers are taken when they are this much faster (the two paths' sums differ slightly)
+
+
+def _q4_1_blocks(n_out: int, n_in: int) -> np.ndarray:
+    """Random Q4_1 rows: per block of 32, d = 1/64 and m = -1/8 as f16, then 16 bytes of nibbles."""
+    rng = np.random.default_rng(0)
+    blocks = rng.integers(0, 256, size=(n_out * n_in // 32, 20), dtype=np.uint8)
+    blocks[:, 0:2] = np.frombuffer(np.float16(1 / 64).tobytes(), dtype=np.uint8)
+    blocks[:, 2:4] = np.frombuffer(np.float16(-1 / 8).tobytes(), dtype=np.uint8)
+    return np.ascontiguousarray(blocks)
+
+
+def _seconds(lib: KernelLib, on: int, w: np.ndarray, x: np.ndarray, y: np.ndarray) -> float:
+    """One ROWS-row product with coarse_bf16 = on, timed."""
+    lib.fn.lp_set_coarse_bf16(on)
+    t0 = time.perf_counter()
+    lib.fn.lp_mm(Q4_1, w.ctypes.data, N_OUT, N_IN, x.ctypes.data, ROWS, y.ctypes.data, N_OUT, 0)
+    return time.perf_counter() - t0
+
+
+def calibrate_coarse_bf16(lib: KernelLib) -> bool:
+    """Set the library's coarse_bf16 to the faster path (or LLAMAPY_COARSE_BF16) and return it.
+    The two builds' calls alternate, and each keeps its best of REPS, so a shared machine's drift
+    hits both alike; the whole timing takes a few milliseconds."""
+    forced = os.environ.get("LLAMAPY_COARSE_BF16")
+    if forced in ("0", "1"):
+        lib.fn.lp_set_coarse_bf16(int(forced))
+        return forced == "1"
+    w = _q4_1_blocks(N_OUT, N_IN)
+    x = np.random.default_rng(1).standard_normal((ROWS, N_IN), dtype=np.float32)
+    y = np.empty((ROWS, N_OUT), dtype=np.float32)
+    best = {0: float("inf"), 1: float("inf")}
+    for _ in range(REPS):
+        for on in (1, 0):
+            best[on] = min(best[on], _seconds(lib, on, w, x, y))
+    on = best[0] * MARGIN >= best[1]  # bf16 unless the integers are clearly faster: two processes choose alike
+    lib.fn.lp_set_coarse_bf16(int(on))
+    logger("llamapy_kernels").info(f"{ROWS}-row Q4_1 products {best[1] * 1e6:.0f} us in bf16, {best[0] * 1e6:.0f} us in "
+                 f"integers: the coarse types take {'bf16' if on else 'integers'} from 5 rows")
+    return on
