@@ -1,13 +1,14 @@
-"""Choices between two exact-enough kernel paths that depend on the core, not on its feature
-flags, made by timing both once when the library is loaded.
+"""Choices between two kernel paths that depend on the core, not on its feature flags, made by
+timing both once when the library is loaded.
 
-A CPU with AVX512-BF16 can multiply the coarse types (Q4_0, Q4_1, Q2_K, Q3_K: their 4-bit and
-smaller integers lose nothing in bf16's 8-bit mantissa) in bf16 from 5 rows on, or take the
-integer products the other block types take (twin lanes of int16 pairs, vpdpwssd).  Which is
-faster differs between cores that both have the features: on a 2-core Intel Xeon (KVM, family 6
-model 167) an 8-row SmolLM2 Q4_1 verification took 33.8 ms in bf16 and 17.9 in integers.  So
-the library times one 8-row Q4_1 product both ways and takes the integers where they are clearly
-faster, else bf16 (kernels/c/mm.c lp_set_coarse_bf16; the library's flag is one per process).  LLAMAPY_COARSE_BF16=0|1 forces the choice.
+A CPU with AVX512-BF16 can multiply the coarse types (Q4_0, Q4_1, Q2_K, Q3_K: the types
+kernels/types.py lets a bf16 GEMM take) in bf16 from 5 rows on, or take the integer products
+the other block types take (twin lanes of int16 pairs, vpdpwssd).  Which is faster differs
+between cores that both have the features: on a 2-core Intel Xeon (KVM, family 6 model 167) an
+8-row SmolLM2 Q4_1 verification took 33.8 ms in bf16 and 17.9 in integers.  So the library
+times one 8-row Q4_1 product both ways and takes the integers where they are clearly faster,
+else bf16 (kernels/c/mm.c lp_set_coarse_bf16; the flag is the loaded library's, one per
+process).  LLAMAPY_COARSE_BF16=0|1 forces the choice.
 """
 from __future__ import annotations
 
@@ -46,7 +47,7 @@ def _seconds(lib: KernelLib, on: int, w: np.ndarray, x: np.ndarray, y: np.ndarra
 
 def calibrate_coarse_bf16(lib: KernelLib) -> bool:
     """Set the library's coarse_bf16 to the faster path (or LLAMAPY_COARSE_BF16) and return it.
-    The two builds' calls alternate, and each keeps its best of REPS, so a shared machine's drift
+    The two paths' calls alternate, and each keeps its best of REPS, so a shared machine's drift
     hits both alike; the whole timing takes a few milliseconds."""
     forced = os.environ.get("LLAMAPY_COARSE_BF16")
     if forced in ("0", "1"):
@@ -61,6 +62,6 @@ def calibrate_coarse_bf16(lib: KernelLib) -> bool:
             best[on] = min(best[on], _seconds(lib, on, w, x, y))
     on = best[0] * MARGIN >= best[1]  # bf16 unless the integers are clearly faster: two processes choose alike
     lib.fn.lp_set_coarse_bf16(int(on))
-    logger("llamapy_kernels").info(f"{ROWS}-row Q4_1 products {best[1] * 1e6:.0f} us in bf16, {best[0] * 1e6:.0f} us in "
-                 f"integers: the coarse types take {'bf16' if on else 'integers'} from 5 rows")
+    logger("llamapy_kernels").info(f"{ROWS}-row Q4_1 products {best[1] * 1e6:.0f} us in bf16, {best[0] * 1e6:.0f} us "
+                                   f"in integers: the coarse types take {'bf16' if on else 'integers'} from 5 rows")
     return on
