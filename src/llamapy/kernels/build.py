@@ -17,7 +17,6 @@ then run everywhere)."""
 from __future__ import annotations
 
 import ctypes
-import dataclasses
 import functools
 import hashlib
 import os
@@ -59,8 +58,9 @@ SIGNATURES: dict[str, tuple] = {  # name -> argument types (all return void unle
     "lp_argmax": (P, I64),
     "lp_topk": (P, I64, I64, P, P),
     "lp_set_coarse_bf16": (I,),
+    "lp_coarse_bf16": (),
 }
-RETURNS = {"lp_abi_version": ctypes.c_int, "lp_isa": ctypes.c_char_p, "lp_mm": ctypes.c_int,
+RETURNS = {"lp_abi_version": ctypes.c_int, "lp_isa": ctypes.c_char_p, "lp_mm": ctypes.c_int, "lp_coarse_bf16": ctypes.c_int,
            "lp_attn_f16": ctypes.c_int, "lp_attn_kv": ctypes.c_int, "lp_attn_tiles_f16": ctypes.c_int, "lp_layers": ctypes.c_int,
            "lp_argmax": ctypes.c_int64, "lp_topk": ctypes.c_int64}
 
@@ -73,12 +73,17 @@ class KernelLib:
     fn: ctypes.CDLL
     level: str  # avx512 | avx2 | neon | scalar (avx2+vnni runs the avx2 level's kernels)
     isa: str  # what the build uses, e.g. "avx512+vnni+bf16", "avx2+vnni", "neon+dotprod", "scalar"
-    coarse_bf16: bool = False  # a bf16 CPU's coarse types take bf16 from 5 rows (kernels/calibrate.py)
 
     @property
     def bf16(self) -> bool:
         """The CPU multiplies bf16 natively (AVX512-BF16): a bf16 GEMM is the fast prefill path."""
         return "bf16" in self.isa
+
+    @property
+    def coarse_bf16(self) -> bool:
+        """This bf16 CPU's coarse types take bf16 from 5 rows (the library's flag, one per process:
+        kernels/calibrate.py), else the integer products."""
+        return self.bf16 and bool(self.fn.lp_coarse_bf16())
 
 
 class IsaError(ValueError):
@@ -275,4 +280,6 @@ def load_kernels(isa: str | None = None) -> KernelLib | None:
         log.warning(f"{path}: ABI {fn.lp_abi_version()} != {ABI_VERSION}; the CPU kernels are off")
         return None
     lib = KernelLib(path, fn, kernel_level(level), fn.lp_isa().decode())
-    return dataclasses.replace(lib, coarse_bf16=calibrate_coarse_bf16(lib)) if lib.bf16 else lib
+    if lib.bf16:
+        calibrate_coarse_bf16(lib)
+    return lib

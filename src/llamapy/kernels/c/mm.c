@@ -76,6 +76,7 @@ lp_xprep lp_xprep_at(void *buf, int64_t n_in, int64_t n, const float *x) {
  * (kernels/calibrate.py), before any product runs. */
 static int coarse_bf16 = 1;
 void lp_set_coarse_bf16(int on) { coarse_bf16 = on; }
+int lp_coarse_bf16(void) { return coarse_bf16; }
 
 /* The forms of x a product of this type reads (mm_chunk's choice): bf16 rows for a bf16 CPU's
  * coarse types from LP_F32_ROWS rows on (where coarse_bf16), the integer form for the other
