@@ -3,6 +3,8 @@ level this CPU runs: the AVX-512 build (skipped, with the reason, where the CPU 
 AVX-512), the AVX2 build, and the portable one (scalar), for every GGUF type they read."""
 from __future__ import annotations
 
+import ctypes
+
 import gguf
 import numpy as np
 import pytest
@@ -12,7 +14,7 @@ import torch.nn.functional as F
 from llamapy.kernels import load_kernels
 from llamapy.kernels import ops as kops
 from llamapy.kernels.build import cpu_features, kernel_level, resolve_level, system_info, IsaError
-from llamapy.kernels.types import c_kv_types
+from llamapy.kernels.types import c_kv_types, mm_scratch_bound
 from llamapy.model.block_matrix import DENSE_ROWS, block_matrix, dense_dtype
 from llamapy.model.rope import ROPE_TYPE_NEOX, ROPE_TYPE_NORM, RopeParams, apply_rope, rope_cos_sin
 
@@ -132,8 +134,9 @@ def test_few_rows_are_the_integer_products(lib, qtype):
 def test_coarse_bf16_choice(monkeypatch):
     """On a CPU with AVX512-BF16 the coarse types' products of 5+ rows take bf16 or the integer
     lanes, whichever the library timed faster at load (kernels/calibrate.py);
-    LLAMAPY_COARSE_BF16 forces it.  0: the integers, each of 8 rows bit for bit its row of a
-    16-row product; 1: bf16, within bf16's rounding of them and not the same sums."""
+    LLAMAPY_COARSE_BF16 forces it, for few rows and for many (DENSE_ROWS and more: the lanes or
+    a bf16 GEMM).  0: the integers, each of 8 rows, and of a many-row product, bit for bit its
+    row of a 16-row product; 1: bf16, within bf16's rounding of them and not the same sums."""
     machine, feats = cpu_features()
     try:
         resolve_level("avx512", machine, feats)
@@ -144,7 +147,7 @@ def test_coarse_bf16_choice(monkeypatch):
         pytest.skip("no AVX512-BF16 here: the coarse types always take the integer products")
     shape = (45, 512)
     raw, _ = _matrix(T.Q4_1, shape, seed=4)
-    x = torch.randn(16, shape[1], generator=torch.Generator().manual_seed(3))
+    x = torch.randn(DENSE_ROWS, shape[1], generator=torch.Generator().manual_seed(3))
     y = {}
     try:
         for forced in ("0", "1"):
@@ -153,14 +156,24 @@ def test_coarse_bf16_choice(monkeypatch):
             lib = load_kernels("avx512")
             assert lib.coarse_bf16 == (forced == "1")
             m = block_matrix([(raw, T.Q4_1, shape)], lib)
-            y[forced] = (m(x[:8]), m(x))
+            y[forced] = (m(x[:8]), m(x[:16]), m(x))
     finally:
         monkeypatch.delenv("LLAMAPY_COARSE_BF16")
         load_kernels.cache_clear()
         load_kernels("avx512")  # the timed choice again (the library's flag is one per process)
     assert torch.equal(y["0"][0], y["0"][1][:8])
-    assert not torch.equal(y["1"][0], y["0"][0])
-    assert (y["1"][0] - y["0"][0]).abs().max().item() <= 1e-2 * y["0"][0].abs().max().item()
+    assert torch.equal(y["0"][2][:16], y["0"][1])
+    for few in (0, 2):
+        assert not torch.equal(y["1"][few], y["0"][few])
+        assert (y["1"][few] - y["0"][few]).abs().max().item() <= 1e-2 * y["0"][few].abs().max().item()
+
+
+@pytest.mark.parametrize("n_in", [32, 256, 576, 640, 1536, 2048, 6144])
+def test_mm_scratch_bound(lib, n_in):
+    """The memory estimate's bound on lp_mm's scratch per thread holds the library's own size."""
+    scratch_bytes = ctypes.CDLL(str(lib.path)).lp_mm_scratch_bytes  # its own function object: size_t
+    scratch_bytes.restype, scratch_bytes.argtypes = ctypes.c_size_t, [ctypes.c_int64]
+    assert 0 < scratch_bytes(n_in) <= mm_scratch_bound(n_in)
 
 
 @pytest.mark.parametrize("qtype", [T.Q8_0, T.Q4_K, T.Q6_K], ids=lambda t: t.name)

@@ -72,12 +72,17 @@ def blocks_fit(qtype: T, n_in: int) -> bool:
     return qtype in BLOCK_TYPES and n_in % gguf.GGML_QUANT_SIZES[qtype][0] == 0
 
 
-def bf16_gemm(qtype: T, cpu_bf16: bool) -> bool:
-    """Does a many-row product of this type run as a bf16 GEMM (else fp32)?"""
-    return cpu_bf16 and qtype in BF16_GEMM_TYPES
+def bf16_gemm(qtype: T, cpu_bf16: bool, coarse_bf16: bool = True) -> bool:
+    """Does a many-row product of this type run as a bf16 GEMM (else fp32 or the lanes)?
+    coarse_bf16: this bf16 CPU's coarse block types take bf16 (kernels/calibrate.py: a core
+    whose integer products are clearly faster keeps them in the integers at every row count);
+    BF16 weights always do."""
+    if not cpu_bf16 or qtype not in BF16_GEMM_TYPES:
+        return False
+    return qtype == T.BF16 or coarse_bf16
 
 
-def lanes_gemm(qtype: T, level: str, cpu_bf16: bool) -> bool:
+def lanes_gemm(qtype: T, level: str, cpu_bf16: bool, coarse_bf16: bool = True) -> bool:
     """Does a product of DENSE_ROWS rows or more of this type stay in the kernels' integer lane
     products (kernels/c/lanes_x86.c) instead of dequantize + fp32 GEMM?  At the AVX-512 level
     (vpdpwssd on 512 bits) for the block types the CPU does not take in bf16: a 2-core AMD EPYC
@@ -89,12 +94,24 @@ def lanes_gemm(qtype: T, level: str, cpu_bf16: bool) -> bool:
     whose scales per 16 halve the integer run between conversions, lost (0.69-0.75x)
     (benchmarks/dense_crossover.py).  The arithmetic is the one-row path's (int16 activations,
     an error of at most 1/65278 of each block's largest value)."""
-    if qtype not in BLOCK_TYPES or qtype in FLOAT_TYPES or bf16_gemm(qtype, cpu_bf16):
+    if qtype not in BLOCK_TYPES or qtype in FLOAT_TYPES or bf16_gemm(qtype, cpu_bf16, coarse_bf16):
         return False
     return level == "avx512" or (level == "avx2" and qtype in BLOCK32_TYPES)
 
 
+def mm_scratch_bound(n_in: int) -> int:
+    """At least lp_mm's scratch per thread for rows of n_in (kernels/c/mm.c
+    lp_mm_scratch_bytes: the largest of the fp32 tiles', a lane tile's and a twin tile's
+    decoded weight rows, 27 bytes a value at most); tests/test_kernels.py holds the bound."""
+    return 27 * n_in + 1024
+
+
 def lanes_slice_rows(n_in: int) -> int:
     """Rows per kernel call of a many-row lane product: its activation buffers (about 6 bytes a
-    value: int16 rows, their lanes, bf16) stay within the dense path's dequantized chunk."""
-    return max(16, min(512, DEQUANT_CHUNK * 4 // (6 * n_in) // 16 * 16))
+    value: int16 rows, their lanes, bf16) stay within the dense path's dequantized chunk, and
+    at most 256 rows, whose lanes each weight tile streams whole from L2: on a 2-core Intel
+    Xeon (KVM, family 6 model 167, 2 MiB L2 a core) SmolLM2's Q4_1 layer shapes at 512 rows
+    took 17.0 ms in one slice and 12.5-13.4 in slices of 128-256, Gemma 3's 15.8 and 9.4-10.5
+    (benchmarks/dense_crossover.py --rows 512, AVX-512 level); 32-row slices, which decode
+    every weight row 16 times, 10.7."""
+    return max(16, min(256, DEQUANT_CHUNK * 4 // (6 * n_in) // 16 * 16))

@@ -15,7 +15,7 @@ from pathlib import Path
 from ..cparams import CParams, pad, resolve_cparams
 from ..model.hparams import HParams
 from ..params import ContextParams
-from .host import kernels_expected, torch_threads
+from .host import coarse_bf16_expected, kernels_expected, torch_threads
 from .kv_types import KVType
 from .process import ProcessEstimate, layers_dense, process_estimate
 from .process import resident_weight_bytes as _resident_bytes
@@ -25,7 +25,7 @@ SWA_PAD = 256  # llama_kv_cache_iswa: the SWA cache size is always padded to 256
 F32 = 4  # activations and logits are float32
 # block_matrix.py's and qmatrix.py's thresholds are restated from kernels/types.py (tests hold them equal)
 from ..kernels.types import (DENSE_ROWS, DEQUANT_CHUNK, FAST_ROWS, QMATRIX_DENSE_ROWS,  # noqa: E402
-                             attn_kv_scratch_bytes, c_kv_types, lanes_slice_rows, tile_attention)
+                             attn_kv_scratch_bytes, c_kv_types, lanes_slice_rows, mm_scratch_bound, tile_attention)
 
 
 def swa_cells(n_ctx_stream: int, n_swa: int, n_seq_max: int, kv_unified: bool, n_ubatch: int, swa_full: bool = False) -> int:
@@ -204,12 +204,13 @@ def _matmul_terms(name: str, n_t: int, n_in: int, n_out: int, phase: str, input_
     fp32 product itself, made while the weights are alive.  Blocks in the kernels' integer
     lanes (dense "lanes": kernels/types.py lanes_gemm): lp_mm's prepared activations for one
     slice of lanes_slice_rows rows (kernels/c/mm.c lp_xprep_bytes: the int16 rows with their
-    scales and sums, the same in lanes, a bf16 copy: at most 7 bytes a value)."""
+    scales and sums, the same in lanes, a bf16 copy: at most 7 bytes a value), and each
+    thread's scratch (mm_scratch_bound: from the threads' own heaps)."""
     w = n_out * n_in if n_t >= (DENSE_ROWS if blocks else QMATRIX_DENSE_ROWS) else 0
     out_b = n_t * n_out * 2
     if blocks and w and dense == "lanes":
         rows = -(-min(n_t, lanes_slice_rows(n_in)) // 16) * 16
-        temps = 7 * rows * n_in + 1024
+        temps = 7 * rows * n_in + 1024 + torch_threads() * mm_scratch_bound(n_in)
     elif blocks and w and dense == "fp32":
         step = max(64, DEQUANT_CHUNK // n_in // 64 * 64)
         # the product (or the output it is copied into, chunk by chunk) is allocated while
@@ -249,7 +250,7 @@ def compute_terms(hp: HParams, c: CParams, caches: tuple[CacheEstimate, ...], n_
     if dense is None:  # no file to read the types from: the GEMMs, as the CPU decides
         from ..kernels.build import bf16_expected
 
-        dense = "bf16" if bf16_expected() else "fp32"
+        dense = "bf16" if bf16_expected() and coarse_bf16_expected() else "fp32"
 
     n_t = min(c.n_ctx, c.n_ubatch)
     n_kv = max(ch.cells for ch in caches)
@@ -303,10 +304,14 @@ def compute_terms(hp: HParams, c: CParams, caches: tuple[CacheEstimate, ...], n_
               *_matmul_terms("wo", n_t, hp.n_head * dv, hp.n_embd, "attention", "kqv_out (heads merged)", blocks, dense),
               *_matmul_terms("ffn_gate|up", n_t, hp.n_embd, 2 * hp.n_ff, "ffn", "ffn_norm", blocks, dense),
               ComputeTerm("ffn_gate (act)", (n_t, hp.n_ff), "ffn"),
-              # PyTorch's GLU makes a second tensor; the kernels' one pass does not, but on a GEMM
-              # path the term stays as room for the library's packing buffers (without it a 512-row
-              # ubatch on the bf16 GEMM measured 0.3 MiB over: tests/test_workspace_peak.py)
-              *([] if blocks and dense == "lanes" else [ComputeTerm("ffn_gate_par", (n_t, hp.n_ff), "ffn")]),
+              # PyTorch's GLU makes a second tensor; the kernels' one pass does not, but the term
+              # stays as room: on a GEMM path for the library's packing buffers (without it a
+              # 512-row ubatch on the bf16 GEMM measured 0.3 MiB over: tests/test_workspace_peak.py),
+              # in the lanes where a product runs in several slices (a 512-row ubatch in slices of
+              # 256 measured up to 24 KiB over, its peak moving by 100 KiB from run to run; in
+              # one slice the reservation is 1.4x the peak without it)
+              *([] if blocks and dense == "lanes" and n_t <= lanes_slice_rows(hp.n_ff)
+                else [ComputeTerm("ffn_gate_par", (n_t, hp.n_ff), "ffn")]),
               *_matmul_terms("ffn_down", n_t, hp.n_ff, hp.n_embd, "ffn", "", blocks, dense),
               ComputeTerm("result_norm", (n_out, hp.n_embd), "output"),
               ComputeTerm("result_output (logits)", (n_out, hp.n_vocab), "output")]
@@ -354,7 +359,7 @@ def dense_for(tensors) -> str:
     from ..kernels.build import bf16_expected, expected_level
 
     kernels = kernels_expected()
-    return layers_dense(tensors, expected_level() if kernels else None, kernels and bf16_expected())
+    return layers_dense(tensors, expected_level() if kernels else None, kernels and bf16_expected(), coarse_bf16_expected())
 
 
 def model_info(model_or_path) -> ModelInfo:

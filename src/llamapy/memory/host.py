@@ -55,6 +55,18 @@ def kernels_expected() -> bool:
     return kernels_buildable()
 
 
+def coarse_bf16_expected() -> bool:
+    """Whether a bf16 CPU's coarse types take bf16 GEMMs: the loaded library's timed choice
+    (kernels/calibrate.py) where torch is loaded; without torch (`llamapy mem`, which times
+    nothing), bf16, whose buffers are the larger of the two paths'."""
+    if "torch" in sys.modules:
+        from ..kernels import load_kernels
+
+        lib = load_kernels()
+        return lib is None or lib.coarse_bf16 or not lib.bf16
+    return True
+
+
 def kernels_buildable() -> bool:
     """load_kernels()'s conditions, checked without loading anything."""
     import shutil

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import gguf
 
 from ..gguf.header import GGUFHeader, TensorInfo
-from ..kernels.types import BF16_GEMM_TYPES, BLOCK_TYPES, block_nbytes, blocks_fit, lanes_gemm
+from ..kernels.types import BLOCK_TYPES, bf16_gemm, block_nbytes, blocks_fit, lanes_gemm
 
 T = gguf.GGMLQuantizationType
 Q4_TYPES = (T.Q4_0, T.Q4_1, T.Q4_K)  # model/qmatrix.py: PyTorch's int4 kernel
@@ -63,18 +63,19 @@ def resident_weight_bytes(tensors: dict[str, TensorInfo], blocks: bool) -> int:
     return total
 
 
-def layers_dense(tensors: dict[str, TensorInfo], level: str | None, cpu_bf16: bool) -> str:
+def layers_dense(tensors: dict[str, TensorInfo], level: str | None, cpu_bf16: bool, coarse_bf16: bool = True) -> str:
     """How the layers' many-row products run (model/block_matrix.py _dense, dense_dtype), with
     the kernels at `level` (None: no kernels): "bf16" GEMMs (a CPU with native bf16 and every
     layer matrix of a type that takes it), "lanes" (every layer matrix stays in the kernels'
     integer lanes: kernels/types.py lanes_gemm), else "fp32" GEMMs (also for a mix: their
-    dequantized chunks are the largest buffers)."""
+    dequantized chunks are the largest buffers).  coarse_bf16: the library's timed choice for
+    the coarse types (kernels/calibrate.py; memory/host.py coarse_bf16_expected)."""
     mats = [t.qtype for name, t in tensors.items() if name.startswith("blk.") and len(t.ne) == 2]
     if not mats:
         return "fp32"
-    if cpu_bf16 and all(q in BF16_GEMM_TYPES for q in mats):
+    if all(bf16_gemm(q, cpu_bf16, coarse_bf16) for q in mats):
         return "bf16"
-    if level is not None and all(lanes_gemm(q, level, cpu_bf16) for q in mats):
+    if level is not None and all(lanes_gemm(q, level, cpu_bf16, coarse_bf16) for q in mats):
         return "lanes"
     return "fp32"
 
