@@ -4,6 +4,8 @@ AVX-512), the AVX2 build, and the portable one (scalar), for every GGUF type the
 from __future__ import annotations
 
 import ctypes
+import json
+import shutil
 
 import gguf
 import numpy as np
@@ -13,7 +15,8 @@ import torch.nn.functional as F
 
 from llamapy.kernels import load_kernels
 from llamapy.kernels import ops as kops
-from llamapy.kernels.build import cpu_features, kernel_level, resolve_level, system_info, IsaError
+from llamapy.kernels.build import KernelLib, bind_signatures, cpu_features, kernel_level, resolve_level, system_info, IsaError
+from llamapy.kernels.calibrate import calibrate_coarse_bf16, record_path, recorded_coarse_bf16
 from llamapy.kernels.types import c_kv_types, mm_scratch_bound
 from llamapy.model.block_matrix import DENSE_ROWS, block_matrix, dense_dtype
 from llamapy.model.rope import ROPE_TYPE_NEOX, ROPE_TYPE_NORM, RopeParams, apply_rope, rope_cos_sin
@@ -166,6 +169,28 @@ def test_coarse_bf16_choice(monkeypatch):
     for few in (0, 2):
         assert not torch.equal(y["1"][few], y["0"][few])
         assert (y["1"][few] - y["0"][few]).abs().max().item() <= 1e-2 * y["0"][few].abs().max().item()
+
+
+def test_coarse_bf16_recorded(lib, tmp_path, monkeypatch):
+    """The timed choice is written beside the library and taken from there by the next load,
+    without timing; LLAMAPY_COARSE_BF16 overrides both and writes nothing.  (On a copy of the
+    library: its own handle, flag and record.)"""
+    copy = tmp_path / lib.path.name
+    shutil.copy(lib.path, copy)
+    fn = ctypes.CDLL(str(copy))
+    bind_signatures(fn)
+    mine = KernelLib(copy, fn, lib.level, lib.isa)
+    monkeypatch.delenv("LLAMAPY_COARSE_BF16", raising=False)
+    timed = calibrate_coarse_bf16(mine)
+    assert recorded_coarse_bf16(copy) == timed == bool(fn.lp_coarse_bf16())
+    record_path(copy).write_text(json.dumps({"coarse_bf16": int(not timed)}))
+    assert calibrate_coarse_bf16(mine) == (not timed) == bool(fn.lp_coarse_bf16())
+    monkeypatch.setenv("LLAMAPY_COARSE_BF16", str(int(timed)))
+    assert calibrate_coarse_bf16(mine) == timed == bool(fn.lp_coarse_bf16())
+    assert recorded_coarse_bf16(copy) == (not timed)
+    record_path(copy).write_text("not json")
+    monkeypatch.delenv("LLAMAPY_COARSE_BF16")
+    assert calibrate_coarse_bf16(mine) == recorded_coarse_bf16(copy)  # unreadable: timed and written again
 
 
 @pytest.mark.parametrize("n_in", [32, 256, 576, 640, 1536, 2048, 6144])

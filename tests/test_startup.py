@@ -50,6 +50,9 @@ def test_tokenize_without_torch(no_torch, which, smollm2_path, gemma3_path):
 def test_mem_without_torch_equals_in_process_estimate(no_torch, which, smollm2_path, gemma3_path):
     from llamapy import ContextParams, estimate_memory
 
+    from llamapy.kernels import load_kernels
+
+    load_kernels()  # its first load records the timed choice mem reads (kernels/calibrate.py)
     path = smollm2_path if which == "smollm2" else gemma3_path
     r = _llamapy(["mem", "-m", str(path), "-c", "8192", "--json"], no_torch)
     assert r.returncode == 0, r.stderr[-2000:]

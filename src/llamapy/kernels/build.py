@@ -235,6 +235,20 @@ def expected_level() -> str | None:
         return None
 
 
+def expected_library() -> Path | None:
+    """Where load_kernels() finds (or builds) its library, None when the kernels are off or the
+    level cannot run here; without building or loading anything (and without torch)."""
+    if os.environ.get("LLAMAPY_KERNELS", "1") == "0":
+        return None
+    cc = os.environ.get("CC") or shutil.which("gcc") or shutil.which("cc")
+    machine, feats = cpu_features()
+    try:
+        level = resolve_level(requested_isa(), machine, feats)
+    except IsaError:
+        return None
+    return library_path(cc, level, machine, feats)[0] if cc else None
+
+
 def bf16_expected() -> bool:
     """Will the kernels run at a level that multiplies bf16 natively (avx512 with AVX512-BF16)?"""
     return expected_level() == "avx512" and "avx512_bf16" in cpu_features()[1]

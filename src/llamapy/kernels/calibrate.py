@@ -8,12 +8,18 @@ between cores that both have the features: on a 2-core Intel Xeon (KVM, family 6
 8-row SmolLM2 Q4_1 verification took 33.8 ms in bf16 and 17.9 in integers.  So the library
 times one 8-row Q4_1 product both ways and takes the integers where they are clearly faster,
 else bf16 (kernels/c/mm.c lp_set_coarse_bf16; the flag is the loaded library's, one per
-process).  LLAMAPY_COARSE_BF16=0|1 forces the choice.
+process), at every row count: a few rows in the tiles or the twin lanes, DENSE_ROWS and more
+in a bf16 GEMM or the lanes (kernels/types.py bf16_gemm).  The choice is recorded beside the
+library (`<library>.coarse.json`; the library's path is keyed by the CPU's features), so every
+later process takes the same one without timing, and `llamapy mem`, which loads no library,
+reports the buffers of the path a run will take.  LLAMAPY_COARSE_BF16=0|1 forces the choice.
 """
 from __future__ import annotations
 
+import json
 import os
 import time
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -45,14 +51,36 @@ def _seconds(lib: KernelLib, on: int, w: np.ndarray, x: np.ndarray, y: np.ndarra
     return time.perf_counter() - t0
 
 
-def calibrate_coarse_bf16(lib: KernelLib) -> bool:
-    """Set the library's coarse_bf16 to the faster path (or LLAMAPY_COARSE_BF16) and return it.
-    The two paths' calls alternate, and each keeps its best of REPS, so a shared machine's drift
-    hits both alike; the whole timing takes a few milliseconds."""
+def record_path(library: Path) -> Path:
+    """Where the choice for the library at `library` is recorded."""
+    return library.with_name(library.name + ".coarse.json")
+
+
+def forced_coarse_bf16() -> bool | None:
+    """LLAMAPY_COARSE_BF16's choice, None when it does not force one."""
     forced = os.environ.get("LLAMAPY_COARSE_BF16")
-    if forced in ("0", "1"):
-        lib.fn.lp_set_coarse_bf16(int(forced))
-        return forced == "1"
+    return forced == "1" if forced in ("0", "1") else None
+
+
+def recorded_coarse_bf16(library: Path) -> bool | None:
+    """The choice a process recorded for this library, None when none has (or it is unreadable)."""
+    try:
+        return bool(json.loads(record_path(library).read_text())["coarse_bf16"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def calibrate_coarse_bf16(lib: KernelLib) -> bool:
+    """Set the library's coarse_bf16 to the faster path and return it: LLAMAPY_COARSE_BF16's,
+    else the recorded choice, else timed now and recorded.  The two paths' calls alternate, and
+    each keeps its best of REPS, so a shared machine's drift hits both alike; the whole timing
+    takes a few milliseconds."""
+    on = forced_coarse_bf16()
+    if on is None:
+        on = recorded_coarse_bf16(lib.path)
+    if on is not None:
+        lib.fn.lp_set_coarse_bf16(int(on))
+        return on
     w = _q4_1_blocks(N_OUT, N_IN)
     x = np.random.default_rng(1).standard_normal((ROWS, N_IN), dtype=np.float32)
     y = np.empty((ROWS, N_OUT), dtype=np.float32)
@@ -60,8 +88,23 @@ def calibrate_coarse_bf16(lib: KernelLib) -> bool:
     for _ in range(REPS):
         for on in (1, 0):
             best[on] = min(best[on], _seconds(lib, on, w, x, y))
-    on = best[0] * MARGIN >= best[1]  # bf16 unless the integers are clearly faster: two processes choose alike
+    on = best[0] * MARGIN >= best[1]  # bf16 unless the integers are clearly faster
     lib.fn.lp_set_coarse_bf16(int(on))
     logger("llamapy_kernels").info(f"{ROWS}-row Q4_1 products {best[1] * 1e6:.0f} us in bf16, {best[0] * 1e6:.0f} us "
-                                   f"in integers: the coarse types take {'bf16' if on else 'integers'} from 5 rows")
+                                   f"in integers: the coarse types take {'bf16' if on else 'integers'} from 5 rows "
+                                   f"(recorded in {record_path(lib.path)})")
+    _record(lib.path, on, best)
     return on
+
+
+def _record(library: Path, on: bool, best: dict[int, float]) -> None:
+    """Write the choice beside the library, atomically (a concurrent process writes the same
+    kind of file; the last one stays).  A read-only cache only costs later processes a timing."""
+    path = record_path(library)
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    try:
+        tmp.write_text(json.dumps({"coarse_bf16": int(on), "bf16_us": round(best[1] * 1e6, 1),
+                                   "integers_us": round(best[0] * 1e6, 1)}))
+        os.replace(tmp, path)
+    except OSError:
+        tmp.unlink(missing_ok=True)
