@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from llamapy.kernels import load_kernels
 from llamapy.kernels import ops as kops
 from llamapy.kernels.build import KernelLib, bind_signatures, cpu_features, kernel_level, resolve_level, system_info, IsaError
-from llamapy.kernels.calibrate import calibrate_coarse_bf16, record_path, recorded_coarse_bf16
+from llamapy.kernels.calibrate import CoarseChoice, calibrate_coarse_bf16, record_path, recorded_choice
 from llamapy.kernels.types import c_kv_types, mm_scratch_bound
 from llamapy.model.block_matrix import DENSE_ROWS, block_matrix, dense_dtype
 from llamapy.model.rope import ROPE_TYPE_NEOX, ROPE_TYPE_NORM, RopeParams, apply_rope, rope_cos_sin
@@ -157,7 +157,7 @@ def test_coarse_bf16_choice(monkeypatch):
             monkeypatch.setenv("LLAMAPY_COARSE_BF16", forced)
             load_kernels.cache_clear()
             lib = load_kernels("avx512")
-            assert lib.coarse_bf16 == (forced == "1")
+            assert lib.coarse_bf16 == lib.coarse_many_bf16 == (forced == "1")
             m = block_matrix([(raw, T.Q4_1, shape)], lib)
             y[forced] = (m(x[:8]), m(x[:16]), m(x))
     finally:
@@ -172,25 +172,32 @@ def test_coarse_bf16_choice(monkeypatch):
 
 
 def test_coarse_bf16_recorded(lib, tmp_path, monkeypatch):
-    """The timed choice is written beside the library and taken from there by the next load,
-    without timing; LLAMAPY_COARSE_BF16 overrides both and writes nothing.  (On a copy of the
-    library: its own handle, flag and record.)"""
+    """The timed choices are written beside the library (the many-row one under oneDNN's ISA
+    cap) and taken from there by the next load, without timing; LLAMAPY_COARSE_BF16 overrides
+    them and writes nothing; an unreadable record is timed and written again.  (On a copy of
+    the library: its own handle, flag and record.)"""
     copy = tmp_path / lib.path.name
     shutil.copy(lib.path, copy)
     fn = ctypes.CDLL(str(copy))
     bind_signatures(fn)
     mine = KernelLib(copy, fn, lib.level, lib.isa)
     monkeypatch.delenv("LLAMAPY_COARSE_BF16", raising=False)
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX2")  # only the key: torch read the variable long ago
     timed = calibrate_coarse_bf16(mine)
-    assert recorded_coarse_bf16(copy) == timed == bool(fn.lp_coarse_bf16())
-    record_path(copy).write_text(json.dumps({"coarse_bf16": int(not timed)}))
-    assert calibrate_coarse_bf16(mine) == (not timed) == bool(fn.lp_coarse_bf16())
-    monkeypatch.setenv("LLAMAPY_COARSE_BF16", str(int(timed)))
-    assert calibrate_coarse_bf16(mine) == timed == bool(fn.lp_coarse_bf16())
-    assert recorded_coarse_bf16(copy) == (not timed)
-    record_path(copy).write_text("not json")
+    assert recorded_choice(copy) == timed and timed.few == bool(fn.lp_coarse_bf16())
+    flipped = CoarseChoice(not timed.few, not timed.many)
+    record_path(copy).write_text(json.dumps({"few": int(flipped.few), "many": {"AVX2": int(flipped.many)}}))
+    assert calibrate_coarse_bf16(mine) == flipped and flipped.few == bool(fn.lp_coarse_bf16())
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX512_CORE_BF16")  # another key: its own timing, the first kept
+    other = calibrate_coarse_bf16(mine)
+    rec = json.loads(record_path(copy).read_text())
+    assert rec["many"] == {"AVX2": int(flipped.many), "AVX512_CORE_BF16": int(other.many)}
+    monkeypatch.setenv("LLAMAPY_COARSE_BF16", "1")
+    assert calibrate_coarse_bf16(mine) == CoarseChoice(True, True) and fn.lp_coarse_bf16() == 1
+    assert json.loads(record_path(copy).read_text()) == rec
     monkeypatch.delenv("LLAMAPY_COARSE_BF16")
-    assert calibrate_coarse_bf16(mine) == recorded_coarse_bf16(copy)  # unreadable: timed and written again
+    record_path(copy).write_text("not json")
+    assert calibrate_coarse_bf16(mine) == recorded_choice(copy)
 
 
 @pytest.mark.parametrize("n_in", [32, 256, 576, 640, 1536, 2048, 6144])

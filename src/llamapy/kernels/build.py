@@ -25,6 +25,7 @@ import shutil
 import subprocess
 import tempfile
 import time
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -73,6 +74,7 @@ class KernelLib:
     fn: ctypes.CDLL
     level: str  # avx512 | avx2 | neon | scalar (avx2+vnni runs the avx2 level's kernels)
     isa: str  # what the build uses, e.g. "avx512+vnni+bf16", "avx2+vnni", "neon+dotprod", "scalar"
+    many_bf16: bool = True  # a bf16 CPU's coarse types take a bf16 GEMM from DENSE_ROWS rows (kernels/calibrate.py)
 
     @property
     def bf16(self) -> bool:
@@ -81,9 +83,14 @@ class KernelLib:
 
     @property
     def coarse_bf16(self) -> bool:
-        """This bf16 CPU's coarse types take bf16 from 5 rows (the library's flag, one per process:
-        kernels/calibrate.py), else the integer products."""
+        """This bf16 CPU's coarse types take bf16 from 5 to DENSE_ROWS - 1 rows (the library's
+        flag, one per process: kernels/calibrate.py), else the integer products."""
         return self.bf16 and bool(self.fn.lp_coarse_bf16())
+
+    @property
+    def coarse_many_bf16(self) -> bool:
+        """This bf16 CPU's coarse types take a bf16 GEMM from DENSE_ROWS rows, else the lanes."""
+        return self.bf16 and self.many_bf16
 
 
 class IsaError(ValueError):
@@ -295,5 +302,5 @@ def load_kernels(isa: str | None = None) -> KernelLib | None:
         return None
     lib = KernelLib(path, fn, kernel_level(level), fn.lp_isa().decode())
     if lib.bf16:
-        calibrate_coarse_bf16(lib)
+        lib = dataclasses.replace(lib, many_bf16=calibrate_coarse_bf16(lib).many)
     return lib

@@ -1,24 +1,36 @@
 """Choices between two kernel paths that depend on the core, not on its feature flags, made by
-timing both once when the library is loaded.
+timing both once and recording the result beside the library.
 
 A CPU with AVX512-BF16 can multiply the coarse types (Q4_0, Q4_1, Q2_K, Q3_K: the types
-kernels/types.py lets a bf16 GEMM take) in bf16 from 5 rows on, or take the integer products
-the other block types take (twin lanes of int16 pairs, vpdpwssd).  Which is faster differs
-between cores that both have the features: on a 2-core Intel Xeon (KVM, family 6 model 167) an
-8-row SmolLM2 Q4_1 verification took 33.8 ms in bf16 and 17.9 in integers.  So the library
-times one 8-row Q4_1 product both ways and takes the integers where they are clearly faster,
-else bf16 (kernels/c/mm.c lp_set_coarse_bf16; the flag is the loaded library's, one per
-process), at every row count: a few rows in the tiles or the twin lanes, DENSE_ROWS and more
-in a bf16 GEMM or the lanes (kernels/types.py bf16_gemm).  The choice is recorded beside the
-library (`<library>.coarse.json`; the library's path is keyed by the CPU's features), so every
-later process takes the same one without timing, and `llamapy mem`, which loads no library,
-reports the buffers of the path a run will take.  LLAMAPY_COARSE_BF16=0|1 forces the choice.
+kernels/types.py lets a bf16 GEMM take) in bf16, or take the integer products the other block
+types take (int16 pairs in lanes, vpdpwssd).  Which is faster differs between cores that both
+have the features, and with the row count, so two choices are timed:
+
+  few rows (5 .. DENSE_ROWS - 1): bf16 tiles or the integer lanes, one 8-row Q4_1 product
+      each way (kernels/c/mm.c lp_set_coarse_bf16; the flag is the loaded library's, one per
+      process).  On a 2-core Intel Xeon (KVM, family 6 model 167) an 8-row SmolLM2 Q4_1
+      verification took 33.8 ms in bf16 and 17.9 in integers.
+  many rows (DENSE_ROWS and more: a prompt): a bf16 GEMM (PyTorch's, oneDNN: on a CPU with
+      AMX its tiles) or the integer lanes in slices (model/block_matrix.py), one MANY_ROWS-row
+      product each way.  On the same Xeon the lanes ran SmolLM2's layer shapes at 512 rows in
+      12.5 ms against 21.1 for the bf16 GEMM with oneDNN held to AVX512_CORE_BF16, while
+      oneDNN's AMX kernels (its default there) ran its prompts 1.4x faster than the lanes.  The
+      GEMM's speed depends on the ISA oneDNN may use (ONEDNN_MAX_CPU_ISA, read once when torch
+      loads), so this choice is recorded per value of it.
+
+Each takes the integers where they are clearly faster (MARGIN), else bf16, the default before
+the timing existed, so a CPU where the two are close keeps its numerics.  The choices are
+recorded beside the library (`<library>.coarse.json`; the library's path is keyed by the CPU's
+features), so every later process takes the same ones without timing, and `llamapy mem`, which
+loads no library, reports the buffers of the path a run will take.  LLAMAPY_COARSE_BF16=0|1
+forces both.
 """
 from __future__ import annotations
 
 import json
 import os
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -31,7 +43,16 @@ if TYPE_CHECKING:
 
 Q4_1 = 3  # GGML type id
 N_OUT, N_IN, ROWS, REPS = 1536, 576, 8, 7  # an in-cache Q4_1 matrix (0.55 MB), a verification's rows
+MANY_ROWS, MANY_REPS = 256, 3  # a prompt's slice (kernels/types.py lanes_slice_rows): about 1-3 ms a call
 MARGIN = 1.25  # the integers are taken when they are this much faster (the two paths' sums differ slightly)
+
+
+@dataclass(frozen=True, slots=True)
+class CoarseChoice:
+    """Whether a bf16 CPU's coarse types take bf16: few (5 .. DENSE_ROWS - 1 rows), many (more)."""
+
+    few: bool
+    many: bool
 
 
 def _q4_1_blocks(n_out: int, n_in: int) -> np.ndarray:
@@ -43,7 +64,7 @@ def _q4_1_blocks(n_out: int, n_in: int) -> np.ndarray:
     return np.ascontiguousarray(blocks)
 
 
-def _seconds(lib: KernelLib, on: int, w: np.ndarray, x: np.ndarray, y: np.ndarray) -> float:
+def _few_seconds(lib: KernelLib, on: int, w: np.ndarray, x: np.ndarray, y: np.ndarray) -> float:
     """One ROWS-row product with coarse_bf16 = on, timed."""
     lib.fn.lp_set_coarse_bf16(on)
     t0 = time.perf_counter()
@@ -51,9 +72,45 @@ def _seconds(lib: KernelLib, on: int, w: np.ndarray, x: np.ndarray, y: np.ndarra
     return time.perf_counter() - t0
 
 
+def _many_seconds(lib: KernelLib, on: int, w: np.ndarray, x: np.ndarray, y: np.ndarray) -> float:
+    """One MANY_ROWS-row product, timed: on, as model/block_matrix.py's bf16 GEMM (the weights
+    dequantized to bf16, the activations converted, PyTorch's linear); else lp_mm's lanes."""
+    import torch
+    import torch.nn.functional as F
+
+    t0 = time.perf_counter()
+    if on:
+        wb = torch.empty(N_OUT, N_IN, dtype=torch.bfloat16)
+        lib.fn.lp_dequant_bf16(Q4_1, w.ctypes.data, N_IN, 0, N_OUT, wb.data_ptr())
+        F.linear(torch.from_numpy(x).to(torch.bfloat16), wb).float()
+    else:
+        lib.fn.lp_mm(Q4_1, w.ctypes.data, N_OUT, N_IN, x.ctypes.data, MANY_ROWS, y.ctypes.data, N_OUT, 0)
+    return time.perf_counter() - t0
+
+
+def _timed(seconds, lib: KernelLib, rows: int, reps: int) -> tuple[bool, dict[int, float]]:
+    """bf16 (True) unless the integers are MARGIN faster, with each path's best of `reps`
+    alternating calls (a shared machine's drift hits both alike), after one call each."""
+    w = _q4_1_blocks(N_OUT, N_IN)
+    x = np.random.default_rng(1).standard_normal((rows, N_IN), dtype=np.float32)
+    y = np.empty((rows, N_OUT), dtype=np.float32)
+    best = {0: float("inf"), 1: float("inf")}
+    for on in (1, 0):  # first calls: oneDNN builds its kernel, pages are touched
+        seconds(lib, on, w, x, y)
+    for _ in range(reps):
+        for on in (1, 0):
+            best[on] = min(best[on], seconds(lib, on, w, x, y))
+    return best[0] * MARGIN >= best[1], best
+
+
 def record_path(library: Path) -> Path:
-    """Where the choice for the library at `library` is recorded."""
+    """Where the choices for the library at `library` are recorded."""
     return library.with_name(library.name + ".coarse.json")
+
+
+def onednn_key() -> str:
+    """The many-row choice's key: the ISA cap oneDNN runs under (its two spellings)."""
+    return os.environ.get("ONEDNN_MAX_CPU_ISA") or os.environ.get("DNNL_MAX_CPU_ISA") or "ALL"
 
 
 def forced_coarse_bf16() -> bool | None:
@@ -62,49 +119,53 @@ def forced_coarse_bf16() -> bool | None:
     return forced == "1" if forced in ("0", "1") else None
 
 
-def recorded_coarse_bf16(library: Path) -> bool | None:
-    """The choice a process recorded for this library, None when none has (or it is unreadable)."""
+def _read(library: Path) -> dict:
     try:
-        return bool(json.loads(record_path(library).read_text())["coarse_bf16"])
-    except (OSError, ValueError, KeyError, TypeError):
+        rec = json.loads(record_path(library).read_text())
+        return rec if isinstance(rec, dict) else {}
+    except (OSError, ValueError):
+        return {}
+
+
+def recorded_choice(library: Path) -> CoarseChoice | None:
+    """The choices recorded for this library (the many-row one under this process's oneDNN
+    key), None when either is missing or the record unreadable."""
+    rec = _read(library)
+    few, many = rec.get("few"), rec.get("many", {})
+    if few not in (0, 1) or not isinstance(many, dict) or many.get(onednn_key()) not in (0, 1):
         return None
+    return CoarseChoice(bool(few), bool(many[onednn_key()]))
 
 
-def calibrate_coarse_bf16(lib: KernelLib) -> bool:
-    """Set the library's coarse_bf16 to the faster path and return it: LLAMAPY_COARSE_BF16's,
-    else the recorded choice, else timed now and recorded.  The two paths' calls alternate, and
-    each keeps its best of REPS, so a shared machine's drift hits both alike; the whole timing
-    takes a few milliseconds."""
-    on = forced_coarse_bf16()
-    if on is None:
-        on = recorded_coarse_bf16(lib.path)
-    if on is not None:
-        lib.fn.lp_set_coarse_bf16(int(on))
-        return on
-    w = _q4_1_blocks(N_OUT, N_IN)
-    x = np.random.default_rng(1).standard_normal((ROWS, N_IN), dtype=np.float32)
-    y = np.empty((ROWS, N_OUT), dtype=np.float32)
-    best = {0: float("inf"), 1: float("inf")}
-    for _ in range(REPS):
-        for on in (1, 0):
-            best[on] = min(best[on], _seconds(lib, on, w, x, y))
-    on = best[0] * MARGIN >= best[1]  # bf16 unless the integers are clearly faster
-    lib.fn.lp_set_coarse_bf16(int(on))
-    logger("llamapy_kernels").info(f"{ROWS}-row Q4_1 products {best[1] * 1e6:.0f} us in bf16, {best[0] * 1e6:.0f} us "
-                                   f"in integers: the coarse types take {'bf16' if on else 'integers'} from 5 rows "
-                                   f"(recorded in {record_path(lib.path)})")
-    _record(lib.path, on, best)
-    return on
+def calibrate_coarse_bf16(lib: KernelLib) -> CoarseChoice:
+    """Set the library's coarse_bf16 (few rows) and return both choices: LLAMAPY_COARSE_BF16's,
+    else the recorded ones, else timed now (a few milliseconds) and recorded."""
+    forced = forced_coarse_bf16()
+    choice = CoarseChoice(forced, forced) if forced is not None else recorded_choice(lib.path)
+    if choice is None:
+        few, few_t = _timed(_few_seconds, lib, ROWS, REPS)
+        many, many_t = _timed(_many_seconds, lib, MANY_ROWS, MANY_REPS)
+        choice = CoarseChoice(few, many)
+        logger("llamapy_kernels").info(
+            f"Q4_1 products of {ROWS} rows {few_t[1] * 1e6:.0f} us in bf16, {few_t[0] * 1e6:.0f} us in integers; "
+            f"of {MANY_ROWS} rows {many_t[1] * 1e6:.0f} us in a bf16 GEMM, {many_t[0] * 1e6:.0f} us in integer lanes: "
+            f"the coarse types take {'bf16' if few else 'integers'} from 5 rows, "
+            f"{'bf16 GEMMs' if many else 'integers'} from 128 (recorded in {record_path(lib.path)})")
+        _record(lib.path, choice)
+    lib.fn.lp_set_coarse_bf16(int(choice.few))
+    return choice
 
 
-def _record(library: Path, on: bool, best: dict[int, float]) -> None:
-    """Write the choice beside the library, atomically (a concurrent process writes the same
-    kind of file; the last one stays).  A read-only cache only costs later processes a timing."""
+def _record(library: Path, choice: CoarseChoice) -> None:
+    """Write the choices beside the library (the many-row one under this process's oneDNN key,
+    beside other keys'), atomically: a concurrent process writes the same kind of file, the
+    last one stays.  A read-only cache only costs later processes a timing."""
+    rec = _read(library)
+    many = rec.get("many") if isinstance(rec.get("many"), dict) else {}
     path = record_path(library)
     tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
     try:
-        tmp.write_text(json.dumps({"coarse_bf16": int(on), "bf16_us": round(best[1] * 1e6, 1),
-                                   "integers_us": round(best[0] * 1e6, 1)}))
+        tmp.write_text(json.dumps({"few": int(choice.few), "many": {**many, onednn_key(): int(choice.many)}}))
         os.replace(tmp, path)
     except OSError:
         tmp.unlink(missing_ok=True)

@@ -74,9 +74,9 @@ def blocks_fit(qtype: T, n_in: int) -> bool:
 
 def bf16_gemm(qtype: T, cpu_bf16: bool, coarse_bf16: bool = True) -> bool:
     """Does a many-row product of this type run as a bf16 GEMM (else fp32 or the lanes)?
-    coarse_bf16: this bf16 CPU's coarse block types take bf16 (kernels/calibrate.py: a core
-    whose integer products are clearly faster keeps them in the integers at every row count);
-    BF16 weights always do."""
+    coarse_bf16: this bf16 CPU's coarse block types take bf16 GEMMs (kernels/calibrate.py's
+    many-row choice, KernelLib.coarse_many_bf16: a core whose integer lanes are clearly faster
+    keeps them there); BF16 weights always do."""
     if not cpu_bf16 or qtype not in BF16_GEMM_TYPES:
         return False
     return qtype == T.BF16 or coarse_bf16

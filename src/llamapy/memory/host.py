@@ -56,23 +56,24 @@ def kernels_expected() -> bool:
 
 
 def coarse_bf16_expected() -> bool:
-    """Whether a bf16 CPU's coarse types take bf16 GEMMs: the loaded library's timed choice
-    (kernels/calibrate.py) where torch is loaded; without torch (`llamapy mem`, which loads no
-    library), LLAMAPY_COARSE_BF16's or the choice recorded beside the library by the process
-    that first loaded it, and before any has, bf16 (whose buffers are the larger)."""
+    """Whether a bf16 CPU's coarse types take bf16 GEMMs for many rows: the loaded library's
+    timed choice (kernels/calibrate.py) where torch is loaded; without torch (`llamapy mem`,
+    which loads no library), LLAMAPY_COARSE_BF16's or the choice recorded beside the library
+    by the process that first loaded it, and before any has, bf16 (whose buffers are the larger)."""
     if "torch" in sys.modules:
         from ..kernels import load_kernels
 
         lib = load_kernels()
-        return lib is None or lib.coarse_bf16 or not lib.bf16
+        return lib is None or lib.coarse_many_bf16 or not lib.bf16
     from ..kernels.build import expected_library
-    from ..kernels.calibrate import forced_coarse_bf16, recorded_coarse_bf16
+    from ..kernels.calibrate import forced_coarse_bf16, recorded_choice
 
     on = forced_coarse_bf16()
     if on is None:
         library = expected_library()
-        on = recorded_coarse_bf16(library) if library is not None else None
-    return True if on is None else on
+        choice = recorded_choice(library) if library is not None else None
+        on = True if choice is None else choice.many
+    return on
 
 
 def kernels_buildable() -> bool:

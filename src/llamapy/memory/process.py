@@ -68,8 +68,8 @@ def layers_dense(tensors: dict[str, TensorInfo], level: str | None, cpu_bf16: bo
     the kernels at `level` (None: no kernels): "bf16" GEMMs (a CPU with native bf16 and every
     layer matrix of a type that takes it), "lanes" (every layer matrix stays in the kernels'
     integer lanes: kernels/types.py lanes_gemm), else "fp32" GEMMs (also for a mix: their
-    dequantized chunks are the largest buffers).  coarse_bf16: the library's timed choice for
-    the coarse types (kernels/calibrate.py; memory/host.py coarse_bf16_expected)."""
+    dequantized chunks are the largest buffers).  coarse_bf16: the library's timed many-row
+    choice for the coarse types (kernels/calibrate.py; memory/host.py coarse_bf16_expected)."""
     mats = [t.qtype for name, t in tensors.items() if name.startswith("blk.") and len(t.ne) == 2]
     if not mats:
         return "fp32"

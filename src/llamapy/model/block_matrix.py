@@ -52,7 +52,7 @@ __all__ = ["BLOCK_TYPES", "DENSE_ROWS", "BlockMatrix", "block_matrix", "block_nb
 
 def dense_dtype(qtype: T, lib: KernelLib) -> torch.dtype:
     """The GEMM type of the many-row path: bf16 only where the CPU multiplies bf16 natively."""
-    return torch.bfloat16 if bf16_gemm(qtype, lib.bf16, lib.coarse_bf16) else torch.float32
+    return torch.bfloat16 if bf16_gemm(qtype, lib.bf16, lib.coarse_many_bf16) else torch.float32
 
 
 @dataclass(slots=True)
@@ -70,7 +70,7 @@ class BlockMatrix:
 
     def _dense(self, n: int) -> bool:
         """Do n rows take dequantize + GEMM (else the kernels' products)?"""
-        return n >= DENSE_ROWS and not lanes_gemm(self.qtype, self.lib.level, self.lib.bf16, self.lib.coarse_bf16)
+        return n >= DENSE_ROWS and not lanes_gemm(self.qtype, self.lib.level, self.lib.bf16, self.lib.coarse_many_bf16)
 
     def __call__(self, x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
         """x: [n, n_in] float32 -> [n, n_out] float32, written into `out` (contiguous, that

@@ -184,6 +184,8 @@ LP_INLINE __m256 lp_exp8(__m256 x) {
 
 #define LP_XQ_MAX 32639.0f /* |xq| bound: 127 * 256 + 127, so xq splits into two int8 (dotprod) */
 #define LP_F32_ROWS 5 /* products of this many rows or more take a bf16 CPU's bf16 tiles for its coarse types (mm.c) */
+#define LP_DENSE_ROWS 128 /* kernels/types.py DENSE_ROWS: products of this many rows reach lp_mm only where the caller
+                           * chose the integer lanes (model/block_matrix.py), so they take them whatever coarse_bf16 */
 #define LP_FEW_ROWS 8 /* products of at most this many rows take the integer products (mm.c); 9..15 rows the fp32 tiles */
 #if defined(LP_AVX512) || defined(LP_NEON)
 #define LP_TW 4 /* fp32 tiles: weight rows x activation rows (32 vector registers) */

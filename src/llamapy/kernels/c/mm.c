@@ -79,10 +79,10 @@ void lp_set_coarse_bf16(int on) { coarse_bf16 = on; }
 int lp_coarse_bf16(void) { return coarse_bf16; }
 
 /* The forms of x a product of this type reads (mm_chunk's choice): bf16 rows for a bf16 CPU's
- * coarse types from LP_F32_ROWS rows on (where coarse_bf16), the integer form for the other
- * block types. */
+ * coarse types from LP_F32_ROWS to LP_DENSE_ROWS - 1 rows (where coarse_bf16), the integer
+ * form for the other block types and for every many-row product. */
 static int lp_xprep_reads(int type, int64_t n_in, int64_t n) {
-    if (n >= LP_F32_ROWS && coarse_bf16 && lp_bf16_rows(type, n_in)) return LP_READS_BF16;
+    if (n >= LP_F32_ROWS && n < LP_DENSE_ROWS && coarse_bf16 && lp_bf16_rows(type, n_in)) return LP_READS_BF16;
     return lp_is_float(type) ? 0 : LP_READS_INTS;
 }
 
