@@ -54,6 +54,7 @@ class LoadSpec:
     threads: int = 2
     request_timeout: float = 600.0  # seconds, one whole request
     ready_timeout: float = 300.0  # seconds, until /health answers 200
+    no_repack: bool = False  # llama-server --no-repack (its AMX / repacked layouts off)
 
 
 @dataclass(slots=True)
@@ -205,7 +206,7 @@ def serve_and_drive(cmd: list[str], port: int, env: dict[str, str] | None, name:
 
 def llama_server_cmd(bin_dir: Path, model: Path, port: int, spec: LoadSpec) -> list[str]:
     return [str(bin_dir / "llama-server"), "-m", str(model), "-c", str(spec.n_ctx), "-np", str(spec.n_parallel),
-            "--host", "127.0.0.1", "--port", str(port), "-t", str(spec.threads)]
+            "--host", "127.0.0.1", "--port", str(port), "-t", str(spec.threads), *(["--no-repack"] if spec.no_repack else [])]
 
 
 def llamapy_serve_cmd(model: Path, port: int, spec: LoadSpec) -> list[str]:
@@ -241,10 +242,13 @@ def main(argv: list[str] | None = None) -> int:
                     help="sampling temperature of every request (0: greedy, the targets' load; the server "
                          "chain's defaults otherwise: top-k 40, top-p 0.95, min-p 0.05)")
     ap.add_argument("--skip-llamacpp", action="store_true")
+    ap.add_argument("--llamacpp-no-repack", action="store_true",
+                    help="llama-server --no-repack (where its repacked layouts crash: AMX listed but unusable)")
     a = ap.parse_args(argv)
     from llamapy.registry import resolve_model
 
-    spec = LoadSpec(n_requests=a.n_requests, max_tokens=a.max_tokens, threads=a.threads, temperature=a.temperature)
+    spec = LoadSpec(n_requests=a.n_requests, max_tokens=a.max_tokens, threads=a.threads, temperature=a.temperature,
+                    no_repack=a.llamacpp_no_repack)
     bin_dir = None if a.skip_llamacpp else (a.llamacpp_bin or llamacpp_bin(a.isa))
     res = run_both(bin_dir, Path(resolve_model(a.model)), spec, isa_env(a.isa).apply())
     print(json.dumps({k: v.as_dict() | {"ttft_s": None} for k, v in res.items()}, indent=2))

@@ -20,6 +20,7 @@ class Sizes:
     ppl_chunks: int = -1  # perplexity's --chunks: -1 = all the text, 0 = no perplexity
     run_ctx: int = 4096  # the short `run` whose peak RSS is compared
     timeout: int = 3600
+    no_repack: bool = False  # llama.cpp without its repacked weight layouts (AMX, the aarch64 repack): --repack 0
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))
@@ -31,4 +32,4 @@ class Sizes:
     def quick(self) -> "Sizes":
         """--quick: small enough for a smoke run in about a minute per model."""
         return Sizes(self.threads, pp=64, tg=16, reps=1, npp=16, ntg=16, npl=16, ppl_ctx=self.ppl_ctx, ppl_chunks=8,
-                     run_ctx=self.run_ctx, timeout=self.timeout)
+                     run_ctx=self.run_ctx, timeout=self.timeout, no_repack=self.no_repack)

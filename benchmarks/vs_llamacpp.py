@@ -163,7 +163,7 @@ def measure(mr: ModelRun, level: str, bin_dir: Path | None, s: Sizes, text: Path
     if a.rounds > 1:
         speed_rounds(mr, bin_dir, s, text, env, a.rounds)
     if a.server:
-        spec = server_load.LoadSpec(n_requests=a.requests, max_tokens=a.max_tokens, threads=s.threads)
+        spec = server_load.LoadSpec(n_requests=a.requests, max_tokens=a.max_tokens, threads=s.threads, no_repack=s.no_repack)
         res = mr.attempt("server load", lambda: server_load.run_both(bin_dir, mr.path, spec, env))
         mr.server = {k: v.as_dict() for k, v in (res or {}).items()}
         for k, v in (res or {}).items():
@@ -253,6 +253,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--skip-batched", action="store_true", help="no batched-bench row (-npl 0)")
     ap.add_argument("--skip-ppl", action="store_true", help="no perplexity (nor KLD) row (--chunks 0)")
     ap.add_argument("--skip-llamacpp", action="store_true", help="llamapy's numbers only")
+    ap.add_argument("--llamacpp-no-repack", action="store_true",
+                    help="llama.cpp's tools with --no-repack (llama-bench --repack 0): its repacked layouts off, "
+                         "for a build whose AMX path crashes (a VM listing AMX)")
     ap.add_argument("--timeout", type=int, default=3600, help="seconds per tool run")
     ap.add_argument("--rounds", type=int, default=1,
                     help="measure the speed rows this many times, llama.cpp and llamapy taking turns; report medians")
@@ -261,7 +264,7 @@ def main(argv: list[str] | None = None) -> int:
     levels = [x.strip() for x in a.isa.split(",") if x.strip()]
     for lv in levels:
         isa_env(lv)  # unknown level: ValueError naming it
-    s = Sizes(a.threads, ppl_ctx=a.ppl_ctx, timeout=a.timeout)
+    s = Sizes(a.threads, ppl_ctx=a.ppl_ctx, timeout=a.timeout, no_repack=a.llamacpp_no_repack)
     s = s.quick() if a.quick else s
     over = {k: getattr(a, k) for k in ("pp", "tg", "npp", "ntg", "npl", "ppl_chunks") if getattr(a, k) is not None}
     s = Sizes(**({f: getattr(s, f) for f in Sizes.__dataclass_fields__} | over | ({"reps": a.reps} if a.reps else {})))
@@ -296,7 +299,7 @@ def main(argv: list[str] | None = None) -> int:
         kern = sorted({str(mr.py.get("cpu_isa")) for mr in runs if mr.py.get("cpu_isa")})
         aten = sorted({str(mr.py.get("aten")) for mr in runs if mr.py.get("aten")})
         title = (f"{cpu} · ISA {lv} (llamapy kernels {'/'.join(kern) or '?'}, ATen {'/'.join(aten) or '?'}; "
-                 f"llama.cpp {bin_dir.parent.name if bin_dir else '-'}) · {a.threads} threads"
+                 f"llama.cpp {bin_dir.parent.name if bin_dir else '-'}{' --no-repack' if s.no_repack else ''}) · {a.threads} threads"
                  + (f" · speed rows: medians of {a.rounds} alternating rounds" if a.rounds > 1 else ""))
         rows = [r for mr in runs for r in rows_for(mr, s, a)]
         t = markdown(title, rows)
