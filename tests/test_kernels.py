@@ -134,6 +134,32 @@ def test_few_rows_are_the_integer_products(lib, qtype):
         torch.testing.assert_close(y, one[:rows], rtol=1e-5, atol=5e-5 * one.abs().max().item())
 
 
+@pytest.mark.parametrize("qtype", [T.Q4_1, T.Q8_0, T.Q4_K, T.Q6_K], ids=lambda t: t.name)
+def test_lane_tail_rows(lib, qtype):
+    """Rows past whole lane groups (a verification of 16 drafts: 17 rows; a 130-row ubatch) take
+    a last group whose other lanes are zeros (lanes_x86.c lp_xlanes_fill).  Every row is bit for
+    bit its row of 16-row products (each row's integers and float steps are its own), so no row
+    count changes another row's sums."""
+    old = lib.fn.lp_coarse_bf16()
+    lib.fn.lp_set_coarse_bf16(0)  # the coarse types in integers too, whatever this CPU's timed choice
+    try:
+        shape = (45, 512)
+        raw, _ = _matrix(qtype, shape, seed=5)
+        m = block_matrix([(raw, qtype, shape)], lib)
+        x = torch.randn(144, shape[1], generator=torch.Generator().manual_seed(6))
+
+        def mm(rows: torch.Tensor) -> torch.Tensor:  # lp_mm itself, at any row count (no dense path)
+            y = torch.empty(rows.shape[0], shape[0])
+            m._mm(rows.contiguous(), y, accumulate=False)
+            return y
+
+        ref = torch.cat([mm(x[i:i + 16]) for i in range(0, 144, 16)])
+        for n in (17, 20, 24, 25, 31, 40, 130):
+            assert torch.equal(mm(x[:n]), ref[:n]), n
+    finally:
+        lib.fn.lp_set_coarse_bf16(old)
+
+
 def test_coarse_bf16_choice(monkeypatch):
     """On a CPU with AVX512-BF16 the coarse types' products of 5+ rows take bf16 or the integer
     lanes, whichever the library timed faster at load (kernels/calibrate.py);
