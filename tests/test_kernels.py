@@ -160,6 +160,30 @@ def test_lane_tail_rows(lib, qtype):
         lib.fn.lp_set_coarse_bf16(old)
 
 
+def test_many_rows_take_the_lanes_whatever_the_few_row_flag(lib):
+    """lp_mm multiplies DENSE_ROWS rows or more of a coarse type in the integer lanes even where
+    the few-row flag says bf16 (kernels/c/lp.h LP_DENSE_ROWS: the caller chose the lanes for
+    them, kernels/calibrate.py's many-row choice), and bf16 tiles up to one row fewer."""
+    old = lib.fn.lp_coarse_bf16()
+    shape = (45, 512)
+    raw, _ = _matrix(T.Q4_1, shape, seed=8)
+    m = block_matrix([(raw, T.Q4_1, shape)], lib)
+    x = torch.randn(DENSE_ROWS, shape[1], generator=torch.Generator().manual_seed(9))
+
+    def mm(rows: torch.Tensor, flag: int) -> torch.Tensor:
+        lib.fn.lp_set_coarse_bf16(flag)
+        y = torch.empty(rows.shape[0], shape[0])
+        m._mm(rows.contiguous(), y, accumulate=False)
+        return y
+
+    try:
+        ints = torch.cat([mm(x[i:i + 16], 0) for i in range(0, DENSE_ROWS, 16)])
+        assert torch.equal(mm(x, 1), ints)
+        assert torch.equal(mm(x[:DENSE_ROWS - 1], 1), ints[:DENSE_ROWS - 1]) == (not lib.bf16)
+    finally:
+        lib.fn.lp_set_coarse_bf16(old)
+
+
 def test_coarse_bf16_choice(monkeypatch):
     """On a CPU with AVX512-BF16 the coarse types' products of 5+ rows take bf16 or the integer
     lanes, whichever the library timed faster at load (kernels/calibrate.py);

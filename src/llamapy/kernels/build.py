@@ -17,6 +17,7 @@ then run everywhere)."""
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import functools
 import hashlib
 import os
@@ -25,7 +26,6 @@ import shutil
 import subprocess
 import tempfile
 import time
-import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 
