@@ -14,7 +14,7 @@ have the features, and with the row count, so two choices are timed:
       AMX its tiles) or the integer lanes in slices (model/block_matrix.py), one MANY_ROWS-row
       product each way.  On the same Xeon the lanes ran SmolLM2's layer shapes at 512 rows in
       12.5 ms against 21.1 for the bf16 GEMM with oneDNN held to AVX512_CORE_BF16, while
-      oneDNN's AMX kernels (its default there) ran its prompts 1.4x faster than the lanes.  The
+      oneDNN's AMX kernels (its default there) ran its prompts 1.3-1.4x faster than the lanes.  The
       GEMM's speed depends on the ISA oneDNN may use (ONEDNN_MAX_CPU_ISA, read once when torch
       loads), so this choice is recorded per value of it.
 

@@ -111,7 +111,7 @@ def lanes_slice_rows(n_in: int) -> int:
     value: int16 rows, their lanes, bf16) stay within the dense path's dequantized chunk, and
     at most 256 rows, whose lanes each weight tile streams whole from L2: on a 2-core Intel
     Xeon (KVM, family 6 model 167, 2 MiB L2 a core) SmolLM2's Q4_1 layer shapes at 512 rows
-    took 17.0 ms in one slice and 12.5-13.4 in slices of 128-256, Gemma 3's 15.8 and 9.4-10.5
+    took 17.0 ms in one slice and 12.1-13.4 in slices of 128-256, Gemma 3's 15.8 and 9.4-10.5
     (benchmarks/dense_crossover.py --rows 512, AVX-512 level); 32-row slices, which decode
     every weight row 16 times, 10.7."""
     return max(16, min(256, DEQUANT_CHUNK * 4 // (6 * n_in) // 16 * 16))
