@@ -124,9 +124,21 @@ void lp_lanes_for(const lp_xprep *xp) {
 #endif
 }
 
-#define LANES_NW 4 /* weight rows per lane tile (lp_lanes_tile writes 4 columns: CHUNK a multiple of it) */
-_Static_assert(CHUNK % LANES_NW == 0, "a lane tile's four columns stay inside its chunk's row");
-#define LANES_YB 8192 /* floats of a chunk's buffered outputs (CHUNK columns of 512 rows: lanes_slice_rows) */
+#define LANES_NW 4 /* weight rows per lane tile, at most (lp_lanes_tile writes 4 columns, those past nw zeros) */
+/* A lane tile's weight rows for this type: 4; at AVX2 3 for the types of one scale per block of
+ * 32 or 32-group (two groups' 2 x 3 chains and sums, 2 activation vectors and a weight pair fit
+ * its 16 ymm registers, where 4 rows spilled: kernel_ab.py --rows 8..32 -t 2, the 2-core Intel
+ * Xeon (KVM, family 6 model 167), 1.01-1.15x; the 16-groups' types lost 3-7% at 16-32 rows). */
+static int lanes_tile_rows(int g16) {
+#if defined(LP_AVX512)
+    (void)g16;
+    return 4;
+#else
+    return g16 ? 4 : 3;
+#endif
+}
+#define YB_LD (CHUNK + 4) /* a buffered row's floats: a tile's four columns stay inside it from any column < CHUNK */
+#define LANES_YB (512 * YB_LD) /* floats of a chunk's buffered outputs (512 rows: lanes_slice_rows) */
 static size_t lanes_row_bytes(int64_t n_in) { return lp_wrow_bytes(n_in) + (size_t)n_in * 2 + 128; }
 #define TWIN_NP 4 /* weight-row pairs per twin tile */
 /* a twin pair: ab int32 [n_in] and dm float [4 n_in / 16] (lp_twin_pair), 64-byte aligned */
@@ -231,7 +243,7 @@ static void twin_chunk(int type, const uint8_t *w, int64_t o0, int64_t o1, int64
 #endif
 
 #if defined(LP_LANES)
-/* Output rows o0..o1 from the lanes (lanes_x86.c): LANES_NW weight rows at a time decoded to
+/* Output rows o0..o1 from the lanes (lanes_x86.c): lanes_tile_rows weight rows at a time decoded to
  * int16 once (lp_unpack_row16, or the canonical form widened), then against every group of
  * LP_NL activation rows, two groups a pass. */
 static void lanes_chunk(int type, const uint8_t *w, int64_t o0, int64_t o1, int64_t n_out, int64_t n_in, const lp_xprep *xp,
@@ -242,20 +254,22 @@ static void lanes_chunk(int type, const uint8_t *w, int64_t o0, int64_t o1, int6
     int16_t *w16[LANES_NW];
     lane_rows_at(scratch, n_in, LANES_NW, wr, w16);
     float t[2 * LP_NL * 4];
-    float yb[LANES_YB]; /* the chunk's outputs in rows [n_pad][CHUNK]: y's rows lie ldy apart (often a multiple of
+    float yb[LANES_YB]; /* the chunk's outputs in rows [n_pad][YB_LD]: y's rows lie ldy apart (often a multiple of
                          * 4 KiB: the same cache sets), so each row's part is written once, in one piece */
     const int64_t n_pad = xp->xl.n_grp * LP_NL;
-    const int buffered = n_pad * CHUNK <= LANES_YB;
-    for (int64_t o = o0; o < o1; o += LANES_NW) {
-        const int nw = (int)(o1 - o < LANES_NW ? o1 - o : LANES_NW);
+    const int buffered = n_pad * YB_LD <= LANES_YB;
+    const int tw = lanes_tile_rows(g16);
+    for (int64_t o = o0; o < o1; o += tw) {
+        const int nw = (int)(o1 - o < tw ? o1 - o : tw);
         for (int j = 0; j < nw; j++) row16(type, w + (o + j) * rb, n_in, &wr[j], w16[j]);
         for (int64_t g = 0; g < xp->xl.n_grp; g += 2) { /* two groups of LP_NL rows a pass where there are */
             const int ng = g + 1 < xp->xl.n_grp ? 2 : 1;
             const char *pf = NULL; /* the weight rows two tiles ahead on their way while the first pass computes */
-            const int64_t pf_lines = g == 0 ? tile_prefetch(w, rb, o + 2 * LANES_NW, o + 3 * LANES_NW, n_out, &pf) : 0;
-            if (buffered) { /* rows LP_NL g .., columns o - o0 .. o - o0 + 3 of the chunk (4 <= CHUNK - (o - o0)) */
+            const int64_t pf_lines = g == 0 ? tile_prefetch(w, rb, o + 2 * tw, o + 3 * tw, n_out, &pf) : 0;
+            if (buffered) { /* rows LP_NL g .., columns o - o0 .. o - o0 + 3 of the chunk (a column past nw: the next
+                             * tile's, written after, or the row's padding) */
                 lp_lanes_tile(ng, nw, g16, has_min, (const int16_t *const *)w16, wr, &xp->xl, g, pf, pf_lines,
-                              yb + LP_NL * g * CHUNK + (o - o0), CHUNK);
+                              yb + LP_NL * g * YB_LD + (o - o0), YB_LD);
                 continue;
             }
             lp_lanes_tile(ng, nw, g16, has_min, (const int16_t *const *)w16, wr, &xp->xl, g, pf, pf_lines, t, 4);
@@ -266,7 +280,7 @@ static void lanes_chunk(int type, const uint8_t *w, int64_t o0, int64_t o1, int6
     if (buffered)
         for (int64_t r = 0; r < n; r++) {
             float *yr = y + r * ldy + o0;
-            const float *br = yb + r * CHUNK;
+            const float *br = yb + r * YB_LD;
             if (accumulate)
                 for (int64_t k = 0; k < o1 - o0; k++) yr[k] += br[k];
             else
