@@ -32,7 +32,7 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 
@@ -88,7 +88,7 @@ def _many_seconds(lib: KernelLib, on: int, w: np.ndarray, x: np.ndarray, y: np.n
     return time.perf_counter() - t0
 
 
-def _timed(seconds, lib: KernelLib, rows: int, reps: int) -> tuple[bool, dict[int, float]]:
+def _timed(seconds: Callable[..., float], lib: KernelLib, rows: int, reps: int) -> tuple[bool, dict[int, float]]:
     """bf16 (True) unless the integers are MARGIN faster, with each path's best of `reps`
     alternating calls (a shared machine's drift hits both alike), after one call each."""
     w = _q4_1_blocks(N_OUT, N_IN)

@@ -72,17 +72,17 @@ def blocks_fit(qtype: T, n_in: int) -> bool:
     return qtype in BLOCK_TYPES and n_in % gguf.GGML_QUANT_SIZES[qtype][0] == 0
 
 
-def bf16_gemm(qtype: T, cpu_bf16: bool, coarse_bf16: bool = True) -> bool:
+def bf16_gemm(qtype: T, cpu_bf16: bool, coarse_many: bool = True) -> bool:
     """Does a many-row product of this type run as a bf16 GEMM (else fp32 or the lanes)?
-    coarse_bf16: this bf16 CPU's coarse block types take bf16 GEMMs (kernels/calibrate.py's
+    coarse_many: this bf16 CPU's coarse block types take bf16 GEMMs (kernels/calibrate.py's
     many-row choice, KernelLib.coarse_many_bf16: a core whose integer lanes are clearly faster
     keeps them there); BF16 weights always do."""
     if not cpu_bf16 or qtype not in BF16_GEMM_TYPES:
         return False
-    return qtype == T.BF16 or coarse_bf16
+    return qtype == T.BF16 or coarse_many
 
 
-def lanes_gemm(qtype: T, level: str, cpu_bf16: bool, coarse_bf16: bool = True) -> bool:
+def lanes_gemm(qtype: T, level: str, cpu_bf16: bool, coarse_many: bool = True) -> bool:
     """Does a product of DENSE_ROWS rows or more of this type stay in the kernels' integer lane
     products (kernels/c/lanes_x86.c) instead of dequantize + fp32 GEMM?  At the AVX-512 level
     (vpdpwssd on 512 bits) for the block types the CPU does not take in bf16: a 2-core AMD EPYC
@@ -94,7 +94,7 @@ def lanes_gemm(qtype: T, level: str, cpu_bf16: bool, coarse_bf16: bool = True) -
     whose scales per 16 halve the integer run between conversions, lost (0.69-0.75x)
     (benchmarks/dense_crossover.py).  The arithmetic is the one-row path's (int16 activations,
     an error of at most 1/65278 of each block's largest value)."""
-    if qtype not in BLOCK_TYPES or qtype in FLOAT_TYPES or bf16_gemm(qtype, cpu_bf16, coarse_bf16):
+    if qtype not in BLOCK_TYPES or qtype in FLOAT_TYPES or bf16_gemm(qtype, cpu_bf16, coarse_many):
         return False
     return level == "avx512" or (level == "avx2" and qtype in BLOCK32_TYPES)
 

@@ -15,7 +15,7 @@ from pathlib import Path
 from ..cparams import CParams, pad, resolve_cparams
 from ..model.hparams import HParams
 from ..params import ContextParams
-from .host import coarse_bf16_expected, kernels_expected, torch_threads
+from .host import coarse_many_bf16_expected, kernels_expected, torch_threads
 from .kv_types import KVType
 from .process import ProcessEstimate, layers_dense, process_estimate
 from .process import resident_weight_bytes as _resident_bytes
@@ -250,7 +250,7 @@ def compute_terms(hp: HParams, c: CParams, caches: tuple[CacheEstimate, ...], n_
     if dense is None:  # no file to read the types from: the GEMMs, as the CPU decides
         from ..kernels.build import bf16_expected
 
-        dense = "bf16" if bf16_expected() and coarse_bf16_expected() else "fp32"
+        dense = "bf16" if bf16_expected() and coarse_many_bf16_expected() else "fp32"
 
     n_t = min(c.n_ctx, c.n_ubatch)
     n_kv = max(ch.cells for ch in caches)
@@ -359,7 +359,7 @@ def dense_for(tensors) -> str:
     from ..kernels.build import bf16_expected, expected_level
 
     kernels = kernels_expected()
-    return layers_dense(tensors, expected_level() if kernels else None, kernels and bf16_expected(), coarse_bf16_expected())
+    return layers_dense(tensors, expected_level() if kernels else None, kernels and bf16_expected(), coarse_many_bf16_expected())
 
 
 def model_info(model_or_path) -> ModelInfo:

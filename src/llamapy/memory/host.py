@@ -55,7 +55,7 @@ def kernels_expected() -> bool:
     return kernels_buildable()
 
 
-def coarse_bf16_expected() -> bool:
+def coarse_many_bf16_expected() -> bool:
     """Whether a bf16 CPU's coarse types take bf16 GEMMs for many rows: the loaded library's
     timed choice (kernels/calibrate.py) where torch is loaded; without torch (`llamapy mem`,
     which loads no library), LLAMAPY_COARSE_BF16's or the choice recorded beside the library

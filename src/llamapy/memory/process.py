@@ -63,19 +63,19 @@ def resident_weight_bytes(tensors: dict[str, TensorInfo], blocks: bool) -> int:
     return total
 
 
-def layers_dense(tensors: dict[str, TensorInfo], level: str | None, cpu_bf16: bool, coarse_bf16: bool = True) -> str:
+def layers_dense(tensors: dict[str, TensorInfo], level: str | None, cpu_bf16: bool, coarse_many: bool = True) -> str:
     """How the layers' many-row products run (model/block_matrix.py _dense, dense_dtype), with
     the kernels at `level` (None: no kernels): "bf16" GEMMs (a CPU with native bf16 and every
     layer matrix of a type that takes it), "lanes" (every layer matrix stays in the kernels'
     integer lanes: kernels/types.py lanes_gemm), else "fp32" GEMMs (also for a mix: their
-    dequantized chunks are the largest buffers).  coarse_bf16: the library's timed many-row
-    choice for the coarse types (kernels/calibrate.py; memory/host.py coarse_bf16_expected)."""
+    dequantized chunks are the largest buffers).  coarse_many: the library's timed many-row
+    choice for the coarse types (kernels/calibrate.py; memory/host.py coarse_many_bf16_expected)."""
     mats = [t.qtype for name, t in tensors.items() if name.startswith("blk.") and len(t.ne) == 2]
     if not mats:
         return "fp32"
-    if all(bf16_gemm(q, cpu_bf16, coarse_bf16) for q in mats):
+    if all(bf16_gemm(q, cpu_bf16, coarse_many) for q in mats):
         return "bf16"
-    if level is not None and all(lanes_gemm(q, level, cpu_bf16, coarse_bf16) for q in mats):
+    if level is not None and all(lanes_gemm(q, level, cpu_bf16, coarse_many) for q in mats):
         return "lanes"
     return "fp32"
 
