@@ -224,7 +224,7 @@ def test_drafting_backs_off_while_missing(tiny):
     out = list(generate(Context(tiny, ContextParams(n_ctx=256)), Sampler(SamplingParams(temp=0.0)), prompt, 48, spec=sp))
     assert out == plain and sp.n_accepted == 0
     assert 4 <= sp.n_verifications <= 16  # 2 misses, skip 1; 2 misses, skip 2, 4, 8, 16 ...
-    assert sp.n_drafted <= 3 + 2 * (sp.n_verifications - 1)  # 3, then 2 after a miss
+    assert sp.n_drafted == 2 * sp.n_verifications  # 2 tokens a draft: the start's length, and after a miss
 
 
 def test_draft_length_follows_acceptance():
@@ -240,6 +240,19 @@ def test_draft_length_follows_acceptance():
     assert b.length(48) == 16 and b.length(10) == 10
     b.record(16, 3)
     assert b.length(48) == 6
+
+
+def test_drafts_start_short():
+    """A fresh draft source is asked for 2 tokens first (a miss then costs a 3-row decode, not
+    a 9-row one), then 4, 8, 16, 32 while every draft is accepted whole."""
+    from llamapy.speculative.proposer import Backoff
+
+    b, lengths = Backoff(), []
+    for _ in range(6):
+        n = b.length(48)
+        lengths.append(n)
+        b.record(n, n)
+    assert lengths == [2, 4, 8, 16, 32, 48]
 
 
 def test_n_predict_zero_generates_nothing(tiny):
