@@ -56,7 +56,7 @@ class Backoff:
     """How much to draft, from how the last drafts fared.  A rejected draft costs a wider
     decode for nothing, and rows are not free at these counts (SmolLM2 Q4_1 on a 2-core Intel
     Xeon, benchmarks/decode_rows.py: 1 row 4.9 ms, 3 rows 9.0, 9 rows 19.5), so:
-    - the draft length starts short, at `start` (a miss of 2 drafts costs 0.9 one-row decodes,
+    - the draft length starts short, at `start` (a miss of 2 drafts costs 0.8 one-row decodes,
       one of 8 drafts 3), and doubles after a draft accepted whole (2, 4, .. 32, 48: a long
       repeat reaches n-gram drafts of 48 in five verifications); after a partial one it
       becomes twice what was accepted (at least 2);
