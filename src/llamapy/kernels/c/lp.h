@@ -16,7 +16,7 @@
  * The activation row of a one-row product (single-sequence decode, where the weights stream
  * from memory) is rounded once to int16 with one scale per block of 32 (lp_xrows, quants.c
  * lp_prepare_x_row): x ~ s * xq, |xq| <= LP_XQ_MAX.  The product is then the sum over 16-groups
- * of d16 * s * (q . xq) + m16 * sum16(x): integer dot products, the same integers on every ISA
+ * of d16 * s * (q . xq) + m16 * s * sum16(xq): integer dot products, the same integers on every ISA
  * (only the float sums' order differs).  The same from 16 rows on (a batched decode of 16
  * sequences; on x86 with the rows in vector lanes, lanes_x86.c); from 5 to 15 rows, fp32:
  * each weight row dequantized once, exact products (mm.c). */
@@ -242,8 +242,8 @@ typedef struct {
     int64_t n_in, n;  /* row length, rows */
     int16_t *q;       /* [n, n_in] x / s, rounded to nearest even */
     float *s;         /* [n, n_in / 32] max |x| / LP_XQ_MAX per block of 32 */
-    float *sum16;     /* [n, n_in / 16] sums of x (fp32, in order) per 16 */
-    float *sum32;     /* [n, n_in / 32] sum16 of the two halves added */
+    float *sum16;     /* [n, n_in / 16] s * the integer sum of q per 16 */
+    float *sum32;     /* [n, n_in / 32] s * the integer sum of q per 32 */
     int8_t *qh, *ql;  /* dotprod builds: q = 256 qh + ql, [n, n_in] each; else NULL */
 } lp_xrows;
 

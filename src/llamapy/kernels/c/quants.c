@@ -311,7 +311,12 @@ static inline float absmax32(const float *x) {
 
 /* Row r of x [n_in] into xr: per block of 32, s = max |x| / LP_XQ_MAX and xq = x / s rounded
  * to nearest even (the same integers on every ISA: one scalar division per block, then
- * IEEE products); sum16 in order. */
+ * IEEE products); sum16 and sum32 = s * the exact integer sum of xq, not the sum of x.  That is
+ * ggml's choice too (Q8_1's s = d sum(qs), Q8_K's bsums), and the more accurate one: a
+ * minimum's term m sum(x̂) then joins d q . x̂ into w . x̂, whose rounding errors cancel around
+ * w's centre, where with the exact sum(x) they are weighted by q's 0..15 (all of one sign): on
+ * a random 64-wide Q4_1 product (3 x 64 x 64, 2000 activation rows) the worst error, relative to
+ * the largest output, fell from 1.07e-4 to 4.04e-5. */
 void lp_prepare_x_row(const float *x, lp_xrows xr, int64_t r) {
     const int64_t n_in = xr.n_in;
     int16_t *q = xr.q + r * n_in;
@@ -327,12 +332,13 @@ void lp_prepare_x_row(const float *x, lp_xrows xr, int64_t r) {
             q[32 * b + j] = (int16_t)v;
         }
     }
-    for (int64_t g = 0; g < n_in / 16; g++) {
-        float t = 0.0f;
-        for (int j = 0; j < 16; j++) t += x[16 * g + j];
-        sum[g] = t;
+    for (int64_t b = 0; b < n_in / 32; b++) {
+        int32_t t0 = 0, t1 = 0; /* exact: |t| <= 16 * LP_XQ_MAX */
+        for (int j = 0; j < 16; j++) t0 += q[32 * b + j], t1 += q[32 * b + 16 + j];
+        sum[2 * b] = s[b] * (float)t0;
+        sum[2 * b + 1] = s[b] * (float)t1;
+        xr.sum32[r * (n_in / 32) + b] = s[b] * (float)(t0 + t1);
     }
-    for (int64_t b = 0; b < n_in / 32; b++) xr.sum32[r * (n_in / 32) + b] = sum[2 * b] + sum[2 * b + 1];
 #if defined(LP_DOTPROD)
     int8_t *qh = xr.qh + r * n_in, *ql = xr.ql + r * n_in;
     for (int64_t k = 0; k < n_in; k++) {
