@@ -336,6 +336,36 @@ def test_isa_levels_agree():
             torch.testing.assert_close(y, ys[0], rtol=1e-5, atol=1e-5 * ys[0].abs().max().item())
 
 
+@pytest.mark.parametrize("qtype", [T.Q4_0, T.Q4_1, T.Q5_0, T.Q5_1, T.Q8_0, T.Q4_K, T.Q5_K, T.Q6_K], ids=lambda t: t.name)
+def test_amx_products_are_the_lanes(lib, qtype):
+    """A prompt's products on AMX tiles (kernels/c/amx_x86.c: int16 activations split into two
+    int8, a tdpbssd pair per block) are the lane products bit for bit: the same integers, the
+    same float steps.  Row counts with a part-filled last tile of 16, an odd number of blocks
+    of 32 (the last one alone in its 64-value step), a part-filled last chunk of 16 weight rows,
+    the residual add; Q6_K (a scale per 16) stays in the lanes."""
+    if not lib.amx:
+        pytest.skip(f"{lib.isa}: prompt products in the lanes here (no AMX-INT8 in the build, the tile state "
+                    "refused by Linux, or LLAMAPY_AMX=0)")
+    n_in = 512 if qtype in F16_FIELDS else 160
+    for rows, n_out in ((128, 48), (141, 33), (300, 17)):
+        raw, W = _matrix(qtype, (n_out, n_in), seed=rows)
+        x = torch.randn(rows, n_in, generator=torch.Generator().manual_seed(rows))
+        y = torch.empty(rows, n_out)
+        acc = {}
+        for on in (1, 0):
+            assert lib.fn.lp_amx_set(on) == on
+            try:
+                assert lib.fn.lp_mm(int(qtype), raw.data_ptr(), n_out, n_in, x.data_ptr(), rows, y.data_ptr(), n_out, 0) == 0
+                acc[on] = torch.ones(rows, n_out)
+                assert lib.fn.lp_mm(int(qtype), raw.data_ptr(), n_out, n_in, x.data_ptr(), rows, acc[on].data_ptr(), n_out, 1) == 0
+            finally:
+                lib.fn.lp_amx_set(1)
+            acc[on + 2] = y.clone()
+        assert torch.equal(acc[3], acc[2]) and torch.equal(acc[1], acc[0])
+        ref = (x.double() @ W.double().T).float()
+        assert (acc[3] - ref).abs().max().item() <= 1e-4 * ref.abs().max().item()
+
+
 def test_forced_level_the_cpu_lacks_is_a_clear_error():
     machine, feats = cpu_features()
     with pytest.raises(IsaError, match="lacks avx512f"):

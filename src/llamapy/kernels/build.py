@@ -32,7 +32,7 @@ from pathlib import Path
 from ..log import logger
 from .calibrate import calibrate_coarse_bf16
 
-ABI_VERSION = 7
+ABI_VERSION = 8
 SOURCE_DIR = Path(__file__).with_name("c")
 LEVELS = ("native", "avx512", "avx2+vnni", "avx2", "neon", "scalar")
 X86_NEEDS = {"avx512": ("avx512f", "avx512bw", "avx512dq", "avx512vl", "avx2", "fma", "f16c"),
@@ -60,8 +60,11 @@ SIGNATURES: dict[str, tuple] = {  # name -> argument types (all return void unle
     "lp_topk": (P, I64, I64, P, P),
     "lp_set_coarse_bf16": (I,),
     "lp_coarse_bf16": (),
+    "lp_amx_on": (),
+    "lp_amx_set": (I,),
 }
 RETURNS = {"lp_abi_version": ctypes.c_int, "lp_isa": ctypes.c_char_p, "lp_mm": ctypes.c_int, "lp_coarse_bf16": ctypes.c_int,
+           "lp_amx_on": ctypes.c_int, "lp_amx_set": ctypes.c_int,
            "lp_attn_f16": ctypes.c_int, "lp_attn_kv": ctypes.c_int, "lp_attn_tiles_f16": ctypes.c_int, "lp_layers": ctypes.c_int,
            "lp_argmax": ctypes.c_int64, "lp_topk": ctypes.c_int64}
 
@@ -86,6 +89,12 @@ class KernelLib:
         """This bf16 CPU's coarse types take bf16 from 5 to DENSE_ROWS - 1 rows (the library's
         flag, one per process: kernels/calibrate.py), else the integer products."""
         return self.bf16 and bool(self.fn.lp_coarse_bf16())
+
+    @property
+    def amx(self) -> bool:
+        """Prompt-sized products run on AMX tiles (kernels/c/amx_x86.c): the build has AMX-INT8,
+        Linux granted the tile state, and LLAMAPY_AMX is not 0."""
+        return bool(self.fn.lp_amx_on())
 
     @property
     def coarse_many_bf16(self) -> bool:
@@ -160,7 +169,8 @@ def level_flags(level: str, machine: str, feats: frozenset[str]) -> list[str]:
     if level == "avx2+vnni":
         return ["-march=x86-64-v3", "-mavxvnni"]
     if level == "avx512":
-        return ["-march=x86-64-v4"] + [flag for feat, flag in (("avx512_vnni", "-mavx512vnni"), ("avx512_bf16", "-mavx512bf16"))
+        return ["-march=x86-64-v4"] + [flag for feat, flag in (("avx512_vnni", "-mavx512vnni"), ("avx512_bf16", "-mavx512bf16"),
+                                                               ("amx_tile", "-mamx-tile"), ("amx_int8", "-mamx-int8"))
                                        if feat in feats]
     return ["-march=armv8.2-a+dotprod" if "asimddp" in feats else "-march=armv8-a"]
 
@@ -225,7 +235,7 @@ def system_info(lib: KernelLib | None, n_threads: int) -> str:
     else:
         avx512, v3 = lib.level == "avx512", lib.level in ("avx2", "avx512")
         flags = {"AVX_VNNI": isa == "avx2+vnni", "AVX2": v3, "F16C": v3, "FMA": v3, "AVX512": avx512,
-                 "AVX512_VNNI": avx512 and "vnni" in isa, "AVX512_BF16": "bf16" in isa}
+                 "AVX512_VNNI": avx512 and "vnni" in isa, "AVX512_BF16": "bf16" in isa, "AMX_INT8": lib.amx}
     return head + f"ISA = {isa} | " + " | ".join(f"{k} = {int(v)}" for k, v in flags.items()) + " | OPENMP = 1 |"
 
 

@@ -11,7 +11,8 @@ have the features, and with the row count, so two choices are timed:
       process).  On a 2-core Intel Xeon (KVM, family 6 model 167) an 8-row SmolLM2 Q4_1
       verification took 33.8 ms in bf16 and 17.9 in integers.
   many rows (DENSE_ROWS and more: a prompt): a bf16 GEMM (PyTorch's, oneDNN: on a CPU with
-      AMX its tiles) or the integer lanes in slices (model/block_matrix.py), one MANY_ROWS-row
+      AMX its tiles) or the integer products in slices (model/block_matrix.py: the lanes, or on a
+      CPU with AMX-INT8 its tiles, kernels/c/amx_x86.c), one MANY_ROWS-row
       product each way.  On the same Xeon the lanes ran SmolLM2's layer shapes at 512 rows in
       12.5 ms against 21.1 for the bf16 GEMM with oneDNN held to AVX512_CORE_BF16, while
       oneDNN's AMX kernels (its default there) ran its prompts 1.3-1.4x faster than the lanes.  The
@@ -43,7 +44,7 @@ if TYPE_CHECKING:
 
 Q4_1 = 3  # GGML type id
 N_OUT, N_IN, ROWS, REPS = 1536, 576, 8, 7  # an in-cache Q4_1 matrix (0.55 MB), a verification's rows
-MANY_ROWS, MANY_REPS = 256, 3  # a prompt's slice (kernels/types.py lanes_slice_rows): about 1-3 ms a call
+MANY_ROWS, MANY_REPS = 512, 3  # a default ubatch (-ub 512) of a prompt: about 2-6 ms a call
 MARGIN = 1.25  # the integers are taken when they are this much faster (the two paths' sums differ slightly)
 
 
@@ -73,8 +74,13 @@ def _few_seconds(lib: KernelLib, on: int, w: np.ndarray, x: np.ndarray, y: np.nd
 
 
 def _many_seconds(lib: KernelLib, on: int, w: np.ndarray, x: np.ndarray, y: np.ndarray) -> float:
-    """One MANY_ROWS-row product, timed: on, as model/block_matrix.py's bf16 GEMM (the weights
-    dequantized to bf16, the activations converted, PyTorch's linear); else lp_mm's lanes."""
+    """One MANY_ROWS-row product, timed as model/block_matrix.py runs it: on, a bf16 GEMM (the
+    weights dequantized to bf16, the activations converted, PyTorch's linear); else lp_mm's
+    integers (the lanes, or AMX's tiles) in slices of lanes_slice_rows rows.  (Timed on one
+    256-row slice against a 256-row GEMM, the integers on AMX won by 1.3x on a 2-core Intel Xeon
+    (KVM, family 6 model 167) where SmolLM2's pp512 ran 1.6-1.8x faster in the bf16 GEMMs.)"""
+    from .types import lanes_slice_rows
+
     import torch
     import torch.nn.functional as F
 
@@ -84,7 +90,10 @@ def _many_seconds(lib: KernelLib, on: int, w: np.ndarray, x: np.ndarray, y: np.n
         lib.fn.lp_dequant_bf16(Q4_1, w.ctypes.data, N_IN, 0, N_OUT, wb.data_ptr())
         F.linear(torch.from_numpy(x).to(torch.bfloat16), wb).float()
     else:
-        lib.fn.lp_mm(Q4_1, w.ctypes.data, N_OUT, N_IN, x.ctypes.data, MANY_ROWS, y.ctypes.data, N_OUT, 0)
+        step = lanes_slice_rows(N_IN)
+        for r in range(0, x.shape[0], step):
+            n = min(step, x.shape[0] - r)
+            lib.fn.lp_mm(Q4_1, w.ctypes.data, N_OUT, N_IN, x[r:].ctypes.data, n, y[r:].ctypes.data, N_OUT, 0)
     return time.perf_counter() - t0
 
 
@@ -109,8 +118,10 @@ def record_path(library: Path) -> Path:
 
 
 def onednn_key() -> str:
-    """The many-row choice's key: the ISA cap oneDNN runs under (its two spellings)."""
-    return os.environ.get("ONEDNN_MAX_CPU_ISA") or os.environ.get("DNNL_MAX_CPU_ISA") or "ALL"
+    """The many-row choice's key: the ISA cap oneDNN runs under (its two spellings), and
+    LLAMAPY_AMX=0 where it keeps the integers off AMX's tiles (kernels/c/amx_x86.c)."""
+    key = os.environ.get("ONEDNN_MAX_CPU_ISA") or os.environ.get("DNNL_MAX_CPU_ISA") or "ALL"
+    return key + (" LLAMAPY_AMX=0" if os.environ.get("LLAMAPY_AMX", "").startswith("0") else "")
 
 
 def forced_coarse_bf16() -> bool | None:
@@ -148,7 +159,7 @@ def calibrate_coarse_bf16(lib: KernelLib) -> CoarseChoice:
         choice = CoarseChoice(few, many)
         logger("llamapy_kernels").info(
             f"Q4_1 products of {ROWS} rows {few_t[1] * 1e6:.0f} us in bf16, {few_t[0] * 1e6:.0f} us in integers; "
-            f"of {MANY_ROWS} rows {many_t[1] * 1e6:.0f} us in a bf16 GEMM, {many_t[0] * 1e6:.0f} us in integer lanes: "
+            f"of {MANY_ROWS} rows {many_t[1] * 1e6:.0f} us in a bf16 GEMM, {many_t[0] * 1e6:.0f} us in integers: "
             f"the coarse types take {'bf16' if few else 'integers'} from 5 rows, "
             f"{'bf16 GEMMs' if many else 'integers'} from 128 (recorded in {record_path(lib.path)})")
         _record(lib.path, choice)

@@ -23,7 +23,9 @@ Q5_K, Q6_K, and the float types F16, BF16, F32).
                            levels (benchmarks/kernel_ab.py --rows 16 --stream).
   many rows                at the AVX-512 level the lane products again, in slices of at most
                            512 rows (kernels/types.py lanes_gemm: 1.24-1.41x the fp32 GEMM
-                           for Gemma 3's fine types on a Zen 4); otherwise
+                           for Gemma 3's fine types on a Zen 4; where the CPU has AMX-INT8,
+                           the types of a scale per 32 on its tiles, the same sums bit for bit:
+                           kernels/c/amx_x86.c); otherwise
                            the weights dequantized (by the kernel) in chunks of DEQUANT_CHUNK
                            elements, then a dense GEMM: in bf16 where the CPU multiplies bf16
                            natively (AVX512-BF16) and the type is a coarse one (Q4_0, Q4_1,

@@ -4,7 +4,7 @@
 
 #include "lp.h"
 
-int lp_abi_version(void) { return 7; }
+int lp_abi_version(void) { return 8; }
 
 /* The ISA level this build runs, in build.py's names, with the extensions it uses. */
 const char *lp_isa(void) {

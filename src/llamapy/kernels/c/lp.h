@@ -46,6 +46,9 @@
 #if defined(LP_AVX2) && !defined(LP_AVX512) && defined(__AVXVNNI__)
 #define LP_AVXVNNI 1 /* vpdpwssd on ymm, VEX-encoded */
 #endif
+#if defined(LP_AVX512) && defined(__AMX_TILE__) && defined(__AMX_INT8__)
+#define LP_AMX 1 /* AMX-INT8's tiles for prompt-sized products (amx_x86.c), where Linux grants them */
+#endif
 #if defined(LP_AVX512) && defined(__AVX512BF16__)
 #define LP_BF16 1 /* the CPU multiplies bf16 natively (vdpbf16ps) */
 #endif
@@ -376,6 +379,7 @@ typedef struct {
     lp_xrows xr;       /* the integer form */
     lp_xlanes xl;      /* x86, LP_F32_ROWS rows or more (mm.c lanes_bytes): xr's rows in lanes */
     uint16_t *xb;      /* the rows as bf16 (AVX512-BF16 builds, 2 rows or more), else NULL */
+    int8_t *xhi, *xlo; /* LP_READS_AMX: xr's int16 rows as 256 hi + lo, [n rounded up to 16, n_in] each; else NULL */
     const float *x;    /* fp32 rows */
     int64_t n, n_in;
     int reads;         /* LP_READS_INTS | LP_READS_BF16: the forms the products of xp read (lp_xprep_at: both;
@@ -383,6 +387,7 @@ typedef struct {
 } lp_xprep;
 #define LP_READS_INTS 1
 #define LP_READS_BF16 2
+#define LP_READS_AMX 4 /* with LP_READS_INTS: the integer products on AMX tiles (lp_mm's prompt-sized products) */
 size_t lp_xprep_bytes(int64_t n_in, int64_t n);
 lp_xprep lp_xprep_at(void *buf, int64_t n_in, int64_t n, const float *x);
 int lp_needs_prep(const lp_xprep *xp);
@@ -392,5 +397,16 @@ void lp_lanes_for(const lp_xprep *xp);
 size_t lp_mm_scratch_bytes(int64_t n_in);
 void lp_mm_for(int type, const uint8_t *w, int64_t n_out, int64_t n_in, const lp_xprep *xp, float *y, int64_t ldy,
                int accumulate, void *scratch);
+
+/* amx_x86.c: prompt-sized products on AMX tiles, the lanes' sums bit for bit (LP_AMX builds;
+ * elsewhere lp_amx_on is 0) */
+int lp_amx_on(void);
+int lp_amx_set(int on);
+#if defined(LP_AMX)
+void lp_amx_split_row(const int16_t *q, int64_t n_in, int8_t *hi, int8_t *lo);
+size_t lp_amx_scratch_bytes(int64_t n_in);
+void lp_amx_chunk(int type, const uint8_t *w, int64_t o0, int64_t o1, int64_t n_in, const lp_xprep *xp, float *y,
+                  int64_t ldy, int accumulate, void *scratch);
+#endif
 
 #endif

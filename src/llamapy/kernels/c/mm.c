@@ -50,23 +50,41 @@ static size_t lanes_bytes(int64_t n_in, int64_t n) {
 #endif
 }
 
-size_t lp_xprep_bytes(int64_t n_in, int64_t n) {
-    return lp_xrows_bytes(n_in, n) + (size_t)(n * n_in) * 2 + 64 + lanes_bytes(n_in, n);
+/* The bytes after the bf16 rows: the lanes, or with LP_READS_AMX the hi / lo rows (16-row tiles). */
+static size_t tail_bytes(int64_t n_in, int64_t n, int reads) {
+    return reads & LP_READS_AMX ? 2 * (size_t)((n + 15) / 16 * 16 * n_in) + 64 : lanes_bytes(n_in, n);
 }
 
-lp_xprep lp_xprep_at(void *buf, int64_t n_in, int64_t n, const float *x) {
+static size_t xprep_bytes(int64_t n_in, int64_t n, int reads) {
+    return lp_xrows_bytes(n_in, n) + (size_t)(n * n_in) * 2 + 64 + tail_bytes(n_in, n, reads);
+}
+
+/* xp's buffers in buf (xprep_bytes(n_in, n, reads) bytes) for the forms `reads`. */
+static lp_xprep xprep_at(void *buf, int64_t n_in, int64_t n, const float *x, int reads) {
     lp_xprep p;
     memset(&p.xl, 0, sizeof p.xl);
     p.xr = lp_xrows_at(buf, n_in, n);
     p.xb = (uint16_t *)(((uintptr_t)((char *)buf + lp_xrows_bytes(n_in, n)) + 63) & ~(uintptr_t)63);
+    char *tail = (char *)buf + lp_xrows_bytes(n_in, n) + (size_t)(n * n_in) * 2 + 64;
+    p.xhi = p.xlo = NULL;
+    if (reads & LP_READS_AMX) {
+        p.xhi = (int8_t *)(((uintptr_t)tail + 63) & ~(uintptr_t)63);
+        p.xlo = p.xhi + (n + 15) / 16 * 16 * n_in;
+    }
 #if defined(LP_LANES)
-    if (lanes_bytes(n_in, n)) p.xl = lp_xlanes_at((char *)buf + lp_xrows_bytes(n_in, n) + (size_t)(n * n_in) * 2 + 64, n_in, n);
+    else if (lanes_bytes(n_in, n)) p.xl = lp_xlanes_at(tail, n_in, n);
 #endif
     p.x = x;
     p.n = n;
     p.n_in = n_in;
-    p.reads = LP_READS_INTS | LP_READS_BF16;
+    p.reads = reads;
     return p;
+}
+
+size_t lp_xprep_bytes(int64_t n_in, int64_t n) { return xprep_bytes(n_in, n, LP_READS_INTS | LP_READS_BF16); }
+
+lp_xprep lp_xprep_at(void *buf, int64_t n_in, int64_t n, const float *x) {
+    return xprep_at(buf, n_in, n, x, LP_READS_INTS | LP_READS_BF16);
 }
 
 /* Do a bf16 CPU's coarse types take bf16 from LP_F32_ROWS rows on (1), or the integer products
@@ -83,7 +101,9 @@ int lp_coarse_bf16(void) { return coarse_bf16; }
  * form for the other block types and for every many-row product. */
 static int lp_xprep_reads(int type, int64_t n_in, int64_t n) {
     if (n >= LP_F32_ROWS && n < LP_DENSE_ROWS && coarse_bf16 && lp_bf16_rows(type, n_in)) return LP_READS_BF16;
-    return lp_is_float(type) ? 0 : LP_READS_INTS;
+    if (lp_is_float(type)) return 0;
+    const int g16 = type == LP_Q2_K || type == LP_Q3_K || type == LP_Q6_K; /* (their tile pairs do half a block) */
+    return n >= LP_DENSE_ROWS && many_ints(n_in, n) && !g16 && lp_amx_on() ? LP_READS_INTS | LP_READS_AMX : LP_READS_INTS;
 }
 
 /* Does row r of x need preparing (the integer products take it)? */
@@ -95,6 +115,9 @@ int lp_needs_prep(const lp_xprep *xp) {
  * laid out from the int16 rows afterwards: lp_lanes_for). */
 void lp_prep_row(lp_xprep *xp, int64_t r) {
     if ((xp->reads & LP_READS_INTS) && lp_needs_prep(xp)) lp_prepare_x_row(xp->x + r * xp->n_in, xp->xr, r);
+#if defined(LP_AMX)
+    if (xp->reads & LP_READS_AMX) lp_amx_split_row(xp->xr.q + r * xp->n_in, xp->n_in, xp->xhi + r * xp->n_in, xp->xlo + r * xp->n_in);
+#endif
 #if defined(LP_BF16)
     if ((xp->reads & LP_READS_BF16) && xp->n >= LP_F32_ROWS && xp->n_in % 32 == 0)
         lp_to_bf16(xp->x + r * xp->n_in, xp->n_in, xp->xb + r * xp->n_in);
@@ -116,7 +139,7 @@ void lp_lanes_for(const lp_xprep *xp) {
 #if defined(LP_LANES)
     const int64_t nb = xp->n_in / 32;
     const int lanes = lanes_ints(xp->n_in, xp->n), twin = twin_ints(xp->n_in, xp->n);
-    if (!(xp->reads & LP_READS_INTS) || !(lanes || twin)) return;
+    if (!(xp->reads & LP_READS_INTS) || (xp->reads & LP_READS_AMX) || !(lanes || twin)) return;
 #pragma omp for schedule(static)
     for (int64_t b = 0; b < nb; b++) lp_xlanes_fill(&xp->xr, xp->n, xp->xl, b, twin ? 2 : 1);
 #else
@@ -147,8 +170,12 @@ static size_t twin_pair_bytes(int64_t n_in) { return (size_t)n_in * 4 + (size_t)
 size_t lp_mm_scratch_bytes(int64_t n_in) {
     const size_t tiles = lp_wrow_bytes(n_in) + LP_TW * (size_t)n_in * 6 + 192, lane_rows = LANES_NW * lanes_row_bytes(n_in);
     const size_t twins = 2 * lanes_row_bytes(n_in) + TWIN_NP * twin_pair_bytes(n_in);
-    const size_t most = tiles > lane_rows ? tiles : lane_rows;
-    return most > twins ? most : twins;
+    size_t most = tiles > lane_rows ? tiles : lane_rows;
+    most = most > twins ? most : twins;
+#if defined(LP_AMX)
+    most = most > lp_amx_scratch_bytes(n_in) ? most : lp_amx_scratch_bytes(n_in);
+#endif
+    return most;
 }
 
 static inline void put(float *y, float v, int accumulate) { *y = accumulate ? *y + v : v; }
@@ -332,6 +359,12 @@ static void mm_chunk(int type, const uint8_t *w, int64_t o0, int64_t o1, int64_t
      * LP_F32_ROWS rows); the forms of x they read are lp_xprep_reads's, one decision for both */
     const int reads = lp_xprep_reads(type, n_in, n);
     const int ints = (reads & LP_READS_INTS) && (n <= LP_FEW_ROWS || many_ints(n_in, n));
+#if defined(LP_AMX)
+    if (ints && (xp->reads & LP_READS_AMX)) { /* a prompt's product on AMX tiles */
+        lp_amx_chunk(type, w, o0, o1, n_in, xp, y, ldy, accumulate, scratch);
+        return;
+    }
+#endif
 #if defined(LP_TWIN)
     if (ints && twin_ints(n_in, n)) {
         twin_chunk(type, w, o0, o1, n_out, n_in, xp, y, ldy, accumulate, scratch);
@@ -449,10 +482,10 @@ void lp_mm_for(int type, const uint8_t *w, int64_t n_out, int64_t n_in, const lp
  * lp.h); float types: fp32.  Returns 0, or -1 when scratch memory could not be allocated. */
 int lp_mm(int type, const uint8_t *w, int64_t n_out, int64_t n_in, const float *x, int64_t n_rows, float *y,
           int64_t ldy, int accumulate) {
-    void *xbuf = malloc(lp_xprep_bytes(n_in, n_rows));
+    const int reads = lp_xprep_reads(type, n_in, n_rows);
+    void *xbuf = malloc(xprep_bytes(n_in, n_rows, reads));
     if (!xbuf) return -1;
-    lp_xprep xp = lp_xprep_at(xbuf, n_in, n_rows, x);
-    xp.reads = lp_xprep_reads(type, n_in, n_rows);
+    lp_xprep xp = xprep_at(xbuf, n_in, n_rows, x, reads);
     int failed = 0;
 #pragma omp parallel
     {
