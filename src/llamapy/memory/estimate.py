@@ -235,8 +235,10 @@ def flash_tile_bytes(n_t: int, n_kv: int, n_threads: int) -> int:
 
 def attn_tiles_ws_bytes(d_k: int, d_v: int) -> int:
     """One thread's workspace of the many-row attention kernel (kernels/c/attn_tiles.c
-    ws_floats: its tiles of 16 query vectors against blocks of 16 cells)."""
-    return 4 * ((16 + 16) * (d_k + d_v) + 16 * 16 + 4 * 16)
+    ws_floats: its tiles of AT_Q query vectors against blocks of AT_C cells, at most 32 and 32,
+    the AVX-512 level's)."""
+    at_q, at_c = 32, 32
+    return 4 * ((at_q + at_c) * (d_k + d_v) + at_c * at_q + 4 * at_q)
 
 
 def compute_terms(hp: HParams, c: CParams, caches: tuple[CacheEstimate, ...], n_outputs: int,
