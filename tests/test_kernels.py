@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from llamapy.kernels import load_kernels
 from llamapy.kernels import ops as kops
 from llamapy.kernels.build import KernelLib, bind_signatures, cpu_features, kernel_level, resolve_level, system_info, IsaError
-from llamapy.kernels.calibrate import CoarseChoice, calibrate_coarse_bf16, record_path, recorded_choice
+from llamapy.kernels.calibrate import CALIBRATION, CoarseChoice, calibrate_coarse_bf16, record_path, recorded_choice
 from llamapy.kernels.types import c_kv_types, mm_scratch_bound
 from llamapy.model.block_matrix import DENSE_ROWS, block_matrix, dense_dtype
 from llamapy.model.rope import ROPE_TYPE_NEOX, ROPE_TYPE_NORM, RopeParams, apply_rope, rope_cos_sin
@@ -224,8 +224,9 @@ def test_coarse_bf16_choice(monkeypatch):
 def test_coarse_bf16_recorded(lib, tmp_path, monkeypatch):
     """The timed choices are written beside the library (the many-row one under oneDNN's ISA
     cap) and taken from there by the next load, without timing; LLAMAPY_COARSE_BF16 overrides
-    them and writes nothing; an unreadable record is timed and written again.  (On a copy of
-    the library: its own handle, flag and record.)"""
+    them and writes nothing; an unreadable record, or one of an older timing (no or another
+    CALIBRATION), is timed and written again.  (On a copy of the library: its own handle, flag
+    and record.)"""
     copy = tmp_path / lib.path.name
     shutil.copy(lib.path, copy)
     fn = ctypes.CDLL(str(copy))
@@ -236,7 +237,13 @@ def test_coarse_bf16_recorded(lib, tmp_path, monkeypatch):
     timed = calibrate_coarse_bf16(mine)
     assert recorded_choice(copy) == timed and timed.few == bool(fn.lp_coarse_bf16())
     flipped = CoarseChoice(not timed.few, not timed.many)
-    record_path(copy).write_text(json.dumps({"few": int(flipped.few), "many": {"AVX2": int(flipped.many)}}))
+    for older in ({}, {"v": CALIBRATION - 1}):  # an older timing's record: timed again, its keys dropped
+        record_path(copy).write_text(json.dumps({**older, "few": int(flipped.few), "many": {"AVX2": int(flipped.many),
+                                                                                              "OTHER": 1}}))
+        assert recorded_choice(copy) is None
+        assert calibrate_coarse_bf16(mine) == recorded_choice(copy)
+        assert set(json.loads(record_path(copy).read_text())["many"]) == {"AVX2"}
+    record_path(copy).write_text(json.dumps({"v": CALIBRATION, "few": int(flipped.few), "many": {"AVX2": int(flipped.many)}}))
     assert calibrate_coarse_bf16(mine) == flipped and flipped.few == bool(fn.lp_coarse_bf16())
     monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX512_CORE_BF16")  # another key: its own timing, the first kept
     other = calibrate_coarse_bf16(mine)

@@ -44,7 +44,17 @@ if TYPE_CHECKING:
 
 Q4_1 = 3  # GGML type id
 N_OUT, N_IN, ROWS, REPS = 1536, 576, 8, 7  # an in-cache Q4_1 matrix (0.55 MB), a verification's rows
-MANY_ROWS, MANY_REPS = 512, 3  # a default ubatch (-ub 512) of a prompt: about 2-6 ms a call
+# Many rows: a default ubatch (-ub 512) of a prompt, about 1-3 ms a call, timed after MANY_WARM
+# calls each way, at least MANY_MIN_REPS times and until the bf16 GEMM is as fast as the integers
+# (then they cannot be MARGIN faster), at most MANY_REPS.  PyTorch's bf16 GEMM takes several calls to reach its speed (its
+# thread pool, oneDNN's kernels), and on an AMX CPU runs for stretches at a third of it: on the
+# 2-core Intel Xeon (KVM, family 6 model 167), 512 x 576 x 1536 in a fresh process, 6.1-8.9 ms
+# first, then 2.1-2.4 ms for 2 to 17 calls, then mostly 0.6-0.9 ms with stretches of 2.1-2.3
+# again, while the integers on AMX ran 1.6-2.0 ms.  With one call first and the best of 3, one
+# timing in three took the integers, which ran SmolLM2's pp512 at half the bf16 GEMMs' speed.
+MANY_ROWS, MANY_MIN_REPS, MANY_REPS = 512, 4, 40
+FEW_WARM, MANY_WARM = 1, 4
+CALIBRATION = 2  # the timing's version, recorded with its choices: a record of an older timing is timed again
 MARGIN = 1.25  # the integers are taken when they are this much faster (the two paths' sums differ slightly)
 
 
@@ -97,18 +107,23 @@ def _many_seconds(lib: KernelLib, on: int, w: np.ndarray, x: np.ndarray, y: np.n
     return time.perf_counter() - t0
 
 
-def _timed(seconds: Callable[..., float], lib: KernelLib, rows: int, reps: int) -> tuple[bool, dict[int, float]]:
+def _timed(seconds: Callable[..., float], lib: KernelLib, rows: int, reps: int, warm: int,
+           min_reps: int | None = None) -> tuple[bool, dict[int, float]]:
     """bf16 (True) unless the integers are MARGIN faster, with each path's best of `reps`
-    alternating calls (a shared machine's drift hits both alike), after one call each."""
+    alternating calls (a shared machine's drift hits both alike), after `warm` calls each;
+    given min_reps, stopping after that many once bf16's best is no slower than the integers'."""
     w = _q4_1_blocks(N_OUT, N_IN)
     x = np.random.default_rng(1).standard_normal((rows, N_IN), dtype=np.float32)
     y = np.empty((rows, N_OUT), dtype=np.float32)
     best = {0: float("inf"), 1: float("inf")}
-    for on in (1, 0):  # first calls: oneDNN builds its kernel, pages are touched
-        seconds(lib, on, w, x, y)
-    for _ in range(reps):
+    for _ in range(warm):  # first calls: oneDNN builds its kernel, threads start, pages are touched
+        for on in (1, 0):
+            seconds(lib, on, w, x, y)
+    for i in range(reps):
         for on in (1, 0):
             best[on] = min(best[on], seconds(lib, on, w, x, y))
+        if min_reps is not None and i + 1 >= min_reps and best[1] <= best[0]:
+            break
     return best[0] * MARGIN >= best[1], best
 
 
@@ -142,6 +157,8 @@ def recorded_choice(library: Path) -> CoarseChoice | None:
     """The choices recorded for this library (the many-row one under this process's oneDNN
     key), None when either is missing or the record unreadable."""
     rec = _read(library)
+    if rec.get("v") != CALIBRATION:
+        return None
     few, many = rec.get("few"), rec.get("many", {})
     if few not in (0, 1) or not isinstance(many, dict) or many.get(onednn_key()) not in (0, 1):
         return None
@@ -150,12 +167,12 @@ def recorded_choice(library: Path) -> CoarseChoice | None:
 
 def calibrate_coarse_bf16(lib: KernelLib) -> CoarseChoice:
     """Set the library's coarse_bf16 (few rows) and return both choices: LLAMAPY_COARSE_BF16's,
-    else the recorded ones, else timed now (25-32 ms on a 2-core Intel Xeon, native level) and recorded."""
+    else the recorded ones, else timed now (65-230 ms on a 2-core Intel Xeon, native level) and recorded."""
     forced = forced_coarse_bf16()
     choice = CoarseChoice(forced, forced) if forced is not None else recorded_choice(lib.path)
     if choice is None:
-        few, few_t = _timed(_few_seconds, lib, ROWS, REPS)
-        many, many_t = _timed(_many_seconds, lib, MANY_ROWS, MANY_REPS)
+        few, few_t = _timed(_few_seconds, lib, ROWS, REPS, FEW_WARM)
+        many, many_t = _timed(_many_seconds, lib, MANY_ROWS, MANY_REPS, MANY_WARM, MANY_MIN_REPS)
         choice = CoarseChoice(few, many)
         logger("llamapy_kernels").info(
             f"Q4_1 products of {ROWS} rows {few_t[1] * 1e6:.0f} us in bf16, {few_t[0] * 1e6:.0f} us in integers; "
@@ -169,14 +186,15 @@ def calibrate_coarse_bf16(lib: KernelLib) -> CoarseChoice:
 
 def _record(library: Path, choice: CoarseChoice) -> None:
     """Write the choices beside the library (the many-row one under this process's oneDNN key,
-    beside other keys'), atomically: a concurrent process writes the same kind of file, the
-    last one stays.  A read-only cache only costs later processes a timing."""
+    beside other keys' of the same CALIBRATION), atomically: a concurrent process writes the
+    same kind of file, the last one stays.  A read-only cache only costs later processes a
+    timing."""
     rec = _read(library)
-    many = rec.get("many") if isinstance(rec.get("many"), dict) else {}
+    many = rec.get("many") if isinstance(rec.get("many"), dict) and rec.get("v") == CALIBRATION else {}
     path = record_path(library)
     tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
     try:
-        tmp.write_text(json.dumps({"few": int(choice.few), "many": {**many, onednn_key(): int(choice.many)}}))
+        tmp.write_text(json.dumps({"v": CALIBRATION, "few": int(choice.few), "many": {**many, onednn_key(): int(choice.many)}}))
         os.replace(tmp, path)
     except OSError:
         tmp.unlink(missing_ok=True)
