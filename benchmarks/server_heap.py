@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """A server's decode under three settings of glibc's heap, each in its own process: glibc's
-defaults, the server's setting (`cli_serve.py _tune_malloc`: mmap threshold 32 MiB, trim
+defaults, the server's setting (`memory/heap.py tune_heap`: mmap threshold 32 MiB, trim
 threshold 256 MiB) and the 1 MiB mmap threshold the server used before, with which every
 prefill buffer of a MiB or more was a fresh mapping, faulted in page by page.  The load is what
 `server_load.py` gives llama-server's `-np 8`: waves of 8 prompts decoded in one batch, then
@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import time
@@ -28,10 +29,11 @@ def waves(model: str, threads: int, n_prompt: int, n_gen: int, n_waves: int, hea
     import random
 
     sys.path.insert(0, str(ROOT / "src"))
-    from llamapy.cli_serve import _tune_malloc
+    from llamapy.memory.heap import tune_heap
 
+    os.environ["LLAMAPY_HEAP"] = "glibc"  # the engine leaves the heap as this setting has it
     if heap is not None:  # the server's own call, with this setting's thresholds
-        _tune_malloc(mmap_threshold=heap[0] << 20, trim_threshold=None if heap[1] is None else heap[1] << 20)
+        tune_heap(arenas=2, mmap_threshold=heap[0] << 20, trim_threshold=None if heap[1] is None else heap[1] << 20)
     import torch
 
     import llamapy

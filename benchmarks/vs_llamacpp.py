@@ -101,7 +101,7 @@ def py_child(what: str, model: Path, text: Path, s: Sizes, env: dict[str, str], 
 def py_load(model: Path, s: Sizes, env: dict[str, str]) -> dict:
     """tests/load_probe.py: Model.load's VmRSS growth and VmHWM peak, in a fresh process
     (freed buffers leave RSS at once, as test_load_memory.py runs it)."""
-    d = run([sys.executable, str(LOAD_PROBE), str(model)], s.timeout, env | {"MALLOC_MMAP_THRESHOLD_": "65536"})
+    d = run([sys.executable, str(LOAD_PROBE), str(model)], s.timeout, env | {"MALLOC_MMAP_THRESHOLD_": "65536", "LLAMAPY_HEAP": "glibc"})
     return json.loads(d.stdout.strip().splitlines()[-1])
 
 

@@ -1,8 +1,9 @@
 """Run as a subprocess by test_workspace_peak.py: decode one full ubatch at the largest n_kv
 and print the resident-memory high-water mark of that decode next to the reservation.
 
-glibc is told (MALLOC_MMAP_THRESHOLD_, set by the caller) to map every allocation above
-64 KiB on its own, so freed intermediates leave RSS and VmHWM sees the true peak.  The weights
+glibc is told (MALLOC_MMAP_THRESHOLD_, set by the caller, with LLAMAPY_HEAP=glibc so that the
+engine keeps it: memory/heap.py) to map every allocation above 64 KiB on its own, so freed
+intermediates leave RSS and VmHWM sees the true peak.  The weights
 are views of the mapped file, whose pages join RSS when first read: the filling decode reads
 every matrix (one output row included) so the measured one sees only its own buffers."""
 from __future__ import annotations

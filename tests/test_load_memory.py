@@ -20,7 +20,8 @@ MiB = 1024 * 1024
 
 
 def _probe(path: Path, *extra: str) -> dict:
-    env = dict(os.environ, MALLOC_MMAP_THRESHOLD_="65536")  # freed buffers leave RSS: VmHWM sees the true peak
+    env = dict(os.environ, MALLOC_MMAP_THRESHOLD_="65536",  # freed buffers leave RSS: VmHWM sees the true peak
+               LLAMAPY_HEAP="glibc")  # (the engine keeps that setting: memory/heap.py)
     r = subprocess.run([sys.executable, str(PROBE), str(path), *extra], capture_output=True, text=True,
                        timeout=600, env=env)
     assert r.returncode == 0, r.stderr[-3000:]

@@ -17,7 +17,7 @@ PROBE = Path(__file__).with_name("peak_probe.py")
 @pytest.mark.skipif(not Path("/proc/self/clear_refs").exists(), reason="needs Linux /proc to reset VmHWM")
 @pytest.mark.parametrize("fa,n_ctx,n_ubatch", [("on", 4096, 512), ("off", 2048, 256), ("on", 2048, 128)])
 def test_full_ubatch_peak_within_reservation(smollm2_path, fa, n_ctx, n_ubatch):
-    env = dict(os.environ, MALLOC_MMAP_THRESHOLD_="65536")
+    env = dict(os.environ, MALLOC_MMAP_THRESHOLD_="65536", LLAMAPY_HEAP="glibc")  # the probe's heap, kept
     r = subprocess.run([sys.executable, str(PROBE), str(smollm2_path), fa, str(n_ctx), str(n_ubatch)],
                        capture_output=True, text=True, timeout=300, env=env)
     assert r.returncode == 0, r.stderr[-2000:]

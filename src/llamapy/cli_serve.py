@@ -155,37 +155,17 @@ def cmd_serve(a: argparse.Namespace) -> int:
 
 def tune_server_process() -> None:
     """A long-running server process's settings (llamapy serve, and each replica of
-    --replicas): glibc's heap (_tune_malloc) and oneDNN's primitive cache.  oneDNN keeps a
+    --replicas): glibc's heap (memory/heap.py tune_heap, with 2 arenas: each thread that
+    allocates would get its own, up to 8 per core, which keeps what it freed, so the HTTP worker
+    threads slowly grow the resident set; what the heap holds when the server goes idle is
+    handed back by the scheduler's release_heap, malloc_trim) and oneDNN's primitive cache.  oneDNN keeps a
     primitive (and its buffers) per GEMM shape it met, up to 1024 of them; a server's prefills
     meet a new row count at nearly every step, and a soak of 2,000 requests grew the resident
     set by ~40 MiB through it (found with memray).  16 bound it."""
-    _tune_malloc()
+    from .memory.heap import tune_heap
+
+    tune_heap(arenas=2)
     os.environ.setdefault("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "16")
-
-
-def _tune_malloc(n: int = 2, mmap_threshold: int = 32 << 20, trim_threshold: int | None = 256 << 20) -> None:
-    """A long-running server's heap, tuned for glibc (no-op elsewhere): each thread that
-    allocates would get its own arena (up to 8 per core), which keeps what it freed, so the
-    HTTP worker threads slowly grow the resident set -- n arenas (M_ARENA_MAX).  A step's
-    buffers (a 512-token prefill's are a few MiB each) come from the heap and are reused from
-    step to step: a fixed mmap threshold of 32 MiB (glibc's largest, M_MMAP_THRESHOLD) and a
-    trim threshold above a step's working set (M_TRIM_THRESHOLD), where a 1 MiB threshold gave
-    each such buffer its own fresh mapping, page-faulted in and unmapped on every use (a Gemma 3
-    prefill of 8 prompts 1.6x slower and a decode step of 8 slots 1.15x slower, Zen 4, 2
-    threads).  What the heap holds when the server goes idle is handed back by the scheduler's
-    release_heap (malloc_trim), so the resident set does not keep a busy spell's peak.
-    trim_threshold None leaves glibc's (benchmarks/server_heap.py's old setting)."""
-    if sys.platform.startswith("linux"):
-        import ctypes
-
-        try:
-            libc = ctypes.CDLL(None)
-            libc.mallopt(-8, n)  # M_ARENA_MAX
-            libc.mallopt(-3, mmap_threshold)  # M_MMAP_THRESHOLD
-            if trim_threshold is not None:
-                libc.mallopt(-1, trim_threshold)  # M_TRIM_THRESHOLD
-        except (OSError, AttributeError):  # not glibc
-            pass
 
 
 class _Server:

@@ -11,6 +11,7 @@ from .cparams import CParams, log_cparams, resolve_cparams
 from .log import logger
 from .memory.estimate import MemoryEstimate, dense_for, estimate_from
 from .memory.factory import Memory, bind_slot_info, create_memory
+from .memory.heap import auto_tune_heap
 from .memory.kv_log import buffer_name
 from .model.cuda_graphs import CudaGraphs
 from .model.graph import GraphCache, make_inputs
@@ -42,6 +43,7 @@ class Context:
         hp = model.hparams
         if self.params.n_threads > 0:
             torch.set_num_threads(self.params.n_threads)
+        auto_tune_heap()  # each ubatch's buffers reused from the heap (memory/heap.py)
         self.params = replace(self.params, device=str(model.device))
         self.cparams: CParams = resolve_cparams(self.params, hp, self._fitted_n_ctx())
         log_cparams(self.cparams, hp)

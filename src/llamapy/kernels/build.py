@@ -311,6 +311,9 @@ def load_kernels(isa: str | None = None) -> KernelLib | None:
         log.warning(f"{path}: ABI {fn.lp_abi_version()} != {ABI_VERSION}; the CPU kernels are off")
         return None
     lib = KernelLib(path, fn, kernel_level(level), fn.lp_isa().decode())
+    from ..memory.heap import auto_tune_heap
+
+    auto_tune_heap()  # the ubatches' buffers (and the timing below) reuse the heap, not fresh mappings
     if lib.bf16:
         lib = dataclasses.replace(lib, many_bf16=calibrate_coarse_bf16(lib).many)
     return lib
