@@ -46,12 +46,14 @@ Q4_1 = 3  # GGML type id
 N_OUT, N_IN, ROWS, REPS = 1536, 576, 8, 7  # an in-cache Q4_1 matrix (0.55 MB), a verification's rows
 # Many rows: a default ubatch (-ub 512) of a prompt, about 1-3 ms a call, timed after MANY_WARM
 # calls each way, at least MANY_MIN_REPS times and until the bf16 GEMM is as fast as the integers
-# (then they cannot be MARGIN faster), at most MANY_REPS.  PyTorch's bf16 GEMM takes several calls to reach its speed (its
-# thread pool, oneDNN's kernels), and on an AMX CPU runs for stretches at a third of it: on the
-# 2-core Intel Xeon (KVM, family 6 model 167), 512 x 576 x 1536 in a fresh process, 6.1-8.9 ms
-# first, then 2.1-2.4 ms for 2 to 17 calls, then mostly 0.6-0.9 ms with stretches of 2.1-2.3
-# again, while the integers on AMX ran 1.6-2.0 ms.  With one call first and the best of 3, one
-# timing in three took the integers, which ran SmolLM2's pp512 at half the bf16 GEMMs' speed.
+# (then they cannot be MARGIN faster), at most MANY_REPS.  PyTorch's bf16 GEMM takes several calls
+# to reach its speed (its thread pool, oneDNN's kernels), and under glibc's own heap thresholds it
+# ran for stretches, or a whole process, at a third of it, its buffers mapped and page-faulted in
+# afresh at every call (memory/heap.py, now set before this timing): on the 2-core Intel Xeon (KVM,
+# family 6 model 167), 512 x 576 x 1536 in a fresh process, 6.1-8.9 ms first, then 2.1-2.4 ms for
+# 2 to 40 calls, else 0.6-0.9 ms, while the integers on AMX ran 1.6-2.0 ms.  With one call first
+# and the best of 3, one timing in three took the integers, which ran SmolLM2's pp512 at half the
+# bf16 GEMMs' speed; with the heap set, 5 fresh processes timed 674-768 us against 1626-1745.
 MANY_ROWS, MANY_MIN_REPS, MANY_REPS = 512, 4, 40
 FEW_WARM, MANY_WARM = 1, 4
 CALIBRATION = 2  # the timing's version, recorded with its choices: a record of an older timing is timed again
