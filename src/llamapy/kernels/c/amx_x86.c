@@ -189,7 +189,7 @@ LP_INLINE void chunk(const int g16, const int has_min, int type, const uint8_t *
 
 void lp_amx_chunk(int type, const uint8_t *w, int64_t o0, int64_t o1, int64_t n_in, const lp_xprep *xp, float *y,
                   int64_t ldy, int accumulate, void *scratch) {
-    const int g16 = type == LP_Q2_K || type == LP_Q3_K || type == LP_Q6_K, has_min = lp_has_min(type);
+    const int g16 = lp_g16(type), has_min = lp_has_min(type);
     if (g16 && has_min)
         chunk(1, 1, type, w, o0, o1, n_in, xp, y, ldy, accumulate, scratch);
     else if (g16)

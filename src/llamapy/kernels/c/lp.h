@@ -230,6 +230,7 @@ enum {
 int lp_block_elems(int type);
 int lp_block_bytes(int type);
 int lp_has_min(int type);     /* w = d q + m with a real m (Q4_1, Q5_1, Q2_K, Q4_K, Q5_K) */
+int lp_g16(int type);         /* a scale per 16-group (Q2_K, Q3_K, Q6_K), not per block of 32 */
 int lp_is_float(int type);    /* F32, F16, BF16: no blocks, products in fp32 */
 int64_t lp_row_bytes(int type, int64_t n_in);
 

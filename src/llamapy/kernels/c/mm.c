@@ -102,7 +102,7 @@ int lp_coarse_bf16(void) { return coarse_bf16; }
 static int lp_xprep_reads(int type, int64_t n_in, int64_t n) {
     if (n >= LP_F32_ROWS && n < LP_DENSE_ROWS && coarse_bf16 && lp_bf16_rows(type, n_in)) return LP_READS_BF16;
     if (lp_is_float(type)) return 0;
-    const int g16 = type == LP_Q2_K || type == LP_Q3_K || type == LP_Q6_K; /* (their tile pairs do half a block) */
+    const int g16 = lp_g16(type); /* (their tile pairs do half a block) */
     return n >= LP_DENSE_ROWS && many_ints(n_in, n) && !g16 && lp_amx_on() ? LP_READS_INTS | LP_READS_AMX : LP_READS_INTS;
 }
 
@@ -238,7 +238,7 @@ static void row16(int type, const uint8_t *row, int64_t n_in, lp_wrow *wr, int16
 static void twin_chunk(int type, const uint8_t *w, int64_t o0, int64_t o1, int64_t n_out, int64_t n_in, const lp_xprep *xp,
                        float *y, int64_t ldy, int accumulate, void *scratch) {
     const int64_t rb = lp_row_bytes(type, n_in), n = xp->n;
-    const int g16 = type == LP_Q2_K || type == LP_Q3_K || type == LP_Q6_K, has_min = lp_has_min(type);
+    const int g16 = lp_g16(type), has_min = lp_has_min(type);
     lp_wrow wr[2];
     int16_t *w16[2];
     lane_rows_at(scratch, n_in, 2, wr, w16);
@@ -276,7 +276,7 @@ static void twin_chunk(int type, const uint8_t *w, int64_t o0, int64_t o1, int64
 static void lanes_chunk(int type, const uint8_t *w, int64_t o0, int64_t o1, int64_t n_out, int64_t n_in, const lp_xprep *xp,
                         float *y, int64_t ldy, int accumulate, void *scratch) {
     const int64_t rb = lp_row_bytes(type, n_in), n = xp->n;
-    const int g16 = type == LP_Q2_K || type == LP_Q3_K || type == LP_Q6_K, has_min = lp_has_min(type);
+    const int g16 = lp_g16(type), has_min = lp_has_min(type);
     lp_wrow wr[LANES_NW];
     int16_t *w16[LANES_NW];
     lane_rows_at(scratch, n_in, LANES_NW, wr, w16);
@@ -353,7 +353,7 @@ static void mm_chunk(int type, const uint8_t *w, int64_t o0, int64_t o1, int64_t
     const int64_t rb = lp_row_bytes(type, n_in), n = xp->n;
     lp_wrow wr = lp_wrow_at(scratch, n_in);
     float *wf = (float *)(((uintptr_t)((char *)scratch + lp_wrow_bytes(n_in)) + 63) & ~(uintptr_t)63);
-    const int g16 = type == LP_Q2_K || type == LP_Q3_K || type == LP_Q6_K, has_min = lp_has_min(type);
+    const int g16 = lp_g16(type), has_min = lp_has_min(type);
     float acc[LP_TW * LP_TX];
     /* integer products: few rows or many (block types but bf16 CPUs' coarse ones from
      * LP_F32_ROWS rows); the forms of x they read are lp_xprep_reads's, one decision for both */

@@ -36,6 +36,8 @@ int lp_has_min(int type) {
     return type == LP_Q4_1 || type == LP_Q5_1 || type == LP_Q2_K || type == LP_Q4_K || type == LP_Q5_K;
 }
 
+int lp_g16(int type) { return type == LP_Q2_K || type == LP_Q3_K || type == LP_Q6_K; }
+
 int lp_is_float(int type) { return type == LP_F32 || type == LP_F16 || type == LP_BF16_T; }
 
 int64_t lp_row_bytes(int type, int64_t n_in) { return n_in / lp_block_elems(type) * lp_block_bytes(type); }
