@@ -163,6 +163,23 @@ typedef float vf;
 #endif
 
 #if defined(LP_AVX2) || defined(LP_AVX512)
+/* Cephes' exp for a vector x clamped to [-87.3, 88.3], with fx = round(x log2 e), on the
+ * intrinsics of prefix P (_mm256, _mm512): the range reduction and the polynomial into y, and the
+ * exponent 2^fx into ex (an integer vector).  Both widths share these steps, lane for lane. */
+#define LP_EXP_STEPS(P, x, fx, y, ex)                                                                                  \
+    do {                                                                                                               \
+        x = P##_fnmadd_ps(fx, P##_set1_ps(0.693359375f), x);                                                           \
+        x = P##_fnmadd_ps(fx, P##_set1_ps(-2.12194440e-4f), x);                                                        \
+        y = P##_set1_ps(1.9875691500e-4f);                                                                             \
+        y = P##_fmadd_ps(y, x, P##_set1_ps(1.3981999507e-3f));                                                         \
+        y = P##_fmadd_ps(y, x, P##_set1_ps(8.3334519073e-3f));                                                         \
+        y = P##_fmadd_ps(y, x, P##_set1_ps(4.1665795894e-2f));                                                         \
+        y = P##_fmadd_ps(y, x, P##_set1_ps(1.6666665459e-1f));                                                         \
+        y = P##_fmadd_ps(y, x, P##_set1_ps(5.0000001201e-1f));                                                         \
+        y = P##_fmadd_ps(y, P##_mul_ps(x, x), P##_add_ps(x, P##_set1_ps(1.0f)));                                       \
+        ex = P##_slli_epi32(P##_add_epi32(P##_cvtps_epi32(fx), P##_set1_epi32(127)), 23);                              \
+    } while (0)
+
 /* exp(x) for 8 floats (x86: AVX2 and the AVX-512 level): Cephes' range reduction and polynomial,
  * within 2 ulp of expf; x below -87.3 (and -inf) gives 0, x above 88.3 gives exp(88.3). */
 LP_INLINE __m256 lp_exp8(__m256 x) {
@@ -171,38 +188,24 @@ LP_INLINE __m256 lp_exp8(__m256 x) {
     x = _mm256_min_ps(_mm256_max_ps(x, lo), hi);
     const __m256 fx = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
                                       _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    x = _mm256_fnmadd_ps(fx, _mm256_set1_ps(0.693359375f), x);
-    x = _mm256_fnmadd_ps(fx, _mm256_set1_ps(-2.12194440e-4f), x);
-    __m256 y = _mm256_set1_ps(1.9875691500e-4f);
-    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(1.3981999507e-3f));
-    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(8.3334519073e-3f));
-    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(4.1665795894e-2f));
-    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(1.6666665459e-1f));
-    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(5.0000001201e-1f));
-    y = _mm256_fmadd_ps(y, _mm256_mul_ps(x, x), _mm256_add_ps(x, _mm256_set1_ps(1.0f)));
-    const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(fx), _mm256_set1_epi32(127)), 23);
+    __m256 y;
+    __m256i e;
+    LP_EXP_STEPS(_mm256, x, fx, y, e);
     return _mm256_andnot_ps(under, _mm256_mul_ps(y, _mm256_castsi256_ps(e)));
 }
 #endif
 
 #if defined(LP_AVX512)
-/* lp_exp8's steps on 16 floats: the same values lane by lane, at half the instructions. */
+/* lp_exp8 on 16 floats: the same values lane by lane, at half the instructions. */
 LP_INLINE __m512 lp_exp16(__m512 x) {
     const __m512 lo = _mm512_set1_ps(-87.3f), hi = _mm512_set1_ps(88.3f);
     const __mmask16 seen = _mm512_cmp_ps_mask(x, lo, _CMP_NLT_UQ);
     x = _mm512_min_ps(_mm512_max_ps(x, lo), hi);
     const __m512 fx = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
                                            _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    x = _mm512_fnmadd_ps(fx, _mm512_set1_ps(0.693359375f), x);
-    x = _mm512_fnmadd_ps(fx, _mm512_set1_ps(-2.12194440e-4f), x);
-    __m512 y = _mm512_set1_ps(1.9875691500e-4f);
-    y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(1.3981999507e-3f));
-    y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(8.3334519073e-3f));
-    y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(4.1665795894e-2f));
-    y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(1.6666665459e-1f));
-    y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(5.0000001201e-1f));
-    y = _mm512_fmadd_ps(y, _mm512_mul_ps(x, x), _mm512_add_ps(x, _mm512_set1_ps(1.0f)));
-    const __m512i e = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(fx), _mm512_set1_epi32(127)), 23);
+    __m512 y;
+    __m512i e;
+    LP_EXP_STEPS(_mm512, x, fx, y, e);
     return _mm512_maskz_mul_ps(seen, y, _mm512_castsi512_ps(e));
 }
 #endif
