@@ -158,10 +158,10 @@ def tune_server_process() -> None:
     --replicas): glibc's heap (memory/heap.py tune_heap, with 2 arenas: each thread that
     allocates would get its own, up to 8 per core, which keeps what it freed, so the HTTP worker
     threads slowly grow the resident set; what the heap holds when the server goes idle is
-    handed back by the scheduler's release_heap, malloc_trim) and oneDNN's primitive cache.  oneDNN keeps a
-    primitive (and its buffers) per GEMM shape it met, up to 1024 of them; a server's prefills
-    meet a new row count at nearly every step, and a soak of 2,000 requests grew the resident
-    set by ~40 MiB through it (found with memray).  16 bound it."""
+    handed back by the scheduler's release_heap, malloc_trim) and oneDNN's primitive cache.
+    oneDNN keeps a primitive (and its buffers) per GEMM shape it met, up to 1024 of them; a
+    server's prefills meet a new row count at nearly every step, and a soak of 2,000 requests
+    grew the resident set by ~40 MiB through it (found with memray).  16 bound it."""
     from .memory.heap import tune_heap
 
     tune_heap(arenas=2)
