@@ -169,7 +169,7 @@ def recorded_choice(library: Path) -> CoarseChoice | None:
 
 def calibrate_coarse_bf16(lib: KernelLib) -> CoarseChoice:
     """Set the library's coarse_bf16 (few rows) and return both choices: LLAMAPY_COARSE_BF16's,
-    else the recorded ones, else timed now (65-230 ms on a 2-core Intel Xeon, native level) and recorded."""
+    else the recorded ones, else timed now (60-90 ms on a 2-core Intel Xeon, native level; at most ~230) and recorded."""
     forced = forced_coarse_bf16()
     choice = CoarseChoice(forced, forced) if forced is not None else recorded_choice(lib.path)
     if choice is None:

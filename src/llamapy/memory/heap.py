@@ -11,8 +11,8 @@ use, the others at 3060-3210 (`benchmarks/py_side.py`; the bf16 GEMMs, the weigh
 and the copies around them twice as slow; the attention kernel, which allocates nothing, the
 same), and the kernels' timing of the bf16 GEMM (kernels/calibrate.py) saw the same two speeds.
 A fixed mmap threshold of 32 MiB and a trim threshold of 256 MiB keep a step's buffers in the
-heap from one ubatch to the next, as llama.cpp keeps its reserved compute buffer: every process
-ran at 3110-3210.  (The server's 1 MiB threshold of before ran a Gemma 3 prefill of 8 prompts 1.6x
+heap from one ubatch to the next, as llama.cpp keeps its reserved compute buffer: 5 processes of
+5 ran at 3000-3260 (Gemma 3: 4 of 4 at 1855-1922, against 1194-1559 in 3 under glibc's own).  (The server's 1 MiB threshold of before ran a Gemma 3 prefill of 8 prompts 1.6x
 slower and a decode step of 8 slots 1.15x slower, Zen 4, 2 threads: benchmarks/server_heap.py.)
 Larger blocks (a perplexity run's logits, the KV cache) are still mapped."""
 from __future__ import annotations
@@ -29,9 +29,10 @@ TRIM_THRESHOLD = 256 << 20  # above a step's working set: the heap keeps it betw
 def tune_heap(arenas: int | None = None, mmap_threshold: int = MMAP_THRESHOLD,
               trim_threshold: int | None = TRIM_THRESHOLD) -> bool:
     """Set glibc's thresholds for this process (idempotent; auto_tune_heap calls it when the
-    CPU kernels load and when a Context is made, a server with arenas=2); arenas caps glibc's arenas (M_ARENA_MAX: a server's HTTP threads
-    would each get one, keeping what they freed).  trim_threshold None leaves glibc's.  Returns
-    False where the C library is not glibc (nothing is changed)."""
+    CPU kernels load and when a Context is made, a server with arenas=2).  arenas caps glibc's
+    arenas (M_ARENA_MAX: a server's HTTP threads would each get one, keeping what they freed);
+    trim_threshold None leaves glibc's.  Returns False where the C library is not glibc
+    (nothing is changed)."""
     if not sys.platform.startswith("linux"):
         return False
     try:
