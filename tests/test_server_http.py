@@ -175,3 +175,25 @@ def test_tokenize_detokenize_props_slots_metrics(state):
     assert int(lines["llamacpp:kv_cells_total"]) == 1024
     assert int(lines["llamacpp:kv_cells_used"]) == state.ctx.memory.n_used()
     assert int(lines["llamacpp:n_decode_total"]) == state.scheduler.metrics.n_decode_total > 0
+
+
+@pytest.mark.parametrize("route", ["/v1/completions", "/completion"])
+def test_stream_survives_unicode_line_ends(state, route):
+    """Text holding U+2028, U+0085 and U+2029 (a grammar forces them; sampling reaches them
+    by chance) streams as whole events to a reader that splits lines as str.splitlines does,
+    httpx's aiter_lines, the OpenAI Python client's transport."""
+    text = "a\u2028b\u0085c\u2029d"
+    gbnf = "root ::= " + json.dumps(text, ensure_ascii=False)
+
+    async def go() -> list[str]:
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=create_app(state)), base_url="http://test") as c:
+            body = {"prompt": "hi", "max_tokens": 32, "n_predict": 32, "temperature": 0, "stream": True, "grammar": gbnf}
+            async with c.stream("POST", route, json=body) as r:
+                assert r.status_code == 200
+                return [ln async for ln in r.aiter_lines() if ln]
+
+    lines = asyncio.run(go())
+    assert all(ln.startswith("data: ") for ln in lines), lines
+    events = [json.loads(ln[len("data: "):]) for ln in lines if ln != "data: [DONE]"]
+    got = "".join(e["choices"][0]["text"] if "choices" in e else e["content"] for e in events)
+    assert got == text

@@ -40,6 +40,9 @@ class APIError(Exception):
 BUILD_INFO = "llamapy"  # /props build_info and the OpenAI responses' system_fingerprint (llama_build_info's role)
 
 
+SSE_ESCAPES = {0x85: "\\u0085", 0x2028: "\\u2028", 0x2029: "\\u2029"}  # sse(): line ends to str.splitlines
+
+
 def error_body(status: int, message: str) -> dict[str, Any]:
     return {"error": {"message": message, "type": ERROR_TYPES.get(status, "server_error"), "code": status}}
 
@@ -49,7 +52,13 @@ def error_response(status: int, message: str, headers: dict[str, str] | None = N
 
 
 def sse(obj: Any) -> str:
-    return f"data: {json.dumps(obj, ensure_ascii=False)}\n\n"
+    """One server-sent event: `data: <json>` and a blank line.  Contract: the JSON holds no
+    character that any reader takes for a line end.  json.dumps escapes the C0 controls, but
+    with ensure_ascii=False it leaves U+0085, U+2028 and U+2029 raw, and readers that split
+    lines the way str.splitlines does (httpx's iter_lines, so every Python OpenAI client built
+    on it) cut the event there; a sampled token can be any of them.  They are written as JSON
+    escapes, which decode to the same text."""
+    return f"data: {json.dumps(obj, ensure_ascii=False).translate(SSE_ESCAPES)}\n\n"
 
 
 class EventStream(StreamingResponse):
