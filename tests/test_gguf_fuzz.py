@@ -277,7 +277,8 @@ def test_atheris_coverage_guided_header_fuzzing(tmp_path):
     # -rss_limit_mb=0: the script caps its own address space (RLIMIT_AS); libFuzzer's RSS check
     # reads ru_maxrss, which a child inherits from a large parent (pytest late in the suite)
     # and would report as an out-of-memory that never happened
-    r = subprocess.run([sys.executable, script, str(corpus), bound, "-max_len=65536", "-timeout=20", "-rss_limit_mb=0",
+    r = subprocess.run([sys.executable, script, str(corpus), bound, "-max_len=65536", "-timeout=60", "-rss_limit_mb=0",
+                        *([f"-seed={SEED}"] if SEED != "random" else []),
                         f"-artifact_prefix={art}/", "-print_final_stats=1"],
                        capture_output=True, text=True, cwd=tmp_path,
                        timeout=120 + (int(seconds) if seconds else ATHERIS_RUNS / 200))

@@ -20,8 +20,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-import soak  # noqa: E402  (its near-tie check)
+from server_harness import assert_same_or_near_tie
 
 pytest.importorskip("ray.serve", reason="ray[serve] is a dev dependency: pip install -e '.[dev]'")
 
@@ -89,26 +88,12 @@ def _complete_all(server: Server, prompts: list[str], max_tokens: int = 16, igno
         return [f.result().choices[0].text for f in futs]
 
 
-def _assert_same(server: Server, prompts: list[str], got: list[str], want: list[str], max_tokens: int,
-                 ignore_eos: bool = False) -> None:
-    """got == want, except where a text first differs at a near tie: the request alone on
-    `server`, with its top-2 probabilities, has p1 - p2 < soak.NEAR_TIE at that token (greedy
-    outputs depend on the batch a request shares only through rounding: see the README)."""
-    with httpx.Client(base_url=server.base, timeout=120) as c:
-        for p, g, w in zip(prompts, got, want):
-            if g == w:
-                continue
-            body = {"prompt": p, "max_tokens": max_tokens, "temperature": 0, "ignore_eos": ignore_eos}
-            margin = soak.tie_margin(c, soak.Job("greedy", "/v1/completions", body, text=g), w)
-            assert margin < soak.NEAR_TIE, f"{p!r}: {g!r} != {w!r}, top-2 margin {margin:.3f} where they differ"
-
-
 @pytest.mark.slow
 def test_concurrent_greedy_identical_to_one_server(replicas, single):
     got = _complete_all(replicas, PROMPTS)
     want = _complete_all(single, PROMPTS)
     print(f"identical: {sum(g == w for g, w in zip(got, want))} of {len(got)}")
-    _assert_same(single, PROMPTS, got, want, 16)
+    assert_same_or_near_tie(single.base, PROMPTS, got, want, 16)
     m = httpx.get(f"{replicas.base}/metrics").text
     assert len(set(re.findall(r'replica_requests_routed_total\{replica="([^"]+)"', m))) == 2  # both replicas served
 
@@ -231,11 +216,11 @@ def test_replica_killed_mid_load(replicas, single):
         os.kill(int(pids[victim]), signal.SIGKILL)
         st = [f.result() for f in streams]
         pl = [f.result().choices[0].text for f in plain]
-    _assert_same(single, PROMPTS[4:], pl, want[4:], n_plain)  # retried where needed: all complete, all unchanged
+    assert_same_or_near_tie(single.base, PROMPTS[4:], pl, want[4:], n_plain)  # retried where needed: all complete, all unchanged
     cut = [i for i, (rep, _, err) in enumerate(st) if err]
     assert all(st[i][0] == victim and "was lost" in st[i][2][0] for i in cut)
     ok = [i for i, (_, _, err) in enumerate(st) if not err]
-    _assert_same(single, [PROMPTS[i] for i in ok], [st[i][1] for i in ok], [want[i] for i in ok], n_stream, True)
+    assert_same_or_near_tie(single.base, [PROMPTS[i] for i in ok], [st[i][1] for i in ok], [want[i] for i in ok], n_stream, True)
     m = httpx.get(f"{base}/metrics").text
     retries = re.search(r"ingress_retries_total (\d+)", m).group(1)
     print(f"streams cut: {len(cut)} of 4 (on the killed replica: {sum(r == victim for r, _, _ in st)}); "

@@ -94,8 +94,10 @@ def test_sigterm_drains_then_exits_0(tiny_path):
                         events.append(json.loads(line[6:]))
                         if len(events) == 2:
                             proc.send_signal(signal.SIGTERM)
-                            time.sleep(0.3)
-                            with httpx.Client(base_url=base, timeout=10) as c2:
+                            with httpx.Client(base_url=base, timeout=10) as c2:  # draining: /health says 503 too
+                                deadline = time.monotonic() + 10
+                                while c2.get("/health").status_code != 503 and time.monotonic() < deadline:
+                                    time.sleep(0.05)
                                 late.append(c2.post("/v1/completions", json={"prompt": "x", "max_tokens": 2}))
         assert proc.wait(60) == 0
     finally:

@@ -57,7 +57,9 @@ def test_queue_full_is_503_with_retry_after(smollm2):
 
 
 def test_timeout_ends_running_and_waiting_requests(tiny):
-    with serving_state(tiny, n_ctx=1024, np_=1, n_batch=64) as st, uvicorn_server(st) as base:
+    # 8192 cells: the tiny model fills 1024 in about 0.7 s here, so a faster CPU would end the
+    # endless requests by the slot's size ("length") before their 0.5 s deadline
+    with serving_state(tiny, n_ctx=8192, np_=1, n_batch=64) as st, uvicorn_server(st) as base:
         st.timeout = 0.5
         ra = httpx.post(base + "/v1/completions", json=_long(stream=False), timeout=60)
         assert ra.status_code == 504 and "past --timeout 0.5 s" in ra.json()["error"]["message"]
@@ -125,8 +127,9 @@ def test_body_limit_413(tiny):
 
 def test_disconnect_frees_slot_and_cells_in_a_step(tiny):
     """A streaming client that goes away: /slots and /metrics show its slot idle and its
-    cells gone, at most two scheduler steps after the server learned of it."""
-    with serving_state(tiny, n_ctx=1024, np_=2, n_batch=64) as st, uvicorn_server(st) as base:
+    cells gone, at most two scheduler steps after the server learned of it.  (Slots of 4096
+    cells: the endless stream must not end by its size before the server sees the client go.)"""
+    with serving_state(tiny, n_ctx=8192, np_=2, n_batch=64) as st, uvicorn_server(st) as base:
         sched = st.scheduler
         with httpx.Client(base_url=base, timeout=30) as c:
             with c.stream("POST", "/v1/completions", json=_long()) as r:
@@ -144,7 +147,8 @@ def test_disconnect_frees_slot_and_cells_in_a_step(tiny):
 
 def test_slow_reader_never_stalls_other_slots(tiny):
     """A client that asks for a long stream and never reads it: the other slots' requests
-    finish as fast as with no such client."""
+    finish about as fast as with no such client (a scheduler that waited on the stalled
+    socket would not finish them at all, or take seconds)."""
     with serving_state(tiny, n_ctx=2048, np_=4, n_batch=64) as st, uvicorn_server(st) as base:
         host, port = base.removeprefix("http://").split(":")
 
@@ -163,7 +167,7 @@ def test_slow_reader_never_stalls_other_slots(tiny):
         try:
             assert _wait(lambda: sum(not s.is_idle for s in st.scheduler.slots) == 1)
             beside = timed()
-            assert beside < 3 * alone + 1.0, (alone, beside)
+            assert beside < 5 * alone + 2.0, (alone, beside)  # loose: the CPU is shared with the test
         finally:
             sock.close()
         assert _wait(lambda: all(s.is_idle for s in st.scheduler.slots))

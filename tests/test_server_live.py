@@ -9,7 +9,7 @@ import time
 
 import httpx
 import pytest
-from server_harness import serving_state, uvicorn_server
+from server_harness import assert_same_or_near_tie, serving_state, uvicorn_server
 
 
 def test_openai_client(tiny):
@@ -33,9 +33,11 @@ def test_openai_client(tiny):
 
 
 def test_disconnect_frees_slot(tiny):
-    with serving_state(tiny, n_ctx=1024, np_=2, n_batch=64) as st, uvicorn_server(st) as base:
+    # slots of 4096 cells and no end of generation: the stream is still running when it is cut
+    with serving_state(tiny, n_ctx=8192, np_=2, n_batch=64) as st, uvicorn_server(st) as base:
         with httpx.Client(base_url=base, timeout=30) as c:
-            with c.stream("POST", "/v1/completions", json={"prompt": "hello", "max_tokens": 500, "stream": True, "temperature": 1.0}) as r:
+            with c.stream("POST", "/v1/completions", json={"prompt": "hello", "max_tokens": 100000, "stream": True,
+                                                           "temperature": 1.0, "ignore_eos": True}) as r:
                 n = 0
                 for line in r.iter_lines():
                     n += line.startswith("data: ")
@@ -93,7 +95,8 @@ def test_load_32_streams_np8(tiny):
 @pytest.mark.slow
 def test_batched_equals_alone_smollm2(smollm2):
     """temperature 0: each request's text is the same alone and alongside 7 others of different
-    prompt lengths (the mask keeps sequences apart)."""
+    prompt lengths (the mask keeps sequences apart), or differs first at a near tie (the
+    batch's rounding; a token the model is sure of never changes)."""
     prompts = ["The capital of France is", "List three colors:", "def fib(n):",
                "Once upon a time, in a small village by the sea, there lived an old fisherman who",
                "1, 2, 3, 4,", "Water boils at", "The quick brown fox jumps over the lazy dog. The quick brown fox",
@@ -111,6 +114,6 @@ def test_batched_equals_alone_smollm2(smollm2):
         busy = st.scheduler.metrics.n_busy_slots_total
         together = asyncio.run(run(prompts))
         n_dec, busy = st.scheduler.metrics.n_decode_total - n_dec, st.scheduler.metrics.n_busy_slots_total - busy
-    assert [together[i] for i in probe] == alone
+        assert_same_or_near_tie(base, [prompts[i] for i in probe], [together[i] for i in probe], alone, 5)
     assert all(together)
     assert busy / n_dec > 4  # they really ran side by side
