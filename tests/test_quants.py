@@ -184,6 +184,6 @@ def test_cuda_matches_cpu_bit_for_bit():
         if qt in Q4_AFFINE_TYPES:
             for a, b in zip(unpack_q4_affine(raw.cuda(), qt, (8, 8 * bs)), unpack_q4_affine(raw, qt, (8, 8 * bs))):
                 assert torch.equal(a.cpu(), b), qt.name
-    x = torch.randn(16, 7, 256) * torch.logspace(-4, 3, 16)[:, None, None]
+    x = torch.randn(16, 7, 256, generator=torch.Generator().manual_seed(0)) * torch.logspace(-4, 3, 16)[:, None, None]
     for qt in QUANTIZE_TYPES:
         assert torch.equal(quantize(x.cuda(), qt).cpu(), quantize(x, qt)), qt.name

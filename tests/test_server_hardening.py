@@ -86,7 +86,8 @@ def test_request_settings_that_break_its_sampler_end_only_that_request(tiny, mon
     request whose sampler cannot be made ends with an error event of its own, and the next
     request is served (before: the request vanished and its client waited for ever)."""
     with serving_state(tiny, n_ctx=1024, np_=1, n_batch=64) as st, uvicorn_server(st) as base:
-        r = httpx.post(base + "/v1/completions", json={"prompt": "hello", "max_tokens": 3, "repeat_last_n": 2**70},
+        r = httpx.post(base + "/v1/completions", json={"prompt": "hello", "max_tokens": 3, "repeat_last_n": 2**70,
+                                                                   "ignore_eos": True},
                        timeout=60)
         assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] == 3
         import llamapy.server.scheduler as sched
@@ -104,7 +105,8 @@ def test_request_settings_that_break_its_sampler_end_only_that_request(tiny, mon
                                     sink=ev.append))
         assert _wait(lambda: bool(ev) and ev[-1].final)
         assert ev[-1].finish_reason == "error" and "the window is too large" in ev[-1].error
-        ok = httpx.post(base + "/v1/completions", json={"prompt": "hello", "max_tokens": 2}, timeout=60)
+        ok = httpx.post(base + "/v1/completions", json={"prompt": "hello", "max_tokens": 2, "ignore_eos": True},
+                        timeout=60)
         assert ok.status_code == 200 and ok.json()["usage"]["completion_tokens"] == 2
         assert all(s.is_idle for s in st.scheduler.slots)
 
