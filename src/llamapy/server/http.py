@@ -55,9 +55,10 @@ def sse(obj: Any) -> str:
     """One server-sent event: `data: <json>` and a blank line.  Contract: the JSON holds no
     character that any reader takes for a line end.  json.dumps escapes the C0 controls, but
     with ensure_ascii=False it leaves U+0085, U+2028 and U+2029 raw, and readers that split
-    lines the way str.splitlines does (httpx's iter_lines, so every Python OpenAI client built
-    on it) cut the event there; a sampled token can be any of them.  They are written as JSON
-    escapes, which decode to the same text."""
+    lines the way str.splitlines does (httpx's iter_lines / aiter_lines, and a client reading the
+    stream with them) cut the event there; a sampled token can be any of them.  (The openai
+    package's own SSE decoder splits only at CR and LF.)  They are written as JSON escapes,
+    which decode to the same text."""
     return f"data: {json.dumps(obj, ensure_ascii=False).translate(SSE_ESCAPES)}\n\n"
 
 
