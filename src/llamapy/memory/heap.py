@@ -12,8 +12,10 @@ and the copies around them twice as slow; the attention kernel, which allocates 
 same), and the kernels' timing of the bf16 GEMM (kernels/calibrate.py) saw the same two speeds.
 A fixed mmap threshold of 32 MiB and a trim threshold of 256 MiB keep a step's buffers in the
 heap from one ubatch to the next, as llama.cpp keeps its reserved compute buffer: 5 processes of
-5 ran at 3000-3260 (Gemma 3: 4 of 4 at 1855-1922, against 1194-1559 in 3 under glibc's own).  (The server's 1 MiB threshold of before ran a Gemma 3 prefill of 8 prompts 1.6x
-slower and a decode step of 8 slots 1.15x slower, Zen 4, 2 threads: benchmarks/server_heap.py.)
+5 ran at 3000-3260 (Gemma 3: 4 of 4 at 1855-1922, against 1194-1559 in 3 under glibc's own;
+native level, avx512+vnni+bf16).  (The server's 1 MiB threshold of before ran a Gemma 3 prefill
+of 8 prompts 1.6x slower and a decode step of 8 slots 1.15x slower, AMD EPYC Zen 4, 2 threads:
+benchmarks/server_heap.py.)
 Larger blocks (a perplexity run's logits, the KV cache) are still mapped."""
 from __future__ import annotations
 
