@@ -12,8 +12,8 @@ import pytest
 from tokenizers import Regex, pre_tokenizers
 
 from llamapy.tokenizer import StreamDecoder, Tokenizer
-from llamapy.tokenizer_bpe import GPT2
-from llamapy.tokenizer_vocab import TokenAttr
+from llamapy.tokenizer.bpe import GPT2
+from llamapy.tokenizer.vocab import TokenAttr
 
 DATA = Path(__file__).parent / "data"
 

@@ -1,4 +1,4 @@
-"""tokenizer_cache.py: the derived vocabulary tables are used when the cache is valid, rebuilt
+"""tokenizer/cache.py: the derived vocabulary tables are used when the cache is valid, rebuilt
 when the GGUF's metadata or llamapy changes, and a corrupted cache file is rebuilt, never
 trusted; a cached build tokenizes exactly as a fresh one."""
 from __future__ import annotations
@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import llamapy.tokenizer_cache as tc
+import llamapy.tokenizer.cache as tc
 from llamapy.gguf.reader import GGUFFile
 from llamapy.tokenizer import Tokenizer
 from test_tokenizer import _ref, _write_toy_gguf

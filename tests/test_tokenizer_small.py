@@ -11,7 +11,7 @@ from tokenizers import Regex, pre_tokenizers
 
 from llamapy.chat_template import CHATML_TEMPLATE
 from llamapy.tokenizer import Tokenizer, _byte_decoder
-from llamapy.tokenizer_bpe import PRE_TYPES
+from llamapy.tokenizer.bpe import PRE_TYPES
 
 _BYTE_CHARS = sorted(_byte_decoder(), key=lambda c: _byte_decoder()[c])
 

@@ -1,4 +1,4 @@
-"""tokenizer_subset.py / tokenizer_build.py: a model built for a call's words only gives
+"""tokenizer/subset.py / tokenizer/build.py: a model built for a call's words only gives
 llama.cpp's ids, exactly as the whole model does; a tokenizer uses such models until their
 cost reaches the whole model's, then builds the whole one."""
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from llamapy.tokenizer import Tokenizer
-from llamapy.tokenizer_build import SUBSET_MAX_CHARS
+from llamapy.tokenizer.build import SUBSET_MAX_CHARS
 from test_tokenizer import _TOY_FLAGS, _ref, _write_toy_gguf
 
 

@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING
 
 import llguidance
 
-from ..tokenizer_spm import SPACE
-from ..tokenizer_vocab import TokenAttr
+from ..tokenizer.spm import SPACE
+from ..tokenizer.vocab import TokenAttr
 
 if TYPE_CHECKING:
     from ..tokenizer import Tokenizer

@@ -6,7 +6,7 @@ report it beside the tensor bytes.
               its type (a view over the mapped file, or a stack read into one buffer), else
               what model/qmatrix.py's conversion allocates; vectors as float32.
   vocabulary  the whole `tokenizers` model's tables (its vocabulary twice, the merge map;
-              built once a process has tokenized enough, tokenizer_build.py) and the Vocab's
+              built once a process has tokenized enough, tokenizer/build.py) and the Vocab's
               per-token arrays: VOCAB_FIXED + VOCAB_PER_TOKEN x n_vocab +
               VOCAB_PER_MERGE x merges, fitted to SmolLM2 (49152 tokens, 48900 merges:
               20.9 MB) and Gemma 3 (262144 tokens, 514906 merges: 83.1 MB) as measured.  An

@@ -256,7 +256,7 @@ def _check_vocab_keys(f: GGUFHeader) -> None:
         if not isinstance(pre.value, str):
             raise GGUFError(f"{where(pre)} is a {pre.type.name}, expected a string")
         if model.value == "gpt2" and pre.value:
-            from ..tokenizer_bpe import PRE_TYPES
+            from ..tokenizer.bpe import PRE_TYPES
 
             if pre.value not in PRE_TYPES:
                 raise GGUFError(f"{where(pre)} = {short_repr(pre.value)} is not a pre-tokenizer llamapy knows "

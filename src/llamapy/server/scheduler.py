@@ -25,7 +25,7 @@ from ..memory.kv_cache import KVCacheFullError
 from ..pipeline.comm import StageError
 from ..grammar import GrammarDeadEnd
 from ..sampling import Sampler, token_probabilities
-from ..tokenizer_build import release_heap
+from ..tokenizer.build import release_heap
 from ..tokenizer import StreamDecoder
 from .metrics import ServerMetrics
 from .request import Event, Request, Usage

@@ -14,9 +14,9 @@ from typing import Any
 
 import numpy as np
 
-from .gguf.reader import GGUFFile
-from .tokenizer_hashorder import unordered_map_order_of
-from .tokenizer_vocab import TYPE_TO_ATTR, K, TokenAttr, TokenIndex, TokenTexts, TokenType, Vocab, read_field
+from ..gguf.reader import GGUFFile
+from .hashorder import unordered_map_order_of
+from .vocab import TYPE_TO_ATTR, K, TokenAttr, TokenIndex, TokenTexts, TokenType, Vocab, read_field
 
 # llama.cpp's text lists (llama-vocab.cpp, "auto-detect special tokens by text").
 EOT_TEXTS = ("<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>",
@@ -134,7 +134,7 @@ def _detect_specials(vocab: Vocab, text_of: Callable[[int], str]) -> None:
 
     llama.cpp walks its token_to_id unordered_map and takes the first match, so when several
     texts match (SmolLM2 has both <|im_end|> and <|endoftext|>) we replay libstdc++'s
-    iteration order (tokenizer_hashorder.py) to make the same pick.  text_of(id): the token's
+    iteration order (hashorder.py) to make the same pick.  text_of(id): the token's
     text (from the decoded list when there is one)."""
     sp, t2i = vocab.special, vocab.token_to_id
     rank: dict[int, int] | None = None

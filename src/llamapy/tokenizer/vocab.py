@@ -1,6 +1,6 @@
 """llama_vocab's data: token texts, scores and attributes, special ids and flags.
 
-What every tokenizer type shares, filled in by tokenizer_special.load_vocab, plus
+What every tokenizer type shares, filled in by special.load_vocab, plus
 `partition()` — llama.cpp's tokenizer_st_partition, which cuts special tokens out of the
 text before the model-specific tokenizer (BPE or SPM) runs on the remaining raw fragments.
 
@@ -19,8 +19,8 @@ from typing import Any
 import gguf
 import numpy as np
 
-from .gguf.reader import GGUFFile, GGUFStrings
-from .tokenizer_hashorder import hash_bytes, hash_bytes_many
+from ..gguf.reader import GGUFFile, GGUFStrings
+from .hashorder import hash_bytes, hash_bytes_many
 
 K = gguf.Keys.Tokenizer
 
@@ -101,7 +101,7 @@ class TokenTexts(Sequence[str]):
 
 class TokenIndex(Mapping[str, int]):
     """text -> id without a Python dict of the vocabulary: each token's std::hash value
-    (tokenizer_hashorder's hash of its raw bytes, "[EMPTY_i]" for an empty one: the keys of
+    (hashorder's hash of its raw bytes, "[EMPTY_i]" for an empty one: the keys of
     llama.cpp's token_to_id), sorted once, on first use; a lookup hashes the text and
     compares the bytes of the tokens with that hash.  Duplicate texts: the last id wins,
     as in llama.cpp's map."""

@@ -1,8 +1,8 @@
-"""Building a Tokenizer's parts from a GGUF: the Vocab (tokenizer_special.load_vocab) and
-the derived tables (tokenizer_cache.py) at load; the `tokenizers` model from them when a
+"""Building a Tokenizer's parts from a GGUF: the Vocab (special.load_vocab) and
+the derived tables (cache.py) at load; the `tokenizers` model from them when a
 text needs it: the whole model (every token and merge: ~1 s for Gemma 3's 262k tokens and
 515k merges, ~0.15 s for SmolLM2's 49k), or a model for the words at hand only
-(tokenizer_subset.py: milliseconds).  Tokenizer decides which (ModelChooser)."""
+(subset.py: milliseconds).  Tokenizer decides which (ModelChooser)."""
 from __future__ import annotations
 
 import contextlib
@@ -16,13 +16,13 @@ from pathlib import Path
 
 from tokenizers import Tokenizer as HFTokenizer
 
-from .gguf.reader import GGUFFile
-from .tokenizer_bpe import PreType, bpe_merge_ids, build_bpe, byte_decoder, pre_type
-from .tokenizer_cache import VocabTables, cached_tables
-from .tokenizer_special import load_vocab
-from .tokenizer_spm import build_spm, byte_token, spm_tables
-from .tokenizer_subset import subset, whole
-from .tokenizer_vocab import K, Vocab, read_field
+from ..gguf.reader import GGUFFile
+from .bpe import PreType, bpe_merge_ids, build_bpe, byte_decoder, pre_type
+from .cache import VocabTables, cached_tables
+from .special import load_vocab
+from .spm import build_spm, byte_token, spm_tables
+from .subset import subset, whole
+from .vocab import K, Vocab, read_field
 
 SUBSET_MAX_CHARS = 16384  # a longer text always gets the whole model
 WHOLE_SECONDS_PER_ENTRY = 1.5e-6  # the whole model's build time per token and per merge (measured)
@@ -37,7 +37,7 @@ class ModelParts:
     tables: VocabTables
     pre: PreType | None
     spell: dict[int, tuple[int, ...]]
-    cache_status: str  # tokenizer_cache: "loaded", "built" or "uncached"
+    cache_status: str  # cache.py: "loaded", "built" or "uncached"
 
     def whole(self) -> HFTokenizer:
         """Every token, merge and phantom (the transient lists and dicts are freed after)."""

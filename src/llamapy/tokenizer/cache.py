@@ -28,13 +28,15 @@ from pathlib import Path
 
 import numpy as np
 
-from .gguf.reader import GGUFFile
-from .log import logger
+from ..gguf.reader import GGUFFile
+from ..log import logger
 
 MAGIC = b"llamapy vocabulary tables\n"
 FORMAT = 1
 CACHE_MIN_VOCAB = 4096  # smaller vocabularies build in milliseconds: not cached
-_SOURCES = ("tokenizer_cache.py", "tokenizer_spm.py", "tokenizer_bpe.py")
+# The modules that derive the tables, next to this file in tokenizer/: their bytes (not
+# their names) enter the key, so editing any of them rebuilds the cache.
+_SOURCES = ("cache.py", "spm.py", "bpe.py")
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,7 +54,7 @@ def cache_dir(home: Path | None = None) -> Path | None:
     env = os.environ.get("LLAMAPY_TOKENIZER_CACHE")
     if env:
         return None if env == "0" else Path(env)
-    from .pull import llamapy_home
+    from ..pull import llamapy_home
 
     return llamapy_home(home) / "tokenizers"
 
@@ -61,7 +63,7 @@ def cache_dir(home: Path | None = None) -> Path | None:
 def _code_version() -> str:
     import tokenizers
 
-    from . import __version__ as mine
+    from .. import __version__ as mine
 
     src = hashlib.sha256()
     for name in _SOURCES:

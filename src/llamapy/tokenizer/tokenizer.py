@@ -3,9 +3,9 @@
 Special tokens are cut out of the text first (Vocab.partition, llama.cpp's
 tokenizer_st_partition); each remaining raw fragment goes through a `tokenizers` model built
 from the GGUF metadata: byte-level BPE with llama.cpp's pre-tokenizer regexes
-(tokenizer_bpe.py) or the SPM bigram merge expressed as a scored BPE (tokenizer_spm.py).
+(bpe.py) or the SPM bigram merge expressed as a scored BPE (spm.py).
 That model is built when a text needs it: for a short text, only the part of it the text
-can use, until the whole one pays off (tokenizer_build.py), so loading a 262k-token
+can use, until the whole one pays off (build.py), so loading a 262k-token
 vocabulary costs no per-token Python work.  Ids are checked against llama.cpp's own
 `llama-tokenize` (scripts/ref_tokenize.py).
 """
@@ -19,12 +19,12 @@ from typing import TYPE_CHECKING, Any, Iterable
 from tokenizers import Tokenizer as HFTokenizer
 
 if TYPE_CHECKING:
-    from .chat_template import ChatTemplate
+    from ..chat_template import ChatTemplate
 
-from .tokenizer_bpe import byte_decoder as _byte_decoder
-from .tokenizer_build import ModelChooser, load_parts
-from .tokenizer_spm import SPACE
-from .tokenizer_vocab import TokenAttr, Vocab, open_gguf
+from .bpe import byte_decoder as _byte_decoder
+from .build import ModelChooser, load_parts
+from .spm import SPACE
+from .vocab import TokenAttr, Vocab, open_gguf
 
 
 @dataclass(slots=True)
@@ -32,7 +32,7 @@ class Tokenizer:
     vocab: Vocab
     models: ModelChooser                 # the `tokenizers` model for raw fragments (no special tokens)
     spell: dict[int, tuple[int, ...]] = field(default_factory=dict)  # SPM phantom id -> bytes
-    cache_status: str = "uncached"       # tokenizer_cache: loaded / built / uncached
+    cache_status: str = "uncached"       # cache.py: loaded / built / uncached
     _chat: ChatTemplate | None = field(default=None, init=False, repr=False)
     _byte_dec: dict[str, int] = field(default_factory=_byte_decoder, repr=False)
 
@@ -41,7 +41,7 @@ class Tokenizer:
         """The compiled chat template (on first use: `tokenize` never needs Jinja).  It gets
         BOS/EOS as llama.cpp passes them: their pieces (special)."""
         if self._chat is None:
-            from .chat_template import ChatTemplate
+            from ..chat_template import ChatTemplate
 
             def piece(t: int | None) -> str:
                 return "" if t is None else self.token_to_piece(t, special=True).decode("utf-8", "replace")
@@ -53,7 +53,7 @@ class Tokenizer:
     @classmethod
     def from_gguf(cls, src: Any, cache: Path | None = None) -> "Tokenizer":
         """Build from a GGUF path or an open GGUFFile.  The vocabulary stays in the mapped
-        file; the tables derived by walking it come from tokenizer_cache.py (cache: a folder
+        file; the tables derived by walking it come from cache.py (cache: a folder
         instead of $LLAMAPY_HOME/tokenizers/)."""
         parts = load_parts(open_gguf(src), cache)
         return cls(vocab=parts.vocab, models=ModelChooser(parts), spell=parts.spell, cache_status=parts.cache_status)

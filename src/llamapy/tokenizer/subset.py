@@ -4,17 +4,17 @@ A BPE merge joins two adjacent symbols of one word into a symbol that is a subst
 word, so on known words only the tokens that are substrings of them (with the characters and
 byte tokens a word starts from) and the merges among them can ever apply; keeping those, in
 the same rank order, gives the same ids as the whole model.  Building that small model takes
-milliseconds, the whole one about a second for Gemma 3's 262k tokens (tokenizer_build.py
+milliseconds, the whole one about a second for Gemma 3's 262k tokens (build.py
 decides which to use).  The words: what the model is handed, SPM-escaped fragments, or raw
 fragments that the BPE pipeline maps to byte-level characters (mapped here the same way)."""
 from __future__ import annotations
 
 import numpy as np
 
-from .tokenizer_cache import VocabTables
-from .tokenizer_hashorder import hash_bytes_many
-from .tokenizer_spm import merge_pairs
-from .tokenizer_vocab import Vocab
+from .cache import VocabTables
+from .hashorder import hash_bytes_many
+from .spm import merge_pairs
+from .vocab import Vocab
 
 
 def whole(texts: list[str], t2i: dict[str, int], tables: VocabTables) -> tuple[dict[str, int], list[tuple[str, str]]]:

@@ -24,7 +24,7 @@ import numpy as np
 from tokenizers import Tokenizer as HFTokenizer
 from tokenizers import models
 
-from .tokenizer_vocab import Vocab
+from .vocab import Vocab
 
 SPACE = "\u2581"  # ▁
 
@@ -39,7 +39,7 @@ def spm_tables(vocab: Vocab, texts: list[str], t2i: Mapping[str, int]) -> tuple[
 
     Every (a, b) with a+b a token and a, b tokens or phantom characters, best score of a+b
     first, then lower id, then shorter a: a Python walk over every split of every token, so
-    its result is what tokenizer_cache.py keeps."""
+    its result is what cache.py keeps."""
     phantoms = phantom_chars(texts, t2i)
     ids = dict(t2i)
     n = len(texts)
