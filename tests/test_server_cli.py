@@ -13,14 +13,14 @@ import time
 import httpx
 import pytest
 
-from llamapy.cli_serve import resolve_parallel
+from llamapy.cli.serve import resolve_parallel
 
 _MAIN = """
 import argparse, sys
-from llamapy import cli, cli_serve
+from llamapy.cli import serve as cli_serve
 ap = argparse.ArgumentParser(prog="llamapy")
 sub = ap.add_subparsers(dest="cmd", required=True)
-cli_serve.add_parser(sub, cli)
+cli_serve.add_parser(sub)
 a = ap.parse_args(sys.argv[1:])
 sys.exit(a.fn(a))
 """

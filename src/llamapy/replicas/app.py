@@ -118,12 +118,12 @@ def app_builder(args: dict):
 def check_model(a: argparse.Namespace) -> None:
     """What a replica would fail on, checked here first so that the start-up fails with the
     model's own message: the file and its header, and the memory the context needs."""
-    from ..cli_cmds import _ctx_params
+    from ..cli.args import ctx_params
     from ..memory.estimate import model_info
     from ..memory.fit import default_budget, fit_ctx
 
     info = model_info(a.model)  # a bad path or file: GGUFError / FileNotFoundError with its message
-    p = _ctx_params(a)
+    p = ctx_params(a)
     p.n_seq_max = a.parallel or 4
     budget = int(a.mem_budget * 1024 * 1024) if a.mem_budget else default_budget("cpu")
     fit_ctx(info, p, budget)  # MemoryBudgetError names the numbers

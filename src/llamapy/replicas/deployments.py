@@ -71,7 +71,7 @@ class LlamapyReplica:
         from ray import serve
 
         from ..cli import build_parser
-        from ..cli_serve import MiB, _load, tune_server_process
+        from ..cli.serve import MiB, _load, tune_server_process
         from ..server.bridge import ServerState
         from ..server.http import create_app
 

@@ -11,17 +11,19 @@ import sys
 import threading
 import time
 
-from .log import logger, setup_logging
+from ..log import logger, setup_logging
+from .args import ctx_params, load_context, spec_params
+from .flags import add_context, add_model, add_speculative
 
 MiB = 1024 * 1024
 AUTO_SLOTS = 4  # llama-server: -np unset -> 4 slots sharing one unified cache
 
 
-def add_parser(sub, common) -> None:
+def add_parser(sub) -> None:
     p = sub.add_parser("serve", help="OpenAI-compatible HTTP server with continuous batching")
-    common._add_model(p)
-    common._add_context(p)
-    common._add_speculative(p)
+    add_model(p)
+    add_context(p)
+    add_speculative(p)
     p.set_defaults(parallel=None, fn=cmd_serve)  # -np unset: auto (4 slots, unified cache)
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8080, help="0: any free port")
@@ -63,12 +65,11 @@ def resolve_parallel(n_parallel: int | None, kv_unified: bool) -> tuple[int, boo
 
 def _load(a: argparse.Namespace, state) -> None:
     """Model, context, scheduler; then publish them to the routes (the server turns ready)."""
-    from .cli_cmds import _ctx_params, _load as load_context, _spec_params
-    from .server.scheduler import Scheduler
+    from ..server.scheduler import Scheduler
 
     log = logger("srv")
     n_par, unified = resolve_parallel(a.parallel, a.kv_unified)
-    params = _ctx_params(a)
+    params = ctx_params(a)
     params.n_seq_max, params.kv_unified = n_par, unified
     model, ctx = load_context(a, params)
     rep = ctx.memory_report()
@@ -81,10 +82,10 @@ def _load(a: argparse.Namespace, state) -> None:
         log.info(f"load_model: {c.n_seq_max} slots, each holds {c.n_ctx_seq} cells (-c {c.n_ctx} / -np {c.n_seq_max})")
     for i in range(c.n_seq_max):
         logger("slot").info(f"load_model: id {i:2d} | task -1 | new slot, n_ctx = {c.n_ctx_seq}")
-    spec = _spec_params(a)
+    spec = spec_params(a)
     proposers = None
     if spec.type != "none":
-        from .speculative.proposer import make_proposers
+        from ..speculative.proposer import make_proposers
 
         proposers = make_proposers(spec, model, params, c.n_seq_max)
         log.info(f"load_model: speculative decoding: {spec.type}, up to {spec.draft_len} draft tokens per slot and step")
@@ -99,21 +100,19 @@ def _load(a: argparse.Namespace, state) -> None:
 def cmd_serve(a: argparse.Namespace) -> int:
     import uvicorn
 
-    from .server.bridge import ServerState
-    from .server.http import create_app
+    from ..server.bridge import ServerState
+    from ..server.http import create_app
 
     setup_logging(verbose=True)
     if a.replicas is not None or a.min_replicas is not None or a.max_replicas is not None:
-        from .replicas.app import run_replicas
+        from ..replicas.app import run_replicas
 
         argv = list(getattr(a, "argv", None) or sys.argv[1:])
         return run_replicas(a, argv[argv.index("serve") + 1:] if "serve" in argv else argv)
     log = logger("main")
     tune_server_process()
     resolve_parallel(a.parallel, a.kv_unified)  # bad -np fails before anything starts
-    from .cli_cmds import _spec_params
-
-    _spec_params(a)  # so do bad --spec-* flags
+    spec_params(a)  # so do bad --spec-* flags
     for name, v in (("--max-queue", a.max_queue), ("--timeout", a.timeout), ("--max-body", a.max_body), ("--shutdown-timeout", a.shutdown_timeout)):
         if v is not None and v < 0:
             raise ValueError(f"{name} ({v:g}) must be >= 0")
@@ -162,7 +161,7 @@ def tune_server_process() -> None:
     oneDNN keeps a primitive (and its buffers) per GEMM shape it met, up to 1024 of them; a
     server's prefills meet a new row count at nearly every step, and a soak of 2,000 requests
     grew the resident set by ~40 MiB through it (found with memray).  16 bound it."""
-    from .memory.heap import tune_heap
+    from ..memory.heap import tune_heap
 
     tune_heap(arenas=2)
     os.environ.setdefault("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "16")
