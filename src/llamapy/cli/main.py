@@ -61,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
 
         return stage_main()
     args = build_parser().parse_args(argv)
-    args.argv = list(sys.argv[1:] if argv is None else argv)  # as typed (serve --replicas passes them on)
+    args.argv = list(sys.argv[1:] if argv is None else argv)  # as typed (serve --replicas logs the replicas' flags)
     try:
         rc = int(args.fn(args) or 0)
     except KeyboardInterrupt:
