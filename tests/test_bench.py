@@ -17,7 +17,6 @@ import pytest
 import torch
 
 from llamapy import Batch, Context, ContextParams
-from llamapy import cli as common
 from llamapy.bench import batched_bench as bb
 from llamapy.bench import llama_bench as lb
 from llamapy.bench import perplexity as ppl
@@ -135,10 +134,10 @@ def test_plot_is_png(tiny_path, tmp_path):
 
 
 def _cli(argv: list[str]) -> argparse.Namespace:
-    from llamapy import cli_bench
+    from llamapy.cli import bench as cli_bench
 
     ap = argparse.ArgumentParser()
-    cli_bench.add_parser(ap.add_subparsers(dest="cmd"), common)
+    cli_bench.add_parser(ap.add_subparsers(dest="cmd"))
     return ap.parse_args(argv)
 
 

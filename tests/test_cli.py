@@ -93,7 +93,7 @@ def test_gpu_layers_flag_reads_as_llamacpp(capsys):
     import torch
 
     from llamapy.cli import build_parser
-    from llamapy.cli_cmds import _ctx_params, _device
+    from llamapy.cli.args import ctx_params as _ctx_params, resolve_device as _device
 
     p = build_parser()
     assert p.parse_args(["run", "-ngl", "99"]).n_gpu_layers == 99

@@ -207,11 +207,10 @@ def test_bad_files_name_the_numbers(tiny, tmp_path, one_thread):
 def _cli(argv: list[str]):
     import argparse
 
-    from llamapy import cli as common
-    from llamapy import cli_bench
+    from llamapy.cli import bench as cli_bench
 
     ap = argparse.ArgumentParser()
-    cli_bench.add_parser(ap.add_subparsers(), common)
+    cli_bench.add_parser(ap.add_subparsers())
     return ap.parse_args(argv)
 
 

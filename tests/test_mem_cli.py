@@ -7,13 +7,12 @@ import json
 
 import pytest
 
-import llamapy.cli as common
-from llamapy import cli_mem
+from llamapy.cli import mem as cli_mem
 
 
 def mem(capsys, *argv: str) -> str:
     ap = argparse.ArgumentParser(prog="llamapy")
-    cli_mem.add_parser(ap.add_subparsers(dest="cmd"), common)
+    cli_mem.add_parser(ap.add_subparsers(dest="cmd"))
     a = ap.parse_args(["mem", *argv])
     assert a.fn(a) == 0
     return capsys.readouterr().out
@@ -90,7 +89,7 @@ def test_fit_table(capsys):
 
 def test_missing_hyperparameters_named(capsys):
     ap = argparse.ArgumentParser(prog="llamapy")
-    cli_mem.add_parser(ap.add_subparsers(dest="cmd"), common)
+    cli_mem.add_parser(ap.add_subparsers(dest="cmd"))
     a = ap.parse_args(["mem", "--n-layer", "32"])
     with pytest.raises(ValueError, match="--n-embd, --n-head"):
         a.fn(a)

@@ -13,14 +13,14 @@ import time
 import httpx
 import pytest
 
-from llamapy.cli_serve import resolve_parallel
+from llamapy.server.settings import resolve_parallel
 
 _MAIN = """
 import argparse, sys
-from llamapy import cli, cli_serve
+from llamapy.cli import serve as cli_serve
 ap = argparse.ArgumentParser(prog="llamapy")
 sub = ap.add_subparsers(dest="cmd", required=True)
-cli_serve.add_parser(sub, cli)
+cli_serve.add_parser(sub)
 a = ap.parse_args(sys.argv[1:])
 sys.exit(a.fn(a))
 """
@@ -32,6 +32,39 @@ def test_resolve_parallel():
     assert resolve_parallel(2, True) == (2, True)
     with pytest.raises(ValueError, match=r"-np \(0\) must be >= 1"):
         resolve_parallel(0, False)
+
+
+def test_serve_settings_typed_once_and_picklable():
+    """The command line parses `serve` once into a frozen ServeSettings; the server and each
+    replica start from that object (Ray pickles it to the replicas' processes), never from argv."""
+    import dataclasses
+    import pickle
+
+    from llamapy.cli import build_parser
+    from llamapy.cli.serve import replica_argv, serve_settings
+    from llamapy.replicas.app import plan_from_settings
+    from llamapy.server.settings import MiB
+
+    argv = ["serve", "-m", "x.gguf", "-c", "4096", "-np", "2", "-t", "3", "--spec-type", "ngram-simple",
+            "--replicas", "2", "--port=0", "--max-body", "2", "--routing", "round-robin"]
+    s = serve_settings(build_parser().parse_args(argv))
+    assert (s.model, s.ctx.n_ctx, s.ctx.n_seq_max, s.ctx.n_threads, s.n_parallel, s.port) == ("x.gguf", 4096, 2, 3, 2, 0)
+    assert s.context_params().kv_unified is False and s.spec.type == "ngram-simple" and s.max_body == 2 * MiB
+    assert s.replicas.wanted and s.replicas.replicas == 2 and s.replicas.routing == "round-robin"
+    assert pickle.loads(pickle.dumps(s)) == s
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        s.port = 1
+    auto = serve_settings(build_parser().parse_args(["serve"]))
+    assert auto.n_parallel is None and not auto.replicas.wanted
+    assert (auto.context_params().n_seq_max, auto.context_params().kv_unified) == (4, True)  # llama-server's auto
+    assert auto.ctx.kv_unified is False  # the settings themselves stay as typed
+    own = replica_argv(argv)
+    assert own == ("-m", "x.gguf", "-c", "4096", "-np", "2", "-t", "3", "--spec-type", "ngram-simple", "--max-body", "2")
+    plan = plan_from_settings(s, own)
+    assert (plan.replicas, plan.routing, plan.n_parallel, plan.max_queue, plan.threads) == (2, "round-robin", 2, 8, 3)
+    assert pickle.loads(pickle.dumps(plan)) == plan and plan.serve is s
+    with pytest.raises(ValueError, match=r"--max-queue \(-1\) must be >= 0"):
+        serve_settings(build_parser().parse_args(["serve", "--max-queue", "-1"])).check()
 
 
 def _start(args: list[str]) -> tuple[subprocess.Popen, str, list[str]]:

@@ -2,7 +2,7 @@
 
 Under torchrun (WORLD_SIZE set) the ranks are the stages, on one host or several: torchrun's
 rendezvous gives every process MASTER_ADDR / MASTER_PORT / RANK, rank 0 runs the command
-(it is stage 0) and every other rank becomes a stage worker (cli.py sends it to
+(it is stage 0) and every other rank becomes a stage worker (cli/main.py sends it to
 pipeline/stage.py).  Without torchrun, stage 0 starts the other N - 1 stages itself as local
 processes on 127.0.0.1.  Either way the group is gloo's, and no other transport is used."""
 from __future__ import annotations

@@ -2,15 +2,14 @@
 
     llamapy serve -m MODEL --replicas 2 -np 4 -t 1            # a local Ray on 127.0.0.1, or RAY_ADDRESS's
     llamapy serve -m MODEL --min-replicas 1 --max-replicas 4   # autoscaled on ongoing requests
-    serve run llamapy.replicas.app:app_builder args="-m MODEL -np 4" replicas=2   # Ray's own CLI
+    serve run llamapy.cli.replicas:app_builder args="-m MODEL -np 4" replicas=2   # Ray's own CLI
 
-Every `llamapy serve` flag applies per replica.  A replica takes -t CPUs (1 when unset) from
-Ray; the ingress none."""
+Every `llamapy serve` flag applies per replica: each replica starts from the same typed
+ServeSettings (server/settings.py), which the command line built once; nothing here reads
+argv.  A replica takes -t CPUs (1 when unset) from Ray; the ingress none."""
 # no `from __future__ import annotations` here: Ray pickles the ingress class by value, and FastAPI
 # must see its route's annotations as objects, not as names to look up
 
-import argparse
-import shlex
 import signal
 import sys
 import threading
@@ -19,13 +18,13 @@ from dataclasses import dataclass
 from fastapi import Request  # at module level: FastAPI reads the route's annotations from here
 
 from ..log import logger
-
-SERVE_FLAGS_OWN = {"--replicas", "--min-replicas", "--max-replicas", "--ray-address", "--routing", "--host", "--port"}
+from ..server.settings import AUTO_SLOTS, ServeSettings
 
 
 @dataclass(frozen=True, slots=True)
 class ReplicaPlan:
-    serve_argv: tuple[str, ...]  # `llamapy serve` flags for each replica
+    serve: ServeSettings  # each replica's server (its host and port are its own: 127.0.0.1, any port)
+    serve_argv: tuple[str, ...] = ()  # the `llamapy serve` flags as typed, for the log
     replicas: int = 1
     min_replicas: int | None = None  # autoscaling when set (with max_replicas)
     max_replicas: int | None = None
@@ -78,60 +77,37 @@ def build_app(plan: ReplicaPlan):
         async def route(self, request: Request, path: str):
             return await self.proxy(request, path)
 
-    return Ingress.bind(replica.bind(list(plan.serve_argv)))
+    return Ingress.bind(replica.bind(plan.serve))
 
 
-def plan_from_args(a: argparse.Namespace, argv: list[str]) -> ReplicaPlan:
-    """The plan of `llamapy serve ... --replicas N`: argv minus the flags that are the
-    application's, not a replica's."""
-    own: list[str] = []
-    skip = False
-    for i, x in enumerate(argv):
-        if skip:
-            skip = False
-            continue
-        name = x.split("=", 1)[0]
-        if name in SERVE_FLAGS_OWN:
-            skip = "=" not in x
-            continue
-        own.append(x)
-    return ReplicaPlan(tuple(own), a.replicas or 1, a.min_replicas, a.max_replicas, a.routing,
-                       a.parallel or 4, a.max_queue if a.max_queue is not None else 4 * (a.parallel or 4),
-                       a.threads if a.threads > 0 else 1, a.timeout)
+def plan_from_settings(s: ServeSettings, serve_argv: tuple[str, ...] = ()) -> ReplicaPlan:
+    """The plan of `llamapy serve ... --replicas N` from its settings; serve_argv: the flags
+    each replica runs with, as typed (the log names them)."""
+    r = s.replicas
+    n_par = s.n_parallel or AUTO_SLOTS
+    return ReplicaPlan(s, tuple(serve_argv), r.replicas or 1, r.min_replicas, r.max_replicas, r.routing, n_par,
+                       s.max_queue if s.max_queue is not None else 4 * n_par,
+                       s.ctx.n_threads if s.ctx.n_threads > 0 else 1, s.timeout)
 
 
-def app_builder(args: dict):
-    """For Ray's `serve run llamapy.replicas.app:app_builder args="..." replicas=2 ...`."""
-    from ..cli import build_parser
-
-    argv = shlex.split(str(args.get("args", "")))
-    a = build_parser().parse_args(["serve", *argv])
-    plan = plan_from_args(a, argv)
-    over = {k: int(args[k]) for k in ("replicas", "min_replicas", "max_replicas") if k in args}
-    if "routing" in args:
-        over["routing"] = str(args["routing"])
-    from dataclasses import replace
-
-    return build_app(replace(plan, **over))
-
-
-def check_model(a: argparse.Namespace) -> None:
+def check_model(s: ServeSettings) -> None:
     """What a replica would fail on, checked here first so that the start-up fails with the
     model's own message: the file and its header, and the memory the context needs."""
-    from ..cli_cmds import _ctx_params
+    from dataclasses import replace
+
     from ..memory.estimate import model_info
     from ..memory.fit import default_budget, fit_ctx
 
-    info = model_info(a.model)  # a bad path or file: GGUFError / FileNotFoundError with its message
-    p = _ctx_params(a)
-    p.n_seq_max = a.parallel or 4
-    budget = int(a.mem_budget * 1024 * 1024) if a.mem_budget else default_budget("cpu")
+    info = model_info(s.model)  # a bad path or file: GGUFError / FileNotFoundError with its message
+    p = replace(s.ctx, n_seq_max=s.n_parallel or AUTO_SLOTS)
+    budget = int(s.ctx.mem_budget_mib * 1024 * 1024) if s.ctx.mem_budget_mib else default_budget("cpu")
     fit_ctx(info, p, budget)  # MemoryBudgetError names the numbers
 
 
-def run_replicas(a: argparse.Namespace, argv: list[str]) -> int:
-    """Start (or join) Ray, deploy the application on a.host:a.port, print the ready line,
-    wait for SIGTERM / SIGINT, then shut the application down (replicas finish first)."""
+def run_replicas(s: ServeSettings, serve_argv: tuple[str, ...] = ()) -> int:
+    """Start (or join) Ray, deploy the application on s.host:s.port, print the ready line,
+    wait for SIGTERM / SIGINT, then shut the application down (replicas finish first).
+    serve_argv: the replicas' flags as typed, for the log."""
     import os
 
     try:
@@ -142,21 +118,21 @@ def run_replicas(a: argparse.Namespace, argv: list[str]) -> int:
                          "(ray[serve])") from None
 
     log = logger("srv")
-    plan = plan_from_args(a, argv)
+    plan = plan_from_settings(s, serve_argv)
     plan.check()
-    check_model(a)
-    address = a.ray_address or os.environ.get("RAY_ADDRESS")
+    check_model(s)
+    address = s.replicas.ray_address or os.environ.get("RAY_ADDRESS")
     if address:
         ray.init(address=address, logging_level="WARNING")
     else:
         ray.init(num_cpus=os.cpu_count(), include_dashboard=False, logging_level="WARNING",
                  _node_ip_address="127.0.0.1")
-    port = a.port
+    port = s.port
     if port == 0:
         from ..pipeline.env import free_port
 
         port = free_port()
-    serve.start(http_options={"host": a.host, "port": port}, logging_config={"log_level": "WARNING"})
+    serve.start(http_options={"host": s.host, "port": port}, logging_config={"log_level": "WARNING"})
     try:
         serve.run(build_app(plan), name="llamapy", route_prefix="/", blocking=False)
     except Exception as e:  # noqa: BLE001 - a replica's constructor failed: its last line, not the stack
@@ -167,7 +143,7 @@ def run_replicas(a: argparse.Namespace, argv: list[str]) -> int:
     scale = (f"autoscaled {plan.min_replicas}..{plan.max_replicas}" if plan.min_replicas is not None
              else f"{plan.replicas} replica(s)")
     log.info(f"llamapy on Ray Serve: {scale}, routing {plan.routing}, each: llamapy serve {' '.join(plan.serve_argv)}")
-    print(f"ready: http://{a.host}:{port}", flush=True)
+    print(f"ready: http://{s.host}:{port}", flush=True)
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from fastapi import Request
 from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
 
+from ..server.settings import ServeSettings
 from .affinity import prefix_hashes, request_text
 
 RETRIES = 3  # other replicas a request may be retried on when its replica is lost before any byte
@@ -63,23 +64,20 @@ def replica_stats(replica: str, state) -> ReplicaStats:
 
 
 class LlamapyReplica:
-    """One llamapy server; serve_argv: `llamapy serve`'s flags (host and port are its own)."""
+    """One llamapy server, started from `llamapy serve`'s typed settings (its host and port
+    are its own: 127.0.0.1, any free port)."""
 
-    def __init__(self, serve_argv: list[str]) -> None:
+    def __init__(self, settings: ServeSettings) -> None:
         import httpx
         import uvicorn
         from ray import serve
 
-        from ..cli import build_parser
-        from ..cli_serve import MiB, _load, tune_server_process
-        from ..server.bridge import ServerState
         from ..server.http import create_app
+        from ..server.startup import load_model, server_state, tune_server_process
 
         tune_server_process()
-        a = build_parser().parse_args(["serve", *serve_argv])
-        self.state = ServerState(api_key=a.api_key, metrics=a.metrics, slots=a.slots, max_body=int(a.max_body * MiB),
-                                 timeout=a.timeout)
-        _load(a, self.state)  # the model's own errors end the replica's start
+        self.state = server_state(settings)
+        load_model(settings, self.state)  # the model's own errors end the replica's start
         self.replica = serve.get_replica_context().replica_id.to_full_id_str()
         config = uvicorn.Config(create_app(self.state), host="127.0.0.1", port=0, log_level="warning",
                                 access_log=False)

@@ -5,23 +5,25 @@ error event; exit 0.  A second SIGINT stops at once."""
 from __future__ import annotations
 
 import argparse
-import os
 import signal
 import sys
 import threading
 import time
+from dataclasses import replace
 
-from .log import logger, setup_logging
+from ..log import logger, setup_logging
+from ..server.settings import AUTO_SLOTS, ReplicaSettings, ServeSettings
+from .args import ctx_params, pipe_params, spec_params
+from .flags import add_context, add_model, add_speculative
 
-MiB = 1024 * 1024
-AUTO_SLOTS = 4  # llama-server: -np unset -> 4 slots sharing one unified cache
+SERVE_FLAGS_OWN = {"--replicas", "--min-replicas", "--max-replicas", "--ray-address", "--routing", "--host", "--port"}
 
 
-def add_parser(sub, common) -> None:
+def add_parser(sub) -> None:
     p = sub.add_parser("serve", help="OpenAI-compatible HTTP server with continuous batching")
-    common._add_model(p)
-    common._add_context(p)
-    common._add_speculative(p)
+    add_model(p)
+    add_context(p)
+    add_speculative(p)
     p.set_defaults(parallel=None, fn=cmd_serve)  # -np unset: auto (4 slots, unified cache)
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8080, help="0: any free port")
@@ -51,85 +53,63 @@ def add_parser(sub, common) -> None:
                         "longer (default); round-robin: in turn")
 
 
-def resolve_parallel(n_parallel: int | None, kv_unified: bool) -> tuple[int, bool]:
-    """llama-server's auto mode: no -np gives 4 slots over a unified cache; an explicit -np
-    splits -c between the slots unless --kv-unified."""
-    if n_parallel is None:
-        return AUTO_SLOTS, True
-    if n_parallel < 1:
-        raise ValueError(f"-np ({n_parallel}) must be >= 1 (leave it unset for auto: {AUTO_SLOTS} slots, unified cache)")
-    return n_parallel, kv_unified
+def serve_settings(a: argparse.Namespace) -> ServeSettings:
+    """The parsed `serve` flags as the typed settings the server and each replica start from
+    (built once, here).  Bad --spec-* and --pp / --tensor-split values fail here."""
+    return ServeSettings(
+        ctx=replace(ctx_params(a), n_seq_max=a.parallel if a.parallel is not None else AUTO_SLOTS),
+        model=a.model, n_parallel=a.parallel, pipe=pipe_params(a), spec=spec_params(a), mmap=a.mmap,
+        host=a.host, port=a.port, api_key=a.api_key, metrics=a.metrics, alias=a.alias, slots=a.slots,
+        max_queue=a.max_queue, timeout=a.timeout, max_body_mib=a.max_body, shutdown_timeout=a.shutdown_timeout,
+        slot_prompt_similarity=a.slot_prompt_similarity, verbose=a.verbose,
+        replicas=ReplicaSettings(a.replicas, a.min_replicas, a.max_replicas, a.ray_address, a.routing))
 
 
-def _load(a: argparse.Namespace, state) -> None:
-    """Model, context, scheduler; then publish them to the routes (the server turns ready)."""
-    from .cli_cmds import _ctx_params, _load as load_context, _spec_params
-    from .server.scheduler import Scheduler
-
-    log = logger("srv")
-    n_par, unified = resolve_parallel(a.parallel, a.kv_unified)
-    params = _ctx_params(a)
-    params.n_seq_max, params.kv_unified = n_par, unified
-    model, ctx = load_context(a, params)
-    rep = ctx.memory_report()
-    log.info(f"load_model: memory: model {rep['model'] / MiB:.2f} MiB, KV cache {(rep['kv_k'] + rep['kv_v']) / MiB:.2f} MiB "
-             f"(K {rep['kv_k'] / MiB:.2f} + V {rep['kv_v'] / MiB:.2f}), output {rep['output'] / MiB:.2f} MiB")
-    c = ctx.cparams
-    if c.kv_unified:
-        log.info(f"load_model: {c.n_seq_max} slots share one unified cache of {c.n_ctx} cells; each request may use up to {c.n_ctx_seq}")
-    else:
-        log.info(f"load_model: {c.n_seq_max} slots, each holds {c.n_ctx_seq} cells (-c {c.n_ctx} / -np {c.n_seq_max})")
-    for i in range(c.n_seq_max):
-        logger("slot").info(f"load_model: id {i:2d} | task -1 | new slot, n_ctx = {c.n_ctx_seq}")
-    spec = _spec_params(a)
-    proposers = None
-    if spec.type != "none":
-        from .speculative.proposer import make_proposers
-
-        proposers = make_proposers(spec, model, params, c.n_seq_max)
-        log.info(f"load_model: speculative decoding: {spec.type}, up to {spec.draft_len} draft tokens per slot and step")
-    max_queue = a.max_queue if a.max_queue is not None else 4 * c.n_seq_max
-    sched = Scheduler(ctx, spec, proposers, max_queue=max_queue, slot_prompt_similarity=a.slot_prompt_similarity)
-    sched.start()
-    log.info(f"load_model: up to {max_queue} requests wait for a slot (--max-queue); --timeout {a.timeout:g} s")
-    state.alias = a.alias or model.path.stem
-    state.attach(model, ctx, sched)
+def replica_argv(argv: list[str]) -> tuple[str, ...]:
+    """The `serve` flags as typed, minus the ones that are the replicated application's (the
+    replicas, Ray, the routing, host and port): what each replica runs, for the log."""
+    if "serve" in argv:
+        argv = argv[argv.index("serve") + 1:]
+    own: list[str] = []
+    skip = False
+    for x in argv:
+        if skip:
+            skip = False
+            continue
+        if x.split("=", 1)[0] in SERVE_FLAGS_OWN:
+            skip = "=" not in x
+            continue
+        own.append(x)
+    return tuple(own)
 
 
 def cmd_serve(a: argparse.Namespace) -> int:
     import uvicorn
 
-    from .server.bridge import ServerState
-    from .server.http import create_app
+    from ..server.http import create_app
+    from ..server.startup import load_model, server_state, tune_server_process
 
     setup_logging(verbose=True)
-    if a.replicas is not None or a.min_replicas is not None or a.max_replicas is not None:
-        from .replicas.app import run_replicas
+    s = serve_settings(a)
+    s.check()  # bad -np, --max-queue, --timeout ... fail before anything starts
+    if s.replicas.wanted:
+        from ..replicas.app import run_replicas
 
-        argv = list(getattr(a, "argv", None) or sys.argv[1:])
-        return run_replicas(a, argv[argv.index("serve") + 1:] if "serve" in argv else argv)
+        return run_replicas(s, replica_argv(list(getattr(a, "argv", None) or sys.argv[1:])))
     log = logger("main")
     tune_server_process()
-    resolve_parallel(a.parallel, a.kv_unified)  # bad -np fails before anything starts
-    from .cli_cmds import _spec_params
-
-    _spec_params(a)  # so do bad --spec-* flags
-    for name, v in (("--max-queue", a.max_queue), ("--timeout", a.timeout), ("--max-body", a.max_body), ("--shutdown-timeout", a.shutdown_timeout)):
-        if v is not None and v < 0:
-            raise ValueError(f"{name} ({v:g}) must be >= 0")
-    if a.host not in ("127.0.0.1", "localhost", "::1"):
-        log.warning(f"listening on {a.host}: anyone who can reach this address can use the server"
-                    + ("" if a.api_key else "; set --api-key"))
-    state = ServerState(api_key=a.api_key, metrics=a.metrics, slots=a.slots, max_body=int(a.max_body * MiB),
-                        timeout=a.timeout)
-    config = uvicorn.Config(create_app(state), host=a.host, port=a.port, log_level="info" if a.verbose else "warning",
-                            access_log=a.verbose, timeout_graceful_shutdown=10)
-    server = _Server(config, state, a.shutdown_timeout)
+    if s.host not in ("127.0.0.1", "localhost", "::1"):
+        log.warning(f"listening on {s.host}: anyone who can reach this address can use the server"
+                    + ("" if s.api_key else "; set --api-key"))
+    state = server_state(s)
+    config = uvicorn.Config(create_app(state), host=s.host, port=s.port, log_level="info" if s.verbose else "warning",
+                            access_log=s.verbose, timeout_graceful_shutdown=10)
+    server = _Server(config, state, s.shutdown_timeout)
     failed: list[BaseException] = []
 
     def loader() -> None:
         try:
-            _load(a, state)
+            load_model(s, state)
         except BaseException as e:  # noqa: BLE001 - reported, then the server stops
             failed.append(e)
             server.should_exit = True
@@ -151,21 +131,6 @@ def cmd_serve(a: argparse.Namespace) -> int:
         return 1
     log.info(f"server stopped after {time.perf_counter() - t0:.1f} s")
     return 0
-
-
-def tune_server_process() -> None:
-    """A long-running server process's settings (llamapy serve, and each replica of
-    --replicas): glibc's heap (memory/heap.py tune_heap, with 2 arenas: each thread that
-    allocates would get its own, up to 8 per core, which keeps what it freed, so the HTTP worker
-    threads slowly grow the resident set; what the heap holds when the server goes idle is
-    handed back by the scheduler's release_heap, malloc_trim) and oneDNN's primitive cache.
-    oneDNN keeps a primitive (and its buffers) per GEMM shape it met, up to 1024 of them; a
-    server's prefills meet a new row count at nearly every step, and a soak of 2,000 requests
-    grew the resident set by ~40 MiB through it (found with memray).  16 bound it."""
-    from .memory.heap import tune_heap
-
-    tune_heap(arenas=2)
-    os.environ.setdefault("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "16")
 
 
 class _Server:

@@ -6,7 +6,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from .cli_cmds import _device
+from .args import ctx_params, load_context, pipe_params, resolve_device, spec_params
+from .flags import add_context, add_model, add_pipeline, add_speculative, gpu_layers
 
 
 def _ints(s: str) -> list[int]:
@@ -30,10 +31,10 @@ def _pairs(s: str) -> tuple[int, int]:
     return a[0], a[1]
 
 
-def add_parser(sub, common) -> None:
-    """Register bench, batched-bench and perplexity; `common` is the cli module."""
+def add_parser(sub) -> None:
+    """Register bench, batched-bench and perplexity."""
     p = sub.add_parser("bench", help="llama-bench: pp/tg tokens per second over every combination of options")
-    common._add_model(p)
+    add_model(p)
     p.add_argument("-p", "--n-prompt", type=_ints, action="append", help="prompt tokens (default 512)")
     p.add_argument("-n", "--n-gen", type=_ints, action="append", help="generated tokens (default 128)")
     p.add_argument("-pg", type=_pairs, action="append", default=None, metavar="PP,TG", help="prompt then generation test")
@@ -51,15 +52,15 @@ def add_parser(sub, common) -> None:
     p.add_argument("--no-warmup", action="store_true")
     p.add_argument("--plot", default=None, metavar="FILE.png", help="draw pp t/s and compute MiB against -ub")
     p.add_argument("--device", default="auto", help="cpu, cuda or auto")
-    p.add_argument("-ngl", "--n-gpu-layers", dest="n_gpu_layers", default="auto", type=common._gpu_layers,
+    p.add_argument("-ngl", "--n-gpu-layers", dest="n_gpu_layers", default="auto", type=gpu_layers,
                    help="llama-bench's layers in VRAM (one value): 0 means --device cpu, others leave it to --device")
     p.add_argument("-v", "--verbose", action="store_true")
-    common._add_speculative(p)  # tg tests then generate greedily with drafts
-    common._add_pipeline(p)
+    add_speculative(p)  # tg tests then generate greedily with drafts
+    add_pipeline(p)
     p.set_defaults(fn=cmd_bench)
 
     p = sub.add_parser("batched-bench", help="llama-batched-bench: pp/tg speed with B parallel sequences")
-    common._add_model(p), common._add_context(p)
+    add_model(p), add_context(p)
     p.add_argument("-npp", type=_ints, default=[128], help="prompt tokens per sequence")
     p.add_argument("-ntg", type=_ints, default=[128], help="generated tokens per sequence")
     p.add_argument("-npl", type=_ints, default=[1], help="parallel sequences (B)")
@@ -69,11 +70,11 @@ def add_parser(sub, common) -> None:
                    help="one KV stream per sequence (the default; -kvu: one unified cache)")
     p.add_argument("--output-format", default="md", choices=("md", "jsonl"))
     p.add_argument("-v", "--verbose", action="store_true")
-    common._add_speculative(p)  # each sequence then a server slot that drafts
+    add_speculative(p)  # each sequence then a server slot that drafts
     p.set_defaults(fn=cmd_batched_bench)  # one KV stream per sequence unless -kvu, as llama-batched-bench
 
     p = sub.add_parser("perplexity", help="llama-perplexity: PPL over the second half of each n_ctx chunk")
-    common._add_model(p), common._add_context(p)
+    add_model(p), add_context(p)
     p.add_argument("-f", "--file", default=None, help="text file to score (with --kl-divergence: the base file's tokens)")
     p.add_argument("--chunks", type=int, default=-1, help="max chunks (-1: all)")
     p.add_argument("--kl-divergence-base", default=None, metavar="FILE",
@@ -90,7 +91,7 @@ def _quiet_logs(verbose: bool) -> None:
     """llama-bench's tools silence the library's log unless -v: only errors get through."""
     import logging
 
-    from .log import setup_logging
+    from ..log import setup_logging
 
     setup_logging(verbose=verbose)
     if not verbose:
@@ -106,11 +107,9 @@ def _threads(a: argparse.Namespace) -> int:
 def cmd_bench(a: argparse.Namespace) -> int:
     import torch
 
-    from .cli_cmds import _pipe_params, _spec_params
-
-    from .bench.llama_bench import BenchParams, run_bench
-    from .bench.plot import plot_ubatch
-    from .bench.printers import make_printer
+    from ..bench.llama_bench import BenchParams, run_bench
+    from ..bench.plot import plot_ubatch
+    from ..bench.printers import make_printer
 
     _quiet_logs(a.verbose)
     flat = lambda xs, d: [v for x in xs for v in x] if xs else d  # noqa: E731  (-p 1 -p 2 == -p 1,2)
@@ -118,8 +117,8 @@ def cmd_bench(a: argparse.Namespace) -> int:
         model=a.model, n_prompt=flat(a.n_prompt, [512]), n_gen=flat(a.n_gen, [128]), n_pg=a.pg or [], n_depth=a.n_depth,
         n_batch=a.batch_size, n_ubatch=a.ubatch_size, type_k=a.cache_type_k, type_v=a.cache_type_v,
         flash_attn=[_FA.get(x, x) for x in a.flash_attn], n_ctx=a.ctx_size, n_threads=a.threads or [torch.get_num_threads()],
-        reps=a.repetitions, no_warmup=a.no_warmup, device=_device(a), no_kv_offload=[bool(x) for x in a.no_kv_offload],
-        spec=_spec_params(a) if a.spec_type != "none" else None, pipe=_pipe_params(a),
+        reps=a.repetitions, no_warmup=a.no_warmup, device=resolve_device(a), no_kv_offload=[bool(x) for x in a.no_kv_offload],
+        spec=spec_params(a) if a.spec_type != "none" else None, pipe=pipe_params(a),
     )
     if p.reps < 1:
         raise ValueError(f"-r {p.reps}: need at least one repetition")
@@ -135,13 +134,12 @@ def cmd_bench(a: argparse.Namespace) -> int:
 
 
 def cmd_batched_bench(a: argparse.Namespace) -> int:
-    from .bench.batched_bench import jsonl_row, md_header, md_row, run_batched_bench
-    from .cli_cmds import _ctx_params, _load
+    from ..bench.batched_bench import jsonl_row, md_header, md_row, run_batched_bench
 
     _quiet_logs(a.verbose)
-    cp = _ctx_params(a)
+    cp = ctx_params(a)
     cp.n_seq_max = max(a.npl) if a.npl else 1  # ensure enough sequences are available
-    model, ctx = _load(a, cp)
+    model, ctx = load_context(a, cp)
     nt = _threads(a)
     if a.spec_type != "none":
         return _batched_bench_spec(a, model, ctx, cp, nt)
@@ -159,13 +157,12 @@ def _batched_bench_spec(a: argparse.Namespace, model, ctx, cp, nt: int) -> int:
     import json
     import random
 
-    from .bench.batched_bench import md_header, md_row, n_ctx_required, run_one_spec
-    from .cli_cmds import _spec_params
-    from .speculative.proposer import make_proposers
+    from ..bench.batched_bench import md_header, md_row, n_ctx_required, run_one_spec
+    from ..speculative.proposer import make_proposers
 
     if a.pps or a.tgs:
         raise ValueError("--spec-type runs each sequence as a server slot: -pps and -tgs do not apply")
-    spec = _spec_params(a)
+    spec = spec_params(a)
     proposers = make_proposers(spec, model, cp, cp.n_seq_max)
     rng = random.Random(1)
     if a.output_format == "md":
@@ -190,11 +187,10 @@ def cmd_perplexity(a: argparse.Namespace) -> int:
     """llama-perplexity's main(): perplexity(), or kl_divergence() with --kl-divergence."""
     import time
 
-    from .bench import kld
-    from .bench.perplexity import perplexity, perplexity_params
-    from .cli_cmds import _pipe_params
-    from .model.model import Model
-    from .pipeline import open_context
+    from ..bench import kld
+    from ..bench.perplexity import perplexity, perplexity_params
+    from ..model.model import Model
+    from ..pipeline import open_context
 
     _quiet_logs(a.verbose)
     if a.kl_divergence and not a.kl_divergence_base:
@@ -202,17 +198,17 @@ def cmd_perplexity(a: argparse.Namespace) -> int:
                          "(written by a run with --kl-divergence-base FILE alone)")
     if not a.kl_divergence and not a.file:
         raise ValueError("perplexity needs -f FILE, the text to score (or --kl-divergence with --kl-divergence-base FILE)")
-    pipe = _pipe_params(a)
+    pipe = pipe_params(a)
     if a.kl_divergence:
         if pipe.enabled:
             raise ValueError("--kl-divergence runs in one process: drop --pp")
-        return _kl_divergence(a, Model.load(a.model, device=_device(a), exact=a.exact))
+        return _kl_divergence(a, Model.load(a.model, device=resolve_device(a), exact=a.exact))
     text = Path(a.file).read_text(encoding="utf-8", errors="replace")
     n_ctx = a.ctx_size
     params = perplexity_params(n_ctx, a.batch_size, a.ubatch_size, type_k=a.cache_type_k, type_v=a.cache_type_v,
-                               flash_attn=a.flash_attn, n_threads=a.threads, device=_device(a),
+                               flash_attn=a.flash_attn, n_threads=a.threads, device=resolve_device(a),
                                offload_kqv=not a.no_kv_offload)
-    model, ctx = open_context(a.model, params, pipe, device=_device(a), exact=a.exact, mmap=getattr(a, "mmap", None))
+    model, ctx = open_context(a.model, params, pipe, device=resolve_device(a), exact=a.exact, mmap=getattr(a, "mmap", None))
     t0 = time.perf_counter()
     tokens = model.tokenize(text, add_special=True, parse_special=False)
     print(f"perplexity: tokenization took {(time.perf_counter() - t0) * 1e3:g} ms", file=sys.stderr)
@@ -239,8 +235,8 @@ def _kl_divergence(a: argparse.Namespace, model) -> int:
     """llama-perplexity's kl_divergence(): the tokens and n_ctx come from the base file (-c only
     has to be at least its n_ctx); -f, when given, must tokenize to the same tokens; --chunks is
     ignored, as llama.cpp ignores it here (it applies when writing the base file)."""
-    from .bench import kld
-    from .bench.perplexity import make_context, perplexity
+    from ..bench import kld
+    from ..bench.perplexity import make_context, perplexity
 
     with kld.BaseFile.open(a.kl_divergence_base, model.n_vocab) as base:
         if base.n_ctx > a.ctx_size:
@@ -252,7 +248,7 @@ def _kl_divergence(a: argparse.Namespace, model) -> int:
             text = Path(a.file).read_text(encoding="utf-8", errors="replace")
             base.check_tokens(model.tokenize(text, add_special=True, parse_special=False))
         ctx = make_context(model, base.n_ctx, a.batch_size, a.ubatch_size, type_k=a.cache_type_k, type_v=a.cache_type_v,
-                           flash_attn=a.flash_attn, n_threads=a.threads, device=_device(a),
+                           flash_attn=a.flash_attn, n_threads=a.threads, device=resolve_device(a),
                        offload_kqv=not a.no_kv_offload)
         print(f"kl_divergence: computing over {base.n_chunk} chunks, n_ctx={base.n_ctx}, "
               f"batch_size={ctx.cparams.n_batch}, n_seq={ctx.cparams.n_seq_max}", file=sys.stderr)

@@ -8,20 +8,22 @@ import json
 import logging
 from dataclasses import asdict, replace
 
-from .memory.estimate import MiB, MemoryEstimate, ModelInfo, estimate_memory, model_info
-from .memory.fit import MemoryBudgetError, breakdown, default_budget, fit_ctx, largest_fitting_ctx
-from .memory.kv_types import KVType
-from .model.hparams import HParams
-from .params import ContextParams
+from ..memory.estimate import MiB, MemoryEstimate, ModelInfo, estimate_memory, model_info
+from ..memory.fit import MemoryBudgetError, breakdown, default_budget, fit_ctx, largest_fitting_ctx
+from ..memory.kv_types import KVType
+from ..model.hparams import HParams
+from ..params import ContextParams
+from .args import pipe_params
+from .flags import add_context, add_model
 
 KiB = 1024
 FIT_TYPES = ("f16", "q8_0", "q4_0")
 
 
-def add_parser(sub, common) -> None:
+def add_parser(sub) -> None:
     p = sub.add_parser("mem", help="predict weights, KV cache, compute and output memory without loading the model")
-    common._add_model(p)
-    common._add_context(p)
+    add_model(p)
+    add_context(p)
     p.add_argument("--json", action="store_true", help="print the estimate as JSON")
     p.add_argument("--fit", action="store_true", help="print the largest -c that fits for each -np, -ub and KV type")
     p.add_argument("--n-outputs", type=int, default=None, help="logits rows to reserve (default: -np, one per sequence)")
@@ -198,13 +200,12 @@ def cmd_mem(a: argparse.Namespace) -> int:
 
 def _mem_stages(a: argparse.Namespace, whole: MemoryEstimate) -> int:
     """mem --pp N: each stage's weights, KV, compute and activations in flight."""
-    from .cli_cmds import _pipe_params
-    from .pipeline import plan_stages
-    from .pipeline.estimate import estimate_stages
+    from ..pipeline import plan_stages
+    from ..pipeline.estimate import estimate_stages
 
     if any(getattr(a, n) is not None for n in ("n_layer", "n_embd", "n_head", "n_head_kv")):
         raise ValueError("mem --pp reads the tensors each stage holds: give -m, not hyperparameters")
-    pipe = _pipe_params(a)
+    pipe = pipe_params(a)
     _, stages = plan_stages(a.model, pipe)
     ests = estimate_stages(a.model, _params(a), stages, a.n_outputs, whole.cparams.n_ctx)
     if a.json:
