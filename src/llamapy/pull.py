@@ -19,10 +19,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from hashlib import sha256
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from llamapy.registry import ModelEntry, WheelMember
+from llamapy.wheel_model import ModelEntry, WheelMember
 
 # progress(stage, label, done_bytes, total_bytes); total 0 = unknown yet.
 # stage is one of "download", "extract", "verify".

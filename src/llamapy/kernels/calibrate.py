@@ -33,14 +33,12 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable
+from typing import Callable
 
 import numpy as np
 
 from ..log import logger
-
-if TYPE_CHECKING:
-    from .build import KernelLib
+from .lib import KernelLib
 
 Q4_1 = 3  # GGML type id
 N_OUT, N_IN, ROWS, REPS = 1536, 576, 8, 7  # an in-cache Q4_1 matrix (0.55 MB), a verification's rows

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 import torch
 
 from ..memory.kv_cache import KVCache
-from .build import KernelLib
+from .lib import KernelLib
 from .ops import FAST_ROWS, visible_cells
 from .types import MAX_KV_SETS, c_kv_types
 

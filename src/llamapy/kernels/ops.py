@@ -8,7 +8,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from .build import KernelLib, load_kernels
+from .build import load_kernels
+from .lib import KernelLib
 
 from .types import C_KV_TYPES, FAST_ROWS  # ubatches of fewer rows take the fused kernels
 

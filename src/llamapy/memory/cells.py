@@ -20,8 +20,8 @@ from typing import Sequence
 import numpy as np
 
 from .find_slot import find_slot
-from .mask_rule import SwaType
 from .seq_pos import SeqPos
+from .swa import SwaType
 
 _POS_INF = np.iinfo(np.int32).max
 

@@ -6,7 +6,7 @@ from typing import Sequence
 
 import numpy as np
 
-from .mask_rule import SwaType, is_masked_swa_np
+from .swa import SwaType, is_masked_swa_np
 
 
 def usable_cells(pos: np.ndarray, seq: np.ndarray, seq_pos_max: Sequence[int],

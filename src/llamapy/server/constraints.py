@@ -8,8 +8,8 @@ from typing import Any
 from starlette.concurrency import run_in_threadpool
 
 from ..grammar import Constraint, GrammarError, GrammarSpec
+from .api_error import APIError
 from .bridge import ServerState
-from .http import APIError
 from .tools import ToolPlan
 
 

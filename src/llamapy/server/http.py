@@ -4,121 +4,32 @@ live in http_openai.py.  Nothing here touches torch: requests go to the schedule
 from __future__ import annotations
 
 import hmac
-import json
 import math
-from typing import Any, AsyncIterator, Callable
+from typing import Any, AsyncIterator
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
+from fastapi.responses import JSONResponse, PlainTextResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ..gguf.ftype import ftype_name
+from .api_error import APIError, error_body, error_response, final_error
 from .bridge import Pending, ServerState
+from .constraints import compile_constraint, request_spec
+from .handoff import submit, tokenize_prompt
+from .http_openai import router as openai_router
 from .metrics import render_prometheus
 from .request import Event, Request as GenRequest
-from .schemas import (ERROR_RESPONSES, DetokenizeRequest, DetokenizeResponse, NativeCompletionRequest,
+from .schemas import (BUILD_INFO, ERROR_RESPONSES, DetokenizeRequest, DetokenizeResponse, NativeCompletionRequest,
                       NativeCompletionResponse, TokenizeRequest, TokenizeResponse, ok_response)
 from .json_body import JsonBody
 from .limits import BodyLimit
-from .scheduler import QueueFullError
-from .slots import PromptTooLongError
+from .sse import EventStream, sse
 
 OPEN_PATHS = ("/health", "/v1/health")
-ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 404: "not_found_error",
-               405: "invalid_request_error", 413: "invalid_request_error", 422: "invalid_request_error",
-               500: "server_error", 501: "not_supported_error", 503: "unavailable_error", 504: "timeout_error"}
-RETRY_AFTER_S = 1  # the Retry-After of a 503 for a full queue
-
-
-class APIError(Exception):
-    def __init__(self, status: int, message: str, headers: dict[str, str] | None = None) -> None:
-        super().__init__(message)
-        self.status, self.message, self.headers = status, message, headers
-
-
-BUILD_INFO = "llamapy"  # /props build_info and the OpenAI responses' system_fingerprint (llama_build_info's role)
-
-
-SSE_ESCAPES = {0x85: "\\u0085", 0x2028: "\\u2028", 0x2029: "\\u2029"}  # sse(): line ends to str.splitlines
-
-
-def error_body(status: int, message: str) -> dict[str, Any]:
-    return {"error": {"message": message, "type": ERROR_TYPES.get(status, "server_error"), "code": status}}
-
-
-def error_response(status: int, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
-    return JSONResponse(error_body(status, message), status_code=status, headers=headers)
-
-
-def sse(obj: Any) -> str:
-    """One server-sent event: `data: <json>` and a blank line.  Contract: the JSON holds no
-    character that any reader takes for a line end.  json.dumps escapes the C0 controls, but
-    with ensure_ascii=False it leaves U+0085, U+2028 and U+2029 raw, and readers that split
-    lines the way str.splitlines does (httpx's iter_lines / aiter_lines, and a client reading the
-    stream with them) cut the event there; a sampled token can be any of them.  (The openai
-    package's own SSE decoder splits only at CR and LF.)  They are written as JSON escapes,
-    which decode to the same text."""
-    return f"data: {json.dumps(obj, ensure_ascii=False).translate(SSE_ESCAPES)}\n\n"
-
-
-class EventStream(StreamingResponse):
-    """text/event-stream that runs on_close when the response ends for any reason (a client
-    that went away included), so its request is cancelled and its slot freed."""
-
-    def __init__(self, content: AsyncIterator[str], on_close: Callable[[], None]) -> None:
-        super().__init__(content, media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
-        self._on_close = on_close
-
-    async def __call__(self, scope, receive, send) -> None:  # type: ignore[override]
-        try:
-            await super().__call__(scope, receive, send)
-        finally:
-            self._on_close()
-
-
-def submit(state: ServerState, req: GenRequest) -> Pending:
-    """Hand a request to the scheduler; 503 while loading or shutting down and (with
-    Retry-After) when the queue is full, 400 for a prompt that cannot fit."""
-    if state.scheduler is None:
-        raise APIError(503, "Loading model")
-    if state.draining:
-        raise APIError(503, "server is shutting down")
-    req.timeout = state.timeout
-    try:
-        return Pending(state.scheduler, req)
-    except QueueFullError as e:
-        raise APIError(503, str(e), {"Retry-After": str(RETRY_AFTER_S)}) from None
-    except PromptTooLongError as e:
-        raise APIError(400, str(e)) from None
-    except ValueError as e:
-        raise APIError(400, str(e)) from None
-
-
-def final_error(ev: Event) -> APIError | None:
-    """A final event that ended in error/abort, as the HTTP error it maps to."""
-    if ev.finish_reason == "abort":
-        return APIError(503, ev.error or "request aborted")
-    if ev.finish_reason == "error":
-        return APIError(500, ev.error or "internal error")
-    if ev.finish_reason == "timeout":
-        return APIError(504, ev.error)
-    return None
-
-
-def tokenize_prompt(state: ServerState, prompt: str | list[int]) -> list[int]:
-    if isinstance(prompt, list):
-        bad = [t for t in prompt if not 0 <= t < state.model.n_vocab]
-        if bad:
-            raise APIError(400, f"prompt: token id {bad[0]} out of range (n_vocab = {state.model.n_vocab})")
-        return list(prompt)
-    return state.model.tokenize(prompt, add_special=True, parse_special=True)
 
 
 def create_app(state: ServerState) -> BodyLimit:
-    from .constraints import compile_constraint, request_spec
-    from .http_openai import router as openai_router
-
     app = FastAPI(title="llamapy server", docs_url=None, redoc_url=None, openapi_url="/openapi.json",
                   responses=ERROR_RESPONSES)
     app.state.llama = state

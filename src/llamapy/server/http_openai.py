@@ -11,11 +11,13 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
 from . import tools
+from .api_error import APIError, error_body, error_response, final_error
 from .bridge import Pending, ServerState
 from .constraints import compile_constraint, request_spec
-from .http import BUILD_INFO, APIError, EventStream, error_body, error_response, final_error, sse, submit, tokenize_prompt
+from .handoff import submit, tokenize_prompt
 from .request import Event, Request as GenRequest, Usage
-from .schemas import ChatCompletionRequest, ChatCompletionResponse, CompletionRequest, CompletionResponse, ok_response
+from .schemas import BUILD_INFO, ChatCompletionRequest, ChatCompletionResponse, CompletionRequest, CompletionResponse, ok_response
+from .sse import EventStream, sse
 
 router = APIRouter()
 

@@ -8,6 +8,8 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from ..sampling import LLAMA_DEFAULT_SEED, SamplingParams
 
+BUILD_INFO = "llamapy"  # /props build_info and the OpenAI responses' system_fingerprint (llama_build_info's role)
+
 
 class _Sampling(BaseModel):
     model_config = ConfigDict(extra="ignore", strict=True)  # "5" is not 5: what the schema says is what passes

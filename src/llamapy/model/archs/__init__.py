@@ -1,15 +1,7 @@
-"""Architecture registry: one file per architecture, registered by its GGUF name."""
+"""Architecture registry: one file per architecture, its class naming its GGUF
+`general.architecture` in `arch_name`.  The registry imports the architectures; they import
+nothing of it."""
 from __future__ import annotations
-
-from typing import Callable
-
-
-def register(name: str) -> Callable[[type], type]:
-    def deco(cls: type) -> type:
-        cls.arch_name = name
-        return cls
-
-    return deco
 
 
 def arch_class(name: str) -> type:

@@ -25,7 +25,6 @@ from ..loader import WeightLoader
 from ..qmatrix import QMatrix
 from ..rope import ROPE_TYPE_NEOX, RopeParams, apply_rope, apply_rope_, rope_cos_sin
 from ..stage import StageLayers
-from . import register
 
 
 @dataclass(slots=True)
@@ -53,8 +52,8 @@ def attention_scale(hp: HParams) -> float:
     return 1.0 / math.sqrt(hp.n_embd_head_k)
 
 
-@register("gemma3")
 class Gemma3Model:
+    arch_name = "gemma3"  # GGUF general.architecture (archs.arch_class looks it up)
     rope_type = ROPE_TYPE_NEOX
 
     def __init__(self, hp: HParams, w: WeightLoader, stage: StageLayers | None = None) -> None:

@@ -17,7 +17,6 @@ from ..loader import WeightLoader
 from ..qmatrix import QMatrix
 from ..rope import ROPE_TYPE_NORM, RopeParams, apply_rope, apply_rope_, rope_cos_sin
 from ..stage import StageLayers
-from . import register
 
 
 @dataclass(slots=True)
@@ -30,8 +29,8 @@ class LlamaLayer:
     ffn_down: QMatrix  # [n_embd, n_ff]
 
 
-@register("llama")
 class LlamaModel:
+    arch_name = "llama"  # GGUF general.architecture (archs.arch_class looks it up)
     rope_type = ROPE_TYPE_NORM
 
     def __init__(self, hp: HParams, w: WeightLoader, stage: StageLayers | None = None) -> None:

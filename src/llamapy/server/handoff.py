@@ -1,0 +1,38 @@
+"""A route's request handed to the scheduler thread: its prompt as token ids (tokenize_prompt)
+and its submission (submit), with the HTTP errors they answer for."""
+from __future__ import annotations
+
+from .api_error import APIError
+from .bridge import Pending, ServerState
+from .request import Request as GenRequest
+from .scheduler import QueueFullError
+from .slots import PromptTooLongError
+
+RETRY_AFTER_S = 1  # the Retry-After of a 503 for a full queue
+
+
+def submit(state: ServerState, req: GenRequest) -> Pending:
+    """Hand a request to the scheduler; 503 while loading or shutting down and (with
+    Retry-After) when the queue is full, 400 for a prompt that cannot fit."""
+    if state.scheduler is None:
+        raise APIError(503, "Loading model")
+    if state.draining:
+        raise APIError(503, "server is shutting down")
+    req.timeout = state.timeout
+    try:
+        return Pending(state.scheduler, req)
+    except QueueFullError as e:
+        raise APIError(503, str(e), {"Retry-After": str(RETRY_AFTER_S)}) from None
+    except PromptTooLongError as e:
+        raise APIError(400, str(e)) from None
+    except ValueError as e:
+        raise APIError(400, str(e)) from None
+
+
+def tokenize_prompt(state: ServerState, prompt: str | list[int]) -> list[int]:
+    if isinstance(prompt, list):
+        bad = [t for t in prompt if not 0 <= t < state.model.n_vocab]
+        if bad:
+            raise APIError(400, f"prompt: token id {bad[0]} out of range (n_vocab = {state.model.n_vocab})")
+        return list(prompt)
+    return state.model.tokenize(prompt, add_special=True, parse_special=True)
