@@ -10,8 +10,11 @@ from .batch import Batch
 from .context import Context
 from .grammar.constraint import GrammarDeadEnd
 from .sampling import Sampler
+from .speculative.verify import draft_tokens, verify_draft
 
 if TYPE_CHECKING:
+    import torch
+
     from .speculative import Speculator
 
 
@@ -28,16 +31,6 @@ class GenTimings:
     n_verify: int = 0  # decodes that verified a draft
     n_verify_ubatches: int = 0  # ... and the ubatches they took (-ub splits a wide verification)
     error: str = ""  # why a "grammar" stop happened
-
-
-def common_prefix(a: list[int], b: list[int]) -> int:
-    """Length of the longest common prefix of two token lists (the reusable cached part)."""
-    n = 0
-    for x, y in zip(a, b):
-        if x != y:
-            break
-        n += 1
-    return n
 
 
 def prefill(ctx: Context, ids: list[int], seq_id: int = 0) -> None:
@@ -63,8 +56,9 @@ def generate(ctx: Context, sampler: Sampler, prompt: list[int], n_predict: int, 
     positions with logits on every row; the drafts are verified in order (Sampler.verify:
     greedy agreement, or rejection sampling that keeps the output distribution the target's)
     and the cells from the first rejected draft on are removed (seq_rm), so the cache holds
-    what a run without speculation would hold.  stop_at_eog False (benchmarks): an
-    end-of-generation token is generated like any other."""
+    what a run without speculation would hold (speculative.verify, shared with the server).
+    The tokens one verification emits are yielded after it.  stop_at_eog False (benchmarks):
+    an end-of-generation token is generated like any other."""
     tm = timings if timings is not None else GenTimings()
     tok = ctx.model.tokenizer
     t0 = time.perf_counter()
@@ -74,7 +68,7 @@ def generate(ctx: Context, sampler: Sampler, prompt: list[int], n_predict: int, 
     tm.n_prompt, tm.t_prompt = len(prompt), time.perf_counter() - t0
     for t in prompt:  # llama-cli pushes prompt tokens into the penalty window too
         sampler.accept(t)
-    seq = list(prompt)  # the sequence so far, for the draft source
+    seq = list(prompt)  # the prompt and the tokens decoded after it: the draft source
     t0 = time.perf_counter()
 
     def emit(token: int) -> str:
@@ -84,7 +78,6 @@ def generate(ctx: Context, sampler: Sampler, prompt: list[int], n_predict: int, 
         if stop_at_eog and eog:
             return "eog"
         tm.tokens.append(token)
-        seq.append(token)
         tm.n_gen, tm.t_gen = len(tm.tokens), time.perf_counter() - t0
         return "length" if 0 <= n_predict <= len(tm.tokens) else ""
 
@@ -102,27 +95,38 @@ def generate(ctx: Context, sampler: Sampler, prompt: list[int], n_predict: int, 
 
 def _loop(ctx: Context, sampler: Sampler, spec: "Speculator | None", tm: GenTimings, emit: Callable[[int], str],
           seq: list[int], n_predict: int, seq_id: int) -> Iterator[int]:
-    """generate()'s decode loop after the prompt: sample, emit, decode (with a draft)."""
+    """generate()'s decode loop after the prompt: sample and emit, then decode the token (with
+    a draft) and verify (speculative.verify, the server's too).  seq: the prompt and the tokens
+    decoded after it; a token enters it when it goes into a batch (a kept draft: verify_draft)."""
     n_ctx_seq = ctx.n_ctx_seq
-    grammar = sampler.grammar
-    token = sampler.sample(ctx.get_logits_ith(-1))
-    while True:
-        stop = emit(token)
+    token = -1  # the token emitted last, decoded next
+    out: list[int] = []  # emitted tokens not yet yielded
+
+    def push(t: int, logits: "torch.Tensor | None" = None) -> bool:
+        nonlocal token
+        token = t
+        stop = emit(t)
         if stop != "eog":
-            yield token
+            out.append(t)
         if stop:
             tm.stop = stop
+        return not stop
+
+    going = push(sampler.sample(ctx.get_logits_ith(-1)))
+    while True:
+        yield from out
+        out.clear()
+        if not going:
             break
         pos = ctx.memory.seq_pos_max(seq_id) + 1
         if pos >= n_ctx_seq:
             tm.stop = "context"
             break
+        seq.append(token)
         room = n_ctx_seq - pos - 1
         if n_predict >= 0:
             room = min(room, n_predict - len(tm.tokens))
-        draft = spec.draft(seq, room) if spec is not None and room > 0 else []
-        if draft and grammar is not None:  # drafts the grammar rejects are never verified
-            draft = draft[: grammar.valid_prefix(draft)]
+        draft = draft_tokens(spec, sampler, seq, room)
         b = Batch()
         b.add(token, pos, (seq_id,), logits=True)
         for i, d in enumerate(draft):
@@ -131,27 +135,8 @@ def _loop(ctx: Context, sampler: Sampler, spec: "Speculator | None", tm: GenTimi
         if draft:
             tm.n_verify += 1
             tm.n_verify_ubatches += ctx.stats.ubatches_per_decode[-1]
-        token, n_ok, stop = -1, 0, ""
-        for i, d in enumerate(draft):
-            t, ok = sampler.verify(ctx.get_logits_ith(i), d)
-            if not ok:
-                token = t
-                break
-            n_ok += 1
-            stop = emit(d)
-            if stop != "eog":
-                yield d
-            if stop:
-                break
-        # the cache keeps what a run without speculation would hold: the drafts accepted before
-        # a rejection; on a stop, not the last token emitted (nor an end-of-generation token)
-        cut = pos + n_ok if stop else pos + 1 + n_ok
-        if cut <= pos + len(draft):
-            ctx.memory.seq_rm(seq_id, cut, -1)
-        if spec is not None and draft:
-            spec.verified(seq, len(draft), n_ok)
-        if stop:
-            tm.stop = stop
-            break
-        if token < 0:  # every draft kept: the token after the last comes from its row
-            token = sampler.sample(ctx.get_logits_ith(len(draft)))
+        try:
+            going = verify_draft(ctx, seq_id, pos, seq, draft, sampler, spec, ctx.get_logits_ith, push)
+        except GrammarDeadEnd:  # what was emitted before it still streams
+            yield from out
+            raise

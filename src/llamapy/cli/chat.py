@@ -23,7 +23,7 @@ def add_parser(sub) -> None:
 def cmd_chat(a: argparse.Namespace) -> int:
     """Each turn re-renders the conversation with the chat template, keeps the longest common
     token prefix already in the cache and decodes only the rest."""
-    from ..generate import common_prefix
+    from ..tokens import common_prefix
     from ..memory.factory import can_reuse_prefix
 
     setup_logging(verbose=a.verbose)

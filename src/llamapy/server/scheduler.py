@@ -1,12 +1,12 @@
 """Scheduler (llama-server's update_slots loop), no HTTP in it.
 
-Every step builds ONE batch of at most n_batch rows: first the pending token of every
-generating slot (followed, when the server speculates, by that slot's draft: consecutive
-positions with logits on every row, verified after the decode), then prompt chunks of
-prefilling slots in the room left (chunked prefill, so a long prompt never stalls the others'
-tokens).  One decode, then one sample per slot that
-asked for logits.  Requests beyond the slots wait in FIFO order.  The loop runs in one
-background thread; other threads only call submit() / cancel() / snapshot()."""
+Every step builds ONE batch of at most n_batch rows (server/step_batch.py: the pending token
+of every generating slot with its draft, then prompt chunks of prefilling slots in the room
+left).  One decode, then each slot that asked for logits gets its next token(s)
+(server/slot_output.py: sampled or verified, streamed, finished).  Requests beyond the slots
+wait in FIFO order and take the slot whose prompt cache fits them (server/prompt_cache.py).
+The loop runs in one background thread; other threads only call submit() / cancel() /
+snapshot()."""
 from __future__ import annotations
 
 import queue
@@ -15,26 +15,24 @@ import time
 from collections import deque
 from dataclasses import dataclass
 
-import numpy as np
-import torch
-
 from ..batch import Batch
 from ..context import Context
 from ..log import logger
 from ..memory.kv_cache import KVCacheFullError
 from ..pipeline.comm import StageError
 from ..grammar import GrammarDeadEnd
-from ..sampling import Sampler, token_probabilities
+from ..sampling import Sampler
 from ..tokenizer.build import release_heap
 from ..tokenizer import StreamDecoder
 from .metrics import ServerMetrics
+from .prompt_cache import SLOT_PROMPT_SIMILARITY, free_idle_caches, keep_prefix, pick_slot
 from .request import Event, Request, Usage
-from ..generate import common_prefix
+from .slot_output import SlotOutput
 from .slots import Slot, SlotState, check_prompt_fits
+from .step_batch import BatchRow, build_step
 from ..speculative import SpecParams, Speculator
 
-SLOT_PROMPT_SIMILARITY = 0.5  # llama-server's -sps default
-
+__all__ = ["BatchRow", "QueueFullError", "SLOT_PROMPT_SIMILARITY", "Scheduler"]
 
 log = logger("srv")
 TRIM_EVERY_S = 5.0  # at most this often, when idle, freed heap memory goes back to the OS (malloc_trim)
@@ -48,15 +46,6 @@ class QueueFullError(RuntimeError):
 class _Cancel:
     request_id: int
     reason: str = "cancelled"
-
-
-@dataclass(frozen=True, slots=True)
-class BatchRow:
-    """What one row of the last batch was: for tests and /slots debugging."""
-
-    slot: int
-    pos: int
-    kind: str  # "gen" | "prompt"
 
 
 class Scheduler:
@@ -75,8 +64,6 @@ class Scheduler:
         self.spec = spec if spec is not None and spec.type != "none" else None
         self.proposers = proposers or []
         self.tok = ctx.model.tokenizer
-        self._eog = torch.tensor(sorted(self.tok.vocab.eog_ids), dtype=torch.long)
-        self._masked: torch.Tensor | None = None  # [n_vocab] _logits' ignore_eos copy, reused
         c = ctx.cparams
         self.n_batch = c.n_batch
         self.slots = [Slot(i, c.n_ctx_seq) for i in range(c.n_seq_max)]
@@ -85,6 +72,7 @@ class Scheduler:
         self.waiting: deque[Request] = deque()
         self.last_batch: list[BatchRow] = []
         self.metrics = ServerMetrics(kv_cells_total=ctx.memory.kv_size)
+        self.out = SlotOutput(ctx, self.metrics)  # sampling / verification, streaming, finishing
         self._inbox: queue.Queue[Request | _Cancel] = queue.Queue()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -225,16 +213,8 @@ class Scheduler:
                              drop_cells=True)
 
     def _pick_slot(self, idle: list[Slot], prompt: list[int]) -> Slot:
-        """llama-server's get_available_slot: the idle slot whose cache shares the longest
-        prefix with the prompt, if that prefix is more than slot_prompt_similarity of the
-        prompt; else the least recently used idle slot.  (Picking the longest prefix however
-        short would hand a new conversation the slot of another that shares only the chat
-        template's first tokens, and evict it.)"""
-        if self.slot_prompt_similarity > 0 and prompt:
-            lcp, best = max(((common_prefix(s.cache_tokens, prompt), s) for s in idle), key=lambda t: (t[0], -t[1].t_last))
-            if lcp / len(prompt) > self.slot_prompt_similarity:
-                return best
-        return min(idle, key=lambda s: s.t_last)
+        """prompt_cache.pick_slot with this server's -sps."""
+        return pick_slot(idle, prompt, self.slot_prompt_similarity)
 
     def _assign(self) -> None:
         """Give waiting requests to idle slots (_pick_slot)."""
@@ -254,11 +234,7 @@ class Scheduler:
                 continue
             n_keep = slot.start(req, sampler, StreamDecoder(self.tok))
             slot.spec = self._speculator(slot.id, req)
-            can_reuse = getattr(self.ctx.memory, "can_reuse_prefix", None)  # SWA: the window may have moved on
-            if n_keep > 0 and can_reuse is not None and not can_reuse(slot.id, n_keep):
-                n_keep = slot.n_past = slot.n_cached = 0
-                slot.cache_tokens = []
-            self.ctx.memory.seq_rm(slot.id, n_keep, -1)
+            n_keep = keep_prefix(self.ctx.memory, slot, n_keep)
             self.metrics.n_prompt_tokens_cached_total += n_keep
             for t in req.prompt:  # like llama-server: prompt tokens enter the penalty window
                 sampler.accept(t)
@@ -275,56 +251,12 @@ class Scheduler:
             prop.p_min = float(o.get("p_min", self.spec.p_min))
         return Speculator(prop, int(o.get("n_max", self.spec.draft_len)), int(o.get("n_min", self.spec.n_min)))
 
-    def _draft(self, s: Slot, room: int) -> list[int]:
-        """The slot's draft for this step, within the room left in the batch, the slot's cells
-        (one kept free) and the tokens the request may still generate (less the one after the
-        draft)."""
-        if s.spec is None:
-            return []
-        n = min(room, s.n_ctx - len(s.cache_tokens) - 2)
-        if s.request.max_tokens >= 0:
-            n = min(n, s.request.max_tokens - s.n_decoded - 1)
-        draft = s.spec.draft(s.cache_tokens + [s.sampled], n) if n > 0 else []
-        g = s.sampler.grammar
-        return draft[: g.valid_prefix(draft)] if draft and g is not None else draft
-
     def _build(self, with_prompts: bool, with_drafts: bool = True) -> tuple[Batch, list[tuple[Slot, list[int]]]]:
-        """The step's batch and, per slot, the tokens it adds to the cache if decode succeeds."""
-        b = Batch()
-        rows: list[BatchRow] = []
-        added: list[tuple[Slot, list[int]]] = []
-        for s in self.slots:
-            s.i_batch = -1
-        for s in self.slots:  # 1. one token for every generating slot, and its draft
-            s.draft = []
-            if s.state is SlotState.GENERATING and b.n_tokens < self.n_batch:
-                pos = len(s.cache_tokens)
-                b.add(s.sampled, pos, (s.id,), logits=True)
-                rows.append(BatchRow(s.id, pos, "gen"))
-                s.i_batch = b.n_tokens - 1
-                if with_drafts:
-                    s.draft = self._draft(s, self.n_batch - b.n_tokens)
-                for j, d in enumerate(s.draft):
-                    b.add(d, pos + 1 + j, (s.id,), logits=True)
-                    rows.append(BatchRow(s.id, pos + 1 + j, "draft"))
-                added.append((s, [s.sampled] + s.draft))
-        prefilling = sorted((s for s in self.slots if s.state is SlotState.PREFILLING), key=lambda s: s.request.t_arrival)
-        for s in prefilling if with_prompts else ():  # 2. prompt chunks in the room left
-            room = self.n_batch - b.n_tokens
-            if room <= 0:
-                break
-            prompt = s.request.prompt
-            chunk = prompt[s.n_past : s.n_past + room]
-            for j, t in enumerate(chunk):
-                pos = s.n_past + j
-                last = pos == len(prompt) - 1
-                b.add(t, pos, (s.id,), logits=last)
-                rows.append(BatchRow(s.id, pos, "prompt"))
-                if last:
-                    s.i_batch = b.n_tokens - 1
-            added.append((s, chunk))
-        self.last_batch = rows
-        return b, added
+        """The step's batch (step_batch.build_step) and, per slot, the tokens it adds to the
+        cache if decode succeeds; the rows kept in last_batch."""
+        step = build_step(self.slots, self.n_batch, with_prompts, with_drafts)
+        self.last_batch = step.rows
+        return step.batch, step.added
 
     def _decode_step(self) -> int:
         """Decode this step's batch; on a full (unified) cache, free idle slots' prompt caches,
@@ -339,7 +271,7 @@ class Scheduler:
                 self.ctx.decode(b)
                 break
             except KVCacheFullError as e:
-                if self._free_idle_caches():
+                if free_idle_caches(self.ctx.memory, self.slots):
                     continue
                 if with_drafts and any(s.draft for s, _ in added):
                     with_drafts = False
@@ -360,112 +292,15 @@ class Scheduler:
         for s, _ in added:
             if s.i_batch >= 0:
                 try:
-                    self._sample(s)
+                    self.out.sample(s)
                 except GrammarDeadEnd as e:  # this request ends; the others go on
                     self.ctx.memory.seq_rm(s.id, len(s.cache_tokens), -1)
                     self._finish(s, "grammar", error=str(e))
         return b.n_tokens
 
-    def _free_idle_caches(self) -> bool:
-        freed = False
-        for s in self.slots:
-            if s.is_idle and s.cache_tokens:
-                self.ctx.memory.seq_rm(s.id, -1, -1)
-                s.cache_tokens = []
-                freed = True
-        return freed
-
-    # --- sampling and results -------------------------------------------------------------------
-    def _sample(self, s: Slot) -> None:
-        """The slot's next token(s) from this step's logits.  With a draft: each drafted token
-        verified in order against the logits of the row before it (Sampler.verify), the
-        accepted ones emitted; the first rejected one is replaced by the token verify drew; when
-        all are accepted, one more token is sampled from the last row.  The cells of drafts not
-        kept (and of an accepted one the request ended on) are removed, so the slot's cells
-        are what they would be without speculation."""
-        draft, s.draft = s.draft, []
-        if draft:
-            del s.cache_tokens[len(s.cache_tokens) - len(draft) :]  # up to `sampled`, as without a draft
-            s.spec.n_drafted, s.spec.n_verifications = s.spec.n_drafted + len(draft), s.spec.n_verifications + 1
-            m = self.metrics
-            m.n_draft_tokens, m.n_draft_verif_steps = m.n_draft_tokens + len(draft), m.n_draft_verif_steps + 1
-        n_ok = 0
-        for j, d in enumerate(draft):
-            logits = self._logits(s, s.i_batch + j)
-            tok, ok = s.sampler.verify(logits, d)
-            n_ok += ok
-            s.spec.n_accepted += ok  # counted before _emit: the request may end, with its timings, here
-            self.metrics.n_draft_accepted += ok
-            if not self._emit(s, tok, logits) or not ok:
-                break
-            s.cache_tokens.append(d)  # accepted and generation goes on: its cell stays
-        else:
-            logits = self._logits(s, s.i_batch + len(draft))
-            self._emit(s, s.sampler.sample(logits), logits)
-        if draft:
-            self.ctx.memory.seq_rm(s.id, len(s.cache_tokens), -1)
-            s.spec.settle(s.cache_tokens, len(draft), n_ok)  # the next draft's length, the draft cache
-
-    def _logits(self, s: Slot, row: int) -> torch.Tensor:
-        """Batch row `row`'s logits [n_vocab], end-of-generation tokens masked for ignore_eos:
-        then a copy in one buffer that the next call overwrites (each row's logits are used up
-        before the next row's are asked for; a fresh megabyte a row cost a server step ~2%)."""
-        logits = self.ctx.get_logits_ith(row)  # [n_vocab]
-        if s.request.ignore_eos:
-            if self._masked is None or self._masked.shape != logits.shape or self._masked.device != logits.device:
-                self._masked = torch.empty_like(logits)
-            # On the CPU one thread's memcpy: torch's copy_ splits a row this size among its threads,
-            # and while the server streams, the second core is busy (0.5 ms a row; 30 us this way).
-            if logits.device.type == "cpu" and logits.dtype == torch.float32:
-                np.copyto(self._masked.numpy(), logits.detach().numpy())
-            else:
-                self._masked.copy_(logits)
-            logits = self._masked
-            logits[self._eog] = float("-inf")
-        return logits
-
-    def _emit(self, s: Slot, tok: int, logits: torch.Tensor) -> bool:
-        """Record a generated token and stream it; False when the request ended with it."""
-        req = s.request
-        eog = self.tok.is_eog(tok)
-        s.sampler.accept(tok, accept_grammar=not eog)
-        if s.state is SlotState.PREFILLING:
-            if s.spec is not None and s.spec.n_max > 0:  # a draft model reads the prompt as part of prompt
-                s.spec.prefill(s.cache_tokens)  # processing (llama-server mirrors the prompt's batches into it)
-            s.state, s.t_prompt_done = SlotState.GENERATING, time.perf_counter()
-        s.n_decoded += 1
-        self.metrics.on_tokens(1)
-        if eog:
-            self._finish(s, "stop")
-            return False
-        probs, prob = None, 0.0
-        if req.n_probs > 0 and req.post_sampling_probs:  # the chain's candidates (Sampler.post_sampling_probs)
-            prob, probs = s.sampler.post_sampling_probs(tok, req.n_probs)
-        elif req.n_probs > 0:  # llama-server's default: probabilities before the sampler chain
-            probs = token_probabilities(logits, req.n_probs)
-            prob = float(torch.softmax(logits, dim=0)[tok])
-        text = s.stops.push(s.decoder.feed(tok))
-        req.sink(Event(req.id, text=text, token=tok, probs=probs, prob=prob))
-        if s.stops.matched:
-            self._finish(s, "stop")
-        elif 0 <= req.max_tokens <= s.n_decoded:
-            self._finish(s, "length")
-        elif len(s.cache_tokens) >= s.n_ctx:  # no cell left in the slot for this token
-            self._finish(s, "length")
-        else:
-            s.sampled = tok
-            return True
-        return False
-
     def _finish(self, s: Slot, reason: str, error: str = "", drop_cells: bool = False) -> None:
-        """End the slot's request with a final event; drop_cells also removes its cells."""
-        req, ev = s.request, s.final_event(reason, error)
-        if drop_cells:
-            self.ctx.memory.seq_rm(s.id, -1, -1)
-            s.cache_tokens = []
-        s.release()
-        self.metrics.n_requests_finished += 1
-        req.sink(ev)
+        """End the slot's request with a final event (SlotOutput.finish)."""
+        self.out.finish(s, reason, error, drop_cells)
 
     def _publish(self) -> None:
         m = self.metrics

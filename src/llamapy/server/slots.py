@@ -9,7 +9,7 @@ import enum
 import time
 from dataclasses import dataclass, field
 
-from ..generate import common_prefix
+from ..tokens import common_prefix
 from ..sampling import Sampler
 from ..tokenizer import StreamDecoder
 from .request import Event, Request, Usage

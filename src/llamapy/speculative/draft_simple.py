@@ -9,8 +9,8 @@ import torch
 
 from ..batch import Batch
 from ..context import Context
-from ..generate import common_prefix
 from ..kernels.ops import argmax
+from ..tokens import common_prefix
 
 
 class VocabMismatchError(ValueError):

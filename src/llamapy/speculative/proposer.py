@@ -133,17 +133,11 @@ class Speculator:
         if pre is not None:
             pre(tokens)
 
-    def verified(self, tokens: list[int], n_draft: int, n_accepted: int) -> None:
-        """After a verification: the counts, then settle()."""
-        self.n_drafted += n_draft
-        self.n_accepted += n_accepted
-        self.n_verifications += 1
-        self.settle(tokens, n_draft, n_accepted)
-
     def settle(self, tokens: list[int], n_draft: int, n_accepted: int) -> None:
-        """The next draft's length from this one's fate, and the proposer told the sequence
-        kept (a draft model drops its rejected cells).  The server counts as it goes instead of
-        in verified(): a request may end, with its timings, inside a verification."""
+        """After a verification: the next draft's length from this one's fate, and the proposer
+        told the sequence kept (a draft model drops its rejected cells).  The counts are
+        speculative.verify's, made as it goes: a request may end, with its timings, inside a
+        verification."""
         if self.backoff is not None:
             self.backoff.record(n_draft, n_accepted)
         self.proposer.accepted(tokens)
