@@ -143,7 +143,14 @@ def level_flags(level: str, machine: str, feats: frozenset[str]) -> list[str]:
 
 
 def sources() -> list[Path]:
+    """The translation units the compiler is given (kernels/c/*.c)."""
     return sorted(SOURCE_DIR.glob("*.c"))
+
+
+def source_files() -> list[Path]:
+    """Every file the build reads: the translation units, the headers and the parts a unit
+    includes whole (*.inc); a change in any of them is a new build (library_path's key)."""
+    return sorted(p for p in SOURCE_DIR.iterdir() if p.suffix in (".c", ".h", ".inc"))
 
 
 def compile_library(cc: str, flags: list[str], out: Path) -> None:
@@ -172,7 +179,7 @@ def library_path(cc: str, level: str, machine: str, feats: frozenset[str]) -> tu
     build to another."""
     flags = level_flags(level, machine, feats)
     h = hashlib.sha256(" ".join([cc, *BASE_FLAGS, *flags, machine, *sorted(feats)]).encode())
-    for src in sources() + sorted(SOURCE_DIR.glob("*.h")):
+    for src in source_files():
         h.update(src.name.encode() + src.read_bytes())
     return _cache_root() / h.hexdigest()[:16] / f"libllamapy_{level}.so", flags
 

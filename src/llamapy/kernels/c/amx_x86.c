@@ -21,7 +21,9 @@
  * lanes: benchmarks/kernel_ab.py on that Xeon, 2 threads, AMX against the lanes: 512 rows
  * 1.74-1.91x (Q5_0, Q8_0, Q4_K, Q5_K), 128 rows 1.10-1.53x, 64 rows 0.85-1.32x, 16 rows
  * 0.46-0.79x; Q6_K at 256 rows 0.86x. */
-#include "lp.h"
+#include "amx_x86.h"
+#include "quants.h"
+#include "unpack_x86.h"
 
 #if defined(LP_AMX)
 #include <sys/syscall.h>
@@ -98,7 +100,7 @@ LP_INLINE void step(const int has_min, const int32_t *hi, const int32_t *lo, __m
 /* Weight rows o0..o1 (at most 16) as AMX's weight tiles: bt int32 [n_in / 4][16] (per 4
  * consecutive k, the 16 rows' 4 int8 side by side; rows past o1 zero), dv and mv [n_in / 16][16]
  * the rows' d16 and m16.  Each row decoded once (to int16 straight from its blocks where
- * row1_x86.c can, else through the canonical form), 64 values a scatter. */
+ * unpack_x86.c can, else through the canonical form), 64 values a scatter. */
 static void weight_tiles(int type, const uint8_t *w, int64_t o0, int64_t o1, int64_t n_in, lp_wrow wr, int16_t *w16,
                          int32_t *bt, float *dv, float *mv) {
     const int64_t rb = lp_row_bytes(type, n_in), ng16 = n_in / 16;

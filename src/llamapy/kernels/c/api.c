@@ -2,7 +2,8 @@
  * picks over a row of logits (one thread), and what the library was built for. */
 #include <omp.h>
 
-#include "lp.h"
+#include "kv_quant.h"
+#include "ops.h"
 
 int lp_abi_version(void) { return 8; }
 

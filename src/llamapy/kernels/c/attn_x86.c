@@ -5,7 +5,7 @@
  * heads in registers per pass.  K and V rows are f16 (the cache's own), or f32 (a block-typed
  * cache's rows dequantized by ops.c).
  * The same scores, softmax and sums as ops.c's generic attn_group, in another order. */
-#include "lp.h"
+#include "attn_x86.h"
 
 #if defined(LP_AVX2) || defined(LP_AVX512)
 

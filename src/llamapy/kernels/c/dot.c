@@ -8,7 +8,7 @@
  * vpmaddwd), NEON (vmull/vmlal on int16, or with the dot-product extension two sdot per 16:
  * xq = 256 qh + ql), portable C.  (On x86 the common types take row1_x86.c's paths instead,
  * straight from the blocks; this one serves the rest.) */
-#include "lp.h"
+#include "dot.h"
 
 /* m16 . sum16 of row r (the minimum's share). */
 static float min_term(const float *m16, const float *sum16, int64_t ng) {

@@ -4,7 +4,8 @@
  * bytes llamapy's Python quantize and the gguf package write: tests/test_kernels.py), so the
  * fused decode path and the per-op path store the same cells.  Portable C: a row is a few
  * hundred values a layer and token. */
-#include "lp.h"
+#include "kv_quant.h"
+#include "ops.h"
 
 static uint16_t f16_bits(float f) {
     const _Float16 h = (_Float16)f; /* round to nearest even, as GGML_FP32_TO_FP16 */

@@ -17,11 +17,11 @@
  *   benchmarks/fma_peak.py.)
  *
  * The fp32 tiles (dot.c) dequantize every weight row and spend a multiply-add per weight and
- * row; here a weight row is decoded to int16 once (row1_x86.c lp_unpack_row16) for all the
+ * row; here a weight row is decoded to int16 once (unpack_x86.c lp_unpack_row16) for all the
  * rows.  The sums are the one-row path's integers, so many rows agree with the one-row
  * products up to the order of the float sums (the fp32 tiles multiplied the unrounded
  * activations). */
-#include "lp.h"
+#include "lanes_x86.h"
 
 #if defined(LP_AVX2) || defined(LP_AVX512)
 

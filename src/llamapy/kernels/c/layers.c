@@ -17,7 +17,9 @@
  * carries its stream's offset, and its mask row and visible cells are its own stream's. */
 #include <omp.h>
 
-#include "lp.h"
+#include "kv_quant.h"
+#include "mm.h"
+#include "ops.h"
 
 typedef struct {
     const float *attn_norm, *ffn_norm;           /* [n_embd] */

@@ -9,17 +9,25 @@
  *   LP_NEON (__ARM_NEON + aarch64), LP_DOTPROD (__ARM_FEATURE_DOTPROD), none: portable C.
  *
  * Weights stay in the GGUF file's blocks.  Every block type is read through one canonical
- * form of an output row (quants.c, lp_unpack_row): int8 values q[n_in], a float scale per
+ * form of an output row (quants.h, lp_unpack_row): int8 values q[n_in], a float scale per
  * 16 values d16[n_in/16] and, for types with a minimum, a float offset per 16 m16[n_in/16],
  * so that w[k] = d16[k/16] * q[k] + m16[k/16] is ggml's dequantization, bit for bit.
  *
  * The activation row of a one-row product (single-sequence decode, where the weights stream
- * from memory) is rounded once to int16 with one scale per block of 32 (lp_xrows, quants.c
+ * from memory) is rounded once to int16 with one scale per block of 32 (lp_xrows, quants.h
  * lp_prepare_x_row): x ~ s * xq, |xq| <= LP_XQ_MAX.  The product is then the sum over 16-groups
  * of d16 * s * (q . xq) + m16 * s * sum16(xq): integer dot products, the same integers on every ISA
  * (only the float sums' order differs).  The same from 16 rows on (a batched decode of 16
  * sequences; on x86 with the rows in vector lanes, lanes_x86.c); from 5 to 15 rows, fp32:
- * each weight row dequantized once, exact products (mm.c). */
+ * each weight row dequantized once, exact products (mm.c).
+ *
+ * The headers form layers, none including one above it: this file is the base (the ISA macros,
+ * the vector helpers, the row-count bounds, the block type ids, the scalar conversions); it
+ * includes no other kernel header and declares no kernel file's functions.  Each file that
+ * others call declares its functions in its own header (quants.h, unpack_x86.h, dot.h,
+ * row1_x86.h, lanes_x86.h, mm.h, amx_x86.h, ops.h, attn_x86.h, kv_quant.h), which includes
+ * only the headers of the types it names.  (This file once declared every file's functions, so
+ * lp.h, quants.c and row1_x86.c, whose fast paths quants.c calls, depended on one another.) */
 #ifndef LP_H
 #define LP_H
 
@@ -229,14 +237,6 @@ enum {
     LP_Q2_K = 10, LP_Q3_K = 11, LP_Q4_K = 12, LP_Q5_K = 13, LP_Q6_K = 14, LP_BF16_T = 30
 };
 
-/* Elements per block and bytes per block of a type; 0 bytes: not a type of these kernels. */
-int lp_block_elems(int type);
-int lp_block_bytes(int type);
-int lp_has_min(int type);     /* w = d q + m with a real m (Q4_1, Q5_1, Q2_K, Q4_K, Q5_K) */
-int lp_g16(int type);         /* a scale per 16-group (Q2_K, Q3_K, Q6_K), not per block of 32 */
-int lp_is_float(int type);    /* F32, F16, BF16: no blocks, products in fp32 */
-int64_t lp_row_bytes(int type, int64_t n_in);
-
 static inline float lp_f16_to_f32(uint16_t h) {
     _Float16 v;
     memcpy(&v, &h, 2);
@@ -258,181 +258,5 @@ static inline uint16_t lp_f32_to_bf16(float f) { /* round to nearest even (no Na
 
 static inline uint16_t lp_rd16(const uint8_t *p) { return (uint16_t)(p[0] | (p[1] << 8)); }
 static inline uint32_t lp_rd32(const uint8_t *p) { return p[0] | (p[1] << 8) | (p[2] << 16) | ((uint32_t)p[3] << 24); }
-
-/* One output row in canonical form (see the top of this file). */
-typedef struct {
-    int8_t *q;    /* [n_in] */
-    float *d16;   /* [n_in / 16] */
-    float *m16;   /* [n_in / 16], all zero for types without a minimum */
-} lp_wrow;
-
-/* Few activation rows prepared for the integer products (lp_prepare_x). */
-typedef struct {
-    int64_t n_in, n;  /* row length, rows */
-    int16_t *q;       /* [n, n_in] x / s, rounded to nearest even */
-    float *s;         /* [n, n_in / 32] max |x| / LP_XQ_MAX per block of 32 */
-    float *sum16;     /* [n, n_in / 16] s * the integer sum of q per 16 */
-    float *sum32;     /* [n, n_in / 32] s * the integer sum of q per 32 */
-    int8_t *qh, *ql;  /* dotprod builds: q = 256 qh + ql, [n, n_in] each; else NULL */
-} lp_xrows;
-
-/* Activation rows laid out "rows in lanes" for x86's integer products of LP_F32_ROWS rows or
- * more (lanes_x86.c; mm.c decides which): per group of LP_NL rows, lane r of each vector is row
- * r's (the twin lanes: row r in lanes 2r and 2r + 1). */
-typedef struct {
-    int64_t n_in, n_grp; /* row length, groups of LP_NL rows */
-    int32_t *q;          /* [n_grp, n_in / 2, LP_NL] each lane's pair of int16 (xrows' q) */
-    float *s, *sum32;    /* [n_grp, n_in / 32, LP_NL] */
-    float *sum16;        /* [n_grp, n_in / 16, LP_NL] */
-} lp_xlanes;
-#if defined(LP_AVX2) || defined(LP_AVX512)
-#define LP_LANES 1
-#if defined(LP_AVX512)
-#define LP_NL 16 /* rows per lane group: a zmm of int32 */
-#else
-#define LP_NL 8
-#endif
-size_t lp_xlanes_bytes(int64_t n_in, int64_t n);
-lp_xlanes lp_xlanes_at(void *buf, int64_t n_in, int64_t n);
-void lp_xlanes_fill(const lp_xrows *xr, int64_t n, lp_xlanes l, int64_t b, int per); /* per: lanes a row (1, 2: twin) */
-/* nw (1..4) weight rows (w16: their canonical q widened to int16, lp_widen_q; wr: their d16,
- * m16) against the LP_NL rows of each of ng (1, 2) lane groups from g0, in rows: activation row
- * LP_NL i + lane's outputs at y[(LP_NL i + lane) ldy + j], j < 4 (four written whatever nw: the
- * columns past nw hold zeros). */
-void lp_lanes_tile(int ng, int nw, int g16, int has_min, const int16_t *const *w16, const lp_wrow *wr,
-                   const lp_xlanes *l, int64_t g0, const char *pf, int64_t pf_lines, float *y, int64_t ldy);
-void lp_widen_q(const int8_t *q, int64_t n_in, int16_t *out);
-int lp_unpack_row16(int type, const uint8_t *row, int64_t n_in, int16_t *q16, float *d16, float *m16); /* row1_x86.c */
-#endif
-#if defined(LP_AVX512)
-/* Twin lanes (lanes_x86.c): LP_F32_ROWS..LP_FEW_ROWS rows, each in two adjacent lanes of one
- * group, against weight rows paired by lp_twin_pair; np (1..4) pairs: y[16 j + 2 r + h]. */
-#define LP_TWIN 1
-void lp_twin_pair(const int16_t *a, const int16_t *b, const lp_wrow *wa, const lp_wrow *wb, int64_t n_in, int32_t *ab,
-                  float *dm);
-/* Rows a and b of a 32-element block type straight into lp_twin_pair's ab and dm (row1_x86.c); 0
- * for the other types. */
-int lp_unpack_pair16(int type, const uint8_t *a, const uint8_t *b, int64_t n_in, int32_t *ab, float *dm);
-void lp_twin_tile(int np, int g16, int has_min, const int32_t *const *ab, const float *const *dm, const lp_xlanes *l,
-                  const char *pf, int64_t pf_lines, float *y);
-#endif
-
-/* quants.c */
-size_t lp_wrow_bytes(int64_t n_in);
-lp_wrow lp_wrow_at(void *buf, int64_t n_in);
-void lp_unpack_row(int type, const uint8_t *row, int64_t n_in, lp_wrow w);
-void lp_row_to_f32(int type, const uint8_t *row, int64_t n_in, float *out, lp_wrow scratch);
-size_t lp_xrows_bytes(int64_t n_in, int64_t n);
-lp_xrows lp_xrows_at(void *buf, int64_t n_in, int64_t n);
-void lp_prepare_x_row(const float *x, lp_xrows xr, int64_t r);
-
-/* dot.c: w . x_r for row r of xr (integer products), and the fp32 products of nw <= LP_TW
- * float rows w[j] against n <= LP_TX rows of x (row stride ldx) into y[LP_TX j + i]. */
-float lp_dot_row(int g16, int has_min, lp_wrow w, const lp_xrows *xr, int64_t r);
-enum { LP_WF32 = 0, LP_WF16 = 1, LP_WBF16 = 2 }; /* the float kinds of weight rows lp_dot_tile_f32 reads */
-void lp_dot_tile_f32(int kind, const void *const *w, int nw, int64_t n_in, const float *x, int64_t ldx, int n,
-                     float *y);
-#define LP_FROWS 8 /* f16 / bf16 weights against at most this many rows: one weight row at a time (lp_dot_float_rows) */
-#define LP_FROWS_GROUPED 16 /* ... and up to this many in groups (mm.c float_row_groups) */
-/* ... and from LP_F32_ROWS rows two weight rows at a time where their 2 n accumulators, the two
- * weight vectors and an activation fit the vector registers (32; 16 at AVX2) */
-#if defined(LP_AVX2) && !defined(LP_AVX512)
-#define LP_FROWS2 6
-#else
-#define LP_FROWS2 LP_FROWS
-#endif
-void lp_dot_float_rows(int kind, const void *w, const void *w1, const float *x, int64_t ldx, int64_t n_in, int n,
-                       float *y);
-#if defined(LP_BF16)
-/* ... and in bf16 on a CPU with AVX512-BF16 (rows as bf16, n_in a multiple of 32): nw <= 3
- * weight rows, n <= 4 activation rows, y[LP_TX j + i] */
-void lp_dot_tile_bf16(const uint16_t *const *w, int nw, int64_t n_in, const uint16_t *x, int64_t ldx, int n, float *y);
-void lp_to_bf16(const float *x, int64_t n, uint16_t *out);
-#endif
-/* Products of few rows of this type take bf16 on this CPU (its coarse types, kernels/types.py
- * BF16_GEMM_TYPES: Q4_0, Q4_1, Q2_K, Q3_K, BF16)? */
-static inline int lp_bf16_rows(int type, int64_t n_in) {
-#if defined(LP_BF16)
-    return n_in % 32 == 0 && (type == LP_Q4_0 || type == LP_Q4_1 || type == LP_Q2_K || type == LP_Q3_K || type == LP_BF16_T);
-#else
-    (void)type, (void)n_in;
-    return 0;
-#endif
-}
-/* row1_x86.c: one row straight from the blocks; 0 where the type has no such path here. */
-int lp_dot_row1(int type, const uint8_t *row, int64_t n_in, const lp_xrows *xr, int64_t r, float *y);
-/* One weight row against activation rows r0..r0+nx-1 (nx 2..4) of the 32-element block types,
- * each block decoded once: y[0..nx); 0 where not available. */
-int lp_dot_rows_x(int type, const uint8_t *row, int64_t n_in, const lp_xrows *xr, int64_t r0, int nx, float *y);
-int lp_dot_row1x2(int type, const uint8_t *w0, const uint8_t *w1, int64_t n_in, const lp_xrows *xr, int64_t r,
-                  float *y);
-int lp_row_to_f32_fast(int type, const uint8_t *row, int64_t n_in, float *out);
-
-/* ops.c, used by mm.c and layers.c */
-void lp_rms_norm_row(const float *x, const float *w, int64_t n, float eps, float *out);
-void lp_swiglu_row(const float *g, const float *u, int64_t n_ff, float *out);
-void lp_geglu_row(const float *g, const float *u, int64_t n_ff, float *out);
-void lp_rope_row(float *x, int64_t n_head, int64_t d, int64_t n_rot, const float *c, const float *s, int neox);
-void lp_store_f16(uint16_t *dst, const float *x, int64_t n);
-int64_t lp_attn_heads_per_task(int64_t n_head, int64_t n_head_kv);
-int64_t lp_attn_chunks(int64_t n, int64_t n_head, int64_t n_head_kv, int64_t most, int n_threads);
-int64_t lp_attn_part_floats(int64_t n, int64_t n_head, int64_t d_v, int64_t n_chunk);
-int64_t lp_most_visible(const int64_t *ptr, int64_t n);
-int64_t lp_attn_kv_floats(int64_t most, int64_t d_k, int64_t d_v);
-void lp_attn_for(const float *q, int64_t n, int64_t ldq, int64_t n_head, int64_t n_head_kv, int64_t d_k,
-                 int64_t d_v, int tk, const void *k, int tv, const void *v, int64_t n_kv, const float *mask,
-                 const int64_t *ptr, const int64_t *cells, float scale, float *out, int64_t ldo, int64_t hpt,
-                 int64_t n_chunk, float *p, float *part, const int64_t *cell_off, float *kvf);
-
-/* attn_x86.c: ops.c's attention of one row's head group, vectorized for x86 (K and V rows f16,
- * or f32 with f32 set); 0 where it does not apply (head sizes not multiples of 8 / 32, or not x86). */
-int lp_attn_group_x86(const float *q0, int64_t hpt, int64_t d_k, int64_t d_v, const void *k, const void *v, int64_t ldk,
-                      int64_t ldv, const float *mi, const int64_t *cells, int64_t nc, float scale, float *p, float *o,
-                      float *ms, int f32);
-
-/* kv_quant.c: the KV cache's storage types (LP_F16, and ggml's blocks of 32: LP_Q8_0, LP_Q4_0,
- * LP_Q4_1, LP_Q5_0, LP_Q5_1): a row of n values stored (ggml's quantize_row_*_ref; read back by
- * lp_row_to_f32); lp_kv_row_bytes: its bytes. */
-int lp_kv_type_ok(int type);
-/* K and V of these types with heads of d_k / d_v values: what the attention reads (a block-typed
- * head whole blocks of 32; kernels/types.py c_kv_types is the same rule) */
-int lp_kv_types_ok(int tk, int tv, int64_t d_k, int64_t d_v);
-static inline int64_t lp_kv_row_bytes(int type, int64_t n) { return type == LP_F16 ? 2 * n : lp_row_bytes(type, n); }
-void lp_kv_store(int type, void *dst, const float *x, int64_t n);
-
-/* mm.c: the product split among the threads of an enclosing parallel region. */
-typedef struct {
-    lp_xrows xr;       /* the integer form */
-    lp_xlanes xl;      /* x86, LP_F32_ROWS rows or more (mm.c lanes_bytes): xr's rows in lanes */
-    uint16_t *xb;      /* the rows as bf16 (AVX512-BF16 builds, 2 rows or more), else NULL */
-    int8_t *xhi, *xlo; /* LP_READS_AMX: xr's int16 rows as 256 hi + lo, [n rounded up to 16, n_in] each; else NULL */
-    const float *x;    /* fp32 rows */
-    int64_t n, n_in;
-    int reads;         /* LP_READS_INTS | LP_READS_BF16: the forms the products of xp read (lp_xprep_at: both;
-                        * lp_mm: its type's, lp_xprep_reads) -- lp_prep_row makes only these */
-} lp_xprep;
-#define LP_READS_INTS 1
-#define LP_READS_BF16 2
-#define LP_READS_AMX 4 /* with LP_READS_INTS: the integer products on AMX tiles (lp_mm's prompt-sized products) */
-size_t lp_xprep_bytes(int64_t n_in, int64_t n);
-lp_xprep lp_xprep_at(void *buf, int64_t n_in, int64_t n, const float *x);
-int lp_needs_prep(const lp_xprep *xp);
-void lp_prep_row(lp_xprep *xp, int64_t r);
-void lp_prep_for(lp_xprep *xp);
-void lp_lanes_for(const lp_xprep *xp);
-size_t lp_mm_scratch_bytes(int64_t n_in);
-void lp_mm_for(int type, const uint8_t *w, int64_t n_out, int64_t n_in, const lp_xprep *xp, float *y, int64_t ldy,
-               int accumulate, void *scratch);
-
-/* amx_x86.c: prompt-sized products on AMX tiles, the lanes' sums bit for bit (LP_AMX builds;
- * elsewhere lp_amx_on is 0) */
-int lp_amx_on(void);
-int lp_amx_set(int on);
-#if defined(LP_AMX)
-void lp_amx_split_row(const int16_t *q, int64_t n_in, int8_t *hi, int8_t *lo);
-size_t lp_amx_scratch_bytes(int64_t n_in);
-void lp_amx_chunk(int type, const uint8_t *w, int64_t o0, int64_t o1, int64_t n_in, const lp_xprep *xp, float *y,
-                  int64_t ldy, int accumulate, void *scratch);
-#endif
 
 #endif

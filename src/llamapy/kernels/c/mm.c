@@ -1,171 +1,28 @@
 /* The products y (+)= x W^T of few activation rows against a weight matrix kept in its GGUF
  * blocks, and the conversions around them (dequantization, embedding rows).
  *
- * Exported (ctypes, see kernels/build.py): lp_mm, lp_dequant, lp_dequant_bf16, lp_get_rows.
- * Internal, for a caller's own parallel region (layers.c): lp_prep_for + lp_mm_for. */
+ * Exported (ctypes, see kernels/build.py): lp_mm, lp_dequant, lp_dequant_bf16, lp_get_rows (and
+ * lp_set_coarse_bf16 / lp_coarse_bf16, mm_xprep.inc).
+ * Internal, for a caller's own parallel region (layers.c): lp_prep_for + lp_mm_for.
+ * One translation unit with two parts included whole (mm_xprep.inc: the row-count rules and the
+ * activation rows' forms; mm_lanes.inc: x86's lane chunks), so that their small static
+ * functions inline into mm_chunk and lp_mm. */
 #include <omp.h>
 
-#include "lp.h"
+#include "amx_x86.h"
+#include "dot.h"
+#include "mm.h"
+#include "quants.h"
+#include "row1_x86.h"
+#include "unpack_x86.h"
 
 #define CHUNK 16 /* output rows per task */
 
-/* Which products of n rows of n_in take the integer products (int16 activations: the one-row
- * arithmetic), so that every level computes the same integers for a row count?
- *   up to LP_FEW_ROWS rows: from LP_F32_ROWS rows on AVX-512 in twin lanes, at AVX2 in one
- *     group of lanes (lanes_x86.c); fewer rows, and elsewhere, dot.c's one-row products row by row;
- *   LP_LANES_ROWS rows or more: on x86 in lanes, elsewhere row by row.
- * The rows between take the fp32 tiles, and a bf16 CPU's coarse types bf16 tiles from
- * LP_F32_ROWS rows (lp_xprep_reads).  (On x86 the lanes beat the fp32 tiles at 8 rows and from
- * 16: benchmarks/kernel_ab.py --rows.) */
-#define LP_LANES_ROWS 16
-static int many_ints(int64_t n_in, int64_t n) { return n_in % 32 == 0 && n >= LP_LANES_ROWS; }
+#include "mm_xprep.inc"
 
-#if defined(LP_LANES)
-/* The few rows that x86 multiplies in lanes: twin lanes at AVX-512, one lane group at AVX2. */
-static int few_lanes(int64_t n_in, int64_t n) { return n_in % 32 == 0 && n >= LP_F32_ROWS && n <= LP_FEW_ROWS; }
-static int twin_ints(int64_t n_in, int64_t n) {
-#if defined(LP_TWIN)
-    return few_lanes(n_in, n);
-#else
-    (void)n_in, (void)n;
-    return 0;
-#endif
-}
-/* x86 products in (16- or 8-) lanes: many rows, and at AVX2 the few too */
-static int lanes_ints(int64_t n_in, int64_t n) {
-#if defined(LP_TWIN)
-    return many_ints(n_in, n);
-#else
-    return many_ints(n_in, n) || few_lanes(n_in, n);
-#endif
-}
-#endif
+static inline void put(float *y, float v, int accumulate) { *y = accumulate ? *y + v : v; }
 
-static size_t lanes_bytes(int64_t n_in, int64_t n) {
-#if defined(LP_LANES)
-    return lanes_ints(n_in, n) || twin_ints(n_in, n) ? lp_xlanes_bytes(n_in, n) : 0;
-#else
-    (void)n_in, (void)n;
-    return 0;
-#endif
-}
-
-/* The bytes after the bf16 rows: the lanes, or with LP_READS_AMX the hi / lo rows (16-row tiles). */
-static size_t tail_bytes(int64_t n_in, int64_t n, int reads) {
-    return reads & LP_READS_AMX ? 2 * (size_t)((n + 15) / 16 * 16 * n_in) + 64 : lanes_bytes(n_in, n);
-}
-
-static size_t xprep_bytes(int64_t n_in, int64_t n, int reads) {
-    return lp_xrows_bytes(n_in, n) + (size_t)(n * n_in) * 2 + 64 + tail_bytes(n_in, n, reads);
-}
-
-/* xp's buffers in buf (xprep_bytes(n_in, n, reads) bytes) for the forms `reads`. */
-static lp_xprep xprep_at(void *buf, int64_t n_in, int64_t n, const float *x, int reads) {
-    lp_xprep p;
-    memset(&p.xl, 0, sizeof p.xl);
-    p.xr = lp_xrows_at(buf, n_in, n);
-    p.xb = (uint16_t *)(((uintptr_t)((char *)buf + lp_xrows_bytes(n_in, n)) + 63) & ~(uintptr_t)63);
-    char *tail = (char *)buf + lp_xrows_bytes(n_in, n) + (size_t)(n * n_in) * 2 + 64;
-    p.xhi = p.xlo = NULL;
-    if (reads & LP_READS_AMX) {
-        p.xhi = (int8_t *)(((uintptr_t)tail + 63) & ~(uintptr_t)63);
-        p.xlo = p.xhi + (n + 15) / 16 * 16 * n_in;
-    }
-#if defined(LP_LANES)
-    else if (lanes_bytes(n_in, n)) p.xl = lp_xlanes_at(tail, n_in, n);
-#endif
-    p.x = x;
-    p.n = n;
-    p.n_in = n_in;
-    p.reads = reads;
-    return p;
-}
-
-size_t lp_xprep_bytes(int64_t n_in, int64_t n) { return xprep_bytes(n_in, n, LP_READS_INTS | LP_READS_BF16); }
-
-lp_xprep lp_xprep_at(void *buf, int64_t n_in, int64_t n, const float *x) {
-    return xprep_at(buf, n_in, n, x, LP_READS_INTS | LP_READS_BF16);
-}
-
-/* Do a bf16 CPU's coarse types take bf16 from LP_F32_ROWS rows on (1), or the integer products
- * as the other types do (0)?  Which is faster depends on the core, not on its features: on a
- * 2-core Intel Xeon (KVM, family 6 model 167) SmolLM2 Q4_1's 8-row verification took 33.8 ms in
- * bf16 and 17.9 in integers.  Set once when the library is loaded, from a timing of both
- * (kernels/calibrate.py), before any product runs. */
-static int coarse_bf16 = 1;
-void lp_set_coarse_bf16(int on) { coarse_bf16 = on; }
-int lp_coarse_bf16(void) { return coarse_bf16; }
-
-/* The forms of x a product of this type reads (mm_chunk's choice): bf16 rows for a bf16 CPU's
- * coarse types from LP_F32_ROWS to LP_DENSE_ROWS - 1 rows (where coarse_bf16), the integer
- * form for the other block types and for every many-row product. */
-static int lp_xprep_reads(int type, int64_t n_in, int64_t n) {
-    if (n >= LP_F32_ROWS && n < LP_DENSE_ROWS && coarse_bf16 && lp_bf16_rows(type, n_in)) return LP_READS_BF16;
-    if (lp_is_float(type)) return 0;
-    const int g16 = lp_g16(type); /* (their tile pairs do half a block) */
-    return n >= LP_DENSE_ROWS && many_ints(n_in, n) && !g16 && lp_amx_on() ? LP_READS_INTS | LP_READS_AMX : LP_READS_INTS;
-}
-
-/* Does row r of x need preparing (the integer products take it)? */
-int lp_needs_prep(const lp_xprep *xp) {
-    return xp->n_in % 32 == 0 && (xp->n <= LP_FEW_ROWS || xp->n >= LP_LANES_ROWS);
-}
-
-/* Row r of xp as the products read it: int16, bf16 for several on a bf16 CPU (the lanes are
- * laid out from the int16 rows afterwards: lp_lanes_for). */
-void lp_prep_row(lp_xprep *xp, int64_t r) {
-    if ((xp->reads & LP_READS_INTS) && lp_needs_prep(xp)) lp_prepare_x_row(xp->x + r * xp->n_in, xp->xr, r);
-#if defined(LP_AMX)
-    if (xp->reads & LP_READS_AMX) lp_amx_split_row(xp->xr.q + r * xp->n_in, xp->n_in, xp->xhi + r * xp->n_in, xp->xlo + r * xp->n_in);
-#endif
-#if defined(LP_BF16)
-    if ((xp->reads & LP_READS_BF16) && xp->n >= LP_F32_ROWS && xp->n_in % 32 == 0)
-        lp_to_bf16(xp->x + r * xp->n_in, xp->n_in, xp->xb + r * xp->n_in);
-#endif
-}
-
-/* xp's rows (xp->x [n, n_in]) prepared for the products, split among the threads of the
- * enclosing parallel region (which meet after it). */
-void lp_prep_for(lp_xprep *xp) {
-#pragma omp for schedule(static)
-    for (int64_t r = 0; r < xp->n; r++) lp_prep_row(xp, r);
-    lp_lanes_for(xp);
-}
-
-/* On x86, where the products take lanes: xp's int16 rows (every row prepared: called after the
- * rows' loop and its barrier) laid out in lanes, the blocks of 32 split among the threads, each
- * writing whole vectors (rows split among threads would share every vector's cache line). */
-void lp_lanes_for(const lp_xprep *xp) {
-#if defined(LP_LANES)
-    const int64_t nb = xp->n_in / 32;
-    const int lanes = lanes_ints(xp->n_in, xp->n), twin = twin_ints(xp->n_in, xp->n);
-    if (!(xp->reads & LP_READS_INTS) || (xp->reads & LP_READS_AMX) || !(lanes || twin)) return;
-#pragma omp for schedule(static)
-    for (int64_t b = 0; b < nb; b++) lp_xlanes_fill(&xp->xr, xp->n, xp->xl, b, twin ? 2 : 1);
-#else
-    (void)xp;
-#endif
-}
-
-#define LANES_NW 4 /* weight rows per lane tile, at most (lp_lanes_tile writes 4 columns, those past nw zeros) */
-/* A lane tile's weight rows for this type: 4; at AVX2 3 for the types of one scale per block of
- * 32 or 32-group (two groups' 2 x 3 chains and sums, 2 activation vectors and a weight pair fit
- * its 16 ymm registers, where 4 rows spilled: kernel_ab.py --rows 8..32 -t 2, the 2-core Intel
- * Xeon (KVM, family 6 model 167), 1.01-1.15x; the 16-groups' types lost 3-7% at 16-32 rows). */
-static int lanes_tile_rows(int g16) {
-#if defined(LP_AVX512)
-    (void)g16;
-    return 4;
-#else
-    return g16 ? 4 : 3;
-#endif
-}
-#define YB_LD (CHUNK + 4) /* a buffered row's floats: a tile's four columns stay inside it from any column < CHUNK */
-#define LANES_YB (512 * YB_LD) /* floats of a chunk's buffered outputs (512 rows: lanes_slice_rows) */
-static size_t lanes_row_bytes(int64_t n_in) { return lp_wrow_bytes(n_in) + (size_t)n_in * 2 + 128; }
-#define TWIN_NP 4 /* weight-row pairs per twin tile */
-/* a twin pair: ab int32 [n_in] and dm float [4 n_in / 16] (lp_twin_pair), 64-byte aligned */
-static size_t twin_pair_bytes(int64_t n_in) { return (size_t)n_in * 4 + (size_t)(n_in / 16) * 16 + 128; }
+#include "mm_lanes.inc"
 
 size_t lp_mm_scratch_bytes(int64_t n_in) {
     const size_t tiles = lp_wrow_bytes(n_in) + LP_TW * (size_t)n_in * 6 + 192, lane_rows = LANES_NW * lanes_row_bytes(n_in);
@@ -177,8 +34,6 @@ size_t lp_mm_scratch_bytes(int64_t n_in) {
 #endif
     return most;
 }
-
-static inline void put(float *y, float v, int accumulate) { *y = accumulate ? *y + v : v; }
 
 /* F16 / BF16 weights against LP_FROWS + 1 .. LP_FROWS_GROUPED rows (a verification of 8 to 15
  * drafts): each pair of weight rows read from memory once (an odd last row paired with
@@ -203,118 +58,6 @@ static void float_row_groups(int kind, const uint8_t *w, int64_t rb, int64_t o0,
         }
     }
 }
-
-#if defined(LP_LANES)
-/* The cache lines of weight rows b..e (e capped at n_out) from *pf: what a lane tile requests,
- * spread over its blocks, while it computes. */
-static int64_t tile_prefetch(const uint8_t *w, int64_t rb, int64_t b, int64_t e, int64_t n_out, const char **pf) {
-    e = e < n_out ? e : n_out;
-    *pf = (const char *)(((uintptr_t)(w + b * rb)) & ~(uintptr_t)63);
-    return e > b ? ((const char *)(w + e * rb) - *pf + 63) / 64 : 0;
-}
-
-/* k weight rows' room in a lane chunk's scratch: wr[j] (canonical form) and w16[j] (int16). */
-static void lane_rows_at(void *scratch, int64_t n_in, int k, lp_wrow *wr, int16_t **w16) {
-    for (int j = 0; j < k; j++) {
-        char *at = (char *)scratch + j * lanes_row_bytes(n_in);
-        wr[j] = lp_wrow_at(at, n_in);
-        w16[j] = (int16_t *)(((uintptr_t)(at + lp_wrow_bytes(n_in)) + 63) & ~(uintptr_t)63);
-    }
-}
-
-/* A weight row decoded to int16 once for every activation row: straight from its blocks
- * (lp_unpack_row16), or through the canonical form widened. */
-static void row16(int type, const uint8_t *row, int64_t n_in, lp_wrow *wr, int16_t *w16) {
-    if (lp_unpack_row16(type, row, n_in, w16, wr->d16, wr->m16)) return;
-    lp_unpack_row(type, row, n_in, *wr);
-    lp_widen_q(wr->q, n_in, w16);
-}
-#endif
-
-#if defined(LP_TWIN)
-/* Output rows o0..o1 from the twin lanes (lanes_x86.c): 2 TWIN_NP weight rows at a time, each
- * decoded to int16 once (as lanes_chunk) and paired with its neighbour (an odd last row with
- * itself), against the n <= LP_FEW_ROWS rows in one vector. */
-static void twin_chunk(int type, const uint8_t *w, int64_t o0, int64_t o1, int64_t n_out, int64_t n_in, const lp_xprep *xp,
-                       float *y, int64_t ldy, int accumulate, void *scratch) {
-    const int64_t rb = lp_row_bytes(type, n_in), n = xp->n;
-    const int g16 = lp_g16(type), has_min = lp_has_min(type);
-    lp_wrow wr[2];
-    int16_t *w16[2];
-    lane_rows_at(scratch, n_in, 2, wr, w16);
-    int32_t *ab[TWIN_NP];
-    float *dm[TWIN_NP];
-    for (int j = 0; j < TWIN_NP; j++) {
-        char *at = (char *)(((uintptr_t)((char *)scratch + 2 * lanes_row_bytes(n_in) + j * twin_pair_bytes(n_in)) + 63) &
-                            ~(uintptr_t)63);
-        ab[j] = (int32_t *)at;
-        dm[j] = (float *)(at + (size_t)n_in * 4);
-    }
-    float t[16 * TWIN_NP];
-    for (int64_t o = o0; o < o1; o += 2 * TWIN_NP) {
-        const int nw = (int)(o1 - o < 2 * TWIN_NP ? o1 - o : 2 * TWIN_NP), np = (nw + 1) / 2;
-        for (int j = 0; j < np; j++) {
-            const int two = 2 * j + 1 < nw;
-            const uint8_t *ra = w + (o + 2 * j) * rb;
-            if (lp_unpack_pair16(type, ra, two ? ra + rb : ra, n_in, ab[j], dm[j])) continue;
-            for (int h = 0; h < 1 + two; h++) row16(type, ra + h * rb, n_in, &wr[h], w16[h]);
-            lp_twin_pair(w16[0], w16[two], &wr[0], &wr[two], n_in, ab[j], dm[j]);
-        }
-        const char *pf; /* the next tile's weight rows on their way while this one computes */
-        const int64_t pf_lines = tile_prefetch(w, rb, o + 2 * TWIN_NP, o + 4 * TWIN_NP, n_out, &pf);
-        lp_twin_tile(np, g16, has_min, (const int32_t *const *)ab, (const float *const *)dm, &xp->xl, pf, pf_lines, t);
-        for (int j = 0; j < nw; j++) /* lane 2 r + (j & 1) of pair j / 2: row r, output column o + j */
-            for (int64_t r = 0; r < n; r++) put(y + r * ldy + o + j, t[16 * (j / 2) + 2 * r + (j & 1)], accumulate);
-    }
-}
-#endif
-
-#if defined(LP_LANES)
-/* Output rows o0..o1 from the lanes (lanes_x86.c): lanes_tile_rows weight rows at a time decoded to
- * int16 once (lp_unpack_row16, or the canonical form widened), then against every group of
- * LP_NL activation rows, two groups a pass. */
-static void lanes_chunk(int type, const uint8_t *w, int64_t o0, int64_t o1, int64_t n_out, int64_t n_in, const lp_xprep *xp,
-                        float *y, int64_t ldy, int accumulate, void *scratch) {
-    const int64_t rb = lp_row_bytes(type, n_in), n = xp->n;
-    const int g16 = lp_g16(type), has_min = lp_has_min(type);
-    lp_wrow wr[LANES_NW];
-    int16_t *w16[LANES_NW];
-    lane_rows_at(scratch, n_in, LANES_NW, wr, w16);
-    float t[2 * LP_NL * 4];
-    float yb[LANES_YB]; /* the chunk's outputs in rows [n_pad][YB_LD]: y's rows lie ldy apart (often a multiple of
-                         * 4 KiB: the same cache sets), so each row's part is written once, in one piece */
-    const int64_t n_pad = xp->xl.n_grp * LP_NL;
-    const int buffered = n_pad * YB_LD <= LANES_YB;
-    const int tw = lanes_tile_rows(g16);
-    for (int64_t o = o0; o < o1; o += tw) {
-        const int nw = (int)(o1 - o < tw ? o1 - o : tw);
-        for (int j = 0; j < nw; j++) row16(type, w + (o + j) * rb, n_in, &wr[j], w16[j]);
-        for (int64_t g = 0; g < xp->xl.n_grp; g += 2) { /* two groups of LP_NL rows a pass where there are */
-            const int ng = g + 1 < xp->xl.n_grp ? 2 : 1;
-            const char *pf = NULL; /* the weight rows two tiles ahead on their way while the first pass computes */
-            const int64_t pf_lines = g == 0 ? tile_prefetch(w, rb, o + 2 * tw, o + 3 * tw, n_out, &pf) : 0;
-            if (buffered) { /* rows LP_NL g .., columns o - o0 .. o - o0 + 3 of the chunk (a column past nw: the next
-                             * tile's, written after, or the row's padding) */
-                lp_lanes_tile(ng, nw, g16, has_min, (const int16_t *const *)w16, wr, &xp->xl, g, pf, pf_lines,
-                              yb + LP_NL * g * YB_LD + (o - o0), YB_LD);
-                continue;
-            }
-            lp_lanes_tile(ng, nw, g16, has_min, (const int16_t *const *)w16, wr, &xp->xl, g, pf, pf_lines, t, 4);
-            for (int64_t i = 0; i < LP_NL * ng && LP_NL * g + i < n; i++)
-                for (int j = 0; j < nw; j++) put(y + (LP_NL * g + i) * ldy + o + j, t[4 * i + j], accumulate);
-        }
-    }
-    if (buffered)
-        for (int64_t r = 0; r < n; r++) {
-            float *yr = y + r * ldy + o0;
-            const float *br = yb + r * YB_LD;
-            if (accumulate)
-                for (int64_t k = 0; k < o1 - o0; k++) yr[k] += br[k];
-            else
-                memcpy(yr, br, sizeof(float) * (size_t)(o1 - o0));
-        }
-}
-#endif
 
 /* Output row o as float32: the file's floats, or dequantized into buf. */
 static const float *row_f32(int type, const uint8_t *w, int64_t rb, int64_t o, int64_t n_in, float *buf, lp_wrow wr) {

@@ -2,7 +2,10 @@
  * attention over an f16 KV cache.  Written once over lp.h's float-vector vocabulary (VF_*). */
 #include <omp.h>
 
-#include "lp.h"
+#include "attn_x86.h"
+#include "kv_quant.h"
+#include "ops.h"
+#include "quants.h"
 
 
 /* out = x / sqrt(mean(x^2) + eps) * w over one row of n (ggml_rms_norm then ggml_mul); w may

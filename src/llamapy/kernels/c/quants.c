@@ -3,7 +3,8 @@
  * fused into an FMA: the build passes -ffp-contract=off), and the activation rows of the
  * integer products.  Portable C; the loops are simple enough for the compiler to vectorize
  * for each ISA level it is built for. */
-#include "lp.h"
+#include "quants.h"
+#include "unpack_x86.h"
 
 int lp_block_elems(int type) {
     switch (type) {

@@ -1,0 +1,31 @@
+/* mm.c: the products of few activation rows against a weight matrix in its blocks. */
+#ifndef LP_MM_H
+#define LP_MM_H
+
+#include "lanes_x86.h"
+
+/* The product split among the threads of an enclosing parallel region. */
+typedef struct {
+    lp_xrows xr;       /* the integer form */
+    lp_xlanes xl;      /* x86, LP_F32_ROWS rows or more (mm.c lanes_bytes): xr's rows in lanes */
+    uint16_t *xb;      /* the rows as bf16 (AVX512-BF16 builds, 2 rows or more), else NULL */
+    int8_t *xhi, *xlo; /* LP_READS_AMX: xr's int16 rows as 256 hi + lo, [n rounded up to 16, n_in] each; else NULL */
+    const float *x;    /* fp32 rows */
+    int64_t n, n_in;
+    int reads;         /* LP_READS_INTS | LP_READS_BF16: the forms the products of xp read (lp_xprep_at: both;
+                        * lp_mm: its type's, lp_xprep_reads) -- lp_prep_row makes only these */
+} lp_xprep;
+#define LP_READS_INTS 1
+#define LP_READS_BF16 2
+#define LP_READS_AMX 4 /* with LP_READS_INTS: the integer products on AMX tiles (lp_mm's prompt-sized products) */
+size_t lp_xprep_bytes(int64_t n_in, int64_t n);
+lp_xprep lp_xprep_at(void *buf, int64_t n_in, int64_t n, const float *x);
+int lp_needs_prep(const lp_xprep *xp);
+void lp_prep_row(lp_xprep *xp, int64_t r);
+void lp_prep_for(lp_xprep *xp);
+void lp_lanes_for(const lp_xprep *xp);
+size_t lp_mm_scratch_bytes(int64_t n_in);
+void lp_mm_for(int type, const uint8_t *w, int64_t n_out, int64_t n_in, const lp_xprep *xp, float *y, int64_t ldy,
+               int accumulate, void *scratch);
+
+#endif

@@ -1,0 +1,41 @@
+/* quants.c: the block types' sizes, the canonical form of a weight row (lp.h) and the
+ * activation rows of the integer products (lp_xrows), and the conversions into them. */
+#ifndef LP_QUANTS_H
+#define LP_QUANTS_H
+
+#include "lp.h"
+
+/* Elements per block and bytes per block of a type; 0 bytes: not a type of these kernels. */
+int lp_block_elems(int type);
+int lp_block_bytes(int type);
+int lp_has_min(int type);     /* w = d q + m with a real m (Q4_1, Q5_1, Q2_K, Q4_K, Q5_K) */
+int lp_g16(int type);         /* a scale per 16-group (Q2_K, Q3_K, Q6_K), not per block of 32 */
+int lp_is_float(int type);    /* F32, F16, BF16: no blocks, products in fp32 */
+int64_t lp_row_bytes(int type, int64_t n_in);
+
+/* One output row in canonical form (see the top of lp.h). */
+typedef struct {
+    int8_t *q;    /* [n_in] */
+    float *d16;   /* [n_in / 16] */
+    float *m16;   /* [n_in / 16], all zero for types without a minimum */
+} lp_wrow;
+
+/* Few activation rows prepared for the integer products (lp_prepare_x). */
+typedef struct {
+    int64_t n_in, n;  /* row length, rows */
+    int16_t *q;       /* [n, n_in] x / s, rounded to nearest even */
+    float *s;         /* [n, n_in / 32] max |x| / LP_XQ_MAX per block of 32 */
+    float *sum16;     /* [n, n_in / 16] s * the integer sum of q per 16 */
+    float *sum32;     /* [n, n_in / 32] s * the integer sum of q per 32 */
+    int8_t *qh, *ql;  /* dotprod builds: q = 256 qh + ql, [n, n_in] each; else NULL */
+} lp_xrows;
+
+size_t lp_wrow_bytes(int64_t n_in);
+lp_wrow lp_wrow_at(void *buf, int64_t n_in);
+void lp_unpack_row(int type, const uint8_t *row, int64_t n_in, lp_wrow w);
+void lp_row_to_f32(int type, const uint8_t *row, int64_t n_in, float *out, lp_wrow scratch);
+size_t lp_xrows_bytes(int64_t n_in, int64_t n);
+lp_xrows lp_xrows_at(void *buf, int64_t n_in, int64_t n);
+void lp_prepare_x_row(const float *x, lp_xrows xr, int64_t r);
+
+#endif

@@ -1,0 +1,15 @@
+/* row1_x86.c: one activation row against one weight row straight from the blocks (x86). */
+#ifndef LP_ROW1_X86_H
+#define LP_ROW1_X86_H
+
+#include "quants.h"
+
+/* One row straight from the blocks; 0 where the type has no such path here. */
+int lp_dot_row1(int type, const uint8_t *row, int64_t n_in, const lp_xrows *xr, int64_t r, float *y);
+/* One weight row against activation rows r0..r0+nx-1 (nx 2..4) of the 32-element block types,
+ * each block decoded once: y[0..nx); 0 where not available. */
+int lp_dot_rows_x(int type, const uint8_t *row, int64_t n_in, const lp_xrows *xr, int64_t r0, int nx, float *y);
+int lp_dot_row1x2(int type, const uint8_t *w0, const uint8_t *w1, int64_t n_in, const lp_xrows *xr, int64_t r,
+                  float *y);
+
+#endif
