@@ -16,8 +16,9 @@ def arch_class(name: str) -> type:
     """The class for GGUF `general.architecture` == name; GGUFError (a ValueError) if unsupported."""
     from ...gguf.header import GGUFError
     from .llama import LlamaModel
+    from .qwen2 import Qwen2Model
 
-    known = {c.arch_name: c for c in (LlamaModel,)}
+    known = {c.arch_name: c for c in (LlamaModel, Qwen2Model)}
     try:
         from .gemma3 import Gemma3Model
 

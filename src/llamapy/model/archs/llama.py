@@ -1,5 +1,8 @@
-"""LLM_ARCH_LLAMA: RMSNorm, RoPE (NORM pairs), grouped-query attention, SwiGLU FFN,
-tied or separate output."""
+"""LLM_ARCH_LLAMA: RMSNorm, RoPE (NORM pairs), grouped-query attention, SwiGLU FFN, tied or
+separate output.
+
+The layer is the family's: optional Q/K/V biases (llama_model_base::create_tensor_qkv; Qwen2's)
+added to the one Q|K|V product; archs/qwen2.py is this model with its RoPE type."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -28,6 +31,9 @@ class LlamaLayer:
     ffn_norm: torch.Tensor
     ffn_gate_up: QMatrix  # [2 n_ff, n_embd]: gate and up stacked
     ffn_down: QMatrix  # [n_embd, n_ff]
+    bq: torch.Tensor | None = None  # [n_head * d]: the Q|K|V product's biases, where the file has them
+    bk: torch.Tensor | None = None  # [n_head_kv * d]
+    bv: torch.Tensor | None = None  # [n_head_kv * d]
 
 
 @register("llama")
@@ -42,19 +48,27 @@ class LlamaModel:
         self.layer_ids = self.stage.ids
         self.layers = [self._load_layer(w, il) for il in self.layer_ids]
         self.rope = RopeParams(hp.n_rot, hp.rope_freq_base, hp.rope_freq_scale, self.rope_type)
-        self.fused = self._fused(w) if type(self) is LlamaModel else None  # subclasses differ
+        self.fused = self._fused(w)
 
     def _fused(self, w: WeightLoader) -> FusedLayers | None:
         """Every layer in one C call for few-row ubatches (kernels/fused_layers.py), when the
-        weights are in blocks."""
-        specs = [LayerSpec(L.attn_norm, L.ffn_norm, [L.wqkv], L.wo, [L.ffn_gate_up], L.ffn_down) for L in self.layers]
+        weights are in blocks and no layer has biases (the C layer adds none)."""
+        if any(b is not None for L in self.layers for b in (L.bq, L.bk, L.bv)):
+            return None
+        specs = [LayerSpec(L.attn_norm, L.ffn_norm, [L.wqkv], L.wo, [L.ffn_gate_up], L.ffn_down)
+                 for L in self.layers]
         hp = self.hp
         return FusedLayers.build(hp, specs, w.kernels, 1.0, 1.0 / hp.n_embd_head_k**0.5, self.rope_type != 0, False,
                                  self.layer_ids)
 
     @staticmethod
     def _load_layer(w: WeightLoader, il: int) -> LlamaLayer:
+        """Layer il's tensors: the required ones, and the optional ones the file has."""
         p = f"blk.{il}."
+
+        def opt(name: str) -> torch.Tensor | None:
+            return w.get(p + name) if w.has(p + name) else None
+
         return LlamaLayer(
             attn_norm=w.get(p + "attn_norm.weight"),
             wqkv=w.matrix(p + "attn_q.weight", p + "attn_k.weight", p + "attn_v.weight"),
@@ -62,6 +76,7 @@ class LlamaModel:
             ffn_norm=w.get(p + "ffn_norm.weight"),
             ffn_gate_up=w.matrix(p + "ffn_gate.weight", p + "ffn_up.weight"),
             ffn_down=w.matrix(p + "ffn_down.weight"),
+            bq=opt("attn_q.bias"), bk=opt("attn_k.bias"), bv=opt("attn_v.bias"),
         )
 
     def rope_for_layer(self, il: int) -> RopeParams:
@@ -97,6 +112,9 @@ class LlamaModel:
         n_tokens, d = x.shape[0], hp.n_embd_head_k
         n_q, n_k = hp.n_head * d, hp.n_head_kv * d
         qkv = L.wqkv(rms_norm(x, L.attn_norm, hp.f_norm_rms_eps))  # [n_tokens, (n_head + 2 n_head_kv) * d]
+        for b, lo, hi in ((L.bq, 0, n_q), (L.bk, n_q, n_q + n_k), (L.bv, n_q + n_k, qkv.shape[1])):
+            if b is not None:
+                qkv[:, lo:hi].add_(b)
         # Q and K rotated together, in place: [n_tokens, n_head + n_head_kv, d]
         qk = apply_rope_(qkv[:, : n_q + n_k].view(n_tokens, hp.n_head + hp.n_head_kv, d), cos, sin, self.rope)
         o = attend(inp, kv, il, qk[:, : hp.n_head], qk[:, hp.n_head :], qkv[:, n_q + n_k :], 1.0 / d**0.5)

@@ -1,0 +1,52 @@
+"""The llama family's other members (qwen2: Q/K/V biases): every tensor counted by `llamapy mem`."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from llamapy import Model
+from tiny_family import F16, Q8_0, write_tiny_family
+
+
+def _mem_json(path: Path) -> dict:
+    """`llamapy mem -m path --json`, as a user runs it."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).parents[1] / "src"),
+                                                        os.environ.get("PYTHONPATH", "")])}
+    r = subprocess.run([sys.executable, "-m", "llamapy", "mem", "-m", str(path), "-c", "256", "--json"],
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    return json.loads(r.stdout)
+
+
+@pytest.mark.parametrize("arch,tied", [("qwen2", False), ("qwen2", True), ("llama", False)])
+def test_mem_counts_every_tensor(tmp_path, arch, tied):
+    """The weights `llamapy mem` predicts are the loaded model's, byte for byte, and the file's
+    tensors are the family's, counted from the hyperparameters: F16 matrices, F32 vectors
+    (norms, Qwen2's biases)."""
+    path = write_tiny_family(tmp_path / f"{arch}.gguf", arch, F16, tied=tied)
+    n_embd, n_layer, n_head, n_head_kv, n_ff, n_vocab = 64, 2, 4, 2, 128, 264
+    d = 32 if arch == "qwen3" else n_embd // n_head
+    matrices = n_vocab * n_embd * (1 if tied else 2) + n_layer * (
+        n_embd * (n_head + 2 * n_head_kv) * d + n_head * d * n_embd + 3 * n_embd * n_ff)
+    vectors = n_embd + n_layer * 2 * n_embd
+    vectors += {"qwen2": n_layer * (n_head + 2 * n_head_kv) * d, "llama": 0}[arch]
+    file_bytes = 2 * matrices + 4 * vectors
+    d_mem = _mem_json(path)
+    assert d_mem["hparams"]["arch"] == arch and d_mem["hparams"]["n_embd_head_k"] == d
+    assert d_mem["weights_file"] == file_bytes
+    model = Model.load(path)
+    assert model.n_bytes_file == file_bytes
+    assert d_mem["buffers"]["model"] == model.n_bytes_resident
+    assert d_mem["process"]["weights"] == model.n_bytes_resident
+
+
+def test_family_layers(tmp_path):
+    """qwen2 takes the per-op path (the fused C layer adds no biases)."""
+    q2 = Model.load(write_tiny_family(tmp_path / "q2.gguf", "qwen2", Q8_0))
+    assert type(q2.net).__name__ == "Qwen2Model" and q2.net.fused is None
+    assert all(L.bq is not None for L in q2.net.layers)
