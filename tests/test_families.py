@@ -1,4 +1,5 @@
-"""The llama family's other members (qwen2: Q/K/V biases): every tensor counted by `llamapy mem`."""
+"""The llama family's other members (qwen2: Q/K/V biases; qwen3: Q/K norms, a head size apart
+from n_embd / n_head): every tensor counted by `llamapy mem`."""
 from __future__ import annotations
 
 import json
@@ -10,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from llamapy import Model
+from llamapy.kernels import load_kernels
 from tiny_family import F16, Q8_0, write_tiny_family
 
 
@@ -23,18 +25,18 @@ def _mem_json(path: Path) -> dict:
     return json.loads(r.stdout)
 
 
-@pytest.mark.parametrize("arch,tied", [("qwen2", False), ("qwen2", True), ("llama", False)])
+@pytest.mark.parametrize("arch,tied", [("qwen2", False), ("qwen2", True), ("qwen3", True), ("llama", False)])
 def test_mem_counts_every_tensor(tmp_path, arch, tied):
     """The weights `llamapy mem` predicts are the loaded model's, byte for byte, and the file's
     tensors are the family's, counted from the hyperparameters: F16 matrices, F32 vectors
-    (norms, Qwen2's biases)."""
+    (norms, Qwen2's biases, Qwen3's Q/K norms)."""
     path = write_tiny_family(tmp_path / f"{arch}.gguf", arch, F16, tied=tied)
     n_embd, n_layer, n_head, n_head_kv, n_ff, n_vocab = 64, 2, 4, 2, 128, 264
     d = 32 if arch == "qwen3" else n_embd // n_head
     matrices = n_vocab * n_embd * (1 if tied else 2) + n_layer * (
         n_embd * (n_head + 2 * n_head_kv) * d + n_head * d * n_embd + 3 * n_embd * n_ff)
     vectors = n_embd + n_layer * 2 * n_embd
-    vectors += {"qwen2": n_layer * (n_head + 2 * n_head_kv) * d, "llama": 0}[arch]
+    vectors += {"qwen2": n_layer * (n_head + 2 * n_head_kv) * d, "qwen3": n_layer * 2 * d, "llama": 0}[arch]
     file_bytes = 2 * matrices + 4 * vectors
     d_mem = _mem_json(path)
     assert d_mem["hparams"]["arch"] == arch and d_mem["hparams"]["n_embd_head_k"] == d
@@ -46,7 +48,11 @@ def test_mem_counts_every_tensor(tmp_path, arch, tied):
 
 
 def test_family_layers(tmp_path):
-    """qwen2 takes the per-op path (the fused C layer adds no biases)."""
+    """qwen2 takes the per-op path (the fused C layer adds no biases), qwen3 the fused one too."""
     q2 = Model.load(write_tiny_family(tmp_path / "q2.gguf", "qwen2", Q8_0))
+    q3 = Model.load(write_tiny_family(tmp_path / "q3.gguf", "qwen3", Q8_0))
     assert type(q2.net).__name__ == "Qwen2Model" and q2.net.fused is None
-    assert all(L.bq is not None for L in q2.net.layers)
+    assert all(L.bq is not None and L.attn_q_norm is None for L in q2.net.layers)
+    assert type(q3.net).__name__ == "Qwen3Model" and all(L.attn_q_norm is not None and L.bq is None for L in q3.net.layers)
+    assert q3.hparams.n_embd_head_k == 32 != q3.hparams.n_embd // q3.hparams.n_head
+    assert (q3.net.fused is not None) == (load_kernels() is not None)

@@ -36,6 +36,7 @@ class ArchTensors:
 ARCH_TENSORS: dict[str, ArchTensors] = {
     "llama": ArchTensors(_LLAMA_LAYER, _QKV_BIAS),
     "qwen2": ArchTensors(_LLAMA_LAYER, _QKV_BIAS),
+    "qwen3": ArchTensors({**_LLAMA_LAYER, **_QK_NORM}, _QKV_BIAS),
     "gemma3": ArchTensors({**_LLAMA_LAYER, **_QK_NORM, "post_attention_norm.weight": ("n_embd",),
                            "post_ffw_norm.weight": ("n_embd",)}),
 }

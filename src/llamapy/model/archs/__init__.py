@@ -17,8 +17,9 @@ def arch_class(name: str) -> type:
     from ...gguf.header import GGUFError
     from .llama import LlamaModel
     from .qwen2 import Qwen2Model
+    from .qwen3 import Qwen3Model
 
-    known = {c.arch_name: c for c in (LlamaModel, Qwen2Model)}
+    known = {c.arch_name: c for c in (LlamaModel, Qwen2Model, Qwen3Model)}
     try:
         from .gemma3 import Gemma3Model
 

@@ -2,7 +2,8 @@
 separate output.
 
 The layer is the family's: optional Q/K/V biases (llama_model_base::create_tensor_qkv; Qwen2's)
-added to the one Q|K|V product; archs/qwen2.py is this model with its RoPE type."""
+added to the one Q|K|V product, and optional per-head RMSNorms of Q and K before RoPE (Qwen3's);
+archs/qwen2.py and archs/qwen3.py are this model with their RoPE type and tensors."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -34,6 +35,8 @@ class LlamaLayer:
     bq: torch.Tensor | None = None  # [n_head * d]: the Q|K|V product's biases, where the file has them
     bk: torch.Tensor | None = None  # [n_head_kv * d]
     bv: torch.Tensor | None = None  # [n_head_kv * d]
+    attn_q_norm: torch.Tensor | None = None  # [d]: per-head RMSNorm of Q before RoPE (Qwen3)
+    attn_k_norm: torch.Tensor | None = None  # [d]
 
 
 @register("llama")
@@ -55,8 +58,8 @@ class LlamaModel:
         weights are in blocks and no layer has biases (the C layer adds none)."""
         if any(b is not None for L in self.layers for b in (L.bq, L.bk, L.bv)):
             return None
-        specs = [LayerSpec(L.attn_norm, L.ffn_norm, [L.wqkv], L.wo, [L.ffn_gate_up], L.ffn_down)
-                 for L in self.layers]
+        specs = [LayerSpec(L.attn_norm, L.ffn_norm, [L.wqkv], L.wo, [L.ffn_gate_up], L.ffn_down,
+                           q_norm=L.attn_q_norm, k_norm=L.attn_k_norm) for L in self.layers]
         hp = self.hp
         return FusedLayers.build(hp, specs, w.kernels, 1.0, 1.0 / hp.n_embd_head_k**0.5, self.rope_type != 0, False,
                                  self.layer_ids)
@@ -77,6 +80,7 @@ class LlamaModel:
             ffn_gate_up=w.matrix(p + "ffn_gate.weight", p + "ffn_up.weight"),
             ffn_down=w.matrix(p + "ffn_down.weight"),
             bq=opt("attn_q.bias"), bk=opt("attn_k.bias"), bv=opt("attn_v.bias"),
+            attn_q_norm=opt("attn_q_norm.weight"), attn_k_norm=opt("attn_k_norm.weight"),
         )
 
     def rope_for_layer(self, il: int) -> RopeParams:
@@ -115,9 +119,15 @@ class LlamaModel:
         for b, lo, hi in ((L.bq, 0, n_q), (L.bk, n_q, n_q + n_k), (L.bv, n_q + n_k, qkv.shape[1])):
             if b is not None:
                 qkv[:, lo:hi].add_(b)
-        # Q and K rotated together, in place: [n_tokens, n_head + n_head_kv, d]
-        qk = apply_rope_(qkv[:, : n_q + n_k].view(n_tokens, hp.n_head + hp.n_head_kv, d), cos, sin, self.rope)
-        o = attend(inp, kv, il, qk[:, : hp.n_head], qk[:, hp.n_head :], qkv[:, n_q + n_k :], 1.0 / d**0.5)
+        if L.attn_q_norm is None:  # Q and K rotated together, in place: [n_tokens, n_head + n_head_kv, d]
+            qk = apply_rope_(qkv[:, : n_q + n_k].view(n_tokens, hp.n_head + hp.n_head_kv, d), cos, sin, self.rope)
+            q, k = qk[:, : hp.n_head], qk[:, hp.n_head :]
+        else:  # per-head RMSNorm first (new tensors), then RoPE in place
+            q = rms_norm(qkv[:, :n_q].view(n_tokens, hp.n_head, d), L.attn_q_norm, hp.f_norm_rms_eps)
+            k = rms_norm(qkv[:, n_q : n_q + n_k].view(n_tokens, hp.n_head_kv, d), L.attn_k_norm, hp.f_norm_rms_eps)
+            apply_rope_(q, cos, sin, self.rope)
+            apply_rope_(k, cos, sin, self.rope)
+        o = attend(inp, kv, il, q, k, qkv[:, n_q + n_k :], 1.0 / d**0.5)
         L.wo.add_into(o, x)
 
     def _ffn(self, L: LlamaLayer, x: torch.Tensor) -> None:
