@@ -1,5 +1,6 @@
 """The llama family's other members (qwen2: Q/K/V biases; qwen3: Q/K norms, a head size apart
-from n_embd / n_head): every tensor counted by `llamapy mem`."""
+from n_embd / n_head; llama with Llama 3's rope_freqs): every tensor counted by `llamapy mem`, and files with tensors or keys the architecture does not implement refused,
+naming them."""
 from __future__ import annotations
 
 import json
@@ -11,7 +12,9 @@ from pathlib import Path
 import pytest
 
 from llamapy import Model
+from llamapy.gguf.header import GGUFError, GGUFHeader
 from llamapy.kernels import load_kernels
+from llamapy.model.hparams import hparams_from_gguf
 from tiny_family import F16, Q8_0, write_tiny_family
 
 
@@ -56,3 +59,50 @@ def test_family_layers(tmp_path):
     assert type(q3.net).__name__ == "Qwen3Model" and all(L.attn_q_norm is not None and L.bq is None for L in q3.net.layers)
     assert q3.hparams.n_embd_head_k == 32 != q3.hparams.n_embd // q3.hparams.n_head
     assert (q3.net.fused is not None) == (load_kernels() is not None)
+
+
+@pytest.mark.parametrize("arch,extra,names", [
+    ("qwen2", ("rope_freqs.weight",), ["'rope_freqs.weight'"]),
+    ("qwen3", ("blk.0.attn_output.bias", "blk.1.attn_output.bias", "output.bias"),
+     ["'blk.{0-1}.attn_output.bias' (2 tensors)", "'output.bias'"]),
+    ("llama", ("blk.1.ffn_gate_inp.weight",), ["'blk.1.ffn_gate_inp.weight'"]),
+])
+def test_unused_tensors_refused(tmp_path, arch, extra, names):
+    """A tensor the architecture does not read is a load error naming it (llama.cpp: wrong
+    number of tensors), from the header alone (`llamapy mem`) and from Model.load."""
+    path = write_tiny_family(tmp_path / "x.gguf", arch, F16, extra_tensors=extra)
+    n = len(GGUFHeader(path).tensors)
+    with pytest.raises(GGUFError) as e:
+        hparams_from_gguf(GGUFHeader(path))
+    msg = str(e.value)
+    assert f"'{arch}' architecture does not read" in msg and all(x in msg for x in names), msg
+    assert f"wrong number of tensors; expected {n - len(extra)}, got {n}" in msg
+    with pytest.raises(GGUFError, match="does not read"):
+        Model.load(path)
+
+
+@pytest.mark.parametrize("arch,key,value", [
+    ("llama", "rope.scaling.type", "yarn"),
+    ("qwen2", "rope.scaling.type", "longrope"),
+    ("qwen2", "attention.sliding_window", 4096),
+    ("qwen3", "final_logit_softcapping", 30.0),
+    ("llama", "attn_logit_softcapping", 50.0),
+    ("qwen3", "expert_count", 8),
+    ("qwen2", "rope.scaling.attn_factor", 0.5),
+    ("llama", "attention.causal", False),
+])
+def test_unimplemented_keys_refused(tmp_path, arch, key, value):
+    path = write_tiny_family(tmp_path / "k.gguf", arch, F16, extra_keys={key: value})
+    with pytest.raises(GGUFError, match=f"metadata '{arch}.{key}' .* llamapy does not implement for '{arch}'"):
+        hparams_from_gguf(GGUFHeader(path))
+
+
+@pytest.mark.parametrize("keys,scale", [
+    ({"rope.scaling.type": "linear", "rope.scaling.factor": 4.0}, 0.25),
+    ({"rope.scaling.type": "none", "rope.scaling.factor": 4.0}, 1.0),  # llama_context: none never scales
+    ({"rope.scale_linear": 2.0}, 0.5),  # the older key
+    ({"attention.sliding_window": 0, "expert_count": 0}, 1.0),  # neutral values load
+])
+def test_rope_scaling_keys(tmp_path, keys, scale):
+    path = write_tiny_family(tmp_path / "s.gguf", "qwen2", F16, extra_keys=keys)
+    assert hparams_from_gguf(GGUFHeader(path)).rope_freq_scale == scale

@@ -1,6 +1,10 @@
 """The tensors each architecture Model.load builds reads (llama.cpp's load_arch_tensors), and
 the header check of a file against them: every required tensor present with the shape the
-hyperparameters give, every optional one with its shape where present.
+hyperparameters give, every optional one with its shape where present, and no tensor the
+architecture does not read.  llama.cpp refuses a file with tensors it did not create (`wrong
+number of tensors; expected N, got M`); here the message names them, so a file whose extra
+tensors would change the computation (Llama 3's rope_freqs, an MoE
+router, an output bias) is never run with them silently ignored.
 
 Shapes are in ggml ne order, as names of HParams fields ("n_head*k": n_head * n_embd_head_k).
 Torch-free: `llamapy mem` runs it on a header."""
@@ -66,8 +70,8 @@ def expected_tensors(hp) -> dict[str, tuple[int, ...]]:
 
 
 def check_tensors(f: GGUFHeader, hp) -> None:
-    """Every tensor the architecture requires is present, and each one it reads has the shape hp
-    gives it."""
+    """Every tensor the architecture requires is present, each one it reads has the shape hp
+    gives it, and the file has no other tensor (GGUFError naming them all)."""
     name = f.path.name
     dims = _dims(hp)
     want = _tables(hp, False)
@@ -80,3 +84,44 @@ def check_tensors(f: GGUFHeader, hp) -> None:
         if info.ne != ne:
             raise GGUFError(f"{name}: tensor '{t}' (info at byte {info.info_offset}) has ne {list(info.ne)}, expected "
                             f"{list(ne)} = [{', '.join(ds)}] from the hyperparameters")
+    unused = [t for t in f.tensors if t not in want and t not in optional]
+    if unused:
+        n_used = len(f.tensors) - len(unused)
+        raise GGUFError(f"{name}: the '{hp.arch}' architecture does not read {len(unused)} of the file's tensors "
+                        f"(refused rather than ignored): {name_list(unused)} (llama.cpp: wrong number of tensors; "
+                        f"expected {n_used}, got {len(f.tensors)})")
+
+
+def name_list(names: list[str]) -> str:
+    """Every name, the per-layer ones grouped by their suffix with their layers as ranges:
+    'rope_freqs.weight', 'blk.{0-3,5}.ffn_gate_inp.weight'."""
+    layers: dict[str, list[int]] = {}
+    out: list[tuple[bool, str]] = []  # (per-layer, name or suffix) in first-seen order
+    for t in names:
+        parts = t.split(".", 2)
+        if len(parts) == 3 and parts[0] == "blk" and parts[1].isdigit():
+            if parts[2] not in layers:
+                out.append((True, parts[2]))
+            layers.setdefault(parts[2], []).append(int(parts[1]))
+        else:
+            out.append((False, t))
+
+    def one(per_layer: bool, t: str) -> str:
+        if not per_layer:
+            return f"'{t}'"
+        ids = sorted(layers[t])
+        return f"'blk.{ids[0]}.{t}'" if len(ids) == 1 else f"'blk.{{{_ranges(ids)}}}.{t}' ({len(ids)} tensors)"
+
+    return ", ".join(one(*x) for x in out)
+
+
+def _ranges(xs: list[int]) -> str:
+    """[0, 1, 2, 3, 5] -> '0-3,5'."""
+    out, i = [], 0
+    while i < len(xs):
+        j = i
+        while j + 1 < len(xs) and xs[j + 1] == xs[j] + 1:
+            j += 1
+        out.append(str(xs[i]) if i == j else f"{xs[i]}-{xs[j]}")
+        i = j + 1
+    return ",".join(out)

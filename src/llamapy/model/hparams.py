@@ -4,8 +4,9 @@ hparams_from_gguf also checks what Model.load will rely on, so a malformed file 
 GGUFError naming the key or tensor (and its byte offset) before any weight or vocabulary is
 read: required keys present, every key of the right type and in range, every tensor of a
 known architecture present with the shape the hyperparameters give (token_embd [n_embd,
-n_vocab], blk.N.ffn_up [n_embd, n_ff], ...; model/arch_tensors.py), and the vocabulary's
-metadata consistent (its
+n_vocab], blk.N.ffn_up [n_embd, n_ff], ...) and no other tensor (model/arch_tensors.py), no
+key asking for a computation the architecture does not implement (model/arch_keys.py), and
+the vocabulary's metadata consistent (its
 size against token_embd and {arch}.vocab_size, scores/token types at least as long, special
 ids integers, a tokenizer model and pre-tokenizer llamapy knows).  O(keys + tensors): no
 loop over the vocabulary's elements."""
@@ -17,6 +18,7 @@ from dataclasses import dataclass, field
 import gguf
 
 from ..gguf.header import VT, ArrayRef, GGUFError, GGUFHeader, HeaderField, short_repr
+from .arch_keys import check_keys
 from .arch_tensors import ARCH_TENSORS, check_tensors, expected_tensors  # noqa: F401 (expected_tensors: re-exported)
 
 
@@ -60,6 +62,21 @@ class HParams:
 def _swa_pattern(n_layer: int, period: int) -> tuple[bool, ...]:
     """llama.cpp set_swa_pattern(period): every period-th layer is dense, the others SWA."""
     return tuple((il % period) < (period - 1) for il in range(n_layer))
+
+
+def _swa_layers(f: GGUFHeader, arch: str, n_layer: int, period: int) -> tuple[bool, ...]:
+    """llama_model_base::load_swa_pattern: {arch}.attention.sliding_window_pattern, an array
+    with each layer's flag or a period, else the architecture's period."""
+    fld = f.fields.get(f"{arch}.attention.sliding_window_pattern")
+    if fld is None:
+        return _swa_pattern(n_layer, period)
+    v = fld.value
+    if isinstance(v, int) and not isinstance(v, bool) and v >= 1:
+        return _swa_pattern(n_layer, v)
+    if isinstance(v, list) and len(v) == n_layer and all(isinstance(x, (bool, int)) for x in v):
+        return tuple(bool(x) for x in v)
+    raise GGUFError(f"{f.path.name}: metadata '{fld.name}' (key at byte {fld.offset}) = {short_repr(v)} is neither a "
+                    f"period nor one flag per layer ({n_layer})")
 
 
 _K = gguf.Keys.Tokenizer
@@ -120,12 +137,17 @@ def hparams_from_gguf(f: GGUFHeader) -> HParams:
                         f"{len(f.tensors)} tensors could hold")
     n_vocab = _n_vocab(f, arch, known, key, desc)
     freq_base = float(key("rope.freq_base", 10000.0, kind=float))
+    # llama_model_base::load_hparams: the factor, or the older rope.scale_linear; type none: unscaled
     scale = key("rope.scaling.factor", None, kind=float, lo=0)
+    if scale is None:
+        scale = key("rope.scale_linear", None, kind=float, lo=0)
+    if f.get(f"{arch}.rope.scaling.type") == "none":
+        scale = None
     n_swa = key("attention.sliding_window", 0, lo=0)
     swa_layers: tuple[bool, ...] = ()
     freq_base_swa = freq_base
     if arch == "gemma3" and n_swa > 0:
-        swa_layers = _swa_pattern(n_layer, 6)
+        swa_layers = _swa_layers(f, arch, n_layer, 6)
         # llama.cpp: {arch}.rope.freq_base_swa when present, else 10000 for gemma3's local layers
         freq_base_swa = float(key("rope.freq_base_swa", 10000.0, kind=float))
     if arch == "gemma3":
@@ -156,6 +178,7 @@ def hparams_from_gguf(f: GGUFHeader) -> HParams:
         swa_layers=swa_layers,
     )
     if known:
+        check_keys(f, arch)
         check_tensors(f, hp)
         _check_vocab_keys(f)
     return hp
