@@ -28,18 +28,18 @@ def _mem_json(path: Path) -> dict:
     return json.loads(r.stdout)
 
 
-@pytest.mark.parametrize("arch,tied", [("qwen2", False), ("qwen2", True), ("qwen3", True), ("llama", False)])
+@pytest.mark.parametrize("arch,tied", [("qwen2", False), ("qwen2", True), ("qwen3", True), ("llama", True)])
 def test_mem_counts_every_tensor(tmp_path, arch, tied):
     """The weights `llamapy mem` predicts are the loaded model's, byte for byte, and the file's
     tensors are the family's, counted from the hyperparameters: F16 matrices, F32 vectors
-    (norms, Qwen2's biases, Qwen3's Q/K norms)."""
-    path = write_tiny_family(tmp_path / f"{arch}.gguf", arch, F16, tied=tied)
+    (norms, Qwen2's biases, Qwen3's Q/K norms, Llama 3's rope_freqs)."""
+    path = write_tiny_family(tmp_path / f"{arch}.gguf", arch, F16, tied=tied, rope_freqs=arch == "llama")
     n_embd, n_layer, n_head, n_head_kv, n_ff, n_vocab = 64, 2, 4, 2, 128, 264
     d = 32 if arch == "qwen3" else n_embd // n_head
     matrices = n_vocab * n_embd * (1 if tied else 2) + n_layer * (
         n_embd * (n_head + 2 * n_head_kv) * d + n_head * d * n_embd + 3 * n_embd * n_ff)
     vectors = n_embd + n_layer * 2 * n_embd
-    vectors += {"qwen2": n_layer * (n_head + 2 * n_head_kv) * d, "qwen3": n_layer * 2 * d, "llama": 0}[arch]
+    vectors += {"qwen2": n_layer * (n_head + 2 * n_head_kv) * d, "qwen3": n_layer * 2 * d, "llama": d // 2}[arch]
     file_bytes = 2 * matrices + 4 * vectors
     d_mem = _mem_json(path)
     assert d_mem["hparams"]["arch"] == arch and d_mem["hparams"]["n_embd_head_k"] == d
@@ -106,3 +106,23 @@ def test_unimplemented_keys_refused(tmp_path, arch, key, value):
 def test_rope_scaling_keys(tmp_path, keys, scale):
     path = write_tiny_family(tmp_path / "s.gguf", "qwen2", F16, extra_keys=keys)
     assert hparams_from_gguf(GGUFHeader(path)).rope_freq_scale == scale
+
+
+def test_rope_freq_factors(tmp_path):
+    """Llama 3's rope_freqs.weight is read (not ignored): ggml_rope_ext's freq_factors divide
+    pair i's angle, theta = pos * base^(-2i/n_rot) / factor[i], on both the CPU and the torch
+    formula's path."""
+    import torch
+
+    from llamapy.model.rope import RopeParams, rope_cos_sin
+
+    m = Model.load(write_tiny_family(tmp_path / "l3.gguf", "llama", F16, rope_freqs=True))
+    ff = m.net.rope.freq_factors
+    assert ff is not None and len(ff) == 8 and ff[0] == 1.0 and abs(ff[-1] - 8.0) < 1e-5
+    pos = torch.arange(5)
+    cos, sin = rope_cos_sin(pos, m.net.rope)
+    theta = pos[:, None].double() * 10000.0 ** (-torch.arange(0, 16, 2).double() / 16) / torch.tensor(ff).double()
+    torch.testing.assert_close(cos[:, 0], theta.cos().float())
+    torch.testing.assert_close(sin[:, 0], theta.sin().float())
+    plain = RopeParams(16, 10000.0)
+    assert not torch.allclose(rope_cos_sin(pos, plain)[0], cos)

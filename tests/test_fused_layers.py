@@ -211,13 +211,14 @@ def test_fused_gemma3_layers(tmp_path, types, cache):
         assert torch.equal(y_fused.argmax(-1), y_op.argmax(-1))
 
 
-@pytest.mark.parametrize("arch", ["qwen3"])
+@pytest.mark.parametrize("arch", ["qwen3", "llama"])
 def test_fused_family_layers(tmp_path, arch):
-    """Qwen3's shape (Q/K norms before NEOX RoPE, head size 32 apart from n_embd / n_head)
-    against its per-op path."""
+    """Qwen3's shape (Q/K norms before NEOX RoPE, head size 32 apart from n_embd / n_head) and
+    Llama 3's rope_freqs (frequency factors in the RoPE tables both paths share) against their
+    per-op path."""
     from tiny_family import write_tiny_family
 
-    m = Model.load(write_tiny_family(tmp_path / f"{arch}.gguf", arch, T.Q8_0))
+    m = Model.load(write_tiny_family(tmp_path / f"{arch}.gguf", arch, T.Q8_0, rope_freqs=arch == "llama"))
     assert m.net.fused is not None
     for n_seq in (1, 3):
         p = ContextParams(n_ctx=512, n_seq_max=n_seq, flash_attn="on")

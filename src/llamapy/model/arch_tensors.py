@@ -3,7 +3,7 @@ the header check of a file against them: every required tensor present with the 
 hyperparameters give, every optional one with its shape where present, and no tensor the
 architecture does not read.  llama.cpp refuses a file with tensors it did not create (`wrong
 number of tensors; expected N, got M`); here the message names them, so a file whose extra
-tensors would change the computation (Llama 3's rope_freqs, an MoE
+tensors would change the computation (Llama 3's rope_freqs before llamapy read it, an MoE
 router, an output bias) is never run with them silently ignored.
 
 Shapes are in ggml ne order, as names of HParams fields ("n_head*k": n_head * n_embd_head_k).
@@ -38,7 +38,8 @@ class ArchTensors:
 
 
 ARCH_TENSORS: dict[str, ArchTensors] = {
-    "llama": ArchTensors(_LLAMA_LAYER, _QKV_BIAS),
+    # rope_freqs: Llama 3.1+'s per-dimension-pair RoPE frequency factors (model/rope.py)
+    "llama": ArchTensors(_LLAMA_LAYER, _QKV_BIAS, {**_OUTPUT, "rope_freqs.weight": ("n_rot/2",)}),
     "qwen2": ArchTensors(_LLAMA_LAYER, _QKV_BIAS),
     "qwen3": ArchTensors({**_LLAMA_LAYER, **_QK_NORM}, _QKV_BIAS),
     "gemma3": ArchTensors({**_LLAMA_LAYER, **_QK_NORM, "post_attention_norm.weight": ("n_embd",),
@@ -49,7 +50,8 @@ ARCH_TENSORS: dict[str, ArchTensors] = {
 def _dims(hp) -> dict[str, int]:
     return {"n_embd": hp.n_embd, "n_vocab": hp.n_vocab, "n_ff": hp.n_ff, "n_embd_head_k": hp.n_embd_head_k,
             "n_head*k": hp.n_head * hp.n_embd_head_k, "n_head*v": hp.n_head * hp.n_embd_head_v,
-            "n_head_kv*k": hp.n_head_kv * hp.n_embd_head_k, "n_head_kv*v": hp.n_head_kv * hp.n_embd_head_v}
+            "n_head_kv*k": hp.n_head_kv * hp.n_embd_head_k, "n_head_kv*v": hp.n_head_kv * hp.n_embd_head_v,
+            "n_rot/2": hp.n_rot // 2}
 
 
 def _tables(hp, optional: bool) -> dict[str, tuple[str, ...]]:

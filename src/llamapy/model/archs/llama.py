@@ -1,5 +1,5 @@
-"""LLM_ARCH_LLAMA: RMSNorm, RoPE (NORM pairs), grouped-query attention, SwiGLU FFN, tied or
-separate output.
+"""LLM_ARCH_LLAMA: RMSNorm, RoPE (NORM pairs; Llama 3's rope_freqs factors where the file has
+them), grouped-query attention, SwiGLU FFN, tied or separate output.
 
 The layer is the family's: optional Q/K/V biases (llama_model_base::create_tensor_qkv; Qwen2's)
 added to the one Q|K|V product, and optional per-head RMSNorms of Q and K before RoPE (Qwen3's);
@@ -50,7 +50,7 @@ class LlamaModel:
         self.tok_embd, self.output_norm, self.output = w.embeddings(self.stage.first, self.stage.last)
         self.layer_ids = self.stage.ids
         self.layers = [self._load_layer(w, il) for il in self.layer_ids]
-        self.rope = RopeParams(hp.n_rot, hp.rope_freq_base, hp.rope_freq_scale, self.rope_type)
+        self.rope = RopeParams(hp.n_rot, hp.rope_freq_base, hp.rope_freq_scale, self.rope_type, _freq_factors(w))
         self.fused = self._fused(w)
 
     def _fused(self, w: WeightLoader) -> FusedLayers | None:
@@ -140,3 +140,10 @@ class LlamaModel:
         cos, sin = rope_cos_sin(delta, self.rope_for_layer(il))
         kh = k.view(k.shape[0], self.hp.n_head_kv, self.hp.n_embd_head_k)
         return apply_rope(kh, cos, sin, self.rope_for_layer(il)).reshape(k.shape)
+
+
+def _freq_factors(w: WeightLoader) -> tuple[float, ...] | None:
+    """rope_freqs.weight [n_rot/2] (Llama 3.1+), every layer's (llama.cpp duplicates it), or None."""
+    if not w.has("rope_freqs.weight"):
+        return None
+    return tuple(float(x) for x in w.get("rope_freqs.weight").cpu())
