@@ -3,8 +3,8 @@ the header check of a file against them: every required tensor present with the 
 hyperparameters give, every optional one with its shape where present, and no tensor the
 architecture does not read.  llama.cpp refuses a file with tensors it did not create (`wrong
 number of tensors; expected N, got M`); here the message names them, so a file whose extra
-tensors would change the computation (Llama 3's rope_freqs before llamapy read it, an MoE
-router, an output bias) is never run with them silently ignored.
+tensors would change the computation (an MoE router, an output bias, a fused attn_qkv) is
+never run with them silently ignored.
 
 Shapes are in ggml ne order, as names of HParams fields ("n_head*k": n_head * n_embd_head_k).
 Torch-free: `llamapy mem` runs it on a header."""

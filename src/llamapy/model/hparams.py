@@ -6,10 +6,9 @@ read: required keys present, every key of the right type and in range, every ten
 known architecture present with the shape the hyperparameters give (token_embd [n_embd,
 n_vocab], blk.N.ffn_up [n_embd, n_ff], ...) and no other tensor (model/arch_tensors.py), no
 key asking for a computation the architecture does not implement (model/arch_keys.py), and
-the vocabulary's metadata consistent (its
-size against token_embd and {arch}.vocab_size, scores/token types at least as long, special
-ids integers, a tokenizer model and pre-tokenizer llamapy knows).  O(keys + tensors): no
-loop over the vocabulary's elements."""
+the vocabulary's metadata consistent (its size against token_embd and {arch}.vocab_size,
+scores/token types at least as long, special ids integers, a tokenizer model and
+pre-tokenizer llamapy knows).  O(keys + tensors): no loop over the vocabulary's elements."""
 from __future__ import annotations
 
 import math
