@@ -1,17 +1,23 @@
 """The llama family's other members (qwen2: Q/K/V biases; qwen3: Q/K norms, a head size apart
-from n_embd / n_head; llama with Llama 3's rope_freqs): every tensor counted by `llamapy mem`, and files with tensors or keys the architecture does not implement refused,
+from n_embd / n_head; llama with Llama 3's rope_freqs): logits against llama.cpp's own from the
+same files (tests/data/ref_logits/, scripts/ref_logits_llamacpp.py), every tensor counted by
+`llamapy mem`, and files with tensors or keys the architecture does not implement refused,
 naming them."""
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import subprocess
 import sys
 from pathlib import Path
 
+import gguf
 import pytest
 
 from llamapy import Model
+from llamapy.bench.kld import BaseFile, KldStats
+from llamapy.bench.perplexity import make_context, perplexity
 from llamapy.gguf.header import GGUFError, GGUFHeader
 from llamapy.kernels import load_kernels
 from llamapy.model.hparams import hparams_from_gguf
@@ -32,6 +38,29 @@ LIMITS = {"f16": (0.001, 0.99), "q8_0": (0.02, 0.90)}
 def _write(tmp_path: Path, writer: dict) -> Path:
     kw = {**writer, "weight_type": gguf.GGMLQuantizationType[writer["weight_type"]]}
     return write_tiny_family(tmp_path / "m.gguf", **kw)
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_logits_match_llamacpp(tmp_path, case):
+    """llama-perplexity --kl-divergence-base's log-probabilities of 4 chunks of 64 tokens (31
+    scored rows each) against llamapy's perplexity run over the same tokens."""
+    meta = json.loads((REF / f"{case}.json").read_text())
+    path = _write(tmp_path, meta["writer"])
+    sha = hashlib.sha256(path.read_bytes()).hexdigest()
+    assert sha == meta["gguf_sha256"], (f"tests/tiny_family.py no longer writes the file the reference was made from "
+                                        f"({case}): rerun scripts/ref_logits_llamacpp.py")
+    model = Model.load(path)
+    assert model.hparams.arch == meta["writer"]["arch"]
+    stats = KldStats()
+    with BaseFile.open(REF / f"{case}.kld", model.n_vocab) as base:
+        assert base.n_ctx == meta["n_ctx"] and base.n_chunk == meta["n_chunks"]
+        ctx = make_context(model, base.n_ctx, base.n_ctx)
+        perplexity(ctx, base.tokens, base.n_ctx, on_logits=lambda lg, tg: stats.add(lg, base.next_chunk(), tg))
+    max_kld, min_top = LIMITS[meta["writer"]["weight_type"].lower()]
+    print(f"{case}: mean KLD {stats.mean_kld:.6f}, same top {stats.same_top:.4f} over {stats.count} tokens")
+    assert stats.count == meta["n_chunks"] * (meta["n_ctx"] - 1 - meta["n_ctx"] // 2)
+    assert stats.mean_kld <= max_kld
+    assert stats.same_top >= min_top
 
 
 def _mem_json(path: Path) -> dict:
