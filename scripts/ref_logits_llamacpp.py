@@ -11,7 +11,9 @@ which saves llama.cpp's log-probabilities of every scored token (the second half
 file format (llamapy's bench/kld.py reads it).  Writes tests/data/ref_logits/CASE.kld and
 CASE.json (the writer's arguments, the file's sha256, the command, llama.cpp's version).
 
-    python scripts/ref_logits_llamacpp.py [--bin DIR] [--out DIR] [CASE ...]
+    PYTHONPATH=src python scripts/ref_logits_llamacpp.py [--bin DIR] [--out DIR] [CASE ...]
+
+(llama.cpp's tools: /work/shared/tools/build-llamacpp.sh, or LLAMACPP_BIN / --bin.)
 """
 from __future__ import annotations
 
