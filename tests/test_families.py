@@ -40,24 +40,30 @@ def _write(tmp_path: Path, writer: dict) -> Path:
     return write_tiny_family(tmp_path / "m.gguf", **kw)
 
 
+@pytest.mark.parametrize("mode,n_ubatch", [("blocks", 64), ("blocks", 8), ("exact", 64)])
 @pytest.mark.parametrize("case", CASES)
-def test_logits_match_llamacpp(tmp_path, case):
+def test_logits_match_llamacpp(tmp_path, case, mode, n_ubatch):
     """llama-perplexity --kl-divergence-base's log-probabilities of 4 chunks of 64 tokens (31
-    scored rows each) against llamapy's perplexity run over the same tokens."""
+    scored rows each) against llamapy's perplexity run over the same tokens: with the weights
+    in their blocks, a chunk in one ubatch or in ubatches of 8 rows (with the kernels: the
+    fused C layers, except Qwen2's biases), and dequantized to float32 (exact, the CUDA
+    path's weights)."""
     meta = json.loads((REF / f"{case}.json").read_text())
     path = _write(tmp_path, meta["writer"])
     sha = hashlib.sha256(path.read_bytes()).hexdigest()
     assert sha == meta["gguf_sha256"], (f"tests/tiny_family.py no longer writes the file the reference was made from "
                                         f"({case}): rerun scripts/ref_logits_llamacpp.py")
-    model = Model.load(path)
+    model = Model.load(path, exact=mode == "exact")
     assert model.hparams.arch == meta["writer"]["arch"]
     stats = KldStats()
     with BaseFile.open(REF / f"{case}.kld", model.n_vocab) as base:
         assert base.n_ctx == meta["n_ctx"] and base.n_chunk == meta["n_chunks"]
-        ctx = make_context(model, base.n_ctx, base.n_ctx)
+        ctx = make_context(model, base.n_ctx, base.n_ctx, n_ubatch)
         perplexity(ctx, base.tokens, base.n_ctx, on_logits=lambda lg, tg: stats.add(lg, base.next_chunk(), tg))
+    if n_ubatch == 8 and model.net.fused is not None:
+        assert model.net.fused.calls > 0
     max_kld, min_top = LIMITS[meta["writer"]["weight_type"].lower()]
-    print(f"{case}: mean KLD {stats.mean_kld:.6f}, same top {stats.same_top:.4f} over {stats.count} tokens")
+    print(f"{case} {mode} -ub {n_ubatch}: mean KLD {stats.mean_kld:.6f}, same top {stats.same_top:.4f} over {stats.count} tokens")
     assert stats.count == meta["n_chunks"] * (meta["n_ctx"] - 1 - meta["n_ctx"] // 2)
     assert stats.mean_kld <= max_kld
     assert stats.same_top >= min_top
