@@ -6,10 +6,9 @@ With biases the layers take the per-op path only: the fused C layer adds none.""
 from __future__ import annotations
 
 from ..rope import ROPE_TYPE_NEOX
-from . import register
 from .llama import LlamaModel
 
 
-@register("qwen2")
 class Qwen2Model(LlamaModel):
+    arch_name = "qwen2"
     rope_type = ROPE_TYPE_NEOX

@@ -6,10 +6,9 @@ archs/llama.py's, including the fused C layer for few-row ubatches (it applies t
 from __future__ import annotations
 
 from ..rope import ROPE_TYPE_NEOX
-from . import register
 from .llama import LlamaModel
 
 
-@register("qwen3")
 class Qwen3Model(LlamaModel):
+    arch_name = "qwen3"
     rope_type = ROPE_TYPE_NEOX
