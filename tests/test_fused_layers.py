@@ -209,3 +209,21 @@ def test_fused_gemma3_layers(tmp_path, types, cache):
         tol = 1e-4 if types == "f32" else 3e-4
         torch.testing.assert_close(y_fused, y_op, rtol=1e-4, atol=tol * y_op.abs().max().item())
         assert torch.equal(y_fused.argmax(-1), y_op.argmax(-1))
+
+
+@pytest.mark.parametrize("arch", ["qwen3", "llama"])
+def test_fused_family_layers(tmp_path, arch):
+    """Qwen3's shape (Q/K norms before NEOX RoPE, head size 32 apart from n_embd / n_head) and
+    Llama 3's rope_freqs (frequency factors in the RoPE tables both paths share) against their
+    per-op path."""
+    from tiny_family import write_tiny_family
+
+    m = Model.load(write_tiny_family(tmp_path / f"{arch}.gguf", arch, T.Q8_0, rope_freqs=arch == "llama"))
+    assert m.net.fused is not None
+    for n_seq in (1, 3):
+        p = ContextParams(n_ctx=512, n_seq_max=n_seq, flash_attn="on")
+        y_op, calls_op = _run(m, False, p, n_seq, prompt=20, steps=6)
+        y_fused, calls = _run(m, True, p, n_seq, prompt=20, steps=6)
+        assert calls_op == 0 and calls >= 6 + (n_seq == 1)
+        torch.testing.assert_close(y_fused, y_op, rtol=1e-4, atol=3e-4 * y_op.abs().max().item())
+        assert torch.equal(y_fused.argmax(-1), y_op.argmax(-1))

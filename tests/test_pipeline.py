@@ -95,7 +95,24 @@ def _script(ctx, model) -> list[torch.Tensor]:
     return out
 
 
-CASES = [("smollm2", 2, None, 512), ("smollm2", 3, None, 4), ("gemma3", 2, (5, 13), 7), ("gemma3", 3, None, 512)]
+CASES = [("smollm2", 2, None, 512), ("smollm2", 3, None, 4), ("gemma3", 2, (5, 13), 7), ("gemma3", 3, None, 512),
+         ("qwen2", 2, None, 4), ("qwen3", 2, None, 512)]
+
+
+@pytest.fixture(scope="module")
+def qwen2_path(tmp_path_factory):
+    """A tiny Qwen2 (Q/K/V biases, its own output matrix on the last stage)."""
+    from tiny_family import Q8_0, write_tiny_family
+
+    return write_tiny_family(tmp_path_factory.mktemp("pp") / "qwen2.gguf", "qwen2", Q8_0)
+
+
+@pytest.fixture(scope="module")
+def qwen3_path(tmp_path_factory):
+    """A tiny Qwen3 (Q/K norms; tied output: the last stage holds token_embd too)."""
+    from tiny_family import Q8_0, write_tiny_family
+
+    return write_tiny_family(tmp_path_factory.mktemp("pp") / "qwen3.gguf", "qwen3", Q8_0)
 
 
 @pytest.mark.slow

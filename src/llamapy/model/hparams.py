@@ -4,10 +4,11 @@ hparams_from_gguf also checks what Model.load will rely on, so a malformed file 
 GGUFError naming the key or tensor (and its byte offset) before any weight or vocabulary is
 read: required keys present, every key of the right type and in range, every tensor of a
 known architecture present with the shape the hyperparameters give (token_embd [n_embd,
-n_vocab], blk.N.ffn_up [n_embd, n_ff], ...), and the vocabulary's metadata consistent (its
-size against token_embd and {arch}.vocab_size, scores/token types at least as long, special
-ids integers, a tokenizer model and pre-tokenizer llamapy knows).  O(keys + tensors): no
-loop over the vocabulary's elements."""
+n_vocab], blk.N.ffn_up [n_embd, n_ff], ...) and no other tensor (model/arch_tensors.py), no
+key asking for a computation the architecture does not implement (model/arch_keys.py), and
+the vocabulary's metadata consistent (its size against token_embd and {arch}.vocab_size,
+scores/token types at least as long, special ids integers, a tokenizer model and
+pre-tokenizer llamapy knows).  O(keys + tensors): no loop over the vocabulary's elements."""
 from __future__ import annotations
 
 import math
@@ -16,6 +17,8 @@ from dataclasses import dataclass, field
 import gguf
 
 from ..gguf.header import VT, ArrayRef, GGUFError, GGUFHeader, HeaderField, short_repr
+from .arch_keys import check_keys
+from .arch_tensors import ARCH_TENSORS, check_tensors, expected_tensors  # noqa: F401 (expected_tensors: re-exported)
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,20 +63,21 @@ def _swa_pattern(n_layer: int, period: int) -> tuple[bool, ...]:
     return tuple((il % period) < (period - 1) for il in range(n_layer))
 
 
-# The architectures Model.load builds (model/archs/): the tensors each one reads, in ggml ne
-# order, as names of HParams fields ("n_head*k": n_head * n_embd_head_k).
-_LLAMA_LAYER = {
-    "attn_norm": ("n_embd",), "attn_q": ("n_embd", "n_head*k"), "attn_k": ("n_embd", "n_head_kv*k"),
-    "attn_v": ("n_embd", "n_head_kv*v"), "attn_output": ("n_head*v", "n_embd"), "ffn_norm": ("n_embd",),
-    "ffn_gate": ("n_embd", "n_ff"), "ffn_up": ("n_embd", "n_ff"), "ffn_down": ("n_ff", "n_embd"),
-}
-LAYER_TENSORS: dict[str, dict[str, tuple[str, ...]]] = {
-    "llama": _LLAMA_LAYER,
-    "gemma3": {**_LLAMA_LAYER, "attn_q_norm": ("n_embd_head_k",), "attn_k_norm": ("n_embd_head_k",),
-               "post_attention_norm": ("n_embd",), "post_ffw_norm": ("n_embd",)},
-}
-_GLOBAL_TENSORS = {"token_embd": ("n_embd", "n_vocab"), "output_norm": ("n_embd",)}
-_OPTIONAL_TENSORS = {"output": ("n_embd", "n_vocab")}  # absent: tied to token_embd
+def _swa_layers(f: GGUFHeader, arch: str, n_layer: int, period: int) -> tuple[bool, ...]:
+    """llama_model_base::load_swa_pattern: {arch}.attention.sliding_window_pattern, an array
+    with each layer's flag or a period, else the architecture's period."""
+    fld = f.fields.get(f"{arch}.attention.sliding_window_pattern")
+    if fld is None:
+        return _swa_pattern(n_layer, period)
+    v = fld.value
+    if isinstance(v, int) and not isinstance(v, bool) and v >= 1:
+        return _swa_pattern(n_layer, v)
+    if isinstance(v, list) and len(v) == n_layer and all(isinstance(x, (bool, int)) for x in v):
+        return tuple(bool(x) for x in v)
+    raise GGUFError(f"{f.path.name}: metadata '{fld.name}' (key at byte {fld.offset}) = {short_repr(v)} is neither a "
+                    f"period nor one flag per layer ({n_layer})")
+
+
 _K = gguf.Keys.Tokenizer
 _SPECIAL_ID_KEYS = (_K.BOS_ID, _K.EOS_ID, _K.EOT_ID, _K.EOM_ID, _K.UNK_ID, _K.SEP_ID, _K.PAD_ID, _K.MASK_ID,
                     _K.FIM_PRE_ID, _K.FIM_SUF_ID, _K.FIM_MID_ID, _K.FIM_PAD_ID, _K.FIM_REP_ID, _K.FIM_SEP_ID,
@@ -86,7 +90,7 @@ def hparams_from_gguf(f: GGUFHeader) -> HParams:
     checks only (`llamapy mem` reads them)."""
     arch = f.arch
     name = f.path.name
-    known = arch in LAYER_TENSORS
+    known = arch in ARCH_TENSORS
 
     def where(fld: HeaderField) -> str:
         return f"{name}: metadata '{fld.name}' (key at byte {fld.offset})"
@@ -132,12 +136,17 @@ def hparams_from_gguf(f: GGUFHeader) -> HParams:
                         f"{len(f.tensors)} tensors could hold")
     n_vocab = _n_vocab(f, arch, known, key, desc)
     freq_base = float(key("rope.freq_base", 10000.0, kind=float))
+    # llama_model_base::load_hparams: the factor, or the older rope.scale_linear; type none: unscaled
     scale = key("rope.scaling.factor", None, kind=float, lo=0)
+    if scale is None:
+        scale = key("rope.scale_linear", None, kind=float, lo=0)
+    if f.get(f"{arch}.rope.scaling.type") == "none":
+        scale = None
     n_swa = key("attention.sliding_window", 0, lo=0)
     swa_layers: tuple[bool, ...] = ()
     freq_base_swa = freq_base
     if arch == "gemma3" and n_swa > 0:
-        swa_layers = _swa_pattern(n_layer, 6)
+        swa_layers = _swa_layers(f, arch, n_layer, 6)
         # llama.cpp: {arch}.rope.freq_base_swa when present, else 10000 for gemma3's local layers
         freq_base_swa = float(key("rope.freq_base_swa", 10000.0, kind=float))
     if arch == "gemma3":
@@ -168,6 +177,7 @@ def hparams_from_gguf(f: GGUFHeader) -> HParams:
         swa_layers=swa_layers,
     )
     if known:
+        check_keys(f, arch)
         check_tensors(f, hp)
         _check_vocab_keys(f)
     return hp
@@ -200,40 +210,6 @@ def _n_vocab(f: GGUFHeader, arch: str, known: bool, key, desc) -> int:
                         f"tensor 'token_embd.weight' (info at byte {embd.info_offset}) has ne {list(embd.ne)}, "
                         f"expected [{embd.ne[0]}, {n_vocab}] = [n_embd, n_vocab]")
     return n_vocab
-
-
-def expected_tensors(hp: HParams) -> dict[str, tuple[int, ...]]:
-    """Tensor name -> ne (ggml order) of every tensor an architecture Model.load builds must
-    have (output.weight is optional: tied to token_embd when absent)."""
-    dims = {"n_embd": hp.n_embd, "n_vocab": hp.n_vocab, "n_ff": hp.n_ff, "n_embd_head_k": hp.n_embd_head_k,
-            "n_head*k": hp.n_head * hp.n_embd_head_k, "n_head*v": hp.n_head * hp.n_embd_head_v,
-            "n_head_kv*k": hp.n_head_kv * hp.n_embd_head_k, "n_head_kv*v": hp.n_head_kv * hp.n_embd_head_v}
-    out = {f"{t}.weight": tuple(dims[d] for d in ds) for t, ds in _GLOBAL_TENSORS.items()}
-    for il in range(hp.n_layer):
-        out.update({f"blk.{il}.{t}.weight": tuple(dims[d] for d in ds) for t, ds in LAYER_TENSORS[hp.arch].items()})
-    return out
-
-
-def _shape_names(arch: str, tensor: str) -> tuple[str, ...]:
-    base = tensor.rsplit(".", 2)[-2] if tensor.startswith("blk.") else tensor.split(".")[0]
-    table = LAYER_TENSORS[arch] if tensor.startswith("blk.") else {**_GLOBAL_TENSORS, **_OPTIONAL_TENSORS}
-    return table[base]
-
-
-def check_tensors(f: GGUFHeader, hp: HParams) -> None:
-    """Every tensor the architecture reads is present with the shape hp gives it."""
-    name = f.path.name
-    want = expected_tensors(hp)
-    if "output.weight" in f.tensors:
-        want["output.weight"] = (hp.n_embd, hp.n_vocab)
-    for t, ne in want.items():
-        info = f.tensors.get(t)
-        if info is None:
-            raise GGUFError(f"{name}: tensor '{t}' is missing (is this GGUF complete?)")
-        if info.ne != ne:
-            dims = ", ".join(_shape_names(hp.arch, t))
-            raise GGUFError(f"{name}: tensor '{t}' (info at byte {info.info_offset}) has ne {list(info.ne)}, expected "
-                            f"{list(ne)} = [{dims}] from the hyperparameters")
 
 
 def _check_vocab_keys(f: GGUFHeader) -> None:

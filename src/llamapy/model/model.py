@@ -70,6 +70,8 @@ class Model:
             arena = WeightArena.reserve(f.file_size() - f.data_offset + 64 * len(f.tensors), huge, min_bytes)
         loader = WeightLoader(f, torch.device(device), exact=exact, kernels=kernels, arena=arena)
         net = net_cls(hp, loader, stage)
+        if stage.first and stage.last:
+            _check_all_read(f, loader)
         tok = None
         if tokenizer:
             with _field_context(f, "tokenizer.ggml.merges"):
@@ -99,6 +101,18 @@ def resolve_device(device: str) -> str:
     if device.startswith("cuda") and not torch.cuda.is_available():
         raise ValueError(f"--device {device}: no CUDA device is available (use --device cpu)")
     return device
+
+
+def _check_all_read(f: GGUFFile, loader: WeightLoader) -> None:
+    """A whole model has read every tensor of its file (hparams_from_gguf refused the ones no
+    table lists, model/arch_tensors.py): a tensor the table lists but the class skipped would
+    otherwise be ignored in silence."""
+    unread = [t for t in f.tensors if t not in loader.loaded]
+    if unread:
+        from .arch_tensors import name_list
+
+        raise GGUFError(f"{f.path}: the '{f.arch}' model did not read {len(unread)} of the file's tensors: "
+                        f"{name_list(unread)} (model/arch_tensors.py and model/archs/ disagree)")
 
 
 def _read_into(n_read: int, arena: WeightArena | None) -> str:

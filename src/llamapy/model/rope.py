@@ -1,7 +1,9 @@
 """Rotary position embedding, ggml conventions: each token rotated by its own position.
 
 rope_type NORM (llama GGUFs: Q/K weights were permuted at conversion) rotates adjacent
-pairs (x[2i], x[2i+1]); NEOX (gemma, qwen, ...) rotates halves (x[i], x[i + n_rot/2])."""
+pairs (x[2i], x[2i+1]); NEOX (gemma, qwen, ...) rotates halves (x[i], x[i + n_rot/2]).
+Frequency factors (Llama 3's rope_freqs tensor, ggml_rope_ext's freq_factors) divide pair i's
+angle by factor i."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -22,6 +24,7 @@ class RopeParams:
     freq_base: float
     freq_scale: float = 1.0
     rope_type: int = ROPE_TYPE_NORM
+    freq_factors: tuple[float, ...] | None = None  # [n_rot/2]: pair i turns at its frequency / factor i
 
 
 def rope_cos_sin(pos: torch.Tensor, p: RopeParams) -> tuple[torch.Tensor, torch.Tensor]:
@@ -31,10 +34,14 @@ def rope_cos_sin(pos: torch.Tensor, p: RopeParams) -> tuple[torch.Tensor, torch.
     weights' stream has just emptied, so each op costs more than its bare time)."""
     if pos.device.type == "cpu":
         inv_np = p.freq_base ** (-np.arange(0, p.n_rot, 2, dtype=np.float64) / p.n_rot)  # [n_rot/2]
+        if p.freq_factors is not None:
+            inv_np = inv_np / np.asarray(p.freq_factors, dtype=np.float64)
         th = (pos.numpy().astype(np.float64)[:, None] * p.freq_scale) * inv_np[None, :]  # [n, n_rot/2]
         return (torch.from_numpy(np.cos(th).astype(np.float32)[:, None, :]),
                 torch.from_numpy(np.sin(th).astype(np.float32)[:, None, :]))
     inv = p.freq_base ** (-torch.arange(0, p.n_rot, 2, dtype=torch.float64, device=pos.device) / p.n_rot)  # [n_rot/2]
+    if p.freq_factors is not None:
+        inv = inv / torch.tensor(p.freq_factors, dtype=torch.float64, device=pos.device)
     theta = (pos.to(torch.float64)[:, None] * p.freq_scale) * inv[None, :]  # [n, n_rot/2]
     return theta.cos().float()[:, None, :], theta.sin().float()[:, None, :]
 

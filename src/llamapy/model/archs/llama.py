@@ -1,5 +1,9 @@
-"""LLM_ARCH_LLAMA: RMSNorm, RoPE (NORM pairs), grouped-query attention, SwiGLU FFN,
-tied or separate output."""
+"""LLM_ARCH_LLAMA: RMSNorm, RoPE (NORM pairs; Llama 3's rope_freqs factors where the file has
+them), grouped-query attention, SwiGLU FFN, tied or separate output.
+
+The layer is the family's: optional Q/K/V biases (llama_model_base::create_tensor_qkv; Qwen2's)
+added to the one Q|K|V product, and optional per-head RMSNorms of Q and K before RoPE (Qwen3's);
+archs/qwen2.py and archs/qwen3.py are this model with their RoPE type and tensors."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -27,6 +31,11 @@ class LlamaLayer:
     ffn_norm: torch.Tensor
     ffn_gate_up: QMatrix  # [2 n_ff, n_embd]: gate and up stacked
     ffn_down: QMatrix  # [n_embd, n_ff]
+    bq: torch.Tensor | None = None  # [n_head * d]: the Q|K|V product's biases, where the file has them
+    bk: torch.Tensor | None = None  # [n_head_kv * d]
+    bv: torch.Tensor | None = None  # [n_head_kv * d]
+    attn_q_norm: torch.Tensor | None = None  # [d]: per-head RMSNorm of Q before RoPE (Qwen3)
+    attn_k_norm: torch.Tensor | None = None  # [d]
 
 
 class LlamaModel:
@@ -40,20 +49,28 @@ class LlamaModel:
         self.tok_embd, self.output_norm, self.output = w.embeddings(self.stage.first, self.stage.last)
         self.layer_ids = self.stage.ids
         self.layers = [self._load_layer(w, il) for il in self.layer_ids]
-        self.rope = RopeParams(hp.n_rot, hp.rope_freq_base, hp.rope_freq_scale, self.rope_type)
-        self.fused = self._fused(w) if type(self) is LlamaModel else None  # subclasses differ
+        self.rope = RopeParams(hp.n_rot, hp.rope_freq_base, hp.rope_freq_scale, self.rope_type, _freq_factors(w))
+        self.fused = self._fused(w)
 
     def _fused(self, w: WeightLoader) -> FusedLayers | None:
         """Every layer in one C call for few-row ubatches (kernels/fused_layers.py), when the
-        weights are in blocks."""
-        specs = [LayerSpec(L.attn_norm, L.ffn_norm, [L.wqkv], L.wo, [L.ffn_gate_up], L.ffn_down) for L in self.layers]
+        weights are in blocks and no layer has biases (the C layer adds none)."""
+        if any(b is not None for L in self.layers for b in (L.bq, L.bk, L.bv)):
+            return None
+        specs = [LayerSpec(L.attn_norm, L.ffn_norm, [L.wqkv], L.wo, [L.ffn_gate_up], L.ffn_down,
+                           q_norm=L.attn_q_norm, k_norm=L.attn_k_norm) for L in self.layers]
         hp = self.hp
         return FusedLayers.build(hp, specs, w.kernels, 1.0, 1.0 / hp.n_embd_head_k**0.5, self.rope_type != 0, False,
                                  self.layer_ids)
 
     @staticmethod
     def _load_layer(w: WeightLoader, il: int) -> LlamaLayer:
+        """Layer il's tensors: the required ones, and the optional ones the file has."""
         p = f"blk.{il}."
+
+        def opt(name: str) -> torch.Tensor | None:
+            return w.get(p + name) if w.has(p + name) else None
+
         return LlamaLayer(
             attn_norm=w.get(p + "attn_norm.weight"),
             wqkv=w.matrix(p + "attn_q.weight", p + "attn_k.weight", p + "attn_v.weight"),
@@ -61,6 +78,8 @@ class LlamaModel:
             ffn_norm=w.get(p + "ffn_norm.weight"),
             ffn_gate_up=w.matrix(p + "ffn_gate.weight", p + "ffn_up.weight"),
             ffn_down=w.matrix(p + "ffn_down.weight"),
+            bq=opt("attn_q.bias"), bk=opt("attn_k.bias"), bv=opt("attn_v.bias"),
+            attn_q_norm=opt("attn_q_norm.weight"), attn_k_norm=opt("attn_k_norm.weight"),
         )
 
     def rope_for_layer(self, il: int) -> RopeParams:
@@ -96,9 +115,18 @@ class LlamaModel:
         n_tokens, d = x.shape[0], hp.n_embd_head_k
         n_q, n_k = hp.n_head * d, hp.n_head_kv * d
         qkv = L.wqkv(rms_norm(x, L.attn_norm, hp.f_norm_rms_eps))  # [n_tokens, (n_head + 2 n_head_kv) * d]
-        # Q and K rotated together, in place: [n_tokens, n_head + n_head_kv, d]
-        qk = apply_rope_(qkv[:, : n_q + n_k].view(n_tokens, hp.n_head + hp.n_head_kv, d), cos, sin, self.rope)
-        o = attend(inp, kv, il, qk[:, : hp.n_head], qk[:, hp.n_head :], qkv[:, n_q + n_k :], 1.0 / d**0.5)
+        for b, lo, hi in ((L.bq, 0, n_q), (L.bk, n_q, n_q + n_k), (L.bv, n_q + n_k, qkv.shape[1])):
+            if b is not None:
+                qkv[:, lo:hi].add_(b)
+        if L.attn_q_norm is None:  # Q and K rotated together, in place: [n_tokens, n_head + n_head_kv, d]
+            qk = apply_rope_(qkv[:, : n_q + n_k].view(n_tokens, hp.n_head + hp.n_head_kv, d), cos, sin, self.rope)
+            q, k = qk[:, : hp.n_head], qk[:, hp.n_head :]
+        else:  # per-head RMSNorm first (new tensors), then RoPE in place
+            q = rms_norm(qkv[:, :n_q].view(n_tokens, hp.n_head, d), L.attn_q_norm, hp.f_norm_rms_eps)
+            k = rms_norm(qkv[:, n_q : n_q + n_k].view(n_tokens, hp.n_head_kv, d), L.attn_k_norm, hp.f_norm_rms_eps)
+            apply_rope_(q, cos, sin, self.rope)
+            apply_rope_(k, cos, sin, self.rope)
+        o = attend(inp, kv, il, q, k, qkv[:, n_q + n_k :], 1.0 / d**0.5)
         L.wo.add_into(o, x)
 
     def _ffn(self, L: LlamaLayer, x: torch.Tensor) -> None:
@@ -111,3 +139,10 @@ class LlamaModel:
         cos, sin = rope_cos_sin(delta, self.rope_for_layer(il))
         kh = k.view(k.shape[0], self.hp.n_head_kv, self.hp.n_embd_head_k)
         return apply_rope(kh, cos, sin, self.rope_for_layer(il)).reshape(k.shape)
+
+
+def _freq_factors(w: WeightLoader) -> tuple[float, ...] | None:
+    """rope_freqs.weight [n_rot/2] (Llama 3.1+), every layer's (llama.cpp duplicates it), or None."""
+    if not w.has("rope_freqs.weight"):
+        return None
+    return tuple(float(x) for x in w.get("rope_freqs.weight").cpu())

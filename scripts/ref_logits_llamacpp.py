@@ -1,0 +1,101 @@
+"""Reference logits from llama.cpp itself for the llama-family architectures, for
+tests/test_families.py.
+
+For each case writes the tiny GGUF with tests/tiny_family.py (fixed seed: the test writes the
+same bytes again and checks their sha256 against the one recorded here), then runs
+
+    llama-perplexity -m FILE -f TEXT -c 64 -b 64 --chunks 4 -t 2 --kl-divergence-base OUT
+
+which saves llama.cpp's log-probabilities of every scored token (the second half of each
+64-token chunk: 4 x 31 rows of the 264-token vocabulary) and the chunks' tokens in its own
+file format (llamapy's bench/kld.py reads it).  Writes tests/data/ref_logits/CASE.kld and
+CASE.json (the writer's arguments, the file's sha256, the command, llama.cpp's version).
+
+    PYTHONPATH=src python scripts/ref_logits_llamacpp.py [--bin DIR] [--out DIR] [CASE ...]
+
+(llama.cpp's tools: /work/shared/tools/build-llamacpp.sh, or LLAMACPP_BIN / --bin.)
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+BIN = Path(os.environ.get("LLAMACPP_BIN", Path.home() / ".cache/llamacpp-ref/llama.cpp/build/bin"))
+TEXT = ROOT / "tests/data/prose_en.txt"
+N_CTX, N_CHUNKS = 64, 4
+# case -> tiny_family.write_tiny_family's arguments (weight_type by name)
+CASES: dict[str, dict] = {
+    "qwen2-f16": {"arch": "qwen2", "weight_type": "F16"},
+    "qwen2-q8_0": {"arch": "qwen2", "weight_type": "Q8_0"},
+    "qwen2-tied-f16": {"arch": "qwen2", "weight_type": "F16", "tied": True},
+    "qwen3-f16": {"arch": "qwen3", "weight_type": "F16"},
+    "qwen3-q8_0": {"arch": "qwen3", "weight_type": "Q8_0"},
+    "llama-rope-freqs-f16": {"arch": "llama", "weight_type": "F16", "rope_freqs": True},
+}
+
+
+def write_case(path: Path, args: dict) -> str:
+    """Write the case's GGUF to path; returns its sha256."""
+    sys.path.insert(0, str(ROOT / "tests"))
+    import gguf
+    from tiny_family import write_tiny_family
+
+    kw = {**args, "weight_type": gguf.GGMLQuantizationType[args["weight_type"]]}
+    write_tiny_family(path, **kw)
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def text_file(tmp: Path) -> Path:
+    """Enough prose for N_CHUNKS chunks with room to spare (the byte vocabulary: ~1 token a
+    character)."""
+    p = tmp / "text.txt"
+    p.write_text(TEXT.read_text()[: 4 * N_CTX * N_CHUNKS])
+    return p
+
+
+def version(bin_dir: Path) -> str:
+    r = subprocess.run([str(bin_dir / "llama-perplexity"), "--version"], stdout=subprocess.PIPE,
+                       stderr=subprocess.STDOUT, text=True, timeout=60)
+    return " ".join(line.strip() for line in r.stdout.splitlines() if line.startswith(("version", "built")))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--bin", type=Path, default=BIN)
+    ap.add_argument("--out", type=Path, default=ROOT / "tests/data/ref_logits")
+    ap.add_argument("cases", nargs="*", default=list(CASES))
+    a = ap.parse_args()
+    a.out.mkdir(parents=True, exist_ok=True)
+    ver = version(a.bin)
+    with tempfile.TemporaryDirectory() as td:
+        tmp = Path(td)
+        text = text_file(tmp)
+        for name in a.cases:
+            gguf_path = tmp / f"{name}.gguf"
+            sha = write_case(gguf_path, CASES[name])
+            out = a.out / f"{name}.kld"
+            flags = ["-c", str(N_CTX), "-b", str(N_CTX), "--chunks", str(N_CHUNKS), "-t", "2"]
+            cmd = [str(a.bin / "llama-perplexity"), "-m", str(gguf_path), "-f", str(text), *flags,
+                   "--kl-divergence-base", str(out)]
+            r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=600)
+            if r.returncode != 0 or not out.is_file():
+                raise RuntimeError(f"{' '.join(cmd)} failed ({r.returncode}):\n{r.stdout[-3000:]}")
+            ppl = re.findall(r"Final estimate: (PPL = [0-9.]+ \+/- [0-9.]+)", r.stdout)
+            meta = {"case": name, "writer": CASES[name], "gguf_sha256": sha, "n_ctx": N_CTX, "n_chunks": N_CHUNKS,
+                    "command": "llama-perplexity -m CASE.gguf -f TEXT " + " ".join(flags) + " --kl-divergence-base CASE.kld",
+                    "text": f"tests/data/prose_en.txt, its first {4 * N_CTX * N_CHUNKS} characters",
+                    "llama_cpp": ver, "final_estimate": ppl[-1] if ppl else ""}
+            (a.out / f"{name}.json").write_text(json.dumps(meta, indent=1) + "\n")
+            print(f"{name}: {out} ({out.stat().st_size} bytes), {meta['final_estimate']}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,129 @@
+"""The tensors each architecture Model.load builds reads (llama.cpp's load_arch_tensors), and
+the header check of a file against them: every required tensor present with the shape the
+hyperparameters give, every optional one with its shape where present, and no tensor the
+architecture does not read.  llama.cpp refuses a file with tensors it did not create (`wrong
+number of tensors; expected N, got M`); here the message names them, so a file whose extra
+tensors would change the computation (an MoE router, an output bias, a fused attn_qkv) is
+never run with them silently ignored.
+
+Shapes are in ggml ne order, as names of HParams fields ("n_head*k": n_head * n_embd_head_k).
+Torch-free: `llamapy mem` runs it on a header."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..gguf.header import GGUFError, GGUFHeader
+
+_LLAMA_LAYER = {
+    "attn_norm.weight": ("n_embd",), "attn_q.weight": ("n_embd", "n_head*k"), "attn_k.weight": ("n_embd", "n_head_kv*k"),
+    "attn_v.weight": ("n_embd", "n_head_kv*v"), "attn_output.weight": ("n_head*v", "n_embd"),
+    "ffn_norm.weight": ("n_embd",), "ffn_gate.weight": ("n_embd", "n_ff"), "ffn_up.weight": ("n_embd", "n_ff"),
+    "ffn_down.weight": ("n_ff", "n_embd"),
+}
+# llama_model_base::create_tensor_qkv: each of Q, K, V may have a bias (Qwen2 has all three)
+_QKV_BIAS = {"attn_q.bias": ("n_head*k",), "attn_k.bias": ("n_head_kv*k",), "attn_v.bias": ("n_head_kv*v",)}
+_QK_NORM = {"attn_q_norm.weight": ("n_embd_head_k",), "attn_k_norm.weight": ("n_embd_head_k",)}
+_GLOBAL = {"token_embd.weight": ("n_embd", "n_vocab"), "output_norm.weight": ("n_embd",)}
+_OUTPUT = {"output.weight": ("n_embd", "n_vocab")}  # absent: the output is tied to token_embd
+
+
+@dataclass(frozen=True, slots=True)
+class ArchTensors:
+    """One architecture's tensors: per layer (blk.N.<name>) required and optional, and the
+    global ones besides token_embd and output_norm that it reads when present."""
+
+    layer: dict[str, tuple[str, ...]]
+    layer_optional: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    optional: dict[str, tuple[str, ...]] = field(default_factory=lambda: dict(_OUTPUT))
+
+
+ARCH_TENSORS: dict[str, ArchTensors] = {
+    # rope_freqs: Llama 3.1+'s per-dimension-pair RoPE frequency factors (model/rope.py)
+    "llama": ArchTensors(_LLAMA_LAYER, _QKV_BIAS, {**_OUTPUT, "rope_freqs.weight": ("n_rot/2",)}),
+    "qwen2": ArchTensors(_LLAMA_LAYER, _QKV_BIAS),
+    "qwen3": ArchTensors({**_LLAMA_LAYER, **_QK_NORM}, _QKV_BIAS),
+    "gemma3": ArchTensors({**_LLAMA_LAYER, **_QK_NORM, "post_attention_norm.weight": ("n_embd",),
+                           "post_ffw_norm.weight": ("n_embd",)}),
+}
+
+
+def _dims(hp) -> dict[str, int]:
+    return {"n_embd": hp.n_embd, "n_vocab": hp.n_vocab, "n_ff": hp.n_ff, "n_embd_head_k": hp.n_embd_head_k,
+            "n_head*k": hp.n_head * hp.n_embd_head_k, "n_head*v": hp.n_head * hp.n_embd_head_v,
+            "n_head_kv*k": hp.n_head_kv * hp.n_embd_head_k, "n_head_kv*v": hp.n_head_kv * hp.n_embd_head_v,
+            "n_rot/2": hp.n_rot // 2}
+
+
+def _tables(hp, optional: bool) -> dict[str, tuple[str, ...]]:
+    """Tensor name -> dimension names: the required tensors, or (optional) the optional ones."""
+    a = ARCH_TENSORS[hp.arch]
+    glob, layer = (a.optional, a.layer_optional) if optional else (_GLOBAL, a.layer)
+    out = dict(glob)
+    for il in range(hp.n_layer):
+        out.update({f"blk.{il}.{t}": ds for t, ds in layer.items()})
+    return out
+
+
+def expected_tensors(hp) -> dict[str, tuple[int, ...]]:
+    """Tensor name -> ne (ggml order) of every tensor the architecture requires (the optional
+    ones, e.g. output.weight, are not among them)."""
+    dims = _dims(hp)
+    return {t: tuple(dims[d] for d in ds) for t, ds in _tables(hp, False).items()}
+
+
+def check_tensors(f: GGUFHeader, hp) -> None:
+    """Every tensor the architecture requires is present, each one it reads has the shape hp
+    gives it, and the file has no other tensor (GGUFError naming them all)."""
+    name = f.path.name
+    dims = _dims(hp)
+    want = _tables(hp, False)
+    optional = _tables(hp, True)
+    for t, ds in [*want.items(), *((t, ds) for t, ds in optional.items() if t in f.tensors)]:
+        info = f.tensors.get(t)
+        if info is None:
+            raise GGUFError(f"{name}: tensor '{t}' is missing (is this GGUF complete?)")
+        ne = tuple(dims[d] for d in ds)
+        if info.ne != ne:
+            raise GGUFError(f"{name}: tensor '{t}' (info at byte {info.info_offset}) has ne {list(info.ne)}, expected "
+                            f"{list(ne)} = [{', '.join(ds)}] from the hyperparameters")
+    unused = [t for t in f.tensors if t not in want and t not in optional]
+    if unused:
+        n_used = len(f.tensors) - len(unused)
+        raise GGUFError(f"{name}: the '{hp.arch}' architecture does not read {len(unused)} of the file's tensors "
+                        f"(refused rather than ignored): {name_list(unused)} (llama.cpp: wrong number of tensors; "
+                        f"expected {n_used}, got {len(f.tensors)})")
+
+
+def name_list(names: list[str]) -> str:
+    """Every name, the per-layer ones grouped by their suffix with their layers as ranges:
+    'rope_freqs.weight', 'blk.{0-3,5}.ffn_gate_inp.weight'."""
+    layers: dict[str, list[int]] = {}
+    out: list[tuple[bool, str]] = []  # (per-layer, name or suffix) in first-seen order
+    for t in names:
+        parts = t.split(".", 2)
+        if len(parts) == 3 and parts[0] == "blk" and parts[1].isdigit():
+            if parts[2] not in layers:
+                out.append((True, parts[2]))
+            layers.setdefault(parts[2], []).append(int(parts[1]))
+        else:
+            out.append((False, t))
+
+    def one(per_layer: bool, t: str) -> str:
+        if not per_layer:
+            return f"'{t}'"
+        ids = sorted(layers[t])
+        return f"'blk.{ids[0]}.{t}'" if len(ids) == 1 else f"'blk.{{{_ranges(ids)}}}.{t}' ({len(ids)} tensors)"
+
+    return ", ".join(one(*x) for x in out)
+
+
+def _ranges(xs: list[int]) -> str:
+    """[0, 1, 2, 3, 5] -> '0-3,5'."""
+    out, i = [], 0
+    while i < len(xs):
+        j = i
+        while j + 1 < len(xs) and xs[j + 1] == xs[j] + 1:
+            j += 1
+        out.append(str(xs[i]) if i == j else f"{xs[i]}-{xs[j]}")
+        i = j + 1
+    return ",".join(out)

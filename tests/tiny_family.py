@@ -1,0 +1,135 @@
+"""Write tiny GGUF files of the llama family (llama, qwen2, qwen3) for fast tests: random
+weights of a fixed seed, real format, tiny_model's GPT-2 byte vocabulary with a few merges.
+
+Deterministic: the same arguments write the same bytes (the reference logits in
+tests/data/ref_logits/ were made by llama.cpp from files written here; their sha256 is
+recorded beside them, scripts/ref_logits_llamacpp.py).  Weights are scaled so the next-token
+distributions are peaked (the top token typically holds a large share of the mass), so
+top-1 agreement is a meaningful check.
+
+    qwen2: Q/K/V biases, RoPE NEOX, output untied unless tied=True
+    qwen3: per-head Q/K RMSNorms, head size (key_length) 32 != n_embd / n_head, tied output
+    llama: rope_freqs=True adds Llama 3's rope_freqs.weight [n_rot/2]"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import gguf
+import numpy as np
+from tiny_model import _byte_tokens
+
+F32 = gguf.GGMLQuantizationType.F32
+F16 = gguf.GGMLQuantizationType.F16
+Q8_0 = gguf.GGMLQuantizationType.Q8_0
+FILE_TYPES = {F32: gguf.LlamaFileType.ALL_F32, F16: gguf.LlamaFileType.MOSTLY_F16, Q8_0: gguf.LlamaFileType.MOSTLY_Q8_0}
+
+
+def write_tiny_family(
+    path: Path,
+    arch: str = "qwen2",
+    weight_type: gguf.GGMLQuantizationType = F16,
+    tied: bool | None = None,
+    rope_freqs: bool = False,
+    n_embd: int = 64,
+    n_layer: int = 2,
+    n_head: int = 4,
+    n_head_kv: int = 2,
+    head_dim: int | None = None,
+    n_ff: int = 128,
+    seed: int = 0,
+    extra_tensors: tuple[str, ...] = (),
+    extra_keys: dict | None = None,
+) -> Path:
+    """tied None: the family's usual (qwen2 untied, the others tied).  head_dim None: qwen3's
+    32, else n_embd / n_head.  extra_tensors: 1-D F32 tensors [n_embd] added as they are
+    (a file the architecture does not read); extra_keys: "{arch}.<key>" -> value."""
+    rng = np.random.default_rng(seed)
+    tied = arch != "qwen2" if tied is None else tied
+    d = head_dim or (32 if arch == "qwen3" else n_embd // n_head)
+    tokens = _byte_tokens()
+    merges = ["Ġ t", "h e", "Ġt he", "i n", "a n"]
+    tokens += [m.replace(" ", "") for m in merges]
+    specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+    tokens += specials
+    types = [gguf.TokenType.NORMAL] * (len(tokens) - len(specials)) + [gguf.TokenType.CONTROL] * len(specials)
+    n_vocab = len(tokens)
+
+    w = gguf.GGUFWriter(str(path), arch)
+    w.add_context_length(4096)
+    w.add_embedding_length(n_embd)
+    w.add_block_count(n_layer)
+    w.add_feed_forward_length(n_ff)
+    w.add_head_count(n_head)
+    w.add_head_count_kv(n_head_kv)
+    if d != n_embd // n_head:
+        w.add_key_length(d)
+        w.add_value_length(d)
+    w.add_rope_freq_base(10000.0 if arch == "llama" else 1_000_000.0)
+    w.add_layer_norm_rms_eps(1e-6)
+    w.add_file_type(int(FILE_TYPES[weight_type]))  # general.file_type, as llama-quantize writes it
+    for k, v in (extra_keys or {}).items():
+        w.add_key_value(f"{arch}.{k}", v, _vt(v))
+    w.add_tokenizer_model("gpt2")
+    w.add_tokenizer_pre("default")
+    w.add_token_list(tokens)
+    w.add_token_types(types)
+    w.add_token_merges(merges)
+    w.add_bos_token_id(n_vocab - 3)
+    w.add_eos_token_id(n_vocab - 1)
+    w.add_add_bos_token(False)
+
+    def matrix(name: str, shape: tuple[int, int], scale: float) -> None:
+        a = (rng.standard_normal(shape) * scale).astype(np.float32)
+        if weight_type == F32:
+            w.add_tensor(name, a)
+        elif weight_type == F16:
+            w.add_tensor(name, a.astype(np.float16))
+        else:
+            w.add_tensor(name, gguf.quants.quantize(a, weight_type), raw_dtype=weight_type)
+
+    def vector(name: str, n: int, mean: float, scale: float) -> None:
+        w.add_tensor(name, (mean + rng.standard_normal(n) * scale).astype(np.float32))
+
+    # embeddings and output of std ~0.6: logits of std ~5 over 264 tokens, a peaked softmax
+    matrix("token_embd.weight", (n_vocab, n_embd), 0.6)
+    vector("output_norm.weight", n_embd, 1.0, 0.1)
+    if not tied:
+        matrix("output.weight", (n_vocab, n_embd), 0.6)
+    if rope_freqs:  # Llama 3's factors: 1 for the fast pairs, up to 8 for the slow ones
+        w.add_tensor("rope_freqs.weight", np.geomspace(1.0, 8.0, d // 2).astype(np.float32))
+    s_in, s_out = 1.0 / np.sqrt(n_embd), 1.0 / np.sqrt(n_ff)
+    for il in range(n_layer):
+        p = f"blk.{il}."
+        vector(p + "attn_norm.weight", n_embd, 1.0, 0.1)
+        matrix(p + "attn_q.weight", (n_head * d, n_embd), 2 * s_in)
+        matrix(p + "attn_k.weight", (n_head_kv * d, n_embd), 2 * s_in)
+        matrix(p + "attn_v.weight", (n_head_kv * d, n_embd), s_in)
+        if arch == "qwen2":
+            vector(p + "attn_q.bias", n_head * d, 0.0, 0.5)
+            vector(p + "attn_k.bias", n_head_kv * d, 0.0, 0.5)
+            vector(p + "attn_v.bias", n_head_kv * d, 0.0, 0.2)
+        matrix(p + "attn_output.weight", (n_embd, n_head * d), 2.0 / np.sqrt(n_head * d))
+        if arch == "qwen3":  # above 1: normed Q and K still give sharp attention
+            vector(p + "attn_q_norm.weight", d, 2.0, 0.4)
+            vector(p + "attn_k_norm.weight", d, 2.0, 0.4)
+        vector(p + "ffn_norm.weight", n_embd, 1.0, 0.1)
+        matrix(p + "ffn_gate.weight", (n_ff, n_embd), s_in)
+        matrix(p + "ffn_up.weight", (n_ff, n_embd), s_in)
+        matrix(p + "ffn_down.weight", (n_embd, n_ff), 2 * s_out)
+    for name in extra_tensors:
+        vector(name, n_embd, 0.0, 1.0)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path
+
+
+def _vt(v) -> gguf.GGUFValueType:
+    if isinstance(v, bool):
+        return gguf.GGUFValueType.BOOL
+    if isinstance(v, int):
+        return gguf.GGUFValueType.UINT32
+    if isinstance(v, float):
+        return gguf.GGUFValueType.FLOAT32
+    return gguf.GGUFValueType.STRING
