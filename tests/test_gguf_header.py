@@ -111,11 +111,17 @@ def test_metadata_hash_ignores_tensor_data(tmp_path, tiny_path):
     assert GGUFFile(p).metadata_sha256() != a.metadata_sha256()
 
 
-def test_cached_pages_and_read_ahead(tiny_path):
-    f = GGUFFile(tiny_path)
-    f.read_ahead()
+def test_cached_pages_and_read_ahead(tmp_path, tiny_path):
+    """An evicted copy probes cold where RWF_NOWAIT exists (None only where it does not); once
+    read_ahead has read it, every sampled page is cached."""
+    from page_cache import CAN_PROBE, cold_copy
+
+    f = cold_copy(tiny_path, tmp_path / "cold.gguf")
+    cold = f.cached_pages()
+    assert (cold is not None and cold[0] <= cold[1] // 4) if CAN_PROBE else cold is None, cold
+    assert f.read_ahead() == f.file_size() - f.data_offset
     probe = f.cached_pages()
-    assert probe is None or probe[0] == probe[1]  # just read: every sampled page is cached
+    assert probe == (cold[1], cold[1]) if CAN_PROBE else probe is None  # just read: every sampled page is cached
     seen = []
     assert f.read_ahead(seen.append) == f.file_size() - f.data_offset
     assert seen and seen[-1] == 1.0
