@@ -2,6 +2,7 @@
 a session-wide loaded SmolLM2, so the suite loads it once."""
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import tempfile
@@ -63,6 +64,33 @@ def tiny(tiny_path):
     from llamapy.model.model import Model
 
     return Model.load(tiny_path)
+
+
+@pytest.fixture(autouse=True)
+def llamapy_logging():
+    """Every test starts and ends with the `llamapy` loggers as they were: in-process CLI
+    tests call log.setup_logging (and cli_bench's quiet mode), which give the `llamapy`
+    logger its own handler, a level (ERROR for the bench tools) and propagate=False, so a
+    later test's caplog would hear nothing from the library.  Saved and restored: level,
+    handlers, filters, propagate and disabled of `llamapy` and of every `llamapy.*` logger
+    (memory/fit.py toggles `disabled` on llama_context), and logging.disable's threshold."""
+    def states() -> dict[str, tuple]:
+        names = ["llamapy"] + [n for n in logging.root.manager.loggerDict if n.startswith("llamapy.")]
+        out = {}
+        for n in names:
+            lg = logging.getLogger(n)
+            out[n] = (lg.level, list(lg.handlers), list(lg.filters), lg.propagate, lg.disabled)
+        return out
+
+    saved, disabled = states(), logging.root.manager.disable
+    yield
+    for n in states():
+        lg = logging.getLogger(n)
+        level, handlers, filters, propagate, off = saved.get(n, (logging.NOTSET, [], [], True, False))
+        lg.setLevel(level)
+        lg.handlers[:], lg.filters[:] = handlers, filters
+        lg.propagate, lg.disabled = propagate, off
+    logging.disable(disabled)
 
 
 @pytest.fixture

@@ -276,8 +276,11 @@ def test_serve_pp2_lost_stage(tiny_path, tmp_path):
         r = httpx.post(f"{base}/completion", json={"prompt": "hello", "n_predict": 4, "temperature": 0}, timeout=30)
         assert r.status_code == 200 and r.json()["tokens_predicted"] == 4
         assert httpx.get(f"{base}/health").json() == {"status": "ok"}
-        stage = int(subprocess.run(["pgrep", "-P", str(proc.pid), "-f", "llamapy.pipeline.stage"], capture_output=True,
-                                   text=True).stdout.split()[0])
+        from proc_tree import children
+
+        stages = children(proc.pid, "llamapy.pipeline.stage")
+        assert len(stages) == 1, stages
+        stage = stages[0]
         os.kill(stage, signal.SIGKILL)
         r = httpx.post(f"{base}/completion", json={"prompt": "hello", "n_predict": 4, "temperature": 0}, timeout=30)
         assert "pipeline stage 1 is gone" in r.text
@@ -295,19 +298,22 @@ def test_run_pp2_greedy_identical(smollm2_path):
     import subprocess
     import sys
 
+    from proc_tree import new_tag_env, wait_gone
+
+    tag, env = new_tag_env()  # the runs' own processes carry it (the stages inherit it)
+
     def run(*extra: str) -> str:
         r = subprocess.run([sys.executable, "-m", "llamapy", "run", "-m", str(smollm2_path), "-p", "The capital of France is",
                             "-n", "24", "--temp", "0", "-t", "1", "-c", "1024", *extra],
-                           capture_output=True, text=True, timeout=300)
+                           capture_output=True, text=True, timeout=300, env=env)
         assert r.returncode == 0, r.stderr[-2000:]
         return r.stdout
 
     plain = run()
     assert run("--pp", "2") == plain and len(plain) > 40
     assert run("--pp", "3", "-ub", "4", "-ts", "1,2,1") == plain
-    time.sleep(0.5)
-    left = subprocess.run(["pgrep", "-f", "llamapy.pipeline.stage"], capture_output=True, text=True).stdout.split()
-    assert not left
+    left = wait_gone(tag, "llamapy.pipeline.stage", timeout_s=30)  # only this test's stages, however long they take
+    assert not left, left
 
 
 @pytest.mark.slow

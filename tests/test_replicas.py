@@ -188,6 +188,21 @@ def _replica_pids(server: Server, n: int, exclude: str = "", timeout_s: float = 
         _complete_all(server, PROMPTS[:4], 2)
 
 
+def _at_replicas(server: Server, since: float) -> int | None:
+    """Requests running or queued at the replicas, summed from /metrics, once every replica's
+    figures were taken at or after `since` (time.time()); None while one's are older (each
+    /metrics call refreshes the replica that answers it)."""
+    m = httpx.get(f"{server.base}/metrics").text
+
+    def series(name: str) -> dict[str, float]:
+        return {r: float(v) for r, v in re.findall(rf'llamapy:{name}\{{replica="([^"]+)",pid="\d+"\}} (\S+)', m)}
+
+    age, busy, queued = series("replica_stats_age_seconds"), series("replica_requests_processing"), series("replica_queue_length")
+    if not age or any(time.time() - a < since for a in age.values()):
+        return None
+    return int(sum(busy.values()) + sum(queued.values()))
+
+
 @pytest.mark.slow
 def test_replica_killed_mid_load(replicas, single):
     """4 streams and 4 plain requests in flight; once every stream has its first bytes, the
@@ -207,9 +222,17 @@ def test_replica_killed_mid_load(replicas, single):
         started, infos = [threading.Event() for _ in range(4)], [{} for _ in range(4)]
         streams = [ex.submit(_stream, base, PROMPTS[i], n_stream, started[i], infos[i]) for i in range(4)]
         assert all(e.wait(60) for e in started)  # every stream has sent text to its client
+        t_sent = time.time()
         plain = [ex.submit(c.completions.create, model="m", prompt=PROMPTS[i], max_tokens=n_plain, temperature=0)
                  for i in range(4, 8)]
-        time.sleep(0.3)  # the plain requests are at their replicas
+        deadline = time.monotonic() + 60
+        while True:  # the plain requests are at their replicas: every request in flight is counted there
+            pending = sum(not f.done() for f in streams + plain)
+            n = _at_replicas(replicas, t_sent)
+            if n is not None and n >= pending:
+                break
+            assert time.monotonic() < deadline, f"the replicas hold {n} requests, {pending} are in flight"
+            time.sleep(0.05)
         running = [i for i, f in enumerate(streams) if not f.done()]
         assert running  # 160 tokens each, EOS ignored: one is still streaming
         victim = infos[running[0]]["replica"]

@@ -4,6 +4,7 @@ every route but /health, /slots only with --slots."""
 from __future__ import annotations
 
 import json
+import logging
 import socket
 import threading
 import time
@@ -214,13 +215,21 @@ def test_slots_on_unless_turned_off():
     assert r.status_code == 501 and "--slots" in r.json()["error"]["message"]
 
 
-def test_no_prompt_in_logs(tiny, caplog):
+def test_no_prompt_in_logs(tiny, caplog, capfd):
+    """No prompt in any llamapy log line, at any level, nor on stdout/stderr.  The test first
+    proves it was listening: the library's INFO lines of the context's creation reached
+    caplog (a logger left quiet or unpropagated by an earlier test would hide everything)."""
     secret = "purple-elephant-4242"
-    with caplog.at_level("INFO"):
+    with caplog.at_level(logging.DEBUG, logger="llamapy"):
         with serving_state(tiny, n_ctx=1024, np_=1, n_batch=64) as st, uvicorn_server(st) as base:
-            httpx.post(base + "/v1/completions", json={"prompt": secret, "max_tokens": 3}, timeout=30)
-            httpx.post(base + "/v1/chat/completions", json={"messages": [{"role": "user", "content": secret}], "max_tokens": 3}, timeout=30)
+            r1 = httpx.post(base + "/v1/completions", json={"prompt": secret, "max_tokens": 3}, timeout=30)
+            r2 = httpx.post(base + "/v1/chat/completions", json={"messages": [{"role": "user", "content": secret}], "max_tokens": 3}, timeout=30)
+    assert r1.status_code == r2.status_code == 200
+    heard = [r for r in caplog.records if r.name.startswith("llamapy.") and r.levelno == logging.INFO]
+    assert heard, "caplog heard no llamapy INFO line: it was not listening"
     assert secret not in caplog.text
+    out, err = capfd.readouterr()
+    assert secret not in out and secret not in err
 
 
 def test_kv_full_under_load_ends_only_what_cannot_go_on(tiny):

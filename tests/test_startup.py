@@ -136,10 +136,18 @@ def test_header_estimate_equals_loaded_model(which, smollm2_path, gemma3_path):
     assert header.process == loaded.process
 
 
-def test_vocab_estimate_within_a_tenth_of_the_fit():
-    """The fit's two points (module doc): 20.9 MB and 83.1 MB."""
-    assert proc.vocab_bytes(49152, 48900) == pytest.approx(20.9e6, rel=0.1)
-    assert proc.vocab_bytes(262144, 514906) == pytest.approx(83.1e6, rel=0.1)
+@pytest.mark.parametrize("which", ["smollm2", "gemma3"])
+def test_vocab_estimate_near_a_measured_load(which, smollm2_path, gemma3_path):
+    """The header's vocabulary + metadata estimate against what a tokenizer load (its whole
+    `tokenizers` model built) adds to a fresh process's VmRSS (tests/vocab_probe.py), within
+    a fifth.  Measured here: SmolLM2 19.8-20.9 MB for 22.7 MB estimated, Gemma 3 97.4-99.1 MB
+    for 90.1 MB.  Both models: SmolLM2 alone hardly depends on the per-merge term."""
+    path = smollm2_path if which == "smollm2" else gemma3_path
+    probe = Path(__file__).with_name("vocab_probe.py")
+    r = subprocess.run([sys.executable, str(probe), str(path)], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    got = json.loads(r.stdout.strip().splitlines()[-1])
+    assert got["vocab"] + got["metadata"] == pytest.approx(got["growth"], rel=0.2), got
 
 
 def test_cold_page_cache_is_read_with_progress(tmp_path, tiny_path, monkeypatch):
@@ -168,20 +176,16 @@ def test_cold_page_cache_is_read_with_progress(tmp_path, tiny_path, monkeypatch)
 
 
 def test_cold_pages_are_seen(tmp_path, tiny_path):
-    from llamapy.gguf.reader import GGUFFile
+    """Where preadv2's RWF_NOWAIT exists the probe must see an evicted file as cold (most
+    sampled pages missing), and read_ahead must bring every sampled page back."""
+    from page_cache import CAN_PROBE, cold_copy
 
-    p = tmp_path / "cold.gguf"
-    p.write_bytes(Path(tiny_path).read_bytes() + bytes(1 << 20))  # a tail of data pages
-    f = GGUFFile(p)  # (mapping the header reads ahead: evict after it)
-    fd = os.open(p, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)  # drop its unmapped pages from the page cache
-    finally:
-        os.close(fd)
+    f = cold_copy(tiny_path, tmp_path / "cold.gguf")
     probe = f.cached_pages()
-    if probe is None or probe[0] == probe[1]:
-        pytest.skip(f"this system cannot evict or probe the page cache (probe {probe})")
+    if not CAN_PROBE:
+        assert probe is None
+        return
+    assert probe is not None and probe[0] <= probe[1] // 4, f"evicted, yet the probe saw {probe} sampled pages cached"
     f.read_ahead()
     assert f.cached_pages() == (probe[1], probe[1])
 
