@@ -16,7 +16,7 @@ from pathlib import Path
 
 import gguf
 import numpy as np
-from tiny_model import _byte_tokens
+from tiny_model import tiny_vocab
 
 F32 = gguf.GGMLQuantizationType.F32
 F16 = gguf.GGMLQuantizationType.F16
@@ -46,12 +46,7 @@ def write_tiny_family(
     rng = np.random.default_rng(seed)
     tied = arch != "qwen2" if tied is None else tied
     d = head_dim or (32 if arch == "qwen3" else n_embd // n_head)
-    tokens = _byte_tokens()
-    merges = ["Ġ t", "h e", "Ġt he", "i n", "a n"]
-    tokens += [m.replace(" ", "") for m in merges]
-    specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
-    tokens += specials
-    types = [gguf.TokenType.NORMAL] * (len(tokens) - len(specials)) + [gguf.TokenType.CONTROL] * len(specials)
+    tokens, types, merges = tiny_vocab()
     n_vocab = len(tokens)
 
     w = gguf.GGUFWriter(str(path), arch)

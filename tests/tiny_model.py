@@ -25,6 +25,18 @@ K_PACK = {gguf.GGMLQuantizationType.Q2_K: ((80, 82), 45), gguf.GGMLQuantizationT
           gguf.GGMLQuantizationType.Q6_K: ((208,), 4064)}
 
 
+def tiny_vocab() -> tuple[list[str], list[gguf.TokenType], list[str]]:
+    """The tiny models' vocabulary: the byte tokens, five merges and three control tokens,
+    as (tokens, token types, merges) in the order a GGUF writes them."""
+    tokens = _byte_tokens()
+    merges = ["Ġ t", "h e", "Ġt he", "i n", "a n"]
+    tokens += [m.replace(" ", "") for m in merges]
+    specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+    tokens += specials
+    types = [gguf.TokenType.NORMAL] * (len(tokens) - len(specials)) + [gguf.TokenType.CONTROL] * len(specials)
+    return tokens, types, merges
+
+
 def quantize_or_pack(a: np.ndarray, qtype: gguf.GGMLQuantizationType, rng: np.random.Generator) -> np.ndarray:
     """a [n_out, n_in] float32 in GGUF's blocks of qtype: gguf's quantizer where it has one,
     else (the K-quants) random hand-packed blocks of about a's magnitude, uint8 [n_out, row bytes]."""
@@ -52,12 +64,7 @@ def write_tiny_llama(
     arch: str = "llama",
 ) -> Path:
     rng = np.random.default_rng(seed)
-    tokens = _byte_tokens()
-    merges = ["Ġ t", "h e", "Ġt he", "i n", "a n"]
-    tokens += [m.replace(" ", "") for m in merges]
-    specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
-    tokens += specials
-    types = [gguf.TokenType.NORMAL] * (len(tokens) - len(specials)) + [gguf.TokenType.CONTROL] * len(specials)
+    tokens, types, merges = tiny_vocab()
     n_vocab = len(tokens)
 
     w = gguf.GGUFWriter(str(path), arch)
