@@ -48,6 +48,14 @@ GPT4O = (rf"[^\r\n\p{{L}}\p{{N}}]?{_UPPER}*{_LOWER}+{_CONTRACTIONS}?"
          rf"|[^\r\n\p{{L}}\p{{N}}]?{_UPPER}+{_LOWER}*{_CONTRACTIONS}?"
          r"|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+")
 BLOOM = r" ?[^(\s|.,!?…。，、।۔،)]+"
+# deepseek-llm: llama.cpp spells its letters as explicit ranges (no \p{L}), so it runs std::wregex
+# on the raw codepoints; `$` ends the piece (each regex sees one piece of the previous split)
+_DEEPSEEK_LETTERS = ("A-Za-zµÀ-ÖØ-öø-ƺƼ-ƿǄ-ʓʕ-ʯͰ-ͳͶͷͻ-ͽͿΆΈ-ΊΌΎ-ΡΣ-ϵϷ-ҁҊ-ԯԱ-ՖႠ-ჅᎠ-Ᏽᏸ-ᏽᲐ-ᲺᲽ-Ჿ"
+                     "ᴀ-ᴫᵫ-ᵷᵹ-ᶚḀ-ἕἘ-Ἕἠ-ὅὈ-Ὅὐ-ὗὙὛὝὟ-ώᾀ-ᾴᾶ-ᾼιῂ-ῄῆ-ῌῐ-ΐῖ-Ίῠ-Ῥῲ-ῴῶ-ῼℂℇℊ-ℓℕℙ-ℝℤΩℨ"
+                     "K-ℭℯ-ℴℹℼ-ℿⅅ-ⅉⅎↃↄⰀ-ⱻⱾ-ⳤⳫ-ⳮⳲⳳꙀ-ꙭꚀ-ꚛꜢ-ꝯꝱ-ꞇꞋ-ꞎꭰ-ꮿﬀ-ﬆﬓ-ﬗＡ-Ｚａ-ｚ𐐀-𐑏𐒰-𐓓𐓘-𐓻𐲀-𐲲"
+                     "𐳀-𐳲𑢠-𑣟𞤀-𞥃")
+DEEPSEEK_LLM = ("[\r\n]", rf"\s?[{_DEEPSEEK_LETTERS}]+", "\\s?[!-/:-~！-／：-～‘-‟\u3000-。]+",
+                r"\s+$", "[一-龥ࠀ-一가-\ud7ff]+", r"\p{N}+")
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,6 +92,7 @@ _GROUPS: tuple[tuple[tuple[str, ...], PreType], ...] = (
     (("stablelm2", "megrez"), PreType("qwen2", (QWEN2,))),
     (("qwen35",), PreType("qwen35", (QWEN35,), clean_spaces=False)),
     (("falcon",), PreType("falcon", (r"[\p{P}\$\+<=>\^~\|`]+", GPT2, r"[0-9][0-9][0-9]"))),
+    (("deepseek-llm",), PreType("deepseek-llm", DEEPSEEK_LLM, clean_spaces=False)),
     (("deepseek-coder",), PreType("deepseek-coder", (r"[\r\n]", r"\s?\p{L}+", r"\s?\p{P}+",
                                                      r"[一-龥ࠀ-一가-퟿]+", r"\p{N}"),
                                   clean_spaces=False)),
