@@ -17,7 +17,7 @@ from pathlib import Path
 from tokenizers import Tokenizer as HFTokenizer
 
 from ..gguf.reader import GGUFFile
-from .bpe import PreType, bpe_merge_ids, build_bpe, byte_decoder, pre_type
+from .bpe import GEMMA4, PreType, bpe_merge_ids, build_bpe, byte_decoder, pre_type
 from .cache import VocabTables, cached_tables
 from .special import load_vocab
 from .spm import build_spm, byte_token, spm_tables
@@ -53,12 +53,14 @@ class ModelParts:
     def for_words(self, words: list[str]) -> HFTokenizer:
         """A model exact on these words (what the model is handed: SPM-escaped fragments, or
         raw fragments for BPE) and nothing else."""
-        byte_level = None if self.pre is None else {b: ch for ch, b in byte_decoder().items()}
-        extra: list[str] = []  # SPM: the byte tokens and unk, whatever the text
-        if self.pre is None:
+        byte_level = None
+        if self.pre is not None and self.pre.byte_encode:
+            byte_level = {b: ch for ch, b in byte_decoder().items()}
+        extra: list[str] = []  # SPM, raw-character BPE: the byte tokens (and unk), whatever the text
+        if byte_level is None:
             extra = [f"<0x{b:02X}>" for b in range(256)]
-            if self.vocab.special.get("unk") is not None:
-                extra.append(self.vocab.tokens[self.vocab.special["unk"]])
+        if self.pre is None and self.vocab.special.get("unk") is not None:
+            extra.append(self.vocab.tokens[self.vocab.special["unk"]])
         bpe_vocab, merges = subset(self.vocab, self.tables, words, byte_level, extra)
         return self._model(bpe_vocab, merges)
 
@@ -75,11 +77,13 @@ class ModelParts:
 def load_parts(f: GGUFFile, cache: Path | None) -> ModelParts:
     """The Vocab and the derived tables of f's vocabulary, nothing per token in Python."""
     model = str(read_field(f, K.MODEL, "") or "")
-    if model not in ("gpt2", "llama"):
+    if model not in ("gpt2", "llama", "gemma4"):
         raise ValueError(f"tokenizer.ggml.model = {model!r} is not supported "
-                         "(supported: 'gpt2' byte-level BPE, 'llama' SentencePiece)")
-    pt = pre_type(read_field(f, K.PRE)) if model == "gpt2" else None
+                         "(supported: 'gpt2' byte-level BPE, 'llama' SentencePiece, 'gemma4' SPM-style BPE)")
+    pt = GEMMA4 if model == "gemma4" else pre_type(read_field(f, K.PRE)) if model == "gpt2" else None
     vocab, _, _ = load_vocab(f, pre_flags=pt.flags() if pt else None, whole=False)
+    if pt is not None and pt.force_add_bos:
+        vocab.add_bos = True
 
     def derive() -> VocabTables:
         with gc_paused():

@@ -51,13 +51,14 @@ _SPECIAL_KEYS = (("bos", K.BOS_ID), ("eos", K.EOS_ID), ("eot", K.EOT_ID), ("eom"
 _TYPE_DEFAULTS: Mapping[str, Mapping[str, Any]] = MappingProxyType({
     "llama": dict(bos=1, eos=2, unk=0, add_space_prefix=True, clean_spaces=False, add_bos=True),
     "gpt2": dict(bos=11, eos=11, add_space_prefix=False, clean_spaces=True),
+    "gemma4": dict(add_space_prefix=False, clean_spaces=True),
 })
 
 
 
 def load_vocab(f: GGUFFile, pre_flags: dict[str, Any] | None = None,
                whole: bool = True) -> tuple[Vocab, list[str] | None, dict[str, int] | None]:
-    """llama_vocab::load for the "gpt2" and "llama" tokenizer models.
+    """llama_vocab::load for the "gpt2", "llama" and "gemma4" tokenizer models.
 
     `pre_flags` are the BPE pre-type's overrides (add_bos, clean_spaces, ...), applied before
     the GGUF's own add_bos/add_eos/add_space_prefix keys, as llama.cpp does.  Returns the

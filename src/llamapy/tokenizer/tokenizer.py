@@ -12,6 +12,7 @@ vocabulary costs no per-token Python work.  Ids are checked against llama.cpp's 
 from __future__ import annotations
 
 import codecs
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable
@@ -25,6 +26,9 @@ from .bpe import byte_decoder as _byte_decoder
 from .build import ModelChooser, load_parts
 from .spm import SPACE
 from .vocab import TokenAttr, Vocab, open_gguf
+
+
+_NEWLINE_RUNS = re.compile(r"(\n+)")
 
 
 @dataclass(slots=True)
@@ -106,6 +110,8 @@ class Tokenizer:
         if v.model == "llama":
             self._tokenize_spm(frags, out)
         else:
+            if self.models.parts.pre is not None and self.models.parts.pre.escape_whitespaces:
+                frags = self._newline_runs(frags)
             raw = [f for f in frags if isinstance(f, str)]
             encs = iter(self.models.for_words(raw).encode_batch(raw, add_special_tokens=False)) if raw else iter(())
             for f in frags:
@@ -114,6 +120,23 @@ class Tokenizer:
             if self.eos is None:
                 raise ValueError("the vocab asks for EOS (add_eos) but has no eos token id")
             out.append(self.eos)
+        return out
+
+    def _newline_runs(self, frags: list[str | int]) -> list[str | int]:
+        """SPM-style BPE (Gemma 4): spaces become ▁; a run of newlines that is itself a token
+        is that token, unmerged (llama.cpp's llm_tokenizer_bpe_session special case); other
+        text stays for the model, whose regex keeps newline runs apart."""
+        out: list[str | int] = []
+        for f in frags:
+            if not isinstance(f, str):
+                out.append(f)
+                continue
+            for piece in _NEWLINE_RUNS.split(f.replace(" ", SPACE)):
+                tid = self.vocab.token_to_id.get(piece) if piece.startswith("\n") else None
+                if tid is not None:
+                    out.append(int(tid))
+                elif piece:
+                    out.append(piece)
         return out
 
     def _tokenize_spm(self, frags: list[str | int], out: list[int]) -> None:
@@ -148,7 +171,7 @@ class Tokenizer:
         if attr & TokenAttr.USER_DEFINED:
             return text.encode("utf-8")
         if attr & TokenAttr.NORMAL:
-            if v.model == "llama":
+            if v.model in ("llama", "gemma4"):
                 return text.replace(SPACE, " ").encode("utf-8")
             return self._decode_byte_level(text)
         if attr & TokenAttr.BYTE:
