@@ -26,6 +26,7 @@ from .bpe import byte_decoder as _byte_decoder
 from .build import ModelChooser, load_parts
 from .spm import SPACE
 from .vocab import TokenAttr, Vocab, open_gguf
+from .wpm import wpm_tokenize
 
 
 _NEWLINE_RUNS = re.compile(r"(\n+)")
@@ -107,7 +108,14 @@ class Tokenizer:
                 raise ValueError("the vocab asks for BOS (add_bos) but has no bos token id")
             out.append(self.bos)
         frags = v.partition(text, parse_special)
-        if v.model == "llama":
+        wpm = self.models.parts.wpm
+        if wpm is not None:
+            for f in frags:
+                out.extend(wpm_tokenize(f, v.token_to_id.get, wpm.max_token_len, v.special["unk"], wpm.lowercase,
+                                        wpm.strip_accents) if isinstance(f, str) else (f,))
+            if add_special and v.special["sep"] is not None:  # llama.cpp's WPM: [SEP] last
+                out.append(v.special["sep"])
+        elif v.model == "llama":
             self._tokenize_spm(frags, out)
         else:
             if self.models.parts.pre is not None and self.models.parts.pre.escape_whitespaces:
@@ -171,7 +179,7 @@ class Tokenizer:
         if attr & TokenAttr.USER_DEFINED:
             return text.encode("utf-8")
         if attr & TokenAttr.NORMAL:
-            if v.model in ("llama", "gemma4"):
+            if v.model in ("llama", "gemma4", "bert"):
                 return text.replace(SPACE, " ").encode("utf-8")
             return self._decode_byte_level(text)
         if attr & TokenAttr.BYTE:
