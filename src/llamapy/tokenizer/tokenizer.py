@@ -3,7 +3,8 @@
 Special tokens are cut out of the text first (Vocab.partition, llama.cpp's
 tokenizer_st_partition); each remaining raw fragment goes through a `tokenizers` model built
 from the GGUF metadata: byte-level BPE with llama.cpp's pre-tokenizer regexes
-(bpe.py) or the SPM bigram merge expressed as a scored BPE (spm.py).
+(bpe.py; Gemma 4's SPM-style BPE on raw characters too) or the SPM bigram merge expressed
+as a scored BPE (spm.py); a BERT vocabulary goes through WordPiece (wpm.py) instead.
 That model is built when a text needs it: for a short text, only the part of it the text
 can use, until the whole one pays off (build.py), so loading a 262k-token
 vocabulary costs no per-token Python work.  Ids are checked against llama.cpp's own
