@@ -1,7 +1,7 @@
 """The tokenizer: llama.cpp's llama_tokenize / llama_detokenize / llama_token_to_piece over
 a GGUF vocabulary (tokenizer.py), and its parts: the shared vocabulary and special-token
 partition (vocab.py, special.py, hashorder.py), the byte-level BPE and SPM models (bpe.py,
-spm.py), the derived-table cache (cache.py) and the build of the `tokenizers` model, whole
+spm.py), WordPiece (wpm.py), the derived-table cache (cache.py) and the build of the `tokenizers` model, whole
 or for a call's words only (build.py, subset.py).
 
 This file only re-exports; the modules import each other directly (`from .vocab import

@@ -48,6 +48,14 @@ GPT4O = (rf"[^\r\n\p{{L}}\p{{N}}]?{_UPPER}*{_LOWER}+{_CONTRACTIONS}?"
          rf"|[^\r\n\p{{L}}\p{{N}}]?{_UPPER}+{_LOWER}*{_CONTRACTIONS}?"
          r"|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+")
 BLOOM = r" ?[^(\s|.,!?…。，、।۔،)]+"
+# deepseek-llm: llama.cpp spells its letters as explicit ranges (no \p{L}), so it runs std::wregex
+# on the raw codepoints; `$` ends the piece (each regex sees one piece of the previous split)
+_DEEPSEEK_LETTERS = ("A-Za-zµÀ-ÖØ-öø-ƺƼ-ƿǄ-ʓʕ-ʯͰ-ͳͶͷͻ-ͽͿΆΈ-ΊΌΎ-ΡΣ-ϵϷ-ҁҊ-ԯԱ-ՖႠ-ჅᎠ-Ᏽᏸ-ᏽᲐ-ᲺᲽ-Ჿ"
+                     "ᴀ-ᴫᵫ-ᵷᵹ-ᶚḀ-ἕἘ-Ἕἠ-ὅὈ-Ὅὐ-ὗὙὛὝὟ-ώᾀ-ᾴᾶ-ᾼιῂ-ῄῆ-ῌῐ-ΐῖ-Ίῠ-Ῥῲ-ῴῶ-ῼℂℇℊ-ℓℕℙ-ℝℤΩℨ"
+                     "K-ℭℯ-ℴℹℼ-ℿⅅ-ⅉⅎↃↄⰀ-ⱻⱾ-ⳤⳫ-ⳮⳲⳳꙀ-ꙭꚀ-ꚛꜢ-ꝯꝱ-ꞇꞋ-ꞎꭰ-ꮿﬀ-ﬆﬓ-ﬗＡ-Ｚａ-ｚ𐐀-𐑏𐒰-𐓓𐓘-𐓻𐲀-𐲲"
+                     "𐳀-𐳲𑢠-𑣟𞤀-𞥃")
+DEEPSEEK_LLM = ("[\r\n]", rf"\s?[{_DEEPSEEK_LETTERS}]+", "\\s?[!-/:-~！-／：-～‘-‟\u3000-。]+",
+                r"\s+$", "[一-龥ࠀ-一가-\ud7ff]+", r"\p{N}+")
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,6 +66,9 @@ class PreType:
     clean_spaces: bool = True
     ignore_merges: bool = False
     add_bos: bool | None = None       # None: keep the BPE default (False)
+    byte_encode: bool = True          # False: merges over raw UTF-8 characters, <0xXX> byte tokens
+    escape_whitespaces: bool = False  # spaces become ▁ before the split (SPM-style BPE)
+    force_add_bos: bool = False       # add_bos even when the GGUF says false (llama.cpp's Gemma 4 override)
 
     def flags(self) -> dict[str, bool]:
         out = {"clean_spaces": self.clean_spaces}
@@ -84,6 +95,7 @@ _GROUPS: tuple[tuple[tuple[str, ...], PreType], ...] = (
     (("stablelm2", "megrez"), PreType("qwen2", (QWEN2,))),
     (("qwen35",), PreType("qwen35", (QWEN35,), clean_spaces=False)),
     (("falcon",), PreType("falcon", (r"[\p{P}\$\+<=>\^~\|`]+", GPT2, r"[0-9][0-9][0-9]"))),
+    (("deepseek-llm",), PreType("deepseek-llm", DEEPSEEK_LLM, clean_spaces=False)),
     (("deepseek-coder",), PreType("deepseek-coder", (r"[\r\n]", r"\s?\p{L}+", r"\s?\p{P}+",
                                                      r"[一-龥ࠀ-一가-퟿]+", r"\p{N}"),
                                   clean_spaces=False)),
@@ -95,6 +107,10 @@ _GROUPS: tuple[tuple[tuple[str, ...], PreType], ...] = (
     (("gpt-4o", "llama4", "kanana2", "talkie", "minimax-m2"),
      PreType("gpt-4o", (GPT4O,), clean_spaces=False)),
 )
+# tokenizer.ggml.model = "gemma4": SPM-style BPE (spaces escaped to ▁, merges over the whole
+# line on raw UTF-8, newline runs apart); llama.cpp sets this pre type whatever tokenizer.ggml.pre says
+GEMMA4 = PreType("gemma4", (r"[^\n]+|[\n]+",), byte_encode=False, escape_whitespaces=True,
+                 force_add_bos=True)
 PRE_TYPES: Mapping[str, PreType] = MappingProxyType(
     {name: pt for names, pt in _GROUPS for name in names})
 
@@ -137,16 +153,18 @@ def bpe_merge_ids(merges: list[str], t2i: Mapping[str, int]) -> np.ndarray:
 
 
 def build_bpe(pt: PreType, bpe_vocab: dict[str, int], merges: list[tuple[str, str]]) -> HFTokenizer:
-    """A `tokenizers` pipeline: llama.cpp's regex list -> byte-level encoding -> ranked merges.
+    """A `tokenizers` pipeline: llama.cpp's regex list -> byte-level encoding -> ranked merges
+    (without byte_encode: merges over the characters, unknown ones as <0xXX> byte tokens).
 
     Special tokens are not added here: Tokenizer cuts them out first (Vocab.partition), so
     this pipeline only ever sees raw text fragments, as llama.cpp's BPE session does."""
     model = models.BPE(vocab=bpe_vocab, merges=merges, ignore_merges=pt.ignore_merges,
-                       byte_fallback=False)
+                       byte_fallback=not pt.byte_encode)
     hf = HFTokenizer(model)
     splits = [pre_tokenizers.Split(Regex(r), behavior="isolated") for r in pt.regexes]
-    hf.pre_tokenizer = pre_tokenizers.Sequence(
-        [*splits, pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+    if pt.byte_encode:
+        splits.append(pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False))
+    hf.pre_tokenizer = pre_tokenizers.Sequence(splits)
     return hf
 
 

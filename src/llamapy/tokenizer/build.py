@@ -14,15 +14,17 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 from tokenizers import Tokenizer as HFTokenizer
 
 from ..gguf.reader import GGUFFile
-from .bpe import PreType, bpe_merge_ids, build_bpe, byte_decoder, pre_type
+from .bpe import GEMMA4, PreType, bpe_merge_ids, build_bpe, byte_decoder, pre_type
 from .cache import VocabTables, cached_tables
 from .special import load_vocab
 from .spm import build_spm, byte_token, spm_tables
 from .subset import subset, whole
 from .vocab import K, Vocab, read_field
+from .wpm import WpmOptions
 
 SUBSET_MAX_CHARS = 16384  # a longer text always gets the whole model
 WHOLE_SECONDS_PER_ENTRY = 1.5e-6  # the whole model's build time per token and per merge (measured)
@@ -38,6 +40,7 @@ class ModelParts:
     pre: PreType | None
     spell: dict[int, tuple[int, ...]]
     cache_status: str  # cache.py: "loaded", "built" or "uncached"
+    wpm: WpmOptions | None = None  # "bert": WordPiece's options (no `tokenizers` model then)
 
     def whole(self) -> HFTokenizer:
         """Every token, merge and phantom (the transient lists and dicts are freed after)."""
@@ -53,12 +56,14 @@ class ModelParts:
     def for_words(self, words: list[str]) -> HFTokenizer:
         """A model exact on these words (what the model is handed: SPM-escaped fragments, or
         raw fragments for BPE) and nothing else."""
-        byte_level = None if self.pre is None else {b: ch for ch, b in byte_decoder().items()}
-        extra: list[str] = []  # SPM: the byte tokens and unk, whatever the text
-        if self.pre is None:
+        byte_level = None
+        if self.pre is not None and self.pre.byte_encode:
+            byte_level = {b: ch for ch, b in byte_decoder().items()}
+        extra: list[str] = []  # SPM, raw-character BPE: the byte tokens (and unk), whatever the text
+        if byte_level is None:
             extra = [f"<0x{b:02X}>" for b in range(256)]
-            if self.vocab.special.get("unk") is not None:
-                extra.append(self.vocab.tokens[self.vocab.special["unk"]])
+        if self.pre is None and self.vocab.special.get("unk") is not None:
+            extra.append(self.vocab.tokens[self.vocab.special["unk"]])
         bpe_vocab, merges = subset(self.vocab, self.tables, words, byte_level, extra)
         return self._model(bpe_vocab, merges)
 
@@ -75,11 +80,13 @@ class ModelParts:
 def load_parts(f: GGUFFile, cache: Path | None) -> ModelParts:
     """The Vocab and the derived tables of f's vocabulary, nothing per token in Python."""
     model = str(read_field(f, K.MODEL, "") or "")
-    if model not in ("gpt2", "llama"):
-        raise ValueError(f"tokenizer.ggml.model = {model!r} is not supported "
-                         "(supported: 'gpt2' byte-level BPE, 'llama' SentencePiece)")
-    pt = pre_type(read_field(f, K.PRE)) if model == "gpt2" else None
+    if model not in ("gpt2", "llama", "gemma4", "bert"):
+        raise ValueError(f"tokenizer.ggml.model = {model!r} is not supported (supported: 'gpt2' "
+                         "byte-level BPE, 'llama' SentencePiece, 'gemma4' SPM-style BPE, 'bert' WordPiece)")
+    pt = GEMMA4 if model == "gemma4" else pre_type(read_field(f, K.PRE)) if model == "gpt2" else None
     vocab, _, _ = load_vocab(f, pre_flags=pt.flags() if pt else None, whole=False)
+    if pt is not None and pt.force_add_bos:
+        vocab.add_bos = True
 
     def derive() -> VocabTables:
         with gc_paused():
@@ -89,6 +96,11 @@ def load_parts(f: GGUFFile, cache: Path | None) -> ModelParts:
                 return VocabTables(bpe_merge_ids(vocab.merges.tolist() if vocab.merges else [], ids), [])
             return VocabTables(*spm_tables(vocab, texts, ids))
 
+    if model == "bert":  # WordPiece looks tokens up directly: no merges, no `tokenizers` model
+        lowercase = bool(read_field(f, "tokenizer.ggml.normalizer.lowercase", True))
+        wpm = WpmOptions(lowercase, bool(read_field(f, "tokenizer.ggml.normalizer.strip_accents", lowercase)),
+                         int(vocab.tokens.strings.lengths.max(initial=1)))
+        return ModelParts(vocab, VocabTables(np.zeros((0, 2), dtype=np.int32), []), None, {}, "uncached", wpm)
     tables, how = cached_tables(f, vocab.n_vocab, derive, cache)
     spell: dict[int, tuple[int, ...]] = {}
     if pt is None and tables.phantoms:

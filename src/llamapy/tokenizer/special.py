@@ -51,13 +51,17 @@ _SPECIAL_KEYS = (("bos", K.BOS_ID), ("eos", K.EOS_ID), ("eot", K.EOT_ID), ("eom"
 _TYPE_DEFAULTS: Mapping[str, Mapping[str, Any]] = MappingProxyType({
     "llama": dict(bos=1, eos=2, unk=0, add_space_prefix=True, clean_spaces=False, add_bos=True),
     "gpt2": dict(bos=11, eos=11, add_space_prefix=False, clean_spaces=True),
+    "gemma4": dict(add_space_prefix=False, clean_spaces=True),
+    # WPM: llama.cpp always adds [CLS] (bos) and [SEP] when add_special
+    "bert": dict(bos=101, unk=100, sep=102, pad=0, mask=103, add_space_prefix=False, clean_spaces=False,
+                 add_bos=True),
 })
 
 
 
 def load_vocab(f: GGUFFile, pre_flags: dict[str, Any] | None = None,
                whole: bool = True) -> tuple[Vocab, list[str] | None, dict[str, int] | None]:
-    """llama_vocab::load for the "gpt2" and "llama" tokenizer models.
+    """llama_vocab::load for the "gpt2", "llama", "gemma4" and "bert" tokenizer models.
 
     `pre_flags` are the BPE pre-type's overrides (add_bos, clean_spaces, ...), applied before
     the GGUF's own add_bos/add_eos/add_space_prefix keys, as llama.cpp does.  Returns the
@@ -83,7 +87,7 @@ def load_vocab(f: GGUFFile, pre_flags: dict[str, Any] | None = None,
     attrs = np.full(n, int(TokenAttr.NORMAL), dtype=np.int32) if types is None else _type_attrs(types[:n])
     flags = {**defaults, **(pre_flags or {})}
     special: dict[str, int | None] = {name: None for name, _ in _SPECIAL_KEYS}
-    for name in ("bos", "eos", "unk"):
+    for name in ("bos", "eos", "unk", "sep", "pad", "mask"):
         special[name] = flags.get(name)
     for name, key in _SPECIAL_KEYS:
         if special[name] is not None and special[name] >= n:

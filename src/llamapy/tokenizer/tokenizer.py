@@ -3,7 +3,8 @@
 Special tokens are cut out of the text first (Vocab.partition, llama.cpp's
 tokenizer_st_partition); each remaining raw fragment goes through a `tokenizers` model built
 from the GGUF metadata: byte-level BPE with llama.cpp's pre-tokenizer regexes
-(bpe.py) or the SPM bigram merge expressed as a scored BPE (spm.py).
+(bpe.py; Gemma 4's SPM-style BPE on raw characters too) or the SPM bigram merge expressed
+as a scored BPE (spm.py); a BERT vocabulary goes through WordPiece (wpm.py) instead.
 That model is built when a text needs it: for a short text, only the part of it the text
 can use, until the whole one pays off (build.py), so loading a 262k-token
 vocabulary costs no per-token Python work.  Ids are checked against llama.cpp's own
@@ -12,6 +13,7 @@ vocabulary costs no per-token Python work.  Ids are checked against llama.cpp's 
 from __future__ import annotations
 
 import codecs
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable
@@ -25,6 +27,10 @@ from .bpe import byte_decoder as _byte_decoder
 from .build import ModelChooser, load_parts
 from .spm import SPACE
 from .vocab import TokenAttr, Vocab, open_gguf
+from .wpm import wpm_tokenize
+
+
+_NEWLINE_RUNS = re.compile(r"(\n+)")
 
 
 @dataclass(slots=True)
@@ -103,9 +109,18 @@ class Tokenizer:
                 raise ValueError("the vocab asks for BOS (add_bos) but has no bos token id")
             out.append(self.bos)
         frags = v.partition(text, parse_special)
-        if v.model == "llama":
+        wpm = self.models.parts.wpm
+        if wpm is not None:
+            for f in frags:
+                out.extend(wpm_tokenize(f, v.token_to_id.get, wpm.max_token_len, v.special["unk"], wpm.lowercase,
+                                        wpm.strip_accents) if isinstance(f, str) else (f,))
+            if add_special and v.special["sep"] is not None:  # llama.cpp's WPM: [SEP] last
+                out.append(v.special["sep"])
+        elif v.model == "llama":
             self._tokenize_spm(frags, out)
         else:
+            if self.models.parts.pre is not None and self.models.parts.pre.escape_whitespaces:
+                frags = self._newline_runs(frags)
             raw = [f for f in frags if isinstance(f, str)]
             encs = iter(self.models.for_words(raw).encode_batch(raw, add_special_tokens=False)) if raw else iter(())
             for f in frags:
@@ -114,6 +129,23 @@ class Tokenizer:
             if self.eos is None:
                 raise ValueError("the vocab asks for EOS (add_eos) but has no eos token id")
             out.append(self.eos)
+        return out
+
+    def _newline_runs(self, frags: list[str | int]) -> list[str | int]:
+        """SPM-style BPE (Gemma 4): spaces become ▁; a run of newlines that is itself a token
+        is that token, unmerged (llama.cpp's llm_tokenizer_bpe_session special case); other
+        text stays for the model, whose regex keeps newline runs apart."""
+        out: list[str | int] = []
+        for f in frags:
+            if not isinstance(f, str):
+                out.append(f)
+                continue
+            for piece in _NEWLINE_RUNS.split(f.replace(" ", SPACE)):
+                tid = self.vocab.token_to_id.get(piece) if piece.startswith("\n") else None
+                if tid is not None:
+                    out.append(int(tid))
+                elif piece:
+                    out.append(piece)
         return out
 
     def _tokenize_spm(self, frags: list[str | int], out: list[int]) -> None:
@@ -148,7 +180,7 @@ class Tokenizer:
         if attr & TokenAttr.USER_DEFINED:
             return text.encode("utf-8")
         if attr & TokenAttr.NORMAL:
-            if v.model == "llama":
+            if v.model in ("llama", "gemma4", "bert"):
                 return text.replace(SPACE, " ").encode("utf-8")
             return self._decode_byte_level(text)
         if attr & TokenAttr.BYTE:
