@@ -1,5 +1,6 @@
 """The llama family's other members (qwen2: Q/K/V biases; qwen3: Q/K norms, a head size apart
-from n_embd / n_head; llama with Llama 3's rope_freqs): logits against llama.cpp's own from the
+from n_embd / n_head; llama with Llama 3's rope_freqs) and gemma2 (soft-capping, a sliding
+window on the even layers): logits against llama.cpp's own from the
 same files (tests/data/ref_logits/, scripts/ref_logits_llamacpp.py), every tensor counted by
 `llamapy mem`, and files with tensors or keys the architecture does not implement refused,
 naming them."""
@@ -31,7 +32,9 @@ CASES = sorted(p.stem for p in REF.glob("*.json"))
 # rounding as they amplify the weights' own (llamapy's fp32 reference of the Q8_0 file is
 # 0.009 from llama.cpp's Q8_0 run and 0.012 from its F16 run): measured 0.009-0.010 and
 # 93.5-95.2%.  A wrong architecture is far off: NORM for NEOX RoPE, or the biases or Q/K
-# norms dropped, gives a KLD of 3-9 and top-1 below 30%.
+# norms dropped, gives a KLD of 3-9 and top-1 below 30%.  gemma2 (F16 and Q8_0: KLD below 1e-5,
+# top-1 100%): without the attention soft-cap KLD 0.026, without the final one 0.15, with no
+# sliding window 0.48 (top-1 93%).
 LIMITS = {"f16": (0.001, 0.99), "q8_0": (0.02, 0.90)}
 
 
@@ -42,12 +45,18 @@ def _write(tmp_path: Path, writer: dict) -> Path:
 
 @pytest.mark.parametrize("mode,n_ubatch", [("blocks", 64), ("blocks", 8), ("exact", 64)])
 @pytest.mark.parametrize("case", CASES)
-def test_logits_match_llamacpp(tmp_path, case, mode, n_ubatch):
+def test_logits_match_llamacpp(tmp_path, monkeypatch, case, mode, n_ubatch):
     """llama-perplexity --kl-divergence-base's log-probabilities of 4 chunks of 64 tokens (31
     scored rows each) against llamapy's perplexity run over the same tokens: with the weights
     in their blocks, a chunk in one ubatch or in ubatches of 8 rows (with the kernels: the
-    fused C layers, except Qwen2's biases), and dequantized to float32 (exact, the CUDA
-    path's weights)."""
+    fused C layers, except Qwen2's biases and Gemma 2's soft-capping), and dequantized to
+    float32 (exact, the CUDA path's weights).  Gemma 2's attention goes through the
+    soft-capped materialized KQ (layers.softcap_), the others' never does."""
+    import llamapy.model.layers as layers
+
+    softcaps = []
+    real_softcap = layers.softcap_
+    monkeypatch.setattr(layers, "softcap_", lambda kq, c: (softcaps.append(c), real_softcap(kq, c))[1])
     meta = json.loads((REF / f"{case}.json").read_text())
     path = _write(tmp_path, meta["writer"])
     sha = hashlib.sha256(path.read_bytes()).hexdigest()
@@ -62,6 +71,9 @@ def test_logits_match_llamacpp(tmp_path, case, mode, n_ubatch):
         perplexity(ctx, base.tokens, base.n_ctx, on_logits=lambda lg, tg: stats.add(lg, base.next_chunk(), tg))
     if n_ubatch == 8 and model.net.fused is not None:
         assert model.net.fused.calls > 0
+    gemma2 = meta["writer"]["arch"] == "gemma2"
+    assert (model.net.fused is None) if gemma2 else not softcaps
+    assert not gemma2 or set(softcaps) == {10.0}
     max_kld, min_top = LIMITS[meta["writer"]["weight_type"].lower()]
     print(f"{case} {mode} -ub {n_ubatch}: mean KLD {stats.mean_kld:.6f}, same top {stats.same_top:.4f} over {stats.count} tokens")
     assert stats.count == meta["n_chunks"] * (meta["n_ctx"] - 1 - meta["n_ctx"] // 2)
@@ -79,18 +91,21 @@ def _mem_json(path: Path) -> dict:
     return json.loads(r.stdout)
 
 
-@pytest.mark.parametrize("arch,tied", [("qwen2", False), ("qwen2", True), ("qwen3", True), ("llama", True)])
+@pytest.mark.parametrize("arch,tied", [("qwen2", False), ("qwen2", True), ("qwen3", True), ("llama", True),
+                                       ("gemma2", True)])
 def test_mem_counts_every_tensor(tmp_path, arch, tied):
     """The weights `llamapy mem` predicts are the loaded model's, byte for byte, and the file's
     tensors are the family's, counted from the hyperparameters: F16 matrices, F32 vectors
-    (norms, Qwen2's biases, Qwen3's Q/K norms, Llama 3's rope_freqs)."""
+    (norms, Qwen2's biases, Qwen3's Q/K norms, Llama 3's rope_freqs, Gemma 2's post norms).
+    Gemma 2's KV cache is the iSWA pair: the window layer's cells fewer than the dense one's."""
     path = write_tiny_family(tmp_path / f"{arch}.gguf", arch, F16, tied=tied, rope_freqs=arch == "llama")
     n_embd, n_layer, n_head, n_head_kv, n_ff, n_vocab = 64, 2, 4, 2, 128, 264
-    d = 32 if arch == "qwen3" else n_embd // n_head
+    d = 32 if arch in ("qwen3", "gemma2") else n_embd // n_head
     matrices = n_vocab * n_embd * (1 if tied else 2) + n_layer * (
         n_embd * (n_head + 2 * n_head_kv) * d + n_head * d * n_embd + 3 * n_embd * n_ff)
     vectors = n_embd + n_layer * 2 * n_embd
-    vectors += {"qwen2": n_layer * (n_head + 2 * n_head_kv) * d, "qwen3": n_layer * 2 * d, "llama": d // 2}[arch]
+    vectors += {"qwen2": n_layer * (n_head + 2 * n_head_kv) * d, "qwen3": n_layer * 2 * d, "llama": d // 2,
+                "gemma2": n_layer * 2 * n_embd}[arch]
     file_bytes = 2 * matrices + 4 * vectors
     d_mem = _mem_json(path)
     assert d_mem["hparams"]["arch"] == arch and d_mem["hparams"]["n_embd_head_k"] == d
@@ -99,6 +114,7 @@ def test_mem_counts_every_tensor(tmp_path, arch, tied):
     assert model.n_bytes_file == file_bytes
     assert d_mem["buffers"]["model"] == model.n_bytes_resident
     assert d_mem["process"]["weights"] == model.n_bytes_resident
+    assert d_mem["hparams"]["n_swa"] == (16 if arch == "gemma2" else 0)
 
 
 def test_family_layers(tmp_path):
@@ -197,3 +213,52 @@ def test_gemma3_swa_pattern_key():
     assert _swa_layers(header([True, False, True]), "gemma3", 3, 6) == (True, False, True)
     with pytest.raises(GGUFError, match="sliding_window_pattern' \\(key at byte 123\\)"):
         _swa_layers(header([True]), "gemma3", 3, 6)
+
+
+def test_gemma2_hparams(tmp_path):
+    """llama_model_gemma2::load_arch_hparams: the window on the even layers (set_swa_pattern(2)),
+    4096 cells unless the file says otherwise, the window layers' RoPE base the global one, the
+    soft-capping keys read (llama.cpp's 50 and 30 when absent); the keys gemma2 implements are
+    still refused for the llama family."""
+    m = Model.load(write_tiny_family(tmp_path / "g.gguf", "gemma2", F16, n_layer=3))
+    hp = m.hparams
+    assert type(m.net).__name__ == "Gemma2Model" and m.net.fused is None
+    assert hp.n_swa == 16 and hp.swa_layers == (True, False, True)
+    assert hp.rope_freq_base_swa == hp.rope_freq_base == 10000.0 and m.net.rope_swa == m.net.rope_global
+    assert (m.net.f_attn_logit_softcapping, m.net.f_final_logit_softcapping) == (10.0, 20.0)
+    assert m.net.f_attention_scale == 1 / 32**0.5 and all(L.attn_q_norm is None for L in m.net.layers)
+    bare = {k: None for k in ("attention.sliding_window", "attn_logit_softcapping", "final_logit_softcapping")}
+    path = write_tiny_family(tmp_path / "d.gguf", "gemma2", F16, n_layer=3, extra_keys=bare)
+    assert not any(k.startswith("gemma2.") and k[7:] in bare for k in GGUFHeader(path).fields)
+    d = Model.load(path)
+    assert d.hparams.n_swa == 4096 and d.hparams.swa_layers == (True, False, True)
+    assert (d.net.f_attn_logit_softcapping, d.net.f_final_logit_softcapping) == (50.0, 30.0)
+    with pytest.raises(GGUFError, match="does not read"):  # llama.cpp's gemma2 reads no output.weight
+        hparams_from_gguf(GGUFHeader(write_tiny_family(tmp_path / "o.gguf", "gemma2", F16, tied=False)))
+    for arch in ("qwen3", "llama"):
+        p = write_tiny_family(tmp_path / f"{arch}.gguf", arch, F16, extra_keys={"attn_logit_softcapping": 50.0})
+        with pytest.raises(GGUFError, match=f"'{arch}.attn_logit_softcapping'"):
+            hparams_from_gguf(GGUFHeader(p))
+
+
+def test_softcap_attention():
+    """Gemma 2's soft-capped attention, flash or not, one mask or gathered cells: softmax(c *
+    tanh(q·kᵀ·scale / c) + mask)·v, the mask after the cap (llama.cpp build_attn_mha)."""
+    import torch
+
+    from llamapy.model.layers import attention, attention_gathered
+
+    g = torch.Generator().manual_seed(0)
+    n, n_kv, n_head, n_head_kv, d, scale, c = 3, 5, 4, 2, 8, 0.5, 2.0
+    q, k, v = (torch.randn(m, h, d, generator=g) * 3 for m, h in ((n, n_head), (n_kv, n_head_kv), (n_kv, n_head_kv)))
+    mask = torch.zeros(n, n_kv)
+    mask[0, 3:] = float("-inf")
+    kr, vr = k.repeat_interleave(2, dim=1), v.repeat_interleave(2, dim=1)
+    kq = torch.einsum("thd,khd->htk", q, kr) * scale
+    want = torch.einsum("htk,khd->thd", ((kq / c).tanh() * c + mask).softmax(-1), vr).reshape(n, -1)
+    for flash in (True, False):
+        torch.testing.assert_close(attention(q, k, v, mask, scale, flash, softcap=c), want)
+        got = attention_gathered(q, k.reshape(n_kv, -1), v.reshape(n_kv, -1), mask[None], torch.arange(n), n_head_kv,
+                                 scale, flash, softcap=c)
+        torch.testing.assert_close(got, want)
+    assert not torch.allclose(attention(q, k, v, mask, scale), want)  # the cap matters here

@@ -23,6 +23,7 @@ _LLAMA_LAYER = {
 # llama_model_base::create_tensor_qkv: each of Q, K, V may have a bias (Qwen2 has all three)
 _QKV_BIAS = {"attn_q.bias": ("n_head*k",), "attn_k.bias": ("n_head_kv*k",), "attn_v.bias": ("n_head_kv*v",)}
 _QK_NORM = {"attn_q_norm.weight": ("n_embd_head_k",), "attn_k_norm.weight": ("n_embd_head_k",)}
+_GEMMA_POST_NORMS = {"post_attention_norm.weight": ("n_embd",), "post_ffw_norm.weight": ("n_embd",)}
 _GLOBAL = {"token_embd.weight": ("n_embd", "n_vocab"), "output_norm.weight": ("n_embd",)}
 _OUTPUT = {"output.weight": ("n_embd", "n_vocab")}  # absent: the output is tied to token_embd
 
@@ -42,8 +43,9 @@ ARCH_TENSORS: dict[str, ArchTensors] = {
     "llama": ArchTensors(_LLAMA_LAYER, _QKV_BIAS, {**_OUTPUT, "rope_freqs.weight": ("n_rot/2",)}),
     "qwen2": ArchTensors(_LLAMA_LAYER, _QKV_BIAS),
     "qwen3": ArchTensors({**_LLAMA_LAYER, **_QK_NORM}, _QKV_BIAS),
-    "gemma3": ArchTensors({**_LLAMA_LAYER, **_QK_NORM, "post_attention_norm.weight": ("n_embd",),
-                           "post_ffw_norm.weight": ("n_embd",)}),
+    "gemma3": ArchTensors({**_LLAMA_LAYER, **_QK_NORM, **_GEMMA_POST_NORMS}),
+    # llama_model_gemma2::load_arch_tensors: no Q/K norms, output always token_embd (no output.weight)
+    "gemma2": ArchTensors({**_LLAMA_LAYER, **_GEMMA_POST_NORMS}, optional={}),
 }
 
 

@@ -13,9 +13,11 @@ def arch_class(name: str) -> type:
 
     known = {c.arch_name: c for c in (LlamaModel, Qwen2Model, Qwen3Model)}
     try:
+        from .gemma2 import Gemma2Model
         from .gemma3 import Gemma3Model
 
         known[Gemma3Model.arch_name] = Gemma3Model
+        known[Gemma2Model.arch_name] = Gemma2Model
     except ImportError:
         pass
     if name not in known:
