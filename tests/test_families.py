@@ -1,6 +1,6 @@
 """The llama family's other members (qwen2: Q/K/V biases; qwen3: Q/K norms, a head size apart
 from n_embd / n_head; llama with Llama 3's rope_freqs) and gemma2 (soft-capping, a sliding
-window on the even layers): logits against llama.cpp's own from the
+window on the even layers) and phi3 (fused Q|K|V and gate|up): logits against llama.cpp's own from the
 same files (tests/data/ref_logits/, scripts/ref_logits_llamacpp.py), every tensor counted by
 `llamapy mem`, and files with tensors or keys the architecture does not implement refused,
 naming them."""
@@ -32,9 +32,10 @@ CASES = sorted(p.stem for p in REF.glob("*.json"))
 # rounding as they amplify the weights' own (llamapy's fp32 reference of the Q8_0 file is
 # 0.009 from llama.cpp's Q8_0 run and 0.012 from its F16 run): measured 0.009-0.010 and
 # 93.5-95.2%.  A wrong architecture is far off: NORM for NEOX RoPE, or the biases or Q/K
-# norms dropped, gives a KLD of 3-9 and top-1 below 30%.  gemma2 (F16 and Q8_0: KLD below 1e-5,
+# norms dropped, gives a KLD of 3-9 and top-1 below 30%.  gemma2 (F16: KLD below 1e-6, Q8_0: 3.2e-4,
 # top-1 100%): without the attention soft-cap KLD 0.026, without the final one 0.15, with no
-# sliding window 0.48 (top-1 93%).
+# sliding window 0.48 (top-1 93%).  phi3: F16 KLD 1.6e-5, top-1 100%; Q8_0 0.0075, 96.0%; with
+# gate and up swapped KLD 3.5, top-1 22%.
 LIMITS = {"f16": (0.001, 0.99), "q8_0": (0.02, 0.90)}
 
 
@@ -92,11 +93,12 @@ def _mem_json(path: Path) -> dict:
 
 
 @pytest.mark.parametrize("arch,tied", [("qwen2", False), ("qwen2", True), ("qwen3", True), ("llama", True),
-                                       ("gemma2", True)])
+                                       ("gemma2", True), ("phi3", False)])
 def test_mem_counts_every_tensor(tmp_path, arch, tied):
     """The weights `llamapy mem` predicts are the loaded model's, byte for byte, and the file's
     tensors are the family's, counted from the hyperparameters: F16 matrices, F32 vectors
-    (norms, Qwen2's biases, Qwen3's Q/K norms, Llama 3's rope_freqs, Gemma 2's post norms).
+    (norms, Qwen2's biases, Qwen3's Q/K norms, Llama 3's rope_freqs, Gemma 2's post norms;
+    Phi 3's fused attn_qkv and gate|up ffn_up hold the same elements as the separate ones).
     Gemma 2's KV cache is the iSWA pair: the window layer's cells fewer than the dense one's."""
     path = write_tiny_family(tmp_path / f"{arch}.gguf", arch, F16, tied=tied, rope_freqs=arch == "llama")
     n_embd, n_layer, n_head, n_head_kv, n_ff, n_vocab = 64, 2, 4, 2, 128, 264
@@ -105,7 +107,7 @@ def test_mem_counts_every_tensor(tmp_path, arch, tied):
         n_embd * (n_head + 2 * n_head_kv) * d + n_head * d * n_embd + 3 * n_embd * n_ff)
     vectors = n_embd + n_layer * 2 * n_embd
     vectors += {"qwen2": n_layer * (n_head + 2 * n_head_kv) * d, "qwen3": n_layer * 2 * d, "llama": d // 2,
-                "gemma2": n_layer * 2 * n_embd}[arch]
+                "gemma2": n_layer * 2 * n_embd, "phi3": 0}[arch]
     file_bytes = 2 * matrices + 4 * vectors
     d_mem = _mem_json(path)
     assert d_mem["hparams"]["arch"] == arch and d_mem["hparams"]["n_embd_head_k"] == d
@@ -133,6 +135,8 @@ def test_family_layers(tmp_path):
     ("qwen3", ("blk.0.attn_output.bias", "blk.1.attn_output.bias", "output.bias"),
      ["'blk.{0-1}.attn_output.bias' (2 tensors)", "'output.bias'"]),
     ("llama", ("blk.1.ffn_gate_inp.weight",), ["'blk.1.ffn_gate_inp.weight'"]),
+    ("phi3", ("rope_factors_long.weight", "rope_factors_short.weight", "blk.0.attn_q.weight"),
+     ["'rope_factors_long.weight'", "'rope_factors_short.weight'", "'blk.0.attn_q.weight'"]),
 ])
 def test_unused_tensors_refused(tmp_path, arch, extra, names):
     """A tensor the architecture does not read is a load error naming it (llama.cpp: wrong
@@ -157,6 +161,8 @@ def test_unused_tensors_refused(tmp_path, arch, extra, names):
     ("qwen3", "expert_count", 8),
     ("qwen2", "rope.scaling.attn_factor", 0.5),
     ("llama", "attention.causal", False),
+    ("phi3", "rope.scaling.type", "longrope"),
+    ("gemma2", "rope.scaling.attn_factor", 0.5),
 ])
 def test_unimplemented_keys_refused(tmp_path, arch, key, value):
     path = write_tiny_family(tmp_path / "k.gguf", arch, F16, extra_keys={key: value})
@@ -262,3 +268,20 @@ def test_softcap_attention():
                                  scale, flash, softcap=c)
         torch.testing.assert_close(got, want)
     assert not torch.allclose(attention(q, k, v, mask, scale), want)  # the cap matters here
+
+
+def test_phi3_layers(tmp_path, caplog):
+    """phi3 reads attn_qkv as the Q|K|V product and ffn_up as gate|up (llama's stacked layout),
+    takes the fused C layer where the kernels build, and reads its sliding window without
+    applying it (llama.cpp: "Phi SWA is currently disabled")."""
+    import logging
+
+    with caplog.at_level(logging.WARNING):
+        m = Model.load(write_tiny_family(tmp_path / "p.gguf", "phi3", Q8_0))
+    assert type(m.net).__name__ == "Phi3Model" and m.net.rope.rope_type == 2
+    assert m.hparams.n_swa == 0 and m.hparams.swa_layers == () and "Phi SWA is currently disabled" in caplog.text
+    n_embd, n_head, n_head_kv, n_ff, d = 64, 4, 2, 128, 16
+    for L in m.net.layers:
+        assert (L.wqkv.n_out, L.wqkv.n_in) == ((n_head + 2 * n_head_kv) * d, n_embd)
+        assert (L.ffn_gate_up.n_out, L.ffn_gate_up.n_in) == (2 * n_ff, n_embd)
+    assert (m.net.fused is not None) == (load_kernels() is not None)

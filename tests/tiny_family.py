@@ -12,7 +12,10 @@ top-1 agreement is a meaningful check.
     llama: rope_freqs=True adds Llama 3's rope_freqs.weight [n_rot/2]
     gemma2: post-attention and post-FFN norms, head size 32, output tied (always), and
             GEMMA2_KEYS: a 16-token window on the even layers and soft-capping strong enough
-            to matter for these weights (the real models' 4096, 50 and 30 would not)"""
+            to matter for these weights (the real models' 4096, 50 and 30 would not)
+    phi3: attn_qkv.weight (Q | K | V rows) and ffn_up.weight [2 n_ff] (gate | up rows), the
+          same draws as the others' separate tensors; PHI3_KEYS: a 16-token window that
+          llama.cpp (and llamapy) do not apply"""
 from __future__ import annotations
 
 from pathlib import Path
@@ -25,6 +28,7 @@ F32 = gguf.GGMLQuantizationType.F32
 F16 = gguf.GGMLQuantizationType.F16
 Q8_0 = gguf.GGMLQuantizationType.Q8_0
 GEMMA2_KEYS = {"attention.sliding_window": 16, "attn_logit_softcapping": 10.0, "final_logit_softcapping": 20.0}
+PHI3_KEYS = {"attention.sliding_window": 16}
 FILE_TYPES = {F32: gguf.LlamaFileType.ALL_F32, F16: gguf.LlamaFileType.MOSTLY_F16, Q8_0: gguf.LlamaFileType.MOSTLY_Q8_0}
 
 
@@ -51,8 +55,8 @@ def write_tiny_family(
     rng = np.random.default_rng(seed)
     tied = arch != "qwen2" if tied is None else tied
     d = head_dim or (32 if arch in ("qwen3", "gemma2") else n_embd // n_head)
-    if arch == "gemma2":
-        extra_keys = {**GEMMA2_KEYS, **(extra_keys or {})}
+    if arch in ("gemma2", "phi3"):
+        extra_keys = {**(GEMMA2_KEYS if arch == "gemma2" else PHI3_KEYS), **(extra_keys or {})}
     tokens = _byte_tokens()
     merges = ["Ġ t", "h e", "Ġt he", "i n", "a n"]
     tokens += [m.replace(" ", "") for m in merges]
@@ -71,7 +75,7 @@ def write_tiny_family(
     if d != n_embd // n_head:
         w.add_key_length(d)
         w.add_value_length(d)
-    w.add_rope_freq_base(10000.0 if arch in ("llama", "gemma2") else 1_000_000.0)
+    w.add_rope_freq_base(10000.0 if arch in ("llama", "gemma2", "phi3") else 1_000_000.0)
     w.add_layer_norm_rms_eps(1e-6)
     w.add_file_type(int(FILE_TYPES[weight_type]))  # general.file_type, as llama-quantize writes it
     for k, v in (extra_keys or {}).items():
@@ -87,8 +91,20 @@ def write_tiny_family(
     w.add_eos_token_id(n_vocab - 1)
     w.add_add_bos_token(False)
 
+    fused: dict[str, list[np.ndarray]] = {}  # phi3: the parts of a fused tensor drawn so far
+
     def matrix(name: str, shape: tuple[int, int], scale: float) -> None:
         a = (rng.standard_normal(shape) * scale).astype(np.float32)
+        if arch == "phi3":
+            blk, _, t = name.rpartition(".weight")[0].rpartition(".")
+            into = {"attn_q": "attn_qkv", "attn_k": "attn_qkv", "attn_v": "attn_qkv", "ffn_gate": "ffn_up",
+                    "ffn_up": "ffn_up"}.get(t)
+            if into is not None:
+                parts = fused.setdefault(into, [])
+                parts.append(a)
+                if len(parts) < (3 if into == "attn_qkv" else 2):
+                    return
+                name, a = f"{blk}.{into}.weight", np.concatenate(fused.pop(into))
         if weight_type == F32:
             w.add_tensor(name, a)
         elif weight_type == F16:

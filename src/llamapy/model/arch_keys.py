@@ -32,7 +32,8 @@ KEY_RULES: tuple[KeyRule, ...] = (
     KeyRule("rope.dimension_sections", lambda v: False, "multi-section RoPE (M-RoPE)"),
     KeyRule("attn_logit_softcapping", _is(0.0), "attention logit soft-capping", ("gemma2",)),
     KeyRule("final_logit_softcapping", _is(0.0), "final logit soft-capping", ("gemma2", "gemma3")),
-    KeyRule("attention.sliding_window", _is(0), "sliding-window attention", ("gemma2", "gemma3")),
+    # phi3: read and not applied, as llama.cpp (hparams.py)
+    KeyRule("attention.sliding_window", _is(0), "sliding-window attention", ("gemma2", "gemma3", "phi3")),
     KeyRule("attention.sliding_window_pattern", lambda v: False, "a sliding-window layer pattern", ("gemma2", "gemma3")),
     KeyRule("attention.scale", _is(0.0), "an attention scale other than 1/sqrt(head size)"),
     KeyRule("attention.causal", lambda v: v is True, "non-causal attention"),

@@ -46,6 +46,11 @@ ARCH_TENSORS: dict[str, ArchTensors] = {
     "gemma3": ArchTensors({**_LLAMA_LAYER, **_QK_NORM, **_GEMMA_POST_NORMS}),
     # llama_model_gemma2::load_arch_tensors: no Q/K norms, output always token_embd (no output.weight)
     "gemma2": ArchTensors({**_LLAMA_LAYER, **_GEMMA_POST_NORMS}, optional={}),
+    # llama_model_phi3::load_arch_tensors: Q|K|V fused, gate|up fused in ffn_up (separate Q/K/V,
+    # which llama.cpp also reads, and LongRoPE's rope_factors_long/short are refused)
+    "phi3": ArchTensors({"attn_norm.weight": ("n_embd",), "attn_qkv.weight": ("n_embd", "n_qkv"),
+                         "attn_output.weight": ("n_head*v", "n_embd"), "ffn_norm.weight": ("n_embd",),
+                         "ffn_up.weight": ("n_embd", "2*n_ff"), "ffn_down.weight": ("n_ff", "n_embd")}),
 }
 
 
@@ -53,7 +58,8 @@ def _dims(hp) -> dict[str, int]:
     return {"n_embd": hp.n_embd, "n_vocab": hp.n_vocab, "n_ff": hp.n_ff, "n_embd_head_k": hp.n_embd_head_k,
             "n_head*k": hp.n_head * hp.n_embd_head_k, "n_head*v": hp.n_head * hp.n_embd_head_v,
             "n_head_kv*k": hp.n_head_kv * hp.n_embd_head_k, "n_head_kv*v": hp.n_head_kv * hp.n_embd_head_v,
-            "n_rot/2": hp.n_rot // 2}
+            "n_rot/2": hp.n_rot // 2, "2*n_ff": 2 * hp.n_ff,
+            "n_qkv": (hp.n_head + hp.n_head_kv) * hp.n_embd_head_k + hp.n_head_kv * hp.n_embd_head_v}
 
 
 def _tables(hp, optional: bool) -> dict[str, tuple[str, ...]]:

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 import gguf
 
 from ..gguf.header import VT, ArrayRef, GGUFError, GGUFHeader, HeaderField, short_repr
+from ..log import logger
 from .arch_keys import check_keys
 from .arch_tensors import ARCH_TENSORS, check_tensors, expected_tensors  # noqa: F401 (expected_tensors: re-exported)
 
@@ -153,6 +154,10 @@ def hparams_from_gguf(f: GGUFHeader) -> HParams:
         # llama.cpp: {arch}.rope.freq_base_swa when present, else 10000 for gemma3's local
         # layers, the global base for gemma2's
         freq_base_swa = float(key("rope.freq_base_swa", 10000.0 if arch == "gemma3" else freq_base, kind=float))
+    if arch == "phi3" and n_swa > 0:  # llama_model_phi3::load_arch_hparams
+        logger("llama_model_loader").warning("%s: Phi SWA is currently disabled (as in llama.cpp): %s = %d is not applied", name,
+                    f"{arch}.attention.sliding_window", n_swa)
+        n_swa = 0
     if arch in _SWA_PERIOD:
         key("final_logit_softcapping", 0.0, kind=float)
         key("attn_logit_softcapping", 0.0, kind=float)
