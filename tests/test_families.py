@@ -285,3 +285,18 @@ def test_phi3_layers(tmp_path, caplog):
         assert (L.wqkv.n_out, L.wqkv.n_in) == ((n_head + 2 * n_head_kv) * d, n_embd)
         assert (L.ffn_gate_up.n_out, L.ffn_gate_up.n_in) == (2 * n_ff, n_embd)
     assert (m.net.fused is not None) == (load_kernels() is not None)
+
+
+def test_gemma2_estimate_counts_the_kq(tmp_path):
+    """Gemma 2's soft-capped attention materializes KQ even with flash attention on (model/
+    attend.py): `llamapy mem`'s compute terms count it there (hp.attn_soft_cap), the llama
+    family's do not."""
+    from llamapy.memory.estimate import estimate_memory
+    from llamapy.params import ContextParams
+
+    def kq_terms(arch: str) -> list[str]:
+        p = write_tiny_family(tmp_path / f"{arch}.gguf", arch, F16)
+        est = estimate_memory(p, ContextParams(n_ctx=256, flash_attn="on"))
+        return [t.name for t in est.compute_terms if t.name.startswith("kq (")]
+
+    assert kq_terms("gemma2") == ["kq (no flash attn)"] and kq_terms("qwen3") == []

@@ -43,6 +43,7 @@ class HParams:
     swa_layers: tuple[bool, ...] = field(default=())
     causal_attn: bool = True
     f_attention_scale: float = 0.0  # 0: 1/sqrt(n_embd_head_k)
+    attn_soft_cap: bool = False  # llama_hparams::attn_soft_cap (gemma2): KQ soft-capped, so materialized
 
     # llama_hparams::n_embd_k_gqa(il): width of one token's K in one layer
     def n_embd_k_gqa(self, il: int = 0) -> int:
@@ -185,6 +186,7 @@ def hparams_from_gguf(f: GGUFHeader) -> HParams:
         n_rot=n_rot,
         n_swa=n_swa,
         swa_layers=swa_layers,
+        attn_soft_cap=arch == "gemma2",
     )
     if known:
         check_keys(f, arch)

@@ -61,7 +61,7 @@ class Gemma3Model:
     rope_type = ROPE_TYPE_NEOX
     n_layer_27b = 62  # attention_scale's 27B
     final_softcap_default = 0.0  # {arch}.final_logit_softcapping when absent (0: none)
-    attn_softcap_default = 0.0  # {arch}.attn_logit_softcapping when absent; never read by gemma3
+    attn_softcap_default = 0.0  # {arch}.attn_logit_softcapping when absent (read where hp.attn_soft_cap)
     swa_rope_scaled = False  # the window layers' RoPE takes rope_freq_scale (rope_freq_scale_train_swa)
 
     def __init__(self, hp: HParams, w: WeightLoader, stage: StageLayers | None = None) -> None:
@@ -75,7 +75,7 @@ class Gemma3Model:
         arch = hp.arch
         self.f_final_logit_softcapping = float(w.f.get(f"{arch}.final_logit_softcapping", self.final_softcap_default) or 0.0)
         self.f_attn_logit_softcapping = (float(w.f.get(f"{arch}.attn_logit_softcapping", self.attn_softcap_default) or 0.0)
-                                         if self.attn_softcap_default else 0.0)
+                                         if hp.attn_soft_cap else 0.0)
         self.rope_global = RopeParams(hp.n_rot, hp.rope_freq_base, hp.rope_freq_scale, self.rope_type)
         scale_swa = hp.rope_freq_scale if self.swa_rope_scaled else 1.0  # rope_freq_scale_train_swa
         self.rope_swa = RopeParams(hp.n_rot, hp.rope_freq_base_swa, scale_swa, self.rope_type)
