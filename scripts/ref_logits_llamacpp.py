@@ -1,4 +1,4 @@
-"""Reference logits from llama.cpp itself for the llama-family architectures, for
+"""Reference logits from llama.cpp itself for the llama-family architectures, gemma2 and phi3, for
 tests/test_families.py.
 
 For each case writes the tiny GGUF with tests/tiny_family.py (fixed seed: the test writes the
@@ -39,6 +39,10 @@ CASES: dict[str, dict] = {
     "qwen3-f16": {"arch": "qwen3", "weight_type": "F16"},
     "qwen3-q8_0": {"arch": "qwen3", "weight_type": "Q8_0"},
     "llama-rope-freqs-f16": {"arch": "llama", "weight_type": "F16", "rope_freqs": True},
+    "gemma2-f16": {"arch": "gemma2", "weight_type": "F16"},
+    "gemma2-q8_0": {"arch": "gemma2", "weight_type": "Q8_0"},
+    "phi3-f16": {"arch": "phi3", "weight_type": "F16"},
+    "phi3-q8_0": {"arch": "phi3", "weight_type": "Q8_0"},
 }
 
 

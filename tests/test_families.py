@@ -1,5 +1,6 @@
 """The llama family's other members (qwen2: Q/K/V biases; qwen3: Q/K norms, a head size apart
-from n_embd / n_head; llama with Llama 3's rope_freqs): logits against llama.cpp's own from the
+from n_embd / n_head; llama with Llama 3's rope_freqs) and gemma2 (soft-capping, a sliding
+window on the even layers) and phi3 (fused Q|K|V and gate|up): logits against llama.cpp's own from the
 same files (tests/data/ref_logits/, scripts/ref_logits_llamacpp.py), every tensor counted by
 `llamapy mem`, and files with tensors or keys the architecture does not implement refused,
 naming them."""
@@ -31,7 +32,10 @@ CASES = sorted(p.stem for p in REF.glob("*.json"))
 # rounding as they amplify the weights' own (llamapy's fp32 reference of the Q8_0 file is
 # 0.009 from llama.cpp's Q8_0 run and 0.012 from its F16 run): measured 0.009-0.010 and
 # 93.5-95.2%.  A wrong architecture is far off: NORM for NEOX RoPE, or the biases or Q/K
-# norms dropped, gives a KLD of 3-9 and top-1 below 30%.
+# norms dropped, gives a KLD of 3-9 and top-1 below 30%.  gemma2 (F16: KLD below 1e-6, Q8_0: 3.2e-4,
+# top-1 100%): without the attention soft-cap KLD 0.026, without the final one 0.15, with no
+# sliding window 0.48 (top-1 93%).  phi3: F16 KLD 1.6e-5, top-1 100%; Q8_0 0.0075, 96.0%; with
+# gate and up swapped KLD 3.5, top-1 22%.
 LIMITS = {"f16": (0.001, 0.99), "q8_0": (0.02, 0.90)}
 
 
@@ -42,12 +46,18 @@ def _write(tmp_path: Path, writer: dict) -> Path:
 
 @pytest.mark.parametrize("mode,n_ubatch", [("blocks", 64), ("blocks", 8), ("exact", 64)])
 @pytest.mark.parametrize("case", CASES)
-def test_logits_match_llamacpp(tmp_path, case, mode, n_ubatch):
+def test_logits_match_llamacpp(tmp_path, monkeypatch, case, mode, n_ubatch):
     """llama-perplexity --kl-divergence-base's log-probabilities of 4 chunks of 64 tokens (31
     scored rows each) against llamapy's perplexity run over the same tokens: with the weights
     in their blocks, a chunk in one ubatch or in ubatches of 8 rows (with the kernels: the
-    fused C layers, except Qwen2's biases), and dequantized to float32 (exact, the CUDA
-    path's weights)."""
+    fused C layers, except Qwen2's biases and Gemma 2's soft-capping), and dequantized to
+    float32 (exact, the CUDA path's weights).  Gemma 2's attention goes through the
+    soft-capped materialized KQ (layers.softcap_), the others' never does."""
+    import llamapy.model.layers as layers
+
+    softcaps = []
+    real_softcap = layers.softcap_
+    monkeypatch.setattr(layers, "softcap_", lambda kq, c: (softcaps.append(c), real_softcap(kq, c))[1])
     meta = json.loads((REF / f"{case}.json").read_text())
     path = _write(tmp_path, meta["writer"])
     sha = hashlib.sha256(path.read_bytes()).hexdigest()
@@ -62,6 +72,9 @@ def test_logits_match_llamacpp(tmp_path, case, mode, n_ubatch):
         perplexity(ctx, base.tokens, base.n_ctx, on_logits=lambda lg, tg: stats.add(lg, base.next_chunk(), tg))
     if n_ubatch == 8 and model.net.fused is not None:
         assert model.net.fused.calls > 0
+    gemma2 = meta["writer"]["arch"] == "gemma2"
+    assert (model.net.fused is None) if gemma2 else not softcaps
+    assert not gemma2 or set(softcaps) == {10.0}
     max_kld, min_top = LIMITS[meta["writer"]["weight_type"].lower()]
     print(f"{case} {mode} -ub {n_ubatch}: mean KLD {stats.mean_kld:.6f}, same top {stats.same_top:.4f} over {stats.count} tokens")
     assert stats.count == meta["n_chunks"] * (meta["n_ctx"] - 1 - meta["n_ctx"] // 2)
@@ -79,18 +92,22 @@ def _mem_json(path: Path) -> dict:
     return json.loads(r.stdout)
 
 
-@pytest.mark.parametrize("arch,tied", [("qwen2", False), ("qwen2", True), ("qwen3", True), ("llama", True)])
+@pytest.mark.parametrize("arch,tied", [("qwen2", False), ("qwen2", True), ("qwen3", True), ("llama", True),
+                                       ("gemma2", True), ("phi3", False)])
 def test_mem_counts_every_tensor(tmp_path, arch, tied):
     """The weights `llamapy mem` predicts are the loaded model's, byte for byte, and the file's
     tensors are the family's, counted from the hyperparameters: F16 matrices, F32 vectors
-    (norms, Qwen2's biases, Qwen3's Q/K norms, Llama 3's rope_freqs)."""
+    (norms, Qwen2's biases, Qwen3's Q/K norms, Llama 3's rope_freqs, Gemma 2's post norms;
+    Phi 3's fused attn_qkv and gate|up ffn_up hold the same elements as the separate ones).
+    Gemma 2's KV cache is the iSWA pair: the window layer's cells fewer than the dense one's."""
     path = write_tiny_family(tmp_path / f"{arch}.gguf", arch, F16, tied=tied, rope_freqs=arch == "llama")
     n_embd, n_layer, n_head, n_head_kv, n_ff, n_vocab = 64, 2, 4, 2, 128, 264
-    d = 32 if arch == "qwen3" else n_embd // n_head
+    d = 32 if arch in ("qwen3", "gemma2") else n_embd // n_head
     matrices = n_vocab * n_embd * (1 if tied else 2) + n_layer * (
         n_embd * (n_head + 2 * n_head_kv) * d + n_head * d * n_embd + 3 * n_embd * n_ff)
     vectors = n_embd + n_layer * 2 * n_embd
-    vectors += {"qwen2": n_layer * (n_head + 2 * n_head_kv) * d, "qwen3": n_layer * 2 * d, "llama": d // 2}[arch]
+    vectors += {"qwen2": n_layer * (n_head + 2 * n_head_kv) * d, "qwen3": n_layer * 2 * d, "llama": d // 2,
+                "gemma2": n_layer * 2 * n_embd, "phi3": 0}[arch]
     file_bytes = 2 * matrices + 4 * vectors
     d_mem = _mem_json(path)
     assert d_mem["hparams"]["arch"] == arch and d_mem["hparams"]["n_embd_head_k"] == d
@@ -99,6 +116,7 @@ def test_mem_counts_every_tensor(tmp_path, arch, tied):
     assert model.n_bytes_file == file_bytes
     assert d_mem["buffers"]["model"] == model.n_bytes_resident
     assert d_mem["process"]["weights"] == model.n_bytes_resident
+    assert d_mem["hparams"]["n_swa"] == (16 if arch == "gemma2" else 0)
 
 
 def test_family_layers(tmp_path):
@@ -117,6 +135,8 @@ def test_family_layers(tmp_path):
     ("qwen3", ("blk.0.attn_output.bias", "blk.1.attn_output.bias", "output.bias"),
      ["'blk.{0-1}.attn_output.bias' (2 tensors)", "'output.bias'"]),
     ("llama", ("blk.1.ffn_gate_inp.weight",), ["'blk.1.ffn_gate_inp.weight'"]),
+    ("phi3", ("rope_factors_long.weight", "rope_factors_short.weight", "blk.0.attn_q.weight"),
+     ["'rope_factors_long.weight'", "'rope_factors_short.weight'", "'blk.0.attn_q.weight'"]),
 ])
 def test_unused_tensors_refused(tmp_path, arch, extra, names):
     """A tensor the architecture does not read is a load error naming it (llama.cpp: wrong
@@ -141,6 +161,8 @@ def test_unused_tensors_refused(tmp_path, arch, extra, names):
     ("qwen3", "expert_count", 8),
     ("qwen2", "rope.scaling.attn_factor", 0.5),
     ("llama", "attention.causal", False),
+    ("phi3", "rope.scaling.type", "longrope"),
+    ("gemma2", "rope.scaling.attn_factor", 0.5),
 ])
 def test_unimplemented_keys_refused(tmp_path, arch, key, value):
     path = write_tiny_family(tmp_path / "k.gguf", arch, F16, extra_keys={key: value})
@@ -197,3 +219,98 @@ def test_gemma3_swa_pattern_key():
     assert _swa_layers(header([True, False, True]), "gemma3", 3, 6) == (True, False, True)
     with pytest.raises(GGUFError, match="sliding_window_pattern' \\(key at byte 123\\)"):
         _swa_layers(header([True]), "gemma3", 3, 6)
+
+
+def test_gemma2_hparams(tmp_path):
+    """llama_model_gemma2::load_arch_hparams: the window on the even layers (set_swa_pattern(2)),
+    4096 cells unless the file says otherwise, the window layers' RoPE base the global one, the
+    soft-capping keys read (llama.cpp's 50 and 30 when absent); the keys gemma2 implements are
+    still refused for the llama family."""
+    m = Model.load(write_tiny_family(tmp_path / "g.gguf", "gemma2", F16, n_layer=3))
+    hp = m.hparams
+    assert type(m.net).__name__ == "Gemma2Model" and m.net.fused is None
+    assert hp.n_swa == 16 and hp.swa_layers == (True, False, True)
+    assert hp.rope_freq_base_swa == hp.rope_freq_base == 10000.0 and m.net.rope_swa == m.net.rope_global
+    assert (m.net.f_attn_logit_softcapping, m.net.f_final_logit_softcapping) == (10.0, 20.0)
+    assert m.net.f_attention_scale == 1 / 32**0.5 and all(L.attn_q_norm is None for L in m.net.layers)
+    bare = {k: None for k in ("attention.sliding_window", "attn_logit_softcapping", "final_logit_softcapping")}
+    path = write_tiny_family(tmp_path / "d.gguf", "gemma2", F16, n_layer=3, extra_keys=bare)
+    assert not any(k.startswith("gemma2.") and k[7:] in bare for k in GGUFHeader(path).fields)
+    d = Model.load(path)
+    assert d.hparams.n_swa == 4096 and d.hparams.swa_layers == (True, False, True)
+    assert (d.net.f_attn_logit_softcapping, d.net.f_final_logit_softcapping) == (50.0, 30.0)
+    with pytest.raises(GGUFError, match="does not read"):  # llama.cpp's gemma2 reads no output.weight
+        hparams_from_gguf(GGUFHeader(write_tiny_family(tmp_path / "o.gguf", "gemma2", F16, tied=False)))
+    for arch in ("qwen3", "llama"):
+        p = write_tiny_family(tmp_path / f"{arch}.gguf", arch, F16, extra_keys={"attn_logit_softcapping": 50.0})
+        with pytest.raises(GGUFError, match=f"'{arch}.attn_logit_softcapping'"):
+            hparams_from_gguf(GGUFHeader(p))
+
+
+def test_softcap_attention():
+    """Gemma 2's soft-capped attention, flash or not, one mask or gathered cells: softmax(c *
+    tanh(q·kᵀ·scale / c) + mask)·v, the mask after the cap (llama.cpp build_attn_mha)."""
+    import torch
+
+    from llamapy.model.layers import attention, attention_gathered
+
+    g = torch.Generator().manual_seed(0)
+    n, n_kv, n_head, n_head_kv, d, scale, c = 3, 5, 4, 2, 8, 0.5, 2.0
+    q, k, v = (torch.randn(m, h, d, generator=g) * 3 for m, h in ((n, n_head), (n_kv, n_head_kv), (n_kv, n_head_kv)))
+    mask = torch.zeros(n, n_kv)
+    mask[0, 3:] = float("-inf")
+    kr, vr = k.repeat_interleave(2, dim=1), v.repeat_interleave(2, dim=1)
+    kq = torch.einsum("thd,khd->htk", q, kr) * scale
+    want = torch.einsum("htk,khd->thd", ((kq / c).tanh() * c + mask).softmax(-1), vr).reshape(n, -1)
+    for flash in (True, False):
+        torch.testing.assert_close(attention(q, k, v, mask, scale, flash, softcap=c), want)
+        got = attention_gathered(q, k.reshape(n_kv, -1), v.reshape(n_kv, -1), mask[None], torch.arange(n), n_head_kv,
+                                 scale, flash, softcap=c)
+        torch.testing.assert_close(got, want)
+    assert not torch.allclose(attention(q, k, v, mask, scale), want)  # the cap matters here
+
+
+def test_phi3_layers(tmp_path, caplog):
+    """phi3 reads attn_qkv as the Q|K|V product and ffn_up as gate|up (llama's stacked layout),
+    takes the fused C layer where the kernels build, and reads its sliding window without
+    applying it (llama.cpp: "Phi SWA is currently disabled")."""
+    import logging
+
+    with caplog.at_level(logging.WARNING):
+        m = Model.load(write_tiny_family(tmp_path / "p.gguf", "phi3", Q8_0))
+    assert type(m.net).__name__ == "Phi3Model" and m.net.rope.rope_type == 2
+    assert m.hparams.n_swa == 0 and m.hparams.swa_layers == () and "Phi SWA is currently disabled" in caplog.text
+    n_embd, n_head, n_head_kv, n_ff, d = 64, 4, 2, 128, 16
+    for L in m.net.layers:
+        assert (L.wqkv.n_out, L.wqkv.n_in) == ((n_head + 2 * n_head_kv) * d, n_embd)
+        assert (L.ffn_gate_up.n_out, L.ffn_gate_up.n_in) == (2 * n_ff, n_embd)
+    assert (m.net.fused is not None) == (load_kernels() is not None)
+
+
+def test_gemma2_estimate_counts_the_kq(tmp_path):
+    """Gemma 2's soft-capped attention materializes KQ even with flash attention on (model/
+    attend.py): `llamapy mem`'s compute terms count it there (hp.attn_soft_cap), the llama
+    family's do not."""
+    from llamapy.memory.estimate import estimate_memory
+    from llamapy.params import ContextParams
+
+    def kq_terms(arch: str) -> list[str]:
+        p = write_tiny_family(tmp_path / f"{arch}.gguf", arch, F16)
+        est = estimate_memory(p, ContextParams(n_ctx=256, flash_attn="on"))
+        return [t.name for t in est.compute_terms if t.name.startswith("kq (")]
+
+    assert kq_terms("gemma2") == ["kq (no flash attn)"] and kq_terms("qwen3") == []
+
+
+@pytest.mark.parametrize("n_batch,n_ubatch,fa", [(256, 8, "on"), (256, 256, "off")])
+def test_gemma2_sequences_and_fa_off(tmp_path, n_batch, n_ubatch, fa):
+    """Gemma 2's soft-capped attention with the 4 chunks as 4 sequences of one batch (the
+    window and the streams' cells together) and with flash attention off: llama.cpp's
+    logits as closely as one sequence at a time (measured: the same KLD, below 1e-6)."""
+    meta = json.loads((REF / "gemma2-f16.json").read_text())
+    model = Model.load(_write(tmp_path, meta["writer"]))
+    stats = KldStats()
+    with BaseFile.open(REF / "gemma2-f16.kld", model.n_vocab) as base:
+        ctx = make_context(model, base.n_ctx, n_batch, n_ubatch, flash_attn=fa)
+        perplexity(ctx, base.tokens, base.n_ctx, on_logits=lambda lg, tg: stats.add(lg, base.next_chunk(), tg))
+    assert stats.count == 124 and stats.mean_kld <= LIMITS["f16"][0] and stats.same_top >= LIMITS["f16"][1]

@@ -9,7 +9,13 @@ top-1 agreement is a meaningful check.
 
     qwen2: Q/K/V biases, RoPE NEOX, output untied unless tied=True
     qwen3: per-head Q/K RMSNorms, head size (key_length) 32 != n_embd / n_head, tied output
-    llama: rope_freqs=True adds Llama 3's rope_freqs.weight [n_rot/2]"""
+    llama: rope_freqs=True adds Llama 3's rope_freqs.weight [n_rot/2]
+    gemma2: post-attention and post-FFN norms, head size 32, output tied (always), and
+            GEMMA2_KEYS: a 16-token window on the even layers and soft-capping strong enough
+            to matter for these weights (the real models' 4096, 50 and 30 would not)
+    phi3: attn_qkv.weight (Q | K | V rows) and ffn_up.weight [2 n_ff] (gate | up rows), the
+          same draws as the others' separate tensors; PHI3_KEYS: a 16-token window that
+          llama.cpp (and llamapy) do not apply"""
 from __future__ import annotations
 
 from pathlib import Path
@@ -21,6 +27,8 @@ from tiny_model import tiny_vocab
 F32 = gguf.GGMLQuantizationType.F32
 F16 = gguf.GGMLQuantizationType.F16
 Q8_0 = gguf.GGMLQuantizationType.Q8_0
+GEMMA2_KEYS = {"attention.sliding_window": 16, "attn_logit_softcapping": 10.0, "final_logit_softcapping": 20.0}
+PHI3_KEYS = {"attention.sliding_window": 16}
 FILE_TYPES = {F32: gguf.LlamaFileType.ALL_F32, F16: gguf.LlamaFileType.MOSTLY_F16, Q8_0: gguf.LlamaFileType.MOSTLY_Q8_0}
 
 
@@ -41,11 +49,14 @@ def write_tiny_family(
     extra_keys: dict | None = None,
 ) -> Path:
     """tied None: the family's usual (qwen2 untied, the others tied).  head_dim None: qwen3's
-    32, else n_embd / n_head.  extra_tensors: 1-D F32 tensors [n_embd] added as they are
-    (a file the architecture does not read); extra_keys: "{arch}.<key>" -> value."""
+    and gemma2's 32, else n_embd / n_head.  extra_tensors: 1-D F32 tensors [n_embd] added as they are
+    (a file the architecture does not read); extra_keys: "{arch}.<key>" -> value (None: not
+    written)."""
     rng = np.random.default_rng(seed)
     tied = arch != "qwen2" if tied is None else tied
-    d = head_dim or (32 if arch == "qwen3" else n_embd // n_head)
+    d = head_dim or (32 if arch in ("qwen3", "gemma2") else n_embd // n_head)
+    if arch in ("gemma2", "phi3"):
+        extra_keys = {**(GEMMA2_KEYS if arch == "gemma2" else PHI3_KEYS), **(extra_keys or {})}
     tokens, types, merges = tiny_vocab()
     n_vocab = len(tokens)
 
@@ -59,10 +70,12 @@ def write_tiny_family(
     if d != n_embd // n_head:
         w.add_key_length(d)
         w.add_value_length(d)
-    w.add_rope_freq_base(10000.0 if arch == "llama" else 1_000_000.0)
+    w.add_rope_freq_base(10000.0 if arch in ("llama", "gemma2", "phi3") else 1_000_000.0)
     w.add_layer_norm_rms_eps(1e-6)
     w.add_file_type(int(FILE_TYPES[weight_type]))  # general.file_type, as llama-quantize writes it
     for k, v in (extra_keys or {}).items():
+        if v is None:  # a key the architecture's defaults (GEMMA2_KEYS) would write, left out
+            continue
         w.add_key_value(f"{arch}.{k}", v, _vt(v))
     w.add_tokenizer_model("gpt2")
     w.add_tokenizer_pre("default")
@@ -73,8 +86,20 @@ def write_tiny_family(
     w.add_eos_token_id(n_vocab - 1)
     w.add_add_bos_token(False)
 
+    fused: dict[str, list[np.ndarray]] = {}  # phi3: the parts of a fused tensor drawn so far
+
     def matrix(name: str, shape: tuple[int, int], scale: float) -> None:
         a = (rng.standard_normal(shape) * scale).astype(np.float32)
+        if arch == "phi3":
+            blk, _, t = name.rpartition(".weight")[0].rpartition(".")
+            into = {"attn_q": "attn_qkv", "attn_k": "attn_qkv", "attn_v": "attn_qkv", "ffn_gate": "ffn_up",
+                    "ffn_up": "ffn_up"}.get(t)
+            if into is not None:
+                parts = fused.setdefault(into, [])
+                parts.append(a)
+                if len(parts) < (3 if into == "attn_qkv" else 2):
+                    return
+                name, a = f"{blk}.{into}.weight", np.concatenate(fused.pop(into))
         if weight_type == F32:
             w.add_tensor(name, a)
         elif weight_type == F16:
@@ -104,6 +129,8 @@ def write_tiny_family(
             vector(p + "attn_k.bias", n_head_kv * d, 0.0, 0.5)
             vector(p + "attn_v.bias", n_head_kv * d, 0.0, 0.2)
         matrix(p + "attn_output.weight", (n_embd, n_head * d), 2.0 / np.sqrt(n_head * d))
+        if arch == "gemma2":  # 4: the blocks' normed outputs weigh as the sqrt(n_embd)-scaled embedding
+            vector(p + "post_attention_norm.weight", n_embd, 4.0, 0.4)
         if arch == "qwen3":  # above 1: normed Q and K still give sharp attention
             vector(p + "attn_q_norm.weight", d, 2.0, 0.4)
             vector(p + "attn_k_norm.weight", d, 2.0, 0.4)
@@ -111,6 +138,8 @@ def write_tiny_family(
         matrix(p + "ffn_gate.weight", (n_ff, n_embd), s_in)
         matrix(p + "ffn_up.weight", (n_ff, n_embd), s_in)
         matrix(p + "ffn_down.weight", (n_embd, n_ff), 2 * s_out)
+        if arch == "gemma2":
+            vector(p + "post_ffw_norm.weight", n_embd, 4.0, 0.4)
     for name in extra_tensors:
         vector(name, n_embd, 0.0, 1.0)
     w.write_header_to_file()

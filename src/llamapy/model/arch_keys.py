@@ -5,7 +5,7 @@ file's architecture: a file that sets one to anything but its neutral value is r
 Among them are keys llama.cpp itself applies to every architecture (`{arch}.rope.scaling.type`
 yarn or longrope, `rope.scaling.attn_factor`, `expert_count`, `attention.causal`) and keys that
 declare a computation the architecture here does not do (soft-capping, a sliding window
-outside gemma3, an attention scale).  Torch-free: `llamapy mem` runs it on a header."""
+outside gemma2/gemma3, an attention scale).  Torch-free: `llamapy mem` runs it on a header."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -30,10 +30,11 @@ KEY_RULES: tuple[KeyRule, ...] = (
     KeyRule("rope.scaling.type", _is("none", "linear"), "a RoPE scaling other than none and linear"),
     KeyRule("rope.scaling.attn_factor", _is(1.0), "a RoPE attention factor (llama.cpp scales cos and sin by it)"),
     KeyRule("rope.dimension_sections", lambda v: False, "multi-section RoPE (M-RoPE)"),
-    KeyRule("attn_logit_softcapping", _is(0.0), "attention logit soft-capping"),
-    KeyRule("final_logit_softcapping", _is(0.0), "final logit soft-capping", ("gemma3",)),
-    KeyRule("attention.sliding_window", _is(0), "sliding-window attention", ("gemma3",)),
-    KeyRule("attention.sliding_window_pattern", lambda v: False, "a sliding-window layer pattern", ("gemma3",)),
+    KeyRule("attn_logit_softcapping", _is(0.0), "attention logit soft-capping", ("gemma2",)),
+    KeyRule("final_logit_softcapping", _is(0.0), "final logit soft-capping", ("gemma2", "gemma3")),
+    # phi3: read and not applied, as llama.cpp (hparams.py)
+    KeyRule("attention.sliding_window", _is(0), "sliding-window attention", ("gemma2", "gemma3", "phi3")),
+    KeyRule("attention.sliding_window_pattern", lambda v: False, "a sliding-window layer pattern", ("gemma2", "gemma3")),
     KeyRule("attention.scale", _is(0.0), "an attention scale other than 1/sqrt(head size)"),
     KeyRule("attention.causal", lambda v: v is True, "non-causal attention"),
     KeyRule("expert_count", _is(0), "mixture-of-experts layers"),

@@ -23,6 +23,7 @@ _LLAMA_LAYER = {
 # llama_model_base::create_tensor_qkv: each of Q, K, V may have a bias (Qwen2 has all three)
 _QKV_BIAS = {"attn_q.bias": ("n_head*k",), "attn_k.bias": ("n_head_kv*k",), "attn_v.bias": ("n_head_kv*v",)}
 _QK_NORM = {"attn_q_norm.weight": ("n_embd_head_k",), "attn_k_norm.weight": ("n_embd_head_k",)}
+_GEMMA_POST_NORMS = {"post_attention_norm.weight": ("n_embd",), "post_ffw_norm.weight": ("n_embd",)}
 _GLOBAL = {"token_embd.weight": ("n_embd", "n_vocab"), "output_norm.weight": ("n_embd",)}
 _OUTPUT = {"output.weight": ("n_embd", "n_vocab")}  # absent: the output is tied to token_embd
 
@@ -42,8 +43,14 @@ ARCH_TENSORS: dict[str, ArchTensors] = {
     "llama": ArchTensors(_LLAMA_LAYER, _QKV_BIAS, {**_OUTPUT, "rope_freqs.weight": ("n_rot/2",)}),
     "qwen2": ArchTensors(_LLAMA_LAYER, _QKV_BIAS),
     "qwen3": ArchTensors({**_LLAMA_LAYER, **_QK_NORM}, _QKV_BIAS),
-    "gemma3": ArchTensors({**_LLAMA_LAYER, **_QK_NORM, "post_attention_norm.weight": ("n_embd",),
-                           "post_ffw_norm.weight": ("n_embd",)}),
+    "gemma3": ArchTensors({**_LLAMA_LAYER, **_QK_NORM, **_GEMMA_POST_NORMS}),
+    # llama_model_gemma2::load_arch_tensors: no Q/K norms, output always token_embd (no output.weight)
+    "gemma2": ArchTensors({**_LLAMA_LAYER, **_GEMMA_POST_NORMS}, optional={}),
+    # llama_model_phi3::load_arch_tensors: Q|K|V fused, gate|up fused in ffn_up (separate Q/K/V,
+    # which llama.cpp also reads, and LongRoPE's rope_factors_long/short are refused)
+    "phi3": ArchTensors({"attn_norm.weight": ("n_embd",), "attn_qkv.weight": ("n_embd", "n_qkv"),
+                         "attn_output.weight": ("n_head*v", "n_embd"), "ffn_norm.weight": ("n_embd",),
+                         "ffn_up.weight": ("n_embd", "2*n_ff"), "ffn_down.weight": ("n_ff", "n_embd")}),
 }
 
 
@@ -51,7 +58,8 @@ def _dims(hp) -> dict[str, int]:
     return {"n_embd": hp.n_embd, "n_vocab": hp.n_vocab, "n_ff": hp.n_ff, "n_embd_head_k": hp.n_embd_head_k,
             "n_head*k": hp.n_head * hp.n_embd_head_k, "n_head*v": hp.n_head * hp.n_embd_head_v,
             "n_head_kv*k": hp.n_head_kv * hp.n_embd_head_k, "n_head_kv*v": hp.n_head_kv * hp.n_embd_head_v,
-            "n_rot/2": hp.n_rot // 2}
+            "n_rot/2": hp.n_rot // 2, "2*n_ff": 2 * hp.n_ff,
+            "n_qkv": (hp.n_head + hp.n_head_kv) * hp.n_embd_head_k + hp.n_head_kv * hp.n_embd_head_v}
 
 
 def _tables(hp, optional: bool) -> dict[str, tuple[str, ...]]:

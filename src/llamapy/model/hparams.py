@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 import gguf
 
 from ..gguf.header import VT, ArrayRef, GGUFError, GGUFHeader, HeaderField, short_repr
+from ..log import logger
 from .arch_keys import check_keys
 from .arch_tensors import ARCH_TENSORS, check_tensors, expected_tensors  # noqa: F401 (expected_tensors: re-exported)
 
@@ -42,6 +43,7 @@ class HParams:
     swa_layers: tuple[bool, ...] = field(default=())
     causal_attn: bool = True
     f_attention_scale: float = 0.0  # 0: 1/sqrt(n_embd_head_k)
+    attn_soft_cap: bool = False  # llama_hparams::attn_soft_cap (gemma2): KQ soft-capped, so materialized
 
     # llama_hparams::n_embd_k_gqa(il): width of one token's K in one layer
     def n_embd_k_gqa(self, il: int = 0) -> int:
@@ -78,6 +80,8 @@ def _swa_layers(f: GGUFHeader, arch: str, n_layer: int, period: int) -> tuple[bo
                     f"period nor one flag per layer ({n_layer})")
 
 
+# the sliding-window architectures' set_swa_pattern period: every period-th layer dense
+_SWA_PERIOD = {"gemma2": 2, "gemma3": 6}
 _K = gguf.Keys.Tokenizer
 _SPECIAL_ID_KEYS = (_K.BOS_ID, _K.EOS_ID, _K.EOT_ID, _K.EOM_ID, _K.UNK_ID, _K.SEP_ID, _K.PAD_ID, _K.MASK_ID,
                     _K.FIM_PRE_ID, _K.FIM_SUF_ID, _K.FIM_MID_ID, _K.FIM_PAD_ID, _K.FIM_REP_ID, _K.FIM_SEP_ID,
@@ -142,15 +146,22 @@ def hparams_from_gguf(f: GGUFHeader) -> HParams:
         scale = key("rope.scale_linear", None, kind=float, lo=0)
     if f.get(f"{arch}.rope.scaling.type") == "none":
         scale = None
-    n_swa = key("attention.sliding_window", 0, lo=0)
+    # llama_model_gemma2::load_arch_hparams: a window of 4096 unless the file says otherwise
+    n_swa = key("attention.sliding_window", 4096 if arch == "gemma2" else 0, lo=0)
     swa_layers: tuple[bool, ...] = ()
     freq_base_swa = freq_base
-    if arch == "gemma3" and n_swa > 0:
-        swa_layers = _swa_layers(f, arch, n_layer, 6)
-        # llama.cpp: {arch}.rope.freq_base_swa when present, else 10000 for gemma3's local layers
-        freq_base_swa = float(key("rope.freq_base_swa", 10000.0, kind=float))
-    if arch == "gemma3":
+    if arch in _SWA_PERIOD and n_swa > 0:
+        swa_layers = _swa_layers(f, arch, n_layer, _SWA_PERIOD[arch])
+        # llama.cpp: {arch}.rope.freq_base_swa when present, else 10000 for gemma3's local
+        # layers, the global base for gemma2's
+        freq_base_swa = float(key("rope.freq_base_swa", 10000.0 if arch == "gemma3" else freq_base, kind=float))
+    if arch == "phi3" and n_swa > 0:  # llama_model_phi3::load_arch_hparams
+        logger("llama_model_loader").warning("%s: Phi SWA is currently disabled (as in llama.cpp): %s = %d is not applied", name,
+                    f"{arch}.attention.sliding_window", n_swa)
+        n_swa = 0
+    if arch in _SWA_PERIOD:
         key("final_logit_softcapping", 0.0, kind=float)
+        key("attn_logit_softcapping", 0.0, kind=float)
     n_rot = key("rope.dimension_count", head_k, lo=0)
     if n_rot > head_k or n_rot % 2:
         head = (desc("attention.key_length", head_k) if f"{arch}.attention.key_length" in f.fields else
@@ -175,6 +186,7 @@ def hparams_from_gguf(f: GGUFHeader) -> HParams:
         n_rot=n_rot,
         n_swa=n_swa,
         swa_layers=swa_layers,
+        attn_soft_cap=arch == "gemma2",
     )
     if known:
         check_keys(f, arch)

@@ -8,14 +8,17 @@ def arch_class(name: str) -> type:
     """The class for GGUF `general.architecture` == name; GGUFError (a ValueError) if unsupported."""
     from ...gguf.header import GGUFError
     from .llama import LlamaModel
+    from .phi3 import Phi3Model
     from .qwen2 import Qwen2Model
     from .qwen3 import Qwen3Model
 
-    known = {c.arch_name: c for c in (LlamaModel, Qwen2Model, Qwen3Model)}
+    known = {c.arch_name: c for c in (LlamaModel, Phi3Model, Qwen2Model, Qwen3Model)}
     try:
+        from .gemma2 import Gemma2Model
         from .gemma3 import Gemma3Model
 
         known[Gemma3Model.arch_name] = Gemma3Model
+        known[Gemma2Model.arch_name] = Gemma2Model
     except ImportError:
         pass
     if name not in known:

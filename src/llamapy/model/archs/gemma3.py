@@ -7,7 +7,10 @@ gated FFN -> post-FFN RMSNorm + residual; output RMSNorm; tied output; optional 
 soft-capping.
 
 Norm weights are used as stored: the GGUF converter already added Gemma's `1 +` to every
-`*norm.weight` (transformers subtracts it again when it loads a GGUF)."""
+`*norm.weight` (transformers subtracts it again when it loads a GGUF).
+
+archs/gemma2.py is this model through its class attributes: no Q/K norms (None), attention-logit
+soft-capping, its 27B's layer count, its defaults, and no fused C layer."""
 from __future__ import annotations
 
 import math
@@ -32,8 +35,8 @@ class Gemma3Layer:
     attn_norm: torch.Tensor  # [n_embd]
     wqkv: QMatrix  # [(n_head + 2 n_head_kv) * d, n_embd]: Q | K | V stacked (one product)
     wo: QMatrix  # [n_embd, n_head * d]
-    attn_q_norm: torch.Tensor  # [d]
-    attn_k_norm: torch.Tensor  # [d]
+    attn_q_norm: torch.Tensor | None  # [d]; None: Gemma 2 (no Q/K norms)
+    attn_k_norm: torch.Tensor | None  # [d]
     attn_post_norm: torch.Tensor  # [n_embd]
     ffn_norm: torch.Tensor  # [n_embd]
     ffn_gate: QMatrix  # [n_ff, n_embd]
@@ -42,12 +45,13 @@ class Gemma3Layer:
     ffn_post_norm: torch.Tensor  # [n_embd]
 
 
-def attention_scale(hp: HParams) -> float:
-    """llama_model_gemma3::load_arch_hparams: 1/sqrt(n_embd / n_head) for the 27B (62 layers),
-    else 1/sqrt(n_embd_head_k) (gemma_pytorch's query_pre_attn_scalar)."""
+def attention_scale(hp: HParams, n_layer_27b: int = 62) -> float:
+    """llama_model_gemma3::load_arch_hparams (gemma2's too): 1/sqrt(n_embd / n_head) for the
+    27B (62 layers; Gemma 2's: 46), else 1/sqrt(n_embd_head_k) (gemma_pytorch's
+    query_pre_attn_scalar)."""
     if hp.f_attention_scale:
         return hp.f_attention_scale
-    if hp.n_layer == 62:
+    if hp.n_layer == n_layer_27b:
         return 1.0 / math.sqrt(hp.n_embd // hp.n_head)
     return 1.0 / math.sqrt(hp.n_embd_head_k)
 
@@ -55,6 +59,10 @@ def attention_scale(hp: HParams) -> float:
 class Gemma3Model:
     arch_name = "gemma3"  # GGUF general.architecture (archs.arch_class looks it up)
     rope_type = ROPE_TYPE_NEOX
+    n_layer_27b = 62  # attention_scale's 27B
+    final_softcap_default = 0.0  # {arch}.final_logit_softcapping when absent (0: none)
+    attn_softcap_default = 0.0  # {arch}.attn_logit_softcapping when absent (read where hp.attn_soft_cap)
+    swa_rope_scaled = False  # the window layers' RoPE takes rope_freq_scale (rope_freq_scale_train_swa)
 
     def __init__(self, hp: HParams, w: WeightLoader, stage: StageLayers | None = None) -> None:
         self.hp = hp
@@ -63,10 +71,14 @@ class Gemma3Model:
         self.tok_embd, self.output_norm, self.output = w.embeddings(self.stage.first, self.stage.last)
         self.layer_ids = self.stage.ids
         self.layers = [self._load_layer(w, il) for il in self.layer_ids]
-        self.f_attention_scale = attention_scale(hp)
-        self.f_final_logit_softcapping = float(w.f.get(f"{hp.arch}.final_logit_softcapping", 0.0) or 0.0)
+        self.f_attention_scale = attention_scale(hp, self.n_layer_27b)
+        arch = hp.arch
+        self.f_final_logit_softcapping = float(w.f.get(f"{arch}.final_logit_softcapping", self.final_softcap_default) or 0.0)
+        self.f_attn_logit_softcapping = (float(w.f.get(f"{arch}.attn_logit_softcapping", self.attn_softcap_default) or 0.0)
+                                         if hp.attn_soft_cap else 0.0)
         self.rope_global = RopeParams(hp.n_rot, hp.rope_freq_base, hp.rope_freq_scale, self.rope_type)
-        self.rope_swa = RopeParams(hp.n_rot, hp.rope_freq_base_swa, 1.0, self.rope_type)  # rope_freq_scale_train_swa
+        scale_swa = hp.rope_freq_scale if self.swa_rope_scaled else 1.0  # rope_freq_scale_train_swa
+        self.rope_swa = RopeParams(hp.n_rot, hp.rope_freq_base_swa, scale_swa, self.rope_type)
         self.fused = self._fused(w)
 
     def _fused(self, w: WeightLoader) -> FusedLayers | None:
@@ -125,13 +137,16 @@ class Gemma3Model:
             rope = self.rope_for_layer(il)
             cos, sin = ropes[rope]
             qkv = L.wqkv(rms_norm(x, L.attn_norm, eps))  # [n_tokens, n_q + 2 n_k]
-            q = rms_norm(qkv[:, :n_q].view(n_tokens, hp.n_head, d), L.attn_q_norm, eps)  # [n_tokens, n_head, d]
-            k = rms_norm(qkv[:, n_q : n_q + n_k].view(n_tokens, hp.n_head_kv, d), L.attn_k_norm, eps)
+            q = qkv[:, :n_q].view(n_tokens, hp.n_head, d)  # [n_tokens, n_head, d]
+            k = qkv[:, n_q : n_q + n_k].view(n_tokens, hp.n_head_kv, d)
+            if L.attn_q_norm is not None:  # Gemma 3's per-head norms (new tensors)
+                q, k = rms_norm(q, L.attn_q_norm, eps), rms_norm(k, L.attn_k_norm, eps)
             apply_rope_(q, cos, sin, rope)
             apply_rope_(k, cos, sin, rope)
-            # the attention scale on the scores (the fused path scales q: the same to rounding)
+            # the attention scale on the scores (llama.cpp and the fused path scale q: the same to
+            # rounding); Gemma 2 soft-caps the scaled scores
             attn = attend(inp, cache_for_layer(kv, il), il, q, k, qkv[:, n_q + n_k :], self.f_attention_scale,
-                          hp.is_swa(il))
+                          hp.is_swa(il), self.f_attn_logit_softcapping)
             x.add_(rms_norm(L.wo(attn), L.attn_post_norm, eps))
             h = rms_norm(x, L.ffn_norm, eps)
             x.add_(rms_norm(L.ffn_down(glu(L.ffn_gate(h), L.ffn_up(h), gelu=True)), L.ffn_post_norm, eps))
