@@ -15,6 +15,7 @@ from ..log import logger, setup_logging
 from ..server.settings import AUTO_SLOTS, ReplicaSettings, ServeSettings
 from .args import ctx_params, pipe_params, spec_params
 from .flags import add_context, add_model, add_speculative
+from .serve_flags import add_llama_server, request_defaults
 
 SERVE_FLAGS_OWN = {"--replicas", "--min-replicas", "--max-replicas", "--ray-address", "--routing", "--host", "--port"}
 
@@ -29,7 +30,7 @@ def add_parser(sub) -> None:
     p.add_argument("--port", type=int, default=8080, help="0: any free port")
     p.add_argument("--api-key", default=None, help="require 'Authorization: Bearer <key>' (not on /health)")
     p.add_argument("--metrics", action="store_true", help="enable the Prometheus /metrics endpoint")
-    p.add_argument("-a", "--alias", default=None, help="model name reported by /v1/models")
+    p.add_argument("-a", "--alias", default=None, help="model name reported by /v1/models and in every response")
     p.add_argument("--slots", action=argparse.BooleanOptionalAction, default=True,
                    help="the /slots monitoring endpoint (default: on, as llama-server; --no-slots hides it: it shows prompts)")
     p.add_argument("--max-queue", type=int, default=None,
@@ -43,6 +44,7 @@ def add_parser(sub) -> None:
                    help="reuse a slot's cache only when it shares more than this share of the prompt; "
                         "else take the least recently used slot (0: always the longest prefix; default: 0.5)")
     p.add_argument("-v", "--verbose", action="store_true", help="log every HTTP request")
+    add_llama_server(p)
     g = p.add_argument_group("replicas on Ray Serve (replicas/): every other flag applies to each replica")
     g.add_argument("--replicas", type=int, default=None, help="llamapy servers behind one endpoint, routed by prefix")
     g.add_argument("--min-replicas", type=int, default=None, help="autoscaling: the fewest replicas (with --max-replicas)")
@@ -61,7 +63,7 @@ def serve_settings(a: argparse.Namespace) -> ServeSettings:
         model=a.model, n_parallel=a.parallel, pipe=pipe_params(a), spec=spec_params(a), mmap=a.mmap,
         host=a.host, port=a.port, api_key=a.api_key, metrics=a.metrics, alias=a.alias, slots=a.slots,
         max_queue=a.max_queue, timeout=a.timeout, max_body_mib=a.max_body, shutdown_timeout=a.shutdown_timeout,
-        slot_prompt_similarity=a.slot_prompt_similarity, verbose=a.verbose,
+        slot_prompt_similarity=a.slot_prompt_similarity, verbose=a.verbose, defaults=request_defaults(a),
         replicas=ReplicaSettings(a.replicas, a.min_replicas, a.max_replicas, a.ray_address, a.routing))
 
 

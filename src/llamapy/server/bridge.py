@@ -11,6 +11,7 @@ from ..context import Context
 from ..grammar import GrammarCompiler
 from ..model.model import Model
 from .request import Event, Request
+from .request_defaults import RequestDefaults
 from .scheduler import Scheduler
 
 
@@ -25,6 +26,7 @@ class ServerState:
     timeout: float = 600.0  # seconds a request may take from arrival to its end (--timeout)
     draining: bool = False  # shutting down: new requests get 503
     alias: str = "llamapy"
+    defaults: RequestDefaults = field(default_factory=RequestDefaults)  # --temp, -n ..: what a request does not set
     model: Model | None = None
     ctx: Context | None = None
     scheduler: Scheduler | None = None

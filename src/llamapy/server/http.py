@@ -78,7 +78,7 @@ def create_app(state: ServerState) -> BodyLimit:
         c, vocab = state.ctx.cparams, state.model.tokenizer.vocab
         text = lambda t: "" if t is None else state.model.tokenizer.token_to_piece(t).decode("utf-8", errors="replace")  # noqa: E731
         return {
-            "default_generation_settings": {"n_ctx": c.n_ctx_seq, "params": {"temperature": 0.8, "top_k": 40, "top_p": 0.95, "min_p": 0.05}},
+            "default_generation_settings": {"n_ctx": c.n_ctx_seq, "params": state.defaults.props({"temperature": 0.8, "top_k": 40, "top_p": 0.95, "min_p": 0.05})},
             "total_slots": c.n_seq_max, "n_ctx": c.n_ctx, "n_ctx_seq": c.n_ctx_seq, "kv_unified": c.kv_unified,
             "n_batch": c.n_batch, "n_ubatch": c.n_ubatch, "model_alias": state.alias, "model_path": str(state.model.path),
             "model_ftype": ftype_name(state.model.gguf.get("general.file_type")),
@@ -124,6 +124,7 @@ def create_app(state: ServerState) -> BodyLimit:
     @app.post("/completions", responses=ok_response(NativeCompletionResponse, stream=True))
     async def completion(body: NativeCompletionRequest, request: Request):
         _ready(state)
+        body = state.defaults.apply(body)
         ids = tokenize_prompt(state, body.prompt)
         constraint = await compile_constraint(state, request_spec(body.grammar, body.json_schema))
         req = GenRequest(ids, max_tokens=body.n_predict, sampling=body.sampling(body.n_probs), stop=body.stop_list(), n_probs=body.n_probs,

@@ -77,6 +77,7 @@ async def models(request: Request) -> dict[str, Any]:
 @router.post("/v1/completions", responses=ok_response(CompletionResponse, stream=True))
 async def completions(body: CompletionRequest, request: Request):
     state = _state(request)
+    body = state.defaults.apply(body)
     ids = tokenize_prompt(state, body.prompt)
     n_probs = body.logprobs or 0
     constraint = await compile_constraint(state, request_spec(body.grammar, body.json_schema))
@@ -100,6 +101,7 @@ async def completions(body: CompletionRequest, request: Request):
 @router.post("/chat/completions", responses=ok_response(ChatCompletionResponse, stream=True))
 async def chat_completions(body: ChatCompletionRequest, request: Request):
     state = _state(request)
+    body = state.defaults.apply(body)
     tmpl = state.model.tokenizer.chat
     fmt = tools.template_format(tmpl.source)
     try:

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field, replace
 from ..params import ContextParams
 from ..pipeline.open import PipelineParams
 from ..speculative.proposer import SpecParams
+from .request_defaults import RequestDefaults
 
 MiB = 1024 * 1024
 AUTO_SLOTS = 4  # llama-server: -np unset -> 4 slots sharing one unified cache
@@ -66,6 +67,7 @@ class ServeSettings:
     shutdown_timeout: float = 10.0
     slot_prompt_similarity: float = 0.5
     verbose: bool = False
+    defaults: RequestDefaults = field(default_factory=RequestDefaults)  # --temp, --top-k, --top-p, --min-p, --seed, -n
     replicas: ReplicaSettings = field(default_factory=ReplicaSettings)
 
     def check(self) -> None:

@@ -1,0 +1,57 @@
+"""`llamapy serve`'s flags that are llama-server's as it spells them (common/arg.cpp): the
+server's default sampling settings for requests that do not set them (--temp, --top-k,
+--top-p, --min-p, -s/--seed, -n/--n-predict; see server/request_defaults.py), and flags
+accepted for llama-server's command lines that change nothing in llamapy (--no-webui,
+--offline, --jinja).  A llama-server flag llamapy cannot honour is refused naming it
+(--no-jinja here; any other one argparse reports as an unrecognized argument)."""
+from __future__ import annotations
+
+import argparse
+
+from ..server.request_defaults import RequestDefaults
+
+
+class Unsupported(argparse.Action):
+    """A flag llama-server has and llamapy cannot honour: an error naming it, never a silent drop."""
+
+    def __init__(self, option_strings, dest, why: str, **kw) -> None:
+        super().__init__(option_strings, dest, nargs=0, **kw)
+        self.why = why
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:
+        raise argparse.ArgumentError(self, f"unsupported by llamapy: {self.why}")
+
+
+def add_llama_server(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("request defaults (llama-server's): what a request does not set; "
+                             "unset, each request's own default applies")
+    g.add_argument("--temp", "--temperature", dest="temp", type=float, default=None,
+                   help="temperature (llama-server's default: 0.80; 0 = greedy)")
+    g.add_argument("--top-k", type=int, default=None, help="top-k sampling (default: 40, 0 = disabled)")
+    g.add_argument("--top-p", type=float, default=None, help="top-p sampling (default: 0.95, 1.0 = disabled)")
+    g.add_argument("--min-p", type=float, default=None, help="min-p sampling (default: 0.05, 0.0 = disabled)")
+    g.add_argument("-s", "--seed", type=int, default=None, help="RNG seed (default: -1, a random seed per request)")
+    g.add_argument("-n", "--predict", "--n-predict", dest="n_predict", type=int, default=None,
+                   help="tokens to predict when a request sets no max_tokens / n_predict, or -1 (-1 = infinity; "
+                        "unset: /v1/completions 16, the other routes no limit but the context)")
+    g = p.add_argument_group("accepted for llama-server's command lines")
+    g.add_argument("--no-webui", "--no-ui", dest="no_webui", action="store_true",
+                   help="accepted, changes nothing: llamapy has no web UI yet")
+    g.add_argument("--offline", action="store_true",
+                   help="accepted, changes nothing: llamapy never downloads from a hub at serve time (`llamapy pull` does)")
+    g.add_argument("--jinja", action="store_true", default=True,
+                   help="accepted, changes nothing: llamapy always renders chat templates with Jinja2")
+    g.add_argument("--no-jinja", action=Unsupported, default=argparse.SUPPRESS,
+                   why="llamapy renders chat templates only with Jinja2 (llama-server's --jinja); "
+                       "it has no built-in non-Jinja template handler for --no-jinja to select")
+
+
+def request_defaults(a: argparse.Namespace) -> RequestDefaults:
+    """The parsed request-default flags, checked (ValueError naming the flag)."""
+    d = RequestDefaults(temperature=a.temp, top_k=a.top_k, top_p=a.top_p, min_p=a.min_p, seed=a.seed, n_predict=a.n_predict)
+    for flag, v, lo, hi in (("--temp", d.temperature, 0.0, 100.0), ("--top-k", d.top_k, 0, None),
+                            ("--top-p", d.top_p, 0.0, 1.0), ("--min-p", d.min_p, 0.0, 1.0),
+                            ("--seed", d.seed, -1, 0xFFFFFFFF), ("--n-predict", d.n_predict, -1, None)):
+        if v is not None and (v < lo or (hi is not None and v > hi)):
+            raise ValueError(f"{flag} ({v:g}) must be in [{lo:g}, {'inf' if hi is None else format(hi, 'g')}]")
+    return d
