@@ -1,5 +1,6 @@
-"""Write tiny GGUF files of the llama family (llama, qwen2, qwen3) for fast tests: random
-weights of a fixed seed, real format, tiny_model's GPT-2 byte vocabulary with a few merges.
+"""Write tiny GGUF files of the llama family (llama, qwen2, qwen3, qwen3moe, llama with
+experts), gemma2 and phi3 for fast tests: random weights of a fixed seed, real format,
+tiny_model's GPT-2 byte vocabulary with a few merges.
 
 Deterministic: the same arguments write the same bytes (the reference logits in
 tests/data/ref_logits/ were made by llama.cpp from files written here; their sha256 is

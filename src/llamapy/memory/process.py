@@ -73,7 +73,8 @@ def layers_dense(tensors: dict[str, TensorInfo], level: str | None, cpu_bf16: bo
     integer lanes: kernels/types.py lanes_gemm), else "fp32" GEMMs (also for a mix: their
     dequantized chunks are the largest buffers).  coarse_many: the library's timed many-row
     choice for the coarse types (kernels/calibrate.py; memory/host.py coarse_many_bf16_expected)."""
-    mats = [t.qtype for name, t in tensors.items() if name.startswith("blk.") and len(t.ne) == 2]
+    # the layers' matrices, the experts' 3-D stacks among them (one matrix an expert, the same products)
+    mats = [t.qtype for name, t in tensors.items() if name.startswith("blk.") and len(t.ne) in (2, 3)]
     if not mats:
         return "fp32"
     if all(bf16_gemm(q, cpu_bf16, coarse_many) for q in mats):
