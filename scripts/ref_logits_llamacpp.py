@@ -1,4 +1,4 @@
-"""Reference logits from llama.cpp itself for the llama-family architectures, gemma2 and phi3, for
+"""Reference logits from llama.cpp itself for the llama-family architectures (qwen3moe and llama with experts too), gemma2 and phi3, for
 tests/test_families.py.
 
 For each case writes the tiny GGUF with tests/tiny_family.py (fixed seed: the test writes the
@@ -43,6 +43,10 @@ CASES: dict[str, dict] = {
     "gemma2-q8_0": {"arch": "gemma2", "weight_type": "Q8_0"},
     "phi3-f16": {"arch": "phi3", "weight_type": "F16"},
     "phi3-q8_0": {"arch": "phi3", "weight_type": "Q8_0"},
+    "qwen3moe-f16": {"arch": "qwen3moe", "weight_type": "F16"},
+    "qwen3moe-q8_0": {"arch": "qwen3moe", "weight_type": "Q8_0"},
+    "llama-moe-f16": {"arch": "llama", "weight_type": "F16", "n_expert": 4},
+    "llama-moe-q8_0": {"arch": "llama", "weight_type": "Q8_0", "n_expert": 4},
 }
 
 

@@ -1,6 +1,7 @@
 """The llama family's other members (qwen2: Q/K/V biases; qwen3: Q/K norms, a head size apart
 from n_embd / n_head; llama with Llama 3's rope_freqs) and gemma2 (soft-capping, a sliding
-window on the even layers) and phi3 (fused Q|K|V and gate|up): logits against llama.cpp's own from the
+window on the even layers) and phi3 (fused Q|K|V and gate|up) and the mixture-of-experts
+models (qwen3moe, llama with Mixtral's experts: model/moe.py): logits against llama.cpp's own from the
 same files (tests/data/ref_logits/, scripts/ref_logits_llamacpp.py), every tensor counted by
 `llamapy mem`, and files with tensors or keys the architecture does not implement refused,
 naming them."""
@@ -37,6 +38,12 @@ CASES = sorted(p.stem for p in REF.glob("*.json"))
 # sliding window 0.48 (top-1 93%).  phi3: F16 KLD 1.6e-5, top-1 100%; Q8_0 0.0075, 96.0%; with
 # gate and up swapped KLD 3.5, top-1 22%.
 LIMITS = {"f16": (0.001, 0.99), "q8_0": (0.02, 0.90)}
+# MoE (qwen3moe: 8 experts, top 2; llama with 4 experts, top 2): F16 KLD 2.0e-5 / 2.9e-5, top-1
+# 99.2% / 100%.  Q8_0: ggml's q8_0 activations move the router's choice where two experts are
+# close, so the files' own rounding counts for more: llama.cpp's Q8_0 run is 0.099 (qwen3moe) and
+# 0.029 (llama) from its F16 run, 84.7% / 89.5% top-1; llamapy's Q8_0 run is 0.023 / 0.0084
+# from llama.cpp's Q8_0 run, top-1 92.7% / 93.5%.
+LIMITS_MOE = {"f16": LIMITS["f16"], "q8_0": (0.04, 0.90)}
 
 
 def _write(tmp_path: Path, writer: dict) -> Path:
@@ -50,7 +57,8 @@ def test_logits_match_llamacpp(tmp_path, monkeypatch, case, mode, n_ubatch):
     """llama-perplexity --kl-divergence-base's log-probabilities of 4 chunks of 64 tokens (31
     scored rows each) against llamapy's perplexity run over the same tokens: with the weights
     in their blocks, a chunk in one ubatch or in ubatches of 8 rows (with the kernels: the
-    fused C layers, except Qwen2's biases and Gemma 2's soft-capping), and dequantized to
+    fused C layers, except Qwen2's biases, Gemma 2's soft-capping and the MoE layers, whose
+    ubatches route their rows to several experts), and dequantized to
     float32 (exact, the CUDA path's weights).  Gemma 2's attention goes through the
     soft-capped materialized KQ (layers.softcap_), the others' never does."""
     import llamapy.model.layers as layers
@@ -58,6 +66,11 @@ def test_logits_match_llamacpp(tmp_path, monkeypatch, case, mode, n_ubatch):
     softcaps = []
     real_softcap = layers.softcap_
     monkeypatch.setattr(layers, "softcap_", lambda kq, c: (softcaps.append(c), real_softcap(kq, c))[1])
+    from llamapy.model.moe import MoeFFN
+
+    routes = []  # MoE: each ubatch's (layer call's) selected experts [n_tokens, k]
+    real_route = MoeFFN.route
+    monkeypatch.setattr(MoeFFN, "route", lambda self, x: (lambda r: (routes.append(r[1]), r)[1])(real_route(self, x)))
     meta = json.loads((REF / f"{case}.json").read_text())
     path = _write(tmp_path, meta["writer"])
     sha = hashlib.sha256(path.read_bytes()).hexdigest()
@@ -65,6 +78,7 @@ def test_logits_match_llamacpp(tmp_path, monkeypatch, case, mode, n_ubatch):
                                         f"({case}): rerun scripts/ref_logits_llamacpp.py")
     model = Model.load(path, exact=mode == "exact")
     assert model.hparams.arch == meta["writer"]["arch"]
+    moe = meta["writer"]["arch"] == "qwen3moe" or meta["writer"].get("n_expert", 0) > 0
     stats = KldStats()
     with BaseFile.open(REF / f"{case}.kld", model.n_vocab) as base:
         assert base.n_ctx == meta["n_ctx"] and base.n_chunk == meta["n_chunks"]
@@ -72,10 +86,13 @@ def test_logits_match_llamacpp(tmp_path, monkeypatch, case, mode, n_ubatch):
         perplexity(ctx, base.tokens, base.n_ctx, on_logits=lambda lg, tg: stats.add(lg, base.next_chunk(), tg))
     if n_ubatch == 8 and model.net.fused is not None:
         assert model.net.fused.calls > 0
+    assert not moe or (model.hparams.n_expert > 0 and model.net.fused is None)  # the C layer has no experts
+    # the rows of one ubatch go to different experts (the router's first choices)
+    assert not moe or max(len(set(r[:, 0].tolist())) for r in routes if r.shape[0] == n_ubatch) >= 3
     gemma2 = meta["writer"]["arch"] == "gemma2"
     assert (model.net.fused is None) if gemma2 else not softcaps
     assert not gemma2 or set(softcaps) == {10.0}
-    max_kld, min_top = LIMITS[meta["writer"]["weight_type"].lower()]
+    max_kld, min_top = (LIMITS_MOE if moe else LIMITS)[meta["writer"]["weight_type"].lower()]
     print(f"{case} {mode} -ub {n_ubatch}: mean KLD {stats.mean_kld:.6f}, same top {stats.same_top:.4f} over {stats.count} tokens")
     assert stats.count == meta["n_chunks"] * (meta["n_ctx"] - 1 - meta["n_ctx"] // 2)
     assert stats.mean_kld <= max_kld
@@ -314,3 +331,103 @@ def test_gemma2_sequences_and_fa_off(tmp_path, n_batch, n_ubatch, fa):
         ctx = make_context(model, base.n_ctx, n_batch, n_ubatch, flash_attn=fa)
         perplexity(ctx, base.tokens, base.n_ctx, on_logits=lambda lg, tg: stats.add(lg, base.next_chunk(), tg))
     assert stats.count == 124 and stats.mean_kld <= LIMITS["f16"][0] and stats.same_top >= LIMITS["f16"][1]
+
+
+class _Touch:
+    """An expert matrix that records its expert's index when called."""
+
+    def __init__(self, m, e: int, seen: list[int]) -> None:
+        self.m, self.e, self.seen = m, e, seen
+
+    def __call__(self, x):
+        self.seen.append(self.e)
+        return self.m(x)
+
+
+@pytest.mark.parametrize("arch,n_expert", [("qwen3moe", 8), ("llama", 4)])
+def test_moe_routing(tmp_path, arch, n_expert):
+    """The rows of one ubatch are routed to different experts (the router's own choices), each
+    active expert runs once per layer on its rows only, and a one-row ubatch (decode) touches
+    only its k = 2 experts' weights; model/moe.py's grouped products equal the plain per-row
+    sum over the selected experts."""
+    import torch
+
+    from llamapy.model.layers import rms_norm
+
+    m = Model.load(write_tiny_family(tmp_path / "m.gguf", arch, F16, n_expert=n_expert))
+    hp = m.hparams
+    assert (hp.n_expert, hp.n_expert_used) == (n_expert, 2) and m.net.fused is None
+    assert all(L.ffn_gate_up is None and L.moe is not None and L.moe.n_expert == n_expert for L in m.net.layers)
+    moe = m.net.layers[0].moe
+    seen: list[int] = []
+    moe.gate = [_Touch(g, e, seen) for e, g in enumerate(moe.gate)]
+    g = torch.Generator().manual_seed(0)
+    x = rms_norm(torch.randn(64, hp.n_embd, generator=g), m.net.layers[0].ffn_norm, hp.f_norm_rms_eps)
+    w, sel = moe.route(x)
+    assert sel.shape == (64, 2) and torch.allclose(w.sum(-1), torch.ones(64))
+    assert len(set(sel[:, 0].tolist())) >= 3  # the rows' first choices differ
+    y = moe.add_into(x, torch.zeros(64, hp.n_embd))
+    assert sorted(seen) == sorted(set(sel.flatten().tolist()))  # each active expert once
+    want = torch.zeros(64, hp.n_embd)
+    for i in range(64):
+        for j in range(2):
+            e = int(sel[i, j])
+            h = torch.nn.functional.silu(moe.gate[e].m(x[i : i + 1])) * moe.up[e](x[i : i + 1])
+            want[i] += w[i, j] * moe.down[e](h)[0]
+    torch.testing.assert_close(y, want, rtol=1e-4, atol=1e-5)
+    seen.clear()
+    moe.add_into(x[5:6], torch.zeros(1, hp.n_embd))
+    assert sorted(seen) == sorted(sel[5].tolist())  # decode: only the row's 2 experts
+
+
+def test_moe_keys(tmp_path):
+    """expert_count is read only where implemented (llama, qwen3moe); expert_used_count must
+    be in 1..expert_count; the router and experts of a file without expert_count are refused."""
+    with pytest.raises(GGUFError, match="'qwen3.expert_count'"):
+        hparams_from_gguf(GGUFHeader(write_tiny_family(tmp_path / "q3.gguf", "qwen3", F16, n_expert=4)))
+    with pytest.raises(GGUFError, match="expert_used_count' .* must be in 1..4"):
+        hparams_from_gguf(GGUFHeader(write_tiny_family(tmp_path / "u.gguf", "llama", F16, n_expert=4, n_expert_used=5)))
+    with pytest.raises(GGUFError, match="expert_weights_scale"):
+        hparams_from_gguf(GGUFHeader(write_tiny_family(tmp_path / "s.gguf", "qwen3moe", F16,
+                                                       extra_keys={"expert_weights_scale": 2.5})))
+
+
+@pytest.mark.parametrize("arch,n_expert,n_ff_exp", [("qwen3moe", 8, 64), ("llama", 4, 128)])
+def test_moe_mem_counts_every_tensor(tmp_path, arch, n_expert, n_ff_exp):
+    """`llamapy mem` counts the experts exactly: each 3-D ffn_*_exps tensor as n_expert F16
+    matrices (WeightLoader.experts), the router ffn_gate_inp as an F32 matrix, and the loaded
+    model's resident bytes are the prediction.  The compute terms hold the routing buffers,
+    sized by -ub, and the FFN products at the expert width."""
+    from llamapy.memory.estimate import estimate_memory
+    from llamapy.params import ContextParams
+
+    path = write_tiny_family(tmp_path / f"{arch}.gguf", arch, F16, n_expert=n_expert)
+    n_embd, n_layer, n_head, n_head_kv, n_vocab = 64, 2, 4, 2, 264
+    d = 32 if arch == "qwen3moe" else n_embd // n_head
+    f16 = n_vocab * n_embd + n_layer * (n_embd * (n_head + 2 * n_head_kv) * d + n_head * d * n_embd
+                                        + 3 * n_expert * n_embd * n_ff_exp)
+    f32 = n_embd + n_layer * (2 * n_embd + n_expert * n_embd) + (n_layer * 2 * d if arch == "qwen3moe" else 0)
+    file_bytes = 2 * f16 + 4 * f32
+    d_mem = _mem_json(path)
+    assert d_mem["weights_file"] == file_bytes
+    model = Model.load(path)
+    assert model.n_bytes_file == file_bytes and model.hparams.n_ff_exp == n_ff_exp
+    assert d_mem["buffers"]["model"] == model.n_bytes_resident
+    assert d_mem["process"]["weights"] == model.n_bytes_resident
+
+    def terms(n_ubatch: int) -> dict:
+        est = estimate_memory(path, ContextParams(n_ctx=256, n_batch=256, n_ubatch=n_ubatch))
+        return {t.name: t.shape for t in est.compute_terms}
+
+    t64, t8 = terms(64), terms(8)
+    assert t64["ffn_moe_logits"] == (64, n_expert) and t8["ffn_moe_logits"] == (8, n_expert)
+    assert t64["ffn_moe_topk (selected experts)"] == (64, 2) and t64["ffn_gate (act)"] == (64, n_ff_exp)
+    assert "ffn_moe_logits" not in terms_dense(tmp_path)
+
+
+def terms_dense(tmp_path: Path) -> set[str]:
+    from llamapy.memory.estimate import estimate_memory
+    from llamapy.params import ContextParams
+
+    est = estimate_memory(write_tiny_family(tmp_path / "dense.gguf", "qwen3", F16), ContextParams(n_ctx=256))
+    return {t.name for t in est.compute_terms}

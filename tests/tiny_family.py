@@ -1,5 +1,6 @@
-"""Write tiny GGUF files of the llama family (llama, qwen2, qwen3) for fast tests: random
-weights of a fixed seed, real format, tiny_model's GPT-2 byte vocabulary with a few merges.
+"""Write tiny GGUF files of the llama family (llama, qwen2, qwen3, qwen3moe, llama with
+experts), gemma2 and phi3 for fast tests: random weights of a fixed seed, real format,
+tiny_model's GPT-2 byte vocabulary with a few merges.
 
 Deterministic: the same arguments write the same bytes (the reference logits in
 tests/data/ref_logits/ were made by llama.cpp from files written here; their sha256 is
@@ -15,7 +16,10 @@ top-1 agreement is a meaningful check.
             to matter for these weights (the real models' 4096, 50 and 30 would not)
     phi3: attn_qkv.weight (Q | K | V rows) and ffn_up.weight [2 n_ff] (gate | up rows), the
           same draws as the others' separate tensors; PHI3_KEYS: a 16-token window that
-          llama.cpp (and llamapy) do not apply"""
+          llama.cpp (and llamapy) do not apply
+    qwen3moe: qwen3's attention, n_expert (default 8) experts of width n_ff_exp (default 64,
+          expert_feed_forward_length), top n_expert_used (2); the router ffn_gate_inp in F32
+    llama with n_expert > 0: Mixtral's layout, experts of width n_ff"""
 from __future__ import annotations
 
 from pathlib import Path
@@ -47,6 +51,9 @@ def write_tiny_family(
     seed: int = 0,
     extra_tensors: tuple[str, ...] = (),
     extra_keys: dict | None = None,
+    n_expert: int | None = None,
+    n_expert_used: int = 2,
+    n_ff_exp: int = 64,
 ) -> Path:
     """tied None: the family's usual (qwen2 untied, the others tied).  head_dim None: qwen3's
     and gemma2's 32, else n_embd / n_head.  extra_tensors: 1-D F32 tensors [n_embd] added as they are
@@ -54,7 +61,9 @@ def write_tiny_family(
     written)."""
     rng = np.random.default_rng(seed)
     tied = arch != "qwen2" if tied is None else tied
-    d = head_dim or (32 if arch in ("qwen3", "gemma2") else n_embd // n_head)
+    d = head_dim or (32 if arch in ("qwen3", "qwen3moe", "gemma2") else n_embd // n_head)
+    n_expert = (8 if arch == "qwen3moe" else 0) if n_expert is None else n_expert
+    n_ff_e = n_ff_exp if arch == "qwen3moe" else n_ff
     if arch in ("gemma2", "phi3"):
         extra_keys = {**(GEMMA2_KEYS if arch == "gemma2" else PHI3_KEYS), **(extra_keys or {})}
     tokens, types, merges = tiny_vocab()
@@ -72,6 +81,11 @@ def write_tiny_family(
         w.add_value_length(d)
     w.add_rope_freq_base(10000.0 if arch in ("llama", "gemma2", "phi3") else 1_000_000.0)
     w.add_layer_norm_rms_eps(1e-6)
+    if n_expert:
+        w.add_expert_count(n_expert)
+        w.add_expert_used_count(n_expert_used)
+        if arch == "qwen3moe":
+            w.add_expert_feed_forward_length(n_ff_exp)
     w.add_file_type(int(FILE_TYPES[weight_type]))  # general.file_type, as llama-quantize writes it
     for k, v in (extra_keys or {}).items():
         if v is None:  # a key the architecture's defaults (GEMMA2_KEYS) would write, left out
@@ -88,7 +102,7 @@ def write_tiny_family(
 
     fused: dict[str, list[np.ndarray]] = {}  # phi3: the parts of a fused tensor drawn so far
 
-    def matrix(name: str, shape: tuple[int, int], scale: float) -> None:
+    def matrix(name: str, shape: tuple[int, ...], scale: float) -> None:
         a = (rng.standard_normal(shape) * scale).astype(np.float32)
         if arch == "phi3":
             blk, _, t = name.rpartition(".weight")[0].rpartition(".")
@@ -131,13 +145,19 @@ def write_tiny_family(
         matrix(p + "attn_output.weight", (n_embd, n_head * d), 2.0 / np.sqrt(n_head * d))
         if arch == "gemma2":  # 4: the blocks' normed outputs weigh as the sqrt(n_embd)-scaled embedding
             vector(p + "post_attention_norm.weight", n_embd, 4.0, 0.4)
-        if arch == "qwen3":  # above 1: normed Q and K still give sharp attention
+        if arch in ("qwen3", "qwen3moe"):  # above 1: normed Q and K still give sharp attention
             vector(p + "attn_q_norm.weight", d, 2.0, 0.4)
             vector(p + "attn_k_norm.weight", d, 2.0, 0.4)
         vector(p + "ffn_norm.weight", n_embd, 1.0, 0.1)
-        matrix(p + "ffn_gate.weight", (n_ff, n_embd), s_in)
-        matrix(p + "ffn_up.weight", (n_ff, n_embd), s_in)
-        matrix(p + "ffn_down.weight", (n_embd, n_ff), 2 * s_out)
+        if n_expert:  # the router (F32, as llama-quantize leaves it) and the experts' 3-D stacks
+            w.add_tensor(p + "ffn_gate_inp.weight", (rng.standard_normal((n_expert, n_embd)) * 3 * s_in).astype(np.float32))
+            matrix(p + "ffn_gate_exps.weight", (n_expert, n_ff_e, n_embd), s_in)
+            matrix(p + "ffn_up_exps.weight", (n_expert, n_ff_e, n_embd), s_in)
+            matrix(p + "ffn_down_exps.weight", (n_expert, n_embd, n_ff_e), 2 / np.sqrt(n_ff_e))
+        else:
+            matrix(p + "ffn_gate.weight", (n_ff, n_embd), s_in)
+            matrix(p + "ffn_up.weight", (n_ff, n_embd), s_in)
+            matrix(p + "ffn_down.weight", (n_embd, n_ff), 2 * s_out)
         if arch == "gemma2":
             vector(p + "post_ffw_norm.weight", n_embd, 4.0, 0.4)
     for name in extra_tensors:

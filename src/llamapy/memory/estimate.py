@@ -17,8 +17,8 @@ from ..model.hparams import HParams
 from ..params import ContextParams
 from .host import coarse_many_bf16_expected, kernels_expected, torch_threads
 from .kv_types import KVType
-from .process import ProcessEstimate, layers_dense, process_estimate
-from .process import resident_weight_bytes as _resident_bytes
+from .moe_terms import ffn_width, moe_ffn_terms
+from .process import ProcessEstimate, layers_dense, process_estimate, resident_weight_bytes as _resident_bytes
 
 MiB = 1024 * 1024
 SWA_PAD = 256  # llama_kv_cache_iswa: the SWA cache size is always padded to 256
@@ -304,17 +304,18 @@ def compute_terms(hp: HParams, c: CParams, caches: tuple[CacheEstimate, ...], n_
     terms += att
     terms += [ComputeTerm("kqv_out", (n_t, hp.n_head * dv), "attention", F32, "attention"),
               *_matmul_terms("wo", n_t, hp.n_head * dv, hp.n_embd, "attention", "kqv_out (heads merged)", blocks, dense),
-              *_matmul_terms("ffn_gate|up", n_t, hp.n_embd, 2 * hp.n_ff, "ffn", "ffn_norm", blocks, dense),
-              ComputeTerm("ffn_gate (act)", (n_t, hp.n_ff), "ffn"),
+              *_matmul_terms("ffn_gate|up", n_t, hp.n_embd, 2 * ffn_width(hp), "ffn", "ffn_norm", blocks, dense),
+              ComputeTerm("ffn_gate (act)", (n_t, ffn_width(hp)), "ffn"),
               # PyTorch's GLU makes a second tensor; the kernels' one pass does not, but the term
               # stays as room: on a GEMM path for the library's packing buffers (without it a
               # 512-row ubatch on the bf16 GEMM measured 0.3 MiB over: tests/test_workspace_peak.py),
               # in the lanes where a product runs in several slices (a 512-row ubatch in slices of
               # 256 measured up to 24 KiB over, its peak moving by 100 KiB from run to run; in
               # one slice the reservation is 1.4x the peak without it)
-              *([] if blocks and dense == "lanes" and n_t <= lanes_slice_rows(hp.n_ff)
-                else [ComputeTerm("ffn_gate_par", (n_t, hp.n_ff), "ffn")]),
-              *_matmul_terms("ffn_down", n_t, hp.n_ff, hp.n_embd, "ffn", "", blocks, dense),
+              *([] if blocks and dense == "lanes" and n_t <= lanes_slice_rows(ffn_width(hp))
+                else [ComputeTerm("ffn_gate_par", (n_t, ffn_width(hp)), "ffn")]),
+              *_matmul_terms("ffn_down", n_t, ffn_width(hp), hp.n_embd, "ffn", "", blocks, dense),
+              *(ComputeTerm(name, shape, "ffn", size) for name, shape, size in moe_ffn_terms(hp, n_t)),  # experts
               ComputeTerm("result_norm", (n_out, hp.n_embd), "output"),
               ComputeTerm("result_output (logits)", (n_out, hp.n_vocab), "output")]
     return tuple(terms)

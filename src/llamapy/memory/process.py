@@ -49,12 +49,15 @@ def matrix_nbytes(qtype: T, shape: tuple[int, int], blocks: bool, exact: bool = 
 
 
 def resident_weight_bytes(tensors: dict[str, TensorInfo], blocks: bool) -> int:
-    """Bytes of the weights once loaded: matrices (2-D) by matrix_nbytes, every other tensor
+    """Bytes of the weights once loaded: matrices (2-D, and each expert of a 3-D one) by matrix_nbytes, every other tensor
     dequantized to float32 (what WeightLoader.get keeps)."""
     total = 0
     for t in tensors.values():
         if len(t.ne) == 2:
             total += matrix_nbytes(t.qtype, t.shape, blocks)
+            continue
+        if len(t.ne) == 3:  # experts (ffn_*_exps, ne [n_in, n_out, n_expert]): one matrix each (WeightLoader.experts)
+            total += t.ne[2] * matrix_nbytes(t.qtype, (t.ne[1], t.ne[0]), blocks)
             continue
         n = 1
         for x in t.ne:
@@ -70,7 +73,8 @@ def layers_dense(tensors: dict[str, TensorInfo], level: str | None, cpu_bf16: bo
     integer lanes: kernels/types.py lanes_gemm), else "fp32" GEMMs (also for a mix: their
     dequantized chunks are the largest buffers).  coarse_many: the library's timed many-row
     choice for the coarse types (kernels/calibrate.py; memory/host.py coarse_many_bf16_expected)."""
-    mats = [t.qtype for name, t in tensors.items() if name.startswith("blk.") and len(t.ne) == 2]
+    # the layers' matrices, the experts' 3-D stacks among them (one matrix an expert, the same products)
+    mats = [t.qtype for name, t in tensors.items() if name.startswith("blk.") and len(t.ne) in (2, 3)]
     if not mats:
         return "fp32"
     if all(bf16_gemm(q, cpu_bf16, coarse_many) for q in mats):

@@ -26,6 +26,8 @@ class KeyRule:
     archs: tuple[str, ...] = ()  # architectures that implement it (any value is theirs to read)
 
 
+MOE_ARCHS = ("llama", "qwen3moe")  # model/moe.py: softmax gating, top-k renormalised, no shared experts
+
 KEY_RULES: tuple[KeyRule, ...] = (
     KeyRule("rope.scaling.type", _is("none", "linear"), "a RoPE scaling other than none and linear"),
     KeyRule("rope.scaling.attn_factor", _is(1.0), "a RoPE attention factor (llama.cpp scales cos and sin by it)"),
@@ -37,8 +39,12 @@ KEY_RULES: tuple[KeyRule, ...] = (
     KeyRule("attention.sliding_window_pattern", lambda v: False, "a sliding-window layer pattern", ("gemma2", "gemma3")),
     KeyRule("attention.scale", _is(0.0), "an attention scale other than 1/sqrt(head size)"),
     KeyRule("attention.causal", lambda v: v is True, "non-causal attention"),
-    KeyRule("expert_count", _is(0), "mixture-of-experts layers"),
-    KeyRule("expert_used_count", _is(0), "mixture-of-experts layers"),
+    KeyRule("expert_count", _is(0), "mixture-of-experts layers", MOE_ARCHS),
+    KeyRule("expert_used_count", _is(0), "mixture-of-experts layers", MOE_ARCHS),
+    # build_moe_ffn's w_scale: llama and qwen3moe never read it (0), so any other value is refused
+    KeyRule("expert_weights_scale", _is(0.0, 1.0), "a scale of the experts' weights"),
+    KeyRule("expert_shared_count", _is(0), "shared experts"),
+    KeyRule("expert_shared_feed_forward_length", _is(0), "shared experts"),
 )
 
 

@@ -24,6 +24,12 @@ _LLAMA_LAYER = {
 _QKV_BIAS = {"attn_q.bias": ("n_head*k",), "attn_k.bias": ("n_head_kv*k",), "attn_v.bias": ("n_head_kv*v",)}
 _QK_NORM = {"attn_q_norm.weight": ("n_embd_head_k",), "attn_k_norm.weight": ("n_embd_head_k",)}
 _GEMMA_POST_NORMS = {"post_attention_norm.weight": ("n_embd",), "post_ffw_norm.weight": ("n_embd",)}
+# build_moe_ffn's tensors (model/moe.py): the router and the experts' 3-D stacks
+_MOE_FFN = {"ffn_norm.weight": ("n_embd",), "ffn_gate_inp.weight": ("n_embd", "n_expert"),
+            "ffn_gate_exps.weight": ("n_embd", "n_ff_exp", "n_expert"),
+            "ffn_up_exps.weight": ("n_embd", "n_ff_exp", "n_expert"),
+            "ffn_down_exps.weight": ("n_ff_exp", "n_embd", "n_expert")}
+_LLAMA_ATTN = {k: v for k, v in _LLAMA_LAYER.items() if not k.startswith("ffn_")}
 _GLOBAL = {"token_embd.weight": ("n_embd", "n_vocab"), "output_norm.weight": ("n_embd",)}
 _OUTPUT = {"output.weight": ("n_embd", "n_vocab")}  # absent: the output is tied to token_embd
 
@@ -43,6 +49,8 @@ ARCH_TENSORS: dict[str, ArchTensors] = {
     "llama": ArchTensors(_LLAMA_LAYER, _QKV_BIAS, {**_OUTPUT, "rope_freqs.weight": ("n_rot/2",)}),
     "qwen2": ArchTensors(_LLAMA_LAYER, _QKV_BIAS),
     "qwen3": ArchTensors({**_LLAMA_LAYER, **_QK_NORM}, _QKV_BIAS),
+    # llama_model_qwen3moe::load_arch_tensors: Qwen 3's attention, the MoE FFN in every layer
+    "qwen3moe": ArchTensors({**_LLAMA_ATTN, **_QK_NORM, **_MOE_FFN}),
     "gemma3": ArchTensors({**_LLAMA_LAYER, **_QK_NORM, **_GEMMA_POST_NORMS}),
     # llama_model_gemma2::load_arch_tensors: no Q/K norms, output always token_embd (no output.weight)
     "gemma2": ArchTensors({**_LLAMA_LAYER, **_GEMMA_POST_NORMS}, optional={}),
@@ -54,17 +62,23 @@ ARCH_TENSORS: dict[str, ArchTensors] = {
 }
 
 
+# with {arch}.expert_count > 0 (llama_model_llama::load_arch_tensors: Mixtral's layout)
+MOE_ARCH_TENSORS: dict[str, ArchTensors] = {
+    "llama": ArchTensors({**_LLAMA_ATTN, **_MOE_FFN}, _QKV_BIAS, {**_OUTPUT, "rope_freqs.weight": ("n_rot/2",)}),
+}
+
+
 def _dims(hp) -> dict[str, int]:
     return {"n_embd": hp.n_embd, "n_vocab": hp.n_vocab, "n_ff": hp.n_ff, "n_embd_head_k": hp.n_embd_head_k,
             "n_head*k": hp.n_head * hp.n_embd_head_k, "n_head*v": hp.n_head * hp.n_embd_head_v,
             "n_head_kv*k": hp.n_head_kv * hp.n_embd_head_k, "n_head_kv*v": hp.n_head_kv * hp.n_embd_head_v,
-            "n_rot/2": hp.n_rot // 2, "2*n_ff": 2 * hp.n_ff,
+            "n_rot/2": hp.n_rot // 2, "2*n_ff": 2 * hp.n_ff, "n_expert": hp.n_expert, "n_ff_exp": hp.n_ff_exp,
             "n_qkv": (hp.n_head + hp.n_head_kv) * hp.n_embd_head_k + hp.n_head_kv * hp.n_embd_head_v}
 
 
 def _tables(hp, optional: bool) -> dict[str, tuple[str, ...]]:
     """Tensor name -> dimension names: the required tensors, or (optional) the optional ones."""
-    a = ARCH_TENSORS[hp.arch]
+    a = MOE_ARCH_TENSORS[hp.arch] if hp.n_expert and hp.arch in MOE_ARCH_TENSORS else ARCH_TENSORS[hp.arch]
     glob, layer = (a.optional, a.layer_optional) if optional else (_GLOBAL, a.layer)
     out = dict(glob)
     for il in range(hp.n_layer):

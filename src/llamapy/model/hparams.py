@@ -18,7 +18,7 @@ import gguf
 
 from ..gguf.header import VT, ArrayRef, GGUFError, GGUFHeader, HeaderField, short_repr
 from ..log import logger
-from .arch_keys import check_keys
+from .arch_keys import MOE_ARCHS, check_keys
 from .arch_tensors import ARCH_TENSORS, check_tensors, expected_tensors  # noqa: F401 (expected_tensors: re-exported)
 
 
@@ -44,6 +44,9 @@ class HParams:
     causal_attn: bool = True
     f_attention_scale: float = 0.0  # 0: 1/sqrt(n_embd_head_k)
     attn_soft_cap: bool = False  # llama_hparams::attn_soft_cap (gemma2): KQ soft-capped, so materialized
+    n_expert: int = 0  # {arch}.expert_count: MoE FFN layers where > 0 (model/moe.py; llama, qwen3moe)
+    n_expert_used: int = 0  # {arch}.expert_used_count: the top-k of the router
+    n_ff_exp: int = 0  # one expert's FFN width (qwen3moe: expert_feed_forward_length; llama: n_ff)
 
     # llama_hparams::n_embd_k_gqa(il): width of one token's K in one layer
     def n_embd_k_gqa(self, il: int = 0) -> int:
@@ -168,6 +171,7 @@ def hparams_from_gguf(f: GGUFHeader) -> HParams:
                 f"{head_k} = {desc('embedding_length', n_embd)} / {desc('attention.head_count', n_head)}")
         raise GGUFError(f"{name}: metadata {desc('rope.dimension_count', n_rot)} must be even and at most the "
                         f"head size {head}")
+    n_expert, n_expert_used, n_ff_exp = _experts(f, arch, key, desc)
     hp = HParams(
         arch=arch,
         n_ctx_train=key("context_length", required=True, lo=1),
@@ -187,12 +191,35 @@ def hparams_from_gguf(f: GGUFHeader) -> HParams:
         n_swa=n_swa,
         swa_layers=swa_layers,
         attn_soft_cap=arch == "gemma2",
+        n_expert=n_expert,
+        n_expert_used=n_expert_used,
+        n_ff_exp=n_ff_exp,
     )
     if known:
         check_keys(f, arch)
         check_tensors(f, hp)
         _check_vocab_keys(f)
     return hp
+
+
+def _experts(f: GGUFHeader, arch: str, key, desc) -> tuple[int, int, int]:
+    """(n_expert, n_expert_used, n_ff_exp) of an architecture of arch_keys.MOE_ARCHS (llama_model_base::
+    load_hparams: 0 < expert_used_count <= expert_count when there are experts; qwen3moe's
+    expert width expert_feed_forward_length, else n_ff / n_expert_used as llama.cpp); (0, 0, 0)
+    for the others (check_keys refuses their expert keys)."""
+    if arch not in MOE_ARCHS:
+        return 0, 0, 0
+    n_expert = key("expert_count", 0, required=arch == "qwen3moe", lo=1 if arch == "qwen3moe" else 0)
+    if not n_expert:
+        return 0, 0, 0
+    n_used = key("expert_used_count", 0, lo=0)
+    if not 0 < n_used <= n_expert:
+        raise GGUFError(f"{f.path.name}: metadata {desc('expert_used_count', n_used)} must be in 1..{n_expert} "
+                        f"({desc('expert_count', n_expert)})")
+    n_ff = key("feed_forward_length", 0, lo=0)
+    if arch == "llama":
+        return n_expert, n_used, n_ff
+    return n_expert, n_used, key("expert_feed_forward_length", 0, lo=0) or n_ff // n_used
 
 
 def _n_vocab(f: GGUFHeader, arch: str, known: bool, key, desc) -> int:

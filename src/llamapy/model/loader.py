@@ -109,6 +109,25 @@ class WeightLoader:
         self.n_bytes_resident += m.nbytes
         return m
 
+    def experts(self, name: str) -> list[QMatrix]:
+        """A 3-D expert tensor (ggml ne [n_in, n_out, n_expert]: ffn_{gate,up,down}_exps) as
+        n_expert matrices [n_out, n_in], each a view of its expert's bytes (contiguous in the
+        file), kept in their blocks as matrix() keeps a 2-D one (no arena, no copy)."""
+        info = self._info(name)
+        if len(info.ne) != 3:
+            raise GGUFError(f"{self.f.path.name}: tensor '{name}' has shape {info.shape}, expected [n_expert, n_out, n_in]")
+        n_in, n_out, n_expert = info.ne
+        data = self.f.tensor_data(name)
+        step = info.n_bytes // n_expert
+        mats = [make_qmatrix([(data[e * step : (e + 1) * step], info.qtype, (n_out, n_in))], self.exact, self.dtype,
+                             self.slot_orders, self.kernels) for e in range(n_expert)]
+        for m in mats:
+            if self.device.type != "cpu":
+                m.dense = m.dense.to(self.device)
+            self.n_bytes_resident += m.nbytes
+        self._done(info)
+        return mats
+
     def get(self, name: str, shape: tuple[int, ...] | None = None) -> torch.Tensor:
         """Tensor `name` in torch order, dequantized to float32 (norms, small vectors; an F32
         tensor stays a view over the file)."""

@@ -11,8 +11,9 @@ def arch_class(name: str) -> type:
     from .phi3 import Phi3Model
     from .qwen2 import Qwen2Model
     from .qwen3 import Qwen3Model
+    from .qwen3moe import Qwen3MoeModel
 
-    known = {c.arch_name: c for c in (LlamaModel, Phi3Model, Qwen2Model, Qwen3Model)}
+    known = {c.arch_name: c for c in (LlamaModel, Phi3Model, Qwen2Model, Qwen3Model, Qwen3MoeModel)}
     try:
         from .gemma2 import Gemma2Model
         from .gemma3 import Gemma3Model

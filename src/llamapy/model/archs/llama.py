@@ -18,6 +18,7 @@ from ..hparams import HParams
 from ..attend import attend
 from ..layers import glu_stacked, project, rms_norm
 from ..loader import WeightLoader
+from ..moe import MoeFFN
 from ..qmatrix import QMatrix
 from ..rope import ROPE_TYPE_NORM, RopeParams, apply_rope, apply_rope_, rope_cos_sin
 from ..stage import StageLayers
@@ -29,13 +30,14 @@ class LlamaLayer:
     wqkv: QMatrix  # [(n_head + 2 n_head_kv) * d, n_embd]: Q, K, V stacked, one matmul
     wo: QMatrix  # [n_embd, n_head * d]
     ffn_norm: torch.Tensor
-    ffn_gate_up: QMatrix  # [2 n_ff, n_embd]: gate and up stacked
-    ffn_down: QMatrix  # [n_embd, n_ff]
+    ffn_gate_up: QMatrix | None  # [2 n_ff, n_embd]: gate and up stacked (None: an MoE layer)
+    ffn_down: QMatrix | None  # [n_embd, n_ff]
     bq: torch.Tensor | None = None  # [n_head * d]: the Q|K|V product's biases, where the file has them
     bk: torch.Tensor | None = None  # [n_head_kv * d]
     bv: torch.Tensor | None = None  # [n_head_kv * d]
     attn_q_norm: torch.Tensor | None = None  # [d]: per-head RMSNorm of Q before RoPE (Qwen3)
     attn_k_norm: torch.Tensor | None = None  # [d]
+    moe: MoeFFN | None = None  # the mixture-of-experts FFN in place of the dense one (qwen3moe, Mixtral)
 
 
 class LlamaModel:
@@ -54,8 +56,9 @@ class LlamaModel:
 
     def _fused(self, w: WeightLoader) -> FusedLayers | None:
         """Every layer in one C call for few-row ubatches (kernels/fused_layers.py), when the
-        weights are in blocks and no layer has biases (the C layer adds none)."""
-        if any(b is not None for L in self.layers for b in (L.bq, L.bk, L.bv)):
+        weights are in blocks, no layer has biases (the C layer adds none) and none is an MoE
+        layer (the C layer has one dense FFN)."""
+        if any(b is not None for L in self.layers for b in (L.bq, L.bk, L.bv)) or any(L.moe for L in self.layers):
             return None
         specs = [LayerSpec(L.attn_norm, L.ffn_norm, [L.wqkv], L.wo, [L.ffn_gate_up], L.ffn_down,
                            q_norm=L.attn_q_norm, k_norm=L.attn_k_norm) for L in self.layers]
@@ -63,21 +66,27 @@ class LlamaModel:
         return FusedLayers.build(hp, specs, w.kernels, 1.0, 1.0 / hp.n_embd_head_k**0.5, self.rope_type != 0, False,
                                  self.layer_ids)
 
-    @staticmethod
-    def _load_layer(w: WeightLoader, il: int) -> LlamaLayer:
-        """Layer il's tensors: the required ones, and the optional ones the file has."""
+    def _load_layer(self, w: WeightLoader, il: int) -> LlamaLayer:
+        """Layer il's tensors: the required ones, and the optional ones the file has; with
+        experts (hp.n_expert > 0) the router and ffn_*_exps in place of the dense FFN."""
         p = f"blk.{il}."
 
         def opt(name: str) -> torch.Tensor | None:
             return w.get(p + name) if w.has(p + name) else None
 
+        moe = None
+        if self.hp.n_expert:
+            moe = MoeFFN(w.matrix(p + "ffn_gate_inp.weight"), w.experts(p + "ffn_gate_exps.weight"),
+                         w.experts(p + "ffn_up_exps.weight"), w.experts(p + "ffn_down_exps.weight"),
+                         self.hp.n_expert_used)
         return LlamaLayer(
             attn_norm=w.get(p + "attn_norm.weight"),
             wqkv=w.matrix(p + "attn_q.weight", p + "attn_k.weight", p + "attn_v.weight"),
             wo=w.matrix(p + "attn_output.weight"),
             ffn_norm=w.get(p + "ffn_norm.weight"),
-            ffn_gate_up=w.matrix(p + "ffn_gate.weight", p + "ffn_up.weight"),
-            ffn_down=w.matrix(p + "ffn_down.weight"),
+            ffn_gate_up=None if moe else w.matrix(p + "ffn_gate.weight", p + "ffn_up.weight"),
+            ffn_down=None if moe else w.matrix(p + "ffn_down.weight"),
+            moe=moe,
             bq=opt("attn_q.bias"), bk=opt("attn_k.bias"), bv=opt("attn_v.bias"),
             attn_q_norm=opt("attn_q_norm.weight"), attn_k_norm=opt("attn_k_norm.weight"),
         )
@@ -130,7 +139,10 @@ class LlamaModel:
         L.wo.add_into(o, x)
 
     def _ffn(self, L: LlamaLayer, x: torch.Tensor) -> None:
-        """x [n_tokens, n_embd] += the SwiGLU block's output."""
+        """x [n_tokens, n_embd] += the SwiGLU block's output (or the experts', model/moe.py)."""
+        if L.moe is not None:
+            L.moe.add_into(rms_norm(x, L.ffn_norm, self.hp.f_norm_rms_eps), x)
+            return
         gu = L.ffn_gate_up(rms_norm(x, L.ffn_norm, self.hp.f_norm_rms_eps))  # [n_tokens, 2 n_ff]: gate | up
         L.ffn_down.add_into(glu_stacked(gu), x)  # SwiGLU
 
