@@ -139,3 +139,16 @@ def test_unknown_kwargs_accepted_and_reported(smollm2_path, caplog):
 def test_import_llamapy_stays_light():
     code = "import sys, llamapy; assert 'llamapy.server.scheduler' not in sys.modules and 'llamapy.api' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True, env=os.environ.copy(), timeout=60)
+
+
+def test_docs_example_runs(smollm2_path):
+    """docs/python-api.md's "The high-level API" example, run as written."""
+    from pathlib import Path
+
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "python-api.md").read_text()
+    sec = doc[doc.index("## The high-level API"):]
+    code = sec[sec.index("```python\n") + 10:]
+    code = code[:code.index("```")]
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=os.environ.copy())
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "Paris" in r.stdout and isinstance(json.loads(r.stdout[r.stdout.rindex("{"):])["colour"], str)
