@@ -55,6 +55,10 @@ def test_stream_concatenates_to_the_text(llm):
     assert [ch["choices"][0]["finish_reason"] for ch in chunks][-1] == "length"
     assert all(ch["choices"][0]["finish_reason"] is None for ch in chunks[:-1])
     assert "".join(ch["choices"][0]["text"] for ch in chunks) == whole["choices"][0]["text"]
+    it = llm(PROMPT, max_tokens=N, temperature=0.0, stream=True)
+    next(it), next(it)
+    it.close()  # a consumer that stops early cancels the request (as a client that disconnects)
+    assert llm(PROMPT, max_tokens=N, temperature=0.0)["choices"][0]["text"] == whole["choices"][0]["text"]
 
 
 def test_chat_uses_the_template(llm):
