@@ -22,6 +22,7 @@ _EXPORTS = {
     "Context": ".context",
     "ContextParams": ".params",
     "KVCacheFullError": ".memory.kv_cache",
+    "Llama": ".api",
     "Model": ".model.model",
     "Sampler": ".sampling",
     "SamplingParams": ".sampling",
