@@ -43,6 +43,8 @@ CASES: dict[str, dict] = {
     "gemma2-q8_0": {"arch": "gemma2", "weight_type": "Q8_0"},
     "phi3-f16": {"arch": "phi3", "weight_type": "F16"},
     "phi3-q8_0": {"arch": "phi3", "weight_type": "Q8_0"},
+    "llama-iq4_nl": {"arch": "llama", "weight_type": "IQ4_NL"},
+    "llama-mxfp4": {"arch": "llama", "weight_type": "MXFP4"},
 }
 
 
