@@ -99,6 +99,7 @@ _QUANT_BLOCKS: Mapping[T, Callable[[torch.Tensor], torch.Tensor]] = MappingProxy
     T.Q4_0: quants_pack.quantize_q4_0, T.Q4_1: quants_pack.quantize_q4_1,
     T.Q5_0: quants_pack.quantize_q5_0, T.Q5_1: quants_pack.quantize_q5_1,
     T.Q8_0: quants_pack.quantize_q8_0, T.IQ4_NL: quants_pack.quantize_iq4_nl, T.MXFP4: quants_iq.quantize_mxfp4,
+    T.IQ4_XS: quants_iq.quantize_iq4_xs,
 })
 QUANTIZE_TYPES = frozenset((T.F32, T.F16, T.BF16)) | frozenset(_QUANT_BLOCKS)
 
