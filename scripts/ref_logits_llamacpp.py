@@ -45,6 +45,7 @@ CASES: dict[str, dict] = {
     "phi3-q8_0": {"arch": "phi3", "weight_type": "Q8_0"},
     "llama-iq4_nl": {"arch": "llama", "weight_type": "IQ4_NL"},
     "llama-mxfp4": {"arch": "llama", "weight_type": "MXFP4"},
+    "llama-iq4_xs": {"arch": "llama", "weight_type": "IQ4_XS", "n_embd": 256, "n_ff": 512},  # rows of 256
 }
 
 

@@ -31,13 +31,15 @@ GEMMA2_KEYS = {"attention.sliding_window": 16, "attn_logit_softcapping": 10.0, "
 PHI3_KEYS = {"attention.sliding_window": 16}
 FILE_TYPES = {F32: gguf.LlamaFileType.ALL_F32, F16: gguf.LlamaFileType.MOSTLY_F16, Q8_0: gguf.LlamaFileType.MOSTLY_Q8_0,
               gguf.GGMLQuantizationType.IQ4_NL: gguf.LlamaFileType.MOSTLY_IQ4_NL,
+              gguf.GGMLQuantizationType.IQ4_XS: gguf.LlamaFileType.MOSTLY_IQ4_XS,
               gguf.GGMLQuantizationType.MXFP4: gguf.LlamaFileType.MOSTLY_MXFP4_MOE}
 
 
 def quantize_blocks(a: np.ndarray, qtype: gguf.GGMLQuantizationType) -> np.ndarray:
-    """a [n_out, n_in] float32 in qtype's blocks: gguf's quantizer, or for IQ4_NL (which gguf
-    lacks) llamapy's, whose bytes equal ggml's quantize_row_iq4_nl_ref (tests/test_quants_pack.py)."""
-    if qtype == gguf.GGMLQuantizationType.IQ4_NL:
+    """a [n_out, n_in] float32 in qtype's blocks: gguf's quantizer, or for IQ4_NL and IQ4_XS (which
+    gguf lacks) llamapy's, whose bytes equal ggml's quantize_row_iq4_nl_ref / _iq4_xs_ref
+    (tests/test_quants_pack.py)."""
+    if qtype in (gguf.GGMLQuantizationType.IQ4_NL, gguf.GGMLQuantizationType.IQ4_XS):
         import torch
 
         from llamapy.gguf.quants import quantize
