@@ -47,6 +47,9 @@ CASES: dict[str, dict] = {
     "qwen3moe-q8_0": {"arch": "qwen3moe", "weight_type": "Q8_0"},
     "llama-moe-f16": {"arch": "llama", "weight_type": "F16", "n_expert": 4},
     "llama-moe-q8_0": {"arch": "llama", "weight_type": "Q8_0", "n_expert": 4},
+    "llama-iq4_nl": {"arch": "llama", "weight_type": "IQ4_NL"},
+    "llama-mxfp4": {"arch": "llama", "weight_type": "MXFP4"},
+    "llama-iq4_xs": {"arch": "llama", "weight_type": "IQ4_XS", "n_embd": 256, "n_ff": 512},  # rows of 256
 }
 
 

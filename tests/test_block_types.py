@@ -1,5 +1,5 @@
 """Every common GGUF type stays in its file's blocks and has kernels (issue: Q4_0, Q4_1, Q5_0,
-Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, F16, BF16, F32): a tiny llama GGUF of each type
+Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, F16, BF16, F32; and IQ4_NL, IQ4_XS, MXFP4): a tiny llama GGUF of each type
 (gguf's quantizer where it has one, hand-packed blocks for the K-quants) loads with every
 matrix a BlockMatrix holding exactly the file's bytes, each matrix dequantizes to gguf's own
 dequantization of the tensor (read back by gguf.GGUFReader, an independent reader), and
@@ -18,7 +18,8 @@ from llamapy.model.block_matrix import BlockMatrix, dense_dtype
 from tiny_model import write_tiny_llama
 
 T = gguf.GGMLQuantizationType
-TYPES = [T.Q4_0, T.Q4_1, T.Q5_0, T.Q5_1, T.Q8_0, T.Q2_K, T.Q3_K, T.Q4_K, T.Q5_K, T.Q6_K, T.F16, T.BF16, T.F32]
+TYPES = [T.Q4_0, T.Q4_1, T.Q5_0, T.Q5_1, T.Q8_0, T.Q2_K, T.Q3_K, T.Q4_K, T.Q5_K, T.Q6_K, T.IQ4_NL, T.IQ4_XS,
+         T.MXFP4, T.F16, T.BF16, T.F32]
 
 pytestmark = pytest.mark.skipif(load_kernels() is None, reason="no C compiler: the CPU kernels are off")
 

@@ -23,10 +23,12 @@ from llamapy.model.rope import ROPE_TYPE_NEOX, ROPE_TYPE_NORM, RopeParams, apply
 
 T = gguf.GGMLQuantizationType
 X86_LEVELS = ("avx512", "avx2+vnni", "avx2", "scalar")
-QUANT_TYPES = [T.Q4_0, T.Q4_1, T.Q5_0, T.Q5_1, T.Q8_0, T.Q2_K, T.Q3_K, T.Q4_K, T.Q5_K, T.Q6_K]
+QUANT_TYPES = [T.Q4_0, T.Q4_1, T.Q5_0, T.Q5_1, T.Q8_0, T.Q2_K, T.Q3_K, T.Q4_K, T.Q5_K, T.Q6_K, T.IQ4_NL, T.IQ4_XS,
+               T.MXFP4]
 FLOAT_TYPES = [T.F16, T.BF16, T.F32]
 # byte offsets of the f16 scale fields inside one block of the types gguf cannot quantize
-F16_FIELDS = {T.Q2_K: (80, 82), T.Q3_K: (108,), T.Q4_K: (0, 2), T.Q5_K: (0, 2), T.Q6_K: (208,)}
+F16_FIELDS = {T.Q2_K: (80, 82), T.Q3_K: (108,), T.Q4_K: (0, 2), T.Q5_K: (0, 2), T.Q6_K: (208,), T.IQ4_NL: (0,),
+              T.IQ4_XS: (0,)}
 
 
 def machine_levels() -> list:
@@ -53,7 +55,7 @@ def lib(request):
 
 
 def hand_packed(qtype: T, n_rows: int, n_in: int, seed: int) -> np.ndarray:
-    """Random blocks of a K-quant (which gguf cannot quantize): random bytes with the f16 scale
+    """Random blocks of a type gguf cannot quantize (K-quants, IQ4_NL, IQ4_XS): random bytes with the f16 scale
     fields set to small positive halves, uint8 [n_rows, row bytes]."""
     be, bb = gguf.GGML_QUANT_SIZES[qtype]
     rng = np.random.default_rng(seed)
@@ -94,7 +96,7 @@ def test_dequant_and_rows_exact(lib, qtype):
 @pytest.mark.parametrize("qtype", QUANT_TYPES + FLOAT_TYPES, ids=lambda t: t.name)
 @pytest.mark.parametrize("rows", [1, 2, 3, 4, 5, 8, 12, 16, 17, DENSE_ROWS - 1, DENSE_ROWS + 3])  # ints 1..8, tiles, ints, dense
 def test_matmul_against_exact_product(lib, qtype, rows):
-    n_in = 512 if qtype in F16_FIELDS else 160  # n_in an odd number of blocks of 32
+    n_in = 512 if gguf.GGML_QUANT_SIZES[qtype][0] == 256 else 160  # n_in an odd number of blocks of 32
     shape = (72, n_in)  # not a multiple of the 16-row chunks
     raw, W = _matrix(qtype, shape, seed=rows)
     m = block_matrix([(raw, qtype, shape)], lib)
@@ -353,7 +355,7 @@ def test_amx_products_are_the_lanes(lib, qtype):
     if not lib.amx:
         pytest.skip(f"{lib.isa}: prompt products in the lanes here (no AMX-INT8 in the build, the tile state "
                     "refused by Linux, or LLAMAPY_AMX=0)")
-    n_in = 512 if qtype in F16_FIELDS else 160
+    n_in = 512 if gguf.GGML_QUANT_SIZES[qtype][0] == 256 else 160
     for rows, n_out in ((128, 48), (141, 33), (300, 17)):
         raw, W = _matrix(qtype, (n_out, n_in), seed=rows)
         x = torch.randn(rows, n_in, generator=torch.Generator().manual_seed(rows))

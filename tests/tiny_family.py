@@ -33,7 +33,23 @@ F16 = gguf.GGMLQuantizationType.F16
 Q8_0 = gguf.GGMLQuantizationType.Q8_0
 GEMMA2_KEYS = {"attention.sliding_window": 16, "attn_logit_softcapping": 10.0, "final_logit_softcapping": 20.0}
 PHI3_KEYS = {"attention.sliding_window": 16}
-FILE_TYPES = {F32: gguf.LlamaFileType.ALL_F32, F16: gguf.LlamaFileType.MOSTLY_F16, Q8_0: gguf.LlamaFileType.MOSTLY_Q8_0}
+FILE_TYPES = {F32: gguf.LlamaFileType.ALL_F32, F16: gguf.LlamaFileType.MOSTLY_F16, Q8_0: gguf.LlamaFileType.MOSTLY_Q8_0,
+              gguf.GGMLQuantizationType.IQ4_NL: gguf.LlamaFileType.MOSTLY_IQ4_NL,
+              gguf.GGMLQuantizationType.IQ4_XS: gguf.LlamaFileType.MOSTLY_IQ4_XS,
+              gguf.GGMLQuantizationType.MXFP4: gguf.LlamaFileType.MOSTLY_MXFP4_MOE}
+
+
+def quantize_blocks(a: np.ndarray, qtype: gguf.GGMLQuantizationType) -> np.ndarray:
+    """a [n_out, n_in] float32 in qtype's blocks: gguf's quantizer, or for IQ4_NL and IQ4_XS (which
+    gguf lacks) llamapy's, whose bytes equal ggml's quantize_row_iq4_nl_ref / _iq4_xs_ref
+    (tests/test_quants_pack.py)."""
+    if qtype in (gguf.GGMLQuantizationType.IQ4_NL, gguf.GGMLQuantizationType.IQ4_XS):
+        import torch
+
+        from llamapy.gguf.quants import quantize
+
+        return quantize(torch.from_numpy(np.ascontiguousarray(a, dtype=np.float32)), qtype).numpy()
+    return gguf.quants.quantize(a, qtype)
 
 
 def write_tiny_family(
@@ -119,7 +135,7 @@ def write_tiny_family(
         elif weight_type == F16:
             w.add_tensor(name, a.astype(np.float16))
         else:
-            w.add_tensor(name, gguf.quants.quantize(a, weight_type), raw_dtype=weight_type)
+            w.add_tensor(name, quantize_blocks(a, weight_type), raw_dtype=weight_type)
 
     def vector(name: str, n: int, mean: float, scale: float) -> None:
         w.add_tensor(name, (mean + rng.standard_normal(n) * scale).astype(np.float32))

@@ -18,11 +18,12 @@ def _byte_tokens() -> list[str]:
     return [by_byte[b] for b in range(256)]
 
 
-# K-quants gguf cannot quantize: random blocks, their f16 scales set so that weights stay
+# types gguf cannot quantize (K-quants, IQ4_NL, IQ4_XS): random blocks, their f16 scales set so that weights stay
 # about +-0.5 (offsets of the f16 fields in a block, and the largest |sub-scale * q|)
 K_PACK = {gguf.GGMLQuantizationType.Q2_K: ((80, 82), 45), gguf.GGMLQuantizationType.Q3_K: ((108,), 128),
           gguf.GGMLQuantizationType.Q4_K: ((0, 2), 945), gguf.GGMLQuantizationType.Q5_K: ((0, 2), 1953),
-          gguf.GGMLQuantizationType.Q6_K: ((208,), 4064)}
+          gguf.GGMLQuantizationType.Q6_K: ((208,), 4064), gguf.GGMLQuantizationType.IQ4_NL: ((0,), 127),
+          gguf.GGMLQuantizationType.IQ4_XS: ((0,), 4064)}  # gguf has no quantizer for these either
 
 
 def tiny_vocab() -> tuple[list[str], list[gguf.TokenType], list[str]]:
@@ -39,7 +40,7 @@ def tiny_vocab() -> tuple[list[str], list[gguf.TokenType], list[str]]:
 
 def quantize_or_pack(a: np.ndarray, qtype: gguf.GGMLQuantizationType, rng: np.random.Generator) -> np.ndarray:
     """a [n_out, n_in] float32 in GGUF's blocks of qtype: gguf's quantizer where it has one,
-    else (the K-quants) random hand-packed blocks of about a's magnitude, uint8 [n_out, row bytes]."""
+    else (the K-quants, IQ4_NL, IQ4_XS) random hand-packed blocks of about a's magnitude, uint8 [n_out, row bytes]."""
     if qtype not in K_PACK:
         return gguf.quants.quantize(a, qtype)
     offsets, top = K_PACK[qtype]

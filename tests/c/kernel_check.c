@@ -97,7 +97,8 @@ static const type_t TYPES[] = {
     {7, 32, 24, "Q5_1", {0, 2}},     {8, 32, 34, "Q8_0", {0, -1}},   {10, 256, 84, "Q2_K", {80, 82}},
     {11, 256, 110, "Q3_K", {108, -1}}, {12, 256, 144, "Q4_K", {0, 2}}, {13, 256, 176, "Q5_K", {0, 2}},
     {14, 256, 210, "Q6_K", {208, -1}}, {1, 1, 2, "F16", {-1, -1}},     {30, 1, 2, "BF16", {-1, -1}},
-    {0, 1, 4, "F32", {-1, -1}},
+    {0, 1, 4, "F32", {-1, -1}},       {20, 32, 18, "IQ4_NL", {0, -1}}, {23, 256, 136, "IQ4_XS", {0, -1}},
+    {39, 32, 17, "MXFP4", {-1, -1}}, /* its E8M0 scale byte: random_matrix keeps it small */
 };
 
 /* A random matrix [n_out, n_in] of type t: random bytes with sane scales, or random floats. */
@@ -125,6 +126,7 @@ static uint8_t *random_matrix(const type_t *t, int64_t n_out, int64_t n_in) {
                     const uint16_t h = to_f16(0.002f + 0.03f * (float)(rnd() % 1000) / 1000.0f);
                     memcpy(p + t->f16[k], &h, 2);
                 }
+            if (t->type == 39) p[0] = (uint8_t)(116 + rnd() % 8); /* MXFP4: a scale of 2^-12 .. 2^-5 */
         }
     }
     return w;

@@ -23,7 +23,7 @@ from types import MappingProxyType
 import torch
 from gguf.constants import GGMLQuantizationType as T
 
-from . import quants_k, quants_pack
+from . import quants_iq, quants_k, quants_pack
 from .quants_bits import as_blocks, bits, f16, nibbles, qtype_of, row_size, type_size
 
 __all__ = [
@@ -69,7 +69,7 @@ _DEQUANT_BLOCKS: Mapping[T, Callable[[torch.Tensor], torch.Tensor]] = MappingPro
     T.Q4_0: _dq_q4_0, T.Q4_1: _dq_q4_1, T.Q5_0: _dq_q5_0, T.Q5_1: _dq_q5_1, T.Q8_0: _dq_q8_0,
     T.IQ4_NL: _dq_iq4_nl, T.Q2_K: quants_k.dequantize_q2_k, T.Q3_K: quants_k.dequantize_q3_k,
     T.Q4_K: quants_k.dequantize_q4_k, T.Q5_K: quants_k.dequantize_q5_k,
-    T.Q6_K: quants_k.dequantize_q6_k,
+    T.Q6_K: quants_k.dequantize_q6_k, T.IQ4_XS: quants_iq.dequantize_iq4_xs, T.MXFP4: quants_iq.dequantize_mxfp4,
 })
 _FLOAT_TYPES: Mapping[T, torch.dtype] = MappingProxyType(
     {T.F32: torch.float32, T.F16: torch.float16, T.BF16: torch.bfloat16}
@@ -98,7 +98,8 @@ def dequantize(raw: torch.Tensor, qtype: T | int, shape: tuple[int, ...]) -> tor
 _QUANT_BLOCKS: Mapping[T, Callable[[torch.Tensor], torch.Tensor]] = MappingProxyType({
     T.Q4_0: quants_pack.quantize_q4_0, T.Q4_1: quants_pack.quantize_q4_1,
     T.Q5_0: quants_pack.quantize_q5_0, T.Q5_1: quants_pack.quantize_q5_1,
-    T.Q8_0: quants_pack.quantize_q8_0, T.IQ4_NL: quants_pack.quantize_iq4_nl,
+    T.Q8_0: quants_pack.quantize_q8_0, T.IQ4_NL: quants_pack.quantize_iq4_nl, T.MXFP4: quants_iq.quantize_mxfp4,
+    T.IQ4_XS: quants_iq.quantize_iq4_xs,
 })
 QUANTIZE_TYPES = frozenset((T.F32, T.F16, T.BF16)) | frozenset(_QUANT_BLOCKS)
 

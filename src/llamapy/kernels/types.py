@@ -8,7 +8,7 @@ import gguf
 T = gguf.GGMLQuantizationType
 # every type the kernels keep in its GGUF blocks (kernels/c/quants.c)
 BLOCK_TYPES = frozenset({T.Q4_0, T.Q4_1, T.Q5_0, T.Q5_1, T.Q8_0, T.Q2_K, T.Q3_K, T.Q4_K, T.Q5_K, T.Q6_K,
-                         T.F16, T.BF16, T.F32})
+                         T.IQ4_NL, T.IQ4_XS, T.MXFP4, T.F16, T.BF16, T.F32})
 FLOAT_TYPES = frozenset({T.F16, T.BF16, T.F32})  # rows of any length, fp32 products
 # many-row products take a bf16 GEMM on a CPU with native bf16 for these coarse types only
 # (bf16's 8-bit mantissa would squander the K-quants' and the 5-, 6-, 8-bit types' precision)

@@ -1,7 +1,7 @@
 """BlockMatrix: a weight matrix [n_out, n_in] kept in the GGUF file's own blocks and
 multiplied by llamapy's CPU kernels (kernels/c/): resident bytes are the file's bytes, for
 every type the kernels read (BLOCK_TYPES: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K,
-Q5_K, Q6_K, and the float types F16, BF16, F32).
+Q5_K, Q6_K, IQ4_NL, IQ4_XS, MXFP4, and the float types F16, BF16, F32).
 
   one row                  lp_mm: integer products on int16 activations, one scale per block
                            of 32 (an error of at most 1/65278 of the block's largest value),

@@ -234,7 +234,8 @@ LP_INLINE __m512 lp_exp16(__m512 x) {
 /* GGMLQuantizationType values */
 enum {
     LP_F32 = 0, LP_F16 = 1, LP_Q4_0 = 2, LP_Q4_1 = 3, LP_Q5_0 = 6, LP_Q5_1 = 7, LP_Q8_0 = 8,
-    LP_Q2_K = 10, LP_Q3_K = 11, LP_Q4_K = 12, LP_Q5_K = 13, LP_Q6_K = 14, LP_BF16_T = 30
+    LP_Q2_K = 10, LP_Q3_K = 11, LP_Q4_K = 12, LP_Q5_K = 13, LP_Q6_K = 14, LP_IQ4_NL = 20,
+    LP_IQ4_XS = 23, LP_BF16_T = 30, LP_MXFP4 = 39
 };
 
 static inline float lp_f16_to_f32(uint16_t h) {

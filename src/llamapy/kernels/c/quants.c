@@ -4,13 +4,14 @@
  * integer products.  Portable C; the loops are simple enough for the compiler to vectorize
  * for each ISA level it is built for. */
 #include "quants.h"
+#include "quants_iq.h"
 #include "unpack_x86.h"
 
 int lp_block_elems(int type) {
     switch (type) {
     case LP_F32: case LP_F16: case LP_BF16_T: return 1;
-    case LP_Q4_0: case LP_Q4_1: case LP_Q5_0: case LP_Q5_1: case LP_Q8_0: return 32;
-    case LP_Q2_K: case LP_Q3_K: case LP_Q4_K: case LP_Q5_K: case LP_Q6_K: return 256;
+    case LP_Q4_0: case LP_Q4_1: case LP_Q5_0: case LP_Q5_1: case LP_Q8_0: case LP_IQ4_NL: case LP_MXFP4: return 32;
+    case LP_Q2_K: case LP_Q3_K: case LP_Q4_K: case LP_Q5_K: case LP_Q6_K: case LP_IQ4_XS: return 256;
     default: return 0;
     }
 }
@@ -29,6 +30,9 @@ int lp_block_bytes(int type) {
     case LP_Q4_K: return 144;
     case LP_Q5_K: return 176;
     case LP_Q6_K: return 210;
+    case LP_IQ4_NL: return 18;
+    case LP_IQ4_XS: return 136;
+    case LP_MXFP4: return 17;
     default: return 0;
     }
 }
@@ -211,6 +215,7 @@ void lp_unpack_row(int type, const uint8_t *row, int64_t n_in, lp_wrow w) {
     case LP_Q4_K: ROW(unpack_q4_k, 256, 144)
     case LP_Q5_K: ROW(unpack_q5_k, 256, 176)
     case LP_Q6_K: ROW(unpack_q6_k, 256, 210)
+    default: lp_unpack_row_iq(type, row, n_in, w);
     }
 #undef ROW
 }

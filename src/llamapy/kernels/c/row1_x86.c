@@ -4,7 +4,7 @@
  * stream from memory and every instruction per block counts.  The same integers and scales as dot.c's canonical path (lp.h): per block
  * of 32 the int16 dot of the weights' integers with the activations' int16, times d * s, plus
  * m * sum(x) where the type has a minimum; the fp32 sums are taken in another order.
- * Types without a path here (Q2_K, Q3_K, float types) return 0 and take the canonical path. */
+ * Types without a path here (Q2_K, Q3_K, IQ4_NL, IQ4_XS, MXFP4, float types) return 0 and take the canonical path. */
 #include "blocks_x86.h"
 #include "row1_x86.h"
 

@@ -2,7 +2,7 @@
  * for the products that read whole rows: as float32 (lp_row_to_f32_fast, ggml's dequantization
  * bit for bit: the fp32 tiles' rows, lp_dequant) and as int16 values with d16 and m16 (the
  * canonical form, quants.h, widened: the lanes' weight rows, lanes_x86.c), and at AVX-512 two
- * rows in the twin lanes' pair form.  The types without a path here (Q2_K, Q3_K, float types)
+ * rows in the twin lanes' pair form.  The types without a path here (Q2_K, Q3_K, IQ4_NL, IQ4_XS, MXFP4, float types)
  * return 0 and take the canonical form. */
 #include "blocks_x86.h"
 #include "unpack_x86.h"
