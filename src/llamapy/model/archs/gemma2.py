@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from ...kernels.fused_layers import FusedLayers
 from ..loader import WeightLoader
-from .gemma3 import Gemma3Layer, Gemma3Model
+from .gemma3 import Gemma3Model
 
 
 class Gemma2Model(Gemma3Model):
@@ -28,23 +28,7 @@ class Gemma2Model(Gemma3Model):
     final_softcap_default = 30.0  # llama_hparams::f_final_logit_softcapping
     attn_softcap_default = 50.0  # llama_hparams::f_attn_logit_softcapping (attn_soft_cap = true)
     swa_rope_scaled = True
+    has_qk_norm = False
 
     def _fused(self, w: WeightLoader) -> FusedLayers | None:
         return None  # the C layer does not soft-cap the attention scores
-
-    @staticmethod
-    def _load_layer(w: WeightLoader, il: int) -> Gemma3Layer:
-        p = f"blk.{il}."
-        return Gemma3Layer(
-            attn_norm=w.get(p + "attn_norm.weight"),
-            wqkv=w.matrix(p + "attn_q.weight", p + "attn_k.weight", p + "attn_v.weight"),
-            wo=w.matrix(p + "attn_output.weight"),
-            attn_q_norm=None,
-            attn_k_norm=None,
-            attn_post_norm=w.get(p + "post_attention_norm.weight"),
-            ffn_norm=w.get(p + "ffn_norm.weight"),
-            ffn_gate=w.matrix(p + "ffn_gate.weight"),
-            ffn_up=w.matrix(p + "ffn_up.weight"),
-            ffn_down=w.matrix(p + "ffn_down.weight"),
-            ffn_post_norm=w.get(p + "post_ffw_norm.weight"),
-        )

@@ -63,6 +63,7 @@ class Gemma3Model:
     final_softcap_default = 0.0  # {arch}.final_logit_softcapping when absent (0: none)
     attn_softcap_default = 0.0  # {arch}.attn_logit_softcapping when absent (read where hp.attn_soft_cap)
     swa_rope_scaled = False  # the window layers' RoPE takes rope_freq_scale (rope_freq_scale_train_swa)
+    has_qk_norm = True  # attn_q_norm / attn_k_norm per layer (Gemma 2 has none)
 
     def __init__(self, hp: HParams, w: WeightLoader, stage: StageLayers | None = None) -> None:
         self.hp = hp
@@ -91,15 +92,14 @@ class Gemma3Model:
                  for il, L in zip(self.layer_ids, self.layers)]
         return FusedLayers.build(hp, specs, w.kernels, self.f_attention_scale, 1.0, True, True, self.layer_ids)
 
-    @staticmethod
-    def _load_layer(w: WeightLoader, il: int) -> Gemma3Layer:
+    def _load_layer(self, w: WeightLoader, il: int) -> Gemma3Layer:
         p = f"blk.{il}."
         return Gemma3Layer(
             attn_norm=w.get(p + "attn_norm.weight"),
             wqkv=w.matrix(p + "attn_q.weight", p + "attn_k.weight", p + "attn_v.weight"),
             wo=w.matrix(p + "attn_output.weight"),
-            attn_q_norm=w.get(p + "attn_q_norm.weight"),
-            attn_k_norm=w.get(p + "attn_k_norm.weight"),
+            attn_q_norm=w.get(p + "attn_q_norm.weight") if self.has_qk_norm else None,
+            attn_k_norm=w.get(p + "attn_k_norm.weight") if self.has_qk_norm else None,
             attn_post_norm=w.get(p + "post_attention_norm.weight"),
             ffn_norm=w.get(p + "ffn_norm.weight"),
             # gate and up apart: stacked, Gemma 3's [2 n_ff, n_embd] passes DEQUANT_CHUNK and a
