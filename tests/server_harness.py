@@ -2,6 +2,7 @@
 (httpx ASGI transport) or by a real uvicorn on 127.0.0.1 and a free port, in a thread."""
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import sys
 import threading
@@ -40,6 +41,16 @@ def serving_state(model, n_ctx: int = 2048, np_: int = 4, n_batch: int = 256, un
         yield state
     finally:
         sched.stop(join=True, timeout=30)
+
+
+def asgi_call(state: ServerState, method: str, path: str, **kw) -> httpx.Response:
+    """One request to the server's app in this process (httpx's ASGI transport, no socket)."""
+
+    async def go() -> httpx.Response:
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=create_app(state)), base_url="http://test") as c:
+            return await c.request(method, path, **kw)
+
+    return asyncio.run(go())
 
 
 @contextlib.contextmanager

@@ -4,16 +4,14 @@
 flag llamapy cannot honour refused naming it."""
 from __future__ import annotations
 
-import asyncio
 import signal
 
 import httpx
 import pytest
-from server_harness import serving_state
+from server_harness import serving_state, asgi_call as _call
 
 from llamapy.cli import build_parser
 from llamapy.cli.serve import serve_settings
-from llamapy.server.http import create_app
 from llamapy.server.request_defaults import RequestDefaults
 from llamapy.server.schemas import ChatCompletionRequest, CompletionRequest, NativeCompletionRequest
 
@@ -61,14 +59,6 @@ def test_apply_only_fills_what_the_request_did_not_send():
     assert d.apply(NativeCompletionRequest(prompt="x")).n_predict == 5
     assert d.apply(NativeCompletionRequest(prompt="x", seed=-1)).seed == -1  # sent: random, as asked
     assert CompletionRequest(prompt="x").max_tokens == 16 and RequestDefaults().apply(CompletionRequest(prompt="x")).max_tokens == 16
-
-
-def _call(state, method: str, path: str, **kw) -> httpx.Response:
-    async def go() -> httpx.Response:
-        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=create_app(state)), base_url="http://test") as c:
-            return await c.request(method, path, **kw)
-
-    return asyncio.run(go())
 
 
 @pytest.fixture(scope="module")

@@ -7,18 +7,10 @@ import json
 
 import httpx
 import pytest
-from server_harness import serving_state
+from server_harness import serving_state, asgi_call as _call
 
 from llamapy.server.bridge import ServerState
 from llamapy.server.http import create_app
-
-
-def _call(state: ServerState, method: str, path: str, **kw) -> httpx.Response:
-    async def go() -> httpx.Response:
-        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=create_app(state)), base_url="http://test") as c:
-            return await c.request(method, path, **kw)
-
-    return asyncio.run(go())
 
 
 @pytest.fixture(scope="module")

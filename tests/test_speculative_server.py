@@ -3,16 +3,12 @@ step's one batch beside other slots' tokens and prompt chunks, and greedy output
 server gives without speculation; per-request speculative.* fields, timings and /metrics."""
 from __future__ import annotations
 
-import asyncio
 import re
 
-import httpx
-import pytest
-from server_harness import serving_state, step_all
+from server_harness import serving_state, step_all, asgi_call as _call
 
 from llamapy import Context, ContextParams
 from llamapy.sampling import SamplingParams
-from llamapy.server.http import create_app
 from llamapy.server.request import Event, Request
 from llamapy.server.scheduler import Scheduler
 from llamapy.speculative import SpecParams
@@ -96,14 +92,6 @@ def test_server_draft_reads_the_prompt_with_it(smollm2_path, smollm2):
         else:
             assert p.cached == ids  # read with the prompt, before any draft
             assert p.ctx.memory.seq_pos_max(p.seq_id) == len(ids) - 1
-
-
-def _call(state, method: str, path: str, **kw) -> httpx.Response:
-    async def go() -> httpx.Response:
-        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=create_app(state)), base_url="http://test") as c:
-            return await c.request(method, path, **kw)
-
-    return asyncio.run(go())
 
 
 def test_http_speculative_fields(tiny):
