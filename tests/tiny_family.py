@@ -26,7 +26,7 @@ from pathlib import Path
 
 import gguf
 import numpy as np
-from tiny_model import tiny_vocab
+from tiny_model import add_tiny_vocab, tiny_vocab
 
 F32 = gguf.GGMLQuantizationType.F32
 F16 = gguf.GGMLQuantizationType.F16
@@ -107,14 +107,7 @@ def write_tiny_family(
         if v is None:  # a key the architecture's defaults (GEMMA2_KEYS) would write, left out
             continue
         w.add_key_value(f"{arch}.{k}", v, _vt(v))
-    w.add_tokenizer_model("gpt2")
-    w.add_tokenizer_pre("default")
-    w.add_token_list(tokens)
-    w.add_token_types(types)
-    w.add_token_merges(merges)
-    w.add_bos_token_id(n_vocab - 3)
-    w.add_eos_token_id(n_vocab - 1)
-    w.add_add_bos_token(False)
+    add_tiny_vocab(w, tokens, types, merges)
 
     fused: dict[str, list[np.ndarray]] = {}  # phi3: the parts of a fused tensor drawn so far
 

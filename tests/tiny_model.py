@@ -38,6 +38,20 @@ def tiny_vocab() -> tuple[list[str], list[gguf.TokenType], list[str]]:
     return tokens, types, merges
 
 
+def add_tiny_vocab(w: gguf.GGUFWriter, tokens: list[str], types: list[gguf.TokenType], merges: list[str]) -> None:
+    """tiny_vocab()'s keys as a GGUF writes them: a GPT-2 BPE, <|endoftext|> BOS, <|im_end|> EOS,
+    no BOS added."""
+    n_vocab = len(tokens)
+    w.add_tokenizer_model("gpt2")
+    w.add_tokenizer_pre("default")
+    w.add_token_list(tokens)
+    w.add_token_types(types)
+    w.add_token_merges(merges)
+    w.add_bos_token_id(n_vocab - 3)
+    w.add_eos_token_id(n_vocab - 1)
+    w.add_add_bos_token(False)
+
+
 def quantize_or_pack(a: np.ndarray, qtype: gguf.GGMLQuantizationType, rng: np.random.Generator) -> np.ndarray:
     """a [n_out, n_in] float32 in GGUF's blocks of qtype: gguf's quantizer where it has one,
     else (the K-quants, IQ4_NL, IQ4_XS) random hand-packed blocks of about a's magnitude, uint8 [n_out, row bytes]."""
@@ -79,14 +93,7 @@ def write_tiny_llama(
     w.add_layer_norm_rms_eps(1e-5)
     w.add_rope_dimension_count(n_embd // n_head)
     w.add_vocab_size(n_vocab)
-    w.add_tokenizer_model("gpt2")
-    w.add_tokenizer_pre("default")
-    w.add_token_list(tokens)
-    w.add_token_types(types)
-    w.add_token_merges(merges)
-    w.add_bos_token_id(n_vocab - 3)
-    w.add_eos_token_id(n_vocab - 1)
-    w.add_add_bos_token(False)
+    add_tiny_vocab(w, tokens, types, merges)
 
     def add(name: str, shape: tuple[int, ...], scale: float = 0.2, qtype=weight_type) -> None:
         a = (rng.standard_normal(shape) * scale).astype(np.float32)
