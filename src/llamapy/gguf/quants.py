@@ -24,7 +24,7 @@ import torch
 from gguf.constants import GGMLQuantizationType as T
 
 from . import quants_iq, quants_k, quants_pack
-from .quants_bits import as_blocks, bits, f16, nibbles, qtype_of, row_size, type_size
+from .quants_bits import as_blocks, bits, f16, nibbles, qtype_of, row_size, table_lookup, type_size
 
 __all__ = [
     "DEQUANTIZE_TYPES", "QUANTIZE_TYPES", "Q4_AFFINE_TYPES",
@@ -60,9 +60,7 @@ def _dq_q8_0(b: torch.Tensor) -> torch.Tensor:  # d f16 | qs[32] int8
 
 
 def _dq_iq4_nl(b: torch.Tensor) -> torch.Tensor:  # d f16 | qs[16] indices into kvalues
-    values = torch.tensor(quants_pack.KVALUES_IQ4NL, dtype=torch.float32, device=b.device)
-    idx = nibbles(b[:, 2:], 16)  # [n, 32]
-    return f16(b[:, 0:2]) * values.index_select(0, idx.reshape(-1).int()).reshape(idx.shape)
+    return f16(b[:, 0:2]) * table_lookup(quants_pack.KVALUES_IQ4NL, nibbles(b[:, 2:], 16))  # [n, 32]
 
 
 _DEQUANT_BLOCKS: Mapping[T, Callable[[torch.Tensor], torch.Tensor]] = MappingProxyType({

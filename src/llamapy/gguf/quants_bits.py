@@ -114,3 +114,9 @@ def pack_bits(b: torch.Tensor) -> torch.Tensor:
     n = b.shape[0]
     shifts = torch.arange(8, dtype=torch.uint8, device=b.device)
     return (b.reshape(n, -1, 8) << shifts).sum(dim=-1, dtype=torch.uint8)
+
+
+def table_lookup(table: tuple[int, ...], idx: torch.Tensor) -> torch.Tensor:
+    """float32 values of a non-linear 4-bit table (IQ4_NL's, MXFP4's) at the indices `idx`, same shape."""
+    values = torch.tensor(table, dtype=torch.float32, device=idx.device)
+    return values.index_select(0, idx.reshape(-1).int()).reshape(idx.shape)

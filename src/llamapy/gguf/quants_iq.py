@@ -15,16 +15,11 @@ from __future__ import annotations
 
 import torch
 
-from .quants_bits import f16, f16_bytes, nibbles, pack_nibbles
+from .quants_bits import f16, f16_bytes, nibbles, pack_nibbles, table_lookup
 from .quants_pack import KVALUES_IQ4NL, _absmax_signed, _inv, iq4_nl_index_table, iq4_nl_scale, lookup_iq4nl
 
 KVALUES_MXFP4 = (0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12)  # ggml-common.h kvalues_mxfp4
 E8M0_BIAS = 127
-
-
-def _lookup(table: tuple[int, ...], idx: torch.Tensor) -> torch.Tensor:
-    values = torch.tensor(table, dtype=torch.float32, device=idx.device)
-    return values.index_select(0, idx.reshape(-1).int()).reshape(idx.shape)
 
 
 def dequantize_iq4_xs(b: torch.Tensor) -> torch.Tensor:
@@ -40,7 +35,7 @@ def dequantize_iq4_xs(b: torch.Tensor) -> torch.Tensor:
     ls = (lo | (hi << 4)) - 32
     dl = (d * ls.float()).reshape(n, 8, 1)
     q = nibbles(b[:, 8:], 16).reshape(n, 8, 32)
-    return (dl * _lookup(KVALUES_IQ4NL, q)).reshape(n, 256)
+    return (dl * table_lookup(KVALUES_IQ4NL, q)).reshape(n, 256)
 
 
 def e8m0_to_fp32_half(e: torch.Tensor) -> torch.Tensor:
@@ -52,7 +47,7 @@ def e8m0_to_fp32_half(e: torch.Tensor) -> torch.Tensor:
 
 def dequantize_mxfp4(b: torch.Tensor) -> torch.Tensor:
     """[n, 17] -> [n, 32] (gguf.quants.MXFP4.dequantize_blocks, dequantize_row_mxfp4)."""
-    return e8m0_to_fp32_half(b[:, 0:1]) * _lookup(KVALUES_MXFP4, nibbles(b[:, 1:], 16))
+    return e8m0_to_fp32_half(b[:, 0:1]) * table_lookup(KVALUES_MXFP4, nibbles(b[:, 1:], 16))
 
 
 def quantize_mxfp4(x: torch.Tensor) -> torch.Tensor:
