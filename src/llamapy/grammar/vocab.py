@@ -25,7 +25,7 @@ def token_pieces(tok: "Tokenizer") -> tuple[list[bytes], list[int]]:
     bytes are the detokenizer's."""
     v = tok.vocab
     texts, attrs = list(v.tokens), v.attrs.tolist()
-    spm = v.model in ("llama", "gemma4", "bert")  # pieces with ▁ for a space
+    spm = v.space_marked  # pieces with ▁ for a space
     table = {ord(ch): b for ch, b in tok._byte_dec.items()}  # byte-level char -> its byte (latin-1 code point)
     normal, control, user = int(TokenAttr.NORMAL), int(TokenAttr.CONTROL), int(TokenAttr.USER_DEFINED)
     pieces: list[bytes] = []

@@ -180,7 +180,7 @@ class Tokenizer:
         if attr & TokenAttr.USER_DEFINED:
             return text.encode("utf-8")
         if attr & TokenAttr.NORMAL:
-            if v.model in ("llama", "gemma4", "bert"):
+            if v.space_marked:
                 return text.replace(SPACE, " ").encode("utf-8")
             return self._decode_byte_level(text)
         if attr & TokenAttr.BYTE:

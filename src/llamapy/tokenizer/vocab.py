@@ -184,6 +184,10 @@ class Vocab:
     special_texts: dict[int, str] = field(default_factory=dict)  # the special_cache tokens' texts
 
     @property
+    def space_marked(self) -> bool:
+        """Its NORMAL pieces write a space as ▁ (SPM, Gemma 4, WordPiece), not byte-level BPE's Ġ."""
+        return self.model in ("llama", "gemma4", "bert")
+    @property
     def n_vocab(self) -> int:
         return len(self.tokens)
 
