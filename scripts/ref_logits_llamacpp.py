@@ -1,4 +1,5 @@
-"""Reference logits from llama.cpp itself for the llama-family architectures (qwen3moe and llama with experts too), gemma2 and phi3, for
+"""Reference logits from llama.cpp itself for the llama-family architectures (qwen3moe and llama with experts too), gemma2, phi3
+and gpt-oss, for
 tests/test_families.py.
 
 For each case writes the tiny GGUF with tests/tiny_family.py (fixed seed: the test writes the
@@ -50,6 +51,12 @@ CASES: dict[str, dict] = {
     "llama-iq4_nl": {"arch": "llama", "weight_type": "IQ4_NL"},
     "llama-mxfp4": {"arch": "llama", "weight_type": "MXFP4"},
     "llama-iq4_xs": {"arch": "llama", "weight_type": "IQ4_XS", "n_embd": 256, "n_ff": 512},  # rows of 256
+    # tests/tiny_gptoss.py: sinks, YaRN, a 16-cell window on layer 0, 4 experts top-2; MXFP4: the experts.
+    # Seed 2: seeds 0 and 1 have a router near-tie (the 2nd and 3rd experts' logits 0.004 apart) that
+    # ggml's f16 rounding of the activations flips (their F32 files agree to a KLD of 2e-6)
+    "gpt-oss-f32": {"arch": "gpt-oss", "weight_type": "F32", "seed": 2},
+    "gpt-oss-f16": {"arch": "gpt-oss", "weight_type": "F16", "seed": 2},
+    "gpt-oss-mxfp4": {"arch": "gpt-oss", "weight_type": "MXFP4", "seed": 2},
 }
 
 

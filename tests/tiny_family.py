@@ -74,7 +74,13 @@ def write_tiny_family(
     """tied None: the family's usual (qwen2 untied, the others tied).  head_dim None: qwen3's
     and gemma2's 32, else n_embd / n_head.  extra_tensors: 1-D F32 tensors [n_embd] added as they are
     (a file the architecture does not read); extra_keys: "{arch}.<key>" -> value (None: not
-    written)."""
+    written).  arch "gpt-oss": tests/tiny_gptoss.py's writer."""
+    if arch == "gpt-oss":
+        from tiny_gptoss import write_tiny_gptoss
+
+        return write_tiny_gptoss(path, weight_type, n_embd=n_embd, n_layer=n_layer, n_head=n_head, n_head_kv=n_head_kv,
+                                 seed=seed, extra_keys=extra_keys, extra_tensors=extra_tensors,
+                                 **({"n_expert": n_expert} if n_expert else {}))
     rng = np.random.default_rng(seed)
     tied = arch != "qwen2" if tied is None else tied
     d = head_dim or (32 if arch in ("qwen3", "qwen3moe", "gemma2") else n_embd // n_head)

@@ -38,12 +38,13 @@ def tiny_vocab() -> tuple[list[str], list[gguf.TokenType], list[str]]:
     return tokens, types, merges
 
 
-def add_tiny_vocab(w: gguf.GGUFWriter, tokens: list[str], types: list[gguf.TokenType], merges: list[str]) -> None:
-    """tiny_vocab()'s keys as a GGUF writes them: a GPT-2 BPE, <|endoftext|> BOS, <|im_end|> EOS,
-    no BOS added."""
+def add_tiny_vocab(w: gguf.GGUFWriter, tokens: list[str], types: list[gguf.TokenType], merges: list[str],
+                   pre: str = "default") -> None:
+    """tiny_vocab()'s keys as a GGUF writes them: a GPT-2 BPE (pre-tokenizer `pre`), <|endoftext|>
+    BOS, <|im_end|> EOS, no BOS added."""
     n_vocab = len(tokens)
     w.add_tokenizer_model("gpt2")
-    w.add_tokenizer_pre("default")
+    w.add_tokenizer_pre(pre)
     w.add_token_list(tokens)
     w.add_token_types(types)
     w.add_token_merges(merges)

@@ -259,7 +259,7 @@ def compute_terms(hp: HParams, c: CParams, caches: tuple[CacheEstimate, ...], n_
     dk, dv = hp.n_embd_head_k, hp.n_embd_head_v
     wk, wv = hp.n_embd_k_gqa(), hp.n_embd_v_gqa()
     n_qkv = hp.n_head * dk + wk + wv
-    n_out, flash = min(n_t, n_outputs), flash_attn_enabled(c) and not hp.attn_soft_cap  # Gemma 2: KQ materialized
+    n_out, flash = min(n_t, n_outputs), flash_attn_enabled(c) and not hp.kq_materialized  # soft-cap, sinks
     terms = [ComputeTerm("inp_embd (residual x)", (n_t, hp.n_embd), "persistent")]
     for ch in caches:  # one mask per cache, built once per ubatch (kept for every layer)
         terms.append(ComputeTerm(f"kq_mask{' (' + ch.name + ')' if ch.name else ''}", (n_t, ch.cells), "persistent"))

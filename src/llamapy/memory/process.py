@@ -53,7 +53,7 @@ def resident_weight_bytes(tensors: dict[str, TensorInfo], blocks: bool) -> int:
     dequantized to float32 (what WeightLoader.get keeps)."""
     total = 0
     for t in tensors.values():
-        if len(t.ne) == 2:
+        if len(t.ne) == 2 and not t.name.endswith(".bias"):  # gpt-oss's expert biases [n_expert, n]: float32 (get)
             total += matrix_nbytes(t.qtype, t.shape, blocks)
             continue
         if len(t.ne) == 3:  # experts (ffn_*_exps, ne [n_in, n_out, n_expert]): one matrix each (WeightLoader.experts)

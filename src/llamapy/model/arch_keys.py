@@ -24,19 +24,25 @@ class KeyRule:
     neutral: Callable[[Any], bool]  # values that leave the computation as llamapy does it
     what: str  # what the key asks for, for the message
     archs: tuple[str, ...] = ()  # architectures that implement it (any value is theirs to read)
+    only: tuple[str, ...] = ()  # non-empty: the rule is for these architectures alone
 
 
-MOE_ARCHS = ("llama", "qwen3moe")  # model/moe.py: softmax gating, top-k renormalised, no shared experts
+MOE_ARCHS = ("llama", "qwen3moe", "gpt-oss")  # model/moe.py (no shared experts)
 
 KEY_RULES: tuple[KeyRule, ...] = (
-    KeyRule("rope.scaling.type", _is("none", "linear"), "a RoPE scaling other than none and linear"),
-    KeyRule("rope.scaling.attn_factor", _is(1.0), "a RoPE attention factor (llama.cpp scales cos and sin by it)"),
+    # gpt-oss: YaRN (model/rope.py) with any attention factor
+    KeyRule("rope.scaling.type", _is("none", "linear"), "a RoPE scaling other than none and linear", ("gpt-oss",)),
+    KeyRule("rope.scaling.type", _is("none", "linear", "yarn"), "a RoPE scaling other than none, linear and yarn",
+            only=("gpt-oss",)),
+    KeyRule("rope.scaling.attn_factor", _is(1.0), "a RoPE attention factor (llama.cpp scales cos and sin by it)",
+            ("gpt-oss",)),
     KeyRule("rope.dimension_sections", lambda v: False, "multi-section RoPE (M-RoPE)"),
     KeyRule("attn_logit_softcapping", _is(0.0), "attention logit soft-capping", ("gemma2",)),
     KeyRule("final_logit_softcapping", _is(0.0), "final logit soft-capping", ("gemma2", "gemma3")),
     # phi3: read and not applied, as llama.cpp (hparams.py)
-    KeyRule("attention.sliding_window", _is(0), "sliding-window attention", ("gemma2", "gemma3", "phi3")),
-    KeyRule("attention.sliding_window_pattern", lambda v: False, "a sliding-window layer pattern", ("gemma2", "gemma3")),
+    KeyRule("attention.sliding_window", _is(0), "sliding-window attention", ("gemma2", "gemma3", "phi3", "gpt-oss")),
+    KeyRule("attention.sliding_window_pattern", lambda v: False, "a sliding-window layer pattern",
+            ("gemma2", "gemma3", "gpt-oss")),
     KeyRule("attention.scale", _is(0.0), "an attention scale other than 1/sqrt(head size)"),
     KeyRule("attention.causal", lambda v: v is True, "non-causal attention"),
     KeyRule("expert_count", _is(0), "mixture-of-experts layers", MOE_ARCHS),
@@ -53,7 +59,7 @@ def check_keys(f: GGUFHeader, arch: str) -> None:
     architecture that does not implement it."""
     for rule in KEY_RULES:
         fld = f.fields.get(f"{arch}.{rule.key}")
-        if fld is None or arch in rule.archs or rule.neutral(fld.value):
+        if fld is None or arch in rule.archs or (rule.only and arch not in rule.only) or rule.neutral(fld.value):
             continue
         raise GGUFError(f"{f.path.name}: metadata '{fld.name}' (key at byte {fld.offset}) = {short_repr(fld.value)} "
                         f"asks for {rule.what}, which llamapy does not implement for '{arch}' (refused rather than "

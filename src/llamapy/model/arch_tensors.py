@@ -30,6 +30,13 @@ _MOE_FFN = {"ffn_norm.weight": ("n_embd",), "ffn_gate_inp.weight": ("n_embd", "n
             "ffn_up_exps.weight": ("n_embd", "n_ff_exp", "n_expert"),
             "ffn_down_exps.weight": ("n_ff_exp", "n_embd", "n_expert")}
 _LLAMA_ATTN = {k: v for k, v in _LLAMA_LAYER.items() if not k.startswith("ffn_")}
+# llama_model_openai_moe::load_arch_tensors: the attention's output bias and sinks, the MoE FFN
+# after post_attention_norm with biases on the router and every expert; Q/K/V biases optional
+_GPT_OSS_LAYER = {**_LLAMA_ATTN, "post_attention_norm.weight": ("n_embd",), "attn_output.bias": ("n_embd",),
+                  "attn_sinks.weight": ("n_head",),
+                  **{k: v for k, v in _MOE_FFN.items() if k != "ffn_norm.weight"},
+                  "ffn_gate_inp.bias": ("n_expert",), "ffn_gate_exps.bias": ("n_ff_exp", "n_expert"),
+                  "ffn_up_exps.bias": ("n_ff_exp", "n_expert"), "ffn_down_exps.bias": ("n_embd", "n_expert")}
 _GLOBAL = {"token_embd.weight": ("n_embd", "n_vocab"), "output_norm.weight": ("n_embd",)}
 _OUTPUT = {"output.weight": ("n_embd", "n_vocab")}  # absent: the output is tied to token_embd
 
@@ -42,6 +49,7 @@ class ArchTensors:
     layer: dict[str, tuple[str, ...]]
     layer_optional: dict[str, tuple[str, ...]] = field(default_factory=dict)
     optional: dict[str, tuple[str, ...]] = field(default_factory=lambda: dict(_OUTPUT))
+    required: dict[str, tuple[str, ...]] = field(default_factory=lambda: dict(_GLOBAL))  # the global ones
 
 
 ARCH_TENSORS: dict[str, ArchTensors] = {
@@ -59,6 +67,8 @@ ARCH_TENSORS: dict[str, ArchTensors] = {
     "phi3": ArchTensors({"attn_norm.weight": ("n_embd",), "attn_qkv.weight": ("n_embd", "n_qkv"),
                          "attn_output.weight": ("n_head*v", "n_embd"), "ffn_norm.weight": ("n_embd",),
                          "ffn_up.weight": ("n_embd", "2*n_ff"), "ffn_down.weight": ("n_ff", "n_embd")}),
+    # llama_model_openai_moe: output.weight required (never tied)
+    "gpt-oss": ArchTensors(_GPT_OSS_LAYER, _QKV_BIAS, optional={}, required={**_GLOBAL, **_OUTPUT}),
 }
 
 
@@ -72,14 +82,14 @@ def _dims(hp) -> dict[str, int]:
     return {"n_embd": hp.n_embd, "n_vocab": hp.n_vocab, "n_ff": hp.n_ff, "n_embd_head_k": hp.n_embd_head_k,
             "n_head*k": hp.n_head * hp.n_embd_head_k, "n_head*v": hp.n_head * hp.n_embd_head_v,
             "n_head_kv*k": hp.n_head_kv * hp.n_embd_head_k, "n_head_kv*v": hp.n_head_kv * hp.n_embd_head_v,
-            "n_rot/2": hp.n_rot // 2, "2*n_ff": 2 * hp.n_ff, "n_expert": hp.n_expert, "n_ff_exp": hp.n_ff_exp,
+            "n_rot/2": hp.n_rot // 2, "2*n_ff": 2 * hp.n_ff, "n_expert": hp.n_expert, "n_head": hp.n_head, "n_ff_exp": hp.n_ff_exp,
             "n_qkv": (hp.n_head + hp.n_head_kv) * hp.n_embd_head_k + hp.n_head_kv * hp.n_embd_head_v}
 
 
 def _tables(hp, optional: bool) -> dict[str, tuple[str, ...]]:
     """Tensor name -> dimension names: the required tensors, or (optional) the optional ones."""
     a = MOE_ARCH_TENSORS[hp.arch] if hp.n_expert and hp.arch in MOE_ARCH_TENSORS else ARCH_TENSORS[hp.arch]
-    glob, layer = (a.optional, a.layer_optional) if optional else (_GLOBAL, a.layer)
+    glob, layer = (a.optional, a.layer_optional) if optional else (a.required, a.layer)
     out = dict(glob)
     for il in range(hp.n_layer):
         out.update({f"blk.{il}.{t}": ds for t, ds in layer.items()})

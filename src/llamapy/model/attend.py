@@ -20,20 +20,22 @@ from .layers import attention, attention_gathered
 
 
 def attend(inp: UBatchInputs, cache: KVCache, il: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-           scale: float, swa: bool = False, softcap: float = 0.0) -> torch.Tensor:
+           scale: float, swa: bool = False, softcap: float = 0.0, sinks: torch.Tensor | None = None) -> torch.Tensor:
     """q: [n_tokens, n_head, d_k], k: [n_tokens, n_head_kv, d_k], v: [n_tokens, n_head_kv * d_v]
     -> [n_tokens, n_head * d_v].  swa selects the sliding-window mask.  softcap > 0 (Gemma 2):
-    KQ soft-capped before the mask, which only the materialized KQ does (no C kernel, no SDPA)."""
+    KQ soft-capped before the mask, which only the materialized KQ does (no C kernel, no SDPA);
+    sinks [n_head] (gpt-oss) likewise: one more logit per head in the softmax."""
     if q.device != cache.device:  # -nkvo: attention where the cache is
         return attend(inp, cache, il, q.to(cache.device), k.to(cache.device), v.to(cache.device), scale, swa,
-                      softcap).to(q.device)
+                      softcap, None if sinks is None else sinks.to(cache.device)).to(q.device)
     hp = cache.hp
     n_tokens, n_head, d_k = q.shape
     d_v = hp.n_embd_head_v
     cache.store(il, inp.store_plan(cache), k.reshape(n_tokens, -1), v)
-    c_types = c_kv_types(cache.type_k.name, cache.type_v.name, d_k, d_v) if inp.flash_attn and not softcap else None
+    plain = not softcap and sinks is None  # what the C kernels and SDPA compute
+    c_types = c_kv_types(cache.type_k.name, cache.type_v.name, d_k, d_v) if inp.flash_attn and plain else None
     lib = fast_lib(q) if c_types is not None else None
-    tiles = (row_lib(q) if lib is None and not softcap and tile_attention(
+    tiles = (row_lib(q) if lib is None and plain and tile_attention(
         n_tokens, inp.flash_attn, cache.type_k.name, cache.type_v.name, d_k, d_v, n_head, hp.n_head_kv) else None)
     groups = inp.groups(cache, swa, gather=lib is None and tiles is None, cells=lib is not None)
     out = None
@@ -49,12 +51,12 @@ def attend(inp: UBatchInputs, cache: KVCache, il: int, q: torch.Tensor, k: torch
         elif g.mask is None:
             kc, vc = cache.gather(il, g.stream, g.cells)  # [S * c_max, n_embd_{k,v}_gqa]
             o = attention_gathered(q.index_select(0, g.q_index), kc, vc, g.bias, g.take, hp.n_head_kv, scale, inp.flash_attn,
-                                   softcap)
+                                   softcap, sinks)
         else:
             kc, vc = cache.view(il, g.stream, g.n_kv)  # [n_kv, n_embd_k_gqa], [n_kv, n_embd_v_gqa]
             qr = q if len(groups) == 1 else q.index_select(0, g.rows)
             o = attention(qr, kc.view(g.n_kv, hp.n_head_kv, d_k), vc.view(g.n_kv, hp.n_head_kv, d_v), g.mask, scale,
-                          inp.flash_attn, softcap)
+                          inp.flash_attn, softcap, sinks)
         if len(groups) == 1:
             return o
         if out is None:

@@ -47,6 +47,18 @@ class HParams:
     n_expert: int = 0  # {arch}.expert_count: MoE FFN layers where > 0 (model/moe.py; llama, qwen3moe)
     n_expert_used: int = 0  # {arch}.expert_used_count: the top-k of the router
     n_ff_exp: int = 0  # one expert's FFN width (qwen3moe: expert_feed_forward_length; llama: n_ff)
+    attn_sinks: bool = False  # gpt-oss: a learned logit per head in each softmax (blk.N.attn_sinks), so KQ materialized
+    # llama_cparams' YaRN values (llama_context's constructor from the rope scaling keys; model/rope.py)
+    yarn_ext_factor: float = 0.0  # 1 for rope.scaling.type yarn, else 0
+    yarn_attn_factor: float = 1.0
+    yarn_beta_fast: float = 32.0
+    yarn_beta_slow: float = 1.0
+    n_ctx_orig_yarn: int = 0  # rope.scaling.original_context_length, else n_ctx_train
+
+    @property
+    def kq_materialized(self) -> bool:
+        """Does attention materialize KQ even with flash attention on (soft-capping, sinks)?"""
+        return self.attn_soft_cap or self.attn_sinks
 
     # llama_hparams::n_embd_k_gqa(il): width of one token's K in one layer
     def n_embd_k_gqa(self, il: int = 0) -> int:
@@ -84,7 +96,7 @@ def _swa_layers(f: GGUFHeader, arch: str, n_layer: int, period: int) -> tuple[bo
 
 
 # the sliding-window architectures' set_swa_pattern period: every period-th layer dense
-_SWA_PERIOD = {"gemma2": 2, "gemma3": 6}
+_SWA_PERIOD = {"gemma2": 2, "gemma3": 6, "gpt-oss": 2}
 _K = gguf.Keys.Tokenizer
 _SPECIAL_ID_KEYS = (_K.BOS_ID, _K.EOS_ID, _K.EOT_ID, _K.EOM_ID, _K.UNK_ID, _K.SEP_ID, _K.PAD_ID, _K.MASK_ID,
                     _K.FIM_PRE_ID, _K.FIM_SUF_ID, _K.FIM_MID_ID, _K.FIM_PAD_ID, _K.FIM_REP_ID, _K.FIM_SEP_ID,
@@ -147,10 +159,11 @@ def hparams_from_gguf(f: GGUFHeader) -> HParams:
     scale = key("rope.scaling.factor", None, kind=float, lo=0)
     if scale is None:
         scale = key("rope.scale_linear", None, kind=float, lo=0)
-    if f.get(f"{arch}.rope.scaling.type") == "none":
+    scaling_type = f.get(f"{arch}.rope.scaling.type")
+    if scaling_type == "none":
         scale = None
     # llama_model_gemma2::load_arch_hparams: a window of 4096 unless the file says otherwise
-    n_swa = key("attention.sliding_window", 4096 if arch == "gemma2" else 0, lo=0)
+    n_swa = key("attention.sliding_window", 4096 if arch == "gemma2" else 0, required=arch == "gpt-oss", lo=0)
     swa_layers: tuple[bool, ...] = ()
     freq_base_swa = freq_base
     if arch in _SWA_PERIOD and n_swa > 0:
@@ -177,7 +190,7 @@ def hparams_from_gguf(f: GGUFHeader) -> HParams:
         n_ctx_train=key("context_length", required=True, lo=1),
         n_embd=n_embd,
         n_layer=n_layer,
-        n_ff=key("feed_forward_length", required=known, lo=1 if known else 0) or 0,
+        n_ff=key("feed_forward_length", required=known and arch != "gpt-oss", lo=1 if known else 0) or 0,
         n_head=n_head,
         n_head_kv=n_head_kv,
         n_embd_head_k=head_k,
@@ -194,12 +207,29 @@ def hparams_from_gguf(f: GGUFHeader) -> HParams:
         n_expert=n_expert,
         n_expert_used=n_expert_used,
         n_ff_exp=n_ff_exp,
+        attn_sinks=arch == "gpt-oss",
+        **_yarn(f, arch, key, scaling_type, scale),
     )
     if known:
         check_keys(f, arch)
         check_tensors(f, hp)
         _check_vocab_keys(f)
     return hp
+
+
+def _yarn(f: GGUFHeader, arch: str, key, scaling_type, scale) -> dict:
+    """llama_context's YaRN values: ext_factor 1 for rope.scaling.type yarn, attn_factor
+    get_mscale(factor) / (1 + 0.1 ln factor) (1 for factor > 1) times rope.scaling.attn_factor,
+    beta_fast 32, beta_slow 1, n_ctx_orig rope.scaling.original_context_length or the trained
+    context (arch_keys refuses yarn and attn_factor where not implemented)."""
+    attn = float(key("rope.scaling.attn_factor", 1.0, kind=float))
+    n_orig = key("rope.scaling.original_context_length", 0, lo=0) or key("context_length", 0)
+    if scaling_type != "yarn":
+        return {"yarn_attn_factor": attn, "n_ctx_orig_yarn": n_orig}
+    factor = float(scale) if scale else 1.0
+    mscale = 1.0 if factor <= 1.0 else 0.1 * math.log(factor) + 1.0
+    return {"yarn_ext_factor": 1.0, "yarn_attn_factor": mscale / (1.0 + 0.1 * math.log(factor)) * attn,
+            "n_ctx_orig_yarn": n_orig}
 
 
 def _experts(f: GGUFHeader, arch: str, key, desc) -> tuple[int, int, int]:
@@ -209,7 +239,8 @@ def _experts(f: GGUFHeader, arch: str, key, desc) -> tuple[int, int, int]:
     for the others (check_keys refuses their expert keys)."""
     if arch not in MOE_ARCHS:
         return 0, 0, 0
-    n_expert = key("expert_count", 0, required=arch == "qwen3moe", lo=1 if arch == "qwen3moe" else 0)
+    moe_only = arch in ("qwen3moe", "gpt-oss")  # experts in every layer
+    n_expert = key("expert_count", 0, required=moe_only, lo=1 if moe_only else 0)
     if not n_expert:
         return 0, 0, 0
     n_used = key("expert_used_count", 0, lo=0)
@@ -219,6 +250,8 @@ def _experts(f: GGUFHeader, arch: str, key, desc) -> tuple[int, int, int]:
     n_ff = key("feed_forward_length", 0, lo=0)
     if arch == "llama":
         return n_expert, n_used, n_ff
+    if arch == "gpt-oss":  # llama_model_openai_moe::load_arch_hparams: a required key
+        return n_expert, n_used, key("expert_feed_forward_length", required=True, lo=1)
     return n_expert, n_used, key("expert_feed_forward_length", 0, lo=0) or n_ff // n_used
 
 

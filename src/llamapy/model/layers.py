@@ -36,8 +36,20 @@ def softcap_(kq: torch.Tensor, softcap: float) -> torch.Tensor:
     return kq.div_(softcap).tanh_().mul_(softcap)
 
 
+def softmax_sinks(kq: torch.Tensor, sinks: torch.Tensor | None, head_dim: int) -> torch.Tensor:
+    """Softmax over the last dim of kq, with each head's sink logit sinks[h] (gpt-oss's
+    attn_sinks, not scaled) in the normalisation as one more column whose value is dropped
+    (ggml_soft_max_add_sinks).  head_dim: kq's dimension indexing the heads."""
+    if sinks is None:
+        return kq.softmax(-1)
+    shape = [1] * kq.dim()
+    shape[head_dim] = sinks.shape[0]
+    sk = sinks.view(shape).expand(*kq.shape[:-1], 1)  # [..., 1]
+    return torch.cat((kq, sk), dim=-1).softmax(-1)[..., :-1]
+
+
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor, scale: float,
-              flash: bool = True, softcap: float = 0.0) -> torch.Tensor:
+              flash: bool = True, softcap: float = 0.0, sinks: torch.Tensor | None = None) -> torch.Tensor:
     """Grouped-query attention through an additive mask.
 
     flash: SDPA (PyTorch's fused CPU kernel: scores in small tiles, K/V heads shared by
@@ -50,7 +62,8 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Ten
 
     q: [n_tokens, n_head, d_k]; k: [n_kv, n_head_kv, d_k]; v: [n_kv, n_head_kv, d_v];
     mask: [n_tokens, n_kv] (0 or -inf).  Query head h reads KV head h // r, ggml's broadcast.
-    softcap > 0: the scaled KQ is soft-capped before the mask (always materialized: SDPA has no
+    softcap > 0: the scaled KQ is soft-capped before the mask; sinks [n_head] (gpt-oss): one
+    more logit per head in the softmax (softmax_sinks); both always materialized (SDPA has no
     such step).  Returns [n_tokens, n_head * d_v]."""
     n_tokens, n_head, d_k = q.shape
     n_kv, n_head_kv, d_v = v.shape
@@ -58,14 +71,14 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Ten
     kh = k.transpose(0, 1)  # [n_head_kv, n_kv, d_k]
     vh = v.transpose(0, 1)  # [n_head_kv, n_kv, d_v]
     qh = q.transpose(0, 1)  # [n_head, n_tokens, d_k]
-    if not flash or softcap:
+    if not flash or softcap or sinks is not None:
         if r > 1:
             kh, vh = kh.repeat_interleave(r, dim=0), vh.repeat_interleave(r, dim=0)
         if softcap:
             kq = softcap_(torch.bmm(qh, kh.transpose(1, 2)).mul_(scale), softcap).add_(mask)
         else:
             kq = torch.baddbmm(mask.expand(n_head, -1, -1), qh, kh.transpose(1, 2), alpha=scale)  # [n_head, n_tokens, n_kv]
-        return torch.bmm(kq.softmax(-1), vh).transpose(0, 1).reshape(n_tokens, -1)
+        return torch.bmm(softmax_sinks(kq, sinks, 0), vh).transpose(0, 1).reshape(n_tokens, -1)
     step = max(1, min(FLASH_Q_BLOCK, FLASH_SCORE_BYTES // (4 * n_head * n_kv)))
     if step >= n_tokens:
         o = F.scaled_dot_product_attention(qh[None], kh[None], vh[None], attn_mask=mask, scale=scale, enable_gqa=r > 1)
@@ -83,27 +96,28 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Ten
 
 
 def attention_gathered(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor, take: torch.Tensor,
-                       n_head_kv: int, scale: float, flash: bool = True, softcap: float = 0.0) -> torch.Tensor:
+                       n_head_kv: int, scale: float, flash: bool = True, softcap: float = 0.0,
+                       sinks: torch.Tensor | None = None) -> torch.Tensor:
     """Attention over gathered cells (model/graph.py AttnGroup): S sequences, each with r_max
     query slots against its own c_max cells.
 
     q: [S * r_max, n_head, d_k] (the padded slots' queries); k: [S * c_max, n_head_kv * d_k];
     v: [S * c_max, n_head_kv * d_v]; bias: [S, r_max, c_max] (0 / -inf); take: [n] the real
-    slots.  softcap > 0: as attention's.  Returns [n, n_head * d_v]."""
+    slots.  softcap > 0, sinks: as attention's.  Returns [n, n_head * d_v]."""
     S, r_max, c_max = bias.shape
     _, n_head, d_k = q.shape
     d_v = v.shape[1] // n_head_kv
     qh = q.view(S, r_max, n_head, d_k).transpose(1, 2)  # [S, n_head, r_max, d_k]
     kh = k.view(S, c_max, n_head_kv, d_k).transpose(1, 2)  # [S, n_head_kv, c_max, d_k]
     vh = v.view(S, c_max, n_head_kv, d_v).transpose(1, 2)  # [S, n_head_kv, c_max, d_v]
-    if flash and not softcap:
+    if flash and not softcap and sinks is None:
         o = F.scaled_dot_product_attention(qh, kh, vh, attn_mask=bias[:, None], scale=scale, enable_gqa=n_head > n_head_kv)
     else:  # the (small) KQ of every sequence, materialized
         r = n_head // n_head_kv
         kh, vh = kh.repeat_interleave(r, dim=1), vh.repeat_interleave(r, dim=1)
         kq = torch.matmul(qh, kh.transpose(2, 3)).mul_(scale)  # [S, n_head, r_max, c_max]
         kq = (softcap_(kq, softcap) if softcap else kq).add_(bias[:, None])
-        o = torch.matmul(kq.softmax(-1), vh)
+        o = torch.matmul(softmax_sinks(kq, sinks, 1), vh)
     o = o.transpose(1, 2).reshape(S * r_max, n_head * d_v)  # [S * r_max, n_head * d_v]
     return o.index_select(0, take)
 

@@ -7,7 +7,12 @@ the expert_used_count largest probabilities (ggml_argsort_top_k), renormalised t
 sum clamped below at 6.103515625e-5, as ggml_clamp there).  The rows are then grouped by
 expert: each ACTIVE expert's SwiGLU runs on its rows only, through the same matrices (and C
 kernels) the dense layers use, and its weighted output is scatter-added into the result.  A
-one-row ubatch (decode) touches only its k experts' weights."""
+one-row ubatch (decode) touches only its k experts' weights.
+
+gpt-oss (llm_build_openai_moe: LLM_FFN_SWIGLU_OAI_MOE, LLAMA_EXPERT_GATING_FUNC_TYPE_SOFTMAX_WEIGHT,
+norm_w false): biases on the router's logits and on every expert's gate, up and down products
+(ggml_add_id), the top k of the logits themselves, softmaxed over those k, and ggml_swiglu_oai
+for the activation: x = min(gate, 7), y = clamp(up, -7, 7), x * sigmoid(1.702 x) * (y + 1)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -18,6 +23,17 @@ from .layers import glu
 from .qmatrix import QMatrix
 
 W_SUM_MIN = 6.103515625e-5  # build_moe_ffn: the smallest normal F16, the weights' sum clamped to it
+SWIGLU_OAI_ALPHA = 1.702  # build_moe_ffn's LLM_FFN_SWIGLU_OAI_MOE constants
+SWIGLU_OAI_LIMIT = 7.0
+
+
+def swiglu_oai(gate: torch.Tensor, up: torch.Tensor, alpha: float = SWIGLU_OAI_ALPHA,
+               limit: float = SWIGLU_OAI_LIMIT) -> torch.Tensor:
+    """ggml_swiglu_oai on [n, n_ff] each (overwrites both): x = min(gate, limit), y = clamp(up,
+    -limit, limit), x * sigmoid(alpha x) * (y + 1)."""
+    x = gate.clamp_(max=limit)
+    y = up.clamp_(-limit, limit).add_(1.0)
+    return x.mul_(torch.sigmoid(x * alpha)).mul_(y)
 
 
 @dataclass(slots=True)
@@ -28,6 +44,12 @@ class MoeFFN:
     down: list[QMatrix]  # n_expert x [n_embd, n_ff_exp] (ffn_down_exps.weight, ne [n_ff_exp, n_embd, n_expert])
     n_expert_used: int
     norm_w: bool = True
+    softmax_weight: bool = False  # gating: top k of the logits, softmaxed over the k (else softmax, then top k)
+    oai: bool = False  # activation swiglu_oai (else silu(gate) * up)
+    gate_inp_b: torch.Tensor | None = None  # [n_expert]: the router's bias (ffn_gate_inp.bias)
+    gate_b: torch.Tensor | None = None  # [n_expert, n_ff_exp] (ffn_gate_exps.bias, ne [n_ff_exp, n_expert])
+    up_b: torch.Tensor | None = None  # [n_expert, n_ff_exp]
+    down_b: torch.Tensor | None = None  # [n_expert, n_embd]
 
     @property
     def n_expert(self) -> int:
@@ -36,8 +58,14 @@ class MoeFFN:
     def route(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """x [n_tokens, n_embd] (the normed input) -> (weights [n_tokens, k] float32, selected
         experts [n_tokens, k] int64), k = n_expert_used, largest probability first."""
-        probs = self.gate_inp(x).float().softmax(-1)  # [n_tokens, n_expert]
-        w, sel = probs.topk(self.n_expert_used, dim=-1)  # [n_tokens, k] each
+        logits = self.gate_inp(x).float()  # [n_tokens, n_expert]
+        if self.gate_inp_b is not None:
+            logits = logits + self.gate_inp_b
+        if self.softmax_weight:
+            w, sel = logits.topk(self.n_expert_used, dim=-1)  # [n_tokens, k] each
+            w = w.softmax(-1)
+        else:
+            w, sel = logits.softmax(-1).topk(self.n_expert_used, dim=-1)
         if self.norm_w:
             w = w / w.sum(-1, keepdim=True).clamp_min(W_SUM_MIN)
         return w, sel
@@ -58,8 +86,13 @@ class MoeFFN:
                 continue
             rows = rows_all[pos : pos + n]  # [n] rows routed to expert e
             xe = x.index_select(0, rows) if n < n_tokens else x  # [n, n_embd] (all rows, in order, when n == n_tokens)
-            h = glu(self.gate[e](xe), self.up[e](xe))  # [n, n_ff_exp]: silu(gate) * up
+            g, u = self.gate[e](xe), self.up[e](xe)  # [n, n_ff_exp] each
+            if self.gate_b is not None:
+                g, u = g.add_(self.gate_b[e]), u.add_(self.up_b[e])
+            h = swiglu_oai(g, u) if self.oai else glu(g, u)  # [n, n_ff_exp]
             ye = self.down[e](h)  # [n, n_embd]
+            if self.down_b is not None:
+                ye.add_(self.down_b[e])
             out.index_add_(0, rows, ye.mul_(w_all[pos : pos + n, None]))
             pos += n
         return y.add_(out)

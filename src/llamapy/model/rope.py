@@ -3,7 +3,13 @@
 rope_type NORM (llama GGUFs: Q/K weights were permuted at conversion) rotates adjacent
 pairs (x[2i], x[2i+1]); NEOX (gemma, qwen, ...) rotates halves (x[i], x[i + n_rot/2]).
 Frequency factors (Llama 3's rope_freqs tensor, ggml_rope_ext's freq_factors) divide pair i's
-angle by factor i."""
+angle by factor i.
+
+YaRN (ggml rope_yarn, ext_factor != 0; gpt-oss): pair i's angle mixes the interpolated
+freq_scale * theta and the extrapolated theta by ramp_i * ext_factor, ramp_i = 1 - clamp((i -
+lo) / max(0.001, hi - lo), 0, 1) between the correction dims lo, hi (ggml_rope_yarn_corr_dims
+from n_ctx_orig, beta_fast, beta_slow), and cos and sin are scaled by attn_factor * (1 + 0.1 *
+ln(1 / freq_scale)); without YaRN by attn_factor alone."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -25,6 +31,38 @@ class RopeParams:
     freq_scale: float = 1.0
     rope_type: int = ROPE_TYPE_NORM
     freq_factors: tuple[float, ...] | None = None  # [n_rot/2]: pair i turns at its frequency / factor i
+    ext_factor: float = 0.0  # YaRN's extrapolation mix (llama_cparams::yarn_ext_factor; 0: no YaRN)
+    attn_factor: float = 1.0  # cos and sin scaled by it (yarn_attn_factor)
+    beta_fast: float = 32.0
+    beta_slow: float = 1.0
+    n_ctx_orig: int = 0  # n_ctx_orig_yarn
+
+    def corr_dims(self) -> tuple[float, float]:
+        """ggml_rope_yarn_corr_dims, in float32 as ggml computes them: the pairs below lo are
+        extrapolated, those above hi interpolated."""
+        f32 = np.float32
+
+        def dim(beta: float) -> np.float32:
+            return f32(self.n_rot) * np.log(f32(self.n_ctx_orig) / (f32(beta) * f32(2 * np.pi))) / (
+                f32(2) * np.log(f32(self.freq_base)))
+
+        return max(0.0, float(np.floor(dim(self.beta_fast)))), min(self.n_rot - 1.0, float(np.ceil(dim(self.beta_slow))))
+
+    def yarn_mix(self) -> np.ndarray | None:
+        """[n_rot/2] float64: each pair's weight of the extrapolated angle (ramp * ext_factor), or
+        None without YaRN."""
+        if self.ext_factor == 0.0:
+            return None
+        lo, hi = self.corr_dims()
+        y = (np.arange(self.n_rot // 2, dtype=np.float64) - lo) / max(0.001, hi - lo)
+        return (1.0 - np.clip(y, 0.0, 1.0)) * self.ext_factor
+
+    @property
+    def mscale(self) -> float:
+        """The factor on cos and sin (rope_yarn's mscale)."""
+        if self.ext_factor == 0.0:
+            return self.attn_factor
+        return self.attn_factor * (1.0 + 0.1 * float(np.log(1.0 / self.freq_scale)))
 
 
 def rope_cos_sin(pos: torch.Tensor, p: RopeParams) -> tuple[torch.Tensor, torch.Tensor]:
@@ -37,13 +75,20 @@ def rope_cos_sin(pos: torch.Tensor, p: RopeParams) -> tuple[torch.Tensor, torch.
         if p.freq_factors is not None:
             inv_np = inv_np / np.asarray(p.freq_factors, dtype=np.float64)
         th = (pos.numpy().astype(np.float64)[:, None] * p.freq_scale) * inv_np[None, :]  # [n, n_rot/2]
-        return (torch.from_numpy(np.cos(th).astype(np.float32)[:, None, :]),
-                torch.from_numpy(np.sin(th).astype(np.float32)[:, None, :]))
+        mix, m = p.yarn_mix(), p.mscale
+        if mix is not None:  # YaRN: the extrapolated angle (th / freq_scale) mixed in per pair
+            th = th * (1.0 - mix) + (th / p.freq_scale) * mix
+        return (torch.from_numpy((np.cos(th) * m).astype(np.float32)[:, None, :]),
+                torch.from_numpy((np.sin(th) * m).astype(np.float32)[:, None, :]))
     inv = p.freq_base ** (-torch.arange(0, p.n_rot, 2, dtype=torch.float64, device=pos.device) / p.n_rot)  # [n_rot/2]
     if p.freq_factors is not None:
         inv = inv / torch.tensor(p.freq_factors, dtype=torch.float64, device=pos.device)
     theta = (pos.to(torch.float64)[:, None] * p.freq_scale) * inv[None, :]  # [n, n_rot/2]
-    return theta.cos().float()[:, None, :], theta.sin().float()[:, None, :]
+    mix, m = p.yarn_mix(), p.mscale
+    if mix is not None:
+        mix_t = torch.from_numpy(mix).to(pos.device)
+        theta = theta * (1.0 - mix_t) + (theta / p.freq_scale) * mix_t
+    return (theta.cos() * m).float()[:, None, :], (theta.sin() * m).float()[:, None, :]
 
 
 def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, p: RopeParams) -> torch.Tensor:
