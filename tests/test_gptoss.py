@@ -237,3 +237,40 @@ def test_mem_counts_every_tensor(tmp_path):
     est = estimate_memory(path, ContextParams(n_ctx=256, flash_attn="on"))
     assert [t.name for t in est.compute_terms if t.name.startswith("kq (")] == ["kq (no flash attn)"]
     assert [c.name for c in est.caches] == ["non-SWA", "SWA"]
+
+
+def test_server_completion(tmp_path):
+    """One greedy /completion per prompt through the server's scheduler, alone and then two at
+    once (their rows in shared ubatches), 24 tokens past a 16-cell window: the same tokens, and
+    each the argmax of a fresh context's one-shot prefill of the prompt and the tokens before it
+    (the path test_families checks against llama.cpp)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from llamapy import Context, ContextParams
+    from llamapy.batch import Batch
+    from server_harness import asgi_call, serving_state
+
+    model = _load(tmp_path)
+    prompts = ["The quick brown fox", "in the beginning there was"]
+    body = {"n_predict": 24, "temperature": 0, "n_probs": 1, "ignore_eos": True}
+    with serving_state(model, n_ctx=512, np_=2, n_batch=64) as st:
+        def run(p: str) -> dict:
+            r = asgi_call(st, "POST", "/completion", json={"prompt": p, **body})
+            assert r.status_code == 200, r.text
+            return r.json()
+
+        solo = [run(p) for p in prompts]
+        with ThreadPoolExecutor(2) as ex:
+            both = list(ex.map(run, prompts))
+    for p, s, b in zip(prompts, solo, both):
+        ids = [e["id"] for e in s["completion_probabilities"]]
+        assert len(ids) == 24 and [e["id"] for e in b["completion_probabilities"]] == ids
+        prompt = model.tokenize(p, add_special=True, parse_special=True)
+        ctx = Context(model, ContextParams(n_ctx=256, n_batch=64, n_ubatch=64))
+        seq = prompt + ids
+        batch = Batch()
+        for i, t in enumerate(seq):
+            batch.add(t, i, (0,), logits=True)
+        ctx.decode(batch)
+        argmax = [int(ctx.get_logits_ith(i).argmax()) for i in range(len(prompt) - 1, len(seq) - 1)]
+        assert argmax == ids, (p, argmax, ids)

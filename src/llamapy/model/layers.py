@@ -39,13 +39,16 @@ def softcap_(kq: torch.Tensor, softcap: float) -> torch.Tensor:
 def softmax_sinks(kq: torch.Tensor, sinks: torch.Tensor | None, head_dim: int) -> torch.Tensor:
     """Softmax over the last dim of kq, with each head's sink logit sinks[h] (gpt-oss's
     attn_sinks, not scaled) in the normalisation as one more column whose value is dropped
-    (ggml_soft_max_add_sinks).  head_dim: kq's dimension indexing the heads."""
+    (ggml_soft_max_add_sinks: the max taken with it, exp(sink - max) added to the sum).  With
+    sinks, kq is overwritten (no second KQ-sized buffer).  head_dim: kq's dimension of the heads."""
     if sinks is None:
         return kq.softmax(-1)
     shape = [1] * kq.dim()
     shape[head_dim] = sinks.shape[0]
-    sk = sinks.view(shape).expand(*kq.shape[:-1], 1)  # [..., 1]
-    return torch.cat((kq, sk), dim=-1).softmax(-1)[..., :-1]
+    sk = sinks.view(shape)  # broadcast over kq's rows
+    m = torch.maximum(kq.amax(-1, keepdim=True), sk)  # [..., 1]
+    kq.sub_(m).exp_()
+    return kq.div_(kq.sum(-1, keepdim=True).add_((sk - m).exp_()))
 
 
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor, scale: float,

@@ -33,7 +33,7 @@ def swiglu_oai(gate: torch.Tensor, up: torch.Tensor, alpha: float = SWIGLU_OAI_A
     -limit, limit), x * sigmoid(alpha x) * (y + 1)."""
     x = gate.clamp_(max=limit)
     y = up.clamp_(-limit, limit).add_(1.0)
-    return x.mul_(torch.sigmoid(x * alpha)).mul_(y)
+    return x.mul_(torch.mul(x, alpha).sigmoid_()).mul_(y)
 
 
 @dataclass(slots=True)
