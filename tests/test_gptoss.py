@@ -1,7 +1,8 @@
 """gpt-oss (llama.cpp LLM_ARCH_OPENAI_MOE, model/archs/gptoss.py) beyond test_families.py's
 logits against llama.cpp: each part of the architecture moves the tiny file's logits far from
 llama.cpp's when it is planted wrong (so the reference checks it), the sinks on every attention
-path (flash or not, one mask or gathered cells), YaRN against ggml's rope_yarn formula, the
+path (flash or not, one mask or gathered cells; flash on the CPU through PyTorch's flash
+kernel and its log-sum-exp), YaRN against ggml's rope_yarn formula, the
 MoE's gating and biases, the keys and tensors it reads or refuses, and `llamapy mem`."""
 from __future__ import annotations
 
@@ -149,7 +150,7 @@ def test_hparams_and_yarn(tmp_path):
     (1 + 0.1 ln 8)), n_ctx_orig from original_context_length; cos and sin as ggml's rope_yarn."""
     m = Model.load(write_tiny_family(tmp_path / "g.gguf", "gpt-oss", F16, n_layer=3))
     hp, net = m.hparams, m.net
-    assert type(net).__name__ == "GptOssModel" and net.fused is None and hp.attn_sinks and hp.kq_materialized
+    assert type(net).__name__ == "GptOssModel" and net.fused is None and hp.attn_sinks and not hp.attn_plain
     assert hp.n_swa == 16 and hp.swa_layers == (True, False, True) and net.rope_swa == net.rope_global
     assert (hp.yarn_ext_factor, hp.yarn_attn_factor, hp.n_ctx_orig_yarn, hp.rope_freq_scale) == (1.0, 1.0, 512, 0.125)
     assert (hp.n_expert, hp.n_expert_used, hp.n_ff_exp) == (4, 2, 64) and net.f_attention_scale == 1 / 32**0.5
@@ -217,7 +218,8 @@ def test_keys_and_tensors(tmp_path):
 def test_mem_counts_every_tensor(tmp_path):
     """`llamapy mem` predicts the loaded model's weights byte for byte (F16 matrices, MXFP4
     experts in their blocks, F32 router, biases, sinks and norms), the iSWA pair of caches, and
-    the materialized KQ the sinks need even with flash attention on."""
+    the attention the sinks take: SDPA's tiles with flash attention on (never the C kernels'
+    terms), the materialized KQ with it off."""
     from llamapy.memory.estimate import estimate_memory
     from llamapy.params import ContextParams
 
@@ -234,9 +236,13 @@ def test_mem_counts_every_tensor(tmp_path):
         assert d_mem["weights_file"] == model.n_bytes_file == file_bytes
         assert d_mem["buffers"]["model"] == d_mem["process"]["weights"] == model.n_bytes_resident
         assert d_mem["hparams"]["n_swa"] == 16
-    est = estimate_memory(path, ContextParams(n_ctx=256, flash_attn="on"))
-    assert [t.name for t in est.compute_terms if t.name.startswith("kq (")] == ["kq (no flash attn)"]
-    assert [c.name for c in est.caches] == ["non-SWA", "SWA"]
+    for fa, n_ubatch, kq in (("on", 256, []), ("on", 1, []), ("off", 256, ["kq (no flash attn)"])):
+        est = estimate_memory(path, ContextParams(n_ctx=256, n_ubatch=n_ubatch, flash_attn=fa))
+        names = [t.name for t in est.compute_terms]
+        assert [n for n in names if n.startswith("kq (")] == kq and [c.name for c in est.caches] == ["non-SWA", "SWA"]
+        # the sinks: never the C kernels' terms, SDPA's tiles with flash attention on
+        assert not any(n.startswith(("kq visible cells", "flash attn tiles (kernel")) for n in names)
+        assert ("flash attn tiles" in names) == (fa == "on")
 
 
 def test_server_completion(tmp_path):

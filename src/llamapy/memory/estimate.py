@@ -259,11 +259,11 @@ def compute_terms(hp: HParams, c: CParams, caches: tuple[CacheEstimate, ...], n_
     dk, dv = hp.n_embd_head_k, hp.n_embd_head_v
     wk, wv = hp.n_embd_k_gqa(), hp.n_embd_v_gqa()
     n_qkv = hp.n_head * dk + wk + wv
-    n_out, flash = min(n_t, n_outputs), flash_attn_enabled(c) and not hp.kq_materialized  # soft-cap, sinks
+    n_out, flash = min(n_t, n_outputs), flash_attn_enabled(c) and not hp.attn_soft_cap  # Gemma 2: KQ materialized
     terms = [ComputeTerm("inp_embd (residual x)", (n_t, hp.n_embd), "persistent")]
     for ch in caches:  # one mask per cache, built once per ubatch (kept for every layer)
         terms.append(ComputeTerm(f"kq_mask{' (' + ch.name + ')' if ch.name else ''}", (n_t, ch.cells), "persistent"))
-    few_rows_kernel = (blocks and n_t < FAST_ROWS and flash
+    few_rows_kernel = (blocks and n_t < FAST_ROWS and flash and hp.attn_plain  # gpt-oss's sinks: the SDPA path
                        and c_kv_types(c.type_k, c.type_v, hp.n_embd_head_k, hp.n_embd_head_v) is not None)
     if few_rows_kernel:
         for ch in caches:  # the CPU kernel's attention: each row's visible cells, int64 (kernels/ops.py)
@@ -278,7 +278,7 @@ def compute_terms(hp: HParams, c: CParams, caches: tuple[CacheEstimate, ...], n_
     # kernel's score tiles, or (-fa off) the K/V heads repeated to n_head and the whole KQ with
     # its softmax (few rows count the same, an upper bound of the few-row kernel's scratch)
     att = []
-    if blocks and tile_attention(n_t, flash, c.type_k, c.type_v, dk, dv, hp.n_head, hp.n_head_kv):
+    if blocks and hp.attn_plain and tile_attention(n_t, flash, c.type_k, c.type_v, dk, dv, hp.n_head, hp.n_head_kv):
         att.append(ComputeTerm("flash attn tiles (kernel workspaces)", (torch_threads() * attn_tiles_ws_bytes(dk, dv),),
                                "attention", 1, "attention"))
     else:

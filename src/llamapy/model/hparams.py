@@ -47,7 +47,7 @@ class HParams:
     n_expert: int = 0  # {arch}.expert_count: MoE FFN layers where > 0 (model/moe.py; llama, qwen3moe)
     n_expert_used: int = 0  # {arch}.expert_used_count: the top-k of the router
     n_ff_exp: int = 0  # one expert's FFN width (qwen3moe: expert_feed_forward_length; llama: n_ff)
-    attn_sinks: bool = False  # gpt-oss: a learned logit per head in each softmax (blk.N.attn_sinks), so KQ materialized
+    attn_sinks: bool = False  # gpt-oss: a learned logit per head in each softmax (blk.N.attn_sinks): no C kernel
     # llama_cparams' YaRN values (llama_context's constructor from the rope scaling keys; model/rope.py)
     yarn_ext_factor: float = 0.0  # 1 for rope.scaling.type yarn, else 0
     yarn_attn_factor: float = 1.0
@@ -56,9 +56,9 @@ class HParams:
     n_ctx_orig_yarn: int = 0  # rope.scaling.original_context_length, else n_ctx_train
 
     @property
-    def kq_materialized(self) -> bool:
-        """Does attention materialize KQ even with flash attention on (soft-capping, sinks)?"""
-        return self.attn_soft_cap or self.attn_sinks
+    def attn_plain(self) -> bool:
+        """Is attention what llamapy's C attention kernels compute (no soft-capping, no sinks)?"""
+        return not (self.attn_soft_cap or self.attn_sinks)
 
     # llama_hparams::n_embd_k_gqa(il): width of one token's K in one layer
     def n_embd_k_gqa(self, il: int = 0) -> int:

@@ -74,7 +74,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Ten
     kh = k.transpose(0, 1)  # [n_head_kv, n_kv, d_k]
     vh = v.transpose(0, 1)  # [n_head_kv, n_kv, d_v]
     qh = q.transpose(0, 1)  # [n_head, n_tokens, d_k]
-    if not flash or softcap or sinks is not None:
+    if not flash or softcap or (sinks is not None and q.device.type != "cpu"):
         if r > 1:
             kh, vh = kh.repeat_interleave(r, dim=0), vh.repeat_interleave(r, dim=0)
         if softcap:
@@ -84,18 +84,31 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Ten
         return torch.bmm(softmax_sinks(kq, sinks, 0), vh).transpose(0, 1).reshape(n_tokens, -1)
     step = max(1, min(FLASH_Q_BLOCK, FLASH_SCORE_BYTES // (4 * n_head * n_kv)))
     if step >= n_tokens:
-        o = F.scaled_dot_product_attention(qh[None], kh[None], vh[None], attn_mask=mask, scale=scale, enable_gqa=r > 1)
+        o = _sdpa(qh[None], kh[None], vh[None], mask, scale, r > 1, sinks)
         return o[0].transpose(0, 1).reshape(n_tokens, n_head * d_v)  # [n_tokens, n_head * d_v]
     out = torch.empty(n_tokens, n_head, d_v, dtype=q.dtype, device=q.device)
     seen = (mask != float("-inf")).view(-1, n_kv)
     for i in range(0, n_tokens, step):
         cols = torch.nonzero(seen[i : i + step].any(0))
         c0, c1 = (int(cols[0]), int(cols[-1]) + 1) if len(cols) else (0, 1)  # a block that sees nothing: one cell, all -inf
-        ob = F.scaled_dot_product_attention(qh[None, :, i : i + step], kh[None, :, c0:c1], vh[None, :, c0:c1],
-                                            attn_mask=mask[i : i + step, c0:c1], scale=scale,
-                                            enable_gqa=r > 1)  # [1, n_head, rows, d_v]
+        ob = _sdpa(qh[None, :, i : i + step], kh[None, :, c0:c1], vh[None, :, c0:c1], mask[i : i + step, c0:c1], scale,
+                   r > 1, sinks)  # [1, n_head, rows, d_v]
         out[i : i + step] = ob[0].transpose(0, 1)
     return out.reshape(n_tokens, n_head * d_v)
+
+
+def _sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor, scale: float, gqa: bool,
+          sinks: torch.Tensor | None) -> torch.Tensor:
+    """SDPA of q [B, n_head, rows, d_k] over k, v [B, n_head_kv, n_kv, d] through mask [rows,
+    n_kv] (or [B, 1, rows, n_kv]).  With sinks [n_head] (CPU only): PyTorch's CPU flash kernel, which also returns each
+    row's log-sum-exp L of the scores, and the output scaled by e^L / (e^L + e^sink) =
+    sigmoid(L - sink), the share the sink column leaves to the cells (ggml_soft_max_add_sinks),
+    so KQ is never materialized."""
+    if sinks is None:
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale, enable_gqa=gqa)
+    o, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.0, False, attn_mask=mask,
+                                                                        scale=scale)  # lse: [B, n_head, rows]
+    return o.mul_((lse - sinks[None, :, None]).sigmoid_()[..., None]).nan_to_num_(0.0)
 
 
 def attention_gathered(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor, take: torch.Tensor,
@@ -113,8 +126,8 @@ def attention_gathered(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: 
     qh = q.view(S, r_max, n_head, d_k).transpose(1, 2)  # [S, n_head, r_max, d_k]
     kh = k.view(S, c_max, n_head_kv, d_k).transpose(1, 2)  # [S, n_head_kv, c_max, d_k]
     vh = v.view(S, c_max, n_head_kv, d_v).transpose(1, 2)  # [S, n_head_kv, c_max, d_v]
-    if flash and not softcap and sinks is None:
-        o = F.scaled_dot_product_attention(qh, kh, vh, attn_mask=bias[:, None], scale=scale, enable_gqa=n_head > n_head_kv)
+    if flash and not softcap and (sinks is None or q.device.type == "cpu"):
+        o = _sdpa(qh, kh, vh, bias[:, None], scale, n_head > n_head_kv, sinks)
     else:  # the (small) KQ of every sequence, materialized
         r = n_head // n_head_kv
         kh, vh = kh.repeat_interleave(r, dim=1), vh.repeat_interleave(r, dim=1)
