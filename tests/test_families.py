@@ -1,7 +1,7 @@
 """The llama family's other members (qwen2: Q/K/V biases; qwen3: Q/K norms, a head size apart
 from n_embd / n_head; llama with Llama 3's rope_freqs) and gemma2 (soft-capping, a sliding
 window on the even layers) and phi3 (fused Q|K|V and gate|up) and the mixture-of-experts
-models (qwen3moe, llama with Mixtral's experts: model/moe.py): logits against llama.cpp's own from the
+models (qwen3moe, llama with Mixtral's experts: model/moe.py; gpt-oss, more in test_gptoss.py): logits against llama.cpp's own from the
 same files (tests/data/ref_logits/, scripts/ref_logits_llamacpp.py), every tensor counted by
 `llamapy mem`, and files with tensors or keys the architecture does not implement refused,
 naming them."""

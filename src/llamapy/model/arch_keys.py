@@ -5,7 +5,7 @@ file's architecture: a file that sets one to anything but its neutral value is r
 Among them are keys llama.cpp itself applies to every architecture (`{arch}.rope.scaling.type`
 yarn or longrope, `rope.scaling.attn_factor`, `expert_count`, `attention.causal`) and keys that
 declare a computation the architecture here does not do (soft-capping, a sliding window
-outside gemma2/gemma3, an attention scale).  Torch-free: `llamapy mem` runs it on a header."""
+outside gemma2/gemma3/gpt-oss, an attention scale); gpt-oss reads yarn and the attention factor.  Torch-free: `llamapy mem` runs it on a header."""
 from __future__ import annotations
 
 from dataclasses import dataclass
