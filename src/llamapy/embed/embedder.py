@@ -49,9 +49,13 @@ class Embedder:
     def check(self, seqs: list[list[int]]) -> None:
         """EmbeddingError for an empty sequence or one longer than max_tokens (nothing run)."""
         c, limit = self.ctx.cparams, self.max_tokens
+        pos = getattr(self.ctx.model.net, "pos_embd", None)  # learned absolute positions (bert): no more rows than these
         for i, s in enumerate(seqs):
             if not s:
                 raise EmbeddingError(f"input {i} is empty: nothing to embed")
+            if pos is not None and len(s) > pos.shape[0]:
+                raise EmbeddingError(f"input {i} has {len(s)} tokens, more than the model's {pos.shape[0]} learned "
+                                     f"positions (n_ctx_train): shorten the input")
             if len(s) > limit:
                 if not c.causal_attn and len(s) > c.n_ubatch:
                     raise EmbeddingError(f"input {i} has {len(s)} tokens, more than n_ubatch (-ub {c.n_ubatch}): a "

@@ -17,6 +17,7 @@ from .api_error import APIError, error_body, error_response, final_error
 from .bridge import Pending, ServerState
 from .constraints import compile_constraint, request_spec
 from .handoff import submit, tokenize_prompt
+from .http_embed import router as embed_router
 from .http_openai import router as openai_router
 from .metrics import render_prometheus
 from .request import Event, Request as GenRequest
@@ -140,6 +141,7 @@ def create_app(state: ServerState) -> BodyLimit:
         return _native_final(state, evs[-1], text, [e for e in evs if e.token >= 0], body)
 
     app.include_router(openai_router)
+    app.include_router(embed_router)
     return BodyLimit(JsonBody(app), lambda: state.max_body)
 
 
