@@ -27,6 +27,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(os.environ.get("LLAMACPP_BIN", Path.home() / ".cache/llamacpp-ref/llama.cpp/build/bin"))
 OUT = ROOT / "tests/data/ref_embeddings"
+RANK_TEXTS = ["what is a cat?\tthe cat sat on the mat", "what is a cat?\tquick brown fox", "what is a cat?\ta cat",
+              "search model\tembedding model for text search", "search model\tthe lazy dog"]
 TEXTS = ["Hello world, this is a test.", "The cat sat on the mat", "quick brown foxes jumped over the lazy dog!",
          "a", "search text embedding model, fast"]
 # case -> (model: "bert" (tiny_bert's arguments) or "smollm2", pooling, embd_normalize)
@@ -37,6 +39,8 @@ CASES: dict[str, dict] = {
     "bert-mean-maxabs": {"model": "bert", "pooling": "mean", "normalize": 0},
     "bert-mean-p3": {"model": "bert", "pooling": "mean", "normalize": 3},
     "bert-mean-taxicab": {"model": "bert", "pooling": "mean", "normalize": 1},
+    # rank: "query\tdocument" lines (llama-embedding's --cls-separator), the classifier's raw score first
+    "bert-rank": {"model": "bert-rank", "pooling": "rank", "normalize": -1},
     "smollm2-mean": {"model": "smollm2", "pooling": "mean", "normalize": 2},
     "smollm2-last": {"model": "smollm2", "pooling": "last", "normalize": 2},
 }
@@ -51,10 +55,12 @@ def sha256(p: Path) -> str:
 
 
 def model_file(kind: str, tmp: Path) -> Path:
-    if kind == "bert":
+    if kind in ("bert", "bert-rank"):
         sys.path.insert(0, str(ROOT / "tests"))
         from tiny_bert import write_tiny_bert
 
+        if kind == "bert-rank":  # a bge-reranker-style head: cls, cls.output, pooling_type rank
+            return write_tiny_bert(tmp / "tiny_bert_rank.gguf", seed=1, pooling=4, rank_head=True)
         return write_tiny_bert(tmp / "tiny_bert.gguf")
     from llamapy.registry import pull
 
@@ -63,19 +69,22 @@ def model_file(kind: str, tmp: Path) -> Path:
 
 def run_case(name: str, case: dict, bin_dir: Path, tmp: Path) -> dict:
     path = model_file(case["model"], tmp)
-    cmd = [str(bin_dir / "llama-embedding"), "-m", str(path), "-p", "\n".join(TEXTS), "--pooling", case["pooling"],
-           "--embd-normalize", str(case["normalize"]), "--embd-output-format", "array", "-t", "2"]
+    texts = RANK_TEXTS if case["pooling"] == "rank" else TEXTS
+    fmt = "raw" if case["pooling"] == "rank" else "array"  # rank: raw prints the n_cls_out scores (array reads past them)
+    cmd = [str(bin_dir / "llama-embedding"), "-m", str(path), "-p", "\n".join(texts), "--pooling", case["pooling"],
+           "--embd-normalize", str(case["normalize"]), "--embd-output-format", fmt, "-t", "2"]
     for _ in range(10):  # llama-embedding's log thread now and then exits before the whole array is out
         p = subprocess.run(cmd, capture_output=True, text=True, check=True)
         try:
-            vectors = json.loads(p.stdout)
-            break
-        except json.JSONDecodeError:
+            vectors = json.loads(p.stdout) if fmt == "array" else [[float(x) for x in ln.split()] for ln in p.stdout.split("\n")[: len(texts)]]
+            if len(vectors) == len(texts) and all(vectors):
+                break
+        except (json.JSONDecodeError, ValueError):
             continue
     else:
         raise RuntimeError(f"{name}: llama-embedding's output was not a whole JSON array in 10 runs")
     version = subprocess.run([str(bin_dir / "llama-embedding"), "--version"], capture_output=True, text=True)
-    return {"case": name, **case, "texts": TEXTS, "sha256": sha256(path),
+    return {"case": name, **case, "texts": texts, "sha256": sha256(path),
             "command": " ".join(["llama-embedding", *cmd[1:2], path.name, *cmd[3:4], "<texts>", *cmd[5:]]),
             "llamacpp_version": (version.stdout + version.stderr).strip().splitlines()[0],
             "embeddings": vectors}

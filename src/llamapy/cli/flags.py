@@ -103,6 +103,8 @@ def add_embedding(p: argparse.ArgumentParser, switch: bool = True) -> None:
     if switch:
         p.add_argument("--embedding", "--embeddings", dest="embedding", action="store_true",
                        help="serve embeddings (/embedding, /v1/embeddings) instead of completions")
+        p.add_argument("--reranking", "--rerank", dest="reranking", action="store_true",
+                       help="serve reranking (/rerank, /v1/rerank): --embedding with --pooling rank")
     p.add_argument("--pooling", default=None, choices=("none", "mean", "cls", "last", "rank"),
                    help="pooling of the token embeddings (default: the model's {arch}.pooling_type, else none)")
     p.add_argument("--embd-normalize", type=int, default=2,

@@ -66,7 +66,8 @@ def serve_settings(a: argparse.Namespace) -> ServeSettings:
         max_queue=a.max_queue, timeout=a.timeout, max_body_mib=a.max_body, shutdown_timeout=a.shutdown_timeout,
         slot_prompt_similarity=a.slot_prompt_similarity, verbose=a.verbose, defaults=request_defaults(a),
         replicas=ReplicaSettings(a.replicas, a.min_replicas, a.max_replicas, a.ray_address, a.routing),
-        embedding=a.embedding, pooling=a.pooling, embd_normalize=a.embd_normalize)
+        embedding=a.embedding or a.reranking, pooling="rank" if a.reranking else a.pooling,
+        embd_normalize=a.embd_normalize)
 
 
 def replica_argv(argv: list[str]) -> tuple[str, ...]:

@@ -19,6 +19,7 @@ from .constraints import compile_constraint, request_spec
 from .handoff import submit, tokenize_prompt
 from .http_embed import router as embed_router
 from .http_openai import router as openai_router
+from .http_rerank import router as rerank_router
 from .metrics import render_prometheus
 from .request import Event, Request as GenRequest
 from .schemas import (BUILD_INFO, ERROR_RESPONSES, DetokenizeRequest, DetokenizeResponse, NativeCompletionRequest,
@@ -142,6 +143,7 @@ def create_app(state: ServerState) -> BodyLimit:
 
     app.include_router(openai_router)
     app.include_router(embed_router)
+    app.include_router(rerank_router)
     return BodyLimit(JsonBody(app), lambda: state.max_body)
 
 
