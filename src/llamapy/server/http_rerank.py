@@ -44,10 +44,10 @@ def rerank_tokens(state: ServerState, query: str, doc: str) -> list[int]:
     return out
 
 
-@router.post("/rerank")
-@router.post("/reranking")
-@router.post("/v1/rerank")
-@router.post("/v1/reranking")
+@router.post("/rerank", include_in_schema=False)
+@router.post("/reranking", include_in_schema=False)
+@router.post("/v1/rerank", include_in_schema=False)
+@router.post("/v1/reranking", include_in_schema=False)
 async def rerank(request: Request) -> Any:
     state: ServerState = request.app.state.llama
     if not state.embedding or state.pooling != "rank":
