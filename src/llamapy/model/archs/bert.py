@@ -59,6 +59,24 @@ class ClsHead:
         return x
 
 
+def seq_groups(seq: np.ndarray, device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The rows of each of S sequences padded to L_max: idx [S, L_max] (pads repeat the
+    sequence's first row), key mask [S, 1, 1, L_max] (True: a real row), take [n]: each row's
+    place in the flattened S * L_max."""
+    seqs, inv = np.unique(seq, return_inverse=True)
+    groups = [np.nonzero(inv == g)[0] for g in range(len(seqs))]
+    l_max = max(len(g) for g in groups)
+    idx = np.zeros((len(groups), l_max), dtype=np.int64)
+    valid = np.zeros((len(groups), l_max), dtype=bool)
+    take = np.zeros(len(seq), dtype=np.int64)
+    for i, g in enumerate(groups):
+        idx[i, : len(g)], idx[i, len(g):] = g, g[0]
+        valid[i, : len(g)] = True
+        take[g] = i * l_max + np.arange(len(g))
+    t = lambda a: torch.from_numpy(a).to(device)  # noqa: E731
+    return t(idx), t(valid)[:, None, None, :], t(take)
+
+
 class BertModel:
     arch_name = "bert"
     rope_type = ROPE_TYPE_NORM  # unused: absolute positions
@@ -131,19 +149,20 @@ class BertModel:
         hp = self.hp
         n, d = x.shape[0], hp.n_embd_head_k
         n_q, n_k = hp.n_head * d, hp.n_head_kv * d
-        seq = torch.from_numpy(np.array([s[0] for s in inp.ubatch.seq_id], dtype=np.int64)).to(x.device)
-        mask = (seq[:, None] == seq[None, :]).unsqueeze(0)  # [1, n, n]: a token sees its own sequence, both ways
+        idx, mask, take = seq_groups(np.array([s[0] for s in inp.ubatch.seq_id], dtype=np.int64), x.device)
         for L in self.layers:
             qkv = L.wqkv(x)  # [n, n_q + 2 n_k]
             if L.bqkv is not None:
                 qkv = qkv + L.bqkv
-            q = qkv[:, :n_q].view(n, hp.n_head, d).transpose(0, 1)  # [n_head, n, d]
-            k = qkv[:, n_q : n_q + n_k].view(n, hp.n_head_kv, d).transpose(0, 1)
-            v = qkv[:, n_q + n_k :].view(n, hp.n_head_kv, hp.n_embd_head_v).transpose(0, 1)
+            # each sequence's rows padded to [S, L_max]: attention within a sequence only, never n x n
+            q = qkv[:, :n_q].view(n, hp.n_head, d)[idx].transpose(1, 2)  # [S, n_head, L_max, d]
+            k = qkv[:, n_q : n_q + n_k].view(n, hp.n_head_kv, d)[idx].transpose(1, 2)
+            v = qkv[:, n_q + n_k :].view(n, hp.n_head_kv, hp.n_embd_head_v)[idx].transpose(1, 2)
             if hp.n_head_kv != hp.n_head:
-                k, v = (t.repeat_interleave(hp.n_gqa, 0) for t in (k, v))
-            o = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=1.0 / d**0.5)  # [n_head, n, d]
-            cur = L.wo(o.transpose(0, 1).reshape(n, -1).contiguous())
+                k, v = (t.repeat_interleave(hp.n_gqa, 1) for t in (k, v))
+            o = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=1.0 / d**0.5)  # [S, n_head, L_max, d]
+            o = o.transpose(1, 2).reshape(-1, hp.n_head * hp.n_embd_head_v).index_select(0, take)  # [n, n_head * d]
+            cur = L.wo(o.contiguous())
             if L.bo is not None:
                 cur = cur + L.bo
             x = self._norm(cur + x, L.attn_out_norm)
