@@ -99,3 +99,16 @@ def test_rerank_errors(state, tiny) -> None:
         r = asgi_call(st, "POST", "/v1/rerank", json={"query": "x", "documents": ["y"]})
         assert r.status_code == 501
         assert r.json()["error"]["message"] == "This server does not support reranking. Start it with `--reranking`"
+
+
+def test_rerank_matches_llama_servers(state) -> None:
+    """scripts/ref_server_embeddings.py's exchanges with llama-server --reranking on the same
+    file: the same order, top_n, usage (so the same prompt tokens), scores within TOL."""
+    ref = json.loads((Path(__file__).parent / "data/ref_embeddings/server-rerank.json").read_text())
+    assert hashlib.sha256(Path(state.model.path).read_bytes()).hexdigest() == ref["sha256"]
+    for x in ref["exchanges"]:
+        got, want = asgi_call(state, "POST", x["route"], json=x["request"]).json(), x["response"]
+        assert got["usage"] == want["usage"] and got["object"] == want["object"]
+        assert [r["index"] for r in got["results"]] == [r["index"] for r in want["results"]]
+        for g, w in zip(got["results"], want["results"]):
+            assert abs(g["relevance_score"] - w["relevance_score"]) <= TOL

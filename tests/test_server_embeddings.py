@@ -5,6 +5,7 @@ share one decode and equal each text alone; llama-server's errors."""
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 from dataclasses import replace
 from pathlib import Path
@@ -129,3 +130,23 @@ def test_without_embedding_flag_the_routes_answer_501(tiny) -> None:
             assert r.status_code == 501
             assert r.json()["error"] == {"message": "This server does not support embeddings. Start it with `--embeddings`",
                                          "type": "not_supported_error", "code": 501}
+
+
+def test_answers_match_llama_servers(state) -> None:
+    """The exchanges scripts/ref_server_embeddings.py recorded from llama-server --embedding on
+    the same file: the same shapes, usage, and vectors (cosine >= 0.9999)."""
+    ref = json.loads((Path(__file__).parent / "data/ref_embeddings/server-bert.json").read_text())
+    assert hashlib.sha256(Path(state.model.path).read_bytes()).hexdigest() == ref["sha256"]
+    for x in ref["exchanges"]:
+        got = asgi_call(state, "POST", x["route"], json=x["request"]).json()
+        want = x["response"]
+        if x["route"] == "/v1/embeddings":
+            assert set(got) == set(want) and got["usage"] == want["usage"] and got["object"] == want["object"]
+            pairs = [(g["embedding"], w["embedding"]) for g, w in zip(got["data"], want["data"])]
+            assert [set(g) for g in got["data"]] == [set(w) for w in want["data"]]
+        else:
+            assert [set(g) for g in got] == [set(w) for w in want]
+            pairs = [(g["embedding"][0], w["embedding"][0]) for g, w in zip(got, want)]
+        assert len(pairs) == len(x["response"]["data"] if isinstance(want, dict) else want)
+        for g, w in pairs:
+            assert _cos(g, w) >= 0.9999
