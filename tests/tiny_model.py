@@ -26,15 +26,18 @@ K_PACK = {gguf.GGMLQuantizationType.Q2_K: ((80, 82), 45), gguf.GGMLQuantizationT
           gguf.GGMLQuantizationType.IQ4_XS: ((0,), 4064)}  # gguf has no quantizer for these either
 
 
-def tiny_vocab() -> tuple[list[str], list[gguf.TokenType], list[str]]:
+def tiny_vocab(extra_control: tuple[str, ...] = ()) -> tuple[list[str], list[gguf.TokenType], list[str]]:
     """The tiny models' vocabulary: the byte tokens, five merges and three control tokens,
-    as (tokens, token types, merges) in the order a GGUF writes them."""
+    as (tokens, token types, merges) in the order a GGUF writes them.  extra_control: more
+    control tokens (FIM's), placed before the three (which keep their places from the end)."""
     tokens = _byte_tokens()
     merges = ["Ġ t", "h e", "Ġt he", "i n", "a n"]
     tokens += [m.replace(" ", "") for m in merges]
+    tokens += list(extra_control)
     specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
     tokens += specials
-    types = [gguf.TokenType.NORMAL] * (len(tokens) - len(specials)) + [gguf.TokenType.CONTROL] * len(specials)
+    n_ctl = len(specials) + len(extra_control)
+    types = [gguf.TokenType.NORMAL] * (len(tokens) - n_ctl) + [gguf.TokenType.CONTROL] * n_ctl
     return tokens, types, merges
 
 
@@ -78,9 +81,10 @@ def write_tiny_llama(
     seed: int = 0,
     weight_type: gguf.GGMLQuantizationType = gguf.GGMLQuantizationType.F32,
     arch: str = "llama",
+    extra_control: tuple[str, ...] = (),
 ) -> Path:
     rng = np.random.default_rng(seed)
-    tokens, types, merges = tiny_vocab()
+    tokens, types, merges = tiny_vocab(extra_control)
     n_vocab = len(tokens)
 
     w = gguf.GGUFWriter(str(path), arch)

@@ -72,6 +72,9 @@ class Context:
         self.reuse_logits = False
         self._logits_buf = torch.empty(0, hp.n_vocab)
         self._output_ids: list[int] = []
+        # embeddings: decode outputs t_embd rows (after the output norm), not logits (--embedding;
+        # embed/ pools them per sequence).  A model without logits (bert) is always in this mode.
+        self.embeddings = not getattr(model.net, "has_logits", True)
 
     def _fitted_n_ctx(self) -> int | None:
         """n_ctx 0: the trained context, reduced (logged) to fit the memory budget, never below
@@ -91,8 +94,12 @@ class Context:
     @torch.inference_mode()
     def decode(self, batch: Batch) -> None:
         """Process one batch.  Raises BatchError (bad input) or KVCacheFullError (no cells);
-        in both cases the KV cache and the previous logits are unchanged."""
+        in both cases the KV cache and the previous logits are unchanged.  With `embeddings`
+        set, the outputs are t_embd rows [n_outputs, n_embd] (after the output norm) instead of
+        logits; a non-causal model (bert) keeps no KV cache and needs the batch in one ubatch."""
         self.alloc.init(batch, self.memory.seq_pos_max, seq_pos_min=self.memory.seq_pos_min)
+        if not self.cparams.causal_attn:
+            return self._encode(batch)
         ubatches = self._split()
         sinfos = self.memory.prepare(ubatches)
         if self.memory.has_shift():
@@ -100,25 +107,59 @@ class Context:
         n_outputs = self.alloc.n_outputs
         logits = None
         out_ids = self.alloc.output_ids
+        net = self.model.net
         for ub, sinfo in zip(ubatches, sinfos):
             inp, key = self._begin_ubatch(ub, sinfo, self.memory)
-            if self.reuse_logits and len(ubatches) == 1 and self.model.device.type == "cpu":
-                inp.logits_out = self._logits_rows(n_outputs)
-            if self.cuda_graphs is not None:  # its output is a graph's buffer: always copied
-                out = self.cuda_graphs.forward(self.model.net, inp, self.memory, key).to("cpu", copy=True)
+            if self.embeddings:  # t_embd rows, a new tensor
+                out = net.hidden(inp, net.forward_layers(inp, self.memory, net.embed(inp))).to("cpu", torch.float32)
+            elif self.cuda_graphs is not None:  # its output is a graph's buffer: always copied
+                out = self.cuda_graphs.forward(net, inp, self.memory, key).to("cpu", copy=True)
             else:
-                out = self.model.net.forward(inp, self.memory).to("cpu")  # [n_outputs(ub), n_vocab], a new tensor
-            rows = self._output_rows(ub)
-            if len(ubatches) == 1 and rows == list(range(n_outputs)) and out.dtype == torch.float32:
-                logits = out  # one ubatch, outputs in order (a decode step): its logits, not a copy
-            elif out.shape[0]:
-                if logits is None:
-                    logits = torch.empty(n_outputs, self.model.n_vocab, dtype=torch.float32)
-                logits[torch.tensor(rows, dtype=torch.long)] = out
+                if self.reuse_logits and len(ubatches) == 1 and self.model.device.type == "cpu":
+                    inp.logits_out = self._logits_rows(n_outputs)
+                out = net.forward(inp, self.memory).to("cpu")  # [n_outputs(ub), n_vocab], a new tensor
+            logits = self._place(out, ub, len(ubatches), logits, n_outputs)
+        self._finish(batch, logits, n_outputs, out_ids, len(ubatches))
+
+    def _encode(self, batch: Batch) -> None:
+        """A non-causal (encoder) batch: every token in one ubatch, no KV cache (llama.cpp's
+        encode: n_ubatch >= n_tokens), t_embd rows as the outputs."""
+        n_tokens, n_ubatch = self.alloc.n_tokens, self.cparams.n_ubatch
+        if n_tokens > n_ubatch:
+            from .batch.validate import BatchError
+
+            raise BatchError(f"a non-causal model attends over the whole sequence, so a batch must fit one ubatch: "
+                             f"the batch has {n_tokens} tokens, n_ubatch (-ub) is {n_ubatch}; raise -ub (and -b) to "
+                             f"at least {n_tokens}")
+        n_outputs, out_ids = self.alloc.n_outputs, self.alloc.output_ids
+        ubatches = self._split()
+        net = self.model.net
+        logits = None
+        for ub in ubatches:
+            inp = make_inputs(ub, self.model.device, self.cparams.flash_attn != "off", None)
+            out = net.hidden(inp, net.forward_layers(inp, None, net.embed(inp))).to("cpu", torch.float32)
+            logits = self._place(out, ub, len(ubatches), logits, n_outputs)
+        self._finish(batch, logits, n_outputs, out_ids, len(ubatches))
+
+    def _place(self, out: torch.Tensor, ub: UBatch, n_ubatches: int, logits: torch.Tensor | None,
+               n_outputs: int) -> torch.Tensor | None:
+        """One ubatch's output rows [n_outputs(ub), width] into the decode's [n_outputs, width]."""
+        rows = self._output_rows(ub)
+        if n_ubatches == 1 and rows == list(range(n_outputs)) and out.dtype == torch.float32:
+            return out  # one ubatch, outputs in order (a decode step): its rows, not a copy
+        if out.shape[0]:
+            if logits is None:
+                logits = torch.empty(n_outputs, out.shape[1], dtype=torch.float32)
+            logits[torch.tensor(rows, dtype=torch.long)] = out
+        return logits
+
+    def _finish(self, batch: Batch, logits: torch.Tensor | None, n_outputs: int, out_ids: list[int],
+                n_ubatches: int) -> None:
         if logits is None:
-            logits = torch.empty(n_outputs, self.model.n_vocab, dtype=torch.float32)
+            width = self.model.hparams.n_embd if self.embeddings else self.model.n_vocab
+            logits = torch.empty(n_outputs, width, dtype=torch.float32)
         self._logits, self._output_ids = logits, out_ids
-        self._count(batch, len(ubatches))
+        self._count(batch, n_ubatches)
 
     def _logits_rows(self, n: int) -> torch.Tensor:
         """The reused logits buffer's first n rows [n, n_vocab] (grown when n is more)."""

@@ -9,6 +9,7 @@ from ..log import logger
 from ..sampling import LLAMA_DEFAULT_SEED
 from .chat import chat_chunks, chat_completion, prepare
 from .completion import GenOptions, completion, completion_chunks, stop_list
+from .embedding import embed_texts, embedding_response, make_embedder, pooling_arg, pooling_type_int
 from .engine import Engine
 from .params import context_params, ignored_params
 from .state import LlamaState, load_state, save_state
@@ -24,9 +25,9 @@ class Llama:
 
     def __init__(self, model_path: str, *, n_ctx: int = 512, n_batch: int = 512, n_ubatch: int = 512,
                  n_threads: int | None = None, n_gpu_layers: int = 0, seed: int = LLAMA_DEFAULT_SEED,
-                 embedding: bool = False, flash_attn: bool = False, type_k: Any = None, type_v: Any = None,
-                 chat_format: str | None = None, draft_model: Any = None, verbose: bool = True, **rest: Any) -> None:
-        rest = {**rest, "embedding": embedding} if embedding else rest
+                 embedding: bool = False, pooling_type: Any = -1, flash_attn: bool = False, type_k: Any = None,
+                 type_v: Any = None, chat_format: str | None = None, draft_model: Any = None, verbose: bool = True,
+                 **rest: Any) -> None:
         self.ignored = ignored_params(rest)
         if chat_format is not None:
             self.ignored.append("chat_format")  # the model's own template renders every chat
@@ -46,6 +47,7 @@ class Llama:
         self._eng = Engine.open(self.model_path, params, spec, mmap=rest.get("use_mmap"))
         self.model = self._eng.model
         self.ctx = self._eng.ctx
+        self._embedder = make_embedder(self.ctx, pooling_arg(pooling_type)) if embedding else None
 
     @classmethod
     def from_pretrained(cls, repo_id: str, filename: str | None = None, **kwargs: Any) -> "Llama":
@@ -94,6 +96,29 @@ class Llama:
 
     def load_state(self, state: LlamaState) -> None:
         load_state(self._eng, state)
+
+    # --- embeddings -----------------------------------------------------------------------------
+    def pooling_type(self) -> int:
+        """llama_pooling_type of the embeddings (0 none ... 4 rank); -1 without embedding=True."""
+        return -1 if self._embedder is None else pooling_type_int(self._embedder)
+
+    def embed(self, input: str | list[str], normalize: bool = False, truncate: bool = True,
+              return_count: bool = False) -> Any:
+        """llama-cpp-python's embed: one embedding (a str input) or a list; per-token lists with
+        pooling none; (output, total tokens) with return_count.  The cached tokens are reset."""
+        if self._embedder is None:
+            raise RuntimeError("Llama model must be created with embedding=True to call this method")
+        texts = [input] if isinstance(input, str) else list(input)
+        data, n_tokens = embed_texts(self._embedder, texts, normalize, truncate)
+        self._eng.slot.cache_tokens = []  # embed_texts cleared the cells
+        out = data[0] if isinstance(input, str) else data
+        return (out, n_tokens) if return_count else out
+
+    def create_embedding(self, input: str | list[str], model: str | None = None) -> dict[str, Any]:
+        """llama-cpp-python's CreateEmbeddingResponse: {object: list, data: [{object, embedding,
+        index}], model, usage} (vectors unnormalised, as llama-cpp-python's)."""
+        data, n_tokens = self.embed(input if isinstance(input, list) else [input], return_count=True)
+        return embedding_response(data, n_tokens, model if model is not None else self.model_path)
 
     # --- generation -----------------------------------------------------------------------------
     def _opts(self, max_tokens: int | None, temperature: float, top_p: float, top_k: int, min_p: float,

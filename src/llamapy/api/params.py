@@ -12,10 +12,10 @@ READ = {"use_mmap", "offload_kqv", "swa_full"}
 # settings that change nothing in llamapy: mlock, NUMA, LoRA, RoPE overrides, perf counters)
 KNOWN_IGNORED = {
     "split_mode", "main_gpu", "tensor_split", "rpc_servers", "vocab_only", "use_mlock", "kv_overrides",
-    "n_threads_batch", "rope_scaling_type", "pooling_type", "rope_freq_base", "rope_freq_scale",
+    "n_threads_batch", "rope_scaling_type", "rope_freq_base", "rope_freq_scale",
     "yarn_ext_factor", "yarn_attn_factor", "yarn_beta_fast", "yarn_beta_slow", "yarn_orig_ctx",
     "logits_all", "op_offload", "no_perf", "last_n_tokens_size", "lora_base", "lora_scale", "lora_path",
-    "numa", "chat_handler", "tokenizer", "spm_infill", "embedding",
+    "numa", "chat_handler", "tokenizer", "spm_infill",
 }
 
 
@@ -51,6 +51,5 @@ def context_params(n_ctx: int, n_batch: int, n_ubatch: int, n_threads: int | Non
 
 
 def ignored_params(rest: dict[str, Any]) -> list[str]:
-    """The keyword arguments that change nothing here, sorted (embedding=True included:
-    this Llama does not serve embeddings)."""
-    return sorted(k for k in rest if k not in READ and not (k == "embedding" and not rest[k]))
+    """The keyword arguments that change nothing here, sorted."""
+    return sorted(k for k in rest if k not in READ)

@@ -96,3 +96,17 @@ def add_grammar(p: argparse.ArgumentParser) -> None:
     g.add_argument("-j", "--json-schema", default=None,
                    help='JSON Schema the output must match, e.g. \'{"type": "object"}\' for any JSON object')
     g.add_argument("-jf", "--json-schema-file", default=None, help="file with a JSON Schema")
+
+
+def add_embedding(p: argparse.ArgumentParser, switch: bool = True) -> None:
+    """llama.cpp's embedding flags (common/arg.cpp): --embedding, --pooling, --embd-normalize."""
+    if switch:
+        p.add_argument("--embedding", "--embeddings", dest="embedding", action="store_true",
+                       help="serve embeddings (/embedding, /v1/embeddings) instead of completions")
+        p.add_argument("--reranking", "--rerank", dest="reranking", action="store_true",
+                       help="serve reranking (/rerank, /v1/rerank): --embedding with --pooling rank")
+    p.add_argument("--pooling", default=None, choices=("none", "mean", "cls", "last", "rank"),
+                   help="pooling of the token embeddings (default: the model's {arch}.pooling_type, else none)")
+    p.add_argument("--embd-normalize", type=int, default=2,
+                   help="normalisation of the embeddings: -1 none, 0 max absolute (int16 range), 1 taxicab, "
+                        "2 euclidean, >2 p-norm (default: 2)")

@@ -39,6 +39,19 @@ _GPT_OSS_LAYER = {**_LLAMA_ATTN, "post_attention_norm.weight": ("n_embd",), "att
                   "ffn_up_exps.bias": ("n_ff_exp", "n_expert"), "ffn_down_exps.bias": ("n_embd", "n_expert")}
 _GLOBAL = {"token_embd.weight": ("n_embd", "n_vocab"), "output_norm.weight": ("n_embd",)}
 _OUTPUT = {"output.weight": ("n_embd", "n_vocab")}  # absent: the output is tied to token_embd
+# llama_model_bert::load_arch_tensors: learned positions, the embedding LayerNorm, post-norms
+# with biases, a GELU FFN; token_types and the classifier head (cls, cls.output) optional
+_BERT_GLOBAL = {"token_embd.weight": ("n_embd", "n_vocab"), "position_embd.weight": ("n_embd", "n_ctx_train"),
+                "token_embd_norm.weight": ("n_embd",), "token_embd_norm.bias": ("n_embd",)}
+_BERT_OPTIONAL = {"token_types.weight": ("n_embd", "n_token_types"), "cls.weight": ("n_embd", "n_embd"),
+                  "cls.bias": ("n_embd",), "cls.output.weight": ("n_embd", "n_cls_out"), "cls.output.bias": ("n_cls_out",)}
+_BERT_LAYER = {"attn_q.weight": ("n_embd", "n_head*k"), "attn_k.weight": ("n_embd", "n_head_kv*k"),
+               "attn_v.weight": ("n_embd", "n_head_kv*v"), "attn_output.weight": ("n_head*v", "n_embd"),
+               "attn_output_norm.weight": ("n_embd",), "attn_output_norm.bias": ("n_embd",),
+               "ffn_up.weight": ("n_embd", "n_ff"), "ffn_down.weight": ("n_ff", "n_embd"),
+               "layer_output_norm.weight": ("n_embd",), "layer_output_norm.bias": ("n_embd",)}
+_BERT_LAYER_OPTIONAL = {**_QKV_BIAS, "attn_output.bias": ("n_embd",), "ffn_up.bias": ("n_ff",),
+                        "ffn_down.bias": ("n_embd",)}
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,6 +82,7 @@ ARCH_TENSORS: dict[str, ArchTensors] = {
                          "ffn_up.weight": ("n_embd", "2*n_ff"), "ffn_down.weight": ("n_ff", "n_embd")}),
     # llama_model_openai_moe: output.weight required (never tied)
     "gpt-oss": ArchTensors(_GPT_OSS_LAYER, _QKV_BIAS, optional={}, required={**_GLOBAL, **_OUTPUT}),
+    "bert": ArchTensors(_BERT_LAYER, _BERT_LAYER_OPTIONAL, _BERT_OPTIONAL, _BERT_GLOBAL),
 }
 
 
@@ -83,7 +97,8 @@ def _dims(hp) -> dict[str, int]:
             "n_head*k": hp.n_head * hp.n_embd_head_k, "n_head*v": hp.n_head * hp.n_embd_head_v,
             "n_head_kv*k": hp.n_head_kv * hp.n_embd_head_k, "n_head_kv*v": hp.n_head_kv * hp.n_embd_head_v,
             "n_rot/2": hp.n_rot // 2, "2*n_ff": 2 * hp.n_ff, "n_expert": hp.n_expert, "n_head": hp.n_head, "n_ff_exp": hp.n_ff_exp,
-            "n_qkv": (hp.n_head + hp.n_head_kv) * hp.n_embd_head_k + hp.n_head_kv * hp.n_embd_head_v}
+            "n_qkv": (hp.n_head + hp.n_head_kv) * hp.n_embd_head_k + hp.n_head_kv * hp.n_embd_head_v,
+            "n_ctx_train": hp.n_ctx_train, "n_token_types": hp.n_token_types, "n_cls_out": hp.n_cls_out}
 
 
 def _tables(hp, optional: bool) -> dict[str, tuple[str, ...]]:

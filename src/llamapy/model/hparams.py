@@ -59,6 +59,10 @@ class HParams:
     def attn_plain(self) -> bool:
         """Is attention what llamapy's C attention kernels compute (no soft-capping, no sinks)?"""
         return not (self.attn_soft_cap or self.attn_sinks)
+    pooling_type: int = -1  # {arch}.pooling_type (llama_pooling_type; -1 unspecified: none)
+    f_norm_eps: float = 1e-12  # {arch}.attention.layer_norm_epsilon (LayerNorm models: bert)
+    n_token_types: int = 0  # tokenizer.ggml.token_type_count (bert's token_types rows)
+    n_cls_out: int = 1  # {arch}.classifier.output_labels' count (a rank head's outputs)
 
     # llama_hparams::n_embd_k_gqa(il): width of one token's K in one layer
     def n_embd_k_gqa(self, il: int = 0) -> int:
@@ -209,6 +213,11 @@ def hparams_from_gguf(f: GGUFHeader) -> HParams:
         n_ff_exp=n_ff_exp,
         attn_sinks=arch == "gpt-oss",
         **_yarn(f, arch, key, scaling_type, scale),
+        causal_attn=bool(f.get(f"{arch}.attention.causal", True)),
+        pooling_type=key("pooling_type", -1, lo=-1),
+        f_norm_eps=float(key("attention.layer_norm_epsilon", 1e-12, kind=float, lo=0)),
+        n_token_types=_int_field(f, "tokenizer.ggml.token_type_count"),
+        n_cls_out=len(f.get(f"{arch}.classifier.output_labels") or ()) or 1,
     )
     if known:
         check_keys(f, arch)
@@ -230,6 +239,13 @@ def _yarn(f: GGUFHeader, arch: str, key, scaling_type, scale) -> dict:
     mscale = 1.0 if factor <= 1.0 else 0.1 * math.log(factor) + 1.0
     return {"yarn_ext_factor": 1.0, "yarn_attn_factor": mscale / (1.0 + 0.1 * math.log(factor)) * attn,
             "n_ctx_orig_yarn": n_orig}
+def _int_field(f: GGUFHeader, k: str) -> int:
+    """A non-negative integer key outside {arch}.* (0 when absent)."""
+    v = f.get(k, 0)
+    if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+        fld = f.fields[k]
+        raise GGUFError(f"{f.path.name}: metadata '{k}' (key at byte {fld.offset}) = {short_repr(v)} is not a count")
+    return v
 
 
 def _experts(f: GGUFHeader, arch: str, key, desc) -> tuple[int, int, int]:
@@ -296,9 +312,9 @@ def _check_vocab_keys(f: GGUFHeader) -> None:
     model = fld(_K.MODEL)
     if model is None:
         raise GGUFError(f"{name}: tokenizer.ggml.model is missing (a required key)")
-    if model.value not in ("gpt2", "llama"):
+    if model.value not in ("gpt2", "llama", "bert"):
         raise GGUFError(f"{where(model)} = {short_repr(model.value)} is not supported (supported: 'gpt2' byte-level BPE, "
-                        f"'llama' SentencePiece)")
+                        f"'llama' SentencePiece, 'bert' WordPiece)")
     pre = fld(_K.PRE)
     if pre is not None:
         if not isinstance(pre.value, str):

@@ -26,6 +26,9 @@ class ServerState:
     timeout: float = 600.0  # seconds a request may take from arrival to its end (--timeout)
     draining: bool = False  # shutting down: new requests get 503
     alias: str = "llamapy"
+    embedding: bool = False  # --embedding: the embedding routes answer; completions do not
+    pooling: str = "none"  # the pooling that runs (--pooling, else the model's)
+    embd_normalize: int = 2  # --embd-normalize: what a request's embd_normalize defaults to
     defaults: RequestDefaults = field(default_factory=RequestDefaults)  # --temp, -n ..: what a request does not set
     model: Model | None = None
     ctx: Context | None = None

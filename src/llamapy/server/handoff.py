@@ -16,6 +16,9 @@ def submit(state: ServerState, req: GenRequest) -> Pending:
     Retry-After) when the queue is full, 400 for a prompt that cannot fit."""
     if state.scheduler is None:
         raise APIError(503, "Loading model")
+    if state.embedding:
+        raise APIError(501, "This server was started with `--embeddings`: it serves /embedding and /v1/embeddings "
+                            "only. Start it without `--embeddings` for completions")
     if state.draining:
         raise APIError(503, "server is shutting down")
     req.timeout = state.timeout

@@ -17,7 +17,10 @@ from .api_error import APIError, error_body, error_response, final_error
 from .bridge import Pending, ServerState
 from .constraints import compile_constraint, request_spec
 from .handoff import submit, tokenize_prompt
+from .http_embed import router as embed_router
 from .http_openai import router as openai_router
+from .http_infill import infill_request
+from .http_rerank import router as rerank_router
 from .metrics import render_prometheus
 from .request import Event, Request as GenRequest
 from .schemas import (BUILD_INFO, ERROR_RESPONSES, DetokenizeRequest, DetokenizeResponse, NativeCompletionRequest,
@@ -123,24 +126,40 @@ def create_app(state: ServerState) -> BodyLimit:
     @app.post("/completion", responses=ok_response(NativeCompletionResponse, stream=True))
     @app.post("/completions", responses=ok_response(NativeCompletionResponse, stream=True))
     async def completion(body: NativeCompletionRequest, request: Request):
+        return await native_completion(state, body, request)
+
+    @app.post("/infill", include_in_schema=False)  # a free-form body (llama-server's checks); 501 without FIM tokens
+    async def infill(request: Request):
         _ready(state)
-        body = state.defaults.apply(body)
-        ids = tokenize_prompt(state, body.prompt)
-        constraint = await compile_constraint(state, request_spec(body.grammar, body.json_schema))
-        req = GenRequest(ids, max_tokens=body.n_predict, sampling=body.sampling(body.n_probs), stop=body.stop_list(), n_probs=body.n_probs,
-                         post_sampling_probs=body.post_sampling_probs, ignore_eos=body.ignore_eos, spec=body.spec_overrides(), constraint=constraint)
-        p = submit(state, req)
-        if body.stream:
-            return EventStream(_native_stream(state, p, body.post_sampling_probs), p.close)
-        text, evs = await p.collect(request.is_disconnected)
-        if not evs or not evs[-1].final:
-            return error_response(499, "client closed the request")
-        if (err := final_error(evs[-1])) is not None:
-            raise err
-        return _native_final(state, evs[-1], text, [e for e in evs if e.token >= 0], body)
+        try:
+            data = await request.json()
+        except ValueError as e:
+            raise APIError(400, f"malformed JSON in request body: {e}") from None
+        return await native_completion(state, infill_request(state, data), request)
 
     app.include_router(openai_router)
+    app.include_router(embed_router)
+    app.include_router(rerank_router)
     return BodyLimit(JsonBody(app), lambda: state.max_body)
+
+
+async def native_completion(state: ServerState, body: NativeCompletionRequest, request: Request):
+    """/completion's work, which /infill shares (server/http_infill.py): the reply or its stream."""
+    _ready(state)
+    body = state.defaults.apply(body)
+    ids = tokenize_prompt(state, body.prompt)
+    constraint = await compile_constraint(state, request_spec(body.grammar, body.json_schema))
+    req = GenRequest(ids, max_tokens=body.n_predict, sampling=body.sampling(body.n_probs), stop=body.stop_list(), n_probs=body.n_probs,
+                     post_sampling_probs=body.post_sampling_probs, ignore_eos=body.ignore_eos, spec=body.spec_overrides(), constraint=constraint)
+    p = submit(state, req)
+    if body.stream:
+        return EventStream(_native_stream(state, p, body.post_sampling_probs), p.close)
+    text, evs = await p.collect(request.is_disconnected)
+    if not evs or not evs[-1].final:
+        return error_response(499, "client closed the request")
+    if (err := final_error(evs[-1])) is not None:
+        raise err
+    return _native_final(state, evs[-1], text, [e for e in evs if e.token >= 0], body)
 
 
 def _ready(state: ServerState) -> None:

@@ -77,6 +77,8 @@ class Scheduler:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._snapshot: tuple[list[dict], dict] = ([s.info() for s in self.slots], self.metrics.snapshot())
+        self.embedder = None  # --embedding: an embed.Embedder; EmbedJobs then run in this loop (embed_jobs.py)
+        self.embed_jobs: list = []
 
     # --- called from any thread -------------------------------------------------------------
     def check(self, req: Request) -> None:
@@ -101,6 +103,13 @@ class Scheduler:
                     f"(--max-queue {self.max_queue}); retry later")
             self._n_queued += 1
         self._inbox.put(req)
+
+    def submit_embed(self, job) -> None:
+        """Queue an EmbedJob (server/embed_jobs.py): run at the next step, with the others waiting."""
+        if self.embedder is None:
+            raise ValueError("This server does not support embeddings. Start it with `--embeddings`")
+        self.embedder.check(job.seqs)
+        self._inbox.put(job)
 
     def _dequeued(self) -> None:
         with self._queue_lock:
@@ -148,6 +157,8 @@ class Scheduler:
                     if not s.is_idle:
                         self._finish(s, "error", error=f"internal error: {e}", drop_cells=True)
         self._drain_inbox()
+        for j in self.embed_jobs:
+            j.done(RuntimeError("server is shutting down"))
         for s in self.slots:
             if not s.is_idle:
                 self._finish(s, "abort", error="server is shutting down")
@@ -166,6 +177,8 @@ class Scheduler:
         while True:
             if isinstance(item, _Cancel):
                 self._apply_cancel(item)
+            elif not isinstance(item, Request):  # an EmbedJob
+                self.embed_jobs.append(item)
             else:
                 self.waiting.append(item)
                 self.metrics.n_requests_total += 1
@@ -192,6 +205,11 @@ class Scheduler:
         """One step: take new requests, assign slots, build and decode one batch, sample.
         Returns False when there was nothing to do."""
         self._drain_inbox()
+        if self.embed_jobs:  # every waiting embedding request's sequences, packed many to a batch
+            from .embed_jobs import run_jobs
+
+            jobs, self.embed_jobs = self.embed_jobs, []
+            return run_jobs(self.embedder, jobs) > 0
         self._expire()
         self._assign()
         rows = self._decode_step()

@@ -41,6 +41,9 @@ class ReplicaSettings:
         return self.replicas is not None or self.min_replicas is not None or self.max_replicas is not None
 
 
+EMBD_SEQ_MAX = 64  # --embedding: the sequences one batch may hold (-np raises it)
+
+
 @dataclass(frozen=True, slots=True)
 class ServeSettings:
     """Every `llamapy serve` flag, typed.  ctx holds -c, -b, -ub, -ctk/-ctv, -fa, -kvu, -t,
@@ -69,6 +72,9 @@ class ServeSettings:
     verbose: bool = False
     defaults: RequestDefaults = field(default_factory=RequestDefaults)  # --temp, --top-k, --top-p, --min-p, --seed, -n
     replicas: ReplicaSettings = field(default_factory=ReplicaSettings)
+    embedding: bool = False  # --embedding: embeddings only, many sequences per batch
+    pooling: str | None = None  # --pooling (None: the model's)
+    embd_normalize: int = 2
 
     def check(self) -> None:
         """ValueError, naming the flag, for a setting no server can start with."""
@@ -81,6 +87,8 @@ class ServeSettings:
     def context_params(self) -> ContextParams:
         """The server's ContextParams: ctx with -np resolved (auto: 4 slots, unified cache); a copy."""
         n_par, unified = resolve_parallel(self.n_parallel, self.ctx.kv_unified)
+        if self.embedding:  # sequences, not slots: as many per batch as llama-embedding packs (unified cache)
+            return replace(self.ctx, n_seq_max=max(n_par, EMBD_SEQ_MAX), kv_unified=True)
         return replace(self.ctx, n_seq_max=n_par, kv_unified=unified)
 
     @property

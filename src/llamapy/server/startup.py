@@ -59,6 +59,13 @@ def load_model(s: ServeSettings, state: ServerState) -> None:
         log.info(f"load_model: speculative decoding: {spec.type}, up to {spec.draft_len} draft tokens per slot and step")
     max_queue = s.max_queue if s.max_queue is not None else 4 * c.n_seq_max
     sched = Scheduler(ctx, spec, proposers, max_queue=max_queue, slot_prompt_similarity=s.slot_prompt_similarity)
+    if s.embedding:
+        from ..embed import Embedder
+
+        sched.embedder = Embedder(ctx, s.pooling, -1)  # each request normalises its own (embd_normalize)
+        state.embedding, state.pooling, state.embd_normalize = True, sched.embedder.pooling, s.embd_normalize
+        log.info(f"load_model: embeddings: pooling {sched.embedder.pooling}, up to {c.n_seq_max} sequences and "
+                 f"{sched.embedder.max_tokens} tokens per batch")
     sched.start()
     log.info(f"load_model: up to {max_queue} requests wait for a slot (--max-queue); --timeout {s.timeout:g} s")
     state.alias = s.alias or model.path.stem

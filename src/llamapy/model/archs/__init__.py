@@ -7,6 +7,7 @@ from __future__ import annotations
 def arch_class(name: str) -> type:
     """The class for GGUF `general.architecture` == name; GGUFError (a ValueError) if unsupported."""
     from ...gguf.header import GGUFError
+    from .bert import BertModel
     from .gptoss import GptOssModel
     from .llama import LlamaModel
     from .phi3 import Phi3Model
@@ -14,8 +15,8 @@ def arch_class(name: str) -> type:
     from .qwen3 import Qwen3Model
     from .qwen3moe import Qwen3MoeModel
 
-    known = {c.arch_name: c for c in (GptOssModel, LlamaModel, Phi3Model, Qwen2Model, Qwen3Model,
-                                            Qwen3MoeModel)}
+    known = {c.arch_name: c for c in (BertModel, GptOssModel, LlamaModel, Phi3Model, Qwen2Model, Qwen3Model,
+                                      Qwen3MoeModel)}
     try:
         from .gemma2 import Gemma2Model
         from .gemma3 import Gemma3Model

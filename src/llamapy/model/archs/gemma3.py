@@ -161,6 +161,10 @@ class Gemma3Model:
             logits = torch.tanh(logits / c) * c
         return logits
 
+    def hidden(self, inp: UBatchInputs, x: torch.Tensor) -> torch.Tensor:
+        """t_embd: the output rows of x after the output norm, [n_outputs, n_embd] (embeddings)."""
+        return rms_norm(x.index_select(0, inp.out_rows), self.output_norm, self.hp.f_norm_rms_eps)
+
     def rotate_k(self, il: int, k: torch.Tensor, delta: torch.Tensor) -> torch.Tensor:
         """K-shift: k [n, n_embd_k_gqa] rotated by delta [n] positions with layer il's RoPE."""
         rope = self.rope_for_layer(il)

@@ -117,6 +117,10 @@ class LlamaModel:
         x = x.index_select(0, inp.out_rows)  # [n_outputs, n_embd]
         return project(self.output, rms_norm(x, self.output_norm, self.hp.f_norm_rms_eps), inp.logits_out)
 
+    def hidden(self, inp: UBatchInputs, x: torch.Tensor) -> torch.Tensor:
+        """t_embd: the output rows of x after the output norm, [n_outputs, n_embd] (embeddings)."""
+        return rms_norm(x.index_select(0, inp.out_rows), self.output_norm, self.hp.f_norm_rms_eps)
+
     def _attention(self, inp: UBatchInputs, kv: KVCache, il: int, L: LlamaLayer, x: torch.Tensor,
                    cos: torch.Tensor, sin: torch.Tensor) -> None:
         """x [n_tokens, n_embd] += the attention block's output (the residual add in place)."""
