@@ -1,0 +1,11 @@
+/* row1k_x86.c: the K-quants' one-row products from the split activations (x86). */
+#ifndef LP_ROW1K_X86_H
+#define LP_ROW1K_X86_H
+
+#include "quants.h"
+
+/* Row r of xr (its qh / ql kept: lp_xrows_split) against one weight row of nsb super-blocks. */
+float lp_row1_k45_split(int type, const uint8_t *row, int64_t nsb, const lp_xrows *xr, int64_t r);
+float lp_row1_q6_k_split(const uint8_t *row, int64_t nsb, const lp_xrows *xr, int64_t r);
+
+#endif
