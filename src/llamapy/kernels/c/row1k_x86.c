@@ -31,11 +31,15 @@ LP_INLINE __m256i dot32s(__m256i w, const int8_t *xh, const int8_t *xl) {
 
 /* Of eight int32x8 v[0..8): u[0] = [sum of lanes 0-3 of v0, v1, v2, v3 | lanes 4-7 of v0..v3],
  * u[1] the same of v4..v7 (six horizontal adds). */
+LP_INLINE __m256i pair_sums(__m256i a, __m256i b) { /* [a0+a2, b0+b2, a1+a3, b1+b3 | the same of 4..7] */
+    return _mm256_add_epi32(_mm256_unpacklo_epi32(a, b), _mm256_unpackhi_epi32(a, b));
+}
+LP_INLINE __m256i quad_sums(__m256i p, __m256i q) { /* of pair_sums(v0, v1), pair_sums(v2, v3) */
+    return _mm256_add_epi32(_mm256_unpacklo_epi64(p, q), _mm256_unpackhi_epi64(p, q));
+}
 LP_INLINE void sum_quads(const __m256i v[8], __m256i u[2]) {
-    const __m256i t0 = _mm256_hadd_epi32(v[0], v[1]), t1 = _mm256_hadd_epi32(v[2], v[3]);
-    const __m256i t2 = _mm256_hadd_epi32(v[4], v[5]), t3 = _mm256_hadd_epi32(v[6], v[7]);
-    u[0] = _mm256_hadd_epi32(t0, t1);
-    u[1] = _mm256_hadd_epi32(t2, t3);
+    u[0] = quad_sums(pair_sums(v[0], v[1]), pair_sums(v[2], v[3]));
+    u[1] = quad_sums(pair_sums(v[4], v[5]), pair_sums(v[6], v[7]));
 }
 
 /* [sum of v0, .., sum of v7]. */
@@ -53,18 +57,16 @@ LP_INLINE float hsum8(__m256 v) {
 }
 
 /* The 8 scales (bytes 0..7) and 8 minimums (8..15) of a Q4_K / Q5_K super-block, 6 bits each,
- * from its 12 packed bytes at sc (ggml's get_scale_min_k4 for all eight at once), in one
- * vector: on 32-bit words u0 u1 u2, [u0 & m6, (u2 & m4) | (u0 >> 6 & 3) << 4, u1 & m6,
- * (u2 >> 4 & m4) | (u1 >> 6 & 3) << 4] (the scalar form's words went through memory to be
- * widened, a store-forwarding stall a super-block). */
+ * from its 12 packed bytes b[0..12) at sc (ggml's get_scale_min_k4 for all eight at once), in
+ * one vector: [b0..3 & 63, b8..11 & 15 | (b0..3 >> 6) << 4, b4..7 & 63, b8..11 >> 4 | (b4..7 >> 6) << 4]
+ * (16 bytes read: the block goes on past its scales). */
 LP_INLINE __m128i k45_sc(const uint8_t *sc) {
-    uint32_t w[3];
-    memcpy(w, sc, 12);
-    const __m128i u = _mm_setr_epi32((int)w[0], (int)w[1], (int)w[2], 0);
-    const __m128i lo = _mm_and_si128(_mm_srlv_epi32(_mm_shuffle_epi32(u, _MM_SHUFFLE(2, 1, 2, 0)), _mm_setr_epi32(0, 0, 0, 4)),
+    const __m128i b = _mm_loadu_si128((const __m128i *)sc);
+    const __m128i lo = _mm_and_si128(_mm_srlv_epi32(_mm_shuffle_epi8(b, _mm_setr_epi8(0, 1, 2, 3, 8, 9, 10, 11, 4, 5, 6, 7, 8, 9, 10, 11)),
+                                                    _mm_setr_epi32(0, 0, 0, 4)),
                                      _mm_setr_epi32(0x3f3f3f3f, 0x0f0f0f0f, 0x3f3f3f3f, 0x0f0f0f0f));
-    const __m128i hi = _mm_and_si128(_mm_srli_epi32(_mm_shuffle_epi32(u, _MM_SHUFFLE(1, 1, 0, 0)), 2),
-                                     _mm_setr_epi32(0, 0x30303030, 0, 0x30303030));
+    const __m128i hi = _mm_and_si128(_mm_srli_epi32(_mm_shuffle_epi8(b, _mm_setr_epi8(-1, -1, -1, -1, 0, 1, 2, 3, -1, -1, -1, -1, 4, 5, 6, 7)), 2),
+                                     _mm_set1_epi8(0x30));
     return _mm_or_si128(lo, hi);
 }
 
