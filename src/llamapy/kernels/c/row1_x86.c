@@ -248,6 +248,11 @@ int lp_dot_row1x2(int type, const uint8_t *w0, const uint8_t *w1, int64_t n_in, 
     case LP_Q4_1: rows_32(LP_Q4_1, 2, w0, w1, n_in / 32, xr, r, y); return 1;
     case LP_Q5_0: rows_32(LP_Q5_0, 2, w0, w1, n_in / 32, xr, r, y); return 1;
     case LP_Q5_1: rows_32(LP_Q5_1, 2, w0, w1, n_in / 32, xr, r, y); return 1;
+    case LP_Q4_K:
+    case LP_Q5_K:
+        if (!xr->qh) return 0;
+        lp_row1x2_k45_split(type, w0, w1, n_in / 256, xr, r, y);
+        return 1;
     default: return 0;
     }
 }

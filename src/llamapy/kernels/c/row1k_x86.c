@@ -17,8 +17,7 @@
 
 /* int32x8: lane i = sum over elements 4i..4i+3 of the unsigned weight bytes w times the
  * activations 256 xh + xl (32 each). */
-LP_INLINE __m256i dot32s(__m256i w, const int8_t *xh, const int8_t *xl) {
-    const __m256i h = _mm256_loadu_si256((const __m256i *)xh), l = _mm256_loadu_si256((const __m256i *)xl);
+LP_INLINE __m256i dot32v(__m256i w, __m256i h, __m256i l) {
 #if defined(LP_VNNI)
     return _mm256_dpbusd_epi32(_mm256_slli_epi32(_mm256_dpbusd_epi32(_mm256_setzero_si256(), w, h), 8), w, l);
 #elif defined(LP_AVXVNNI)
@@ -27,6 +26,10 @@ LP_INLINE __m256i dot32s(__m256i w, const int8_t *xh, const int8_t *xl) {
     return _mm256_add_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(w, h), _mm256_set1_epi16(256)),
                             _mm256_madd_epi16(_mm256_maddubs_epi16(w, l), _mm256_set1_epi16(1)));
 #endif
+}
+
+LP_INLINE __m256i dot32s(__m256i w, const int8_t *xh, const int8_t *xl) {
+    return dot32v(w, _mm256_loadu_si256((const __m256i *)xh), _mm256_loadu_si256((const __m256i *)xl));
 }
 
 /* Of eight int32x8 v[0..8): u[0] = [sum of lanes 0-3 of v0, v1, v2, v3 | lanes 4-7 of v0..v3],
@@ -72,41 +75,70 @@ LP_INLINE __m128i k45_sc(const uint8_t *sc) {
 
 LP_INLINE __m256 u8x8(__m128i v) { return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(v)); }
 
-float lp_row1_k45_split(int type, const uint8_t *row, int64_t nsb, const lp_xrows *xr, int64_t r) {
+/* nr (1 or 2) weight rows w0, w1 of Q4_K / Q5_K against row r: each activation load feeds both. */
+LP_INLINE void k45_rows(const int type, const int nr, const uint8_t *w0, const uint8_t *w1, int64_t nsb, const lp_xrows *xr,
+                        int64_t r, float *y) {
     const int bb = type == LP_Q4_K ? 144 : 176;
     const int8_t *xh = xr->qh + r * xr->n_in, *xl = xr->ql + r * xr->n_in;
     const float *s = xr->s + r * nsb * 8, *sum32 = xr->sum32 + r * nsb * 8;
-    __m256 a = _mm256_setzero_ps(), am = _mm256_setzero_ps();
+    __m256 a[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()}, am[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
     for (int64_t i = 0; i < nsb; i++) {
-        const uint8_t *b = row + i * bb, *qs = b + (type == LP_Q4_K ? 16 : 48);
-        const __m128i sm = k45_sc(b + 4);
-        const __m128 dd = f16x2_ps(b); /* d, dmin */
         const int64_t k = 256 * i;
-        __m256 sv = _mm256_mul_ps(_mm256_mul_ps(u8x8(sm), _mm256_broadcastss_ps(dd)), _mm256_loadu_ps(s + 8 * i));
+        __m256 sv[2];
+        __m256i hb[2];
+        const uint8_t *qs[2];
+#pragma GCC unroll 2
+        for (int t = 0; t < nr; t++) {
+            const uint8_t *b = (t ? w1 : w0) + i * bb;
+            qs[t] = b + (type == LP_Q4_K ? 16 : 48);
+            const __m128i sm = k45_sc(b + 4);
+            const __m128 dd = f16x2_ps(b); /* d, dmin */
+            sv[t] = _mm256_mul_ps(_mm256_mul_ps(u8x8(sm), _mm256_broadcastss_ps(dd)), _mm256_loadu_ps(s + 8 * i));
 #if defined(LP_VNNI) || defined(LP_AVXVNNI)
-        if (type == LP_Q4_K) sv = _mm256_mul_ps(sv, _mm256_setr_ps(1, 0.0625f, 1, 0.0625f, 1, 0.0625f, 1, 0.0625f));
+            if (type == LP_Q4_K) sv[t] = _mm256_mul_ps(sv[t], _mm256_setr_ps(1, 0.0625f, 1, 0.0625f, 1, 0.0625f, 1, 0.0625f));
 #endif
-        am = _mm256_fmadd_ps(_mm256_mul_ps(u8x8(_mm_unpackhi_epi64(sm, sm)), _mm256_broadcastss_ps(_mm_movehdup_ps(dd))),
-                             _mm256_loadu_ps(sum32 + 8 * i), am);
-        __m256i hb = type == LP_Q5_K ? _mm256_loadu_si256((const __m256i *)(b + 16)) : _mm256_setzero_si256();
-        __m256i v[8];
+            am[t] = _mm256_fmadd_ps(_mm256_mul_ps(u8x8(_mm_unpackhi_epi64(sm, sm)), _mm256_broadcastss_ps(_mm_movehdup_ps(dd))),
+                                    _mm256_loadu_ps(sum32 + 8 * i), am[t]);
+            hb[t] = type == LP_Q5_K ? _mm256_loadu_si256((const __m256i *)(b + 16)) : _mm256_setzero_si256();
+        }
+        __m256i v[2][8];
 #pragma GCC unroll 4
         for (int j = 0; j < 4; j++) {
-            __m256i wa, wb;
+            const int8_t *ph = xh + k + 64 * j, *pl = xl + k + 64 * j;
+            const __m256i h0 = _mm256_loadu_si256((const __m256i *)ph), l0 = _mm256_loadu_si256((const __m256i *)pl);
+            const __m256i h1 = _mm256_loadu_si256((const __m256i *)(ph + 32)), l1 = _mm256_loadu_si256((const __m256i *)(pl + 32));
+#pragma GCC unroll 2
+            for (int t = 0; t < nr; t++) {
+                __m256i wa, wb;
 #if defined(LP_VNNI) || defined(LP_AVXVNNI)
-            if (type == LP_Q4_K) { /* the high nibbles in place: 16 q, 16 times the dot (vpdpbusd does not saturate) */
-                const __m256i q = _mm256_loadu_si256((const __m256i *)(qs + 32 * j));
-                wa = _mm256_and_si256(q, _mm256_set1_epi8(15));
-                wb = _mm256_and_si256(q, _mm256_set1_epi8((char)0xF0));
-            } else
+                if (type == LP_Q4_K) { /* the high nibbles in place: 16 q, 16 times the dot (vpdpbusd does not saturate) */
+                    const __m256i q = _mm256_loadu_si256((const __m256i *)(qs[t] + 32 * j));
+                    wa = _mm256_and_si256(q, _mm256_set1_epi8(15));
+                    wb = _mm256_and_si256(q, _mm256_set1_epi8((char)0xF0));
+                } else
 #endif
-                k45_pair(type, qs + 32 * j, &hb, &wa, &wb);
-            v[2 * j] = dot32s(wa, xh + k + 64 * j, xl + k + 64 * j);
-            v[2 * j + 1] = dot32s(wb, xh + k + 64 * j + 32, xl + k + 64 * j + 32);
+                    k45_pair(type, qs[t] + 32 * j, &hb[t], &wa, &wb);
+                v[t][2 * j] = dot32v(wa, h0, l0);
+                v[t][2 * j + 1] = dot32v(wb, h1, l1);
+            }
         }
-        a = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum8x8(v)), sv, a);
+#pragma GCC unroll 2
+        for (int t = 0; t < nr; t++) a[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum8x8(v[t])), sv[t], a[t]);
     }
-    return hsum8(a) - hsum8(am);
+#pragma GCC unroll 2
+    for (int t = 0; t < nr; t++) y[t] = hsum8(a[t]) - hsum8(am[t]);
+}
+
+float lp_row1_k45_split(int type, const uint8_t *row, int64_t nsb, const lp_xrows *xr, int64_t r) {
+    float y;
+    if (type == LP_Q4_K) k45_rows(LP_Q4_K, 1, row, row, nsb, xr, r, &y);
+    else k45_rows(LP_Q5_K, 1, row, row, nsb, xr, r, &y);
+    return y;
+}
+
+void lp_row1x2_k45_split(int type, const uint8_t *w0, const uint8_t *w1, int64_t nsb, const lp_xrows *xr, int64_t r, float *y) {
+    if (type == LP_Q4_K) k45_rows(LP_Q4_K, 2, w0, w1, nsb, xr, r, y);
+    else k45_rows(LP_Q5_K, 2, w0, w1, nsb, xr, r, y);
 }
 
 float lp_row1_q6_k_split(const uint8_t *row, int64_t nsb, const lp_xrows *xr, int64_t r) {
