@@ -255,10 +255,20 @@ void lp_row_to_f32(int type, const uint8_t *row, int64_t n_in, float *out, lp_wr
 
 size_t lp_xrows_bytes(int64_t n_in, int64_t n) {
     size_t b = (size_t)(n * n_in) * 2 + 2 * (size_t)(n * (n_in / 32)) * 4 + (size_t)(n * (n_in / 16)) * 4 + 4 * 64;
-#if defined(LP_DOTPROD)
-    b += 2 * (size_t)(n * n_in) + 64;
-#endif
+    if (lp_xrows_split(n)) b += 2 * (size_t)(n * n_in) + (size_t)(n * (n_in / 16)) * 4 + 2 * 64;
     return b;
+}
+
+int lp_xrows_split(int64_t n) {
+#if defined(LP_DOTPROD)
+    (void)n;
+    return 1;
+#elif defined(LP_AVX2) || defined(LP_AVX512)
+    return n < LP_F32_ROWS;
+#else
+    (void)n;
+    return 0;
+#endif
 }
 
 static void *align64(void *p) { return (void *)(((uintptr_t)p + 63) & ~(uintptr_t)63); }
@@ -271,12 +281,13 @@ lp_xrows lp_xrows_at(void *buf, int64_t n_in, int64_t n) {
     x.s = (float *)align64(x.q + n * n_in);
     x.sum16 = (float *)align64(x.s + n * (n_in / 32));
     x.sum32 = (float *)align64(x.sum16 + n * (n_in / 16));
-#if defined(LP_DOTPROD)
-    x.qh = (int8_t *)align64(x.sum32 + n * (n_in / 32));
-    x.ql = x.qh + n * n_in;
-#else
     x.qh = x.ql = NULL;
-#endif
+    x.isum16 = NULL;
+    if (lp_xrows_split(n)) {
+        x.qh = (int8_t *)align64(x.sum32 + n * (n_in / 32));
+        x.ql = x.qh + n * n_in;
+        x.isum16 = (int32_t *)align64(x.ql + n * n_in);
+    }
     return x;
 }
 
@@ -346,13 +357,14 @@ void lp_prepare_x_row(const float *x, lp_xrows xr, int64_t r) {
         sum[2 * b] = s[b] * (float)t0;
         sum[2 * b + 1] = s[b] * (float)t1;
         xr.sum32[r * (n_in / 32) + b] = s[b] * (float)(t0 + t1);
+        if (xr.isum16) xr.isum16[r * (n_in / 16) + 2 * b] = t0, xr.isum16[r * (n_in / 16) + 2 * b + 1] = t1;
     }
-#if defined(LP_DOTPROD)
-    int8_t *qh = xr.qh + r * n_in, *ql = xr.ql + r * n_in;
-    for (int64_t k = 0; k < n_in; k++) {
-        const int h = (q[k] + 128) >> 8;
-        qh[k] = (int8_t)h;
-        ql[k] = (int8_t)(q[k] - 256 * h);
+    if (xr.qh) {
+        int8_t *qh = xr.qh + r * n_in, *ql = xr.ql + r * n_in;
+        for (int64_t k = 0; k < n_in; k++) {
+            const int h = (q[k] + 128) >> 8;
+            qh[k] = (int8_t)h;
+            ql[k] = (int8_t)(q[k] - 256 * h);
+        }
     }
-#endif
 }
