@@ -124,3 +124,12 @@ def test_bad_pooling_and_normalize_are_refused(bert: Model) -> None:
 
 def test_pooling_default_comes_from_the_gguf(bert: Model) -> None:
     assert _embedder(bert, None).pooling == "mean"  # tiny_bert writes bert.pooling_type = 1
+
+
+@pytest.mark.parametrize("case", ["nomic-bert-mean", "nomic-bert-none"])
+def test_tiny_nomic_bert_matches_llama_embedding(tmp_path: Path, case: str) -> None:
+    """nomic-bert: RoPE NEOX instead of learned positions, Q|K|V fused, SwiGLU (archs/nomic_bert.py)."""
+    path = write_tiny_bert(tmp_path / "tiny_nomic_bert.gguf", seed=2, arch="nomic-bert")
+    ref = json.loads((REF / f"{case}.json").read_text())
+    assert _sha256(path) == ref["sha256"], "tests/tiny_bert.py no longer writes the file the references came from"
+    _check_against(ref, Model.load(path), 0.9999)

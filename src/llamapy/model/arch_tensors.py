@@ -52,6 +52,12 @@ _BERT_LAYER = {"attn_q.weight": ("n_embd", "n_head*k"), "attn_k.weight": ("n_emb
                "layer_output_norm.weight": ("n_embd",), "layer_output_norm.bias": ("n_embd",)}
 _BERT_LAYER_OPTIONAL = {**_QKV_BIAS, "attn_output.bias": ("n_embd",), "ffn_up.bias": ("n_ff",),
                         "ffn_down.bias": ("n_embd",)}
+# llama_model_nomic_bert::load_arch_tensors: no learned positions (RoPE), Q|K|V fused, a SwiGLU
+# FFN (ffn_gate, ffn_up, ffn_down; the graph adds no FFN biases, so a file with them is refused)
+_NOMIC_GLOBAL = {k: v for k, v in _BERT_GLOBAL.items() if k != "position_embd.weight"}
+_NOMIC_LAYER = {**{k: v for k, v in _BERT_LAYER.items() if not k.startswith("attn_") or k.startswith("attn_output")},
+                "attn_qkv.weight": ("n_embd", "n_qkv"), "ffn_gate.weight": ("n_embd", "n_ff")}
+_NOMIC_LAYER_OPTIONAL = {"attn_qkv.bias": ("n_qkv",), "attn_output.bias": ("n_embd",)}
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,6 +89,7 @@ ARCH_TENSORS: dict[str, ArchTensors] = {
     # llama_model_openai_moe: output.weight required (never tied)
     "gpt-oss": ArchTensors(_GPT_OSS_LAYER, _QKV_BIAS, optional={}, required={**_GLOBAL, **_OUTPUT}),
     "bert": ArchTensors(_BERT_LAYER, _BERT_LAYER_OPTIONAL, _BERT_OPTIONAL, _BERT_GLOBAL),
+    "nomic-bert": ArchTensors(_NOMIC_LAYER, _NOMIC_LAYER_OPTIONAL, _BERT_OPTIONAL, _NOMIC_GLOBAL),
 }
 
 
