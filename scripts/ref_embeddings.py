@@ -44,6 +44,9 @@ CASES: dict[str, dict] = {
     # nomic-bert (tests/tiny_bert.py arch="nomic-bert"): RoPE, fused Q|K|V, SwiGLU
     "nomic-bert-mean": {"model": "nomic-bert", "pooling": "mean", "normalize": 2},
     "nomic-bert-none": {"model": "nomic-bert", "pooling": "none", "normalize": 2},
+    # Qwen3-Embedding's shape: a qwen3 decoder whose GGUF says pooling_type 3 (last); the test
+    # embeds with the file's default pooling
+    "qwen3-last": {"model": "qwen3-embed", "pooling": "last", "normalize": 2},
     "smollm2-mean": {"model": "smollm2", "pooling": "mean", "normalize": 2},
     "smollm2-last": {"model": "smollm2", "pooling": "last", "normalize": 2},
 }
@@ -67,6 +70,11 @@ def model_file(kind: str, tmp: Path) -> Path:
         if kind == "nomic-bert":
             return write_tiny_bert(tmp / "tiny_nomic_bert.gguf", seed=2, arch="nomic-bert")
         return write_tiny_bert(tmp / "tiny_bert.gguf")
+    if kind == "qwen3-embed":
+        sys.path.insert(0, str(ROOT / "tests"))
+        from tiny_family import write_tiny_family
+
+        return write_tiny_family(tmp / "tiny_qwen3_embed.gguf", "qwen3", extra_keys={"pooling_type": 3})
     from llamapy.registry import pull
 
     return Path(os.environ.get("LLAMAPY_TEST_SMOLLM2") or pull("smollm2-135m"))
