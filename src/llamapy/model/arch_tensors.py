@@ -75,7 +75,8 @@ ARCH_TENSORS: dict[str, ArchTensors] = {
     # rope_freqs: Llama 3.1+'s per-dimension-pair RoPE frequency factors (model/rope.py)
     "llama": ArchTensors(_LLAMA_LAYER, _QKV_BIAS, {**_OUTPUT, "rope_freqs.weight": ("n_rot/2",)}),
     "qwen2": ArchTensors(_LLAMA_LAYER, _QKV_BIAS),
-    "qwen3": ArchTensors({**_LLAMA_LAYER, **_QK_NORM}, _QKV_BIAS),
+    # cls.output: Qwen3-Reranker's "yes"/"no" rows of lm_head (rank pooling, archs/qwen3.py)
+    "qwen3": ArchTensors({**_LLAMA_LAYER, **_QK_NORM}, _QKV_BIAS, {**_OUTPUT, "cls.output.weight": ("n_embd", "n_cls_out")}),
     # llama_model_qwen3moe::load_arch_tensors: Qwen 3's attention, the MoE FFN in every layer
     "qwen3moe": ArchTensors({**_LLAMA_ATTN, **_QK_NORM, **_MOE_FFN}),
     "gemma3": ArchTensors({**_LLAMA_LAYER, **_QK_NORM, **_GEMMA_POST_NORMS}),

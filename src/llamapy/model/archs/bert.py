@@ -41,12 +41,14 @@ class BertLayer:
 
 @dataclass(slots=True)
 class ClsHead:
-    """build_pooling's classification head: tanh(cls @ x + cls_b), then cls.output."""
+    """build_pooling's classification head: tanh(cls @ x + cls_b), then cls.output; softmax
+    over the outputs for qwen3 (Qwen3-Reranker: cls.output holds lm_head's "yes" and "no" rows)."""
 
     cls: QMatrix | None  # [n_embd, n_embd]
     cls_b: torch.Tensor | None
     cls_out: QMatrix | None  # [n_cls_out, n_embd]
     cls_out_b: torch.Tensor | None
+    softmax: bool = False
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         """x [n_seqs, n_embd] -> [n_seqs, n_cls_out] (or [n_seqs, n_embd] without cls.output)."""
@@ -59,7 +61,7 @@ class ClsHead:
             x = self.cls_out(x)
             if self.cls_out_b is not None:
                 x = x + self.cls_out_b
-        return x
+        return torch.softmax(x.float(), dim=-1) if self.softmax else x
 
 
 def seq_groups(seq: np.ndarray, device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
