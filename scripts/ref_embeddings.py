@@ -47,6 +47,9 @@ CASES: dict[str, dict] = {
     # Qwen3-Embedding's shape: a qwen3 decoder whose GGUF says pooling_type 3 (last); the test
     # embeds with the file's default pooling
     "qwen3-last": {"model": "qwen3-embed", "pooling": "last", "normalize": 2},
+    # Qwen3-Reranker's shape (tests/tiny_family.py rerank_head): the lines go through the GGUF's
+    # rerank template; raw prints [P(yes), P(no)] per line
+    "qwen3-rank": {"model": "qwen3-rerank", "pooling": "rank", "normalize": -1},
     "smollm2-mean": {"model": "smollm2", "pooling": "mean", "normalize": 2},
     "smollm2-last": {"model": "smollm2", "pooling": "last", "normalize": 2},
 }
@@ -75,6 +78,11 @@ def model_file(kind: str, tmp: Path) -> Path:
         from tiny_family import write_tiny_family
 
         return write_tiny_family(tmp / "tiny_qwen3_embed.gguf", "qwen3", extra_keys={"pooling_type": 3})
+    if kind == "qwen3-rerank":
+        sys.path.insert(0, str(ROOT / "tests"))
+        from tiny_family import write_tiny_family
+
+        return write_tiny_family(tmp / "tiny_qwen3_rerank.gguf", "qwen3", rerank_head=True)
     from llamapy.registry import pull
 
     return Path(os.environ.get("LLAMAPY_TEST_SMOLLM2") or pull("smollm2-135m"))

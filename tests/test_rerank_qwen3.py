@@ -57,3 +57,20 @@ def test_qwen3_rerank_prompt_is_the_template(state) -> None:
     want = QWEN3_RERANK_TEMPLATE.replace("{query}", "q?").replace("{document}", "doc")
     assert toks == m.tokenize(want, add_special=False, parse_special=True)
     assert toks[0] == m.tokenize("<|im_start|>", add_special=False, parse_special=True)[0]  # a control token, parsed
+
+
+def test_qwen3_rank_lines_match_llama_embedding(state) -> None:
+    """llama-embedding --pooling rank on "query<TAB>document" lines (the CLI's rank_prompt: the
+    rerank template filled in): both outputs, P(yes) and P(no), within TOL of llama.cpp's."""
+    from llamapy.cli.embedding import rank_prompt
+    from llamapy.context import Context
+    from llamapy.embed import Embedder
+
+    ref = json.loads((Path(__file__).parent / "data/ref_embeddings/qwen3-rank.json").read_text())
+    assert ref["sha256"] == REF["sha256"]
+    m = state.model
+    e = Embedder(Context(m, ContextParams(n_ctx=4096, n_batch=2048, n_ubatch=512, n_seq_max=8, kv_unified=True)), None, -1)
+    assert e.pooling == "rank"
+    out = e.embed_tokens([m.tokenize(rank_prompt(m, t, "\t"), True, True) for t in ref["texts"]])
+    got = np.array([o.embedding for o in out])  # [n_texts, 2]
+    assert np.max(np.abs(got - np.array(ref["embeddings"]))) <= TOL, (got, ref["embeddings"])
