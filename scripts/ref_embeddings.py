@@ -1,6 +1,6 @@
 """Reference embeddings from llama.cpp's llama-embedding, for tests/test_embeddings.py.
 
-For each case writes the tiny BERT GGUF with tests/tiny_bert.py (fixed seed: the test writes
+For each case writes the tiny BERT (or nomic-bert) GGUF with tests/tiny_bert.py (fixed seed: the test writes
 the same bytes again and checks their sha256 against the one recorded here), or takes the
 SmolLM2 file of the test fixture (its sha256 recorded too), then runs
 
@@ -41,6 +41,15 @@ CASES: dict[str, dict] = {
     "bert-mean-taxicab": {"model": "bert", "pooling": "mean", "normalize": 1},
     # rank: "query\tdocument" lines (llama-embedding's --cls-separator), the classifier's raw score first
     "bert-rank": {"model": "bert-rank", "pooling": "rank", "normalize": -1},
+    # nomic-bert (tests/tiny_bert.py arch="nomic-bert"): RoPE, fused Q|K|V, SwiGLU
+    "nomic-bert-mean": {"model": "nomic-bert", "pooling": "mean", "normalize": 2},
+    "nomic-bert-none": {"model": "nomic-bert", "pooling": "none", "normalize": 2},
+    # Qwen3-Embedding's shape: a qwen3 decoder whose GGUF says pooling_type 3 (last); the test
+    # embeds with the file's default pooling
+    "qwen3-last": {"model": "qwen3-embed", "pooling": "last", "normalize": 2},
+    # Qwen3-Reranker's shape (tests/tiny_family.py rerank_head): the lines go through the GGUF's
+    # rerank template; raw prints [P(yes), P(no)] per line
+    "qwen3-rank": {"model": "qwen3-rerank", "pooling": "rank", "normalize": -1},
     "smollm2-mean": {"model": "smollm2", "pooling": "mean", "normalize": 2},
     "smollm2-last": {"model": "smollm2", "pooling": "last", "normalize": 2},
 }
@@ -55,13 +64,25 @@ def sha256(p: Path) -> str:
 
 
 def model_file(kind: str, tmp: Path) -> Path:
-    if kind in ("bert", "bert-rank"):
+    if kind in ("bert", "bert-rank", "nomic-bert"):
         sys.path.insert(0, str(ROOT / "tests"))
         from tiny_bert import write_tiny_bert
 
         if kind == "bert-rank":  # a bge-reranker-style head: cls, cls.output, pooling_type rank
             return write_tiny_bert(tmp / "tiny_bert_rank.gguf", seed=1, pooling=4, rank_head=True)
+        if kind == "nomic-bert":
+            return write_tiny_bert(tmp / "tiny_nomic_bert.gguf", seed=2, arch="nomic-bert")
         return write_tiny_bert(tmp / "tiny_bert.gguf")
+    if kind == "qwen3-embed":
+        sys.path.insert(0, str(ROOT / "tests"))
+        from tiny_family import write_tiny_family
+
+        return write_tiny_family(tmp / "tiny_qwen3_embed.gguf", "qwen3", extra_keys={"pooling_type": 3})
+    if kind == "qwen3-rerank":
+        sys.path.insert(0, str(ROOT / "tests"))
+        from tiny_family import write_tiny_family
+
+        return write_tiny_family(tmp / "tiny_qwen3_rerank.gguf", "qwen3", rerank_head=True)
     from llamapy.registry import pull
 
     return Path(os.environ.get("LLAMAPY_TEST_SMOLLM2") or pull("smollm2-135m"))
@@ -77,7 +98,7 @@ def run_case(name: str, case: dict, bin_dir: Path, tmp: Path) -> dict:
         p = subprocess.run(cmd, capture_output=True, text=True, check=True)
         try:
             vectors = json.loads(p.stdout) if fmt == "array" else [[float(x) for x in ln.split()] for ln in p.stdout.split("\n")[: len(texts)]]
-            if len(vectors) == len(texts) and all(vectors):
+            if (len(vectors) == len(texts) or case["pooling"] == "none") and all(vectors):
                 break
         except (json.JSONDecodeError, ValueError):
             continue

@@ -1,10 +1,11 @@
 """Reference answers of llama.cpp's llama-server for tests/test_server_embeddings.py and
 tests/test_rerank.py: the tiny BERT (tests/tiny_bert.py, seed 0) under --embedding and the tiny
-BERT reranker (seed 1, rank head) under --reranking, asked the requests below; each answer is
+BERT reranker (seed 1, rank head) under --reranking, and a tiny Qwen3-Reranker (tests/tiny_family.py
+qwen3 with rerank_head: cls.output "yes"/"no", the rerank template) under --reranking, asked the requests below; each answer is
 written with its request, the file's sha256, the command and llama.cpp's version to
 tests/data/ref_embeddings/server-CASE.json.
 
-    PYTHONPATH=src python scripts/ref_server_embeddings.py [--bin DIR]
+    PYTHONPATH=src python scripts/ref_server_embeddings.py [--bin DIR] [CASE ...]
 """
 from __future__ import annotations
 
@@ -29,7 +30,20 @@ CASES = {
     "rerank": ({"seed": 1, "pooling": 4, "rank_head": True}, ["--reranking"],
                [("/rerank", {"query": "what is a cat?", "documents": DOCS, "top_n": 4}),
                 ("/v1/rerank", {"query": "search model", "documents": DOCS})]),
+    "qwen3-rerank": ({"family": "qwen3", "rerank_head": True}, ["--reranking", "-c", "8192"],
+                     [("/rerank", {"query": "what is a cat?", "documents": DOCS, "top_n": 4}),
+                      ("/v1/rerank", {"query": "search model", "documents": DOCS})]),
 }
+
+
+def write_model(path: Path, kw: dict) -> Path:
+    """The case's tiny file: tests/tiny_family.py's when kw names a family, else tests/tiny_bert.py's."""
+    from tiny_bert import write_tiny_bert
+    from tiny_family import write_tiny_family
+
+    kw = dict(kw)
+    family = kw.pop("family", None)
+    return write_tiny_family(path, family, **kw) if family else write_tiny_bert(path, **kw)
 
 
 def free_port() -> int:
@@ -61,14 +75,15 @@ def ask(bin_dir: Path, path: Path, flags: list[str], reqs: list) -> tuple[list, 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--bin", type=Path, default=BIN)
+    ap.add_argument("cases", nargs="*", default=list(CASES))
     a = ap.parse_args()
     sys.path.insert(0, str(ROOT / "tests"))
-    from tiny_bert import write_tiny_bert
 
     version = subprocess.run([str(a.bin / "llama-server"), "--version"], capture_output=True, text=True)
     with tempfile.TemporaryDirectory() as d:
-        for name, (kw, flags, reqs) in CASES.items():
-            path = write_tiny_bert(Path(d) / f"tiny_bert_{name}.gguf", **kw)
+        for name in a.cases:
+            kw, flags, reqs = CASES[name]
+            path = write_model(Path(d) / f"tiny_{name}.gguf", kw)
             answers, cmd = ask(a.bin, path, flags, reqs)
             out = {"case": name, "writer": kw, "flags": flags, "sha256": sha256(path),
                    "command": " ".join(["llama-server", "-m", path.name, "--port", "PORT", *cmd[5:]]),

@@ -124,3 +124,28 @@ def test_bad_pooling_and_normalize_are_refused(bert: Model) -> None:
 
 def test_pooling_default_comes_from_the_gguf(bert: Model) -> None:
     assert _embedder(bert, None).pooling == "mean"  # tiny_bert writes bert.pooling_type = 1
+
+
+@pytest.mark.parametrize("case", ["nomic-bert-mean", "nomic-bert-none"])
+def test_tiny_nomic_bert_matches_llama_embedding(tmp_path: Path, case: str) -> None:
+    """nomic-bert: RoPE NEOX instead of learned positions, Q|K|V fused, SwiGLU (archs/nomic_bert.py)."""
+    path = write_tiny_bert(tmp_path / "tiny_nomic_bert.gguf", seed=2, arch="nomic-bert")
+    ref = json.loads((REF / f"{case}.json").read_text())
+    assert _sha256(path) == ref["sha256"], "tests/tiny_bert.py no longer writes the file the references came from"
+    _check_against(ref, Model.load(path), 0.9999)
+
+
+def test_tiny_qwen3_last_pooling_from_the_gguf_matches_llama_embedding(tmp_path: Path) -> None:
+    """Qwen3-Embedding's shape: a qwen3 decoder whose GGUF sets pooling_type 3 (last); llamapy
+    takes the pooling from the file (no --pooling) and agrees with llama-embedding."""
+    from tiny_family import write_tiny_family
+
+    path = write_tiny_family(tmp_path / "tiny_qwen3_embed.gguf", "qwen3", extra_keys={"pooling_type": 3})
+    ref = json.loads((REF / "qwen3-last.json").read_text())
+    assert _sha256(path) == ref["sha256"], "tests/tiny_family.py no longer writes the file the references came from"
+    model = Model.load(path)
+    e = _embedder(model, None, ref["normalize"])
+    assert e.pooling == "last"
+    out = e.embed_tokens([model.tokenize(t, True, True) for t in ref["texts"]])
+    for i, (o, r) in enumerate(zip(out, ref["embeddings"])):
+        assert _cos(o.embedding.astype(np.float64), np.asarray(r, dtype=np.float64)) >= 0.9999, f"qwen3-last vector {i}"

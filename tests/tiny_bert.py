@@ -24,19 +24,25 @@ def tiny_wpm_vocab() -> list[str]:
 
 
 def write_tiny_bert(path: Path, n_embd: int = 64, n_layer: int = 2, n_head: int = 4, n_ff: int = 128,
-                    n_ctx_train: int = 128, seed: int = 0, pooling: int = 1, rank_head: bool = False) -> Path:
+                    n_ctx_train: int = 128, seed: int = 0, pooling: int = 1, rank_head: bool = False,
+                    arch: str = "bert") -> Path:
     """pooling: the GGUF's bert.pooling_type (1 mean, 2 cls, 4 rank); rank_head: write cls,
-    cls.output (one label) as a bge-reranker does."""
+    cls.output (one label) as a bge-reranker does.  arch "nomic-bert": no position_embd (RoPE,
+    freq_base 1000), Q|K|V fused in attn_qkv, a SwiGLU FFN (ffn_gate, ffn_up, ffn_down) without
+    biases, as nomic-embed-text's GGUFs."""
     rng = np.random.default_rng(seed)
     tokens = tiny_wpm_vocab()
     n_vocab = len(tokens)
-    w = gguf.GGUFWriter(str(path), "bert")
+    nomic = arch == "nomic-bert"
+    w = gguf.GGUFWriter(str(path), arch)
     w.add_context_length(n_ctx_train)
     w.add_embedding_length(n_embd)
     w.add_block_count(n_layer)
     w.add_feed_forward_length(n_ff)
     w.add_head_count(n_head)
     w.add_layer_norm_eps(1e-12)
+    if nomic:
+        w.add_rope_freq_base(1000.0)
     w.add_causal_attention(False)
     w.add_pooling_type(gguf.PoolingType(pooling))
     w.add_vocab_size(n_vocab)
@@ -58,11 +64,23 @@ def write_tiny_bert(path: Path, n_embd: int = 64, n_layer: int = 2, n_head: int 
 
     add("token_embd.weight", (n_vocab, n_embd), 1.0)
     add("token_types.weight", (2, n_embd), 0.5)
-    add("position_embd.weight", (n_ctx_train, n_embd), 0.5)
+    if not nomic:
+        add("position_embd.weight", (n_ctx_train, n_embd), 0.5)
     add("token_embd_norm.weight", (n_embd,), 0.1, 1.0)
     add("token_embd_norm.bias", (n_embd,), 0.1)
     for il in range(n_layer):
         p = f"blk.{il}."
+        if nomic:
+            add(p + "attn_qkv.weight", (3 * n_embd, n_embd))
+            add(p + "attn_output.weight", (n_embd, n_embd))
+            add(p + "attn_output_norm.weight", (n_embd,), 0.1, 1.0)
+            add(p + "attn_output_norm.bias", (n_embd,), 0.1)
+            for x in ("gate", "up"):
+                add(p + f"ffn_{x}.weight", (n_ff, n_embd))
+            add(p + "ffn_down.weight", (n_embd, n_ff))
+            add(p + "layer_output_norm.weight", (n_embd,), 0.1, 1.0)
+            add(p + "layer_output_norm.bias", (n_embd,), 0.1)
+            continue
         for x in "qkv":
             add(p + f"attn_{x}.weight", (n_embd, n_embd))
             add(p + f"attn_{x}.bias", (n_embd,), 0.1)

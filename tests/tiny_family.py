@@ -33,6 +33,12 @@ F16 = gguf.GGMLQuantizationType.F16
 Q8_0 = gguf.GGMLQuantizationType.Q8_0
 GEMMA2_KEYS = {"attention.sliding_window": 16, "attn_logit_softcapping": 10.0, "final_logit_softcapping": 20.0}
 PHI3_KEYS = {"attention.sliding_window": 16}
+# Qwen3-Reranker's rerank prompt (convert_hf_to_gguf's), {query} and {document} filled in by the server
+QWEN3_RERANK_TEMPLATE = ("<|im_start|>system\nJudge whether the Document meets the requirements based on the Query and "
+                         "the Instruct provided. Note that the answer can only be \"yes\" or \"no\".<|im_end|>\n"
+                         "<|im_start|>user\n<Instruct>: Given a web search query, retrieve relevant passages that "
+                         "answer the query\n<Query>: {query}\n<Document>: {document}<|im_end|>\n"
+                         "<|im_start|>assistant\n<think>\n\n</think>\n\n")
 FILE_TYPES = {F32: gguf.LlamaFileType.ALL_F32, F16: gguf.LlamaFileType.MOSTLY_F16, Q8_0: gguf.LlamaFileType.MOSTLY_Q8_0,
               gguf.GGMLQuantizationType.IQ4_NL: gguf.LlamaFileType.MOSTLY_IQ4_NL,
               gguf.GGMLQuantizationType.IQ4_XS: gguf.LlamaFileType.MOSTLY_IQ4_XS,
@@ -70,11 +76,15 @@ def write_tiny_family(
     n_expert: int | None = None,
     n_expert_used: int = 2,
     n_ff_exp: int = 64,
+    rerank_head: bool = False,
 ) -> Path:
     """tied None: the family's usual (qwen2 untied, the others tied).  head_dim None: qwen3's
     and gemma2's 32, else n_embd / n_head.  extra_tensors: 1-D F32 tensors [n_embd] added as they are
     (a file the architecture does not read); extra_keys: "{arch}.<key>" -> value (None: not
-    written).  arch "gpt-oss": tests/tiny_gptoss.py's writer."""
+    written).  arch "gpt-oss": tests/tiny_gptoss.py's writer.  rerank_head (qwen3): Qwen3-Reranker's
+    layout, as convert_hf_to_gguf writes it: classifier.output_labels ["yes", "no"], cls.output.weight
+    [2, n_embd] (drawn last: the other tensors keep their bytes), pooling_type 4 (rank) and
+    QWEN3_RERANK_TEMPLATE as tokenizer.chat_template.rerank."""
     if arch == "gpt-oss":
         from tiny_gptoss import write_tiny_gptoss
 
@@ -177,6 +187,11 @@ def write_tiny_family(
             vector(p + "post_ffw_norm.weight", n_embd, 4.0, 0.4)
     for name in extra_tensors:
         vector(name, n_embd, 0.0, 1.0)
+    if rerank_head:
+        w.add_pooling_type(gguf.PoolingType.RANK)
+        w.add_classifier_output_labels(["yes", "no"])
+        w.add_string("tokenizer.chat_template.rerank", QWEN3_RERANK_TEMPLATE)
+        matrix("cls.output.weight", (2, n_embd), 0.05)  # logits of std ~0.5: scores spread over (0, 1)
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()

@@ -19,6 +19,8 @@ def add_parser(sub) -> None:
     add_embedding(p, switch=False)
     p.add_argument("-p", "--prompt", required=True, help="the texts, one per line (or per --embd-separator)")
     p.add_argument("--embd-separator", default="\n", help="separator of the texts in -p (default: newline)")
+    p.add_argument("--cls-separator", default="\t",
+                   help="separator of query and document in a --pooling rank line (default: tab)")
     p.add_argument("--embd-output-format", default="", choices=("", "json", "json+", "array", "raw"),
                    help="empty: a summary; json: OpenAI-style; json+: with the cosine similarity matrix; array; raw")
     p.set_defaults(fn=cmd_embedding)
@@ -42,11 +44,30 @@ def cmd_embedding(a: argparse.Namespace) -> int:
     if not ctx.cparams.causal_attn:  # llama-embedding: a non-causal model's ubatch is the batch (no KV cache to size)
         ctx.cparams = replace(ctx.cparams, n_ubatch=ctx.cparams.n_batch)
     e = Embedder(ctx, a.pooling, a.embd_normalize)
+    if e.pooling == "rank":
+        prompts = [rank_prompt(model, t, a.cls_separator) for t in prompts]
     seqs = [model.tokenize(t, True, True) for t in prompts]
     res = e.embed_tokens(seqs)
     vecs = [row for r in res for row in (r.embedding if e.pooling == "none" else [r.embedding])]
     print_embeddings(vecs, prompts, a.embd_output_format, a.embd_normalize, e.pooling)
     return 0
+
+
+def rank_prompt(model, line: str, sep: str) -> str:
+    """llama-embedding's rank line "query<sep>document": the GGUF's tokenizer.chat_template.rerank
+    with {query} and {document} filled in (Qwen3-Reranker), else the parts joined by the EOS and
+    SEP texts the vocabulary adds (bert: query[SEP]document); a line without sep as it is."""
+    if not sep or sep not in line:
+        return line
+    parts = line.split(sep)
+    template = model.gguf.get("tokenizer.chat_template.rerank")
+    if isinstance(template, str):
+        return template.replace("{query}", parts[0]).replace("{document}", parts[1] if len(parts) > 1 else "")
+    v = model.tokenizer.vocab
+    eos, sep_id = v.special.get("eos"), v.special.get("sep")
+    add_sep = bool(model.gguf.get("tokenizer.ggml.add_sep_token", v.model == "bert"))  # llama_vocab: WPM adds [SEP]
+    glue = (v.tokens[eos] if v.add_eos and eos is not None else "") + (v.tokens[sep_id] if add_sep and sep_id is not None else "")
+    return glue.join(parts)
 
 
 def _fmt(x: float, normalize: int) -> str:

@@ -104,7 +104,7 @@ class Embedder:
         rows = ctx.get_logits()  # [n_tokens, n_embd]: every token an output, in batch order
         out, r0 = [], 0
         for toks in seqs:
-            v = pool(rows[r0 : r0 + len(toks)], self.pooling, self.head)
+            v = pool(rows[r0 : r0 + len(toks)], self.pooling, self.head, ctx.cparams.causal_attn)
             r0 += len(toks)
             v = v.detach().to("cpu", torch.float32).numpy()
             out.append(v if self.pooling == "rank" else embd_normalize(v, self.normalize))

@@ -25,18 +25,18 @@ def resolve_pooling(asked: str | None, model_pooling_type: int) -> str:
     return asked
 
 
-def pool(rows: torch.Tensor, pooling: str, head=None) -> torch.Tensor:
+def pool(rows: torch.Tensor, pooling: str, head=None, causal: bool = False) -> torch.Tensor:
     """One sequence's t_embd rows [n_tokens, n_embd] in position order -> its embedding:
     none: the rows themselves; mean: their mean; cls: the first token's; last: the last
-    token's; rank: the cls row through the classifier head (bert: cls, cls.output) ->
-    [n_cls_out] scores."""
+    token's; rank: the cls row (a causal model's: the last, llm_graph_input_cls) through the
+    classifier head (bert: cls, cls.output; qwen3: cls.output and a softmax) -> [n_cls_out] scores."""
     if pooling == "none":
         return rows
     if pooling == "mean":
         return rows.mean(0)
     if pooling == "last":
         return rows[-1]
-    x = rows[0]
+    x = rows[-1] if pooling == "rank" and causal else rows[0]
     if pooling == "rank":
         if head is None:
             raise ValueError("--pooling rank needs a classifier head (cls / cls.output tensors): this model has none")

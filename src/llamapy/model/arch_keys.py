@@ -44,7 +44,7 @@ KEY_RULES: tuple[KeyRule, ...] = (
     KeyRule("attention.sliding_window_pattern", lambda v: False, "a sliding-window layer pattern",
             ("gemma2", "gemma3", "gpt-oss")),
     KeyRule("attention.scale", _is(0.0), "an attention scale other than 1/sqrt(head size)"),
-    KeyRule("attention.causal", lambda v: v is True, "non-causal attention", ("bert",)),
+    KeyRule("attention.causal", lambda v: v is True, "non-causal attention", ("bert", "nomic-bert")),
     KeyRule("expert_count", _is(0), "mixture-of-experts layers", MOE_ARCHS),
     KeyRule("expert_used_count", _is(0), "mixture-of-experts layers", MOE_ARCHS),
     # build_moe_ffn's w_scale: llama and qwen3moe never read it (0), so any other value is refused

@@ -52,6 +52,12 @@ _BERT_LAYER = {"attn_q.weight": ("n_embd", "n_head*k"), "attn_k.weight": ("n_emb
                "layer_output_norm.weight": ("n_embd",), "layer_output_norm.bias": ("n_embd",)}
 _BERT_LAYER_OPTIONAL = {**_QKV_BIAS, "attn_output.bias": ("n_embd",), "ffn_up.bias": ("n_ff",),
                         "ffn_down.bias": ("n_embd",)}
+# llama_model_nomic_bert::load_arch_tensors: no learned positions (RoPE), Q|K|V fused, a SwiGLU
+# FFN (ffn_gate, ffn_up, ffn_down; the graph adds no FFN biases, so a file with them is refused)
+_NOMIC_GLOBAL = {k: v for k, v in _BERT_GLOBAL.items() if k != "position_embd.weight"}
+_NOMIC_LAYER = {**{k: v for k, v in _BERT_LAYER.items() if not k.startswith("attn_") or k.startswith("attn_output")},
+                "attn_qkv.weight": ("n_embd", "n_qkv"), "ffn_gate.weight": ("n_embd", "n_ff")}
+_NOMIC_LAYER_OPTIONAL = {"attn_qkv.bias": ("n_qkv",), "attn_output.bias": ("n_embd",)}
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,7 +75,8 @@ ARCH_TENSORS: dict[str, ArchTensors] = {
     # rope_freqs: Llama 3.1+'s per-dimension-pair RoPE frequency factors (model/rope.py)
     "llama": ArchTensors(_LLAMA_LAYER, _QKV_BIAS, {**_OUTPUT, "rope_freqs.weight": ("n_rot/2",)}),
     "qwen2": ArchTensors(_LLAMA_LAYER, _QKV_BIAS),
-    "qwen3": ArchTensors({**_LLAMA_LAYER, **_QK_NORM}, _QKV_BIAS),
+    # cls.output: Qwen3-Reranker's "yes"/"no" rows of lm_head (rank pooling, archs/qwen3.py)
+    "qwen3": ArchTensors({**_LLAMA_LAYER, **_QK_NORM}, _QKV_BIAS, {**_OUTPUT, "cls.output.weight": ("n_embd", "n_cls_out")}),
     # llama_model_qwen3moe::load_arch_tensors: Qwen 3's attention, the MoE FFN in every layer
     "qwen3moe": ArchTensors({**_LLAMA_ATTN, **_QK_NORM, **_MOE_FFN}),
     "gemma3": ArchTensors({**_LLAMA_LAYER, **_QK_NORM, **_GEMMA_POST_NORMS}),
@@ -83,6 +90,7 @@ ARCH_TENSORS: dict[str, ArchTensors] = {
     # llama_model_openai_moe: output.weight required (never tied)
     "gpt-oss": ArchTensors(_GPT_OSS_LAYER, _QKV_BIAS, optional={}, required={**_GLOBAL, **_OUTPUT}),
     "bert": ArchTensors(_BERT_LAYER, _BERT_LAYER_OPTIONAL, _BERT_OPTIONAL, _BERT_GLOBAL),
+    "nomic-bert": ArchTensors(_NOMIC_LAYER, _NOMIC_LAYER_OPTIONAL, _BERT_OPTIONAL, _NOMIC_GLOBAL),
 }
 
 

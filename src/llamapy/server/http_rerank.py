@@ -1,9 +1,9 @@
 """Reranking routes (llama-server's post_rerank): /rerank, /reranking, /v1/rerank, /v1/reranking.
 Each document is scored against the query by the model's classifier head (--pooling rank:
-bge-reranker's cls / cls.output); the prompt is llama-server's format_prompt_rerank (the
-GGUF's rerank template, else [BOS] query [EOS] [SEP] document [EOS] as the vocabulary adds
-them); results sorted by score, cut to top_n; Jina's shape ("documents": index,
-relevance_score) or TEI's ("texts": a bare list of index, score, with return_text)."""
+bge-reranker's cls / cls.output, or Qwen3-Reranker's "yes"/"no" softmax); the prompt is
+llama-server's format_prompt_rerank (the GGUF's rerank template, else [BOS] query [EOS] [SEP]
+document [EOS] as the vocabulary adds them); results sorted by score, cut to top_n; Jina's
+shape ("documents": index, relevance_score) or TEI's ("texts": a bare list of index, score, with return_text)."""
 from __future__ import annotations
 
 import asyncio

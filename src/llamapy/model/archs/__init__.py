@@ -10,13 +10,14 @@ def arch_class(name: str) -> type:
     from .bert import BertModel
     from .gptoss import GptOssModel
     from .llama import LlamaModel
+    from .nomic_bert import NomicBertModel
     from .phi3 import Phi3Model
     from .qwen2 import Qwen2Model
     from .qwen3 import Qwen3Model
     from .qwen3moe import Qwen3MoeModel
 
-    known = {c.arch_name: c for c in (BertModel, GptOssModel, LlamaModel, Phi3Model, Qwen2Model, Qwen3Model,
-                                      Qwen3MoeModel)}
+    known = {c.arch_name: c for c in (BertModel, GptOssModel, LlamaModel, NomicBertModel, Phi3Model, Qwen2Model,
+                                      Qwen3Model, Qwen3MoeModel)}
     try:
         from .gemma2 import Gemma2Model
         from .gemma3 import Gemma3Model

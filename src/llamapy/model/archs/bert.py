@@ -5,7 +5,9 @@ LayerNorm (attn_output_norm), a GELU FFN, residual and LayerNorm (layer_output_n
 result (t_embd) is the last layer's output, no output norm; no logits, no KV cache: each
 ubatch holds every token of its sequences (embed/ checks that), so a sequence attends to
 its own tokens of this ubatch only.  The classifier head (cls, cls.output) is read for rank
-pooling (embed/pooling.py)."""
+pooling (embed/pooling.py).  nomic-bert (archs/nomic_bert.py) is this graph with RoPE instead
+of learned positions and a SwiGLU FFN (llama.cpp shares the graph too): the hooks
+_load_attn, _load_ffn and self.rope."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -18,7 +20,7 @@ from ..graph import UBatchInputs
 from ..hparams import HParams
 from ..loader import WeightLoader
 from ..qmatrix import QMatrix
-from ..rope import ROPE_TYPE_NORM
+from ..rope import ROPE_TYPE_NORM, RopeParams, apply_rope, rope_cos_sin
 from ..stage import StageLayers
 
 
@@ -29,7 +31,8 @@ class BertLayer:
     wo: QMatrix  # [n_embd, n_head * d]
     bo: torch.Tensor | None  # [n_embd]
     attn_out_norm: tuple[torch.Tensor, torch.Tensor]  # LayerNorm weight, bias [n_embd]
-    ffn_up: QMatrix  # [n_ff, n_embd]
+    ffn_up: QMatrix  # [n_ff, n_embd] (with ffn_gate: gate | up stacked, [2 n_ff, n_embd])
+    ffn_gate: bool  # SwiGLU: silu(gate x) * (up x) (nomic-bert), else GELU(up x)
     bup: torch.Tensor | None  # [n_ff]
     ffn_down: QMatrix  # [n_embd, n_ff]
     bdown: torch.Tensor | None  # [n_embd]
@@ -38,12 +41,14 @@ class BertLayer:
 
 @dataclass(slots=True)
 class ClsHead:
-    """build_pooling's classification head: tanh(cls @ x + cls_b), then cls.output."""
+    """build_pooling's classification head: tanh(cls @ x + cls_b), then cls.output; softmax
+    over the outputs for qwen3 (Qwen3-Reranker: cls.output holds lm_head's "yes" and "no" rows)."""
 
     cls: QMatrix | None  # [n_embd, n_embd]
     cls_b: torch.Tensor | None
     cls_out: QMatrix | None  # [n_cls_out, n_embd]
     cls_out_b: torch.Tensor | None
+    softmax: bool = False
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         """x [n_seqs, n_embd] -> [n_seqs, n_cls_out] (or [n_seqs, n_embd] without cls.output)."""
@@ -56,7 +61,7 @@ class ClsHead:
             x = self.cls_out(x)
             if self.cls_out_b is not None:
                 x = x + self.cls_out_b
-        return x
+        return torch.softmax(x.float(), dim=-1) if self.softmax else x
 
 
 def seq_groups(seq: np.ndarray, device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -92,7 +97,9 @@ class BertModel:
             return w.get(name) if w.has(name) else None
 
         self.tok_embd = w.matrix("token_embd.weight")
-        self.pos_embd = w.get("position_embd.weight")  # [n_ctx_train, n_embd]
+        self.pos_embd: torch.Tensor | None = None  # [n_ctx_train, n_embd] learned positions (bert), or RoPE
+        self.rope: RopeParams | None = None
+        self._load_positions(w)
         types = opt("token_types.weight")
         self.type_row0 = None if types is None else types[0]  # [n_embd]: llama.cpp's token types are all 0
         self.tok_norm = (w.get("token_embd_norm.weight"), w.get("token_embd_norm.bias"))
@@ -105,25 +112,38 @@ class BertModel:
         self.output_norm = None
         self.output = None
 
+    def _load_positions(self, w: WeightLoader) -> None:
+        self.pos_embd = w.get("position_embd.weight")
+
+    def _load_attn(self, w: WeightLoader, p: str) -> tuple[QMatrix, torch.Tensor | None]:
+        """Q|K|V stacked and their biases (zeros where the file has only some)."""
+        hp = self.hp
+        d = hp.n_embd_head_k
+        sizes = (hp.n_head * d, hp.n_head_kv * d, hp.n_head_kv * hp.n_embd_head_v)
+        biases = [w.get(p + f"attn_{x}.bias") if w.has(p + f"attn_{x}.bias") else None for x in "qkv"]
+        bqkv = None
+        if any(b is not None for b in biases):
+            bqkv = torch.cat([b if b is not None else torch.zeros(n) for b, n in zip(biases, sizes)])
+        return w.matrix(p + "attn_q.weight", p + "attn_k.weight", p + "attn_v.weight"), bqkv
+
+    def _load_ffn(self, w: WeightLoader, p: str) -> tuple[QMatrix, bool]:
+        """(ffn_up, gated): bert's GELU FFN reads ffn_up alone."""
+        return w.matrix(p + "ffn_up.weight"), False
+
     def _load_layer(self, w: WeightLoader, il: int) -> BertLayer:
         p = f"blk.{il}."
 
         def opt(name: str) -> torch.Tensor | None:
             return w.get(p + name) if w.has(p + name) else None
 
-        hp = self.hp
-        d = hp.n_embd_head_k
-        sizes = (hp.n_head * d, hp.n_head_kv * d, hp.n_head_kv * hp.n_embd_head_v)
-        biases = [opt(f"attn_{x}.bias") for x in "qkv"]
-        bqkv = None
-        if any(b is not None for b in biases):
-            bqkv = torch.cat([b if b is not None else torch.zeros(n) for b, n in zip(biases, sizes)])
+        wqkv, bqkv = self._load_attn(w, p)
+        ffn_up, gated = self._load_ffn(w, p)
         return BertLayer(
-            wqkv=w.matrix(p + "attn_q.weight", p + "attn_k.weight", p + "attn_v.weight"), bqkv=bqkv,
+            wqkv=wqkv, bqkv=bqkv,
             wo=w.matrix(p + "attn_output.weight"), bo=opt("attn_output.bias"),
             attn_out_norm=(w.get(p + "attn_output_norm.weight"), w.get(p + "attn_output_norm.bias")),
-            ffn_up=w.matrix(p + "ffn_up.weight"), bup=opt("ffn_up.bias"),
-            ffn_down=w.matrix(p + "ffn_down.weight"), bdown=opt("ffn_down.bias"),
+            ffn_up=ffn_up, ffn_gate=gated, bup=None if gated else opt("ffn_up.bias"),
+            ffn_down=w.matrix(p + "ffn_down.weight"), bdown=None if gated else opt("ffn_down.bias"),
             layer_out_norm=(w.get(p + "layer_output_norm.weight"), w.get(p + "layer_output_norm.bias")),
         )
 
@@ -131,12 +151,14 @@ class BertModel:
         raise ValueError("bert is an embedding model: it has no logits (use --embedding / llamapy embedding)")
 
     def embed(self, inp: UBatchInputs) -> torch.Tensor:
-        """Token + type row 0 + position embeddings, LayerNorm'd: [n_tokens, n_embd]."""
+        """Token + type row 0 (+ learned position) embeddings, LayerNorm'd: [n_tokens, n_embd]."""
         pos = inp.pos
-        if int(pos.max()) >= self.pos_embd.shape[0]:
-            raise ValueError(f"bert: position {int(pos.max())} is past the model's {self.pos_embd.shape[0]} learned "
-                             f"positions (n_ctx_train): shorten the input")
-        x = self.tok_embd.get_rows(inp.tokens).float() + self.pos_embd.float().index_select(0, pos)
+        x = self.tok_embd.get_rows(inp.tokens).float()
+        if self.pos_embd is not None:
+            if int(pos.max()) >= self.pos_embd.shape[0]:
+                raise ValueError(f"{self.arch_name}: position {int(pos.max())} is past the model's "
+                                 f"{self.pos_embd.shape[0]} learned positions (n_ctx_train): shorten the input")
+            x = x + self.pos_embd.float().index_select(0, pos)
         if self.type_row0 is not None:
             x = x + self.type_row0
         return self._norm(x, self.tok_norm)
@@ -150,13 +172,17 @@ class BertModel:
         n, d = x.shape[0], hp.n_embd_head_k
         n_q, n_k = hp.n_head * d, hp.n_head_kv * d
         idx, mask, take = seq_groups(np.array([s[0] for s in inp.ubatch.seq_id], dtype=np.int64), x.device)
+        cos_sin = None if self.rope is None else rope_cos_sin(inp.pos, self.rope)  # [n, 1, n_rot/2] each
         for L in self.layers:
             qkv = L.wqkv(x)  # [n, n_q + 2 n_k]
             if L.bqkv is not None:
                 qkv = qkv + L.bqkv
             # each sequence's rows padded to [S, L_max]: attention within a sequence only, never n x n
-            q = qkv[:, :n_q].view(n, hp.n_head, d)[idx].transpose(1, 2)  # [S, n_head, L_max, d]
-            k = qkv[:, n_q : n_q + n_k].view(n, hp.n_head_kv, d)[idx].transpose(1, 2)
+            q, k = qkv[:, :n_q].view(n, hp.n_head, d), qkv[:, n_q : n_q + n_k].view(n, hp.n_head_kv, d)
+            if cos_sin is not None:  # nomic-bert: RoPE on Q and K at each token's position
+                q, k = (apply_rope(t, *cos_sin, self.rope) for t in (q, k))
+            q = q[idx].transpose(1, 2)  # [S, n_head, L_max, d]
+            k = k[idx].transpose(1, 2)
             v = qkv[:, n_q + n_k :].view(n, hp.n_head_kv, hp.n_embd_head_v)[idx].transpose(1, 2)
             if hp.n_head_kv != hp.n_head:
                 k, v = (t.repeat_interleave(hp.n_gqa, 1) for t in (k, v))
@@ -166,10 +192,15 @@ class BertModel:
             if L.bo is not None:
                 cur = cur + L.bo
             x = self._norm(cur + x, L.attn_out_norm)
-            h = L.ffn_up(x)
+            h = L.ffn_up(x)  # [n, n_ff] (gated: [n, 2 n_ff], gate | up)
             if L.bup is not None:
                 h = h + L.bup
-            h = L.ffn_down(F.gelu(h, approximate="tanh").contiguous())
+            if L.ffn_gate:
+                g, u = h.chunk(2, dim=-1)
+                h = F.silu(g) * u
+            else:
+                h = F.gelu(h, approximate="tanh")
+            h = L.ffn_down(h.contiguous())
             if L.bdown is not None:
                 h = h + L.bdown
             x = self._norm(h + x, L.layer_out_norm)
