@@ -86,3 +86,17 @@ def test_env_turns_it_on(monkeypatch, tiny):
     assert Context(tiny, ContextParams(n_ctx=256)).cparams.deterministic
     monkeypatch.setenv("LLAMAPY_DETERMINISTIC", "0")
     assert not Context(tiny, ContextParams(n_ctx=256)).cparams.deterministic
+
+
+def test_flag_reaches_the_context_params():
+    """--deterministic on serve (its ServeSettings) and on the commands that share ctx_params."""
+    from llamapy.cli.args import ctx_params
+    from llamapy.cli.main import build_parser
+    from llamapy.cli.serve import serve_settings
+
+    parser = build_parser()
+    assert serve_settings(parser.parse_args(["serve", "--deterministic"])).ctx.deterministic
+    assert not serve_settings(parser.parse_args(["serve"])).ctx.deterministic
+    for cmd in ("run", "batched-bench", "perplexity"):
+        assert ctx_params(parser.parse_args([cmd, "--deterministic"])).deterministic, cmd
+    assert parser.parse_args(["bench", "--deterministic"]).deterministic
