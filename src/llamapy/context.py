@@ -180,10 +180,13 @@ class Context:
         """All ubatches of the current batch: split_simple for a unified cache, split_equal
         (sequence-ordered, equal lengths) for per-sequence streams."""
         c = self.cparams
+        # --deterministic: one row per ubatch, so each row takes the one-row products and
+        # attention whatever shares its batch (docs/deterministic.md)
+        n_ub = 1 if c.deterministic else c.n_ubatch
         out: list[UBatch] = []
         self.alloc.split_reset()
         while True:
-            ub = self.alloc.split_simple(c.n_ubatch) if c.kv_unified or c.n_seq_max == 1 else self.alloc.split_equal(c.n_ubatch, sequential=True)
+            ub = self.alloc.split_simple(n_ub) if c.kv_unified or c.n_seq_max == 1 else self.alloc.split_equal(n_ub, sequential=True)
             if ub is None:
                 return out
             out.append(ub)

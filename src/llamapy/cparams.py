@@ -3,6 +3,7 @@ that run.  Unlike llama.cpp, every clamp that changes what the user asked for is
 a warning naming both numbers."""
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 from .log import logger
@@ -26,6 +27,7 @@ class CParams:
     swa_full: bool
     causal_attn: bool = True
     offload_kqv: bool = True  # the KV cache lives with the weights (False: -nkvo on CUDA, host memory)
+    deterministic: bool = False  # --deterministic / LLAMAPY_DETERMINISTIC=1: one-row ubatches (docs/deterministic.md)
 
     @property
     def n_stream(self) -> int:
@@ -81,6 +83,7 @@ def resolve_cparams(p: ContextParams, hp: HParams, n_ctx_fitted: int | None = No
         swa_full=p.swa_full,
         causal_attn=hp.causal_attn,
         offload_kqv=p.offload_kqv or not str(p.device).startswith("cuda"),  # on the CPU, host memory either way
+        deterministic=p.deterministic or os.environ.get("LLAMAPY_DETERMINISTIC", "0") not in ("", "0"),
     )
 
 
@@ -94,6 +97,8 @@ def log_cparams(c: CParams, hp: HParams) -> None:
     log.info(f"causal_attn           = {int(c.causal_attn)}")
     log.info(f"flash_attn            = {c.flash_attn}")
     log.info(f"kv_unified            = {'true' if c.kv_unified else 'false'}")
+    if c.deterministic:
+        log.info("deterministic         = true (every row its own ubatch: the one-row kernels)")
     log.info(f"freq_base             = {hp.rope_freq_base:.1f}")
     log.info(f"freq_scale            = {hp.rope_freq_scale:g}")
     if c.n_ctx_seq < hp.n_ctx_train:

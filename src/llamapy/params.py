@@ -28,3 +28,4 @@ class ContextParams:
     n_threads: int = 0  # 0: leave torch's default
     device: str = "cpu"
     offload_kqv: bool = True  # False (-nkvo): a CUDA model's KV cache and attention stay in host memory
+    deterministic: bool = False  # --deterministic: every row alone through the one-row path (docs/deterministic.md)

@@ -40,6 +40,7 @@ def ctx_params(a: argparse.Namespace) -> ContextParams:
         n_threads=a.threads,
         device=resolve_device(a),
         offload_kqv=not getattr(a, "no_kv_offload", False),
+        deterministic=getattr(a, "deterministic", False),
     )
 
 

@@ -3,11 +3,12 @@ llama-batched-bench and llama-perplexity with their flag spellings and output.""
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
 from .args import ctx_params, load_context, pipe_params, resolve_device, spec_params
-from .flags import add_context, add_model, add_pipeline, add_speculative, gpu_layers
+from .flags import add_context, add_deterministic, add_model, add_pipeline, add_speculative, gpu_layers
 
 
 def _ints(s: str) -> list[int]:
@@ -57,6 +58,7 @@ def add_parser(sub) -> None:
     p.add_argument("-v", "--verbose", action="store_true")
     add_speculative(p)  # tg tests then generate greedily with drafts
     add_pipeline(p)
+    add_deterministic(p)
     p.set_defaults(fn=cmd_bench)
 
     p = sub.add_parser("batched-bench", help="llama-batched-bench: pp/tg speed with B parallel sequences")
@@ -87,6 +89,12 @@ def add_parser(sub) -> None:
     p.set_defaults(fn=cmd_perplexity, ctx_size=512)
 
 
+def _deterministic(a: argparse.Namespace) -> None:
+    """--deterministic for every context this tool opens (its own ContextParams included)."""
+    if getattr(a, "deterministic", False):
+        os.environ["LLAMAPY_DETERMINISTIC"] = "1"
+
+
 def _quiet_logs(verbose: bool) -> None:
     """llama-bench's tools silence the library's log unless -v: only errors get through."""
     import logging
@@ -111,6 +119,7 @@ def cmd_bench(a: argparse.Namespace) -> int:
     from ..bench.plot import plot_ubatch
     from ..bench.printers import make_printer
 
+    _deterministic(a)
     _quiet_logs(a.verbose)
     flat = lambda xs, d: [v for x in xs for v in x] if xs else d  # noqa: E731  (-p 1 -p 2 == -p 1,2)
     p = BenchParams(
@@ -192,6 +201,7 @@ def cmd_perplexity(a: argparse.Namespace) -> int:
     from ..model.model import Model
     from ..pipeline import open_context
 
+    _deterministic(a)
     _quiet_logs(a.verbose)
     if a.kl_divergence and not a.kl_divergence_base:
         raise ValueError("--kl-divergence needs --kl-divergence-base FILE: the log-probabilities of the base model "

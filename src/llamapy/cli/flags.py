@@ -47,7 +47,14 @@ def add_context(p: argparse.ArgumentParser) -> None:
                         "on one device: 0 means --device cpu; any other value leaves the choice to --device")
     p.add_argument("-nkvo", "--no-kv-offload", action="store_true",
                    help="CUDA: keep the KV cache (and attention) in host memory; saves device memory, costs speed")
+    add_deterministic(p)
     add_pipeline(p)
+
+
+def add_deterministic(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--deterministic", action="store_true",
+                   help="each row's logits bit-identical whatever shares its batch (every row its own ubatch; "
+                        "slower prompts; also LLAMAPY_DETERMINISTIC=1; docs/deterministic.md)")
 
 
 def add_pipeline(p: argparse.ArgumentParser) -> None:
