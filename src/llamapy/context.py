@@ -30,6 +30,7 @@ class DecodeStats:
     n_tokens: int = 0
     n_outputs: int = 0
     ubatches_per_decode: list[int] = field(default_factory=list)
+    last_ubatch_sizes: list[int] = field(default_factory=list)  # tokens of each ubatch of the last decode (-b / -ub)
 
     def reset(self) -> None:
         self.n_decode_calls = self.n_ubatches = self.n_tokens = self.n_outputs = 0
@@ -119,6 +120,7 @@ class Context:
             logits = torch.empty(n_outputs, self.model.n_vocab, dtype=torch.float32)
         self._logits, self._output_ids = logits, out_ids
         self._count(batch, len(ubatches))
+        self.stats.last_ubatch_sizes = [ub.n_tokens for ub in ubatches]
 
     def _logits_rows(self, n: int) -> torch.Tensor:
         """The reused logits buffer's first n rows [n, n_vocab] (grown when n is more)."""
