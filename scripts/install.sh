@@ -23,3 +23,13 @@ fi
 spec="."
 [[ -n $extra ]] && spec=".[$extra]"
 "${pip[@]}" -e "$spec"
+# The dev extras' browser test (tests/test_webui_browser.py) drives Debian's Chromium with
+# selenium: installed here where it can be (apt-get and root), else that test skips saying so.
+if [[ $extra == *dev* ]] && ! command -v chromedriver >/dev/null 2>&1; then
+  if command -v apt-get >/dev/null 2>&1 && [[ $(id -u) == 0 ]]; then
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium chromium-driver >/dev/null \
+      || echo "install.sh: chromium not installed (apt-get failed): tests/test_webui_browser.py will skip" >&2
+  else
+    echo "install.sh: no chromium (needs apt-get as root): tests/test_webui_browser.py will skip" >&2
+  fi
+fi

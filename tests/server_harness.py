@@ -95,3 +95,35 @@ def assert_same_or_near_tie(base: str, prompts: list[str], got: list[str], want:
             body = {"prompt": p, "max_tokens": max_tokens, "temperature": 0, "ignore_eos": ignore_eos}
             margin = soak.tie_margin(c, soak.Job("greedy", "/v1/completions", body, text=g), w)
             assert margin < soak.NEAR_TIE, f"{p!r}: {g!r} != {w!r}, top-2 margin {margin:.3f} where they differ"
+
+
+@contextlib.contextmanager
+def serve_process(args: list[str], timeout: float = 120.0) -> Iterator[str]:
+    """Base URL of a real `llamapy serve ARGS --port 0` in a subprocess (its `ready:` line),
+    killed at the end."""
+    import os
+    import re
+    import subprocess
+
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.Popen([sys.executable, "-m", "llamapy", "serve", *args, "--port", "0"], stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, env=env)
+    lines: list[str] = []
+    deadline = time.monotonic() + timeout
+    try:
+        while time.monotonic() < deadline:
+            line = proc.stdout.readline()
+            if not line:
+                break
+            lines.append(line.rstrip("\n"))
+            if m := re.match(r"ready: (http://127\.0\.0\.1:\d+)$", lines[-1]):
+                threading.Thread(target=proc.stdout.read, daemon=True).start()  # keep its pipe drained
+                yield m.group(1)
+                return
+        raise AssertionError("no ready line from llamapy serve:\n" + "\n".join(lines))
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(15)
+        except subprocess.TimeoutExpired:
+            proc.kill()

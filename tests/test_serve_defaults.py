@@ -5,6 +5,7 @@ flag llamapy cannot honour refused naming it."""
 from __future__ import annotations
 
 import signal
+from dataclasses import replace
 
 import httpx
 import pytest
@@ -34,8 +35,13 @@ def test_flags_become_request_defaults():
 
 
 def test_accepted_flags_change_nothing():
-    assert _settings("--no-webui", "--offline", "--jinja") == _settings()
-    assert _settings("--no-ui") == _settings()
+    assert _settings("--offline", "--jinja") == _settings()
+
+
+def test_no_webui_turns_the_pages_off():
+    """llama-server's --no-webui (and its alias --no-ui): the only setting they change."""
+    for flag in ("--no-webui", "--no-ui"):
+        assert _settings(flag) == replace(_settings(), webui=False) and _settings().webui is True
 
 
 @pytest.mark.parametrize("flag", ["--no-jinja", "--webui"])

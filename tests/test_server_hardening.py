@@ -21,6 +21,7 @@ from llamapy.server.scheduler import Scheduler
 from llamapy.server.bridge import ServerState
 from llamapy.server.http import create_app
 from llamapy.server.request import Event, Request
+from llamapy.server.webui_routes import is_webui_path
 
 
 def _long(max_tokens: int = 100000, stream: bool = True) -> dict:
@@ -177,6 +178,7 @@ def test_slow_reader_never_stalls_other_slots(tiny):
 
 
 def test_api_key_on_every_route_but_health(tiny):
+    """Every route needs the key but /health and the web UI's static files (docs/webui.md)."""
     with serving_state(tiny, n_ctx=1024, np_=1, n_batch=64, api_key="s3cret") as st, uvicorn_server(st) as base:
         def walk(routes):
             for r in routes:
@@ -192,6 +194,8 @@ def test_api_key_on_every_route_but_health(tiny):
                 r = httpx.request(method, base + path, headers=auth, timeout=30, json={})
                 if path in ("/health", "/v1/health"):
                     assert r.status_code == 200
+                elif is_webui_path(path):  # the web UI's static pages and assets: they ask for the key
+                    assert r.status_code in (200, 404), (method, path, r.status_code)  # 404: /webui/{name} itself
                 else:
                     assert r.status_code == 401, (method, path, r.status_code)
         r = httpx.post(base + "/v1/completions", headers={"Authorization": "Bearer s3cret"}, json={"prompt": "a", "max_tokens": 1})

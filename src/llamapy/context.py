@@ -30,6 +30,7 @@ class DecodeStats:
     n_tokens: int = 0
     n_outputs: int = 0
     ubatches_per_decode: list[int] = field(default_factory=list)
+    last_ubatch_sizes: list[int] = field(default_factory=list)  # tokens of each ubatch of the last decode (-b / -ub)
 
     def reset(self) -> None:
         self.n_decode_calls = self.n_ubatches = self.n_tokens = self.n_outputs = 0
@@ -119,7 +120,7 @@ class Context:
                     inp.logits_out = self._logits_rows(n_outputs)
                 out = net.forward(inp, self.memory).to("cpu")  # [n_outputs(ub), n_vocab], a new tensor
             logits = self._place(out, ub, len(ubatches), logits, n_outputs)
-        self._finish(batch, logits, n_outputs, out_ids, len(ubatches))
+        self._finish(batch, logits, n_outputs, out_ids, ubatches)
 
     def _encode(self, batch: Batch) -> None:
         """A non-causal (encoder) batch: every token in one ubatch, no KV cache (llama.cpp's
@@ -139,7 +140,7 @@ class Context:
             inp = make_inputs(ub, self.model.device, self.cparams.flash_attn != "off", None)
             out = net.hidden(inp, net.forward_layers(inp, None, net.embed(inp))).to("cpu", torch.float32)
             logits = self._place(out, ub, len(ubatches), logits, n_outputs)
-        self._finish(batch, logits, n_outputs, out_ids, len(ubatches))
+        self._finish(batch, logits, n_outputs, out_ids, ubatches)
 
     def _place(self, out: torch.Tensor, ub: UBatch, n_ubatches: int, logits: torch.Tensor | None,
                n_outputs: int) -> torch.Tensor | None:
@@ -154,12 +155,13 @@ class Context:
         return logits
 
     def _finish(self, batch: Batch, logits: torch.Tensor | None, n_outputs: int, out_ids: list[int],
-                n_ubatches: int) -> None:
+                ubatches: list[UBatch]) -> None:
         if logits is None:
             width = self.model.hparams.n_embd if self.embeddings else self.model.n_vocab
             logits = torch.empty(n_outputs, width, dtype=torch.float32)
         self._logits, self._output_ids = logits, out_ids
-        self._count(batch, n_ubatches)
+        self._count(batch, len(ubatches))
+        self.stats.last_ubatch_sizes = [ub.n_tokens for ub in ubatches]
 
     def _logits_rows(self, n: int) -> torch.Tensor:
         """The reused logits buffer's first n rows [n, n_vocab] (grown when n is more)."""

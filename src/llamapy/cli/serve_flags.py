@@ -1,8 +1,8 @@
 """`llamapy serve`'s flags that are llama-server's as it spells them (common/arg.cpp): the
 server's default sampling settings for requests that do not set them (--temp, --top-k,
---top-p, --min-p, -s/--seed, -n/--n-predict; see server/request_defaults.py), and flags
-accepted for llama-server's command lines that change nothing in llamapy (--no-webui,
---offline, --jinja).  A llama-server flag llamapy cannot honour is refused naming it
+--top-p, --min-p, -s/--seed, -n/--n-predict; see server/request_defaults.py), --no-webui,
+and flags accepted for llama-server's command lines that change nothing in llamapy
+(--offline, --jinja).  A llama-server flag llamapy cannot honour is refused naming it
 (--no-jinja here; any other one argparse reports as an unrecognized argument)."""
 from __future__ import annotations
 
@@ -34,9 +34,9 @@ def add_llama_server(p: argparse.ArgumentParser) -> None:
     g.add_argument("-n", "--predict", "--n-predict", dest="n_predict", type=int, default=None,
                    help="tokens to predict when a request sets no max_tokens / n_predict, or -1 (-1 = infinity; "
                         "unset: /v1/completions 16, the other routes no limit but the context)")
+    p.add_argument("--no-webui", "--no-ui", dest="no_webui", action="store_true",
+                   help="no web UI: / (the chat page) and /engine answer 404")
     g = p.add_argument_group("accepted for llama-server's command lines")
-    g.add_argument("--no-webui", "--no-ui", dest="no_webui", action="store_true",
-                   help="accepted, changes nothing: llamapy has no web UI yet")
     g.add_argument("--offline", action="store_true",
                    help="accepted, changes nothing: llamapy never downloads from a hub at serve time (`llamapy pull` does)")
     g.add_argument("--jinja", action="store_true", default=True,

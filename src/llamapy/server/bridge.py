@@ -21,6 +21,8 @@ class ServerState:
 
     api_key: str | None = None
     metrics: bool = False
+    engine_events: bool = False  # /engine/events (also on with metrics)
+    webui: bool = True  # the pages at / and /engine (--no-webui: off)
     slots: bool = False  # /slots (it shows prompts): the CLI turns it on unless --no-slots, as llama-server
     max_body: int = 16 * 1024 * 1024  # bytes; a larger request body is a 413
     timeout: float = 600.0  # seconds a request may take from arrival to its end (--timeout)

@@ -1,6 +1,6 @@
 """The FastAPI app: errors in OpenAI's shape, the API key check, llama.cpp's native routes
 (/health, /props, /slots, /metrics, /completion, /tokenize, /detokenize); the OpenAI routes
-live in http_openai.py.  Nothing here touches torch: requests go to the scheduler thread."""
+live in http_openai.py, the web UI's in webui_routes.py.  Nothing here touches torch: requests go to the scheduler thread."""
 from __future__ import annotations
 
 import hmac
@@ -28,6 +28,7 @@ from .schemas import (BUILD_INFO, ERROR_RESPONSES, DetokenizeRequest, Detokenize
 from .json_body import JsonBody
 from .limits import BodyLimit
 from .sse import EventStream, sse
+from .webui_routes import is_webui_path, router as webui_router
 
 OPEN_PATHS = ("/health", "/v1/health")
 
@@ -57,7 +58,7 @@ def create_app(state: ServerState) -> BodyLimit:
     @app.middleware("http")
     async def _auth(request: Request, call_next):
         key = state.api_key
-        if key and request.url.path not in OPEN_PATHS:
+        if key and request.url.path not in OPEN_PATHS and not (state.webui and is_webui_path(request.url.path)):
             got = request.headers.get("authorization", "")
             if not hmac.compare_digest(got.encode(), f"Bearer {key}".encode()):  # constant time
                 return error_response(401, "Invalid API Key" if got else "Missing API key: send 'Authorization: Bearer <key>'")
@@ -87,6 +88,7 @@ def create_app(state: ServerState) -> BodyLimit:
             "model_ftype": ftype_name(state.model.gguf.get("general.file_type")),
             "modalities": {"vision": False, "audio": False},
             "endpoint_slots": state.slots, "endpoint_props": False, "endpoint_metrics": state.metrics,
+            "endpoint_engine_events": state.metrics or state.engine_events, "webui": state.webui,
             "chat_template": vocab.chat_template or "", "bos_token": text(vocab.special.get("bos")),
             "eos_token": text(vocab.special.get("eos")), "build_info": BUILD_INFO, "is_sleeping": False,
         }
@@ -140,6 +142,7 @@ def create_app(state: ServerState) -> BodyLimit:
     app.include_router(openai_router)
     app.include_router(embed_router)
     app.include_router(rerank_router)
+    app.include_router(webui_router)
     return BodyLimit(JsonBody(app), lambda: state.max_body)
 
 

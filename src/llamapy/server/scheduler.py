@@ -24,6 +24,7 @@ from ..grammar import GrammarDeadEnd
 from ..sampling import Sampler
 from ..tokenizer.build import release_heap
 from ..tokenizer import StreamDecoder
+from .engine_events import EngineEvents
 from .metrics import ServerMetrics
 from .prompt_cache import SLOT_PROMPT_SIMILARITY, free_idle_caches, keep_prefix, pick_slot
 from .request import Event, Request, Usage
@@ -79,6 +80,7 @@ class Scheduler:
         self._snapshot: tuple[list[dict], dict] = ([s.info() for s in self.slots], self.metrics.snapshot())
         self.embedder = None  # --embedding: an embed.Embedder; EmbedJobs then run in this loop (embed_jobs.py)
         self.embed_jobs: list = []
+        self.events = EngineEvents()  # /engine/events: a view per step, built only while someone listens
 
     # --- called from any thread -------------------------------------------------------------
     def check(self, req: Request) -> None:
@@ -213,7 +215,7 @@ class Scheduler:
         self._expire()
         self._assign()
         rows = self._decode_step()
-        self._publish()
+        self._publish(decoded=rows > 0)
         return rows > 0
 
     def _expire(self) -> None:
@@ -320,10 +322,11 @@ class Scheduler:
         """End the slot's request with a final event (SlotOutput.finish)."""
         self.out.finish(s, reason, error, drop_cells)
 
-    def _publish(self) -> None:
+    def _publish(self, decoded: bool = False) -> None:
         m = self.metrics
         m.n_requests_processing = sum(not s.is_idle for s in self.slots)
         m.n_requests_deferred = len(self.waiting)
         m.kv_cells_used = self.ctx.memory.n_used()
         m.kv_cells_cached = sum(len(s.cache_tokens) for s in self.slots if s.is_idle)
         self._snapshot = ([s.info() for s in self.slots], m.snapshot())
+        self.events.publish(self, *self._snapshot, decoded)

@@ -64,6 +64,8 @@ class ServeSettings:
     metrics: bool = False
     alias: str | None = None  # /v1/models' name (None: the model file's stem)
     slots: bool = True  # the /slots endpoint
+    webui: bool = True  # the pages at / and /engine (--no-webui: off)
+    engine_events: bool = False  # /engine/events (--engine-events; --metrics turns it on too)
     max_queue: int | None = None  # None: 4 x the slots
     timeout: float = 600.0
     max_body_mib: float = 16.0

@@ -29,7 +29,7 @@ def tune_server_process() -> None:
 def server_state(s: ServeSettings) -> ServerState:
     """The routes' state before the model loads (/health answers 503 until load_model)."""
     return ServerState(api_key=s.api_key, metrics=s.metrics, slots=s.slots, max_body=s.max_body, timeout=s.timeout,
-                       defaults=s.defaults)
+                       defaults=s.defaults, webui=s.webui, engine_events=s.engine_events)
 
 
 def load_model(s: ServeSettings, state: ServerState) -> None:
