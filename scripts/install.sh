@@ -27,7 +27,9 @@ spec="."
 # selenium: installed here where it can be (apt-get and root), else that test skips saying so.
 if [[ $extra == *dev* ]] && ! command -v chromedriver >/dev/null 2>&1; then
   if command -v apt-get >/dev/null 2>&1 && [[ $(id -u) == 0 ]]; then
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium chromium-driver >/dev/null \
+    { DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium chromium-driver >/dev/null 2>&1 \
+      || { apt-get update -qq >/dev/null 2>&1 \
+           && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium chromium-driver >/dev/null; }; } \
       || echo "install.sh: chromium not installed (apt-get failed): tests/test_webui_browser.py will skip" >&2
   else
     echo "install.sh: no chromium (needs apt-get as root): tests/test_webui_browser.py will skip" >&2
