@@ -39,6 +39,7 @@ class ChatOptions:
     reasoning_format: str = "auto"  # none | deepseek | deepseek-legacy | auto
     reasoning_budget: int = -1
     prefill_assistant: bool = True
+    template: str | None = None  # --chat-template / --chat-template-file text (None: the GGUF's)
 
 
 def is_gpt_oss(t: ChatTemplate) -> bool:

@@ -14,6 +14,7 @@ from dataclasses import replace
 from ..log import logger, setup_logging
 from ..server.settings import AUTO_SLOTS, ReplicaSettings, ServeSettings
 from .args import ctx_params, pipe_params, spec_params
+from .chat_flags import add_chat_template, chat_options
 from .flags import add_context, add_model, add_speculative
 from .serve_flags import add_llama_server, request_defaults
 
@@ -24,6 +25,7 @@ def add_parser(sub) -> None:
     p = sub.add_parser("serve", help="OpenAI-compatible HTTP server with continuous batching")
     add_model(p)
     add_context(p)
+    add_chat_template(p)
     add_speculative(p)
     p.set_defaults(parallel=None, fn=cmd_serve)  # -np unset: auto (4 slots, unified cache)
     p.add_argument("--host", default="127.0.0.1")
@@ -63,7 +65,7 @@ def serve_settings(a: argparse.Namespace) -> ServeSettings:
         model=a.model, n_parallel=a.parallel, pipe=pipe_params(a), spec=spec_params(a), mmap=a.mmap,
         host=a.host, port=a.port, api_key=a.api_key, metrics=a.metrics, alias=a.alias, slots=a.slots,
         max_queue=a.max_queue, timeout=a.timeout, max_body_mib=a.max_body, shutdown_timeout=a.shutdown_timeout,
-        slot_prompt_similarity=a.slot_prompt_similarity, verbose=a.verbose, defaults=request_defaults(a),
+        slot_prompt_similarity=a.slot_prompt_similarity, verbose=a.verbose, defaults=request_defaults(a), chat=chat_options(a),
         replicas=ReplicaSettings(a.replicas, a.min_replicas, a.max_replicas, a.ray_address, a.routing))
 
 

@@ -84,7 +84,7 @@ def create_app(state: ServerState) -> BodyLimit:
             "model_ftype": ftype_name(state.model.gguf.get("general.file_type")),
             "modalities": {"vision": False, "audio": False},
             "endpoint_slots": state.slots, "endpoint_props": False, "endpoint_metrics": state.metrics,
-            "chat_template": vocab.chat_template or "", "bos_token": text(vocab.special.get("bos")),
+            "chat_template": state.model.tokenizer.chat.source, "chat_template_caps": state.model.tokenizer.chat.caps.to_json(), "bos_token": text(vocab.special.get("bos")),
             "eos_token": text(vocab.special.get("eos")), "build_info": BUILD_INFO, "is_sleeping": False,
         }
 

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field, replace
 from ..params import ContextParams
 from ..pipeline.open import PipelineParams
 from ..speculative.proposer import SpecParams
+from ..chat.apply import ChatOptions
 from .request_defaults import RequestDefaults
 
 MiB = 1024 * 1024
@@ -69,6 +70,7 @@ class ServeSettings:
     verbose: bool = False
     defaults: RequestDefaults = field(default_factory=RequestDefaults)  # --temp, --top-k, --top-p, --min-p, --seed, -n
     replicas: ReplicaSettings = field(default_factory=ReplicaSettings)
+    chat: ChatOptions = field(default_factory=ChatOptions)  # --jinja, --chat-template*, --reasoning-*
 
     def check(self) -> None:
         """ValueError, naming the flag, for a setting no server can start with."""
