@@ -62,7 +62,10 @@ def prepare_chat(state: ServerState, body: Any) -> ChatPrep:
     except Exception as e:  # a template that rejects the conversation (e.g. roles out of order)
         raise APIError(400, f"messages: the chat template failed: {e}") from None
     rf = body.reasoning_format or opts.reasoning_format
-    return ChatPrep(prompt, plan, fmt if native else ChatFormat("generic", "Generic"), rf, thinking_opened(prompt))
+    opened = thinking_opened(prompt)
+    if opened and plan is not None and plan.lark is not None:  # the prompt opened <think>: close it, then the answer
+        plan.lark = 'start: "</think>" answer\n' + plan.lark.replace("start:", "answer:", 1)
+    return ChatPrep(prompt, plan, fmt if native else ChatFormat("generic", "Generic"), rf, opened)
 
 
 def openai_calls(calls: list[dict[str, Any]]) -> list[dict[str, Any]]:
