@@ -21,6 +21,7 @@ VERSION = "0.3.36"                       # llama-cpp-python, as /work/shared/too
 SEP = "\n__ggml_vocab_test__\n"          # test-tokenizer-0.cpp's separator of .inp cases
 _MEMBER = "/vendor/llama.cpp/models/ggml-vocab-"
 _VOCAB_CPP = "/vendor/llama.cpp/src/llama-vocab.cpp"   # the pre types' regexes, for test_tokenizer_pre.py
+_TEMPLATE = "/vendor/llama.cpp/models/templates/"       # the chat templates, for test_chat_*.py
 
 
 class VocabFetchError(RuntimeError):
@@ -29,24 +30,26 @@ class VocabFetchError(RuntimeError):
 
 def _extract(sdist: Path, dest: Path) -> int:
     """Copy the sdist's vendor/llama.cpp/models/ggml-vocab-* members (and src/llama-vocab.cpp)
-    into dest; their count."""
+    into dest, its models/templates/* into dest/templates; the count of vocab files."""
     n = 0
+    (dest / "templates").mkdir(exist_ok=True)
     with tarfile.open(sdist, "r:gz") as tar:
         for m in tar:
-            if not m.isfile() or (_MEMBER not in m.name and not m.name.endswith(_VOCAB_CPP)):
+            template = _TEMPLATE in m.name
+            if not m.isfile() or (_MEMBER not in m.name and not m.name.endswith(_VOCAB_CPP) and not template):
                 continue
             src = tar.extractfile(m)
             assert src is not None
-            with src, open(dest / Path(m.name).name, "wb") as out:
+            with src, open(dest / ("templates" if template else "") / Path(m.name).name, "wb") as out:
                 shutil.copyfileobj(src, out)
-            n += 1
+            n += not template
     return n
 
 
 def vocab_dir(home: Path | None = None, version: str = VERSION) -> Path:
     """The folder of ggml-vocab-* files, fetched from PyPI on first use (see the module doc)."""
     final = llamapy_home(home) / "llamacpp-vocabs" / version
-    if (final / ".complete").exists() and (final / "llama-vocab.cpp").exists():
+    if (final / ".complete").exists() and (final / "llama-vocab.cpp").exists() and (final / "templates").is_dir():
         return final
     final.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=final.parent) as tmp:
@@ -68,6 +71,11 @@ def vocab_dir(home: Path | None = None, version: str = VERSION) -> Path:
             shutil.rmtree(final)
         stage.rename(final)
     return final
+
+
+def templates_dir(home: Path | None = None, version: str = VERSION) -> Path:
+    """llama.cpp's models/templates/ (chat templates, .jinja), from the same sdist."""
+    return vocab_dir(home, version) / "templates"
 
 
 def read_cases(gguf: Path) -> list[tuple[str, list[int]]]:

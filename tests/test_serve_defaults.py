@@ -1,6 +1,7 @@
 """llama-server's serve flags as it spells them: --temp, --top-k, --top-p, --min-p, --seed,
 -n/--n-predict as the default of every request that does not set them; --alias in
-/v1/models and responses; --no-webui, --offline, --jinja accepted; --no-jinja and any other
+/v1/models and responses; --no-webui, --offline, --jinja accepted; --no-jinja, --chat-template*
+read into ServeSettings.chat; any other
 flag llamapy cannot honour refused naming it."""
 from __future__ import annotations
 
@@ -44,7 +45,17 @@ def test_no_webui_turns_the_pages_off():
         assert _settings(flag) == replace(_settings(), webui=False) and _settings().webui is True
 
 
-@pytest.mark.parametrize("flag", ["--no-jinja", "--webui"])
+def test_jinja_flags():
+    assert _settings("--no-jinja").chat.use_jinja is False and _settings().chat.use_jinja is True
+    assert _settings("--chat-template-kwargs", '{"enable_thinking": false}').chat.template_kwargs == {"enable_thinking": False}
+    assert _settings("--chat-template", "chatml").chat.template.startswith("{%- for message in messages")
+    with pytest.raises(ValueError, match="--chat-template-kwargs: expected a JSON object"):
+        _settings("--chat-template-kwargs", "[1]")
+    with pytest.raises(ValueError, match="--chat-template 'nope': not a built-in name"):
+        _settings("--chat-template", "nope")
+
+
+@pytest.mark.parametrize("flag", ["--webui"])
 def test_flags_llamapy_cannot_honour_are_named(flag, capsys):
     with pytest.raises(SystemExit) as e:
         build_parser().parse_args(["serve", flag])

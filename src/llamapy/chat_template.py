@@ -18,12 +18,15 @@ tokenize(render(...), add_special=True) does not start with two BOS.
 from __future__ import annotations
 
 import json
+import re
 from datetime import datetime
 from typing import Any
 
 import jinja2
 import jinja2.ext
 from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+from .chat.caps import TemplateCaps, mark_read, probe_caps
 
 CHATML_TEMPLATE = (
     "{%- for message in messages -%}\n"
@@ -40,13 +43,33 @@ def _raise_exception(message: str) -> None:
 
 
 def _tojson(x: Any, ensure_ascii: bool = False, indent: int | None = None,
-            separators: tuple[str, str] | None = None, sort_keys: bool = False) -> str:
-    return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators,
-                      sort_keys=sort_keys)
+            separators: tuple[str, str] | list[str] | None = None, sort_keys: bool = False) -> str:
+    """llama.cpp's tojson (common/jinja/value.cpp): items joined by ", " (by "," with an
+    indent), keys by ": ", unless `separators` says otherwise; no HTML escaping."""
+    mark_read(x)
+    seps = (list(separators) if separators else []) + [None, None]
+    item = seps[0] if seps[0] is not None else (", " if indent is None else ",")
+    key = seps[1] if seps[1] is not None else ": "
+    return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=(item, key), sort_keys=sort_keys,
+                      default=_json_default)
 
 
-def _strftime_now(fmt: str) -> str:
-    return datetime.now().strftime(fmt)
+def _json_default(o: Any) -> Any:
+    """Jinja values json does not know: a map/select result (a generator) is a list, an
+    undefined value null."""
+    if isinstance(o, jinja2.Undefined):
+        return None
+    try:
+        return list(o)
+    except TypeError:
+        raise TypeError(f"tojson: cannot serialise a {type(o).__name__}") from None
+
+
+def strftime_now_at(now: datetime | None) -> Any:
+    """strftime_now(fmt) for a render: the local time `now` (the current time when None)."""
+    def strftime_now(fmt: str) -> str:
+        return (now or datetime.now()).strftime(fmt)
+    return strftime_now
 
 
 def make_environment() -> ImmutableSandboxedEnvironment:
@@ -54,7 +77,7 @@ def make_environment() -> ImmutableSandboxedEnvironment:
                                         extensions=[jinja2.ext.loopcontrols])
     env.filters["tojson"] = _tojson
     env.globals["raise_exception"] = _raise_exception
-    env.globals["strftime_now"] = _strftime_now
+    env.globals["strftime_now"] = strftime_now_at(None)
     return env
 
 
@@ -73,6 +96,29 @@ class ChatTemplate:
             self._template = make_environment().from_string(self.source)
         except jinja2.TemplateSyntaxError as e:
             raise ValueError(f"tokenizer.chat_template does not compile: {e} (line {e.lineno})") from e
+        self._caps: TemplateCaps | None = None
+
+    @property
+    def caps(self) -> TemplateCaps:
+        """What the template does with system messages, tools and tool calls (chat/caps.py)."""
+        if self._caps is None:
+            checks_string = re.search(r"is\s+(not\s+)?string", self.source) is not None
+            self._caps = probe_caps(self._template, checks_string=checks_string)
+        return self._caps
+
+    def render_context(self, ctx: dict[str, Any], now: datetime | None = None) -> str:
+        """The template rendered with exactly `ctx` (messages, tools, add_generation_prompt,
+        bos_token, ...), strftime_now reading `now`; a leading BOS / trailing EOS dropped as
+        in render."""
+        out = self._template.render(**ctx, strftime_now=strftime_now_at(now))
+        return self._strip_special(out)
+
+    def _strip_special(self, out: str) -> str:
+        if self.add_bos and self.bos_token and out.startswith(self.bos_token):
+            out = out[len(self.bos_token):]
+        if self.add_eos and self.eos_token and out.endswith(self.eos_token):
+            out = out[:-len(self.eos_token)]
+        return out
 
     def render(self, messages: list[dict[str, Any]], add_generation_prompt: bool = True,
                **extra: Any) -> str:
@@ -83,8 +129,4 @@ class ChatTemplate:
         ctx = {"bos_token": self.bos_token, "eos_token": self.eos_token, **extra}
         out = self._template.render(messages=messages,
                                     add_generation_prompt=add_generation_prompt, **ctx)
-        if self.add_bos and self.bos_token and out.startswith(self.bos_token):
-            out = out[len(self.bos_token):]
-        if self.add_eos and self.eos_token and out.endswith(self.eos_token):
-            out = out[:-len(self.eos_token)]
-        return out
+        return self._strip_special(out)

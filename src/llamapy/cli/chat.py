@@ -7,13 +7,14 @@ import sys
 
 from ..log import setup_logging
 from .args import load_context, make_sampler
+from .chat_flags import add_chat_template, chat_options
 from .flags import add_context, add_model, add_sampling
 from .run import stream_tokens
 
 
 def add_parser(sub) -> None:
     p = sub.add_parser("chat", help="interactive chat using the model's chat template")
-    add_model(p), add_context(p), add_sampling(p)
+    add_model(p), add_context(p), add_sampling(p), add_chat_template(p)
     p.add_argument("-sys", "--system-prompt", default=None)
     p.add_argument("-n", "--n-predict", type=int, default=512)
     p.add_argument("-v", "--verbose", action="store_true")
@@ -26,8 +27,12 @@ def cmd_chat(a: argparse.Namespace) -> int:
     from ..tokens import common_prefix
     from ..memory.factory import can_reuse_prefix
 
+    from ..chat.apply import apply_template
+
     setup_logging(verbose=a.verbose)
+    opts = chat_options(a)  # bad flags fail before anything loads
     model, ctx = load_context(a)
+    model.tokenizer.use_chat_template(opts.template)
     sampler = make_sampler(a)
     messages: list[dict[str, str]] = []
     if a.system_prompt:
@@ -42,7 +47,9 @@ def cmd_chat(a: argparse.Namespace) -> int:
         if not user.strip():
             break
         messages.append({"role": "user", "content": user})
-        ids = model.tokenize(model.tokenizer.apply_chat_template(messages, add_generation_prompt=True), add_special=True, parse_special=True)
+        prompt = apply_template(model.tokenizer.chat, messages, opts=opts) if opts.use_jinja else \
+            model.tokenizer.apply_chat_template(messages, add_generation_prompt=True)
+        ids = model.tokenize(prompt, add_special=True, parse_special=True)
         n_keep = common_prefix(cached, ids[:-1])  # re-decode at least one token for fresh logits
         if not can_reuse_prefix(ctx.memory, 0, n_keep):  # SWA cells of that prefix are gone
             n_keep = 0

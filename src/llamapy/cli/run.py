@@ -7,12 +7,13 @@ import sys
 
 from ..log import setup_logging
 from .args import ctx_params, grammar_spec, load_context, make_sampler, spec_params
+from .chat_flags import add_chat_template
 from .flags import add_context, add_grammar, add_model, add_sampling, add_speculative
 
 
 def add_parser(sub) -> None:
     p = sub.add_parser("run", help="generate text from a prompt, streaming tokens")
-    add_model(p), add_context(p), add_sampling(p), add_speculative(p), add_grammar(p)
+    add_model(p), add_context(p), add_sampling(p), add_speculative(p), add_grammar(p), add_chat_template(p)
     p.add_argument("-p", "--prompt", default="Once upon a time")
     p.add_argument("-n", "--n-predict", type=int, default=128, help="tokens to generate (-1: until end or context full)")
     p.add_argument("-no-cnv", "--no-conversation", action="store_true",
@@ -53,8 +54,11 @@ def print_perf(tm) -> None:
 
 
 def cmd_run(a: argparse.Namespace) -> int:
+    from .chat_flags import chat_options
+
     setup_logging(verbose=True)
     sp = spec_params(a)  # bad flags fail before anything loads
+    chat = chat_options(a)
     gspec = grammar_spec(a)
     model, ctx = load_context(a)
     from ..speculative import make_speculator
@@ -65,8 +69,14 @@ def cmd_run(a: argparse.Namespace) -> int:
         from ..grammar import GrammarCompiler
 
         sampler.grammar = GrammarCompiler(model.tokenizer, model.n_vocab).constraint(gspec)
-    ids = model.tokenize(a.prompt, add_special=True, parse_special=True)
-    sys.stdout.write(a.prompt)
+    prompt = a.prompt
+    if chat.template is not None or chat.template_kwargs:  # -p is one user turn through that template
+        from ..chat.apply import apply_template
+
+        model.tokenizer.use_chat_template(chat.template)
+        prompt = apply_template(model.tokenizer.chat, [{"role": "user", "content": a.prompt}], opts=chat)
+    ids = model.tokenize(prompt, add_special=True, parse_special=True)
+    sys.stdout.write(prompt)
     tm = stream_tokens(model, ctx, sampler, ids, a.n_predict, spec=spec)
     sys.stdout.write("\n")
     print(file=sys.stderr)

@@ -14,6 +14,7 @@ from dataclasses import replace
 from ..log import logger, setup_logging
 from ..server.settings import AUTO_SLOTS, ReplicaSettings, ServeSettings
 from .args import ctx_params, pipe_params, spec_params
+from .chat_flags import add_chat_template, chat_options
 from .flags import add_context, add_embedding, add_model, add_speculative
 from .serve_flags import add_llama_server, request_defaults
 
@@ -24,6 +25,7 @@ def add_parser(sub) -> None:
     p = sub.add_parser("serve", help="OpenAI-compatible HTTP server with continuous batching")
     add_model(p)
     add_context(p)
+    add_chat_template(p)
     add_speculative(p)
     add_embedding(p)
     p.set_defaults(parallel=None, fn=cmd_serve)  # -np unset: auto (4 slots, unified cache)
@@ -67,7 +69,7 @@ def serve_settings(a: argparse.Namespace) -> ServeSettings:
         host=a.host, port=a.port, api_key=a.api_key, metrics=a.metrics, alias=a.alias, slots=a.slots,
         webui=not a.no_webui, engine_events=a.engine_events,
         max_queue=a.max_queue, timeout=a.timeout, max_body_mib=a.max_body, shutdown_timeout=a.shutdown_timeout,
-        slot_prompt_similarity=a.slot_prompt_similarity, verbose=a.verbose, defaults=request_defaults(a),
+        slot_prompt_similarity=a.slot_prompt_similarity, verbose=a.verbose, defaults=request_defaults(a), chat=chat_options(a),
         replicas=ReplicaSettings(a.replicas, a.min_replicas, a.max_replicas, a.ray_address, a.routing),
         embedding=a.embedding or a.reranking, pooling="rank" if a.reranking else a.pooling,
         embd_normalize=a.embd_normalize)

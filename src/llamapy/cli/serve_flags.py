@@ -2,8 +2,8 @@
 server's default sampling settings for requests that do not set them (--temp, --top-k,
 --top-p, --min-p, -s/--seed, -n/--n-predict; see server/request_defaults.py), --no-webui,
 and flags accepted for llama-server's command lines that change nothing in llamapy
-(--offline, --jinja).  A llama-server flag llamapy cannot honour is refused naming it
-(--no-jinja here; any other one argparse reports as an unrecognized argument)."""
+(--offline; --jinja and the chat-template flags are cli/chat_flags.py's).  A llama-server flag
+llamapy cannot honour is refused naming it (argparse reports it as an unrecognized argument)."""
 from __future__ import annotations
 
 import argparse
@@ -39,11 +39,6 @@ def add_llama_server(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("accepted for llama-server's command lines")
     g.add_argument("--offline", action="store_true",
                    help="accepted, changes nothing: llamapy never downloads from a hub at serve time (`llamapy pull` does)")
-    g.add_argument("--jinja", action="store_true", default=True,
-                   help="accepted, changes nothing: llamapy always renders chat templates with Jinja2")
-    g.add_argument("--no-jinja", action=Unsupported, default=argparse.SUPPRESS,
-                   why="llamapy renders chat templates only with Jinja2 (llama-server's --jinja); "
-                       "it has no built-in non-Jinja template handler for --no-jinja to select")
 
 
 def request_defaults(a: argparse.Namespace) -> RequestDefaults:

@@ -7,6 +7,7 @@ import time
 from dataclasses import dataclass, field
 from typing import AsyncIterator, Awaitable, Callable
 
+from ..chat.apply import ChatOptions
 from ..context import Context
 from ..grammar import GrammarCompiler
 from ..model.model import Model
@@ -32,6 +33,7 @@ class ServerState:
     pooling: str = "none"  # the pooling that runs (--pooling, else the model's)
     embd_normalize: int = 2  # --embd-normalize: what a request's embd_normalize defaults to
     defaults: RequestDefaults = field(default_factory=RequestDefaults)  # --temp, -n ..: what a request does not set
+    chat: ChatOptions = field(default_factory=ChatOptions)  # --jinja, --chat-template*, --reasoning-*
     model: Model | None = None
     ctx: Context | None = None
     scheduler: Scheduler | None = None

@@ -89,7 +89,7 @@ def create_app(state: ServerState) -> BodyLimit:
             "modalities": {"vision": False, "audio": False},
             "endpoint_slots": state.slots, "endpoint_props": False, "endpoint_metrics": state.metrics,
             "endpoint_engine_events": state.metrics or state.engine_events, "webui": state.webui,
-            "chat_template": vocab.chat_template or "", "bos_token": text(vocab.special.get("bos")),
+            "chat_template": state.model.tokenizer.chat.source, "chat_template_caps": state.model.tokenizer.chat.caps.to_json(), "bos_token": text(vocab.special.get("bos")),
             "eos_token": text(vocab.special.get("eos")), "build_info": BUILD_INFO, "is_sleeping": False,
         }
 

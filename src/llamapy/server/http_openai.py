@@ -10,9 +10,9 @@ from typing import Any, AsyncIterator
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
-from . import tools
 from .api_error import APIError, error_body, error_response, final_error
 from .bridge import Pending, ServerState
+from .chat_prep import ChatPrep, openai_calls, prepare_chat
 from .constraints import compile_constraint, request_spec
 from .handoff import submit, tokenize_prompt
 from .request import Event, Request as GenRequest, Usage
@@ -97,23 +97,19 @@ async def completions(body: CompletionRequest, request: Request):
     return {**head, "choices": [choice], "usage": _usage(evs[-1].usage), "timings": evs[-1].timings}
 
 
+@router.post("/apply-template")
+async def apply_template_route(body: ChatCompletionRequest, request: Request) -> dict[str, str]:
+    """llama-server's /apply-template: the prompt /v1/chat/completions would generate from."""
+    return {"prompt": prepare_chat(_state(request), body).prompt}
+
+
 @router.post("/v1/chat/completions", responses=ok_response(ChatCompletionResponse, stream=True))
 @router.post("/chat/completions", responses=ok_response(ChatCompletionResponse, stream=True))
 async def chat_completions(body: ChatCompletionRequest, request: Request):
     state = _state(request)
     body = state.defaults.apply(body)
-    tmpl = state.model.tokenizer.chat
-    fmt = tools.template_format(tmpl.source)
-    try:
-        plan = tools.plan(body.tools, body.tool_choice, body.parallel_tool_calls, fmt)
-        messages = tools.render_messages([m.as_dict() for m in body.messages], plan, fmt)
-    except tools.ToolError as e:
-        raise APIError(400, str(e)) from None
-    extra = {"tools": plan.template_tools()} if fmt == "hermes" and plan is not None and plan.offered else {}
-    try:
-        text = state.model.tokenizer.apply_chat_template(messages, add_generation_prompt=True, **extra)
-    except Exception as e:  # a template that rejects the conversation (e.g. roles out of order)
-        raise APIError(400, f"messages: the chat template failed: {e}") from None
+    prep = prepare_chat(state, body)
+    plan, text = prep.plan, prep.prompt
     ids = state.model.tokenize(text, add_special=True, parse_special=True)
     n_probs = body.n_probs()
     spec = request_spec(body.grammar, body.json_schema, body.response_format, plan)
@@ -122,16 +118,18 @@ async def chat_completions(body: ChatCompletionRequest, request: Request):
     p = submit(state, req)
     cid, created = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
     head = {"id": cid, "object": "chat.completion", "created": created, "model": state.alias, "system_fingerprint": BUILD_INFO}
-    calls_possible = plan is not None and plan.lark is not None
     if body.stream:
-        return EventStream(_stream(state, p, {**head, "object": "chat.completion.chunk"}, chat=True, plan=plan if calls_possible else None), p.close)
+        return EventStream(_stream(state, p, {**head, "object": "chat.completion.chunk"}, chat=True, prep=prep), p.close)
     out, evs = await p.collect(request.is_disconnected)
     if not evs or not evs[-1].final:
         return error_response(499, "client closed the request")
     if (err := final_error(evs[-1])) is not None:
         raise err
-    content, calls = tools.parse_output(out, plan) if calls_possible else (out, [])
-    message: dict[str, Any] = {"role": "assistant", "content": content}
+    msg = prep.parse(out)
+    calls = openai_calls(msg.tool_calls)
+    message: dict[str, Any] = {"role": "assistant", "content": msg.content if msg.content or not calls else None}
+    if msg.reasoning_content:
+        message["reasoning_content"] = msg.reasoning_content
     fin = _finish(evs[-1])
     if calls:
         message["tool_calls"] = calls
@@ -158,15 +156,17 @@ def _call_deltas(calls: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 async def _stream(state: ServerState, p: Pending, head: dict[str, Any], chat: bool,
-                  plan: tools.ToolPlan | None = None) -> AsyncIterator[str]:
-    """SSE chunks: a role delta first (chat), one chunk per text piece, a final chunk with
-    finish_reason and usage, then [DONE].  An abort/error ends with an error event.  With
-    tools that may be called: an answer that starts as a call does is held until
-    it is complete and then sent as tool_calls deltas; any other answer streams as text.
-    (A call starts with "{" in the generic format, "<tool_call>" in hermes.)"""
-    def chunk(text: str | None, finish: str | None, ev: Event | None = None, role: bool = False) -> dict[str, Any]:
+                  prep: ChatPrep | None = None) -> AsyncIterator[str]:
+    """SSE chunks: a role delta first (chat), then deltas, a final chunk with finish_reason and
+    usage, then [DONE].  An abort/error ends with an error event.  Chat: the output so far is
+    parsed as a message (chat/message.py) after each piece, and what grew is sent, as llama-server
+    does: delta.reasoning_content, delta.content (text that may start a call marker is held),
+    and the tool_calls once the output is complete."""
+    def chunk(text: str | None, finish: str | None, ev: Event | None = None, role: bool = False,
+              delta: dict[str, Any] | None = None) -> dict[str, Any]:
         if chat:
-            delta: dict[str, Any] = {"role": "assistant", "content": ""} if role else ({"content": text} if text else {})
+            if delta is None:
+                delta = {"role": "assistant", "content": ""} if role else ({"content": text} if text else {})
             c: dict[str, Any] = {"index": 0, "delta": delta, "finish_reason": finish}
             if ev is not None and ev.probs is not None:
                 c["logprobs"] = _chat_logprobs(state, [ev])
@@ -178,32 +178,41 @@ async def _stream(state: ServerState, p: Pending, head: dict[str, Any], chat: bo
 
     if chat:
         yield sse(chunk(None, None, role=True))
-    held: str | None = "" if plan is not None else None  # text held while it may be a call
+    out, sent = "", {"content": "", "reasoning_content": ""}
+
+    def grown(final: bool) -> dict[str, Any]:
+        msg = prep.parse(out, partial=not final)
+        d: dict[str, Any] = {}
+        for k in ("reasoning_content", "content"):
+            now = getattr(msg, k)
+            if now.startswith(sent[k]) and len(now) > len(sent[k]):
+                d[k] = now[len(sent[k]):]
+                sent[k] = now
+        if final and msg.tool_calls:
+            d["tool_calls"] = _call_deltas(openai_calls(msg.tool_calls))
+        return d
     async for ev in p.events():
         if not ev.final:
-            if held is not None:
-                held += ev.text
-                pre = tools.call_prefix(plan)
-                if held and not (held.startswith(pre) or pre.startswith(held)):  # plain text: stream from here on
-                    yield sse(chunk(held, None, ev))
-                    held = None
+            if not chat:
+                if ev.text or ev.probs is not None:
+                    yield sse(chunk(ev.text, None, ev))
                 continue
-            if ev.text or ev.probs is not None:
-                yield sse(chunk(ev.text, None, ev))
+            out += ev.text
+            d = grown(False)
+            if d or ev.probs is not None:
+                yield sse(chunk(None, None, ev, delta=d))
             continue
         if (err := final_error(ev)) is not None:
             yield sse(error_body(err.status, err.message))
         else:
             fin = _finish(ev)
-            if held is not None:
-                content, calls = tools.parse_output(held + ev.text, plan)
-                if calls:
-                    c = chunk(None, None)
-                    c["choices"][0]["delta"] = {"tool_calls": _call_deltas(calls)}
-                    yield sse(c)
+            if chat:
+                out += ev.text
+                d = grown(True)
+                if d:
+                    yield sse(chunk(None, None, delta=d))
+                if "tool_calls" in d:
                     fin["finish_reason"] = "tool_calls" if fin["finish_reason"] == "stop" else fin["finish_reason"]
-                elif content:
-                    yield sse(chunk(content, None))
             elif ev.text:
                 yield sse(chunk(ev.text, None))
             last = chunk(None, fin["finish_reason"])

@@ -84,6 +84,7 @@ class Message(BaseModel):
     tool_calls: list[dict[str, Any]] | None = None  # assistant: the calls it made
     tool_call_id: str | None = None  # tool: the call this answers
     name: str | None = None
+    reasoning_content: str | None = None  # assistant: its thinking (templates that render it)
 
     def as_dict(self) -> dict[str, Any]:
         c = self.content
@@ -91,6 +92,8 @@ class Message(BaseModel):
         d: dict[str, Any] = {"role": "system" if self.role == "developer" else self.role, "content": text}
         if self.tool_calls:
             d["tool_calls"] = self.tool_calls
+        if self.reasoning_content:
+            d["reasoning_content"] = self.reasoning_content
         if self.tool_call_id is not None:
             d["tool_call_id"] = self.tool_call_id
         if self.name is not None:
@@ -112,6 +115,10 @@ class ChatCompletionRequest(_Sampling):
     tools: list[Any] | None = None  # checked by tools.parse_tools (a 400 that names the problem)
     tool_choice: Any = None
     parallel_tool_calls: bool = False  # llama-server's default
+    chat_template_kwargs: dict[str, Any] | None = None  # extra template variables, over --chat-template-kwargs
+    reasoning_format: Literal["none", "deepseek", "deepseek-legacy", "auto"] | None = None  # over --reasoning-format
+    reasoning_effort: str | None = None
+    add_generation_prompt: bool = True
 
     def n_predict(self) -> int:
         v = self.max_completion_tokens if self.max_completion_tokens is not None else self.max_tokens

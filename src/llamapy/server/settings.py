@@ -9,6 +9,7 @@ from dataclasses import dataclass, field, replace
 from ..params import ContextParams
 from ..pipeline.open import PipelineParams
 from ..speculative.proposer import SpecParams
+from ..chat.apply import ChatOptions
 from .request_defaults import RequestDefaults
 
 MiB = 1024 * 1024
@@ -77,6 +78,7 @@ class ServeSettings:
     embedding: bool = False  # --embedding: embeddings only, many sequences per batch
     pooling: str | None = None  # --pooling (None: the model's)
     embd_normalize: int = 2
+    chat: ChatOptions = field(default_factory=ChatOptions)  # --jinja, --chat-template*, --reasoning-*
 
     def check(self) -> None:
         """ValueError, naming the flag, for a setting no server can start with."""

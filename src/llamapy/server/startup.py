@@ -26,10 +26,20 @@ def tune_server_process() -> None:
     os.environ.setdefault("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "16")
 
 
+def log_chat_template(t) -> None:
+    """As llama-server at start-up: the chat template, then the chat format its outputs are
+    parsed with."""
+    from ..chat.tool_syntax import chat_format
+
+    log = logger("srv")
+    log.info(f"init: chat template, example_format: {t.source[:2000]!r}" if t.is_default else f"init: chat template:\n{t.source}")
+    log.info(f"init: chat format: {chat_format(t).name}, caps: {t.caps.to_json()}")
+
+
 def server_state(s: ServeSettings) -> ServerState:
     """The routes' state before the model loads (/health answers 503 until load_model)."""
     return ServerState(api_key=s.api_key, metrics=s.metrics, slots=s.slots, max_body=s.max_body, timeout=s.timeout,
-                       defaults=s.defaults, webui=s.webui, engine_events=s.engine_events)
+                       defaults=s.defaults, webui=s.webui, engine_events=s.engine_events, chat=s.chat)
 
 
 def load_model(s: ServeSettings, state: ServerState) -> None:
@@ -68,5 +78,7 @@ def load_model(s: ServeSettings, state: ServerState) -> None:
                  f"{sched.embedder.max_tokens} tokens per batch")
     sched.start()
     log.info(f"load_model: up to {max_queue} requests wait for a slot (--max-queue); --timeout {s.timeout:g} s")
+    model.tokenizer.use_chat_template(s.chat.template)
+    log_chat_template(model.tokenizer.chat)
     state.alias = s.alias or model.path.stem
     state.attach(model, ctx, sched)

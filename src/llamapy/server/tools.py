@@ -165,6 +165,11 @@ def plan(tools: list[dict[str, Any]] | None, choice: Any, parallel: bool, fmt: s
     if fmt == "hermes":  # the template describes the tools; the grammar holds the calls to them
         p.lark = hermes_lark(offered, c, parallel)
         return p
+    if fmt != "generic":  # a family's own call syntax (chat/tool_syntax.py)
+        from ..chat.tool_syntax import call_lark
+
+        p.lark = call_lark(fmt, offered, c, parallel, closed_objects)
+        return p
     schema = json.dumps(call_schema(offered, parallel), separators=(",", ":"))
     call = f"call: %json {schema}\n"
     p.lark = ("start: call\n" + call) if c != "auto" else ("start: TEXT | call\nTEXT: /[^{\\s][\\s\\S]*/\n" + call)

@@ -56,6 +56,17 @@ class Tokenizer:
                                       eos_token=piece(self.eos), add_bos=v.add_bos, add_eos=v.add_eos)
         return self._chat
 
+    def use_chat_template(self, source: str | None) -> None:
+        """Render chats with `source` (--chat-template / --chat-template-file) instead of the
+        GGUF's template; None keeps the GGUF's."""
+        if source is not None:
+            from ..chat_template import ChatTemplate
+
+            self._chat = None
+            bos, eos = self.chat.bos_token, self.chat.eos_token
+            v = self.vocab
+            self._chat = ChatTemplate(source, bos_token=bos, eos_token=eos, add_bos=v.add_bos, add_eos=v.add_eos)
+
     @classmethod
     def from_gguf(cls, src: Any, cache: Path | None = None) -> "Tokenizer":
         """Build from a GGUF path or an open GGUFFile.  The vocabulary stays in the mapped

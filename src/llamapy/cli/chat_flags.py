@@ -1,0 +1,71 @@
+"""Chat-template and reasoning flags shared by run, chat and serve, as llama-server spells
+them: --jinja/--no-jinja, --chat-template NAME|JINJA, --chat-template-file F,
+--chat-template-kwargs JSON, --reasoning-format, --reasoning-budget."""
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+from ..chat.apply import ChatOptions
+from ..chat_template import CHATML_TEMPLATE
+
+BUILTIN_TEMPLATES = {"chatml": CHATML_TEMPLATE}
+REASONING_FORMATS = ("none", "deepseek", "deepseek-legacy", "auto")
+
+
+def add_chat_template(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("chat template and reasoning (llama-server's flags)")
+    g.add_argument("--jinja", dest="jinja", action="store_true", default=True,
+                   help="render the chat template with Jinja (default: on)")
+    g.add_argument("--no-jinja", dest="jinja", action="store_false", help="turn --jinja off (tools need it)")
+    g.add_argument("--chat-template", default=None, metavar="NAME|JINJA",
+                   help="the chat template: a built-in name (chatml) or the Jinja text itself (default: the GGUF's)")
+    g.add_argument("--chat-template-file", default=None, metavar="F", help="the chat template read from file F")
+    g.add_argument("--chat-template-kwargs", default=None, metavar="JSON",
+                   help='extra template variables, a JSON object, e.g. \'{"enable_thinking": false}\'')
+    g.add_argument("--reasoning-format", default="auto", choices=REASONING_FORMATS,
+                   help="none: thoughts stay in content; deepseek/auto: <think>...</think> go to reasoning_content "
+                        "(default: auto)")
+    g.add_argument("--reasoning-budget", type=int, default=-1,
+                   help="thinking tokens allowed: -1 unrestricted, 0 no thinking (default: -1)")
+
+
+def template_source(a: argparse.Namespace) -> str | None:
+    """The --chat-template / --chat-template-file text, or None for the GGUF's own."""
+    if a.chat_template is not None and a.chat_template_file is not None:
+        raise ValueError("--chat-template and --chat-template-file both set: give one")
+    if a.chat_template_file is not None:
+        path = Path(a.chat_template_file)
+        if not path.is_file():
+            raise ValueError(f"--chat-template-file {path}: no such file")
+        return path.read_text(encoding="utf-8")
+    if a.chat_template is None:
+        return None
+    if a.chat_template in BUILTIN_TEMPLATES:
+        return BUILTIN_TEMPLATES[a.chat_template]
+    if "{{" in a.chat_template or "{%" in a.chat_template:
+        return a.chat_template
+    raise ValueError(f"--chat-template {a.chat_template!r}: not a built-in name ({', '.join(BUILTIN_TEMPLATES)}) "
+                     "nor Jinja text; use --chat-template-file for a file")
+
+
+def template_kwargs(text: str | None) -> dict[str, Any]:
+    if not text:
+        return {}
+    try:
+        kw = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"--chat-template-kwargs: not JSON ({e})") from None
+    if not isinstance(kw, dict):
+        raise ValueError(f"--chat-template-kwargs: expected a JSON object, got {text[:60]}")
+    return kw
+
+
+def chat_options(a: argparse.Namespace) -> ChatOptions:
+    if a.reasoning_budget < -1:
+        raise ValueError(f"--reasoning-budget ({a.reasoning_budget}) must be -1 (unrestricted) or >= 0")
+    return ChatOptions(use_jinja=a.jinja, template_kwargs=template_kwargs(a.chat_template_kwargs),
+                       reasoning_format=a.reasoning_format, reasoning_budget=a.reasoning_budget,
+                       template=template_source(a))
