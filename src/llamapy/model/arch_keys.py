@@ -30,7 +30,9 @@ MOE_ARCHS = ("llama", "qwen3moe")  # model/moe.py: softmax gating, top-k renorma
 
 KEY_RULES: tuple[KeyRule, ...] = (
     KeyRule("rope.scaling.type", _is("none", "linear"), "a RoPE scaling other than none and linear"),
-    KeyRule("rope.scaling.attn_factor", _is(1.0), "a RoPE attention factor (llama.cpp scales cos and sin by it)"),
+    # phi3: LongRoPE's factor (archs/phi3.py; model/rope.py scales cos and sin by it)
+    KeyRule("rope.scaling.attn_factor", _is(1.0), "a RoPE attention factor (llama.cpp scales cos and sin by it)",
+            ("phi3",)),
     KeyRule("rope.dimension_sections", lambda v: False, "multi-section RoPE (M-RoPE)"),
     KeyRule("attn_logit_softcapping", _is(0.0), "attention logit soft-capping", ("gemma2",)),
     KeyRule("final_logit_softcapping", _is(0.0), "final logit soft-capping", ("gemma2", "gemma3")),

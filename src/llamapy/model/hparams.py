@@ -47,6 +47,8 @@ class HParams:
     n_expert: int = 0  # {arch}.expert_count: MoE FFN layers where > 0 (model/moe.py; llama, qwen3moe)
     n_expert_used: int = 0  # {arch}.expert_used_count: the top-k of the router
     n_ff_exp: int = 0  # one expert's FFN width (qwen3moe: expert_feed_forward_length; llama: n_ff)
+    n_ctx_orig_yarn: int = 0  # {arch}.rope.scaling.original_context_length, else n_ctx_train (LongRoPE's switch)
+    rope_attn_factor: float = 1.0  # {arch}.rope.scaling.attn_factor: cos and sin times this (phi3)
 
     # llama_hparams::n_embd_k_gqa(il): width of one token's K in one layer
     def n_embd_k_gqa(self, il: int = 0) -> int:
@@ -172,9 +174,10 @@ def hparams_from_gguf(f: GGUFHeader) -> HParams:
         raise GGUFError(f"{name}: metadata {desc('rope.dimension_count', n_rot)} must be even and at most the "
                         f"head size {head}")
     n_expert, n_expert_used, n_ff_exp = _experts(f, arch, key, desc)
+    n_ctx_train = key("context_length", required=True, lo=1)
     hp = HParams(
         arch=arch,
-        n_ctx_train=key("context_length", required=True, lo=1),
+        n_ctx_train=n_ctx_train,
         n_embd=n_embd,
         n_layer=n_layer,
         n_ff=key("feed_forward_length", required=known, lo=1 if known else 0) or 0,
@@ -194,6 +197,8 @@ def hparams_from_gguf(f: GGUFHeader) -> HParams:
         n_expert=n_expert,
         n_expert_used=n_expert_used,
         n_ff_exp=n_ff_exp,
+        n_ctx_orig_yarn=key("rope.scaling.original_context_length", n_ctx_train, lo=1),
+        rope_attn_factor=float(key("rope.scaling.attn_factor", 1.0, kind=float, lo=0)),
     )
     if known:
         check_keys(f, arch)

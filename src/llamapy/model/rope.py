@@ -2,8 +2,10 @@
 
 rope_type NORM (llama GGUFs: Q/K weights were permuted at conversion) rotates adjacent
 pairs (x[2i], x[2i+1]); NEOX (gemma, qwen, ...) rotates halves (x[i], x[i + n_rot/2]).
-Frequency factors (Llama 3's rope_freqs tensor, ggml_rope_ext's freq_factors) divide pair i's
-angle by factor i."""
+Frequency factors (Llama 3's rope_freqs tensor, Phi-3's LongRoPE rope_factors_long/short:
+ggml_rope_ext's freq_factors) divide pair i's angle by factor i.  An attention factor (ggml's
+attn_factor, `rope.scaling.attn_factor`) multiplies cos and sin, so the rotated dimensions of Q
+and K alike (ggml_rope_ext with ext_factor 0: mscale = attn_factor)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -25,6 +27,7 @@ class RopeParams:
     freq_scale: float = 1.0
     rope_type: int = ROPE_TYPE_NORM
     freq_factors: tuple[float, ...] | None = None  # [n_rot/2]: pair i turns at its frequency / factor i
+    attn_factor: float = 1.0  # cos and sin times this (llama_cparams::yarn_attn_factor without YaRN)
 
 
 def rope_cos_sin(pos: torch.Tensor, p: RopeParams) -> tuple[torch.Tensor, torch.Tensor]:
@@ -37,13 +40,13 @@ def rope_cos_sin(pos: torch.Tensor, p: RopeParams) -> tuple[torch.Tensor, torch.
         if p.freq_factors is not None:
             inv_np = inv_np / np.asarray(p.freq_factors, dtype=np.float64)
         th = (pos.numpy().astype(np.float64)[:, None] * p.freq_scale) * inv_np[None, :]  # [n, n_rot/2]
-        return (torch.from_numpy(np.cos(th).astype(np.float32)[:, None, :]),
-                torch.from_numpy(np.sin(th).astype(np.float32)[:, None, :]))
+        return (torch.from_numpy((np.cos(th) * p.attn_factor).astype(np.float32)[:, None, :]),
+                torch.from_numpy((np.sin(th) * p.attn_factor).astype(np.float32)[:, None, :]))
     inv = p.freq_base ** (-torch.arange(0, p.n_rot, 2, dtype=torch.float64, device=pos.device) / p.n_rot)  # [n_rot/2]
     if p.freq_factors is not None:
         inv = inv / torch.tensor(p.freq_factors, dtype=torch.float64, device=pos.device)
     theta = (pos.to(torch.float64)[:, None] * p.freq_scale) * inv[None, :]  # [n, n_rot/2]
-    return theta.cos().float()[:, None, :], theta.sin().float()[:, None, :]
+    return (theta.cos() * p.attn_factor).float()[:, None, :], (theta.sin() * p.attn_factor).float()[:, None, :]
 
 
 def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, p: RopeParams) -> torch.Tensor:

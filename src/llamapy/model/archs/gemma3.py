@@ -161,8 +161,9 @@ class Gemma3Model:
             logits = torch.tanh(logits / c) * c
         return logits
 
-    def rotate_k(self, il: int, k: torch.Tensor, delta: torch.Tensor) -> torch.Tensor:
-        """K-shift: k [n, n_embd_k_gqa] rotated by delta [n] positions with layer il's RoPE."""
+    def rotate_k(self, il: int, k: torch.Tensor, delta: torch.Tensor, n_ctx_seq: int) -> torch.Tensor:
+        """K-shift: k [n, n_embd_k_gqa] rotated by delta [n] positions with layer il's RoPE (one
+        whatever n_ctx_seq)."""
         rope = self.rope_for_layer(il)
         cos, sin = rope_cos_sin(delta, rope)
         kh = k.view(k.shape[0], self.hp.n_head_kv, self.hp.n_embd_head_k)
