@@ -44,6 +44,14 @@ CASES: dict[str, dict] = {
     "gemma2-q8_0": {"arch": "gemma2", "weight_type": "Q8_0"},
     "phi3-f16": {"arch": "phi3", "weight_type": "F16"},
     "phi3-q8_0": {"arch": "phi3", "weight_type": "Q8_0"},
+    # LongRoPE: -c 64 gives n_ctx_seq 256 (a multiple of 256): the long factors above an original
+    # context of 128, the short ones at 256 (llama.cpp's test is n_ctx_seq > n_ctx_orig_yarn)
+    "phi3-longrope-long-f16": {"arch": "phi3", "weight_type": "F16", "longrope": True,
+                               "extra_keys": {"rope.scaling.original_context_length": 128,
+                                              "rope.scaling.attn_factor": 1.2}},
+    "phi3-longrope-short-f16": {"arch": "phi3", "weight_type": "F16", "longrope": True,
+                                "extra_keys": {"rope.scaling.original_context_length": 256,
+                                               "rope.scaling.attn_factor": 1.2}},
     "qwen3moe-f16": {"arch": "qwen3moe", "weight_type": "F16"},
     "qwen3moe-q8_0": {"arch": "qwen3moe", "weight_type": "Q8_0"},
     "llama-moe-f16": {"arch": "llama", "weight_type": "F16", "n_expert": 4},

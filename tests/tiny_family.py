@@ -16,7 +16,10 @@ top-1 agreement is a meaningful check.
             to matter for these weights (the real models' 4096, 50 and 30 would not)
     phi3: attn_qkv.weight (Q | K | V rows) and ffn_up.weight [2 n_ff] (gate | up rows), the
           same draws as the others' separate tensors; PHI3_KEYS: a 16-token window that
-          llama.cpp (and llamapy) do not apply
+          llama.cpp (and llamapy) do not apply; longrope=True adds LongRoPE's
+          rope_factors_long/short.weight [n_rot/2] (LONGROPE_FACTORS: far from 1 and from each
+          other on the fast pairs, where 64 positions turn far enough to tell them apart; the
+          context's choice between them is keyed by rope.scaling.original_context_length)
     qwen3moe: qwen3's attention, n_expert (default 8) experts of width n_ff_exp (default 64,
           expert_feed_forward_length), top n_expert_used (2); the router ffn_gate_inp in F32
     llama with n_expert > 0: Mixtral's layout, experts of width n_ff"""
@@ -39,6 +42,7 @@ QWEN3_RERANK_TEMPLATE = ("<|im_start|>system\nJudge whether the Document meets t
                          "<|im_start|>user\n<Instruct>: Given a web search query, retrieve relevant passages that "
                          "answer the query\n<Query>: {query}\n<Document>: {document}<|im_end|>\n"
                          "<|im_start|>assistant\n<think>\n\n</think>\n\n")
+LONGROPE_FACTORS = {"long": (1.0, 2.5, 4.0, 1.5, 6.0, 3.0, 8.0, 12.0), "short": (1.0, 1.2, 0.8, 1.5, 1.1, 2.0, 1.3, 1.0)}
 FILE_TYPES = {F32: gguf.LlamaFileType.ALL_F32, F16: gguf.LlamaFileType.MOSTLY_F16, Q8_0: gguf.LlamaFileType.MOSTLY_Q8_0,
               gguf.GGMLQuantizationType.IQ4_NL: gguf.LlamaFileType.MOSTLY_IQ4_NL,
               gguf.GGMLQuantizationType.IQ4_XS: gguf.LlamaFileType.MOSTLY_IQ4_XS,
@@ -64,6 +68,7 @@ def write_tiny_family(
     weight_type: gguf.GGMLQuantizationType = F16,
     tied: bool | None = None,
     rope_freqs: bool = False,
+    longrope: bool = False,
     n_embd: int = 64,
     n_layer: int = 2,
     n_head: int = 4,
@@ -156,6 +161,9 @@ def write_tiny_family(
         matrix("output.weight", (n_vocab, n_embd), 0.6)
     if rope_freqs:  # Llama 3's factors: 1 for the fast pairs, up to 8 for the slow ones
         w.add_tensor("rope_freqs.weight", np.geomspace(1.0, 8.0, d // 2).astype(np.float32))
+    if longrope:  # Phi-3's LongRoPE factor sets (n_rot/2 = 8 at the default shape)
+        for which in ("long", "short"):
+            w.add_tensor(f"rope_factors_{which}.weight", np.resize(LONGROPE_FACTORS[which], d // 2).astype(np.float32))
     s_in, s_out = 1.0 / np.sqrt(n_embd), 1.0 / np.sqrt(n_ff)
     for il in range(n_layer):
         p = f"blk.{il}."

@@ -2,6 +2,7 @@
 of them -> run each through the network -> keep logits of the flagged slots."""
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field, replace
 
 import torch
@@ -104,7 +105,7 @@ class Context:
         ubatches = self._split()
         sinfos = self.memory.prepare(ubatches)
         if self.memory.has_shift():
-            self.memory.apply_shift(self.model.net.rotate_k)
+            self.memory.apply_shift(functools.partial(self.model.net.rotate_k, n_ctx_seq=self.cparams.n_ctx_seq))
         n_outputs = self.alloc.n_outputs
         logits = None
         out_ids = self.alloc.output_ids

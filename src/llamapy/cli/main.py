@@ -1,6 +1,6 @@
 """`llamapy` command line (llama.cpp's flag spellings): the parser, and main() running one
 command.  Each subcommand's flags and body live in a module of this package: run, chat,
-embedding, tokenize, serve, mem, bench (bench, batched-bench, perplexity), quantize, pull."""
+embedding, tokenize, serve, mem, info, bench (bench, batched-bench, perplexity), quantize, pull."""
 from __future__ import annotations
 
 import argparse
@@ -9,6 +9,7 @@ import sys
 from .bench import add_parser as add_bench  # bench, batched-bench, perplexity
 from .chat import add_parser as add_chat
 from .embedding import add_parser as add_embedding
+from .info import add_parser as add_info
 from .mem import add_parser as add_mem
 from .pull import add_parser as add_pull
 from .quantize import add_parser as add_quantize
@@ -46,7 +47,8 @@ def build_parser() -> argparse.ArgumentParser:
     """The whole command line; subcommands in --help's order."""
     ap = _Parser(prog="llamapy", description="llama.cpp's inference runtime in Python on PyTorch")
     sub = ap.add_subparsers(dest="cmd", required=True)
-    for add in (add_run, add_chat, add_embedding, add_tokenize, add_serve, add_mem, add_bench, add_quantize, add_pull):
+    for add in (add_run, add_chat, add_embedding, add_tokenize, add_serve, add_mem, add_info, add_bench, add_quantize,
+                add_pull):
         add(sub)
     return ap
 

@@ -200,7 +200,11 @@ class GGUFHeader:
     """Metadata + tensor infos of a GGUF file, read without touching tensor data.
 
     `fields`: key -> HeaderField; `tensors`: name -> TensorInfo (absolute data offsets);
-    `kv_end`: the byte after the last metadata value; `data_offset`: where tensor data starts."""
+    `kv_end`: the byte after the last metadata value; `data_offset`: where tensor data starts.
+    A subclass with `data_may_be_short` (`llamapy info`) reads a file cut short in its tensor
+    data: the tensors past the end are listed in `past_end` instead of refused."""
+
+    data_may_be_short = False
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
@@ -274,6 +278,7 @@ class GGUFHeader:
         self.alignment = align
         self.data_offset = -(-cur.pos // align) * align
         self.tensors: dict[str, TensorInfo] = {}
+        self.past_end: list[GGUFError] = []  # data_may_be_short: each tensor whose data the file lacks
         end = cur.end
         for name, qtype, ne, rel, at in infos:
             where = f"{self.path}: tensor '{name}' (info at byte {at})"
@@ -282,8 +287,11 @@ class GGUFHeader:
                 raise GGUFError(f"{where}: data offset {rel:,} is not a multiple of general.alignment ({align})")
             off = self.data_offset + rel
             if off + n_bytes > end:
-                raise GGUFError(f"{where}: data at offset {off:,} + {n_bytes:,} bytes runs past the end of the file "
-                                f"({end:,} bytes; truncated download?)")
+                short = GGUFError(f"{where}: data at offset {off:,} + {n_bytes:,} bytes runs past the end of the file "
+                                  f"({end:,} bytes; truncated download?)")
+                if not self.data_may_be_short:
+                    raise short
+                self.past_end.append(short)
             if name in self.tensors:
                 raise GGUFError(f"{self.path}: tensor '{name}' appears twice (second info at byte {at})")
             self.tensors[name] = TensorInfo(name, qtype, ne, n_bytes, off, at)

@@ -34,8 +34,9 @@ KEY_RULES: tuple[KeyRule, ...] = (
     KeyRule("rope.scaling.type", _is("none", "linear"), "a RoPE scaling other than none and linear", ("gpt-oss",)),
     KeyRule("rope.scaling.type", _is("none", "linear", "yarn"), "a RoPE scaling other than none, linear and yarn",
             only=("gpt-oss",)),
+    # phi3: LongRoPE's factor (archs/phi3.py); gpt-oss: YaRN's (model/rope.py scales cos and sin by it)
     KeyRule("rope.scaling.attn_factor", _is(1.0), "a RoPE attention factor (llama.cpp scales cos and sin by it)",
-            ("gpt-oss",)),
+            ("gpt-oss", "phi3")),
     KeyRule("rope.dimension_sections", lambda v: False, "multi-section RoPE (M-RoPE)"),
     KeyRule("attn_logit_softcapping", _is(0.0), "attention logit soft-capping", ("gemma2",)),
     KeyRule("final_logit_softcapping", _is(0.0), "final logit soft-capping", ("gemma2", "gemma3")),

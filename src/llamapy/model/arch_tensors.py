@@ -83,10 +83,12 @@ ARCH_TENSORS: dict[str, ArchTensors] = {
     # llama_model_gemma2::load_arch_tensors: no Q/K norms, output always token_embd (no output.weight)
     "gemma2": ArchTensors({**_LLAMA_LAYER, **_GEMMA_POST_NORMS}, optional={}),
     # llama_model_phi3::load_arch_tensors: Q|K|V fused, gate|up fused in ffn_up (separate Q/K/V,
-    # which llama.cpp also reads, and LongRoPE's rope_factors_long/short are refused)
+    # which llama.cpp also reads, are refused); LongRoPE's rope_factors_long/short where present
     "phi3": ArchTensors({"attn_norm.weight": ("n_embd",), "attn_qkv.weight": ("n_embd", "n_qkv"),
                          "attn_output.weight": ("n_head*v", "n_embd"), "ffn_norm.weight": ("n_embd",),
-                         "ffn_up.weight": ("n_embd", "2*n_ff"), "ffn_down.weight": ("n_ff", "n_embd")}),
+                         "ffn_up.weight": ("n_embd", "2*n_ff"), "ffn_down.weight": ("n_ff", "n_embd")},
+                        optional={**_OUTPUT, "rope_factors_long.weight": ("n_rot/2",),
+                                  "rope_factors_short.weight": ("n_rot/2",)}),
     # llama_model_openai_moe: output.weight required (never tied)
     "gpt-oss": ArchTensors(_GPT_OSS_LAYER, _QKV_BIAS, optional={}, required={**_GLOBAL, **_OUTPUT}),
     "bert": ArchTensors(_BERT_LAYER, _BERT_LAYER_OPTIONAL, _BERT_OPTIONAL, _BERT_GLOBAL),

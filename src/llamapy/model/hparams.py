@@ -189,9 +189,10 @@ def hparams_from_gguf(f: GGUFHeader) -> HParams:
         raise GGUFError(f"{name}: metadata {desc('rope.dimension_count', n_rot)} must be even and at most the "
                         f"head size {head}")
     n_expert, n_expert_used, n_ff_exp = _experts(f, arch, key, desc)
+    n_ctx_train = key("context_length", required=True, lo=1)
     hp = HParams(
         arch=arch,
-        n_ctx_train=key("context_length", required=True, lo=1),
+        n_ctx_train=n_ctx_train,
         n_embd=n_embd,
         n_layer=n_layer,
         n_ff=key("feed_forward_length", required=known and arch != "gpt-oss", lo=1 if known else 0) or 0,

@@ -2,14 +2,15 @@
 
 rope_type NORM (llama GGUFs: Q/K weights were permuted at conversion) rotates adjacent
 pairs (x[2i], x[2i+1]); NEOX (gemma, qwen, ...) rotates halves (x[i], x[i + n_rot/2]).
-Frequency factors (Llama 3's rope_freqs tensor, ggml_rope_ext's freq_factors) divide pair i's
-angle by factor i.
+Frequency factors (Llama 3's rope_freqs tensor, Phi-3's LongRoPE rope_factors_long/short:
+ggml_rope_ext's freq_factors) divide pair i's angle by factor i.
 
 YaRN (ggml rope_yarn, ext_factor != 0; gpt-oss): pair i's angle mixes the interpolated
 freq_scale * theta and the extrapolated theta by ramp_i * ext_factor, ramp_i = 1 - clamp((i -
 lo) / max(0.001, hi - lo), 0, 1) between the correction dims lo, hi (ggml_rope_yarn_corr_dims
 from n_ctx_orig, beta_fast, beta_slow), and cos and sin are scaled by attn_factor * (1 + 0.1 *
-ln(1 / freq_scale)); without YaRN by attn_factor alone."""
+ln(1 / freq_scale)); without YaRN by attn_factor alone (`rope.scaling.attn_factor`: Phi-3's
+LongRoPE factor, ggml_rope_ext with ext_factor 0: mscale = attn_factor)."""
 from __future__ import annotations
 
 from dataclasses import dataclass

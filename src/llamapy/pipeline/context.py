@@ -8,6 +8,7 @@ bubble.  The last stage sends back the logits of the output rows only."""
 from __future__ import annotations
 
 import atexit
+import functools
 from dataclasses import replace
 
 import torch
@@ -94,7 +95,7 @@ class PipelineContext(Context):
         link, net, hp = self.pipe.link, self.model.net, self.model.hparams
         link.broadcast_obj(("decode", (list(zip(ubatches, sinfos)), shift)))
         if shift:
-            self._local.apply_shift(net.rotate_k)
+            self._local.apply_shift(functools.partial(net.rotate_k, n_ctx_seq=self.cparams.n_ctx_seq))
         logits = torch.empty(self.alloc.n_outputs, hp.n_vocab, dtype=torch.float32)
         sends = []  # (work, the tensor it sends: alive until sent)
         for ub, sinfo in zip(ubatches, sinfos):  # each ubatch leaves as soon as stage 0 is done with it

@@ -9,6 +9,7 @@ takes the activations from the stage before, runs its layers, and passes the res
 last stage sends the output rows' logits to stage 0."""
 from __future__ import annotations
 
+import functools
 import os
 import sys
 from dataclasses import dataclass
@@ -79,7 +80,7 @@ class StageWorker:
     @torch.inference_mode()
     def _decode(self, work: list, shift: bool) -> None:
         if shift:
-            self.memory.apply_shift(self.net.rotate_k)
+            self.memory.apply_shift(functools.partial(self.net.rotate_k, n_ctx_seq=self.cparams.n_ctx_seq))
         flash = self.cparams.flash_attn != "off"
         sends = []
         for ub, sinfo in work:

@@ -210,5 +210,5 @@ class BertModel:
         """t_embd of the output rows: [n_outputs, n_embd] (no output norm in bert)."""
         return x.index_select(0, inp.out_rows)
 
-    def rotate_k(self, il: int, k: torch.Tensor, delta: torch.Tensor) -> torch.Tensor:
+    def rotate_k(self, il: int, k: torch.Tensor, delta: torch.Tensor, n_ctx_seq: int = 0) -> torch.Tensor:
         raise ValueError("bert keeps no KV cache to shift")

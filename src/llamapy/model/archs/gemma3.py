@@ -165,8 +165,9 @@ class Gemma3Model:
         """t_embd: the output rows of x after the output norm, [n_outputs, n_embd] (embeddings)."""
         return rms_norm(x.index_select(0, inp.out_rows), self.output_norm, self.hp.f_norm_rms_eps)
 
-    def rotate_k(self, il: int, k: torch.Tensor, delta: torch.Tensor) -> torch.Tensor:
-        """K-shift: k [n, n_embd_k_gqa] rotated by delta [n] positions with layer il's RoPE."""
+    def rotate_k(self, il: int, k: torch.Tensor, delta: torch.Tensor, n_ctx_seq: int) -> torch.Tensor:
+        """K-shift: k [n, n_embd_k_gqa] rotated by delta [n] positions with layer il's RoPE (one
+        whatever n_ctx_seq)."""
         rope = self.rope_for_layer(il)
         cos, sin = rope_cos_sin(delta, rope)
         kh = k.view(k.shape[0], self.hp.n_head_kv, self.hp.n_embd_head_k)

@@ -122,7 +122,7 @@ class GptOssModel:
         x = x.index_select(0, inp.out_rows)  # [n_outputs, n_embd]
         return project(self.output, rms_norm(x, self.output_norm, self.hp.f_norm_rms_eps), inp.logits_out)
 
-    def rotate_k(self, il: int, k: torch.Tensor, delta: torch.Tensor) -> torch.Tensor:
+    def rotate_k(self, il: int, k: torch.Tensor, delta: torch.Tensor, n_ctx_seq: int = 0) -> torch.Tensor:
         """K-shift: k [n, n_embd_k_gqa] rotated by delta [n] positions with layer il's RoPE
         (llama_kv_cache::build_rope_shift: the YaRN scale applied again, as there)."""
         rope = self.rope_for_layer(il)

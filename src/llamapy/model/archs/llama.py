@@ -94,6 +94,11 @@ class LlamaModel:
     def rope_for_layer(self, il: int) -> RopeParams:
         return self.rope
 
+    def rope_for_ctx(self, n_ctx_seq: int) -> RopeParams:
+        """The RoPE of a context whose sequences hold n_ctx_seq cells (llama_model::
+        get_rope_factors: Phi-3's LongRoPE picks its factors by it; the others have one)."""
+        return self.rope
+
     def forward(self, inp: UBatchInputs, kv: KVCache) -> torch.Tensor:
         """One ubatch through the network; returns logits [n_outputs, n_vocab] float32 for the
         rows flagged as outputs.  Writes the ubatch's K and V into its cells first."""
@@ -105,7 +110,7 @@ class LlamaModel:
 
     def forward_layers(self, inp: UBatchInputs, kv: KVCache, x: torch.Tensor) -> torch.Tensor:
         """x [n_tokens, n_embd] through this stage's layers, in place; returns x."""
-        cos, sin = rope_cos_sin(inp.pos, self.rope)  # [n_tokens, 1, n_rot/2]
+        cos, sin = rope_cos_sin(inp.pos, self.rope_for_ctx(kv.size))  # [n_tokens, 1, n_rot/2]; kv.size: n_ctx_seq
         if self.fused is None or not self.fused.run(inp, [kv] * len(self.layers), x, [(cos, sin)]):  # few rows: one C call
             for il, L in zip(self.layer_ids, self.layers):  # each block's temporaries die when it returns
                 self._attention(inp, kv, il, L, x, cos, sin)
@@ -150,11 +155,13 @@ class LlamaModel:
         gu = L.ffn_gate_up(rms_norm(x, L.ffn_norm, self.hp.f_norm_rms_eps))  # [n_tokens, 2 n_ff]: gate | up
         L.ffn_down.add_into(glu_stacked(gu), x)  # SwiGLU
 
-    def rotate_k(self, il: int, k: torch.Tensor, delta: torch.Tensor) -> torch.Tensor:
-        """K-shift: k [n, n_embd_k_gqa] rotated by delta [n] positions (RoPE composes)."""
-        cos, sin = rope_cos_sin(delta, self.rope_for_layer(il))
+    def rotate_k(self, il: int, k: torch.Tensor, delta: torch.Tensor, n_ctx_seq: int) -> torch.Tensor:
+        """K-shift: k [n, n_embd_k_gqa] rotated by delta [n] positions (RoPE composes), with the
+        context's RoPE (its attention factor too, as llama.cpp's build_rope_shift applies it)."""
+        rope = self.rope_for_ctx(n_ctx_seq)
+        cos, sin = rope_cos_sin(delta, rope)
         kh = k.view(k.shape[0], self.hp.n_head_kv, self.hp.n_embd_head_k)
-        return apply_rope(kh, cos, sin, self.rope_for_layer(il)).reshape(k.shape)
+        return apply_rope(kh, cos, sin, rope).reshape(k.shape)
 
 
 def _freq_factors(w: WeightLoader) -> tuple[float, ...] | None:
