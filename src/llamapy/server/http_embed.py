@@ -80,16 +80,21 @@ async def embed(state: ServerState, body: dict[str, Any], oai: bool) -> tuple[li
     norm = body.get("embd_normalize", state.embd_normalize)
     if isinstance(norm, bool) or not isinstance(norm, int):
         raise APIError(400, f"embd_normalize: expected an integer, got {norm!r}")
+    return await run_embed_job(state, seqs, norm, "embedding"), oai
+
+
+async def run_embed_job(state: ServerState, seqs: list, norm: int, what: str) -> list:
+    """One EmbedJob through the scheduler's loop, awaited: its (vector, n_tokens) per sequence;
+    a refused job is a 400, one past --timeout a 504 naming `what` (embedding, rerank)."""
     loop = asyncio.get_running_loop()
     job = EmbedJob(seqs, norm, loop, loop.create_future())
     try:
         state.scheduler.submit_embed(job)
-        res = await asyncio.wait_for(job.future, state.timeout or None)
+        return await asyncio.wait_for(job.future, state.timeout or None)
     except ValueError as e:
         raise APIError(400, str(e)) from None
     except asyncio.TimeoutError:
-        raise APIError(504, f"embedding request took longer than --timeout {state.timeout:g} s") from None
-    return res, oai
+        raise APIError(504, f"{what} request took longer than --timeout {state.timeout:g} s") from None
 
 
 def _b64(v: np.ndarray) -> str:

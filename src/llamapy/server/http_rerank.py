@@ -6,15 +6,13 @@ document [EOS] as the vocabulary adds them); results sorted by score, cut to top
 shape ("documents": index, relevance_score) or TEI's ("texts": a bare list of index, score, with return_text)."""
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 from fastapi import APIRouter, Request
 
 from .api_error import APIError
 from .bridge import ServerState
-from .embed_jobs import EmbedJob
-from .http_embed import _body
+from .http_embed import _body, run_embed_job
 
 router = APIRouter()
 
@@ -71,15 +69,7 @@ async def rerank(request: Request) -> Any:
         if len(s) > limit:
             raise APIError(500, f"input ({len(s)} tokens) is too large to process. increase the physical batch size "
                                 f"(current batch size: {limit}; -ub and -b)")
-    loop = asyncio.get_running_loop()
-    job = EmbedJob(seqs, -1, loop, loop.create_future())
-    try:
-        state.scheduler.submit_embed(job)
-        res = await asyncio.wait_for(job.future, state.timeout or None)
-    except ValueError as e:
-        raise APIError(400, str(e)) from None
-    except asyncio.TimeoutError:
-        raise APIError(504, f"rerank request took longer than --timeout {state.timeout:g} s") from None
+    res = await run_embed_job(state, seqs, -1, "rerank")
     label = "score" if tei else "relevance_score"
     items = []
     for i, (v, _n) in enumerate(res):
