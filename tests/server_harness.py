@@ -97,30 +97,39 @@ def assert_same_or_near_tie(base: str, prompts: list[str], got: list[str], want:
             assert margin < soak.NEAR_TIE, f"{p!r}: {g!r} != {w!r}, top-2 margin {margin:.3f} where they differ"
 
 
+def ready_url(proc, timeout: float, lines: list[str]) -> str | None:
+    """Read a `llamapy serve` subprocess's output (appended to lines) up to its `ready: URL`
+    line: the URL, or None when the output ends or `timeout` seconds pass first."""
+    import re
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if not line:
+            return None
+        lines.append(line.rstrip("\n"))
+        if m := re.match(r"ready: (http://127\.0\.0\.1:\d+)$", lines[-1]):
+            return m.group(1)
+    return None
+
+
 @contextlib.contextmanager
 def serve_process(args: list[str], timeout: float = 120.0) -> Iterator[str]:
     """Base URL of a real `llamapy serve ARGS --port 0` in a subprocess (its `ready:` line),
     killed at the end."""
     import os
-    import re
     import subprocess
 
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     proc = subprocess.Popen([sys.executable, "-m", "llamapy", "serve", *args, "--port", "0"], stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, env=env)
     lines: list[str] = []
-    deadline = time.monotonic() + timeout
     try:
-        while time.monotonic() < deadline:
-            line = proc.stdout.readline()
-            if not line:
-                break
-            lines.append(line.rstrip("\n"))
-            if m := re.match(r"ready: (http://127\.0\.0\.1:\d+)$", lines[-1]):
-                threading.Thread(target=proc.stdout.read, daemon=True).start()  # keep its pipe drained
-                yield m.group(1)
-                return
-        raise AssertionError("no ready line from llamapy serve:\n" + "\n".join(lines))
+        base = ready_url(proc, timeout, lines)
+        if base is None:
+            raise AssertionError("no ready line from llamapy serve:\n" + "\n".join(lines))
+        threading.Thread(target=proc.stdout.read, daemon=True).start()  # keep its pipe drained
+        yield base
     finally:
         proc.terminate()
         try:

@@ -14,6 +14,7 @@ import httpx
 import pytest
 
 from llamapy.server.settings import resolve_parallel
+from server_harness import ready_url
 
 _MAIN = """
 import argparse, sys
@@ -72,14 +73,8 @@ def _start(args: list[str]) -> tuple[subprocess.Popen, str, list[str]]:
     proc = subprocess.Popen([sys.executable, "-c", _MAIN, "serve", *args], stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, env=env)
     lines: list[str] = []
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        line = proc.stdout.readline()
-        if not line:
-            break
-        lines.append(line.rstrip("\n"))
-        if m := re.match(r"ready: (http://127\.0\.0\.1:\d+)$", lines[-1]):
-            return proc, m.group(1), lines
+    if (base := ready_url(proc, 60, lines)) is not None:
+        return proc, base, lines
     proc.kill()
     raise AssertionError("no ready line:\n" + "\n".join(lines))
 
