@@ -14,9 +14,11 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ..gguf.ftype import ftype_name
 from .api_error import APIError, error_body, error_response, final_error
+from .anthropic_convert import anthropic_error_response, is_anthropic_path
 from .bridge import Pending, ServerState
 from .constraints import compile_constraint, request_spec
 from .handoff import submit, tokenize_prompt
+from .http_anthropic import router as anthropic_router
 from .http_embed import router as embed_router
 from .http_openai import router as openai_router
 from .http_infill import infill_request
@@ -38,32 +40,38 @@ def create_app(state: ServerState) -> BodyLimit:
                   responses=ERROR_RESPONSES)
     app.state.llama = state
 
+    def _error(request: Request, status: int, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
+        """OpenAI's error shape, or Anthropic's on its routes (http_anthropic.py)."""
+        make = anthropic_error_response if is_anthropic_path(request.url.path) else error_response
+        return make(status, message, headers)
+
     @app.exception_handler(APIError)
     async def _api_error(request: Request, e: APIError) -> JSONResponse:
-        return error_response(e.status, e.message, e.headers)
+        return _error(request, e.status, e.message, e.headers)
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, e: RequestValidationError) -> JSONResponse:
         errs = e.errors()
         if any(err.get("type") == "json_invalid" for err in errs):
-            return error_response(400, "malformed JSON in request body: " + "; ".join(str(err.get("ctx", {}).get("error", err["msg"])) for err in errs))
+            return _error(request, 400, "malformed JSON in request body: " + "; ".join(str(err.get("ctx", {}).get("error", err["msg"])) for err in errs))
         parts = [f"{'.'.join(str(x) for x in err['loc'] if x != 'body') or 'body'}: {err['msg']}" for err in errs]
-        return error_response(422, "; ".join(parts))
+        return _error(request, 422, "; ".join(parts))
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, e: StarletteHTTPException) -> JSONResponse:
         msg = f"File Not Found: {request.method} {request.url.path}" if e.status_code == 404 else str(e.detail)
-        return error_response(e.status_code, msg)
+        return _error(request, e.status_code, msg)
 
     @app.middleware("http")
     async def _auth(request: Request, call_next):
         key = state.api_key
         if key and request.url.path not in OPEN_PATHS and not (state.webui and is_webui_path(request.url.path)):
-            got = request.headers.get("authorization", "")
-            if not hmac.compare_digest(got.encode(), f"Bearer {key}".encode()):  # constant time
-                return error_response(401, "Invalid API Key" if got else "Missing API key: send 'Authorization: Bearer <key>'")
+            got, x_key = request.headers.get("authorization", ""), request.headers.get("x-api-key", "")  # x-api-key: Anthropic's clients
+            ok = hmac.compare_digest(got.encode(), f"Bearer {key}".encode()) or hmac.compare_digest(x_key.encode(), key.encode())  # constant time
+            if not ok:
+                return _error(request, 401, "Invalid API Key" if got or x_key else "Missing API key: send 'Authorization: Bearer <key>' or 'x-api-key: <key>'")
         if state.draining:
-            return error_response(503, "server is shutting down")
+            return _error(request, 503, "server is shutting down")
         return await call_next(request)
 
     @app.get("/health")
@@ -140,6 +148,7 @@ def create_app(state: ServerState) -> BodyLimit:
         return await native_completion(state, infill_request(state, data), request)
 
     app.include_router(openai_router)
+    app.include_router(anthropic_router)
     app.include_router(embed_router)
     app.include_router(rerank_router)
     app.include_router(webui_router)

@@ -47,6 +47,7 @@ class Event:
     final: bool = False
     finish_reason: str = ""
     error: str = ""
+    stopping_word: str = ""  # final: the stop string that ended it (llama-server's stopping_word)
     usage: Usage | None = None
     timings: dict[str, float] | None = None
 

@@ -101,7 +101,8 @@ class Slot:
         if self.spec is not None:  # llama-server's names
             timings["draft_n"], timings["draft_n_accepted"] = self.spec.n_drafted, self.spec.n_accepted
         usage = Usage(len(req.prompt), self.n_decoded, self.n_cached)
-        return Event(req.id, text=tail, final=True, finish_reason=reason, error=error, usage=usage, timings=timings)
+        word = self.stops.matched if self.stops is not None else ""
+        return Event(req.id, text=tail, final=True, finish_reason=reason, error=error, stopping_word=word, usage=usage, timings=timings)
 
     def release(self) -> None:
         """Back to idle; cache_tokens stay (prompt cache)."""
