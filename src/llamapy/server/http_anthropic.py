@@ -21,7 +21,7 @@ from .constraints import compile_constraint, request_spec
 from .handoff import submit
 from .request import Event, Request as GenRequest, Usage
 from .schemas import ChatCompletionRequest
-from .sse import EventStream, sse
+from .sse import EventStream, sse_event
 
 router = APIRouter()
 
@@ -120,7 +120,7 @@ def _blocks(msg: ParsedMessage, calls: list[dict[str, Any]]) -> list[dict[str, A
 
 def event(kind: str, data: dict[str, Any]) -> str:
     """One Anthropic server-sent event: its `event:` line, then its data."""
-    return f"event: {kind}\n" + sse({"type": kind, **data})
+    return sse_event(kind, {"type": kind, **data})
 
 
 class _Blocks:
