@@ -34,6 +34,8 @@ def add_llama_server(p: argparse.ArgumentParser) -> None:
     g.add_argument("-n", "--predict", "--n-predict", dest="n_predict", type=int, default=None,
                    help="tokens to predict when a request sets no max_tokens / n_predict, or -1 (-1 = infinity; "
                         "unset: /v1/completions 16, the other routes no limit but the context)")
+    p.add_argument("--slot-save-path", default=None, metavar="PATH",
+                   help="folder for POST /slots/{id}?action=save|restore files (default: disabled; the slot actions answer 501)")
     p.add_argument("--no-webui", "--no-ui", dest="no_webui", action="store_true",
                    help="no web UI: / (the chat page) and /engine answer 404")
     g = p.add_argument_group("accepted for llama-server's command lines")

@@ -20,6 +20,7 @@ from .constraints import compile_constraint, request_spec
 from .handoff import submit, tokenize_prompt
 from .http_anthropic import router as anthropic_router
 from .http_responses import router as responses_router
+from .http_slots import router as slots_router
 from .http_embed import router as embed_router
 from .http_openai import router as openai_router
 from .http_infill import infill_request
@@ -151,6 +152,7 @@ def create_app(state: ServerState) -> BodyLimit:
     app.include_router(openai_router)
     app.include_router(anthropic_router)
     app.include_router(responses_router)
+    app.include_router(slots_router)
     app.include_router(embed_router)
     app.include_router(rerank_router)
     app.include_router(webui_router)
@@ -164,7 +166,7 @@ async def native_completion(state: ServerState, body: NativeCompletionRequest, r
     ids = tokenize_prompt(state, body.prompt)
     constraint = await compile_constraint(state, request_spec(body.grammar, body.json_schema))
     req = GenRequest(ids, max_tokens=body.n_predict, sampling=body.sampling(body.n_probs), stop=body.stop_list(), n_probs=body.n_probs,
-                     post_sampling_probs=body.post_sampling_probs, ignore_eos=body.ignore_eos, spec=body.spec_overrides(), constraint=constraint)
+                     post_sampling_probs=body.post_sampling_probs, ignore_eos=body.ignore_eos, id_slot=body.id_slot, spec=body.spec_overrides(), constraint=constraint)
     p = submit(state, req)
     if body.stream:
         return EventStream(_native_stream(state, p, body.post_sampling_probs), p.close)

@@ -69,6 +69,7 @@ class Request:
     id: int = field(default_factory=next_request_id)
     t_arrival: float = field(default_factory=time.perf_counter)
     timeout: float = 0.0  # seconds from arrival until the request is ended ("timeout"); 0: none
+    id_slot: int = -1  # llama-server's id_slot: run on that slot (modulo the slots); -1: the scheduler picks
 
     def expired(self, now: float) -> bool:
         return self.timeout > 0 and now - self.t_arrival > self.timeout

@@ -28,6 +28,7 @@ from .engine_events import EngineEvents
 from .metrics import ServerMetrics
 from .prompt_cache import SLOT_PROMPT_SIMILARITY, free_idle_caches, keep_prefix, pick_slot
 from .request import Event, Request, Usage
+from .slot_files import SlotAction, SlotActionError, run as run_slot_action
 from .slot_output import SlotOutput
 from .slots import Slot, SlotState, check_prompt_fits
 from .step_batch import BatchRow, build_step
@@ -80,6 +81,7 @@ class Scheduler:
         self._snapshot: tuple[list[dict], dict] = ([s.info() for s in self.slots], self.metrics.snapshot())
         self.embedder = None  # --embedding: an embed.Embedder; EmbedJobs then run in this loop (embed_jobs.py)
         self.embed_jobs: list = []
+        self.slot_actions: list[SlotAction] = []  # POST /slots/{id}?action=..., run when their slot is idle
         self.events = EngineEvents()  # /engine/events: a view per step, built only while someone listens
 
     # --- called from any thread -------------------------------------------------------------
@@ -112,6 +114,12 @@ class Scheduler:
             raise ValueError("This server does not support embeddings. Start it with `--embeddings`")
         self.embedder.check(job.seqs)
         self._inbox.put(job)
+
+    def submit_slot_action(self, a: SlotAction) -> None:
+        """Queue a slot action (server/slot_files.py): it runs once its slot is idle."""
+        if not 0 <= a.id_slot < len(self.slots):
+            raise ValueError(f"Invalid slot ID: {a.id_slot} (the server has {len(self.slots)} slots, -np)")
+        self._inbox.put(a)
 
     def _dequeued(self) -> None:
         with self._queue_lock:
@@ -161,6 +169,8 @@ class Scheduler:
         self._drain_inbox()
         for j in self.embed_jobs:
             j.done(RuntimeError("server is shutting down"))
+        for a in self.slot_actions:
+            a.done(None, SlotActionError("server is shutting down", 503))
         for s in self.slots:
             if not s.is_idle:
                 self._finish(s, "abort", error="server is shutting down")
@@ -179,6 +189,8 @@ class Scheduler:
         while True:
             if isinstance(item, _Cancel):
                 self._apply_cancel(item)
+            elif isinstance(item, SlotAction):
+                self.slot_actions.append(item)
             elif not isinstance(item, Request):  # an EmbedJob
                 self.embed_jobs.append(item)
             else:
@@ -213,10 +225,26 @@ class Scheduler:
             jobs, self.embed_jobs = self.embed_jobs, []
             return run_jobs(self.embedder, jobs) > 0
         self._expire()
+        ran = self._slot_actions()
         self._assign()
         rows = self._decode_step()
-        self._publish(decoded=rows > 0)
+        self._publish(decoded=rows > 0 or ran)
         return rows > 0
+
+    def _slot_actions(self) -> bool:
+        """Run the slot actions whose slot is idle, in arrival order (llama-server defers one
+        whose slot is busy until it is released).  True if any ran."""
+        ready = [a for a in self.slot_actions if self.slots[a.id_slot].is_idle]
+        for a in ready:
+            self.slot_actions.remove(a)
+            try:
+                a.done(run_slot_action(self.ctx, self.slots, a), None)
+            except SlotActionError as e:
+                a.done(None, e)
+            except Exception as e:  # noqa: BLE001 - a bug: this action fails, the server goes on
+                log.exception("slot action %s on slot %d failed", a.action, a.id_slot)
+                a.done(None, SlotActionError(f"internal error: {e}", 500))
+        return bool(ready)
 
     def _expire(self) -> None:
         """End the requests older than their timeout (--timeout), waiting or running."""
@@ -237,14 +265,21 @@ class Scheduler:
         return pick_slot(idle, prompt, self.slot_prompt_similarity)
 
     def _assign(self) -> None:
-        """Give waiting requests to idle slots (_pick_slot)."""
-        while self.waiting:
+        """Give waiting requests to idle slots (_pick_slot), in arrival order; a request for a
+        given slot (id_slot, modulo the slots as llama-server's) waits for it while the
+        requests behind it go on."""
+        i = 0
+        while i < len(self.waiting):
             idle = [s for s in self.slots if s.is_idle]
             if not idle:
                 return
-            req = self.waiting.popleft()
+            req = self.waiting[i]
+            if req.id_slot >= 0 and not self.slots[req.id_slot % len(self.slots)].is_idle:
+                i += 1
+                continue
+            del self.waiting[i]
             self._dequeued()
-            slot = self._pick_slot(idle, req.prompt)
+            slot = self.slots[req.id_slot % len(self.slots)] if req.id_slot >= 0 else self._pick_slot(idle, req.prompt)
             try:
                 sampler = Sampler(req.sampling, n_ctx=slot.n_ctx, grammar=req.constraint)
             except Exception as e:  # noqa: BLE001 - this request's own settings: it ends, the others go on

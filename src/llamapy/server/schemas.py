@@ -27,6 +27,7 @@ class _Sampling(BaseModel):
     stop: str | list[str] | None = None
     stream: bool = False
     ignore_eos: bool = False
+    id_slot: int = Field(-1, ge=-1)  # llama-server's: the slot to run on (its prompt cache); -1: any
     # llama-server's per-request speculative fields (flat, dotted keys); None: the server's
     spec_n_max: int | None = Field(None, alias="speculative.n_max", ge=0)
     spec_n_min: int | None = Field(None, alias="speculative.n_min", ge=0)

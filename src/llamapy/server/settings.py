@@ -5,6 +5,7 @@ and picklable: Ray ships it to each replica's process."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 
 from ..params import ContextParams
 from ..pipeline.open import PipelineParams
@@ -79,6 +80,7 @@ class ServeSettings:
     pooling: str | None = None  # --pooling (None: the model's)
     embd_normalize: int = 2
     chat: ChatOptions = field(default_factory=ChatOptions)  # --jinja, --chat-template*, --reasoning-*
+    slot_save_path: str | None = None  # --slot-save-path: the folder of POST /slots/{id}?action=save|restore
 
     def check(self) -> None:
         """ValueError, naming the flag, for a setting no server can start with."""
@@ -87,6 +89,8 @@ class ServeSettings:
                         ("--shutdown-timeout", self.shutdown_timeout)):
             if v is not None and v < 0:
                 raise ValueError(f"{name} ({v:g}) must be >= 0")
+        if self.slot_save_path is not None and not Path(self.slot_save_path).is_dir():
+            raise ValueError(f"--slot-save-path: not a directory: {self.slot_save_path}")
 
     def context_params(self) -> ContextParams:
         """The server's ContextParams: ctx with -np resolved (auto: 4 slots, unified cache); a copy."""
