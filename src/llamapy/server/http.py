@@ -166,7 +166,7 @@ async def native_completion(state: ServerState, body: NativeCompletionRequest, r
     ids = tokenize_prompt(state, body.prompt)
     constraint = await compile_constraint(state, request_spec(body.grammar, body.json_schema))
     req = GenRequest(ids, max_tokens=body.n_predict, sampling=body.sampling(body.n_probs), stop=body.stop_list(), n_probs=body.n_probs,
-                     post_sampling_probs=body.post_sampling_probs, ignore_eos=body.ignore_eos, id_slot=body.id_slot, spec=body.spec_overrides(), constraint=constraint)
+                     post_sampling_probs=body.post_sampling_probs, ignore_eos=body.ignore_eos, **body.slot_params(), spec=body.spec_overrides(), constraint=constraint)
     p = submit(state, req)
     if body.stream:
         return EventStream(_native_stream(state, p, body.post_sampling_probs), p.close)
@@ -212,7 +212,7 @@ def _native_final(state: ServerState, ev: Event, text: str, toks: list[Event], b
     out: dict[str, Any] = {
         "content": text, "stop": True, **stop_fields(ev),
         "tokens_predicted": u.completion_tokens, "tokens_evaluated": u.prompt_tokens, "tokens_cached": u.prompt_tokens_cached,
-        "truncated": False, "generation_settings": body.generation_settings(), "timings": ev.timings, "model": state.alias,
+        "truncated": ev.truncated, "generation_settings": body.generation_settings(), "timings": ev.timings, "model": state.alias,
     }
     if toks and toks[0].probs is not None:
         out["completion_probabilities"] = [p for e in toks for p in _probs(state, e, body.post_sampling_probs)]
@@ -232,5 +232,5 @@ async def _native_stream(state: ServerState, p: Pending, post: bool) -> AsyncIte
             return
         u = ev.usage
         yield sse({"content": ev.text, "stop": True, **stop_fields(ev),
-                   "tokens_predicted": u.completion_tokens, "tokens_evaluated": u.prompt_tokens, "timings": ev.timings,
+                   "tokens_predicted": u.completion_tokens, "tokens_evaluated": u.prompt_tokens, "truncated": ev.truncated, "timings": ev.timings,
                    "model": state.alias})

@@ -64,7 +64,7 @@ async def responses(request: Request):
     state: ServerState = request.app.state.llama
     raw, chat, prep, ids = await _parse(state, request)
     constraint = await compile_constraint(state, request_spec(chat.grammar, chat.json_schema, chat.response_format, prep.plan))
-    req = GenRequest(ids, max_tokens=chat.n_predict(), sampling=chat.sampling(), stop=chat.stop_list(), ignore_eos=chat.ignore_eos, id_slot=chat.id_slot,
+    req = GenRequest(ids, max_tokens=chat.n_predict(), sampling=chat.sampling(), stop=chat.stop_list(), ignore_eos=chat.ignore_eos, **chat.slot_params(),
                      spec=chat.spec_overrides(), constraint=constraint)
     p = submit(state, req)
     head = _head(raw, chat, state)

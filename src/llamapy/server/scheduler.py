@@ -24,11 +24,12 @@ from ..grammar import GrammarDeadEnd
 from ..sampling import Sampler
 from ..tokenizer.build import release_heap
 from ..tokenizer import StreamDecoder
+from .ctx_shift import can_shift, context_shift, needs_shift
 from .engine_events import EngineEvents
 from .metrics import ServerMetrics
 from .prompt_cache import SLOT_PROMPT_SIMILARITY, free_idle_caches, keep_prefix, pick_slot
 from .request import Event, Request, Usage
-from .slot_files import SlotAction, SlotActionError, run as run_slot_action
+from .slot_files import SlotAction, SlotActionError, run_ready
 from .slot_output import SlotOutput
 from .slots import Slot, SlotState, check_prompt_fits
 from .step_batch import BatchRow, build_step
@@ -52,11 +53,13 @@ class _Cancel:
 
 class Scheduler:
     def __init__(self, ctx: Context, spec: SpecParams | None = None, proposers: list | None = None,
-                 max_queue: int = 0, slot_prompt_similarity: float = SLOT_PROMPT_SIMILARITY) -> None:
+                 max_queue: int = 0, slot_prompt_similarity: float = SLOT_PROMPT_SIMILARITY,
+                 ctx_shift: bool = False, n_keep: int = 0) -> None:
         """spec: the server's speculative decoding (--spec-type ...), with one proposer per
         slot (speculative.make_proposers); None or type none: no drafts.  max_queue: how many
         requests may wait for a slot (0: no bound); one more is refused (QueueFullError).
-        slot_prompt_similarity: llama-server's -sps (see _pick_slot)."""
+        slot_prompt_similarity: llama-server's -sps (see _pick_slot).  ctx_shift: --context-shift
+        (server/ctx_shift.py; off where the memory cannot shift), n_keep: --keep."""
         self.ctx = ctx
         ctx.reuse_logits = True  # each step's logits are used up before the next decode
         self.max_queue = max_queue
@@ -75,6 +78,10 @@ class Scheduler:
         self.last_batch: list[BatchRow] = []
         self.metrics = ServerMetrics(kv_cells_total=ctx.memory.kv_size)
         self.out = SlotOutput(ctx, self.metrics)  # sampling / verification, streaming, finishing
+        self.n_keep = n_keep
+        if ctx_shift and not can_shift(ctx.memory):
+            log.warning("ctx_shift is not supported by this context (a sliding-window cache without --swa-full), it will be disabled")
+        self.ctx_shift = ctx_shift and can_shift(ctx.memory)
         self._inbox: queue.Queue[Request | _Cancel] = queue.Queue()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -83,6 +90,14 @@ class Scheduler:
         self.embed_jobs: list = []
         self.slot_actions: list[SlotAction] = []  # POST /slots/{id}?action=..., run when their slot is idle
         self.events = EngineEvents()  # /engine/events: a view per step, built only while someone listens
+
+    @property
+    def ctx_shift(self) -> bool:
+        return self.out.ctx_shift
+
+    @ctx_shift.setter
+    def ctx_shift(self, on: bool) -> None:
+        self.out.ctx_shift = on
 
     # --- called from any thread -------------------------------------------------------------
     def check(self, req: Request) -> None:
@@ -225,26 +240,13 @@ class Scheduler:
             jobs, self.embed_jobs = self.embed_jobs, []
             return run_jobs(self.embedder, jobs) > 0
         self._expire()
-        ran = self._slot_actions()
+        ran = run_ready(self.ctx, self.slots, self.slot_actions)  # slot actions whose slot is idle
         self._assign()
+        self._shift_contexts()
         rows = self._decode_step()
         self._publish(decoded=rows > 0 or ran)
         return rows > 0
 
-    def _slot_actions(self) -> bool:
-        """Run the slot actions whose slot is idle, in arrival order (llama-server defers one
-        whose slot is busy until it is released).  True if any ran."""
-        ready = [a for a in self.slot_actions if self.slots[a.id_slot].is_idle]
-        for a in ready:
-            self.slot_actions.remove(a)
-            try:
-                a.done(run_slot_action(self.ctx, self.slots, a), None)
-            except SlotActionError as e:
-                a.done(None, e)
-            except Exception as e:  # noqa: BLE001 - a bug: this action fails, the server goes on
-                log.exception("slot action %s on slot %d failed", a.action, a.id_slot)
-                a.done(None, SlotActionError(f"internal error: {e}", 500))
-        return bool(ready)
 
     def _expire(self) -> None:
         """End the requests older than their timeout (--timeout), waiting or running."""
@@ -293,6 +295,18 @@ class Scheduler:
             self.metrics.n_prompt_tokens_cached_total += n_keep
             for t in req.prompt:  # like llama-server: prompt tokens enter the penalty window
                 sampler.accept(t)
+
+    def _shift_contexts(self) -> None:
+        """Generating slots with no cell left for their next token: a context shift, or (off)
+        the end of their request (SlotOutput ends them first; this is the safety net)."""
+        for s in self.slots:
+            if s.state is SlotState.GENERATING and needs_shift(s):
+                if not self.ctx_shift:
+                    s.truncated = True
+                    self._finish(s, "length")
+                    continue
+                r = s.request
+                context_shift(self.ctx.memory, s, self.n_keep if r.n_keep is None else r.n_keep, r.n_discard, self.tok.add_bos)
 
     # --- batch --------------------------------------------------------------------------------
     def _speculator(self, slot_id: int, req: Request) -> Speculator | None:

@@ -81,6 +81,8 @@ class ServeSettings:
     embd_normalize: int = 2
     chat: ChatOptions = field(default_factory=ChatOptions)  # --jinja, --chat-template*, --reasoning-*
     slot_save_path: str | None = None  # --slot-save-path: the folder of POST /slots/{id}?action=save|restore
+    ctx_shift: bool = False  # --context-shift / --no-context-shift (llama-server's default: off)
+    n_keep: int = 0  # --keep: tokens a context shift keeps (-1: the whole prompt)
 
     def check(self) -> None:
         """ValueError, naming the flag, for a setting no server can start with."""
@@ -89,6 +91,8 @@ class ServeSettings:
                         ("--shutdown-timeout", self.shutdown_timeout)):
             if v is not None and v < 0:
                 raise ValueError(f"{name} ({v:g}) must be >= 0")
+        if self.n_keep < -1:
+            raise ValueError(f"--keep ({self.n_keep}) must be >= -1 (-1: the whole prompt)")
         if self.slot_save_path is not None and not Path(self.slot_save_path).is_dir():
             raise ValueError(f"--slot-save-path: not a directory: {self.slot_save_path}")
 

@@ -22,9 +22,11 @@ from typing import Any, Callable
 
 import numpy as np
 
+from ..log import logger
 from ..memory.seq_state import CacheState, SeqStateError, seq_state_get, seq_state_set
 from .slots import Slot
 
+log = logger("srv")
 FORMAT, VERSION = "llamapy-slot", 1
 ACTIONS = ("save", "restore", "erase")
 _FORBIDDEN = set(':*?"<>|/\\') | {"\ufffd", "\ufeff", "\uff0e", "\u2215", "\u2216"}
@@ -160,3 +162,19 @@ def run(ctx, slots: list[Slot], a: SlotAction) -> dict[str, Any]:
     if a.action == "restore":
         return restore(ctx, slot, a.path)
     return erase(ctx, slot)
+
+
+def run_ready(ctx, slots: list[Slot], pending: list[SlotAction]) -> bool:
+    """Run (and take out of pending) the actions whose slot is idle, in arrival order
+    (llama-server defers one whose slot is busy until it is released).  True if any ran."""
+    ready = [a for a in pending if slots[a.id_slot].is_idle]
+    for a in ready:
+        pending.remove(a)
+        try:
+            a.done(run(ctx, slots, a), None)
+        except SlotActionError as e:
+            a.done(None, e)
+        except Exception as e:  # noqa: BLE001 - a bug: this action fails, the server goes on
+            log.exception("slot action %s on slot %d failed", a.action, a.id_slot)
+            a.done(None, SlotActionError(f"internal error: {e}", 500))
+    return bool(ready)

@@ -70,7 +70,8 @@ def load_model(s: ServeSettings, state: ServerState) -> None:
         proposers = make_proposers(spec, model, params, c.n_seq_max)
         log.info(f"load_model: speculative decoding: {spec.type}, up to {spec.draft_len} draft tokens per slot and step")
     max_queue = s.max_queue if s.max_queue is not None else 4 * c.n_seq_max
-    sched = Scheduler(ctx, spec, proposers, max_queue=max_queue, slot_prompt_similarity=s.slot_prompt_similarity)
+    sched = Scheduler(ctx, spec, proposers, max_queue=max_queue, slot_prompt_similarity=s.slot_prompt_similarity,
+                      ctx_shift=s.ctx_shift, n_keep=s.n_keep)
     if s.embedding:
         from ..embed import Embedder
 
