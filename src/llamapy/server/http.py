@@ -97,11 +97,18 @@ def create_app(state: ServerState) -> BodyLimit:
             "n_batch": c.n_batch, "n_ubatch": c.n_ubatch, "model_alias": state.alias, "model_path": str(state.model.path),
             "model_ftype": ftype_name(state.model.gguf.get("general.file_type")),
             "modalities": {"vision": False, "audio": False},
-            "endpoint_slots": state.slots, "endpoint_props": False, "endpoint_metrics": state.metrics,
+            "endpoint_slots": state.slots, "endpoint_props": state.props, "endpoint_metrics": state.metrics,
             "endpoint_engine_events": state.metrics or state.engine_events, "webui": state.webui,
             "chat_template": state.model.tokenizer.chat.source, "chat_template_caps": state.model.tokenizer.chat.caps.to_json(), "bos_token": text(vocab.special.get("bos")),
             "eos_token": text(vocab.special.get("eos")), "build_info": BUILD_INFO, "is_sleeping": False,
         }
+
+    @app.post("/props", include_in_schema=False)
+    async def set_props() -> dict[str, Any]:
+        """llama-server's: no property can be changed yet; with --props it answers success."""
+        if not state.props:
+            raise APIError(501, "This server does not support changing global properties. Start it with `--props`")
+        return {"success": True}
 
     @app.get("/slots")
     async def slots() -> list[dict[str, Any]]:

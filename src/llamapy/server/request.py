@@ -73,6 +73,7 @@ class Request:
     id_slot: int = -1  # llama-server's id_slot: run on that slot (modulo the slots); -1: the scheduler picks
     n_keep: int | None = None  # context shift: tokens kept at the start (-1: the prompt); None: the server's --keep
     n_discard: int = 0  # context shift: tokens dropped after them; 0: half of the rest
+    n_cache_reuse: int | None = None  # --cache-reuse's chunk size for this request (0: off); None: the server's
 
     def expired(self, now: float) -> bool:
         return self.timeout > 0 and now - self.t_arrival > self.timeout

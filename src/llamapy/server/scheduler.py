@@ -27,7 +27,7 @@ from ..tokenizer import StreamDecoder
 from .ctx_shift import can_shift, context_shift, needs_shift
 from .engine_events import EngineEvents
 from .metrics import ServerMetrics
-from .prompt_cache import SLOT_PROMPT_SIMILARITY, free_idle_caches, keep_prefix, pick_slot
+from .prompt_cache import SLOT_PROMPT_SIMILARITY, free_idle_caches, keep_prefix, pick_slot, reuse_chunks
 from .request import Event, Request, Usage
 from .slot_files import SlotAction, SlotActionError, run_ready
 from .slot_output import SlotOutput
@@ -54,12 +54,13 @@ class _Cancel:
 class Scheduler:
     def __init__(self, ctx: Context, spec: SpecParams | None = None, proposers: list | None = None,
                  max_queue: int = 0, slot_prompt_similarity: float = SLOT_PROMPT_SIMILARITY,
-                 ctx_shift: bool = False, n_keep: int = 0) -> None:
+                 ctx_shift: bool = False, n_keep: int = 0, n_cache_reuse: int = 0) -> None:
         """spec: the server's speculative decoding (--spec-type ...), with one proposer per
         slot (speculative.make_proposers); None or type none: no drafts.  max_queue: how many
         requests may wait for a slot (0: no bound); one more is refused (QueueFullError).
         slot_prompt_similarity: llama-server's -sps (see _pick_slot).  ctx_shift: --context-shift
-        (server/ctx_shift.py; off where the memory cannot shift), n_keep: --keep."""
+        (server/ctx_shift.py; off where the memory cannot shift), n_keep: --keep, n_cache_reuse:
+        --cache-reuse (prompt_cache.reuse_chunks; also off where the memory cannot shift)."""
         self.ctx = ctx
         ctx.reuse_logits = True  # each step's logits are used up before the next decode
         self.max_queue = max_queue
@@ -78,7 +79,7 @@ class Scheduler:
         self.last_batch: list[BatchRow] = []
         self.metrics = ServerMetrics(kv_cells_total=ctx.memory.kv_size)
         self.out = SlotOutput(ctx, self.metrics)  # sampling / verification, streaming, finishing
-        self.n_keep = n_keep
+        self.n_keep, self.n_cache_reuse = n_keep, n_cache_reuse
         if ctx_shift and not can_shift(ctx.memory):
             log.warning("ctx_shift is not supported by this context (a sliding-window cache without --swa-full), it will be disabled")
         self.ctx_shift = ctx_shift and can_shift(ctx.memory)
@@ -289,6 +290,9 @@ class Scheduler:
                 req.sink(Event(req.id, final=True, finish_reason="error", usage=Usage(len(req.prompt)),
                                error=f"sampling settings rejected: {e}"))
                 continue
+            n_reuse = self.n_cache_reuse if req.n_cache_reuse is None else req.n_cache_reuse
+            if n_reuse > 0 and can_shift(self.ctx.memory):
+                reuse_chunks(self.ctx.memory, slot, req.prompt, n_reuse)
             n_keep = slot.start(req, sampler, StreamDecoder(self.tok))
             slot.spec = self._speculator(slot.id, req)
             n_keep = keep_prefix(self.ctx.memory, slot, n_keep)
