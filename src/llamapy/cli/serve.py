@@ -72,7 +72,8 @@ def serve_settings(a: argparse.Namespace) -> ServeSettings:
         slot_prompt_similarity=a.slot_prompt_similarity, verbose=a.verbose, defaults=request_defaults(a), chat=chat_options(a),
         replicas=ReplicaSettings(a.replicas, a.min_replicas, a.max_replicas, a.ray_address, a.routing),
         embedding=a.embedding or a.reranking, pooling="rank" if a.reranking else a.pooling,
-        embd_normalize=a.embd_normalize)
+        embd_normalize=a.embd_normalize, slot_save_path=a.slot_save_path, ctx_shift=a.ctx_shift, n_keep=a.keep,
+        n_cache_reuse=a.cache_reuse, props=a.props)
 
 
 def replica_argv(argv: list[str]) -> tuple[str, ...]:

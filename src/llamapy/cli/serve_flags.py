@@ -34,9 +34,24 @@ def add_llama_server(p: argparse.ArgumentParser) -> None:
     g.add_argument("-n", "--predict", "--n-predict", dest="n_predict", type=int, default=None,
                    help="tokens to predict when a request sets no max_tokens / n_predict, or -1 (-1 = infinity; "
                         "unset: /v1/completions 16, the other routes no limit but the context)")
+    p.add_argument("--ctx-shift", "--context-shift", dest="ctx_shift", action="store_true", default=False,
+                   help="context shift: a generation that fills its slot drops tokens after --keep and goes on "
+                        "(default: off, as llama-server: it ends with finish_reason length)")
+    p.add_argument("--no-context-shift", dest="ctx_shift", action="store_false",
+                   help="no context shift (the default)")
+    p.add_argument("--keep", type=int, default=0, metavar="N",
+                   help="context shift: tokens kept from the start of the prompt (default: 0, -1 = all; BOS is kept besides)")
+    p.add_argument("--cache-reuse", type=int, default=0, metavar="N",
+                   help="prompt cache: reuse chunks of at least N cached tokens that moved (text cut out before them) by "
+                        "shifting their KV (default: 0 = off; needs a cache that can shift)")
+    p.add_argument("--props", action="store_true", help="allow POST /props (default: off, 501)")
+    p.add_argument("--slot-save-path", default=None, metavar="PATH",
+                   help="folder for POST /slots/{id}?action=save|restore files (default: disabled; the slot actions answer 501)")
     p.add_argument("--no-webui", "--no-ui", dest="no_webui", action="store_true",
                    help="no web UI: / (the chat page) and /engine answer 404")
     g = p.add_argument_group("accepted for llama-server's command lines")
+    g.add_argument("-cb", "--cont-batching", action="store_true",
+                   help="accepted, changes nothing: llamapy always batches continuously")
     g.add_argument("--offline", action="store_true",
                    help="accepted, changes nothing: llamapy never downloads from a hub at serve time (`llamapy pull` does)")
 

@@ -96,6 +96,11 @@ class KVCells:
     def get_shift(self, i: int) -> int:
         return int(self.shift[i])
 
+    def set_shift(self, i: int, delta: int) -> None:
+        """Cell i carries a pending K-shift of delta (a restored cell's: memory/seq_state.py)."""
+        self.shift[i] = delta
+        self._has_shift = self._has_shift or delta != 0
+
     def reset_shift(self) -> None:
         """Call after the K-shift was applied to the K tensors."""
         self._has_shift = False

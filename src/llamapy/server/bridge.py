@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import AsyncIterator, Awaitable, Callable
 
 from ..chat.apply import ChatOptions
@@ -34,6 +35,8 @@ class ServerState:
     embd_normalize: int = 2  # --embd-normalize: what a request's embd_normalize defaults to
     defaults: RequestDefaults = field(default_factory=RequestDefaults)  # --temp, -n ..: what a request does not set
     chat: ChatOptions = field(default_factory=ChatOptions)  # --jinja, --chat-template*, --reasoning-*
+    props: bool = False  # --props: POST /props answers (else 501)
+    slot_save_path: Path | None = None  # --slot-save-path: POST /slots/{id}?action=save|restore (None: 501)
     model: Model | None = None
     ctx: Context | None = None
     scheduler: Scheduler | None = None

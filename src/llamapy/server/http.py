@@ -14,9 +14,13 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ..gguf.ftype import ftype_name
 from .api_error import APIError, error_body, error_response, final_error
+from .anthropic_convert import anthropic_error_response, is_anthropic_path
 from .bridge import Pending, ServerState
 from .constraints import compile_constraint, request_spec
 from .handoff import submit, tokenize_prompt
+from .http_anthropic import router as anthropic_router
+from .http_responses import router as responses_router
+from .http_slots import router as slots_router
 from .http_embed import router as embed_router
 from .http_openai import router as openai_router
 from .http_infill import infill_request
@@ -38,32 +42,38 @@ def create_app(state: ServerState) -> BodyLimit:
                   responses=ERROR_RESPONSES)
     app.state.llama = state
 
+    def _error(request: Request, status: int, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
+        """OpenAI's error shape, or Anthropic's on its routes (http_anthropic.py)."""
+        make = anthropic_error_response if is_anthropic_path(request.url.path) else error_response
+        return make(status, message, headers)
+
     @app.exception_handler(APIError)
     async def _api_error(request: Request, e: APIError) -> JSONResponse:
-        return error_response(e.status, e.message, e.headers)
+        return _error(request, e.status, e.message, e.headers)
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, e: RequestValidationError) -> JSONResponse:
         errs = e.errors()
         if any(err.get("type") == "json_invalid" for err in errs):
-            return error_response(400, "malformed JSON in request body: " + "; ".join(str(err.get("ctx", {}).get("error", err["msg"])) for err in errs))
+            return _error(request, 400, "malformed JSON in request body: " + "; ".join(str(err.get("ctx", {}).get("error", err["msg"])) for err in errs))
         parts = [f"{'.'.join(str(x) for x in err['loc'] if x != 'body') or 'body'}: {err['msg']}" for err in errs]
-        return error_response(422, "; ".join(parts))
+        return _error(request, 422, "; ".join(parts))
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, e: StarletteHTTPException) -> JSONResponse:
         msg = f"File Not Found: {request.method} {request.url.path}" if e.status_code == 404 else str(e.detail)
-        return error_response(e.status_code, msg)
+        return _error(request, e.status_code, msg)
 
     @app.middleware("http")
     async def _auth(request: Request, call_next):
         key = state.api_key
         if key and request.url.path not in OPEN_PATHS and not (state.webui and is_webui_path(request.url.path)):
-            got = request.headers.get("authorization", "")
-            if not hmac.compare_digest(got.encode(), f"Bearer {key}".encode()):  # constant time
-                return error_response(401, "Invalid API Key" if got else "Missing API key: send 'Authorization: Bearer <key>'")
+            got, x_key = request.headers.get("authorization", ""), request.headers.get("x-api-key", "")  # x-api-key: Anthropic's clients
+            ok = hmac.compare_digest(got.encode(), f"Bearer {key}".encode()) or hmac.compare_digest(x_key.encode(), key.encode())  # constant time
+            if not ok:
+                return _error(request, 401, "Invalid API Key" if got or x_key else "Missing API key: send 'Authorization: Bearer <key>' or 'x-api-key: <key>'")
         if state.draining:
-            return error_response(503, "server is shutting down")
+            return _error(request, 503, "server is shutting down")
         return await call_next(request)
 
     @app.get("/health")
@@ -87,11 +97,18 @@ def create_app(state: ServerState) -> BodyLimit:
             "n_batch": c.n_batch, "n_ubatch": c.n_ubatch, "model_alias": state.alias, "model_path": str(state.model.path),
             "model_ftype": ftype_name(state.model.gguf.get("general.file_type")),
             "modalities": {"vision": False, "audio": False},
-            "endpoint_slots": state.slots, "endpoint_props": False, "endpoint_metrics": state.metrics,
+            "endpoint_slots": state.slots, "endpoint_props": state.props, "endpoint_metrics": state.metrics,
             "endpoint_engine_events": state.metrics or state.engine_events, "webui": state.webui,
             "chat_template": state.model.tokenizer.chat.source, "chat_template_caps": state.model.tokenizer.chat.caps.to_json(), "bos_token": text(vocab.special.get("bos")),
             "eos_token": text(vocab.special.get("eos")), "build_info": BUILD_INFO, "is_sleeping": False,
         }
+
+    @app.post("/props", include_in_schema=False)
+    async def set_props() -> dict[str, Any]:
+        """llama-server's: no property can be changed yet; with --props it answers success."""
+        if not state.props:
+            raise APIError(501, "This server does not support changing global properties. Start it with `--props`")
+        return {"success": True}
 
     @app.get("/slots")
     async def slots() -> list[dict[str, Any]]:
@@ -140,6 +157,9 @@ def create_app(state: ServerState) -> BodyLimit:
         return await native_completion(state, infill_request(state, data), request)
 
     app.include_router(openai_router)
+    app.include_router(anthropic_router)
+    app.include_router(responses_router)
+    app.include_router(slots_router)
     app.include_router(embed_router)
     app.include_router(rerank_router)
     app.include_router(webui_router)
@@ -153,7 +173,7 @@ async def native_completion(state: ServerState, body: NativeCompletionRequest, r
     ids = tokenize_prompt(state, body.prompt)
     constraint = await compile_constraint(state, request_spec(body.grammar, body.json_schema))
     req = GenRequest(ids, max_tokens=body.n_predict, sampling=body.sampling(body.n_probs), stop=body.stop_list(), n_probs=body.n_probs,
-                     post_sampling_probs=body.post_sampling_probs, ignore_eos=body.ignore_eos, spec=body.spec_overrides(), constraint=constraint)
+                     post_sampling_probs=body.post_sampling_probs, ignore_eos=body.ignore_eos, **body.slot_params(), spec=body.spec_overrides(), constraint=constraint)
     p = submit(state, req)
     if body.stream:
         return EventStream(_native_stream(state, p, body.post_sampling_probs), p.close)
@@ -199,7 +219,7 @@ def _native_final(state: ServerState, ev: Event, text: str, toks: list[Event], b
     out: dict[str, Any] = {
         "content": text, "stop": True, **stop_fields(ev),
         "tokens_predicted": u.completion_tokens, "tokens_evaluated": u.prompt_tokens, "tokens_cached": u.prompt_tokens_cached,
-        "truncated": False, "generation_settings": body.generation_settings(), "timings": ev.timings, "model": state.alias,
+        "truncated": ev.truncated, "generation_settings": body.generation_settings(), "timings": ev.timings, "model": state.alias,
     }
     if toks and toks[0].probs is not None:
         out["completion_probabilities"] = [p for e in toks for p in _probs(state, e, body.post_sampling_probs)]
@@ -219,5 +239,5 @@ async def _native_stream(state: ServerState, p: Pending, post: bool) -> AsyncIte
             return
         u = ev.usage
         yield sse({"content": ev.text, "stop": True, **stop_fields(ev),
-                   "tokens_predicted": u.completion_tokens, "tokens_evaluated": u.prompt_tokens, "timings": ev.timings,
+                   "tokens_predicted": u.completion_tokens, "tokens_evaluated": u.prompt_tokens, "truncated": ev.truncated, "timings": ev.timings,
                    "model": state.alias})

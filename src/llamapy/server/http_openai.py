@@ -81,7 +81,7 @@ async def completions(body: CompletionRequest, request: Request):
     ids = tokenize_prompt(state, body.prompt)
     n_probs = body.logprobs or 0
     constraint = await compile_constraint(state, request_spec(body.grammar, body.json_schema))
-    req = GenRequest(ids, max_tokens=-1 if body.max_tokens is None else body.max_tokens, sampling=body.sampling(n_probs), stop=body.stop_list(), n_probs=n_probs, ignore_eos=body.ignore_eos, spec=body.spec_overrides(), constraint=constraint)
+    req = GenRequest(ids, max_tokens=-1 if body.max_tokens is None else body.max_tokens, sampling=body.sampling(n_probs), stop=body.stop_list(), n_probs=n_probs, ignore_eos=body.ignore_eos, **body.slot_params(), spec=body.spec_overrides(), constraint=constraint)
     p = submit(state, req)
     cid, created = f"cmpl-{uuid.uuid4().hex}", int(time.time())
     head = {"id": cid, "object": "text_completion", "created": created, "model": state.alias, "system_fingerprint": BUILD_INFO}
@@ -114,7 +114,7 @@ async def chat_completions(body: ChatCompletionRequest, request: Request):
     n_probs = body.n_probs()
     spec = request_spec(body.grammar, body.json_schema, body.response_format, plan)
     constraint = await compile_constraint(state, spec)
-    req = GenRequest(ids, max_tokens=body.n_predict(), sampling=body.sampling(n_probs), stop=body.stop_list(), n_probs=n_probs, ignore_eos=body.ignore_eos, spec=body.spec_overrides(), constraint=constraint)
+    req = GenRequest(ids, max_tokens=body.n_predict(), sampling=body.sampling(n_probs), stop=body.stop_list(), n_probs=n_probs, ignore_eos=body.ignore_eos, **body.slot_params(), spec=body.spec_overrides(), constraint=constraint)
     p = submit(state, req)
     cid, created = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
     head = {"id": cid, "object": "chat.completion", "created": created, "model": state.alias, "system_fingerprint": BUILD_INFO}

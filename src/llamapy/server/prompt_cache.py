@@ -37,6 +37,29 @@ def keep_prefix(memory: Any, slot: Slot, n_keep: int) -> int:
     return n_keep
 
 
+def reuse_chunks(memory: Any, slot: Slot, prompt: list[int], n_min: int) -> int:
+    """llama-server's --cache-reuse N (server-context.cpp, its cache_prompt branch): past the
+    common prefix, chunks of at least n_min cached tokens that the prompt has next (text the
+    prompt no longer holds was cut out between them) are moved back into place: seq_rm of the
+    cells between, seq_add of the chunk (its K re-rotated at the next decode), and the slot's
+    cache_tokens rewritten to match.  Returns the prompt tokens now cached in place (the
+    caller keeps those; cells and tokens past them are dropped as for any prefix)."""
+    cache = slot.cache_tokens
+    n_past = head_c = head_p = common_prefix(cache, prompt)
+    while head_c < len(cache) and head_p < len(prompt):
+        n = 0
+        while head_c + n < len(cache) and head_p + n < len(prompt) and cache[head_c + n] == prompt[head_p + n]:
+            n += 1
+        if n >= n_min:
+            memory.seq_rm(slot.id, head_p, head_c)
+            memory.seq_add(slot.id, head_c, head_c + n, head_p - head_c)
+            cache[head_p:head_p + n] = cache[head_c:head_c + n]
+            n_past, head_c, head_p = n_past + n, head_c + n, head_p + n
+        else:
+            head_c += 1
+    return n_past
+
+
 def free_idle_caches(memory: Any, slots: list[Slot]) -> bool:
     """Remove the cells idle slots keep as prompt caches; True when any were freed."""
     freed = False

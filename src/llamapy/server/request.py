@@ -47,6 +47,8 @@ class Event:
     final: bool = False
     finish_reason: str = ""
     error: str = ""
+    stopping_word: str = ""  # final: the stop string that ended it (llama-server's stopping_word)
+    truncated: bool = False  # final: the slot's context ran out (its end, or a context shift dropped tokens)
     usage: Usage | None = None
     timings: dict[str, float] | None = None
 
@@ -68,6 +70,10 @@ class Request:
     id: int = field(default_factory=next_request_id)
     t_arrival: float = field(default_factory=time.perf_counter)
     timeout: float = 0.0  # seconds from arrival until the request is ended ("timeout"); 0: none
+    id_slot: int = -1  # llama-server's id_slot: run on that slot (modulo the slots); -1: the scheduler picks
+    n_keep: int | None = None  # context shift: tokens kept at the start (-1: the prompt); None: the server's --keep
+    n_discard: int = 0  # context shift: tokens dropped after them; 0: half of the rest
+    n_cache_reuse: int | None = None  # --cache-reuse's chunk size for this request (0: off); None: the server's
 
     def expired(self, now: float) -> bool:
         return self.timeout > 0 and now - self.t_arrival > self.timeout

@@ -24,10 +24,12 @@ from ..grammar import GrammarDeadEnd
 from ..sampling import Sampler
 from ..tokenizer.build import release_heap
 from ..tokenizer import StreamDecoder
+from .ctx_shift import can_shift, context_shift, needs_shift
 from .engine_events import EngineEvents
 from .metrics import ServerMetrics
-from .prompt_cache import SLOT_PROMPT_SIMILARITY, free_idle_caches, keep_prefix, pick_slot
+from .prompt_cache import SLOT_PROMPT_SIMILARITY, free_idle_caches, keep_prefix, pick_slot, reuse_chunks
 from .request import Event, Request, Usage
+from .slot_files import SlotAction, SlotActionError, run_ready
 from .slot_output import SlotOutput
 from .slots import Slot, SlotState, check_prompt_fits
 from .step_batch import BatchRow, build_step
@@ -51,11 +53,14 @@ class _Cancel:
 
 class Scheduler:
     def __init__(self, ctx: Context, spec: SpecParams | None = None, proposers: list | None = None,
-                 max_queue: int = 0, slot_prompt_similarity: float = SLOT_PROMPT_SIMILARITY) -> None:
+                 max_queue: int = 0, slot_prompt_similarity: float = SLOT_PROMPT_SIMILARITY,
+                 ctx_shift: bool = False, n_keep: int = 0, n_cache_reuse: int = 0) -> None:
         """spec: the server's speculative decoding (--spec-type ...), with one proposer per
         slot (speculative.make_proposers); None or type none: no drafts.  max_queue: how many
         requests may wait for a slot (0: no bound); one more is refused (QueueFullError).
-        slot_prompt_similarity: llama-server's -sps (see _pick_slot)."""
+        slot_prompt_similarity: llama-server's -sps (see _pick_slot).  ctx_shift: --context-shift
+        (server/ctx_shift.py; off where the memory cannot shift), n_keep: --keep, n_cache_reuse:
+        --cache-reuse (prompt_cache.reuse_chunks; also off where the memory cannot shift)."""
         self.ctx = ctx
         ctx.reuse_logits = True  # each step's logits are used up before the next decode
         self.max_queue = max_queue
@@ -74,13 +79,26 @@ class Scheduler:
         self.last_batch: list[BatchRow] = []
         self.metrics = ServerMetrics(kv_cells_total=ctx.memory.kv_size)
         self.out = SlotOutput(ctx, self.metrics)  # sampling / verification, streaming, finishing
+        self.n_keep, self.n_cache_reuse = n_keep, n_cache_reuse
+        if ctx_shift and not can_shift(ctx.memory):
+            log.warning("ctx_shift is not supported by this context (a sliding-window cache without --swa-full), it will be disabled")
+        self.ctx_shift = ctx_shift and can_shift(ctx.memory)
         self._inbox: queue.Queue[Request | _Cancel] = queue.Queue()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._snapshot: tuple[list[dict], dict] = ([s.info() for s in self.slots], self.metrics.snapshot())
         self.embedder = None  # --embedding: an embed.Embedder; EmbedJobs then run in this loop (embed_jobs.py)
         self.embed_jobs: list = []
+        self.slot_actions: list[SlotAction] = []  # POST /slots/{id}?action=..., run when their slot is idle
         self.events = EngineEvents()  # /engine/events: a view per step, built only while someone listens
+
+    @property
+    def ctx_shift(self) -> bool:
+        return self.out.ctx_shift
+
+    @ctx_shift.setter
+    def ctx_shift(self, on: bool) -> None:
+        self.out.ctx_shift = on
 
     # --- called from any thread -------------------------------------------------------------
     def check(self, req: Request) -> None:
@@ -112,6 +130,12 @@ class Scheduler:
             raise ValueError("This server does not support embeddings. Start it with `--embeddings`")
         self.embedder.check(job.seqs)
         self._inbox.put(job)
+
+    def submit_slot_action(self, a: SlotAction) -> None:
+        """Queue a slot action (server/slot_files.py): it runs once its slot is idle."""
+        if not 0 <= a.id_slot < len(self.slots):
+            raise ValueError(f"Invalid slot ID: {a.id_slot} (the server has {len(self.slots)} slots, -np)")
+        self._inbox.put(a)
 
     def _dequeued(self) -> None:
         with self._queue_lock:
@@ -161,6 +185,8 @@ class Scheduler:
         self._drain_inbox()
         for j in self.embed_jobs:
             j.done(RuntimeError("server is shutting down"))
+        for a in self.slot_actions:
+            a.done(None, SlotActionError("server is shutting down", 503))
         for s in self.slots:
             if not s.is_idle:
                 self._finish(s, "abort", error="server is shutting down")
@@ -179,6 +205,8 @@ class Scheduler:
         while True:
             if isinstance(item, _Cancel):
                 self._apply_cancel(item)
+            elif isinstance(item, SlotAction):
+                self.slot_actions.append(item)
             elif not isinstance(item, Request):  # an EmbedJob
                 self.embed_jobs.append(item)
             else:
@@ -213,10 +241,13 @@ class Scheduler:
             jobs, self.embed_jobs = self.embed_jobs, []
             return run_jobs(self.embedder, jobs) > 0
         self._expire()
+        ran = run_ready(self.ctx, self.slots, self.slot_actions)  # slot actions whose slot is idle
         self._assign()
+        self._shift_contexts()
         rows = self._decode_step()
-        self._publish(decoded=rows > 0)
+        self._publish(decoded=rows > 0 or ran)
         return rows > 0
+
 
     def _expire(self) -> None:
         """End the requests older than their timeout (--timeout), waiting or running."""
@@ -237,14 +268,21 @@ class Scheduler:
         return pick_slot(idle, prompt, self.slot_prompt_similarity)
 
     def _assign(self) -> None:
-        """Give waiting requests to idle slots (_pick_slot)."""
-        while self.waiting:
+        """Give waiting requests to idle slots (_pick_slot), in arrival order; a request for a
+        given slot (id_slot, modulo the slots as llama-server's) waits for it while the
+        requests behind it go on."""
+        i = 0
+        while i < len(self.waiting):
             idle = [s for s in self.slots if s.is_idle]
             if not idle:
                 return
-            req = self.waiting.popleft()
+            req = self.waiting[i]
+            if req.id_slot >= 0 and not self.slots[req.id_slot % len(self.slots)].is_idle:
+                i += 1
+                continue
+            del self.waiting[i]
             self._dequeued()
-            slot = self._pick_slot(idle, req.prompt)
+            slot = self.slots[req.id_slot % len(self.slots)] if req.id_slot >= 0 else self._pick_slot(idle, req.prompt)
             try:
                 sampler = Sampler(req.sampling, n_ctx=slot.n_ctx, grammar=req.constraint)
             except Exception as e:  # noqa: BLE001 - this request's own settings: it ends, the others go on
@@ -252,12 +290,27 @@ class Scheduler:
                 req.sink(Event(req.id, final=True, finish_reason="error", usage=Usage(len(req.prompt)),
                                error=f"sampling settings rejected: {e}"))
                 continue
+            n_reuse = self.n_cache_reuse if req.n_cache_reuse is None else req.n_cache_reuse
+            if n_reuse > 0 and can_shift(self.ctx.memory):
+                reuse_chunks(self.ctx.memory, slot, req.prompt, n_reuse)
             n_keep = slot.start(req, sampler, StreamDecoder(self.tok))
             slot.spec = self._speculator(slot.id, req)
             n_keep = keep_prefix(self.ctx.memory, slot, n_keep)
             self.metrics.n_prompt_tokens_cached_total += n_keep
             for t in req.prompt:  # like llama-server: prompt tokens enter the penalty window
                 sampler.accept(t)
+
+    def _shift_contexts(self) -> None:
+        """Generating slots with no cell left for their next token: a context shift, or (off)
+        the end of their request (SlotOutput ends them first; this is the safety net)."""
+        for s in self.slots:
+            if s.state is SlotState.GENERATING and needs_shift(s):
+                if not self.ctx_shift:
+                    s.truncated = True
+                    self._finish(s, "length")
+                    continue
+                r = s.request
+                context_shift(self.ctx.memory, s, self.n_keep if r.n_keep is None else r.n_keep, r.n_discard, self.tok.add_bos)
 
     # --- batch --------------------------------------------------------------------------------
     def _speculator(self, slot_id: int, req: Request) -> Speculator | None:

@@ -27,6 +27,10 @@ class _Sampling(BaseModel):
     stop: str | list[str] | None = None
     stream: bool = False
     ignore_eos: bool = False
+    id_slot: int = Field(-1, ge=-1)  # llama-server's: the slot to run on (its prompt cache); -1: any
+    n_keep: int | None = Field(None, ge=-1)  # context shift: tokens kept (-1: the prompt); None: the server's --keep
+    n_discard: int = Field(0, ge=0)  # context shift: tokens dropped after them (0: half of the rest)
+    n_cache_reuse: int | None = Field(None, ge=0)  # prompt cache chunks this long are shifted into place; None: --cache-reuse
     # llama-server's per-request speculative fields (flat, dotted keys); None: the server's
     spec_n_max: int | None = Field(None, alias="speculative.n_max", ge=0)
     spec_n_min: int | None = Field(None, alias="speculative.n_min", ge=0)
@@ -39,6 +43,10 @@ class _Sampling(BaseModel):
         """The speculative fields the request set, as {"n_max": .., "n_min": .., "p_min": ..}."""
         v = {"n_max": self.spec_n_max, "n_min": self.spec_n_min, "p_min": self.spec_p_min}
         return {k: x for k, x in v.items() if x is not None}
+
+    def slot_params(self) -> dict[str, Any]:
+        """The request's slot fields, as server.request.Request's keyword arguments."""
+        return {"id_slot": self.id_slot, "n_keep": self.n_keep, "n_discard": self.n_discard, "n_cache_reuse": self.n_cache_reuse}
 
     def stop_list(self) -> list[str]:
         if self.stop is None:

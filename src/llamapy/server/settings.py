@@ -5,6 +5,7 @@ and picklable: Ray ships it to each replica's process."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 
 from ..params import ContextParams
 from ..pipeline.open import PipelineParams
@@ -79,6 +80,11 @@ class ServeSettings:
     pooling: str | None = None  # --pooling (None: the model's)
     embd_normalize: int = 2
     chat: ChatOptions = field(default_factory=ChatOptions)  # --jinja, --chat-template*, --reasoning-*
+    slot_save_path: str | None = None  # --slot-save-path: the folder of POST /slots/{id}?action=save|restore
+    ctx_shift: bool = False  # --context-shift / --no-context-shift (llama-server's default: off)
+    n_keep: int = 0  # --keep: tokens a context shift keeps (-1: the whole prompt)
+    n_cache_reuse: int = 0  # --cache-reuse: the smallest moved prompt-cache chunk shifted into place (0: off)
+    props: bool = False  # --props: POST /props allowed
 
     def check(self) -> None:
         """ValueError, naming the flag, for a setting no server can start with."""
@@ -87,6 +93,12 @@ class ServeSettings:
                         ("--shutdown-timeout", self.shutdown_timeout)):
             if v is not None and v < 0:
                 raise ValueError(f"{name} ({v:g}) must be >= 0")
+        if self.n_cache_reuse < 0:
+            raise ValueError(f"--cache-reuse ({self.n_cache_reuse}) must be >= 0 (0: off)")
+        if self.n_keep < -1:
+            raise ValueError(f"--keep ({self.n_keep}) must be >= -1 (-1: the whole prompt)")
+        if self.slot_save_path is not None and not Path(self.slot_save_path).is_dir():
+            raise ValueError(f"--slot-save-path: not a directory: {self.slot_save_path}")
 
     def context_params(self) -> ContextParams:
         """The server's ContextParams: ctx with -np resolved (auto: 4 slots, unified cache); a copy."""

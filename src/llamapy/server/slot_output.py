@@ -27,6 +27,7 @@ class SlotOutput:
         self.tok = ctx.model.tokenizer
         self._eog = torch.tensor(sorted(self.tok.vocab.eog_ids), dtype=torch.long)
         self._masked: torch.Tensor | None = None  # [n_vocab] logits()' ignore_eos copy, reused
+        self.ctx_shift = False  # --context-shift: a full slot shifts (server/ctx_shift.py) instead of ending
 
     def sample(self, s: Slot) -> None:
         """The slot's next token(s) from this step's logits (its rows from s.i_batch on): with a
@@ -92,7 +93,8 @@ class SlotOutput:
             self.finish(s, "stop")
         elif 0 <= req.max_tokens <= s.n_decoded:
             self.finish(s, "length")
-        elif len(s.cache_tokens) >= s.n_ctx:  # no cell left in the slot for this token
+        elif len(s.cache_tokens) + 1 >= s.n_ctx and not self.ctx_shift:  # llama-server's: one cell kept free
+            s.truncated = True
             self.finish(s, "length")
         else:
             s.sampled = tok

@@ -63,6 +63,7 @@ class Slot:
     t_last: float = 0.0  # when the slot was last used (LRU choice)
     draft: list[int] = field(default_factory=list)  # this step's draft, in the batch after `sampled`
     spec: Speculator | None = None  # the current request's drafting (set by the scheduler), and its counts
+    truncated: bool = False  # the request met the slot's end (stopped there, or a context shift dropped tokens)
 
     @property
     def is_idle(self) -> bool:
@@ -77,7 +78,7 @@ class Slot:
         self.request, self.state = req, SlotState.PREFILLING
         self.n_past = self.n_cached = n_keep
         self.sampled, self.n_decoded, self.i_batch = -1, 0, -1
-        self.draft, self.spec = [], None
+        self.draft, self.spec, self.truncated = [], None, False
         self.sampler, self.decoder, self.stops = sampler, decoder, StopMatcher(list(req.stop))
         self.t_start = time.perf_counter()
         return n_keep
@@ -101,7 +102,9 @@ class Slot:
         if self.spec is not None:  # llama-server's names
             timings["draft_n"], timings["draft_n_accepted"] = self.spec.n_drafted, self.spec.n_accepted
         usage = Usage(len(req.prompt), self.n_decoded, self.n_cached)
-        return Event(req.id, text=tail, final=True, finish_reason=reason, error=error, usage=usage, timings=timings)
+        word = self.stops.matched if self.stops is not None else ""
+        return Event(req.id, text=tail, final=True, finish_reason=reason, error=error, stopping_word=word,
+                     truncated=self.truncated, usage=usage, timings=timings)
 
     def release(self) -> None:
         """Back to idle; cache_tokens stay (prompt cache)."""

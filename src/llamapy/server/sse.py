@@ -1,4 +1,4 @@
-"""Server-sent events: one event's text (sse) and the streaming response that frees its
+"""Server-sent events: one event's text (sse, sse_event with its name) and the streaming response that frees its
 request however it ends (EventStream)."""
 from __future__ import annotations
 
@@ -19,6 +19,12 @@ def sse(obj: Any) -> str:
     package's own SSE decoder splits only at CR and LF.)  They are written as JSON escapes,
     which decode to the same text."""
     return f"data: {json.dumps(obj, ensure_ascii=False).translate(SSE_ESCAPES)}\n\n"
+
+
+def sse_event(kind: str, obj: Any) -> str:
+    """A named server-sent event: its `event:` line, then its data (Anthropic's and the
+    Responses API's streams name each event)."""
+    return f"event: {kind}\n" + sse(obj)
 
 
 class EventStream(StreamingResponse):

@@ -5,6 +5,7 @@ start this way; neither reads argv here."""
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 from ..log import logger
 from .bridge import ServerState
@@ -39,7 +40,8 @@ def log_chat_template(t) -> None:
 def server_state(s: ServeSettings) -> ServerState:
     """The routes' state before the model loads (/health answers 503 until load_model)."""
     return ServerState(api_key=s.api_key, metrics=s.metrics, slots=s.slots, max_body=s.max_body, timeout=s.timeout,
-                       defaults=s.defaults, webui=s.webui, engine_events=s.engine_events, chat=s.chat)
+                       defaults=s.defaults, webui=s.webui, engine_events=s.engine_events, chat=s.chat,
+                       slot_save_path=None if s.slot_save_path is None else Path(s.slot_save_path), props=s.props)
 
 
 def load_model(s: ServeSettings, state: ServerState) -> None:
@@ -68,7 +70,8 @@ def load_model(s: ServeSettings, state: ServerState) -> None:
         proposers = make_proposers(spec, model, params, c.n_seq_max)
         log.info(f"load_model: speculative decoding: {spec.type}, up to {spec.draft_len} draft tokens per slot and step")
     max_queue = s.max_queue if s.max_queue is not None else 4 * c.n_seq_max
-    sched = Scheduler(ctx, spec, proposers, max_queue=max_queue, slot_prompt_similarity=s.slot_prompt_similarity)
+    sched = Scheduler(ctx, spec, proposers, max_queue=max_queue, slot_prompt_similarity=s.slot_prompt_similarity,
+                      ctx_shift=s.ctx_shift, n_keep=s.n_keep, n_cache_reuse=s.n_cache_reuse)
     if s.embedding:
         from ..embed import Embedder
 
