@@ -23,6 +23,7 @@ class ChatPrep:
     fmt: ChatFormat
     reasoning_format: str
     opened: bool  # the prompt opened <think>
+    parallel: bool = True  # parallel_tool_calls (the request's, else the template's caps)
 
     @property
     def calls_possible(self) -> bool:
@@ -35,7 +36,8 @@ class ChatPrep:
             content, calls = tools.parse_output(msg.content, self.plan)
             return ParsedMessage(content or "", msg.reasoning_content,
                                  [{"name": c["function"]["name"], "arguments": c["function"]["arguments"], "id": c["id"]} for c in calls])
-        return parse_message(text, self.fmt, self.reasoning_format, self.opened, calls=self.calls_possible, partial=partial)
+        return parse_message(text, self.fmt, self.reasoning_format, self.opened, calls=self.calls_possible, partial=partial,
+                             parallel=self.parallel)
 
 
 def prepare_chat(state: ServerState, body: Any) -> ChatPrep:
@@ -48,7 +50,10 @@ def prepare_chat(state: ServerState, body: Any) -> ChatPrep:
     native = fmt.native and tmpl.caps.supports_tools
     kind = fmt.kind if native else "generic"
     try:
-        plan = tools.plan(body.tools, body.tool_choice, body.parallel_tool_calls, kind)
+        parallel = body.parallel_tool_calls
+        if parallel is None:  # llama-server: json_value(body, "parallel_tool_calls", caps.supports_parallel_tool_calls)
+            parallel = tmpl.caps.supports_parallel_tool_calls
+        plan = tools.plan(body.tools, body.tool_choice, parallel, kind)
         raw = [m.as_dict() for m in body.messages]
         messages = raw if native else tools.render_messages(raw, plan, "generic")
         tls = plan.template_tools() if native and plan is not None and plan.offered else None
@@ -65,7 +70,7 @@ def prepare_chat(state: ServerState, body: Any) -> ChatPrep:
     opened = thinking_opened(prompt)
     if opened and plan is not None and plan.lark is not None:  # the prompt opened <think>: close it, then the answer
         plan.lark = 'start: "</think>" answer\n' + plan.lark.replace("start:", "answer:", 1)
-    return ChatPrep(prompt, plan, fmt if native else ChatFormat("generic", "Generic"), rf, opened)
+    return ChatPrep(prompt, plan, fmt if native else ChatFormat("generic", "Generic"), rf, opened, parallel)
 
 
 def openai_calls(calls: list[dict[str, Any]]) -> list[dict[str, Any]]:

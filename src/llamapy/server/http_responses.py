@@ -86,7 +86,7 @@ def _head(raw: dict[str, Any], chat: ChatCompletionRequest, state: ServerState) 
             "model": chat.model or state.alias, "output": [], "error": None, "incomplete_details": None,
             "instructions": raw.get("instructions"), "max_output_tokens": raw.get("max_output_tokens"),
             "temperature": chat.temperature, "top_p": chat.top_p, "tools": raw.get("tools") or [],
-            "tool_choice": raw.get("tool_choice") or "auto", "parallel_tool_calls": chat.parallel_tool_calls,
+            "tool_choice": raw.get("tool_choice") or "auto", "parallel_tool_calls": chat.parallel_tool_calls is not False,
             "metadata": raw.get("metadata") or {}, "text": raw.get("text") or {"format": {"type": "text"}}, "usage": None}
 
 

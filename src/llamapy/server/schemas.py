@@ -122,7 +122,7 @@ class ChatCompletionRequest(_Sampling):
     response_format: dict[str, Any] | None = None  # {"type": "text" | "json_object" | "json_schema", ...}
     tools: list[Any] | None = None  # checked by tools.parse_tools (a 400 that names the problem)
     tool_choice: Any = None
-    parallel_tool_calls: bool = False  # llama-server's default
+    parallel_tool_calls: bool | None = None  # None: the template's supports_parallel_tool_calls (llama-server)
     chat_template_kwargs: dict[str, Any] | None = None  # extra template variables, over --chat-template-kwargs
     reasoning_format: Literal["none", "deepseek", "deepseek-legacy", "auto"] | None = None  # over --reasoning-format
     reasoning_effort: str | None = None
