@@ -1,6 +1,6 @@
 """Chat-template and reasoning flags shared by run, chat and serve, as llama-server spells
 them: --jinja/--no-jinja, --chat-template NAME|JINJA, --chat-template-file F,
---chat-template-kwargs JSON, --reasoning-format, --reasoning-budget."""
+--chat-template-kwargs JSON, --reasoning-format, --reasoning-budget, --reasoning-budget-message."""
 from __future__ import annotations
 
 import argparse
@@ -28,8 +28,12 @@ def add_chat_template(p: argparse.ArgumentParser) -> None:
     g.add_argument("--reasoning-format", default="auto", choices=REASONING_FORMATS,
                    help="none: thoughts stay in content; deepseek/auto: <think>...</think> go to reasoning_content "
                         "(default: auto)")
-    g.add_argument("--reasoning-budget", type=int, default=-1,
-                   help="thinking tokens allowed: -1 unrestricted, 0 no thinking (default: -1)")
+    g.add_argument("--reasoning-budget", type=int, default=-1, metavar="N",
+                   help="token budget for thinking: -1 for unrestricted, 0 for immediate end, N>0 for token budget "
+                        "(the end tag is forced when it is spent; default: -1)")
+    g.add_argument("--reasoning-budget-message", default="", metavar="MESSAGE",
+                   help="message injected before the end-of-thinking tag when the reasoning budget is exhausted "
+                        "(default: none)")
 
 
 def template_source(a: argparse.Namespace) -> str | None:
@@ -68,4 +72,5 @@ def chat_options(a: argparse.Namespace) -> ChatOptions:
         raise ValueError(f"--reasoning-budget ({a.reasoning_budget}) must be -1 (unrestricted) or >= 0")
     return ChatOptions(use_jinja=a.jinja, template_kwargs=template_kwargs(a.chat_template_kwargs),
                        reasoning_format=a.reasoning_format, reasoning_budget=a.reasoning_budget,
+                       reasoning_budget_message=a.reasoning_budget_message,
                        template=template_source(a))

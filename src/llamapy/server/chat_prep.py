@@ -7,7 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ..chat.apply import apply_template
+from ..chat.apply import apply_template, is_gpt_oss, reasoning_tags
+from ..chat.budget import BudgetTags, ReasoningBudget
 from ..chat.inputs import ChatInputError
 from ..chat.message import ParsedMessage, parse_message, thinking_opened
 from ..chat.tool_syntax import ChatFormat, chat_format
@@ -24,6 +25,8 @@ class ChatPrep:
     reasoning_format: str
     opened: bool  # the prompt opened <think>
     parallel: bool = True  # parallel_tool_calls (the request's, else the template's caps)
+    tags: tuple[str, str] = ("", "")  # the template's thinking tags, trimmed (("", ""): it does not think)
+    generation_prompt: str = ""  # what the prompt adds after the conversation (llama-server's)
 
     @property
     def calls_possible(self) -> bool:
@@ -68,9 +71,54 @@ def prepare_chat(state: ServerState, body: Any) -> ChatPrep:
         raise APIError(400, f"messages: the chat template failed: {e}") from None
     rf = body.reasoning_format or opts.reasoning_format
     opened = thinking_opened(prompt)
-    if opened and plan is not None and plan.lark is not None:  # the prompt opened <think>: close it, then the answer
-        plan.lark = 'start: "</think>" answer\n' + plan.lark.replace("start:", "answer:", 1)
-    return ChatPrep(prompt, plan, fmt if native else ChatFormat("generic", "Generic"), rf, opened, parallel)
+    tags = ("", "") if is_gpt_oss(tmpl) or not opts.use_jinja else tuple(x.strip() for x in reasoning_tags(tmpl))
+    if tags[0] and plan is not None and plan.lark is not None:  # the answer after </think> may start with spaces
+        plan.lark = 'start: answer | WS answer\nWS: /[ \\t\\r\\n]+/\n' + plan.lark.replace("start:", "answer:", 1)
+    gp = ""
+    if tags[0]:
+        head = [m for m in messages]
+        if opts.prefill_assistant and head and head[-1].get("role") == "assistant":
+            head = head[:-1]
+        try:
+            base = apply_template(tmpl, head, tls, False, body.chat_template_kwargs, body.reasoning_effort, opts)
+        except Exception:  # a template that wants the generation prompt: no prefill
+            base = prompt
+        gp = prompt[len(base):] if prompt.startswith(base) else ""
+        if not opened and tags[0] in gp and tags[1] not in gp.rsplit(tags[0], 1)[1]:
+            opened = True  # a continued assistant turn's reasoning: the output goes on thinking
+    return ChatPrep(prompt, plan, fmt if native else ChatFormat("generic", "Generic"), rf, opened, parallel,
+                    tags, gp)  # type: ignore[arg-type]
+
+
+def reasoning_gate(state: ServerState, prep: ChatPrep, body: Any, constraint: Any) -> Any:
+    """The request's constraint under llama.cpp's reasoning-budget sampler (chat/budget.py):
+    for a template that thinks, when the answer has a grammar (tool calls, response_format;
+    not a user's grammar / json_schema) or a budget is set (reasoning_budget_tokens /
+    thinking_budget_tokens, -1: --reasoning-budget).  Else the constraint as it is."""
+    if not prep.tags[0] or not prep.tags[1] or getattr(body, "grammar", None) is not None or getattr(body, "json_schema", None) is not None:
+        return constraint
+    budget = getattr(body, "reasoning_budget_tokens", None)
+    if budget is None or budget == -1:
+        budget = getattr(body, "thinking_budget_tokens", None)
+    if budget is None or budget == -1:
+        budget = state.chat.reasoning_budget
+    if constraint is None and budget < 0:
+        return constraint
+    message = getattr(body, "reasoning_budget_message", None)
+    message = state.chat.reasoning_budget_message if message is None else message
+    model = state.model
+
+    def tok(text: str) -> list[int]:
+        return model.tokenize(text, add_special=False, parse_special=True)
+
+    def piece(t: int) -> bytes:
+        return model.tokenizer.token_to_piece(t, special=True)
+
+    prefill = tok(prep.generation_prompt)
+    if prefill and piece(prefill[0])[:1].isspace() and not prep.generation_prompt[:1].isspace():
+        prefill = prefill[1:]  # (llama.cpp: some tokenizers add a space before the first special token)
+    tags = BudgetTags(tok(prep.tags[0]), tok(prep.tags[1]), tok(message + prep.tags[1]))
+    return ReasoningBudget(tags, budget, piece, constraint, prefill, prep.opened)
 
 
 def openai_calls(calls: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -126,6 +126,9 @@ class ChatCompletionRequest(_Sampling):
     chat_template_kwargs: dict[str, Any] | None = None  # extra template variables, over --chat-template-kwargs
     reasoning_format: Literal["none", "deepseek", "deepseek-legacy", "auto"] | None = None  # over --reasoning-format
     reasoning_effort: str | None = None
+    reasoning_budget_tokens: int | None = Field(None, ge=-1)  # -1 / absent: --reasoning-budget
+    thinking_budget_tokens: int | None = Field(None, ge=-1)  # llama-server's other name for it
+    reasoning_budget_message: str | None = None  # over --reasoning-budget-message
     add_generation_prompt: bool = True
 
     def n_predict(self) -> int:
