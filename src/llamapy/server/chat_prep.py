@@ -9,6 +9,7 @@ from typing import Any
 
 from ..chat.apply import apply_template, is_gpt_oss, reasoning_tags
 from ..chat.budget import BudgetTags, ReasoningBudget
+from ..chat.builtin import BuiltinTemplateError, legacy_prompt
 from ..chat.inputs import ChatInputError
 from ..chat.message import ParsedMessage, parse_message, thinking_opened
 from ..chat.tool_syntax import ChatFormat, chat_format
@@ -63,10 +64,12 @@ def prepare_chat(state: ServerState, body: Any) -> ChatPrep:
         if opts.use_jinja:
             prompt = apply_template(tmpl, messages, tls, body.add_generation_prompt, body.chat_template_kwargs,
                                     body.reasoning_effort, opts)
-        else:  # --no-jinja: the template as it is, none of llama-server's Jinja-path preparation
-            prompt = tmpl.render(messages, add_generation_prompt=body.add_generation_prompt)
+        else:  # --no-jinja: llama.cpp's built-in template named by / detected from the text (chat/builtin.py)
+            prompt = legacy_prompt(tmpl.source, messages, body.add_generation_prompt, opts.prefill_assistant)
     except (tools.ToolError, ChatInputError) as e:
         raise APIError(400, str(e)) from None
+    except BuiltinTemplateError as e:
+        raise APIError(500, str(e)) from None
     except Exception as e:  # a template that rejects the conversation (e.g. roles out of order)
         raise APIError(400, f"messages: the chat template failed: {e}") from None
     rf = body.reasoning_format or opts.reasoning_format
