@@ -9,7 +9,7 @@ reads calls back (tests/test-chat.cpp's cases in llama.cpp show the outputs):
   magistral    [TOOL_CALLS]NAME[ARGS]{args}   (Mistral Small 3.2, Devstral: [ARGS] in the template)
   hermes       <tool_call>\\n{"name": ..., "arguments": {...}}\\n</tool_call>   (Hermes 2/3, Qwen 2.5/3, QwQ, SmolLM3)
   llama3       {"name": ..., "parameters": {...}}  or  <|python_tag|>{...}   (Llama 3.1/3.2/3.3)
-  generic      none of these: server/tools.py's JSON object, tools in the system prompt
+  generic      none of these: chat/tools.py's JSON object, tools in the system prompt
 """
 from __future__ import annotations
 

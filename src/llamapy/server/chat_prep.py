@@ -1,21 +1,29 @@
 """A chat request's prompt and how its output is read back: the template (chat/apply.py, as
 llama-server's /apply-template), the tool plan in the template's own call syntax
-(chat/tool_syntax.py; the generic JSON form of server/tools.py for templates without one),
+(chat/tool_syntax.py; the generic JSON form of chat/tools.py for templates without one),
 the reasoning format."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
 
-from ..chat.apply import apply_template, is_gpt_oss, reasoning_tags
+from ..chat.apply import ChatOptions, apply_template, is_gpt_oss, reasoning_tags
 from ..chat.budget import BudgetTags, ReasoningBudget
 from ..chat.builtin import BuiltinTemplateError, legacy_prompt
 from ..chat.inputs import ChatInputError
 from ..chat.message import ParsedMessage, parse_message, thinking_opened
 from ..chat.tool_syntax import ChatFormat, chat_format
-from . import tools
+from ..chat import tools
 from .api_error import APIError
 from .bridge import ServerState
+
+
+@dataclass(slots=True)
+class ChatEnv:
+    """What the chat path reads of a server's state, for callers without one (the Python API)."""
+
+    chat: ChatOptions
+    model: Any
 
 
 @dataclass(slots=True)
@@ -44,7 +52,7 @@ class ChatPrep:
                              parallel=self.parallel)
 
 
-def prepare_chat(state: ServerState, body: Any) -> ChatPrep:
+def prepare_chat(state: ServerState | ChatEnv, body: Any) -> ChatPrep:
     """The prompt of a ChatCompletionRequest; a 400 for what llama-server refuses."""
     opts = state.chat
     tmpl = state.model.tokenizer.chat
@@ -93,7 +101,7 @@ def prepare_chat(state: ServerState, body: Any) -> ChatPrep:
                     tags, gp)  # type: ignore[arg-type]
 
 
-def reasoning_gate(state: ServerState, prep: ChatPrep, body: Any, constraint: Any) -> Any:
+def reasoning_gate(state: ServerState | ChatEnv, prep: ChatPrep, body: Any, constraint: Any) -> Any:
     """The request's constraint under llama.cpp's reasoning-budget sampler (chat/budget.py):
     for a template that thinks, when the answer has a grammar (tool calls, response_format;
     not a user's grammar / json_schema) or a budget is set (reasoning_budget_tokens /
