@@ -365,7 +365,7 @@ def test_hermes_template_renders_tools_and_calls_parse(smollm2_path):
 
     from llamapy.chat_template import ChatTemplate
     from llamapy.model.model import Model
-    from llamapy.server import tools as tools_mod
+    from llamapy.chat import tools as tools_mod
 
     model = Model.load(smollm2_path)
     model.tokenizer._chat = ChatTemplate(HERMES_TEMPLATE)

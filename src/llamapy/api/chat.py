@@ -1,6 +1,7 @@
-"""create_chat_completion: messages through the model's chat template, tools and
-response_format through the server's own tool plan and constraints (server/tools.py,
-server/constraints.py), the answer as llama-cpp-python's chat.completion dict or its
+"""create_chat_completion on the server's chat path (chat/ and server/chat_prep.py): the same
+template rendering as /apply-template, the template's tool-call syntax and its grammar, the
+reasoning format and budget (thinking to reasoning_content), parallel_tool_calls from the
+template's caps; the answer as llama-cpp-python's chat.completion dict or its
 chat.completion.chunk stream."""
 from __future__ import annotations
 
@@ -8,81 +9,102 @@ import time
 import uuid
 from typing import Any, Iterator
 
-from ..server import tools
+from pydantic import ValidationError
+
+from ..chat.apply import ChatOptions
 from ..server.api_error import APIError
+from ..server.chat_prep import ChatEnv, ChatPrep, openai_calls, prepare_chat, reasoning_gate
 from ..server.constraints import request_spec
+from ..server.schemas import ChatCompletionRequest
 from .completion import GenOptions, check_final, usage
 from .engine import Engine
 
+# create_chat_completion's keyword arguments that go to the chat request as they are
+CHAT_FIELDS = ("chat_template_kwargs", "reasoning_format", "reasoning_effort", "parallel_tool_calls",
+               "reasoning_budget_tokens", "reasoning_budget_message", "add_generation_prompt")
+
 
 def prepare(eng: Engine, messages: list[dict[str, Any]], tool_list: list[dict[str, Any]] | None, tool_choice: Any,
-            response_format: dict[str, Any] | None, grammar: str | None,
-            parallel_tool_calls: bool = False) -> tuple[list[int], Any, tools.ToolPlan | None]:
-    """(prompt ids, constraint, tool plan whose calls may come) as the server's
-    /v1/chat/completions builds them; ValueError for what the server answers with a 400."""
-    tok = eng.model.tokenizer
-    fmt = tools.template_format(tok.chat.source)
+            response_format: dict[str, Any] | None, grammar: str | None, opts: ChatOptions | None = None,
+            **extra: Any) -> tuple[list[int], Any, ChatPrep]:
+    """(prompt ids, constraint, the chat's prep) as the server's /v1/chat/completions builds
+    them; ValueError for what the server answers with a 400."""
+    env = ChatEnv(opts or ChatOptions(), eng.model)
     try:
-        plan = tools.plan(tool_list, tool_choice, parallel_tool_calls, fmt)
-        msgs = tools.render_messages([dict(m) for m in messages], plan, fmt)
-        spec = request_spec(grammar, None, response_format, plan)
-    except (tools.ToolError, APIError) as e:
-        raise ValueError(getattr(e, "message", str(e))) from None
-    extra = {"tools": plan.template_tools()} if fmt == "hermes" and plan is not None and plan.offered else {}
-    text = tok.apply_chat_template(msgs, add_generation_prompt=True, **extra)
-    ids = eng.model.tokenize(text, add_special=True, parse_special=True)
-    return ids, eng.constraint(spec), (plan if plan is not None and plan.lark is not None else None)
+        body = ChatCompletionRequest.model_validate({"messages": messages, "tools": tool_list, "tool_choice": tool_choice,
+                                                     "response_format": response_format, "grammar": grammar,
+                                                     **{k: v for k, v in extra.items() if v is not None}})
+        prep = prepare_chat(env, body)
+        spec = request_spec(grammar, None, response_format, prep.plan)
+    except APIError as e:
+        raise ValueError(e.message) from None
+    except ValidationError as e:
+        raise ValueError(f"create_chat_completion: {e.errors()[0].get('loc')}: {e.errors()[0].get('msg')}") from None
+    constraint = reasoning_gate(env, prep, body, eng.constraint(spec))
+    ids = eng.model.tokenize(prep.prompt, add_special=True, parse_special=True)
+    return ids, constraint, prep
 
 
 def _head(model_name: str, obj: str) -> dict[str, Any]:
     return {"id": f"chatcmpl-{uuid.uuid4()}", "object": obj, "created": int(time.time()), "model": model_name}
 
 
-def _message(out: str, plan: tools.ToolPlan | None, reason: str) -> tuple[dict[str, Any], str]:
-    content, calls = tools.parse_output(out, plan) if plan is not None else (out, [])
-    msg: dict[str, Any] = {"role": "assistant", "content": content}
+def _message(out: str, prep: ChatPrep, reason: str) -> tuple[dict[str, Any], str]:
+    msg = prep.parse(out)
+    calls = openai_calls(msg.tool_calls)
+    m: dict[str, Any] = {"role": "assistant", "content": msg.content if msg.content or not calls else None}
+    if msg.reasoning_content:
+        m["reasoning_content"] = msg.reasoning_content
     if calls:
-        msg["tool_calls"] = calls
+        m["tool_calls"] = calls
         reason = "tool_calls" if reason == "stop" else reason
-    return msg, reason
+    return m, reason
 
 
-def chat_completion(eng: Engine, model_name: str, ids: list[int], constraint: Any, plan: tools.ToolPlan | None,
+def chat_completion(eng: Engine, model_name: str, ids: list[int], constraint: Any, prep: ChatPrep,
                     opts: GenOptions) -> dict[str, Any]:
     evs = list(eng.run(opts.request(ids, constraint)))
     check_final(evs[-1])
-    msg, reason = _message("".join(e.text for e in evs), plan, evs[-1].finish_reason)
+    msg, reason = _message("".join(e.text for e in evs), prep, evs[-1].finish_reason)
     choice = {"index": 0, "message": msg, "logprobs": None, "finish_reason": reason}
     return {**_head(model_name, "chat.completion"), "choices": [choice], "usage": usage(evs[-1])}
 
 
-def chat_chunks(eng: Engine, model_name: str, ids: list[int], constraint: Any, plan: tools.ToolPlan | None,
+def chat_chunks(eng: Engine, model_name: str, ids: list[int], constraint: Any, prep: ChatPrep,
                 opts: GenOptions) -> Iterator[dict[str, Any]]:
-    """A role delta, a content delta per piece, a last chunk with an empty delta and the
-    finish_reason.  When the answer may be a tool call, it is held to its end and sent as
-    one tool_calls delta (or one content delta when it was not a call)."""
+    """A role delta, then what grew of reasoning_content and content after each piece (the
+    output parsed as a partial message, as the server streams: text that may begin a call
+    marker is held), the calls once complete, a last chunk with an empty delta and the
+    finish_reason."""
     h = _head(model_name, "chat.completion.chunk")
 
     def chunk(delta: dict[str, Any], reason: str | None = None) -> dict[str, Any]:
         return {**h, "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": reason}]}
 
     yield chunk({"role": "assistant"})
-    held: list[str] = []
+    out, sent = "", {"reasoning_content": "", "content": ""}
+
+    def grown(final: bool) -> dict[str, Any]:
+        msg = prep.parse(out, partial=not final)
+        d: dict[str, Any] = {}
+        for k in sent:
+            now = getattr(msg, k) or ""
+            if now.startswith(sent[k]) and len(now) > len(sent[k]):
+                d[k], sent[k] = now[len(sent[k]):], now
+        if final and msg.tool_calls:
+            d["tool_calls"] = [{"index": i, **c} for i, c in enumerate(openai_calls(msg.tool_calls))]
+        return d
+
     for ev in eng.run(opts.request(ids, constraint)):
+        out += ev.text
         if not ev.final:
-            if plan is not None:
-                held.append(ev.text)
-            elif ev.text:
-                yield chunk({"content": ev.text})
+            if d := grown(False):
+                yield chunk(d)
             continue
         check_final(ev)
         reason = ev.finish_reason
-        if plan is not None:
-            msg, reason = _message("".join(held) + ev.text, plan, reason)
-            if msg.get("tool_calls"):
-                yield chunk({"tool_calls": [{"index": i, **c} for i, c in enumerate(msg["tool_calls"])]})
-            elif msg["content"]:
-                yield chunk({"content": msg["content"]})
-        elif ev.text:
-            yield chunk({"content": ev.text})
+        if d := grown(True):
+            yield chunk(d)
+        if "tool_calls" in d:
+            reason = "tool_calls" if reason == "stop" else reason
         yield chunk({}, reason)

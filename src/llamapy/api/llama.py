@@ -7,7 +7,7 @@ from typing import Any, Iterator
 
 from ..log import logger
 from ..sampling import LLAMA_DEFAULT_SEED
-from .chat import chat_chunks, chat_completion, prepare
+from .chat import CHAT_FIELDS, chat_chunks, chat_completion, prepare
 from .completion import GenOptions, completion, completion_chunks, stop_list
 from .embedding import embed_texts, embedding_response, make_embedder, pooling_arg, pooling_type_int
 from .engine import Engine
@@ -159,12 +159,13 @@ class Llama:
         tool_choice "required" or {"type": "function", ...} forces a call; response_format
         {"type": "json_object", "schema": {...}} constrains the answer to the schema."""
         gspec = _grammar_text(grammar)
-        ids, constraint, plan = prepare(self._eng, messages, tools, tool_choice, response_format, gspec)
+        extra = {k: rest.pop(k) for k in CHAT_FIELDS if k in rest}  # the server's chat request fields
+        ids, constraint, prep = prepare(self._eng, messages, tools, tool_choice, response_format, gspec, **extra)
         opts = self._opts(max_tokens, temperature, top_p, top_k, min_p, repeat_penalty, frequency_penalty,
                           presence_penalty, stop, 0, seed)
         if stream:
-            return chat_chunks(self._eng, self.model_path, ids, constraint, plan, opts)
-        return chat_completion(self._eng, self.model_path, ids, constraint, plan, opts)
+            return chat_chunks(self._eng, self.model_path, ids, constraint, prep, opts)
+        return chat_completion(self._eng, self.model_path, ids, constraint, prep, opts)
 
 
 def _grammar_text(grammar: Any) -> str | None:

@@ -37,7 +37,8 @@ class ChatOptions:
     use_jinja: bool = True
     template_kwargs: dict[str, Any] = field(default_factory=dict)
     reasoning_format: str = "auto"  # none | deepseek | deepseek-legacy | auto
-    reasoning_budget: int = -1
+    reasoning_budget: int = -1  # thinking tokens: -1 unrestricted, 0 the end tag at once (chat/budget.py)
+    reasoning_budget_message: str = ""  # written before the forced end tag
     prefill_assistant: bool = True
     template: str | None = None  # --chat-template / --chat-template-file text (None: the GGUF's)
 

@@ -48,8 +48,9 @@ def _split_think(text: str, opened: bool, partial: bool) -> tuple[str, str]:
 
 
 def parse_message(text: str, fmt: ChatFormat, reasoning_format: str = "auto", opened: bool = False,
-                  calls: bool = False, partial: bool = False) -> ParsedMessage:
-    """The message in `text`; calls: the request offered tools (calls are looked for)."""
+                  calls: bool = False, partial: bool = False, parallel: bool = True) -> ParsedMessage:
+    """The message in `text`; calls: the request offered tools (calls are looked for);
+    parallel: the request's parallel_tool_calls (without it, two calls are not a match)."""
     if fmt.kind == "gpt-oss":
         r, c, found = parse_harmony(text, reasoning_format, calls, partial)
         return ParsedMessage(c, r, found)
@@ -69,7 +70,7 @@ def parse_message(text: str, fmt: ChatFormat, reasoning_format: str = "auto", op
                     if rest.endswith(tr[:n]):
                         return ParsedMessage(rest[:-n], reasoning)
             return ParsedMessage(rest, reasoning)
-        content, found = parse_calls(rest, fmt.kind)
+        content, found = parse_calls(rest, fmt.kind, parallel)
         msg.tool_calls = found
         msg.content = content.strip() if found else content
         return msg

@@ -9,7 +9,7 @@ reads calls back (tests/test-chat.cpp's cases in llama.cpp show the outputs):
   magistral    [TOOL_CALLS]NAME[ARGS]{args}   (Mistral Small 3.2, Devstral: [ARGS] in the template)
   hermes       <tool_call>\\n{"name": ..., "arguments": {...}}\\n</tool_call>   (Hermes 2/3, Qwen 2.5/3, QwQ, SmolLM3)
   llama3       {"name": ..., "parameters": {...}}  or  <|python_tag|>{...}   (Llama 3.1/3.2/3.3)
-  generic      none of these: server/tools.py's JSON object, tools in the system prompt
+  generic      none of these: chat/tools.py's JSON object, tools in the system prompt
 """
 from __future__ import annotations
 
@@ -207,11 +207,13 @@ PARSERS = {"hermes": _hermes, "llama3": _llama3, "mistral": _mistral, "magistral
            "deepseek-r1": _deepseek}  # gpt-oss: chat/harmony.py
 
 
-def parse_calls(text: str, kind: str) -> tuple[str, list[dict[str, Any]]]:
+def parse_calls(text: str, kind: str, parallel: bool = True) -> tuple[str, list[dict[str, Any]]]:
     """(content before the calls, calls as {"name", "arguments" (a JSON string), "id"}); a
-    call that does not parse leaves the whole text as content and no calls."""
+    call that does not parse leaves the whole text as content and no calls, and so do
+    several calls without parallel (llama-server's parser then ends after the first call
+    and the output does not match the format)."""
     fn = PARSERS.get(kind)
     got = fn(text) if fn else None
-    if got is None:
+    if got is None or (not parallel and len(got[1]) > 1):
         return text, []
     return got

@@ -28,6 +28,7 @@ def cmd_chat(a: argparse.Namespace) -> int:
     from ..memory.factory import can_reuse_prefix
 
     from ..chat.apply import apply_template
+    from ..chat.builtin import legacy_prompt
 
     setup_logging(verbose=a.verbose)
     opts = chat_options(a)  # bad flags fail before anything loads
@@ -48,7 +49,7 @@ def cmd_chat(a: argparse.Namespace) -> int:
             break
         messages.append({"role": "user", "content": user})
         prompt = apply_template(model.tokenizer.chat, messages, opts=opts) if opts.use_jinja else \
-            model.tokenizer.apply_chat_template(messages, add_generation_prompt=True)
+            legacy_prompt(model.tokenizer.chat.source, messages)  # --no-jinja: llama.cpp's built-in templates
         ids = model.tokenize(prompt, add_special=True, parse_special=True)
         n_keep = common_prefix(cached, ids[:-1])  # re-decode at least one token for fresh logits
         if not can_reuse_prefix(ctx.memory, 0, n_keep):  # SWA cells of that prefix are gone

@@ -73,8 +73,12 @@ def cmd_run(a: argparse.Namespace) -> int:
     if chat.template is not None or chat.template_kwargs:  # -p is one user turn through that template
         from ..chat.apply import apply_template
 
+        from ..chat.builtin import legacy_prompt
+
         model.tokenizer.use_chat_template(chat.template)
-        prompt = apply_template(model.tokenizer.chat, [{"role": "user", "content": a.prompt}], opts=chat)
+        turn = [{"role": "user", "content": a.prompt}]
+        prompt = apply_template(model.tokenizer.chat, turn, opts=chat) if chat.use_jinja else \
+            legacy_prompt(model.tokenizer.chat.source, turn)  # --no-jinja: llama.cpp's built-in templates
     ids = model.tokenize(prompt, add_special=True, parse_special=True)
     sys.stdout.write(prompt)
     tm = stream_tokens(model, ctx, sampler, ids, a.n_predict, spec=spec)

@@ -79,6 +79,14 @@ class Constraint:
         else:
             self._compute()  # stopped: only end-of-generation; cheap
 
+    def rollback(self, n: int) -> None:
+        """Undo the last n consumed tokens (the reasoning budget's start-of-answer path)."""
+        self._wait()
+        if not self.matcher.rollback(n):
+            raise GrammarDeadEnd(f"grammar rollback of {n} token(s) failed: {self.matcher.get_error()}")
+        self.n_tokens -= n
+        self._start()
+
     def valid_prefix(self, tokens: list[int]) -> int:
         """How many of tokens (a draft following the consumed ones) the grammar accepts.  It
         waits for the next mask (the matcher is busy with it), so with drafts the mask is not

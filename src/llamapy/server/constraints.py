@@ -10,7 +10,7 @@ from starlette.concurrency import run_in_threadpool
 from ..grammar import Constraint, GrammarError, GrammarSpec
 from .api_error import APIError
 from .bridge import ServerState
-from .tools import ToolPlan
+from ..chat.tools import ToolPlan
 
 
 def response_format_spec(rf: dict[str, Any] | None) -> GrammarSpec | None:

@@ -16,7 +16,7 @@ from ..chat.message import ParsedMessage
 from .anthropic_convert import MessagesRequest, anthropic_error_body, anthropic_error_response, to_openai
 from .api_error import APIError, final_error
 from .bridge import Pending, ServerState
-from .chat_prep import ChatPrep, openai_calls, prepare_chat
+from .chat_prep import ChatPrep, openai_calls, prepare_chat, reasoning_gate
 from .constraints import compile_constraint, request_spec
 from .handoff import submit
 from .request import Event, Request as GenRequest, Usage
@@ -59,7 +59,7 @@ async def count_tokens(request: Request) -> dict[str, int]:
 async def messages(request: Request):
     state: ServerState = request.app.state.llama
     body, chat, prep, ids = await _parse(state, request)
-    constraint = await compile_constraint(state, request_spec(None, None, None, prep.plan))
+    constraint = reasoning_gate(state, prep, chat, await compile_constraint(state, request_spec(None, None, None, prep.plan)))
     req = GenRequest(ids, max_tokens=chat.n_predict(), sampling=chat.sampling(), stop=chat.stop_list(), spec=chat.spec_overrides(),
                      constraint=constraint)
     p = submit(state, req)

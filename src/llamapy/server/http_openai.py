@@ -12,7 +12,7 @@ from fastapi.responses import JSONResponse
 
 from .api_error import APIError, error_body, error_response, final_error
 from .bridge import Pending, ServerState
-from .chat_prep import ChatPrep, openai_calls, prepare_chat
+from .chat_prep import ChatPrep, openai_calls, prepare_chat, reasoning_gate
 from .constraints import compile_constraint, request_spec
 from .handoff import submit, tokenize_prompt
 from .request import Event, Request as GenRequest, Usage
@@ -113,7 +113,7 @@ async def chat_completions(body: ChatCompletionRequest, request: Request):
     ids = state.model.tokenize(text, add_special=True, parse_special=True)
     n_probs = body.n_probs()
     spec = request_spec(body.grammar, body.json_schema, body.response_format, plan)
-    constraint = await compile_constraint(state, spec)
+    constraint = reasoning_gate(state, prep, body, await compile_constraint(state, spec))
     req = GenRequest(ids, max_tokens=body.n_predict(), sampling=body.sampling(n_probs), stop=body.stop_list(), n_probs=n_probs, ignore_eos=body.ignore_eos, **body.slot_params(), spec=body.spec_overrides(), constraint=constraint)
     p = submit(state, req)
     cid, created = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())

@@ -18,7 +18,7 @@ from pydantic import ValidationError
 from ..chat.message import ParsedMessage
 from .api_error import APIError, error_body, error_response, final_error
 from .bridge import Pending, ServerState
-from .chat_prep import ChatPrep, openai_calls, prepare_chat
+from .chat_prep import ChatPrep, openai_calls, prepare_chat, reasoning_gate
 from .constraints import compile_constraint, request_spec
 from .handoff import submit
 from .request import Request as GenRequest, Usage
@@ -63,7 +63,7 @@ async def input_tokens(request: Request) -> dict[str, Any]:
 async def responses(request: Request):
     state: ServerState = request.app.state.llama
     raw, chat, prep, ids = await _parse(state, request)
-    constraint = await compile_constraint(state, request_spec(chat.grammar, chat.json_schema, chat.response_format, prep.plan))
+    constraint = reasoning_gate(state, prep, chat, await compile_constraint(state, request_spec(chat.grammar, chat.json_schema, chat.response_format, prep.plan)))
     req = GenRequest(ids, max_tokens=chat.n_predict(), sampling=chat.sampling(), stop=chat.stop_list(), ignore_eos=chat.ignore_eos, **chat.slot_params(),
                      spec=chat.spec_overrides(), constraint=constraint)
     p = submit(state, req)
@@ -86,7 +86,7 @@ def _head(raw: dict[str, Any], chat: ChatCompletionRequest, state: ServerState) 
             "model": chat.model or state.alias, "output": [], "error": None, "incomplete_details": None,
             "instructions": raw.get("instructions"), "max_output_tokens": raw.get("max_output_tokens"),
             "temperature": chat.temperature, "top_p": chat.top_p, "tools": raw.get("tools") or [],
-            "tool_choice": raw.get("tool_choice") or "auto", "parallel_tool_calls": chat.parallel_tool_calls,
+            "tool_choice": raw.get("tool_choice") or "auto", "parallel_tool_calls": chat.parallel_tool_calls is not False,
             "metadata": raw.get("metadata") or {}, "text": raw.get("text") or {"format": {"type": "text"}}, "usage": None}
 
 

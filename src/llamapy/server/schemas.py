@@ -122,10 +122,13 @@ class ChatCompletionRequest(_Sampling):
     response_format: dict[str, Any] | None = None  # {"type": "text" | "json_object" | "json_schema", ...}
     tools: list[Any] | None = None  # checked by tools.parse_tools (a 400 that names the problem)
     tool_choice: Any = None
-    parallel_tool_calls: bool = False  # llama-server's default
+    parallel_tool_calls: bool | None = None  # None: the template's supports_parallel_tool_calls (llama-server)
     chat_template_kwargs: dict[str, Any] | None = None  # extra template variables, over --chat-template-kwargs
     reasoning_format: Literal["none", "deepseek", "deepseek-legacy", "auto"] | None = None  # over --reasoning-format
     reasoning_effort: str | None = None
+    reasoning_budget_tokens: int | None = Field(None, ge=-1)  # -1 / absent: --reasoning-budget
+    thinking_budget_tokens: int | None = Field(None, ge=-1)  # llama-server's other name for it
+    reasoning_budget_message: str | None = None  # over --reasoning-budget-message
     add_generation_prompt: bool = True
 
     def n_predict(self) -> int:

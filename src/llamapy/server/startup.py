@@ -83,5 +83,13 @@ def load_model(s: ServeSettings, state: ServerState) -> None:
     log.info(f"load_model: up to {max_queue} requests wait for a slot (--max-queue); --timeout {s.timeout:g} s")
     model.tokenizer.use_chat_template(s.chat.template)
     log_chat_template(model.tokenizer.chat)
+    if not s.chat.use_jinja:  # --no-jinja: llama.cpp's built-in template, or llama-server does not start
+        from ..chat.builtin import detect
+
+        name = detect(model.tokenizer.chat.source)
+        if name is None:
+            raise ValueError("--no-jinja: the chat template is not one of llama.cpp's built-in templates (this custom "
+                             "template is not supported, try using --jinja); or give one: --no-jinja --chat-template chatml")
+        logger("srv").info(f"init: --no-jinja: built-in chat template {name}")
     state.alias = s.alias or model.path.stem
     state.attach(model, ctx, sched)

@@ -166,7 +166,7 @@ def plan(tools: list[dict[str, Any]] | None, choice: Any, parallel: bool, fmt: s
         p.lark = hermes_lark(offered, c, parallel)
         return p
     if fmt != "generic":  # a family's own call syntax (chat/tool_syntax.py)
-        from ..chat.tool_syntax import call_lark
+        from .tool_syntax import call_lark
 
         p.lark = call_lark(fmt, offered, c, parallel, closed_objects)
         return p
