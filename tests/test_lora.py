@@ -144,3 +144,21 @@ def _refusal(model: Model, tmp_path: Path, kw: dict) -> GGUFError:
     except GGUFError as e:
         return e
     raise AssertionError("not refused")
+
+
+def test_lora_flags():
+    """--lora / --lora-scaled keep command-line order (the adapters' ids), comma lists and
+    FNAME:SCALE as llama.cpp parses them; --lora-init-without-apply zeroes the scales; a bad
+    FNAME:SCALE is refused naming it."""
+    from llamapy.cli.lora_flags import lora_specs
+    from llamapy.cli.main import build_parser
+
+    ap = build_parser()
+    for cmd in (["serve"], ["run"], ["perplexity"]):
+        a = ap.parse_args([*cmd, "--lora", "a.gguf", "--lora-scaled", "b.gguf:0.5,c.gguf:-2", "--lora", "d.gguf,e.gguf"])
+        assert lora_specs(a) == (("a.gguf", 1.0), ("b.gguf", 0.5), ("c.gguf", -2.0), ("d.gguf", 1.0), ("e.gguf", 1.0))
+    a = ap.parse_args(["serve", "--lora", "a.gguf", "--lora-scaled", "b.gguf:0.5", "--lora-init-without-apply"])
+    assert lora_specs(a) == (("a.gguf", 0.0), ("b.gguf", 0.0))
+    for bad in ("b.gguf", "b.gguf:x", "b:c:0.5"):
+        with pytest.raises(SystemExit):
+            ap.parse_args(["serve", "--lora-scaled", bad])
