@@ -116,3 +116,37 @@ def test_different_adapters_in_one_batch(model):
     for out, (_, scales) in zip(outs, cases):
         assert out == one_shot(model, scales, ids), scales
     assert len({tuple(o) for o in outs}) == 3
+
+
+def test_serve_process_lora_flags(tmp_path):
+    """`llamapy serve --lora A --lora-scaled B:0.5 --lora-init-without-apply`: both loaded at
+    scale 0 (GET), POST turns A on and the greedy text is the one-shot run's at that scale; a
+    bad adapter stops the server before it listens, naming the tensor."""
+    import subprocess
+
+    import httpx
+    from test_server_cli import _MAIN, _start
+    from tiny_lora import write_tiny_lora
+
+    sys.path.insert(0, str(ROOT / "scripts"))
+    from ref_lora_llamacpp import write_files
+
+    base, paths, _ = write_files(tmp_path)
+    proc, url, _ = _start(["-m", str(base), "-c", "256", "-np", "1", "--port", "0", "-t", "1", "--no-webui",
+                           "--lora", str(paths["a"]), "--lora-scaled", f"{paths['b']}:0.5", "--lora-init-without-apply"])
+    try:
+        with httpx.Client(base_url=url, timeout=60) as c:
+            assert [(e["id"], e["scale"]) for e in c.get("/lora-adapters").json()] == [(0, 0.0), (1, 0.0)]
+            assert c.post("/lora-adapters", json=[{"id": 0, "scale": 1.0}]).json() == {"success": True}
+            r = c.post("/completion", json={"prompt": PROMPT, "n_predict": N, "temperature": 0, "ignore_eos": True}).json()
+    finally:
+        proc.terminate()
+        proc.wait(30)
+    m = Model.load(base)
+    m.add_loras([(str(paths["a"]), 1.0), (str(paths["b"]), 0.0)])
+    assert r["content"] == m.detokenize(one_shot(m, (1.0, 0.0), m.tokenize(PROMPT)))
+    bad = write_tiny_lora(tmp_path / "bad.gguf", base, targets=(), output=False,
+                          extra={"blk.0.attn_q.weight": ((4, 32), (64, 4))})
+    p = subprocess.run([sys.executable, "-c", _MAIN, "serve", "-m", str(base), "--port", "0", "--lora", str(bad)],
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=120)
+    assert p.returncode != 0 and "tensor 'blk.0.attn_q.weight' has incorrect shape" in p.stdout, p.stdout[-2000:]
