@@ -46,6 +46,7 @@ class Model:
         adapters = [load_lora(p, self.gguf, self.device) for p, _ in specs]
         shapes = {n: t.shape for n, t in self.gguf.tensors.items()}
         self.lora = attach_loras(self.net, shapes, adapters, tuple(float(s) for _, s in specs))
+        self.n_bytes_resident += sum(ad.n_bytes for ad in adapters)  # the context's memory estimate counts them
 
     @classmethod
     def load(cls, name_or_path: str | Path | None = None, device: str = "auto", exact: bool = False,
