@@ -65,7 +65,11 @@ class Context:
         self.stats = DecodeStats()
         self.graphs = GraphCache(model.device)  # input buffers per (n_tokens, n_kv) shape
         # decode replayed as CUDA graphs (None on the CPU, and under -nkvo: attention copies to the host)
-        self.cuda_graphs = CudaGraphs.for_device(model.device) if c.offload_kqv else None
+        self.cuda_graphs = CudaGraphs.for_device(model.device) if c.offload_kqv and model.lora is None else None
+        # LoRA (model.lora): the scales of sequences without their own (llama_set_adapters_lora's),
+        # and per-sequence ones (the server's slots: requests with different adapters in one batch)
+        self.lora_scales: tuple[float, ...] = model.lora.init_scales if model.lora is not None else ()
+        self.seq_lora_scales: dict[int, tuple[float, ...]] = {}
         self._logits = torch.empty(0, hp.n_vocab)  # [n_outputs, n_vocab] of the last decode
         # reuse_logits: each decode step writes its logits into one buffer (grown to the most
         # outputs met), so that get_logits() is valid only until the next decode, as in
@@ -199,6 +203,9 @@ class Context:
         memory.begin_ubatch(ub, sinfo)
         inp = make_inputs(ub, self.model.device, self.cparams.flash_attn != "off", self.graphs)
         bind_slot_info(inp, memory, sinfo)
+        if self.model.lora is not None:  # each row: its sequence's adapter scales
+            get = self.seq_lora_scales.get
+            self.model.lora.set_rows([get(s[0], self.lora_scales) for s in ub.seq_id], list(ub.output), self.model.device)
         key = (ub.n_tokens, self._n_kv_key(memory))
         self.graphs.begin(key)
         return inp, key

@@ -98,7 +98,10 @@ def load_context(a: argparse.Namespace, params=None):
     """(Model, Context) for a command: one process, or stage 0 of --pp N stages."""
     from ..pipeline import open_context
 
-    return open_context(a.model, params or ctx_params(a), pipe_params(a), device=resolve_device(a), mmap=getattr(a, "mmap", None))
+    from .lora_flags import lora_specs
+
+    return open_context(a.model, params or ctx_params(a), pipe_params(a), device=resolve_device(a), mmap=getattr(a, "mmap", None),
+                        lora=lora_specs(a))
 
 
 def spec_params(a: argparse.Namespace):

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from .args import ctx_params, load_context, pipe_params, resolve_device, spec_params
 from .flags import add_context, add_deterministic, add_model, add_pipeline, add_speculative, gpu_layers
+from .lora_flags import add_lora, lora_specs
 
 
 def _ints(s: str) -> list[int]:
@@ -86,6 +87,7 @@ def add_parser(sub) -> None:
                    help="score the tokens of --kl-divergence-base FILE and compare with it: KL divergence, same top p, Δp")
     p.add_argument("--exact", action="store_true", help="dequantize all weights to float32: the reference")
     p.add_argument("-v", "--verbose", action="store_true")
+    add_lora(p)
     p.set_defaults(fn=cmd_perplexity, ctx_size=512)
 
 
@@ -212,13 +214,17 @@ def cmd_perplexity(a: argparse.Namespace) -> int:
     if a.kl_divergence:
         if pipe.enabled:
             raise ValueError("--kl-divergence runs in one process: drop --pp")
-        return _kl_divergence(a, Model.load(a.model, device=resolve_device(a), exact=a.exact))
+        model = Model.load(a.model, device=resolve_device(a), exact=a.exact)
+        if lora_specs(a):
+            model.add_loras(list(lora_specs(a)))
+        return _kl_divergence(a, model)
     text = Path(a.file).read_text(encoding="utf-8", errors="replace")
     n_ctx = a.ctx_size
     params = perplexity_params(n_ctx, a.batch_size, a.ubatch_size, type_k=a.cache_type_k, type_v=a.cache_type_v,
                                flash_attn=a.flash_attn, n_threads=a.threads, device=resolve_device(a),
                                offload_kqv=not a.no_kv_offload)
-    model, ctx = open_context(a.model, params, pipe, device=resolve_device(a), exact=a.exact, mmap=getattr(a, "mmap", None))
+    model, ctx = open_context(a.model, params, pipe, device=resolve_device(a), exact=a.exact, mmap=getattr(a, "mmap", None),
+                              lora=lora_specs(a))
     t0 = time.perf_counter()
     tokens = model.tokenize(text, add_special=True, parse_special=False)
     print(f"perplexity: tokenization took {(time.perf_counter() - t0) * 1e3:g} ms", file=sys.stderr)

@@ -9,11 +9,13 @@ from ..log import setup_logging
 from .args import ctx_params, grammar_spec, load_context, make_sampler, spec_params
 from .chat_flags import add_chat_template
 from .flags import add_context, add_grammar, add_model, add_sampling, add_speculative
+from .lora_flags import add_lora
 
 
 def add_parser(sub) -> None:
     p = sub.add_parser("run", help="generate text from a prompt, streaming tokens")
     add_model(p), add_context(p), add_sampling(p), add_speculative(p), add_grammar(p), add_chat_template(p)
+    add_lora(p)
     p.add_argument("-p", "--prompt", default="Once upon a time")
     p.add_argument("-n", "--n-predict", type=int, default=128, help="tokens to generate (-1: until end or context full)")
     p.add_argument("-no-cnv", "--no-conversation", action="store_true",

@@ -16,6 +16,7 @@ from ..server.settings import AUTO_SLOTS, ReplicaSettings, ServeSettings
 from .args import ctx_params, pipe_params, spec_params
 from .chat_flags import add_chat_template, chat_options
 from .flags import add_context, add_embedding, add_model, add_speculative
+from .lora_flags import add_lora, lora_specs
 from .serve_flags import add_llama_server, request_defaults
 
 SERVE_FLAGS_OWN = {"--replicas", "--min-replicas", "--max-replicas", "--ray-address", "--routing", "--host", "--port"}
@@ -50,6 +51,7 @@ def add_parser(sub) -> None:
                         "else take the least recently used slot (0: always the longest prefix; default: 0.5)")
     p.add_argument("-v", "--verbose", action="store_true", help="log every HTTP request")
     add_llama_server(p)
+    add_lora(p)
     g = p.add_argument_group("replicas on Ray Serve (replicas/): every other flag applies to each replica")
     g.add_argument("--replicas", type=int, default=None, help="llamapy servers behind one endpoint, routed by prefix")
     g.add_argument("--min-replicas", type=int, default=None, help="autoscaling: the fewest replicas (with --max-replicas)")
@@ -73,7 +75,7 @@ def serve_settings(a: argparse.Namespace) -> ServeSettings:
         replicas=ReplicaSettings(a.replicas, a.min_replicas, a.max_replicas, a.ray_address, a.routing),
         embedding=a.embedding or a.reranking, pooling="rank" if a.reranking else a.pooling,
         embd_normalize=a.embd_normalize, slot_save_path=a.slot_save_path, ctx_shift=a.ctx_shift, n_keep=a.keep,
-        n_cache_reuse=a.cache_reuse, props=a.props)
+        n_cache_reuse=a.cache_reuse, props=a.props, lora=lora_specs(a))
 
 
 def replica_argv(argv: list[str]) -> tuple[str, ...]:

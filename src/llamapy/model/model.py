@@ -15,6 +15,7 @@ from .archs import arch_class
 from .hparams import HParams, hparams_from_gguf
 from .huge_pages import WeightArena, read_weights, thp_available
 from .loader import WeightLoader
+from .lora_apply import LoraState
 from .stage import StageLayers
 
 MiB = 1024 * 1024
@@ -32,6 +33,20 @@ class Model:
         self.n_bytes_stacked = loader.n_bytes_stacked  # read into new buffers; the rest is mapped
         self.n_bytes_arena = loader.arena.n_bytes if loader.arena is not None else 0  # of those, in the weight arena
         self.device = loader.device
+        self.lora: LoraState | None = None  # the LoRA adapters (add_loras), applied beside the weights
+
+    def add_loras(self, specs: list[tuple[str, float]]) -> None:
+        """Load the LoRA adapters (path, scale) -- --lora / --lora-scaled -- and apply them to
+        this model's products (model/lora.py, lora_apply.py); a refused adapter changes nothing."""
+        if self.lora is not None:
+            raise ValueError("LoRA adapters are added once, when the model is loaded")
+        from .lora import load_lora
+        from .lora_apply import attach_loras
+
+        adapters = [load_lora(p, self.gguf, self.device) for p, _ in specs]
+        shapes = {n: t.shape for n, t in self.gguf.tensors.items()}
+        self.lora = attach_loras(self.net, shapes, adapters, tuple(float(s) for _, s in specs))
+        self.n_bytes_resident += sum(ad.n_bytes for ad in adapters)  # the context's memory estimate counts them
 
     @classmethod
     def load(cls, name_or_path: str | Path | None = None, device: str = "auto", exact: bool = False,

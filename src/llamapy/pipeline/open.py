@@ -34,17 +34,22 @@ def plan_stages(model_ref, pipe: PipelineParams):
 
 
 def open_context(model_ref, params: ContextParams, pipe: PipelineParams | None = None, device: str = "auto",
-                 exact: bool = False, mmap: bool | None = None):
+                 exact: bool = False, mmap: bool | None = None, lora: tuple[tuple[str, float], ...] = ()):
     """(Model, Context): a plain Context, or with --pp N > 1 a PipelineContext whose other
     stages are started here (or joined, under torchrun).  mmap: Model.load's (stage 0's; the
-    other stages take the default)."""
+    other stages take the default).  lora: the adapters (path, scale) Model.add_loras applies
+    before the context is made (one process only)."""
     from ..context import Context
     from ..model.model import Model
 
     pipe = pipe or PipelineParams()
     if not pipe.enabled:
         model = Model.load(model_ref, device=device, exact=exact, mmap=mmap)
+        if lora:
+            model.add_loras(list(lora))
         return model, Context(model, params)
+    if lora:
+        raise ValueError(f"--lora with --pp {pipe.pp}: LoRA adapters run in one process here (drop --pp)")
     if device not in ("auto", "cpu"):
         raise ValueError(f"--pp {pipe.pp}: pipeline stages run on the CPU over gloo here (got --device {device})")
     from .context import PipelineContext

@@ -21,6 +21,7 @@ from .handoff import submit, tokenize_prompt
 from .http_anthropic import router as anthropic_router
 from .http_responses import router as responses_router
 from .http_slots import router as slots_router
+from .http_lora import router as lora_router
 from .http_embed import router as embed_router
 from .http_openai import router as openai_router
 from .http_infill import infill_request
@@ -160,6 +161,7 @@ def create_app(state: ServerState) -> BodyLimit:
     app.include_router(anthropic_router)
     app.include_router(responses_router)
     app.include_router(slots_router)
+    app.include_router(lora_router)
     app.include_router(embed_router)
     app.include_router(rerank_router)
     app.include_router(webui_router)

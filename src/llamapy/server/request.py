@@ -74,6 +74,7 @@ class Request:
     n_keep: int | None = None  # context shift: tokens kept at the start (-1: the prompt); None: the server's --keep
     n_discard: int = 0  # context shift: tokens dropped after them; 0: half of the rest
     n_cache_reuse: int | None = None  # --cache-reuse's chunk size for this request (0: off); None: the server's
+    lora: dict[int, float] | None = None  # llama-server's per-request lora {id: scale} (unlisted: 0); None: the global scales
 
     def expired(self, now: float) -> bool:
         return self.timeout > 0 and now - self.t_arrival > self.timeout

@@ -27,6 +27,7 @@ from ..tokenizer import StreamDecoder
 from .ctx_shift import can_shift, context_shift, needs_shift
 from .engine_events import EngineEvents
 from .metrics import ServerMetrics
+from .lora_scales import bind_slot_lora, check_ids
 from .prompt_cache import SLOT_PROMPT_SIMILARITY, free_idle_caches, keep_prefix, pick_slot, reuse_chunks
 from .request import Event, Request, Usage
 from .slot_files import SlotAction, SlotActionError, run_ready
@@ -105,6 +106,7 @@ class Scheduler:
         """Raise PromptTooLongError / ValueError if the request can never run."""
         c = self.ctx.cparams
         check_prompt_fits(len(req.prompt), c.n_ctx_seq, c.n_ctx, c.n_seq_max, c.kv_unified)
+        check_ids(req.lora or {}, len(self.ctx.model.lora.adapters) if self.ctx.model.lora is not None else 0)
         if self.spec is not None and req.spec:
             limit = self.spec.draft_len
             n_max = int(req.spec.get("n_max", limit))
@@ -290,6 +292,7 @@ class Scheduler:
                 req.sink(Event(req.id, final=True, finish_reason="error", usage=Usage(len(req.prompt)),
                                error=f"sampling settings rejected: {e}"))
                 continue
+            bind_slot_lora(self.ctx, slot, req.lora)  # before any reuse: other scales' cells are dropped
             n_reuse = self.n_cache_reuse if req.n_cache_reuse is None else req.n_cache_reuse
             if n_reuse > 0 and can_shift(self.ctx.memory):
                 reuse_chunks(self.ctx.memory, slot, req.prompt, n_reuse)

@@ -31,6 +31,7 @@ class _Sampling(BaseModel):
     n_keep: int | None = Field(None, ge=-1)  # context shift: tokens kept (-1: the prompt); None: the server's --keep
     n_discard: int = Field(0, ge=0)  # context shift: tokens dropped after them (0: half of the rest)
     n_cache_reuse: int | None = Field(None, ge=0)  # prompt cache chunks this long are shifted into place; None: --cache-reuse
+    lora: Any = None  # llama-server's per-request adapters [{id, scale}] (unlisted ids: 0); None: the global scales
     # llama-server's per-request speculative fields (flat, dotted keys); None: the server's
     spec_n_max: int | None = Field(None, alias="speculative.n_max", ge=0)
     spec_n_min: int | None = Field(None, alias="speculative.n_min", ge=0)
@@ -46,7 +47,15 @@ class _Sampling(BaseModel):
 
     def slot_params(self) -> dict[str, Any]:
         """The request's slot fields, as server.request.Request's keyword arguments."""
-        return {"id_slot": self.id_slot, "n_keep": self.n_keep, "n_discard": self.n_discard, "n_cache_reuse": self.n_cache_reuse}
+        from .api_error import APIError
+        from .lora_scales import LoraRequestError, lora_entries
+
+        try:
+            lora = None if self.lora is None else lora_entries(self.lora)
+        except LoraRequestError as e:
+            raise APIError(400, str(e)) from None
+        return {"id_slot": self.id_slot, "n_keep": self.n_keep, "n_discard": self.n_discard, "n_cache_reuse": self.n_cache_reuse,
+                "lora": lora}
 
     def stop_list(self) -> list[str]:
         if self.stop is None:

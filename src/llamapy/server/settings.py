@@ -85,6 +85,7 @@ class ServeSettings:
     n_keep: int = 0  # --keep: tokens a context shift keeps (-1: the whole prompt)
     n_cache_reuse: int = 0  # --cache-reuse: the smallest moved prompt-cache chunk shifted into place (0: off)
     props: bool = False  # --props: POST /props allowed
+    lora: tuple[tuple[str, float], ...] = ()  # --lora / --lora-scaled: (path, initial scale), ids in this order
 
     def check(self) -> None:
         """ValueError, naming the flag, for a setting no server can start with."""

@@ -50,6 +50,7 @@ class Slot:
     state: SlotState = SlotState.IDLE
     request: Request | None = None
     cache_tokens: list[int] = field(default_factory=list)  # in the KV cache at pos 0..len-1
+    lora: tuple[float, ...] | None = None  # the LoRA scales its cells were computed with (server/lora_scales.py)
     n_past: int = 0  # prompt tokens in the cache (prefill progress)
     n_cached: int = 0  # prompt tokens reused from the previous request
     sampled: int = -1  # last sampled token, not yet decoded

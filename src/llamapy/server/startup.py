@@ -51,7 +51,7 @@ def load_model(s: ServeSettings, state: ServerState) -> None:
 
     log = logger("srv")
     params = s.context_params()
-    model, ctx = open_context(s.model, params, s.pipe, device=s.ctx.device, mmap=s.mmap)
+    model, ctx = open_context(s.model, params, s.pipe, device=s.ctx.device, mmap=s.mmap, lora=s.lora)
     rep = ctx.memory_report()
     log.info(f"load_model: memory: model {rep['model'] / MiB:.2f} MiB, KV cache {(rep['kv_k'] + rep['kv_v']) / MiB:.2f} MiB "
              f"(K {rep['kv_k'] / MiB:.2f} + V {rep['kv_v'] / MiB:.2f}), output {rep['output'] / MiB:.2f} MiB")
