@@ -17,8 +17,9 @@
  * Other types (and non-x86 builds) return LP_DET_UNCOVERED: the caller keeps one-row ubatches. */
 #include <omp.h>
 
+#include "rows_det_x86.h"
+
 #include "blocks_x86.h"
-#include "quants.h"
 
 #define LP_DET_CHUNK 16     /* = mm.c's CHUNK: the one-row path's pairs start at each chunk's first row */
 #define LP_DET_G 4          /* activation rows per pass over a weight row's blocks */
@@ -301,14 +302,14 @@ static void det_chunk(int type, const uint8_t *w, int64_t o0, int64_t o1, int64_
 #undef DET32
 
 /* The activation rows with every form the one-row kernels read (split kept at any row count). */
-static size_t det_xrows_bytes(int64_t n_in, int64_t n) {
+size_t lp_det_xrows_bytes(int64_t n_in, int64_t n) {
     return (size_t)(n * n_in) * 2 + 2 * (size_t)(n * (n_in / 32)) * 4 + 2 * (size_t)(n * (n_in / 16)) * 4
            + 2 * (size_t)(n * n_in) + 8 * 64;
 }
 
 static void *det_align(void *p) { return (void *)(((uintptr_t)p + 63) & ~(uintptr_t)63); }
 
-static lp_xrows det_xrows_at(void *buf, int64_t n_in, int64_t n) {
+lp_xrows lp_det_xrows_at(void *buf, int64_t n_in, int64_t n) {
     lp_xrows x;
     x.n_in = n_in;
     x.n = n;
@@ -321,6 +322,29 @@ static lp_xrows det_xrows_at(void *buf, int64_t n_in, int64_t n) {
     x.isum16 = (int32_t *)det_align(x.ql + n * n_in);
     return x;
 }
+
+void lp_det_prep_for(const float *x, const lp_xrows *xr) {
+#pragma omp for schedule(static)
+    for (int64_t r = 0; r < xr->n; r++) lp_prepare_x_row(x + r * xr->n_in, *xr, r);
+}
+
+void lp_mm_det_for(int type, const uint8_t *w, int64_t n_out, const lp_xrows *xr, float *y, int64_t ldy, int accumulate) {
+#pragma omp for schedule(static)
+    for (int64_t o0 = 0; o0 < n_out; o0 += LP_DET_CHUNK)
+        det_chunk(type, w, o0, o0 + LP_DET_CHUNK < n_out ? o0 + LP_DET_CHUNK : n_out, xr->n_in, xr, y, ldy, accumulate);
+}
+#else
+size_t lp_det_xrows_bytes(int64_t n_in, int64_t n) { return (size_t)(n_in * n) * 0 + 64; }
+lp_xrows lp_det_xrows_at(void *buf, int64_t n_in, int64_t n) {
+    lp_xrows x;
+    memset(&x, 0, sizeof x);
+    (void)buf, (void)n_in, (void)n;
+    return x;
+}
+void lp_det_prep_for(const float *x, const lp_xrows *xr) { (void)x, (void)xr; }
+void lp_mm_det_for(int type, const uint8_t *w, int64_t n_out, const lp_xrows *xr, float *y, int64_t ldy, int accumulate) {
+    (void)type, (void)w, (void)n_out, (void)xr, (void)y, (void)ldy, (void)accumulate;
+}
 #endif
 
 /* y[r, o] (+)= sum_k x[r, k] W[o, k] with every element the one-row product's (lp_mm of row r
@@ -329,22 +353,14 @@ static lp_xrows det_xrows_at(void *buf, int64_t n_in, int64_t n) {
 int lp_mm_det(int type, const uint8_t *w, int64_t n_out, int64_t n_in, const float *x, int64_t n_rows, float *y,
               int64_t ldy, int accumulate) {
     if (!lp_mm_det_covers(type, n_in)) return LP_DET_UNCOVERED;
-#if defined(LP_AVX2) || defined(LP_AVX512)
-    void *buf = malloc(det_xrows_bytes(n_in, n_rows));
+    void *buf = malloc(lp_det_xrows_bytes(n_in, n_rows));
     if (!buf) return -1;
-    const lp_xrows xr = det_xrows_at(buf, n_in, n_rows);
+    const lp_xrows xr = lp_det_xrows_at(buf, n_in, n_rows);
 #pragma omp parallel
     {
-#pragma omp for schedule(static)
-        for (int64_t r = 0; r < n_rows; r++) lp_prepare_x_row(x + r * n_in, xr, r);
-#pragma omp for schedule(static)
-        for (int64_t o0 = 0; o0 < n_out; o0 += LP_DET_CHUNK)
-            det_chunk(type, w, o0, o0 + LP_DET_CHUNK < n_out ? o0 + LP_DET_CHUNK : n_out, n_in, &xr, y, ldy, accumulate);
+        lp_det_prep_for(x, &xr);
+        lp_mm_det_for(type, w, n_out, &xr, y, ldy, accumulate);
     }
     free(buf);
     return 0;
-#else
-    (void)w, (void)n_out, (void)x, (void)n_rows, (void)y, (void)ldy, (void)accumulate;
-    return LP_DET_UNCOVERED;
-#endif
 }
