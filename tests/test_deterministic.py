@@ -45,9 +45,9 @@ def _variants(model: Model, det: bool) -> dict[str, torch.Tensor]:
     target = _tokens(N_PROMPT, model.n_vocab, 0)
     others = {s: _tokens(N_PROMPT - s % 5, model.n_vocab, s) for s in range(1, N_OTHERS + 1)}
     out = {"alone": _decode(_ctx(model, det), {0: target})[0]}
-    for rows in (2, 3, 4, 5, 8, 16):  # ubatches of `rows` rows, the others' rows among them
+    for rows in (2, 3, 4, 5, 8, 16, 64):  # ubatches of `rows` rows (--deterministic: at most 31), others' rows among them
         ctx = _ctx(model, det, n_ubatch=rows)
-        out[f"ubatch {rows} rows"] = _decode(ctx, {0: target} | {s: others[s] for s in range(1, rows)})[0]
+        out[f"ubatch {rows} rows"] = _decode(ctx, {0: target} | {s: others[s] for s in range(1, min(rows, N_OTHERS + 1))})[0]
     ctx = _ctx(model, det, n_ubatch=16)  # chunked prompt: decodes of 5, 7, 12 tokens
     parts = [_decode(ctx, {0: target[p0:p1], 1: others[1][p0:p1]}, {0: p0, 1: p0})[0] for p0, p1 in ((0, 5), (5, 12), (12, 24))]
     out["chunked 5+7+12"] = torch.cat(parts)
@@ -66,7 +66,10 @@ def model(request, smollm2_path, gemma3_path) -> Model:
 
 @pytest.mark.slow
 def test_deterministic_rows_are_bit_identical(model):
+    assert _ctx(model, True)._det_rows() > 1  # both models take multi-row deterministic ubatches (rows_det_x86.c)
+    calls = model.net.fused.calls
     v = _variants(model, det=True)
+    assert model.net.fused.calls > calls
     bad = [k for k, t in v.items() if not torch.equal(t, v["alone"])]
     assert not bad, f"--deterministic: the target's logits differ from alone in: {bad}"
 

@@ -142,7 +142,7 @@ class Context:
         net = self.model.net
         logits = None
         for ub in ubatches:
-            inp = make_inputs(ub, self.model.device, self.cparams.flash_attn != "off", None)
+            inp = make_inputs(ub, self.model.device, self.cparams.flash_attn != "off", None, self.cparams.deterministic)
             out = net.hidden(inp, net.forward_layers(inp, None, net.embed(inp))).to("cpu", torch.float32)
             logits = self._place(out, ub, len(ubatches), logits, n_outputs)
         self._finish(batch, logits, n_outputs, out_ids, ubatches)
@@ -187,9 +187,9 @@ class Context:
         """All ubatches of the current batch: split_simple for a unified cache, split_equal
         (sequence-ordered, equal lengths) for per-sequence streams."""
         c = self.cparams
-        # --deterministic: one row per ubatch, so each row takes the one-row products and
-        # attention whatever shares its batch (docs/deterministic.md)
-        n_ub = 1 if c.deterministic else c.n_ubatch
+        # --deterministic: ubatches of up to det_rows rows, whose every row computes as if alone
+        # (docs/deterministic.md)
+        n_ub = min(c.n_ubatch, self._det_rows()) if c.deterministic else c.n_ubatch
         out: list[UBatch] = []
         self.alloc.split_reset()
         while True:
@@ -198,10 +198,24 @@ class Context:
                 return out
             out.append(ub)
 
+    def _det_rows(self) -> int:
+        """--deterministic's rows per ubatch: FAST_ROWS - 1 where every row of such a ubatch
+        computes as if alone (the fused layers with rows_det_x86.c's products and row-by-row
+        attention, and a covered output matrix: docs/deterministic.md), else 1 (each row its own
+        ubatch: the one-row kernels; never a silent loss of identity)."""
+        from .kernels.types import FAST_ROWS
+        from .model.block_matrix import BlockMatrix
+
+        net, c = self.model.net, self.cparams
+        fused, out = getattr(net, "fused", None), getattr(net, "output", None)
+        ok = (fused is not None and self.model.device.type == "cpu" and c.flash_attn != "off"
+              and fused.det_ok(c.type_k, c.type_v) and isinstance(out, BlockMatrix) and out.det_covered)
+        return FAST_ROWS - 1 if ok else 1
+
     def _begin_ubatch(self, ub: UBatch, sinfo, memory: Memory):
         """Occupy the ubatch's cells in `memory` and build its graph inputs; (inputs, graph key)."""
         memory.begin_ubatch(ub, sinfo)
-        inp = make_inputs(ub, self.model.device, self.cparams.flash_attn != "off", self.graphs)
+        inp = make_inputs(ub, self.model.device, self.cparams.flash_attn != "off", self.graphs, self.cparams.deterministic)
         bind_slot_info(inp, memory, sinfo)
         if self.model.lora is not None:  # each row: its sequence's adapter scales
             get = self.seq_lora_scales.get

@@ -47,6 +47,8 @@ SIGNATURES: dict[str, tuple] = {  # name -> argument types (all return void unle
     "lp_dequant_bf16": (I, P, I64, I64, I64, P),
     "lp_get_rows": (I, P, I64, P, I64, P),
     "lp_mm": (I, P, I64, I64, P, I64, P, I64, I),
+    "lp_mm_det": (I, P, I64, I64, P, I64, P, I64, I),
+    "lp_mm_det_covers": (I, I64),
     "lp_rms_norm": (P, P, I64, I64, F, P),
     "lp_glu": (P, I64, I64, I, P),
     "lp_glu_rows": (P, I64, P, I64, I64, I64, I, P),
@@ -63,7 +65,8 @@ SIGNATURES: dict[str, tuple] = {  # name -> argument types (all return void unle
     "lp_amx_on": (),
     "lp_amx_set": (I,),
 }
-RETURNS = {"lp_abi_version": ctypes.c_int, "lp_isa": ctypes.c_char_p, "lp_mm": ctypes.c_int, "lp_coarse_bf16": ctypes.c_int,
+RETURNS = {"lp_mm_det": ctypes.c_int, "lp_mm_det_covers": ctypes.c_int,
+           "lp_abi_version": ctypes.c_int, "lp_isa": ctypes.c_char_p, "lp_mm": ctypes.c_int, "lp_coarse_bf16": ctypes.c_int,
            "lp_amx_on": ctypes.c_int, "lp_amx_set": ctypes.c_int,
            "lp_attn_f16": ctypes.c_int, "lp_attn_kv": ctypes.c_int, "lp_attn_tiles_f16": ctypes.c_int, "lp_layers": ctypes.c_int,
            "lp_argmax": ctypes.c_int64, "lp_topk": ctypes.c_int64}

@@ -41,7 +41,7 @@ class DimsC(ctypes.Structure):
     """lp_dims."""
 
     _fields_ = [("n_embd", I64), ("n_head", I64), ("n_head_kv", I64), ("d", I64), ("n_rot", I64), ("n_ff", I64),
-                ("eps", F), ("attn_scale", F), ("q_scale", F), ("neox", I64), ("gelu", I64)]
+                ("eps", F), ("attn_scale", F), ("q_scale", F), ("neox", I64), ("gelu", I64), ("det", I64)]
 
 
 class RopeC(ctypes.Structure):
@@ -91,6 +91,7 @@ class FusedLayers:
     bound: tuple = ()  # (cache ids, weakrefs to the caches) the table's k, v point into now
     calls: int = 0  # forwards that took this path (the tests check it was taken)
     keep: list = field(default_factory=list)  # the tensors the table points into
+    det_covered: bool = False  # every matrix has rows_det_x86.c's product (multi-row --deterministic ubatches)
 
     @classmethod
     def build(cls, hp, specs: list[LayerSpec], lib: KernelLib | None, q_scale: float, attn_scale: float, neox: bool,
@@ -105,6 +106,7 @@ class FusedLayers:
         arr = (LayerC * len(specs))()
         keep: list = []
         n_ff = None
+        det_covered = True
         for il, s in enumerate(specs):
             qkv = [p for m in s.qkv for p in (_parts(m) or [None])]
             gu = [p for m in s.gate_up for p in (_parts(m) or [None])]
@@ -112,6 +114,7 @@ class FusedLayers:
             if None in qkv or None in gu or o is None or dn is None or len(o) != 1 or len(dn) != 1:
                 return None
             n_ff = dn[0].n_in
+            det_covered = det_covered and all(p.det_covered for p in qkv + gu + o + dn)
             if not _shapes_fit(qkv, gu, o[0], dn[0], hp.n_embd, n_q, n_k, n_ff):
                 return None
             c = arr[il]
@@ -134,9 +137,14 @@ class FusedLayers:
             c.wd, c.td = dn[0].blocks.data_ptr(), int(dn[0].qtype)
             c.rope_set = s.rope_set
         dims = DimsC(hp.n_embd, hp.n_head, hp.n_head_kv, d, hp.n_rot, n_ff, hp.f_norm_rms_eps, attn_scale, q_scale,
-                     int(neox), int(gelu))
+                     int(neox), int(gelu), 0)
         ids = list(range(len(specs))) if layer_ids is None else list(layer_ids)
-        return cls(lib, arr, dims, len(specs), [s.swa for s in specs], ids, keep=keep)
+        return cls(lib, arr, dims, len(specs), [s.swa for s in specs], ids, keep=keep, det_covered=det_covered)
+
+    def det_ok(self, type_k: str, type_v: str) -> bool:
+        """Can --deterministic ubatches of several rows (each row as if alone) take this path:
+        every matrix covered and caches of these types read by the C attention?"""
+        return self.det_covered and c_kv_types(type_k, type_v, self.dims.d, self.dims.d) is not None
 
     def run(self, inp, caches: list, x: torch.Tensor, ropes: list[tuple[torch.Tensor, torch.Tensor]]) -> bool:
         """x [n_tokens, n_embd] float32 through every layer, in place, when this ubatch fits the
@@ -144,16 +152,17 @@ class FusedLayers:
         KVCache, in table order; ropes: (cos, sin) [n_tokens, 1, n_rot/2] of each RoPE set."""
         n = x.shape[0]
         if n == 0 or n >= FAST_ROWS or x.device.type != "cpu" or not inp.flash_attn:
-            return False
+            return self._declined(inp, n)
+        self.dims.det = int(inp.deterministic)
         sets: dict[tuple[int, bool], int] = {}
         kvs, keep = [], []
         d = self.dims.d
         for il, cache in enumerate(caches):
             if not isinstance(cache, KVCache) or c_kv_types(cache.type_k.name, cache.type_v.name, d, d) is None:
-                return False
+                return self._declined(inp, n)
             key = (id(cache), self.swa[il])
             if key not in sets and len(sets) == MAX_KV_SETS:  # layers.c's bound (an iSWA model has 2)
-                return False
+                return self._declined(inp, n)
             if key not in sets:
                 kv, held = _kv_set(inp, cache, self.swa[il], n)
                 keep += held
@@ -175,6 +184,14 @@ class FusedLayers:
             raise MemoryError(f"lp_layers: no scratch memory for a ubatch of {n} rows")
         self.calls += 1
         return True
+
+    @staticmethod
+    def _declined(inp, n: int) -> bool:
+        """False (the per-op path takes the ubatch), but never for a --deterministic ubatch of
+        several rows: the per-op path would not compute its rows as if alone."""
+        if inp.deterministic and n > 1:
+            raise RuntimeError(f"--deterministic: a ubatch of {n} rows the fused layers cannot take (Context._det_rows)")
+        return False
 
     def _bind(self, caches: list) -> None:
         """Point every layer's k, v at its cache's tensors [n_stream, n_cells, width] (a KVCache

@@ -94,6 +94,26 @@ class BlockMatrix:
             self._mm(x, y, accumulate=True)
         return y
 
+    @property
+    def det_covered(self) -> bool:
+        """Has rows_det_x86.c a product of this type and width (each row the one-row product's)?"""
+        return bool(self.lib.fn.lp_mm_det_covers(int(self.qtype), self.n_in))
+
+    def det(self, x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+        """x [n, n_in] -> [n, n_out] float32 with every row bit-identical to this row's product
+        alone (lp_mm_det), whatever n; raises where not det_covered."""
+        n = x.shape[0]
+        usable = out is not None and out.is_contiguous() and tuple(out.shape) == (n, self.n_out) and out.dtype == torch.float32
+        y = out if usable else torch.empty(n, self.n_out, dtype=torch.float32)
+        x = x.contiguous() if x.dtype == torch.float32 else x.float().contiguous()
+        rc = self.lib.fn.lp_mm_det(int(self.qtype), self.blocks.data_ptr(), self.n_out, self.n_in, x.data_ptr(), n,
+                                   y.data_ptr(), self.n_out, 0) if n else 0
+        if rc == -2:
+            raise ValueError(f"lp_mm_det: no deterministic multi-row product for {self.qtype.name} rows of {self.n_in}")
+        if rc != 0:
+            raise MemoryError(f"lp_mm_det: no scratch memory for {n} rows of {self.n_in}")
+        return y
+
     def _mm(self, x: torch.Tensor, y: torch.Tensor, accumulate: bool) -> None:
         """y (+)= x W^T through lp_mm; many rows in slices of lanes_slice_rows (bounded buffers)."""
         x = x.contiguous() if x.dtype == torch.float32 else x.float().contiguous()

@@ -76,6 +76,7 @@ class UBatchInputs:
     pos: torch.Tensor
     out_rows: torch.Tensor
     flash_attn: bool = True  # fused attention (-fa on/auto) or the explicit KQ matrix (-fa off)
+    deterministic: bool = False  # --deterministic: every row as if alone (docs/deterministic.md)
     graphs: "GraphCache | None" = None
     sinfo: dict[int, SlotInfo] = field(default_factory=dict)  # id(cache) -> slot info
     plans: dict[int, list] = field(default_factory=dict)  # id(cache) -> KVCache.store_plan()
@@ -157,7 +158,8 @@ class GraphCache:
         return t
 
 
-def make_inputs(ub: UBatch, device: torch.device, flash_attn: bool = True, graphs: GraphCache | None = None) -> UBatchInputs:
+def make_inputs(ub: UBatch, device: torch.device, flash_attn: bool = True, graphs: GraphCache | None = None,
+                deterministic: bool = False) -> UBatchInputs:
     out_rows = np.nonzero(np.array(ub.output, dtype=bool))[0]
     return UBatchInputs(
         ubatch=ub,
@@ -166,4 +168,5 @@ def make_inputs(ub: UBatch, device: torch.device, flash_attn: bool = True, graph
         out_rows=torch.as_tensor(out_rows, dtype=torch.long, device=device),
         flash_attn=flash_attn,
         graphs=graphs,
+        deterministic=deterministic,
     )

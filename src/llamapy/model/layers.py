@@ -10,9 +10,12 @@ from ..kernels.ops import row_lib
 from .block_matrix import BlockMatrix
 
 
-def project(m, x: torch.Tensor, out: torch.Tensor | None) -> torch.Tensor:
+def project(m, x: torch.Tensor, out: torch.Tensor | None, deterministic: bool = False) -> torch.Tensor:
     """The product m(x) [n, n_out], written into `out` where m is a BlockMatrix that can (a
-    caller's reused logits buffer), else a new tensor."""
+    caller's reused logits buffer), else a new tensor.  deterministic: every row the one-row
+    product's (BlockMatrix.det; only asked where det_covered, Context._det_rows)."""
+    if deterministic and isinstance(m, BlockMatrix) and m.det_covered:
+        return m.det(x, out)
     return m(x, out) if out is not None and isinstance(m, BlockMatrix) else m(x)
 
 

@@ -20,6 +20,7 @@
 #include "kv_quant.h"
 #include "mm.h"
 #include "ops.h"
+#include "rows_det_x86.h"
 
 typedef struct {
     const float *attn_norm, *ffn_norm;           /* [n_embd] */
@@ -36,6 +37,7 @@ typedef struct {
     int64_t n_embd, n_head, n_head_kv, d, n_rot, n_ff;
     float eps, attn_scale, q_scale;
     int64_t neox, gelu;
+    int64_t det; /* --deterministic: every row as if alone (rows_det_x86.c products, attention row by row) */
 } lp_dims;
 
 typedef struct {
@@ -54,10 +56,30 @@ typedef struct {
 
 static int64_t max3(int64_t a, int64_t b, int64_t c) { return a > b ? (a > c ? a : c) : (b > c ? b : c); }
 
-/* One product of the prepared activations into y (stride ldy), split among the threads. */
+/* One product of the prepared activations into y (stride ldy), split among the threads;
+ * dbuf (deterministic mode, else NULL): xp's fp32 rows prepared again there for lp_mm_det_for,
+ * whose every row is the one-row product's. */
 static void product(int64_t type, const uint8_t *w, int64_t n_out, const lp_xprep *xp, float *y, int64_t ldy, int acc,
-                    void *scratch) {
+                    void *scratch, void *dbuf) {
+    if (dbuf) {
+        const lp_xrows dx = lp_det_xrows_at(dbuf, xp->n_in, xp->n);
+        lp_det_prep_for(xp->x, &dx);
+        lp_mm_det_for((int)type, w, n_out, &dx, y, ldy, acc);
+        return;
+    }
     lp_mm_for((int)type, w, n_out, xp->n_in, xp, y, ldy, acc, scratch);
+}
+
+/* Deterministic mode's attention: row by row, each with the chunks it would have alone. */
+static void attn_rows_for(const lp_layer *l, const lp_dims *hp, const lp_kv_in *kv, const float *qkv, int64_t n,
+                          int64_t nqkv, float *att, int64_t hpt, float *p, float *part, float *kvf) {
+    const int64_t nq = hp->n_head * hp->d;
+    for (int64_t i = 0; i < n; i++) {
+        const int64_t nch = lp_attn_chunks(1, hp->n_head, hp->n_head_kv, lp_most_visible(kv->ptr + i, 1), omp_get_max_threads());
+        lp_attn_for(qkv + i * nqkv, 1, nqkv, hp->n_head, hp->n_head_kv, hp->d, hp->d, (int)l->tck, l->k, (int)l->tcv, l->v,
+                    kv->n_kv, kv->mask + i * kv->n_kv, kv->ptr + i, kv->cells, hp->attn_scale, att + i * nq, nq, hpt, nch, p,
+                    part, kv->cell_off + i, kvf);
+    }
 }
 
 /* x += rms_norm(t) * post (post NULL: x += t), row by row. */
@@ -98,12 +120,18 @@ int lp_layers(const lp_layer *L, int64_t n_layer, const lp_dims *hp, float *x, i
                                                                    lp_attn_chunks(n, hp->n_head, hp->n_head_kv, m, omp_get_max_threads()));
         most = m > most ? m : most;
         n_part = np > n_part ? np : n_part;
+        for (int64_t i = 0; hp->det && i < n; i++) { /* row by row: each row's own chunks */
+            const int64_t c = lp_attn_chunks(1, hp->n_head, hp->n_head_kv, lp_most_visible(kvs[s].ptr + i, 1), omp_get_max_threads());
+            const int64_t pi = lp_attn_part_floats(1, hp->n_head, d, c);
+            n_part = pi > n_part ? pi : n_part;
+        }
     }
     float *buf = (float *)malloc((size_t)(n * (2 * ne + nqkv + nq + 3 * n_ff) + n_part) * sizeof(float));
-    void *xbuf = malloc(lp_xprep_bytes(wide, n));
-    if (!buf || !xbuf) {
+    void *xbuf = malloc(lp_xprep_bytes(wide, n)), *dbuf = hp->det ? malloc(lp_det_xrows_bytes(wide, n)) : NULL;
+    if (!buf || !xbuf || (hp->det && !dbuf)) {
         free(buf);
         free(xbuf);
+        free(dbuf);
         return -1;
     }
     float *xn = buf, *qkv = xn + n * ne, *att = qkv + n * nqkv, *gu = att + n * nq, *h = gu + n * 2 * n_ff;
@@ -126,11 +154,11 @@ int lp_layers(const lp_layer *L, int64_t n_layer, const lp_dims *hp, float *x, i
             /* attention */
             norm_prep_for(x, l->attn_norm, hp->eps, &xp_ne);
             if (l->wk == NULL) {
-                product(l->tq, l->wq, nqkv, &xp_ne, qkv, nqkv, 0, scratch);
+                product(l->tq, l->wq, nqkv, &xp_ne, qkv, nqkv, 0, scratch, dbuf);
             } else {
-                product(l->tq, l->wq, nq, &xp_ne, qkv, nqkv, 0, scratch);
-                product(l->tk, l->wk, nk, &xp_ne, qkv + nq, nqkv, 0, scratch);
-                product(l->tv, l->wv, nk, &xp_ne, qkv + nq + nk, nqkv, 0, scratch);
+                product(l->tq, l->wq, nq, &xp_ne, qkv, nqkv, 0, scratch, dbuf);
+                product(l->tk, l->wk, nk, &xp_ne, qkv + nq, nqkv, 0, scratch, dbuf);
+                product(l->tv, l->wv, nk, &xp_ne, qkv + nq + nk, nqkv, 0, scratch, dbuf);
             }
 #pragma omp for schedule(static)
             for (int64_t r = 0; r < n; r++) { /* Q and K normed, rotated and scaled; K and V into the row's cell */
@@ -147,23 +175,26 @@ int lp_layers(const lp_layer *L, int64_t n_layer, const lp_dims *hp, float *x, i
                 lp_kv_store((int)l->tck, (char *)l->k + cell * lp_kv_row_bytes((int)l->tck, nk), row + nq, nk);
                 lp_kv_store((int)l->tcv, (char *)l->v + cell * lp_kv_row_bytes((int)l->tcv, nk), row + nq + nk, nk);
             }
-            lp_attn_for(qkv, n, nqkv, hp->n_head, hp->n_head_kv, d, d, (int)l->tck, l->k, (int)l->tcv, l->v, kv->n_kv,
+            if (hp->det)
+                attn_rows_for(l, hp, kv, qkv, n, nqkv, att, hpt, p, part, kvf);
+            else
+                lp_attn_for(qkv, n, nqkv, hp->n_head, hp->n_head_kv, d, d, (int)l->tck, l->k, (int)l->tcv, l->v, kv->n_kv,
                         kv->mask, kv->ptr, kv->cells, hp->attn_scale, att, nq, hpt, n_chunk[l->kv_set], p, part,
                         kv->cell_off, kvf);
             lp_prep_for(&xp_q);
             if (l->attn_post_norm) {
-                product(l->to, l->wo, ne, &xp_q, tmp, ne, 0, scratch);
+                product(l->to, l->wo, ne, &xp_q, tmp, ne, 0, scratch, dbuf);
                 residual_for(x, tmp, l->attn_post_norm, n, ne, hp->eps);
             } else {
-                product(l->to, l->wo, ne, &xp_q, x, ne, 1, scratch);
+                product(l->to, l->wo, ne, &xp_q, x, ne, 1, scratch, dbuf);
             }
             /* feed-forward */
             norm_prep_for(x, l->ffn_norm, hp->eps, &xp_ne);
             if (l->wu == NULL) {
-                product(l->tg, l->wg, 2 * n_ff, &xp_ne, gu, 2 * n_ff, 0, scratch);
+                product(l->tg, l->wg, 2 * n_ff, &xp_ne, gu, 2 * n_ff, 0, scratch, dbuf);
             } else {
-                product(l->tg, l->wg, n_ff, &xp_ne, gu, 2 * n_ff, 0, scratch);
-                product(l->tu, l->wu, n_ff, &xp_ne, gu + n_ff, 2 * n_ff, 0, scratch);
+                product(l->tg, l->wg, n_ff, &xp_ne, gu, 2 * n_ff, 0, scratch, dbuf);
+                product(l->tu, l->wu, n_ff, &xp_ne, gu + n_ff, 2 * n_ff, 0, scratch, dbuf);
             }
 #pragma omp for schedule(static)
             for (int64_t r = 0; r < n; r++) { /* the activation, each row prepared as it is made */
@@ -176,10 +207,10 @@ int lp_layers(const lp_layer *L, int64_t n_layer, const lp_dims *hp, float *x, i
             }
             lp_lanes_for(&xp_ff);
             if (l->ffn_post_norm) {
-                product(l->td, l->wd, ne, &xp_ff, tmp, ne, 0, scratch);
+                product(l->td, l->wd, ne, &xp_ff, tmp, ne, 0, scratch, dbuf);
                 residual_for(x, tmp, l->ffn_post_norm, n, ne, hp->eps);
             } else {
-                product(l->td, l->wd, ne, &xp_ff, x, ne, 1, scratch);
+                product(l->td, l->wd, ne, &xp_ff, x, ne, 1, scratch, dbuf);
             }
         }
         free(p);
@@ -188,5 +219,6 @@ int lp_layers(const lp_layer *L, int64_t n_layer, const lp_dims *hp, float *x, i
     }
     free(buf);
     free(xbuf);
+    free(dbuf);
     return failed ? -1 : 0;
 }

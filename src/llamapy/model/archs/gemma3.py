@@ -155,7 +155,8 @@ class Gemma3Model:
     def logits(self, inp: UBatchInputs, x: torch.Tensor) -> torch.Tensor:
         """The output rows of x [n_tokens, n_embd] -> logits [n_outputs, n_vocab] (the last stage's part)."""
         x = x.index_select(0, inp.out_rows)  # [n_outputs, n_embd]
-        logits = project(self.output, rms_norm(x, self.output_norm, self.hp.f_norm_rms_eps), inp.logits_out)
+        logits = project(self.output, rms_norm(x, self.output_norm, self.hp.f_norm_rms_eps), inp.logits_out,
+                         inp.deterministic)
         if self.f_final_logit_softcapping:
             c = self.f_final_logit_softcapping
             logits = torch.tanh(logits / c) * c

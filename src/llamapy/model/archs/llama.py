@@ -120,7 +120,8 @@ class LlamaModel:
     def logits(self, inp: UBatchInputs, x: torch.Tensor) -> torch.Tensor:
         """The output rows of x [n_tokens, n_embd] -> logits [n_outputs, n_vocab] (the last stage's part)."""
         x = x.index_select(0, inp.out_rows)  # [n_outputs, n_embd]
-        return project(self.output, rms_norm(x, self.output_norm, self.hp.f_norm_rms_eps), inp.logits_out)
+        return project(self.output, rms_norm(x, self.output_norm, self.hp.f_norm_rms_eps), inp.logits_out,
+                         inp.deterministic)
 
     def hidden(self, inp: UBatchInputs, x: torch.Tensor) -> torch.Tensor:
         """t_embd: the output rows of x after the output norm, [n_outputs, n_embd] (embeddings)."""

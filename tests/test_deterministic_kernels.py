@@ -1,0 +1,125 @@
+"""Deterministic mode's multi-row products (kernels/c/rows_det_x86.c, lp_mm_det) against the one-row
+product (lp_mm of each row alone: the path a single sequence's decode takes), bit for bit: every type of the
+two test models (SmolLM2 Q4_1: Q4_1, Q8_0; Gemma 3 Q4_K_M: Q8_0, Q5_0, Q4_K, Q6_K) and the other types the
+file covers, random weights and activations, 1..70 rows, at the x86 levels this CPU runs.  The thread count is
+the process's (fixed): the guarantee is for a fixed thread count.  rows_det_x86.c copies the one-row kernels'
+order (row1_x86.c, row1k_x86.c), so a change to either fails here."""
+from __future__ import annotations
+
+import gguf
+import numpy as np
+import pytest
+import torch
+
+from llamapy.kernels import load_kernels
+from llamapy.kernels.build import IsaError, cpu_features, resolve_level
+
+T = gguf.GGMLQuantizationType
+COVERED = [T.Q4_0, T.Q4_1, T.Q5_0, T.Q5_1, T.Q8_0, T.Q4_K, T.Q5_K, T.Q6_K]
+F16_FIELDS = {T.Q4_K: (0, 2), T.Q5_K: (0, 2), T.Q6_K: (208,)}
+N_OUT = 37  # chunks of 16, 16, 5: the one-row path's weight-row pairs and an odd last row
+MAX_ROWS = 70
+
+
+def x86_levels() -> list:
+    machine, feats = cpu_features()
+    if machine not in ("x86_64", "AMD64"):
+        return [pytest.param("none", marks=pytest.mark.skip(reason=f"rows_det_x86.c is x86 only; this is {machine}"))]
+    out = []
+    for lv in ("avx512", "avx2+vnni", "avx2"):
+        try:
+            resolve_level(lv, machine, feats)
+            out.append(lv)
+        except IsaError as e:
+            out.append(pytest.param(lv, marks=pytest.mark.skip(reason=f"not runnable here: {e}")))
+    return out
+
+
+@pytest.fixture(scope="module", params=x86_levels())
+def lib(request):
+    k = load_kernels(request.param)
+    if k is None:
+        pytest.skip("no C compiler: the CPU kernels are off")
+    return k
+
+
+def weights(qtype: T, n_out: int, n_in: int, seed: int) -> np.ndarray:
+    """Random blocks of qtype, uint8 [n_out, row bytes]."""
+    rng = np.random.default_rng(seed)
+    if qtype in F16_FIELDS:
+        be, bb = gguf.GGML_QUANT_SIZES[qtype]
+        b = rng.integers(0, 256, size=(n_out * n_in // be, bb), dtype=np.uint8)
+        for off in F16_FIELDS[qtype]:
+            h = rng.uniform(0.002, 0.03, size=len(b)).astype(np.float16)
+            b[:, off : off + 2] = h.view(np.uint8).reshape(len(b), 2)
+        return np.ascontiguousarray(b.reshape(n_out, -1))
+    w = rng.standard_normal((n_out, n_in)).astype(np.float32)
+    return np.ascontiguousarray(gguf.quants.quantize(w, qtype))
+
+
+def activations(n: int, n_in: int, seed: int) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((n, n_in)).astype(np.float32)
+    x[:, rng.integers(0, n_in, size=4)] *= 40.0  # outliers, as real activations have
+    return x
+
+
+def one_row(lib, qtype, w, x, n_out, accumulate=False, y0=None):
+    """lp_mm of each row alone: [n, n_out]."""
+    y = np.zeros((len(x), n_out), np.float32) if y0 is None else y0.copy()
+    for r in range(len(x)):
+        xr = np.ascontiguousarray(x[r : r + 1])
+        yr = np.ascontiguousarray(y[r : r + 1])
+        assert lib.fn.lp_mm(int(qtype), w.ctypes.data, n_out, x.shape[1], xr.ctypes.data, 1, yr.ctypes.data, n_out,
+                            int(accumulate)) == 0
+        y[r] = yr[0]
+    return y
+
+
+def det(lib, qtype, w, x, n_out, accumulate=False, y0=None):
+    y = np.zeros((len(x), n_out), np.float32) if y0 is None else y0.copy()
+    assert lib.fn.lp_mm_det(int(qtype), w.ctypes.data, n_out, x.shape[1], x.ctypes.data, len(x), y.ctypes.data, n_out,
+                            int(accumulate)) == 0
+    return y
+
+
+@pytest.mark.parametrize("qtype", COVERED, ids=lambda t: t.name)
+def test_det_rows_equal_one_row(lib, qtype):
+    n_in = 512
+    assert lib.fn.lp_mm_det_covers(int(qtype), n_in) == 1
+    w = weights(qtype, N_OUT, n_in, seed=int(qtype))
+    x = activations(MAX_ROWS, n_in, seed=7)
+    ref = one_row(lib, qtype, w, x, N_OUT)
+    for n in range(1, MAX_ROWS + 1):
+        got = det(lib, qtype, w, np.ascontiguousarray(x[:n]), N_OUT)
+        bad = np.nonzero((got.view(np.uint32) != ref[:n].view(np.uint32)).any(axis=1))[0]
+        assert len(bad) == 0, f"{qtype.name}: {n} rows, rows {bad[:8].tolist()} differ from the one-row product"
+    # rows in another position of the batch (a row's result is its own): the last rows first
+    perm = np.ascontiguousarray(x[::-1][:23])
+    assert np.array_equal(det(lib, qtype, w, perm, N_OUT).view(np.uint32), ref[::-1][:23].view(np.uint32))
+
+
+@pytest.mark.parametrize("qtype", [T.Q4_1, T.Q8_0, T.Q4_K, T.Q6_K], ids=lambda t: t.name)
+def test_det_accumulate_and_model_shapes(lib, qtype):
+    """y += x W^T as at one row, on a shape of the test models (576 / 640 wide, 1536 / 2048 out: many chunks)."""
+    n_in, n_out = (576, 1536) if qtype in (T.Q4_1, T.Q8_0) else (768, 2048)
+    if qtype in F16_FIELDS and n_in % 256:
+        n_in = 768
+    w = weights(qtype, n_out, n_in, seed=3)
+    x = activations(19, n_in, seed=11)
+    y0 = np.random.default_rng(5).standard_normal((19, n_out)).astype(np.float32)
+    ref = one_row(lib, qtype, w, x, n_out, accumulate=True, y0=y0)
+    assert np.array_equal(det(lib, qtype, w, x, n_out, accumulate=True, y0=y0).view(np.uint32), ref.view(np.uint32))
+
+
+@pytest.mark.parametrize("qtype", [T.Q2_K, T.Q3_K, T.IQ4_NL, T.F16, T.F32], ids=lambda t: t.name)
+def test_uncovered_types_refused_untouched(lib, qtype):
+    """A type without a deterministic multi-row path: covers() says 0, lp_mm_det returns -2 and writes nothing
+    (the engine then keeps one-row ubatches for that model)."""
+    assert lib.fn.lp_mm_det_covers(int(qtype), 512) == 0
+    y = np.full((3, 4), 7.0, np.float32)
+    x = np.ones((3, 512), np.float32)
+    w = np.zeros(4 * 4096, np.uint8)
+    assert lib.fn.lp_mm_det(int(qtype), w.ctypes.data, 4, 512, x.ctypes.data, 3, y.ctypes.data, 4, 0) == -2
+    assert (y == 7.0).all()
+    assert lib.fn.lp_mm_det_covers(int(T.Q4_K), 512 + 32) == 0  # a K-quant row not a whole number of super-blocks
