@@ -84,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
                 def call(*args):
                     t = time.perf_counter()
                     r = f(*args)
-                    key = f"{name}[{args[2]}x{args[3]}]" if name == "lp_mm" else name
+                    key = f"{name}[{_type_name(args[0])} {args[2]}x{args[3]}]" if name == "lp_mm" else name
                     stats[key][0] += 1
                     stats[key][1] += time.perf_counter() - t
                     return r
@@ -115,6 +115,17 @@ def main(argv: list[str] | None = None) -> int:
     print(f"top ops over {n_prof} steps (self CPU time):")
     print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=a.rows))
     return 0
+
+
+def _type_name(t) -> str:
+    """A GGML type id (an int, or a ctypes c_int) as its name, e.g. Q4_K."""
+    import gguf
+
+    v = int(getattr(t, "value", t))
+    try:
+        return gguf.GGMLQuantizationType(v).name
+    except ValueError:
+        return str(v)
 
 
 if __name__ == "__main__":

@@ -74,11 +74,22 @@ static const float *row_f32(int type, const uint8_t *w, int64_t rb, int64_t o, i
  * Q4_1 3072 x 576 one row streamed 0.93 ns a block at 1.4 KB ahead, 0.74-0.82 at 2.9-8.6 KB; on a
  * 2-core AMD EPYC (Zen 4, KVM) Q4_K / Q6_K 16384 x 2048 streamed 1.07-1.21x faster at 8 KB than
  * at 3 KB (1 and 2 threads; 16 and 32 KB no faster, 1.5 KB 0.74-0.78x). */
+#ifndef LP_PF_AHEAD
 #define LP_PF_AHEAD 8192
+#endif
 LP_INLINE void prefetch_ahead(const uint8_t *w, int64_t rb, int64_t o, int64_t k, int64_t n_out) {
     const char *end = (const char *)(w + n_out * rb), *e = (const char *)(w + (o + k) * rb) + LP_PF_AHEAD;
     for (const char *p = (const char *)(((uintptr_t)(w + o * rb + LP_PF_AHEAD)) & ~(uintptr_t)63); p < e && p < end; p += 64)
         LP_PREFETCH_W(p);
+}
+
+/* For a kernel that prefetches as it computes (lp_row1_prefetches), reading rows o..o+k-1 in
+ * one pass: the distance, in whole passes of k rows and at least LP_PF_AHEAD bytes, at which
+ * each block's bytes lie in a later pass (so every line of that pass is asked for, once); 0
+ * where that pass lies past the matrix's end. */
+LP_INLINE int64_t pass_ahead(int64_t rb, int64_t o, int64_t k, int64_t n_out) {
+    const int64_t m = (LP_PF_AHEAD + k * rb - 1) / (k * rb);
+    return o + k * (m + 1) <= n_out ? m * k * rb : 0;
 }
 
 /* Output rows o0..o1 of the product: each weight row read once and multiplied by every
@@ -186,23 +197,25 @@ static void mm_chunk(int type, const uint8_t *w, int64_t o0, int64_t o1, int64_t
         return;
     }
     int64_t o = o0;
+    const int self_pf = lp_row1_prefetches(type, &xp->xr);
     for (; n == 1 && o + 2 <= o1; o += 2) { /* two weight rows per pass where the type has such a path */
-        prefetch_ahead(w, rb, o, 2, n_out);
-        if (!lp_dot_row1x2(type, w + o * rb, w + (o + 1) * rb, n_in, &xp->xr, 0, acc)) break;
+        if (!self_pf) prefetch_ahead(w, rb, o, 2, n_out);
+        if (!lp_dot_row1x2(type, w + o * rb, w + (o + 1) * rb, n_in, &xp->xr, 0, self_pf ? pass_ahead(rb, o, 2, n_out) : 0, acc))
+            break;
         put(y + o, acc[0], accumulate);
         put(y + o + 1, acc[1], accumulate);
     }
     for (; o < o1; o++) { /* each weight row against the n activation rows */
         const uint8_t *row = w + o * rb;
-        prefetch_ahead(w, rb, o, 1, n_out);
+        if (!self_pf) prefetch_ahead(w, rb, o, 1, n_out);
         if (n > 1 && lp_dot_rows_x(type, row, n_in, &xp->xr, 0, (int)n, acc)) { /* decoded once for all rows */
             for (int64_t r = 0; r < n; r++) put(y + r * ldy + o, acc[r], accumulate);
             continue;
         }
-        if (lp_dot_row1(type, row, n_in, &xp->xr, 0, acc)) { /* x86 K-quants: the one-row kernel per row */
+        if (lp_dot_row1(type, row, n_in, &xp->xr, 0, self_pf ? pass_ahead(rb, o, 1, n_out) : 0, acc)) { /* x86 K-quants: the one-row kernel per row */
             put(y + o, acc[0], accumulate);
             for (int64_t r = 1; r < n; r++) {
-                lp_dot_row1(type, row, n_in, &xp->xr, r, acc);
+                lp_dot_row1(type, row, n_in, &xp->xr, r, 0, acc);
                 put(y + r * ldy + o, acc[0], accumulate);
             }
             continue;

@@ -242,7 +242,7 @@ LP_INLINE float row1_q6_k(const uint8_t *row, int64_t nsb, const lp_xrows *xr, i
  * both) where that pays: the 4- and 5-bit types.  Q8_0's rows are read one at a time: two
  * interleaved streams of its 34-byte blocks halve the bandwidth the prefetchers reach. */
 int lp_dot_row1x2(int type, const uint8_t *w0, const uint8_t *w1, int64_t n_in, const lp_xrows *xr, int64_t r,
-                  float *y) {
+                  int64_t pf, float *y) {
     switch (type) {
     case LP_Q4_0: rows_32(LP_Q4_0, 2, w0, w1, n_in / 32, xr, r, y); return 1;
     case LP_Q4_1: rows_32(LP_Q4_1, 2, w0, w1, n_in / 32, xr, r, y); return 1;
@@ -251,13 +251,22 @@ int lp_dot_row1x2(int type, const uint8_t *w0, const uint8_t *w1, int64_t n_in, 
     case LP_Q4_K:
     case LP_Q5_K:
         if (!xr->qh) return 0;
-        lp_row1x2_k45_split(type, w0, w1, n_in / 256, xr, r, y);
+        lp_row1x2_k45_split(type, w0, w1, n_in / 256, xr, r, pf, y);
         return 1;
     default: return 0;
     }
 }
 
-int lp_dot_row1(int type, const uint8_t *row, int64_t n_in, const lp_xrows *xr, int64_t r, float *y) {
+/* The K-quants' one-row kernels on the split activations prefetch their weights themselves,
+ * a block's lines as it computes (the pf of lp_dot_row1 / lp_dot_row1x2): a row's lines asked
+ * for in one burst before the row (mm.c prefetch_ahead) left memory idle while a long row
+ * computed (Q4_K 2048 x 8192, 4.6 KB rows read two a pass, streamed at 17 GB/s where
+ * 16384 x 2048 streamed at 30). */
+int lp_row1_prefetches(int type, const lp_xrows *xr) {
+    return (type == LP_Q4_K || type == LP_Q5_K || type == LP_Q6_K) && xr->qh;
+}
+
+int lp_dot_row1(int type, const uint8_t *row, int64_t n_in, const lp_xrows *xr, int64_t r, int64_t pf, float *y) {
     switch (type) {
     case LP_Q4_0: rows_32(LP_Q4_0, 1, row, row, n_in / 32, xr, r, y); return 1;
     case LP_Q4_1: rows_32(LP_Q4_1, 1, row, row, n_in / 32, xr, r, y); return 1;
@@ -265,24 +274,29 @@ int lp_dot_row1(int type, const uint8_t *row, int64_t n_in, const lp_xrows *xr, 
     case LP_Q5_1: rows_32(LP_Q5_1, 1, row, row, n_in / 32, xr, r, y); return 1;
     case LP_Q8_0: rows_32(LP_Q8_0, 1, row, row, n_in / 32, xr, r, y); return 1;
     case LP_Q4_K:
-        *y = xr->qh ? lp_row1_k45_split(LP_Q4_K, row, n_in / 256, xr, r) : row1_k45(LP_Q4_K, row, n_in / 256, xr, r);
+        *y = xr->qh ? lp_row1_k45_split(LP_Q4_K, row, n_in / 256, xr, r, pf) : row1_k45(LP_Q4_K, row, n_in / 256, xr, r);
         return 1;
     case LP_Q5_K:
-        *y = xr->qh ? lp_row1_k45_split(LP_Q5_K, row, n_in / 256, xr, r) : row1_k45(LP_Q5_K, row, n_in / 256, xr, r);
+        *y = xr->qh ? lp_row1_k45_split(LP_Q5_K, row, n_in / 256, xr, r, pf) : row1_k45(LP_Q5_K, row, n_in / 256, xr, r);
         return 1;
-    case LP_Q6_K: *y = xr->qh ? lp_row1_q6_k_split(row, n_in / 256, xr, r) : row1_q6_k(row, n_in / 256, xr, r); return 1;
+    case LP_Q6_K: *y = xr->qh ? lp_row1_q6_k_split(row, n_in / 256, xr, r, pf) : row1_q6_k(row, n_in / 256, xr, r); return 1;
     default: return 0;
     }
 }
 #else
 int lp_dot_row1x2(int type, const uint8_t *w0, const uint8_t *w1, int64_t n_in, const lp_xrows *xr, int64_t r,
-                  float *y) {
-    (void)type, (void)w0, (void)w1, (void)n_in, (void)xr, (void)r, (void)y;
+                  int64_t pf, float *y) {
+    (void)type, (void)w0, (void)w1, (void)n_in, (void)xr, (void)r, (void)pf, (void)y;
     return 0;
 }
 
-int lp_dot_row1(int type, const uint8_t *row, int64_t n_in, const lp_xrows *xr, int64_t r, float *y) {
-    (void)type, (void)row, (void)n_in, (void)xr, (void)r, (void)y;
+int lp_row1_prefetches(int type, const lp_xrows *xr) {
+    (void)type, (void)xr;
+    return 0;
+}
+
+int lp_dot_row1(int type, const uint8_t *row, int64_t n_in, const lp_xrows *xr, int64_t r, int64_t pf, float *y) {
+    (void)type, (void)row, (void)n_in, (void)xr, (void)r, (void)pf, (void)y;
     return 0;
 }
 

@@ -4,12 +4,15 @@
 
 #include "quants.h"
 
-/* One row straight from the blocks; 0 where the type has no such path here. */
-int lp_dot_row1(int type, const uint8_t *row, int64_t n_in, const lp_xrows *xr, int64_t r, float *y);
+/* One row straight from the blocks; 0 where the type has no such path here.  pf: where
+ * lp_row1_prefetches, the distance in bytes at which the kernel prefetches each block's
+ * weights as it computes (0: none); the others ignore it. */
+int lp_dot_row1(int type, const uint8_t *row, int64_t n_in, const lp_xrows *xr, int64_t r, int64_t pf, float *y);
+int lp_row1_prefetches(int type, const lp_xrows *xr);
 /* One weight row against activation rows r0..r0+nx-1 (nx 2..4) of the 32-element block types,
  * each block decoded once: y[0..nx); 0 where not available. */
 int lp_dot_rows_x(int type, const uint8_t *row, int64_t n_in, const lp_xrows *xr, int64_t r0, int nx, float *y);
 int lp_dot_row1x2(int type, const uint8_t *w0, const uint8_t *w1, int64_t n_in, const lp_xrows *xr, int64_t r,
-                  float *y);
+                  int64_t pf, float *y);
 
 #endif

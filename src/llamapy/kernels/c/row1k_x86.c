@@ -75,9 +75,18 @@ LP_INLINE __m128i k45_sc(const uint8_t *sc) {
 
 LP_INLINE __m256 u8x8(__m128i v) { return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(v)); }
 
+/* The weight lines of bytes b + pf .. b + pf + n - 1 (pf 0: none), requested while block b
+ * computes: the prefetch spread over a row's blocks, not a burst of a row's lines before it
+ * (lp_row1_prefetches). */
+LP_INLINE void prefetch_block(const uint8_t *b, int64_t pf, int n) {
+    if (!pf) return;
+    for (const char *p = (const char *)(((uintptr_t)(b + pf)) & ~(uintptr_t)63), *e = (const char *)(b + pf + n); p < e; p += 64)
+        LP_PREFETCH_W(p);
+}
+
 /* nr (1 or 2) weight rows w0, w1 of Q4_K / Q5_K against row r: each activation load feeds both. */
 LP_INLINE void k45_rows(const int type, const int nr, const uint8_t *w0, const uint8_t *w1, int64_t nsb, const lp_xrows *xr,
-                        int64_t r, float *y) {
+                        int64_t r, int64_t pf, float *y) {
     const int bb = type == LP_Q4_K ? 144 : 176;
     const int8_t *xh = xr->qh + r * xr->n_in, *xl = xr->ql + r * xr->n_in;
     const float *s = xr->s + r * nsb * 8, *sum32 = xr->sum32 + r * nsb * 8;
@@ -90,6 +99,7 @@ LP_INLINE void k45_rows(const int type, const int nr, const uint8_t *w0, const u
 #pragma GCC unroll 2
         for (int t = 0; t < nr; t++) {
             const uint8_t *b = (t ? w1 : w0) + i * bb;
+            prefetch_block(b, pf, bb);
             qs[t] = b + (type == LP_Q4_K ? 16 : 48);
             const __m128i sm = k45_sc(b + 4);
             const __m128 dd = f16x2_ps(b); /* d, dmin */
@@ -129,19 +139,20 @@ LP_INLINE void k45_rows(const int type, const int nr, const uint8_t *w0, const u
     for (int t = 0; t < nr; t++) y[t] = hsum8(a[t]) - hsum8(am[t]);
 }
 
-float lp_row1_k45_split(int type, const uint8_t *row, int64_t nsb, const lp_xrows *xr, int64_t r) {
+float lp_row1_k45_split(int type, const uint8_t *row, int64_t nsb, const lp_xrows *xr, int64_t r, int64_t pf) {
     float y;
-    if (type == LP_Q4_K) k45_rows(LP_Q4_K, 1, row, row, nsb, xr, r, &y);
-    else k45_rows(LP_Q5_K, 1, row, row, nsb, xr, r, &y);
+    if (type == LP_Q4_K) k45_rows(LP_Q4_K, 1, row, row, nsb, xr, r, pf, &y);
+    else k45_rows(LP_Q5_K, 1, row, row, nsb, xr, r, pf, &y);
     return y;
 }
 
-void lp_row1x2_k45_split(int type, const uint8_t *w0, const uint8_t *w1, int64_t nsb, const lp_xrows *xr, int64_t r, float *y) {
-    if (type == LP_Q4_K) k45_rows(LP_Q4_K, 2, w0, w1, nsb, xr, r, y);
-    else k45_rows(LP_Q5_K, 2, w0, w1, nsb, xr, r, y);
+void lp_row1x2_k45_split(int type, const uint8_t *w0, const uint8_t *w1, int64_t nsb, const lp_xrows *xr, int64_t r, int64_t pf,
+                         float *y) {
+    if (type == LP_Q4_K) k45_rows(LP_Q4_K, 2, w0, w1, nsb, xr, r, pf, y);
+    else k45_rows(LP_Q5_K, 2, w0, w1, nsb, xr, r, pf, y);
 }
 
-float lp_row1_q6_k_split(const uint8_t *row, int64_t nsb, const lp_xrows *xr, int64_t r) {
+float lp_row1_q6_k_split(const uint8_t *row, int64_t nsb, const lp_xrows *xr, int64_t r, int64_t pf) {
     const int8_t *xh = xr->qh + r * xr->n_in, *xl = xr->ql + r * xr->n_in;
     const float *s = xr->s + r * nsb * 8;
     const int32_t *is16 = xr->isum16 + r * nsb * 16;
@@ -151,6 +162,7 @@ float lp_row1_q6_k_split(const uint8_t *row, int64_t nsb, const lp_xrows *xr, in
     __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
     for (int64_t i = 0; i < nsb; i++) {
         const uint8_t *b = row + i * 210;
+        prefetch_block(b, pf, 210);
         const __m256 d = _mm256_set1_ps(lp_f16_to_f32(lp_rd16(b + 208)));
         const __m128i sc = _mm_shuffle_epi8(_mm_loadu_si128((const __m128i *)(b + 192)), even_odd);
         const __m256 ds = _mm256_mul_ps(d, _mm256_loadu_ps(s + 8 * i)); /* d s of blocks 0..7 */
