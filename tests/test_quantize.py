@@ -88,7 +88,8 @@ def test_kept_and_fallback_tensors():
     # rows not a whole number of 32-blocks: F16, counted as a fallback
     assert target_type("blk.0.ffn_down.weight", (64, 80), T.F32, T.Q4_0, out) == (T.F16, T.Q4_0)
     assert target_type("blk.0.ffn_down.weight", (64, 80), T.F32, T.F16, out) == (T.F16, None)
-    assert target_type("output.weight", (64, 80), T.F32, T.Q5_0, out) == (T.F16, T.Q6_K)
+    # not whole blocks of the mix's type: Q8_0 (llama_tensor_get_type_impl), then F16 (tensor_type_fallback)
+    assert target_type("output.weight", (64, 80), T.F32, T.Q5_0, out) == (T.F16, T.Q8_0)
 
 
 @pytest.mark.parametrize("type_name,bound", [("Q8_0", 0.01), ("Q5_1", 0.05), ("Q4_0", 0.12), ("F16", 1e-3), ("BF16", 6e-3)])

@@ -1,12 +1,8 @@
 """`llamapy quantize IN OUT TYPE` (llama-quantize's role, for the types this package can write).
 
-Which tensor gets which type follows llama-quantize (src/llama-quant.cpp) for these mixes:
-- only tensors named `*weight` of two or more dimensions are converted (not `*_norm.weight`,
-  position embeddings or token types); the rest are copied as they are;
-- the output matrix (`output.weight`, or `token_embd.weight` when the model ties the two) is
-  stored as Q6_K in the Q4_0 .. Q5_1 mixes, and as Q8_0 in the Q8_0 mix;
-- a matrix whose rows are not a whole number of its type's blocks falls back: Q6_K to Q8_0
-  (SmolLM2's 576 and Gemma 3's 640 are not whole 256-blocks), the 32-blocks to F16;
+Which tensor gets which type follows llama-quantize (src/llama-quant.cpp); the rules are in
+quantize_mix.py (the router and norms kept, the output matrix Q6_K / Q8_0, MXFP4_MOE's experts,
+the IQ4 mixes' Q5_K bumps that llamapy cannot write and says so, the block fallbacks);
 - a tensor already of its target type is copied byte for byte.
 Converting a quantized tensor to another block type loses precision twice (requantizing): it
 is refused unless allow_requantize (llama-quantize's --allow-requantize).  Dequantizing one to
@@ -18,8 +14,9 @@ with the engine's reader (gguf/reader.py: a vocabulary's arrays stay in the map 
 gguf.GGUFReader's per-entry objects cost Gemma 3's 262k-token file ~700 MiB), one tensor at a
 time, converted in slices and written as soon as it is done.
 
-TYPE: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1.  The K-quant mixes (Q4_K_M ...) need
-llama.cpp's importance-weighted quantizers, which neither `gguf` nor this package has.
+TYPE: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, IQ4_XS, MXFP4_MOE (or MXFP4), the blocks
+byte for byte as ggml's reference quantizers without an imatrix (gguf/quants_pack.py, quants_iq.py).
+The K-quant mixes (Q4_K_M ...) need llama.cpp's Q4_K/Q5_K searches, which this package lacks.
 """
 from __future__ import annotations
 
@@ -33,15 +30,17 @@ import numpy as np
 import torch
 
 from .gguf.header import VT, ArrayRef
+from .gguf.quants import quantize
 from .gguf.quants_pack_k import QK_K, quantize_q6_k
 from .gguf.reader import GGUFFile
+from .quantize_mix import FLOAT_TYPES, MixHparams, choose_type, hparams_of, output_matrix_name
 
 T = gguf.GGMLQuantizationType
 FILE_TYPES = {"F32": (T.F32, 0), "F16": (T.F16, 1), "BF16": (T.BF16, 32), "Q8_0": (T.Q8_0, 7), "Q4_0": (T.Q4_0, 2),
-              "Q4_1": (T.Q4_1, 3), "Q5_0": (T.Q5_0, 8), "Q5_1": (T.Q5_1, 9)}
-FLOAT_TYPES = (T.F32, T.F16, T.BF16)
+              "Q4_1": (T.Q4_1, 3), "Q5_0": (T.Q5_0, 8), "Q5_1": (T.Q5_1, 9), "IQ4_NL": (T.IQ4_NL, 25),
+              "IQ4_XS": (T.IQ4_XS, 30), "MXFP4_MOE": (T.MXFP4, 38)}
+ALIASES = {"MXFP4": "MXFP4_MOE"}
 SKIP_KEYS = ("general.architecture", "general.file_type")  # the writer's own
-KEEP_NAMES = ("position_embd.weight", "token_types.weight")  # llama-quantize never quantizes these
 
 # progress(done_bytes, total_bytes) over the input's tensor bytes
 Progress = Callable[[int, int], None]
@@ -58,6 +57,7 @@ class TensorPlan:
     src_type: T
     out_type: T
     fell_back_from: T | None = None  # the mix's type for it, had its rows been whole blocks of it
+    not_as_llamacpp: T | None = None  # llama-quantize's type for it, which llamapy cannot write (Q5_K)
 
 
 @dataclass(slots=True)
@@ -74,38 +74,17 @@ def gguf_block(t: T) -> int:
     return gguf.GGML_QUANT_SIZES[t][0]
 
 
-def allows_quantization(name: str, n_dims: int) -> bool:
-    """llama-quantize's tensor_allows_quantization for the architectures llamapy runs."""
-    return (n_dims >= 2 and name.endswith("weight") and "_norm.weight" not in name
-            and not name.endswith(KEEP_NAMES))
-
-
-def output_matrix_name(names: set[str]) -> str:
-    """The tensor llama-quantize treats as the output matrix: output.weight, or the token
-    embeddings when the model ties them (no output.weight)."""
-    return "output.weight" if "output.weight" in names else "token_embd.weight"
-
-
-def target_type(name: str, shape: tuple[int, ...], src_type: T, qtype: T, output_name: str) -> tuple[T, T | None]:
+def target_type(name: str, shape: tuple[int, ...], src_type: T, qtype: T, output_name: str,
+                hp: MixHparams | None = None) -> tuple[T, T | None]:
     """(the type `name` is written as in the `qtype` mix, the type it fell back from when its
-    rows are not a whole number of that type's blocks, else None)."""
-    if not allows_quantization(name, len(shape)):
-        return src_type, None
-    if qtype in FLOAT_TYPES:
-        return qtype, None
-    n_in = shape[-1]
-    new = qtype
-    if name == output_name and qtype != T.Q8_0:
-        new = T.Q6_K
-    if n_in % gguf_block(new) == 0:
-        return new, None
-    fallback = T.Q8_0 if new == T.Q6_K and n_in % 32 == 0 else T.F16  # llama-quant.cpp tensor_type_fallback
-    return fallback, new
+    rows are not a whole number of that type's blocks, else None); quantize_mix.choose_type."""
+    c = choose_type(name, shape, src_type, qtype, output_name, hp)
+    return c.out, c.fell_back_from
 
 
 def mix_type(type_name: str) -> tuple[T, int]:
     """(the mix's tensor type, its general.file_type); QuantizeError for a type not written here."""
-    key = type_name.upper()
+    key = ALIASES.get(type_name.upper(), type_name.upper())
     if key not in FILE_TYPES:
         raise QuantizeError(f"quantize type {type_name!r}: expected one of {', '.join(FILE_TYPES)} "
                             "(the K-quant mixes need llama.cpp's llama-quantize)")
@@ -117,15 +96,17 @@ def plan_file(f: GGUFFile, type_name: str, allow_requantize: bool) -> list[Tenso
     or a requantization that allow_requantize does not permit."""
     qtype = mix_type(type_name)[0]
     out_name = output_matrix_name(set(f.tensors))
+    hp = hparams_of(f.fields, str(f.fields["general.architecture"].value))
     plans = []
     for t in f.tensors.values():
         shape, src = tuple(reversed(t.ne)), T(t.qtype)
-        out, fell_back_from = target_type(t.name, shape, src, qtype, out_name)
+        c = choose_type(t.name, shape, src, qtype, out_name, hp)
+        out = c.out
         if out != src and src not in FLOAT_TYPES and out not in FLOAT_TYPES and not allow_requantize:
             raise QuantizeError(
                 f"{t.name} is {src.name}: requantizing it to {out.name} loses precision twice; quantize from an "
                 "F32/F16/BF16 file, or pass --allow-requantize to do it anyway")
-        plans.append(TensorPlan(t.name, shape, src, out, fell_back_from))
+        plans.append(TensorPlan(t.name, shape, src, out, c.fell_back_from, c.not_as_llamacpp))
     return plans
 
 
@@ -161,10 +142,10 @@ def encode(x: np.ndarray, out_type: T) -> np.ndarray:
     """Float32 values x [.., n_in] as out_type (stored()'s form)."""
     if out_type in NUMPY_TYPES:
         return x.astype(NUMPY_TYPES[out_type])
+    xt = torch.from_numpy(np.require(x, np.float32, ["C", "W"]))
     if out_type == T.Q6_K:
-        blocks = quantize_q6_k(torch.from_numpy(np.require(x, np.float32, ["C", "W"])).reshape(-1, QK_K)).numpy()
-        return blocks.reshape(*x.shape[:-1], -1)
-    return gguf.quants.quantize(x, out_type)
+        return quantize_q6_k(xt.reshape(-1, QK_K)).numpy().reshape(*x.shape[:-1], -1)
+    return quantize(xt, out_type).numpy()  # ggml's quantize_row_*_ref, byte for byte
 
 
 CHUNK_ELEMENTS = 1 << 22  # floats converted at a time (16 MiB): gguf's dequantization makes a few copies

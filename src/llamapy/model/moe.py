@@ -7,7 +7,9 @@ the expert_used_count largest probabilities (ggml_argsort_top_k), renormalised t
 sum clamped below at 6.103515625e-5, as ggml_clamp there).  The rows are then grouped by
 expert: each ACTIVE expert's SwiGLU runs on its rows only, through the same matrices (and C
 kernels) the dense layers use, and its weighted output is scatter-added into the result.  A
-one-row ubatch (decode) touches only its k experts' weights.
+one-row ubatch (decode) touches only its k experts' weights: with the C kernels, routing and the
+k experts' products in one call and one parallel region (kernels/moe_row.py, kernels/c/moe.c),
+else expert by expert here (_add_one).
 
 gpt-oss (llm_build_openai_moe: LLM_FFN_SWIGLU_OAI_MOE, LLAMA_EXPERT_GATING_FUNC_TYPE_SOFTMAX_WEIGHT,
 norm_w false): biases on the router's logits and on every expert's gate, up and down products
@@ -19,6 +21,7 @@ from dataclasses import dataclass
 
 import torch
 
+from ..kernels.moe_row import MoeRow, moe_row_for
 from .layers import glu
 from .qmatrix import QMatrix
 
@@ -50,6 +53,7 @@ class MoeFFN:
     gate_b: torch.Tensor | None = None  # [n_expert, n_ff_exp] (ffn_gate_exps.bias, ne [n_ff_exp, n_expert])
     up_b: torch.Tensor | None = None  # [n_expert, n_ff_exp]
     down_b: torch.Tensor | None = None  # [n_expert, n_embd]
+    row_c: MoeRow | None | bool = False  # one decode row in one C call (kernels/moe_row.py); False: not looked up yet
 
     @property
     def n_expert(self) -> int:
@@ -73,6 +77,13 @@ class MoeFFN:
     def add_into(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         """y [n_tokens, n_embd] += the MoE FFN of x [n_tokens, n_embd] (the normed input); returns y."""
         n_tokens, k = x.shape[0], self.n_expert_used
+        if n_tokens == 1:
+            if self.row_c is False:
+                self.row_c = moe_row_for(self)
+            if self.row_c is not None and x.dtype == y.dtype == torch.float32 and x.is_contiguous() and y.is_contiguous():
+                self.row_c.add_into(x, y)
+                return y
+            return self._add_one(x, y)
         w, sel = self.route(x)
         flat = sel.reshape(-1)  # [n_tokens * k]: slot i is row i // k's choice
         order = torch.argsort(flat, stable=True)  # slots grouped by expert
@@ -86,13 +97,27 @@ class MoeFFN:
                 continue
             rows = rows_all[pos : pos + n]  # [n] rows routed to expert e
             xe = x.index_select(0, rows) if n < n_tokens else x  # [n, n_embd] (all rows, in order, when n == n_tokens)
-            g, u = self.gate[e](xe), self.up[e](xe)  # [n, n_ff_exp] each
-            if self.gate_b is not None:
-                g, u = g.add_(self.gate_b[e]), u.add_(self.up_b[e])
-            h = swiglu_oai(g, u) if self.oai else glu(g, u)  # [n, n_ff_exp]
-            ye = self.down[e](h)  # [n, n_embd]
-            if self.down_b is not None:
-                ye.add_(self.down_b[e])
+            ye = self._expert(e, xe)  # [n, n_embd]
             out.index_add_(0, rows, ye.mul_(w_all[pos : pos + n, None]))
             pos += n
         return y.add_(out)
+
+    def _expert(self, e: int, x: torch.Tensor) -> torch.Tensor:
+        """Expert e's FFN of x [n, n_embd] -> [n, n_embd] (unweighted)."""
+        g, u = self.gate[e](x), self.up[e](x)  # [n, n_ff_exp] each
+        if self.gate_b is not None:
+            g, u = g.add_(self.gate_b[e]), u.add_(self.up_b[e])
+        ye = self.down[e](swiglu_oai(g, u) if self.oai else glu(g, u))  # [n, n_embd]
+        return ye if self.down_b is None else ye.add_(self.down_b[e])
+
+    def _add_one(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """add_into for one row (decode): its k experts straight from one host read of the
+        routing, no grouping; the weighted outputs summed in selection order, then added to y
+        (build_moe_ffn's ggml_add chain over the k slots)."""
+        w, sel = self.route(x)  # [1, k] each
+        acc = None
+        for e, we in zip(sel[0].tolist(), w[0].tolist()):
+            ye = self._expert(e, x).mul_(we)  # [1, n_embd]
+            acc = ye if acc is None else acc.add_(ye)
+        return y.add_(acc)
+
