@@ -49,6 +49,8 @@ def create_app(state: ServerState) -> BodyLimit:
 
     @app.exception_handler(APIError)
     async def _api_error(request: Request, e: APIError) -> JSONResponse:
+        if (e.type or e.extra) and not is_anthropic_path(request.url.path):
+            return error_response(e.status, e.message, e.headers, e.type, e.extra)
         return _error(request, e.status, e.message, e.headers)
 
     @app.exception_handler(RequestValidationError)
