@@ -72,7 +72,8 @@ exec "$LLAMAPY_PYTHON" "$REPO/scripts/llama_server_launcher.py" "\$@"
 EOF
 chmod +x "$LAUNCHER"
 
-# 4. one pytest session per server (the suite's load_all starts every preset once per session)
+# 4. one pytest session per server (the suite's load_all starts every preset once per session;
+#    the per-test timeout times the test function only, not that session fixture)
 paths=()
 for f in $FILES; do
   f="${f%.py}"; f="${f#unit/}"
@@ -84,8 +85,8 @@ for server in $SERVERS; do
   echo "suite: $server: ${paths[*]} (log: $CACHE/results/$server.log)" >&2
   # shellcheck disable=SC2086
   (cd "$TESTS" && PORT="$(free_port)" LLAMA_SUITE_SERVER="$server" LLAMA_SERVER_BIN_PATH="$LAUNCHER" \
-     "$VENV/bin/python" -m pytest -p no:cacheprovider -v -rA --timeout "$TIMEOUT" \
-     --junitxml "$CACHE/results/$server.xml" ${PYTEST_ARGS:-} "${paths[@]}" \
+     "$VENV/bin/python" -m pytest -p no:cacheprovider -v -rA --timeout "$TIMEOUT" -o timeout_func_only=true \
+     --basetemp "$CACHE/results/$server.tmp" --junitxml "$CACHE/results/$server.xml" ${PYTEST_ARGS:-} "${paths[@]}" \
      > "$CACHE/results/$server.log" 2>&1) || true
 done
 

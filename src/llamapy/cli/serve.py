@@ -12,6 +12,7 @@ import time
 from dataclasses import replace
 
 from ..log import logger, setup_logging
+from ..server.cors import CorsSettings
 from ..server.settings import AUTO_SLOTS, ReplicaSettings, ServeSettings
 from .args import ctx_params, pipe_params, spec_params
 from .chat_flags import add_chat_template, chat_options
@@ -73,7 +74,8 @@ def serve_settings(a: argparse.Namespace) -> ServeSettings:
         replicas=ReplicaSettings(a.replicas, a.min_replicas, a.max_replicas, a.ray_address, a.routing),
         embedding=a.embedding or a.reranking, pooling="rank" if a.reranking else a.pooling,
         embd_normalize=a.embd_normalize, slot_save_path=a.slot_save_path, ctx_shift=a.ctx_shift, n_keep=a.keep,
-        n_cache_reuse=a.cache_reuse, props=a.props)
+        n_cache_reuse=a.cache_reuse, props=a.props,
+        cors=CorsSettings(a.cors_origins, a.cors_methods, a.cors_headers, a.cors_credentials))
 
 
 def replica_argv(argv: list[str]) -> tuple[str, ...]:

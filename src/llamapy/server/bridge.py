@@ -13,6 +13,7 @@ from ..context import Context
 from ..grammar import GrammarCompiler
 from ..model.model import Model
 from .request import Event, Request
+from .cors import CorsSettings
 from .request_defaults import RequestDefaults
 from .scheduler import Scheduler
 
@@ -37,6 +38,7 @@ class ServerState:
     chat: ChatOptions = field(default_factory=ChatOptions)  # --jinja, --chat-template*, --reasoning-*
     props: bool = False  # --props: POST /props answers (else 501)
     slot_save_path: Path | None = None  # --slot-save-path: POST /slots/{id}?action=save|restore (None: 501)
+    cors: CorsSettings = field(default_factory=CorsSettings)  # --cors-origins, --cors-methods, ..
     model: Model | None = None
     ctx: Context | None = None
     scheduler: Scheduler | None = None

@@ -13,6 +13,7 @@ from fastapi.responses import JSONResponse, PlainTextResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ..gguf.ftype import ftype_name
+from .cors import Cors
 from .api_error import APIError, error_body, error_response, final_error
 from .anthropic_convert import anthropic_error_response, is_anthropic_path
 from .bridge import Pending, ServerState
@@ -165,7 +166,7 @@ def create_app(state: ServerState) -> BodyLimit:
     app.include_router(embed_router)
     app.include_router(rerank_router)
     app.include_router(webui_router)
-    return BodyLimit(JsonBody(app), lambda: state.max_body)
+    return Cors(BodyLimit(JsonBody(app), lambda: state.max_body), lambda: state.cors)
 
 
 async def native_completion(state: ServerState, body: NativeCompletionRequest, request: Request):

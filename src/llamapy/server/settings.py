@@ -11,6 +11,7 @@ from ..params import ContextParams
 from ..pipeline.open import PipelineParams
 from ..speculative.proposer import SpecParams
 from ..chat.apply import ChatOptions
+from .cors import CorsSettings
 from .request_defaults import RequestDefaults
 
 MiB = 1024 * 1024
@@ -85,6 +86,7 @@ class ServeSettings:
     n_keep: int = 0  # --keep: tokens a context shift keeps (-1: the whole prompt)
     n_cache_reuse: int = 0  # --cache-reuse: the smallest moved prompt-cache chunk shifted into place (0: off)
     props: bool = False  # --props: POST /props allowed
+    cors: CorsSettings = field(default_factory=CorsSettings)  # --cors-origins, --cors-methods, --cors-headers, --cors-credentials
 
     def check(self) -> None:
         """ValueError, naming the flag, for a setting no server can start with."""

@@ -41,7 +41,8 @@ def server_state(s: ServeSettings) -> ServerState:
     """The routes' state before the model loads (/health answers 503 until load_model)."""
     return ServerState(api_key=s.api_key, metrics=s.metrics, slots=s.slots, max_body=s.max_body, timeout=s.timeout,
                        defaults=s.defaults, webui=s.webui, engine_events=s.engine_events, chat=s.chat,
-                       slot_save_path=None if s.slot_save_path is None else Path(s.slot_save_path), props=s.props)
+                       slot_save_path=None if s.slot_save_path is None else Path(s.slot_save_path), props=s.props,
+                       cors=s.cors)
 
 
 def load_model(s: ServeSettings, state: ServerState) -> None:
