@@ -13,6 +13,7 @@ from dataclasses import replace
 
 from ..log import logger, setup_logging
 from ..server.cors import CorsSettings
+from ..server.listen import bind_all, host_list
 from ..server.settings import AUTO_SLOTS, ReplicaSettings, ServeSettings
 from .args import ctx_params, pipe_params, spec_params
 from .chat_flags import add_chat_template, chat_options
@@ -30,7 +31,7 @@ def add_parser(sub) -> None:
     add_speculative(p)
     add_embedding(p)
     p.set_defaults(parallel=None, fn=cmd_serve)  # -np unset: auto (4 slots, unified cache)
-    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on; a comma-separated list serves each on the one --port")
     p.add_argument("--port", type=int, default=8080, help="0: any free port")
     p.add_argument("--api-key", default=None, help="require 'Authorization: Bearer <key>' (not on /health)")
     p.add_argument("--metrics", action="store_true", help="enable the Prometheus /metrics endpoint (and /engine/events)")
@@ -111,13 +112,14 @@ def cmd_serve(a: argparse.Namespace) -> int:
         return run_replicas(s, replica_argv(list(getattr(a, "argv", None) or sys.argv[1:])))
     log = logger("main")
     tune_server_process()
-    if s.host not in ("127.0.0.1", "localhost", "::1"):
+    if any(h not in ("127.0.0.1", "localhost", "::1") for h in host_list(s.host)):
         log.warning(f"listening on {s.host}: anyone who can reach this address can use the server"
                     + ("" if s.api_key else "; set --api-key"))
     state = server_state(s)
     config = uvicorn.Config(create_app(state), host=s.host, port=s.port, log_level="info" if s.verbose else "warning",
                             access_log=s.verbose, timeout_graceful_shutdown=10)
     server = _Server(config, state, s.shutdown_timeout)
+    socks = bind_all(s.host, s.port) if len(host_list(s.host)) > 1 else None  # --host A,B: one port, each address
     failed: list[BaseException] = []
 
     def loader() -> None:
@@ -136,7 +138,7 @@ def cmd_serve(a: argparse.Namespace) -> int:
 
     t0 = time.perf_counter()
     threading.Thread(target=loader, name="llamapy-loader", daemon=True).start()
-    server.run()
+    server.run(sockets=socks)
     if state.scheduler is not None:
         state.scheduler.stop(join=True, timeout=30)
     if failed:
