@@ -37,7 +37,10 @@ def add_parser(sub) -> None:
     p.add_argument("--metrics", action="store_true", help="enable the Prometheus /metrics endpoint (and /engine/events)")
     p.add_argument("--engine-events", action="store_true",
                    help="enable /engine/events, the per-step stream the web UI's /engine view draws (on with --metrics too)")
-    p.add_argument("-a", "--alias", default=None, help="model name reported by /v1/models and in every response")
+    p.add_argument("-a", "--alias", default=None,
+                   help="model name reported by /v1/models and in every response; comma-separated: aliases, "
+                        "the first in sorted order names the model (as llama-server)")
+    p.add_argument("--tags", default=None, help="model tags, comma-separated, listed by /v1/models (informational)")
     p.add_argument("--slots", action=argparse.BooleanOptionalAction, default=True,
                    help="the /slots monitoring endpoint (default: on, as llama-server; --no-slots hides it: it shows prompts)")
     p.add_argument("--max-queue", type=int, default=None,
@@ -68,7 +71,7 @@ def serve_settings(a: argparse.Namespace) -> ServeSettings:
     return ServeSettings(
         ctx=replace(ctx_params(a), n_seq_max=a.parallel if a.parallel is not None else AUTO_SLOTS),
         model=a.model, n_parallel=a.parallel, pipe=pipe_params(a), spec=spec_params(a), mmap=a.mmap,
-        host=a.host, port=a.port, api_key=a.api_key, metrics=a.metrics, alias=a.alias, slots=a.slots,
+        host=a.host, port=a.port, api_key=a.api_key, metrics=a.metrics, alias=a.alias, tags=a.tags, slots=a.slots,
         webui=not a.no_webui, engine_events=a.engine_events,
         max_queue=a.max_queue, timeout=a.timeout, max_body_mib=a.max_body, shutdown_timeout=a.shutdown_timeout,
         slot_prompt_similarity=a.slot_prompt_similarity, verbose=a.verbose, defaults=request_defaults(a), chat=chat_options(a),

@@ -31,6 +31,8 @@ class ServerState:
     timeout: float = 600.0  # seconds a request may take from arrival to its end (--timeout)
     draining: bool = False  # shutting down: new requests get 503
     alias: str = "llamapy"
+    aliases: tuple[str, ...] = ()  # --alias a,b,c (sorted); alias is the first
+    tags: tuple[str, ...] = ()  # --tags: informational, listed by /v1/models
     embedding: bool = False  # --embedding: the embedding routes answer; completions do not
     pooling: str = "none"  # the pooling that runs (--pooling, else the model's)
     embd_normalize: int = 2  # --embd-normalize: what a request's embd_normalize defaults to

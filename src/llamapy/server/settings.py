@@ -65,7 +65,8 @@ class ServeSettings:
     port: int = 8080  # 0: any free port
     api_key: str | None = None
     metrics: bool = False
-    alias: str | None = None  # /v1/models' name (None: the model file's stem)
+    alias: str | None = None  # /v1/models' name (None: the model file's stem); comma-separated: aliases
+    tags: str | None = None  # --tags, comma-separated (informational)
     slots: bool = True  # the /slots endpoint
     webui: bool = True  # the pages at / and /engine (--no-webui: off)
     engine_events: bool = False  # /engine/events (--engine-events; --metrics turns it on too)

@@ -45,6 +45,12 @@ def server_state(s: ServeSettings) -> ServerState:
                        cors=s.cors)
 
 
+def split_names(value: str | None) -> tuple[str, ...]:
+    """--alias / --tags: comma-separated names, stripped, empty ones dropped, sorted and unique
+    (llama-server keeps them in a std::set)."""
+    return tuple(sorted({v.strip() for v in (value or "").split(",") if v.strip()}))
+
+
 def load_model(s: ServeSettings, state: ServerState) -> None:
     """Model, context, scheduler; then publish them to the routes (the server turns ready)."""
     from ..pipeline import open_context
@@ -84,5 +90,6 @@ def load_model(s: ServeSettings, state: ServerState) -> None:
     log.info(f"load_model: up to {max_queue} requests wait for a slot (--max-queue); --timeout {s.timeout:g} s")
     model.tokenizer.use_chat_template(s.chat.template)
     log_chat_template(model.tokenizer.chat)
-    state.alias = s.alias or model.path.stem
+    aliases = split_names(s.alias)  # llama-server: a std::set, so the first in sorted order names the model
+    state.alias, state.aliases, state.tags = (aliases[0] if aliases else model.path.stem), aliases, split_names(s.tags)
     state.attach(model, ctx, sched)
