@@ -33,7 +33,10 @@ def add_parser(sub) -> None:
     p.set_defaults(parallel=None, fn=cmd_serve)  # -np unset: auto (4 slots, unified cache)
     p.add_argument("--host", default="127.0.0.1", help="address to listen on; a comma-separated list serves each on the one --port")
     p.add_argument("--port", type=int, default=8080, help="0: any free port")
-    p.add_argument("--api-key", default=None, help="require 'Authorization: Bearer <key>' (not on /health)")
+    p.add_argument("--api-key", default=None,
+                   help="require 'Authorization: Bearer <key>' (not on /health); several keys: comma-separated")
+    p.add_argument("--api-key-file", default=None, metavar="FNAME",
+                   help="file of API keys, one per line; lines starting with # are comments (with --api-key: both)")
     p.add_argument("--metrics", action="store_true", help="enable the Prometheus /metrics endpoint (and /engine/events)")
     p.add_argument("--engine-events", action="store_true",
                    help="enable /engine/events, the per-step stream the web UI's /engine view draws (on with --metrics too)")
@@ -71,7 +74,7 @@ def serve_settings(a: argparse.Namespace) -> ServeSettings:
     return ServeSettings(
         ctx=replace(ctx_params(a), n_seq_max=a.parallel if a.parallel is not None else AUTO_SLOTS),
         model=a.model, n_parallel=a.parallel, pipe=pipe_params(a), spec=spec_params(a), mmap=a.mmap,
-        host=a.host, port=a.port, api_key=a.api_key, metrics=a.metrics, alias=a.alias, tags=a.tags, slots=a.slots,
+        host=a.host, port=a.port, api_key=a.api_key, api_keys=api_keys(a.api_key, a.api_key_file), metrics=a.metrics, alias=a.alias, tags=a.tags, slots=a.slots,
         webui=not a.no_webui, engine_events=a.engine_events,
         max_queue=a.max_queue, timeout=a.timeout, max_body_mib=a.max_body, shutdown_timeout=a.shutdown_timeout,
         slot_prompt_similarity=a.slot_prompt_similarity, verbose=a.verbose, defaults=request_defaults(a), chat=chat_options(a),
@@ -80,6 +83,19 @@ def serve_settings(a: argparse.Namespace) -> ServeSettings:
         embd_normalize=a.embd_normalize, slot_save_path=a.slot_save_path, ctx_shift=a.ctx_shift, n_keep=a.keep,
         n_cache_reuse=a.cache_reuse, props=a.props,
         cors=CorsSettings(a.cors_origins, a.cors_methods, a.cors_headers, a.cors_credentials))
+
+
+def api_keys(api_key: str | None, api_key_file: str | None) -> tuple[str, ...]:
+    """llama-server's keys: --api-key split at commas, then --api-key-file's lines that are
+    neither empty nor '#' comments.  ValueError naming the flag when the file cannot be read."""
+    keys = [k.strip() for k in (api_key or "").split(",") if k.strip()]
+    if api_key_file is not None:
+        try:
+            lines = open(api_key_file, encoding="utf-8").read().splitlines()
+        except OSError as e:
+            raise ValueError(f"--api-key-file: failed to open file '{api_key_file}': {e.strerror}") from None
+        keys += [ln for ln in lines if ln and not ln.startswith("#")]
+    return tuple(keys)
 
 
 def replica_argv(argv: list[str]) -> tuple[str, ...]:

@@ -23,6 +23,7 @@ class ServerState:
     """What the routes see.  scheduler is None while the model loads (/health answers 503)."""
 
     api_key: str | None = None
+    api_keys: tuple[str, ...] = ()  # several keys (--api-key a,b, --api-key-file); else api_key alone
     metrics: bool = False
     engine_events: bool = False  # /engine/events (also on with metrics)
     webui: bool = True  # the pages at / and /engine (--no-webui: off)

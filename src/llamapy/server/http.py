@@ -69,10 +69,11 @@ def create_app(state: ServerState) -> BodyLimit:
 
     @app.middleware("http")
     async def _auth(request: Request, call_next):
-        key = state.api_key
-        if key and request.url.path not in OPEN_PATHS and not (state.webui and is_webui_path(request.url.path)):
+        keys = state.api_keys or ((state.api_key,) if state.api_key else ())
+        if keys and request.url.path not in OPEN_PATHS and not (state.webui and is_webui_path(request.url.path)):
             got, x_key = request.headers.get("authorization", ""), request.headers.get("x-api-key", "")  # x-api-key: Anthropic's clients
-            ok = hmac.compare_digest(got.encode(), f"Bearer {key}".encode()) or hmac.compare_digest(x_key.encode(), key.encode())  # constant time
+            ok = any(hmac.compare_digest(got.encode(), f"Bearer {k}".encode()) or hmac.compare_digest(x_key.encode(), k.encode())
+                     for k in keys)  # constant time per key
             if not ok:
                 return _error(request, 401, "Invalid API Key" if got or x_key else "Missing API key: send 'Authorization: Bearer <key>' or 'x-api-key: <key>'")
         if state.draining:

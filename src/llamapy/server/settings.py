@@ -64,6 +64,7 @@ class ServeSettings:
     host: str = "127.0.0.1"
     port: int = 8080  # 0: any free port
     api_key: str | None = None
+    api_keys: tuple[str, ...] = ()  # every accepted key: --api-key a,b and --api-key-file's lines (cli/serve.py)
     metrics: bool = False
     alias: str | None = None  # /v1/models' name (None: the model file's stem); comma-separated: aliases
     tags: str | None = None  # --tags, comma-separated (informational)
