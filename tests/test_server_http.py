@@ -212,3 +212,21 @@ def test_prompt_too_long_is_llama_servers_error_on_a_real_server(state):
                 assert err["type"] == "exceed_context_size_error" and err["n_ctx"] == 256, (path, err)
                 assert err["n_prompt_tokens"] > 256
                 assert "exceeds the available context size" in err["message"]
+
+
+def test_metrics_header_and_n_tokens_max_on_a_real_server(state):
+    """/metrics carries llama-server's Process-Start-Time-Unix header and its n_tokens_max
+    counter: the longest sequence a slot held (prompt + generation), as the suite's
+    test_metrics_prometheus_format reads them."""
+    from server_harness import uvicorn_server
+
+    with uvicorn_server(state) as url:
+        r = httpx.post(url + "/completion", json={"prompt": "a b c d e f", "n_predict": 5, "ignore_eos": True}, timeout=60)
+        t = r.json()["timings"]
+        m = httpx.get(url + "/metrics", timeout=30)
+        assert int(m.headers["Process-Start-Time-Unix"]) == state.t_created
+        lines = m.text.splitlines()
+        assert "# TYPE llamacpp:n_tokens_max counter" in lines
+        n_max = int(next(ln.split()[1] for ln in lines if ln.startswith("llamacpp:n_tokens_max ")))
+        # the last sampled token is never decoded: prompt + generated - 1 cells at most
+        assert n_max >= t["prompt_n"] + t["predicted_n"] - 1

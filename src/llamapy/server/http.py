@@ -127,7 +127,8 @@ def create_app(state: ServerState) -> BodyLimit:
         if not state.metrics:
             raise APIError(501, "This server does not support metrics endpoint. Start it with `--metrics`")
         _ready(state)
-        return PlainTextResponse(render_prometheus(state.scheduler.snapshot()[1]), media_type="text/plain; version=0.0.4")
+        return PlainTextResponse(render_prometheus(state.scheduler.snapshot()[1]), media_type="text/plain; version=0.0.4",
+                                 headers={"Process-Start-Time-Unix": str(state.t_created)})  # llama-server's header
 
     @app.post("/tokenize", responses=ok_response(TokenizeResponse))
     async def tokenize(body: TokenizeRequest) -> dict[str, Any]:
