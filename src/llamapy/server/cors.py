@@ -32,7 +32,7 @@ def origin_is_localhost(origin: str) -> bool:
 def allow_origin(c: CorsSettings, origin: str) -> str | None:
     """The Access-Control-Allow-Origin value for a request with this Origin (None: no header)."""
     if c.credentials and c.origins == "*":
-        return origin
+        return origin or None  # nothing to echo
     if c.origins == "localhost":
         return origin if origin and origin_is_localhost(origin) else None
     return c.origins
