@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The table of scripts/llama_server_suite.sh: per test file, passed / failed / skipped for
-each server (from pytest's -v lines in RESULTS/SERVER.log, so a run cut short still counts
-what it ran; JUnit XML RESULTS/SERVER.xml where the log is absent), then every test that
+each server (from pytest's -v lines in RESULTS/SERVER.log and any earlier RESULTS/SERVER.partN.log,
+so a run cut short still counts what it ran; JUnit XML RESULTS/SERVER.xml where the log is absent), then every test that
 llama-server passes and llamapy does not.  Also writes RESULTS/tests.tsv (test, outcome per server).
 
     llama_server_suite_table.py RESULTS_DIR SERVER [SERVER ...]"""
@@ -22,12 +22,13 @@ KIND = {"PASSED": "passed", "XPASS": "passed", "FAILED": "failed", "ERROR": "fai
 def outcomes(xml: Path) -> dict[str, str]:
     """{"file::test": passed|failed|skipped} (errors count as failed)."""
     out: dict[str, str] = {}
-    log = xml.with_suffix(".log")
-    if log.exists():
-        for line in log.read_text(errors="replace").splitlines():
-            m = LINE.match(line)
-            if m:  # an ERROR at teardown after PASSED: the later line wins
-                out[f"{m[1]}::{m[2]}"] = KIND[m[3]]
+    logs = sorted(xml.parent.glob(f"{xml.stem}.part*.log")) + [xml.with_suffix(".log")]  # earlier partial runs first
+    if any(log.exists() for log in logs):
+        for log in filter(Path.exists, logs):
+            for line in log.read_text(errors="replace").splitlines():
+                m = LINE.match(line)
+                if m:  # an ERROR at teardown after PASSED, or a later run: the later line wins
+                    out[f"{m[1]}::{m[2]}"] = KIND[m[3]]
         return out
     if not xml.exists():
         return out
