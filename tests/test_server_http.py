@@ -122,7 +122,10 @@ def test_errors_in_openai_shape(state):
     r = _call(state, "POST", "/v1/completions", json={"prompt": "x" * 300, "max_tokens": 2})
     assert r.status_code == 400
     n = len(state.model.tokenize("x" * 300, add_special=True, parse_special=True))
-    assert r.json()["error"]["message"] == f"prompt is {n} tokens; each of the 4 slots holds 256 (-c 1024 / -np 4); use --kv-unified or a larger -c"
+    assert r.json()["error"] == {
+        "message": f"request ({n} tokens) exceeds the available context size (256 tokens), try increasing it: "
+                   "each of the 4 slots holds 256 (-c 1024 / -np 4); use --kv-unified or a larger -c",
+        "type": "exceed_context_size_error", "code": 400, "n_prompt_tokens": n, "n_ctx": 256}
     r = _call(state, "POST", "/v1/completions", json={"prompt": "hi", "temperature": -1})
     assert r.status_code == 422 and "temperature" in r.json()["error"]["message"]
     r = _call(state, "POST", "/v1/chat/completions", json={"messages": [{"role": "wizard", "content": "x"}]})
@@ -189,3 +192,41 @@ def test_stream_survives_unicode_line_ends(state, route):
     events = [json.loads(ln[len("data: "):]) for ln in lines if ln != "data: [DONE]"]
     got = "".join(e["choices"][0]["text"] if "choices" in e else e["content"] for e in events)
     assert got == text
+
+
+def test_prompt_too_long_is_llama_servers_error_on_a_real_server(state):
+    """llama-server's exceed_context_size_error (server-context.cpp: "request (N tokens) exceeds
+    the available context size (M tokens)", n_prompt_tokens, n_ctx = the slot's) on every
+    completion route, streamed or not, through uvicorn on 127.0.0.1 (the suite's
+    test_context_size_exceeded[_stream], test_ctx_shift_disabled_long_prompt)."""
+    from server_harness import uvicorn_server
+
+    msgs = [{"role": "system", "content": "Book"}, {"role": "user", "content": "What is the best book"}] * 30
+    with uvicorn_server(state) as url:
+        for path, body in (("/chat/completions", {"messages": msgs}), ("/completion", {"prompt": "x" * 300}),
+                           ("/v1/completions", {"prompt": "x" * 300})):
+            for stream in (False, True):
+                r = httpx.post(url + path, json={**body, "stream": stream, "max_tokens": 2}, timeout=60)
+                assert r.status_code == 400, (path, stream, r.text)
+                err = r.json()["error"]
+                assert err["type"] == "exceed_context_size_error" and err["n_ctx"] == 256, (path, err)
+                assert err["n_prompt_tokens"] > 256
+                assert "exceeds the available context size" in err["message"]
+
+
+def test_metrics_header_and_n_tokens_max_on_a_real_server(state):
+    """/metrics carries llama-server's Process-Start-Time-Unix header and its n_tokens_max
+    counter: the longest sequence a slot held (prompt + generation), as the suite's
+    test_metrics_prometheus_format reads them."""
+    from server_harness import uvicorn_server
+
+    with uvicorn_server(state) as url:
+        r = httpx.post(url + "/completion", json={"prompt": "a b c d e f", "n_predict": 5, "ignore_eos": True}, timeout=60)
+        t = r.json()["timings"]
+        m = httpx.get(url + "/metrics", timeout=30)
+        assert int(m.headers["Process-Start-Time-Unix"]) == state.t_created
+        lines = m.text.splitlines()
+        assert "# TYPE llamacpp:n_tokens_max counter" in lines
+        n_max = int(next(ln.split()[1] for ln in lines if ln.startswith("llamacpp:n_tokens_max ")))
+        # the last sampled token is never decoded: prompt + generated - 1 cells at most
+        assert n_max >= t["prompt_n"] + t["predicted_n"] - 1

@@ -97,7 +97,9 @@ def test_prompt_too_long_message(tiny):
     r, _ = _req(_prompt(300))
     with pytest.raises(PromptTooLongError) as ei:
         s.submit(r)
-    assert str(ei.value) == "prompt is 300 tokens; each of the 4 slots holds 256 (-c 1024 / -np 4); use --kv-unified or a larger -c"
+    assert str(ei.value) == ("request (300 tokens) exceeds the available context size (256 tokens), try increasing it: "
+                             "each of the 4 slots holds 256 (-c 1024 / -np 4); use --kv-unified or a larger -c")
+    assert (ei.value.n_prompt_tokens, ei.value.n_ctx) == (300, 256)
     su = _sched(tiny, n_ctx=1024, np_=4, unified=True)
     su.submit(r)  # fits the unified cache
 

@@ -12,6 +12,8 @@ import time
 from dataclasses import replace
 
 from ..log import logger, setup_logging
+from ..server.cors import CorsSettings
+from ..server.listen import bind_all, host_list
 from ..server.settings import AUTO_SLOTS, ReplicaSettings, ServeSettings
 from .args import ctx_params, pipe_params, spec_params
 from .chat_flags import add_chat_template, chat_options
@@ -30,13 +32,19 @@ def add_parser(sub) -> None:
     add_speculative(p)
     add_embedding(p)
     p.set_defaults(parallel=None, fn=cmd_serve)  # -np unset: auto (4 slots, unified cache)
-    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on; a comma-separated list serves each on the one --port")
     p.add_argument("--port", type=int, default=8080, help="0: any free port")
-    p.add_argument("--api-key", default=None, help="require 'Authorization: Bearer <key>' (not on /health)")
+    p.add_argument("--api-key", default=None,
+                   help="require 'Authorization: Bearer <key>' (not on /health); several keys: comma-separated")
+    p.add_argument("--api-key-file", default=None, metavar="FNAME",
+                   help="file of API keys, one per line; lines starting with # are comments (with --api-key: both)")
     p.add_argument("--metrics", action="store_true", help="enable the Prometheus /metrics endpoint (and /engine/events)")
     p.add_argument("--engine-events", action="store_true",
                    help="enable /engine/events, the per-step stream the web UI's /engine view draws (on with --metrics too)")
-    p.add_argument("-a", "--alias", default=None, help="model name reported by /v1/models and in every response")
+    p.add_argument("-a", "--alias", default=None,
+                   help="model name reported by /v1/models and in every response; comma-separated: aliases, "
+                        "the first in sorted order names the model (as llama-server)")
+    p.add_argument("--tags", default=None, help="model tags, comma-separated, listed by /v1/models (informational)")
     p.add_argument("--slots", action=argparse.BooleanOptionalAction, default=True,
                    help="the /slots monitoring endpoint (default: on, as llama-server; --no-slots hides it: it shows prompts)")
     p.add_argument("--max-queue", type=int, default=None,
@@ -68,14 +76,28 @@ def serve_settings(a: argparse.Namespace) -> ServeSettings:
     return ServeSettings(
         ctx=replace(ctx_params(a), n_seq_max=a.parallel if a.parallel is not None else AUTO_SLOTS),
         model=a.model, n_parallel=a.parallel, pipe=pipe_params(a), spec=spec_params(a), mmap=a.mmap,
-        host=a.host, port=a.port, api_key=a.api_key, metrics=a.metrics, alias=a.alias, slots=a.slots,
+        host=a.host, port=a.port, api_key=a.api_key, api_keys=api_keys(a.api_key, a.api_key_file), metrics=a.metrics, alias=a.alias, tags=a.tags, slots=a.slots,
         webui=not a.no_webui, engine_events=a.engine_events,
         max_queue=a.max_queue, timeout=a.timeout, max_body_mib=a.max_body, shutdown_timeout=a.shutdown_timeout,
         slot_prompt_similarity=a.slot_prompt_similarity, verbose=a.verbose, defaults=request_defaults(a), chat=chat_options(a),
         replicas=ReplicaSettings(a.replicas, a.min_replicas, a.max_replicas, a.ray_address, a.routing),
         embedding=a.embedding or a.reranking, pooling="rank" if a.reranking else a.pooling,
         embd_normalize=a.embd_normalize, slot_save_path=a.slot_save_path, ctx_shift=a.ctx_shift, n_keep=a.keep,
-        n_cache_reuse=a.cache_reuse, props=a.props, lora=lora_specs(a))
+        n_cache_reuse=a.cache_reuse, props=a.props, lora=lora_specs(a),
+        cors=CorsSettings(a.cors_origins, a.cors_methods, a.cors_headers, a.cors_credentials))
+
+
+def api_keys(api_key: str | None, api_key_file: str | None) -> tuple[str, ...]:
+    """llama-server's keys: --api-key split at commas, then --api-key-file's lines that are
+    neither empty nor '#' comments.  ValueError naming the flag when the file cannot be read."""
+    keys = [k.strip() for k in (api_key or "").split(",") if k.strip()]
+    if api_key_file is not None:
+        try:
+            lines = open(api_key_file, encoding="utf-8").read().splitlines()
+        except OSError as e:
+            raise ValueError(f"--api-key-file: failed to open file '{api_key_file}': {e.strerror}") from None
+        keys += [ln for ln in lines if ln and not ln.startswith("#")]
+    return tuple(keys)
 
 
 def replica_argv(argv: list[str]) -> tuple[str, ...]:
@@ -111,13 +133,14 @@ def cmd_serve(a: argparse.Namespace) -> int:
         return run_replicas(s, replica_argv(list(getattr(a, "argv", None) or sys.argv[1:])))
     log = logger("main")
     tune_server_process()
-    if s.host not in ("127.0.0.1", "localhost", "::1"):
+    if any(h not in ("127.0.0.1", "localhost", "::1") for h in host_list(s.host)):
         log.warning(f"listening on {s.host}: anyone who can reach this address can use the server"
                     + ("" if s.api_key else "; set --api-key"))
     state = server_state(s)
     config = uvicorn.Config(create_app(state), host=s.host, port=s.port, log_level="info" if s.verbose else "warning",
                             access_log=s.verbose, timeout_graceful_shutdown=10)
     server = _Server(config, state, s.shutdown_timeout)
+    socks = bind_all(s.host, s.port) if len(host_list(s.host)) > 1 else None  # --host A,B: one port, each address
     failed: list[BaseException] = []
 
     def loader() -> None:
@@ -136,7 +159,7 @@ def cmd_serve(a: argparse.Namespace) -> int:
 
     t0 = time.perf_counter()
     threading.Thread(target=loader, name="llamapy-loader", daemon=True).start()
-    server.run()
+    server.run(sockets=socks)
     if state.scheduler is not None:
         state.scheduler.stop(join=True, timeout=30)
     if failed:

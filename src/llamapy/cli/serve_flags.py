@@ -49,6 +49,13 @@ def add_llama_server(p: argparse.ArgumentParser) -> None:
                    help="folder for POST /slots/{id}?action=save|restore files (default: disabled; the slot actions answer 501)")
     p.add_argument("--no-webui", "--no-ui", dest="no_webui", action="store_true",
                    help="no web UI: / (the chat page) and /engine answer 404")
+    p.add_argument("--cors-origins", default="*", metavar="ORIGINS",
+                   help="Access-Control-Allow-Origin: '*' (default), 'localhost' (reflect localhost origins only) or one origin")
+    p.add_argument("--cors-methods", default="GET, POST, DELETE, OPTIONS", metavar="METHODS",
+                   help="Access-Control-Allow-Methods of a preflight (default: GET, POST, DELETE, OPTIONS)")
+    p.add_argument("--cors-headers", default="*", metavar="HEADERS", help="Access-Control-Allow-Headers of a preflight (default: *)")
+    p.add_argument("--cors-credentials", action=argparse.BooleanOptionalAction, default=True,
+                   help="Access-Control-Allow-Credentials; with --cors-origins '*' the request's Origin is echoed (default: on)")
     g = p.add_argument_group("accepted for llama-server's command lines")
     g.add_argument("-cb", "--cont-batching", action="store_true",
                    help="accepted, changes nothing: llamapy always batches continuously")

@@ -16,17 +16,21 @@ ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 404: "
 class APIError(Exception):
     """An HTTP error a route answers with: status, message, optional headers (Retry-After)."""
 
-    def __init__(self, status: int, message: str, headers: dict[str, str] | None = None) -> None:
+    def __init__(self, status: int, message: str, headers: dict[str, str] | None = None,
+                 type: str | None = None, extra: dict[str, Any] | None = None) -> None:
         super().__init__(message)
         self.status, self.message, self.headers = status, message, headers
+        self.type, self.extra = type, extra  # llama-server's own error types and fields (exceed_context_size_error)
 
 
-def error_body(status: int, message: str) -> dict[str, Any]:
-    return {"error": {"message": message, "type": ERROR_TYPES.get(status, "server_error"), "code": status}}
+def error_body(status: int, message: str, type: str | None = None, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    return {"error": {"message": message, "type": type or ERROR_TYPES.get(status, "server_error"), "code": status,
+                      **(extra or {})}}
 
 
-def error_response(status: int, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
-    return JSONResponse(error_body(status, message), status_code=status, headers=headers)
+def error_response(status: int, message: str, headers: dict[str, str] | None = None,
+                   type: str | None = None, extra: dict[str, Any] | None = None) -> JSONResponse:
+    return JSONResponse(error_body(status, message, type, extra), status_code=status, headers=headers)
 
 
 def final_error(ev: Event) -> APIError | None:

@@ -13,6 +13,7 @@ from ..context import Context
 from ..grammar import GrammarCompiler
 from ..model.model import Model
 from .request import Event, Request
+from .cors import CorsSettings
 from .request_defaults import RequestDefaults
 from .scheduler import Scheduler
 
@@ -22,6 +23,7 @@ class ServerState:
     """What the routes see.  scheduler is None while the model loads (/health answers 503)."""
 
     api_key: str | None = None
+    api_keys: tuple[str, ...] = ()  # several keys (--api-key a,b, --api-key-file); else api_key alone
     metrics: bool = False
     engine_events: bool = False  # /engine/events (also on with metrics)
     webui: bool = True  # the pages at / and /engine (--no-webui: off)
@@ -30,6 +32,8 @@ class ServerState:
     timeout: float = 600.0  # seconds a request may take from arrival to its end (--timeout)
     draining: bool = False  # shutting down: new requests get 503
     alias: str = "llamapy"
+    aliases: tuple[str, ...] = ()  # --alias a,b,c (sorted); alias is the first
+    tags: tuple[str, ...] = ()  # --tags: informational, listed by /v1/models
     embedding: bool = False  # --embedding: the embedding routes answer; completions do not
     pooling: str = "none"  # the pooling that runs (--pooling, else the model's)
     embd_normalize: int = 2  # --embd-normalize: what a request's embd_normalize defaults to
@@ -37,6 +41,7 @@ class ServerState:
     chat: ChatOptions = field(default_factory=ChatOptions)  # --jinja, --chat-template*, --reasoning-*
     props: bool = False  # --props: POST /props answers (else 501)
     slot_save_path: Path | None = None  # --slot-save-path: POST /slots/{id}?action=save|restore (None: 501)
+    cors: CorsSettings = field(default_factory=CorsSettings)  # --cors-origins, --cors-methods, ..
     model: Model | None = None
     ctx: Context | None = None
     scheduler: Scheduler | None = None

@@ -26,8 +26,9 @@ def submit(state: ServerState, req: GenRequest) -> Pending:
         return Pending(state.scheduler, req)
     except QueueFullError as e:
         raise APIError(503, str(e), {"Retry-After": str(RETRY_AFTER_S)}) from None
-    except PromptTooLongError as e:
-        raise APIError(400, str(e)) from None
+    except PromptTooLongError as e:  # llama-server's ERROR_TYPE_EXCEED_CONTEXT_SIZE
+        raise APIError(400, str(e), type="exceed_context_size_error",
+                       extra={"n_prompt_tokens": e.n_prompt_tokens, "n_ctx": e.n_ctx}) from None
     except ValueError as e:
         raise APIError(400, str(e)) from None
 

@@ -13,6 +13,7 @@ from fastapi.responses import JSONResponse, PlainTextResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ..gguf.ftype import ftype_name
+from .cors import Cors
 from .api_error import APIError, error_body, error_response, final_error
 from .anthropic_convert import anthropic_error_response, is_anthropic_path
 from .bridge import Pending, ServerState
@@ -50,6 +51,8 @@ def create_app(state: ServerState) -> BodyLimit:
 
     @app.exception_handler(APIError)
     async def _api_error(request: Request, e: APIError) -> JSONResponse:
+        if (e.type or e.extra) and not is_anthropic_path(request.url.path):
+            return error_response(e.status, e.message, e.headers, e.type, e.extra)
         return _error(request, e.status, e.message, e.headers)
 
     @app.exception_handler(RequestValidationError)
@@ -67,10 +70,11 @@ def create_app(state: ServerState) -> BodyLimit:
 
     @app.middleware("http")
     async def _auth(request: Request, call_next):
-        key = state.api_key
-        if key and request.url.path not in OPEN_PATHS and not (state.webui and is_webui_path(request.url.path)):
+        keys = state.api_keys or ((state.api_key,) if state.api_key else ())
+        if keys and request.url.path not in OPEN_PATHS and not (state.webui and is_webui_path(request.url.path)):
             got, x_key = request.headers.get("authorization", ""), request.headers.get("x-api-key", "")  # x-api-key: Anthropic's clients
-            ok = hmac.compare_digest(got.encode(), f"Bearer {key}".encode()) or hmac.compare_digest(x_key.encode(), key.encode())  # constant time
+            ok = any(hmac.compare_digest(got.encode(), f"Bearer {k}".encode()) or hmac.compare_digest(x_key.encode(), k.encode())
+                     for k in keys)  # constant time per key
             if not ok:
                 return _error(request, 401, "Invalid API Key" if got or x_key else "Missing API key: send 'Authorization: Bearer <key>' or 'x-api-key: <key>'")
         if state.draining:
@@ -124,7 +128,8 @@ def create_app(state: ServerState) -> BodyLimit:
         if not state.metrics:
             raise APIError(501, "This server does not support metrics endpoint. Start it with `--metrics`")
         _ready(state)
-        return PlainTextResponse(render_prometheus(state.scheduler.snapshot()[1]), media_type="text/plain; version=0.0.4")
+        return PlainTextResponse(render_prometheus(state.scheduler.snapshot()[1]), media_type="text/plain; version=0.0.4",
+                                 headers={"Process-Start-Time-Unix": str(state.t_created)})  # llama-server's header
 
     @app.post("/tokenize", responses=ok_response(TokenizeResponse))
     async def tokenize(body: TokenizeRequest) -> dict[str, Any]:
@@ -165,7 +170,7 @@ def create_app(state: ServerState) -> BodyLimit:
     app.include_router(embed_router)
     app.include_router(rerank_router)
     app.include_router(webui_router)
-    return BodyLimit(JsonBody(app), lambda: state.max_body)
+    return Cors(BodyLimit(JsonBody(app), lambda: state.max_body), lambda: state.cors)
 
 
 async def native_completion(state: ServerState, body: NativeCompletionRequest, request: Request):

@@ -67,7 +67,8 @@ def _cmpl_logprobs(state: ServerState, evs: list[Event]) -> dict[str, Any] | Non
 @router.get("/models")
 async def models(request: Request) -> dict[str, Any]:
     state: ServerState = request.app.state.llama
-    data = [{"id": state.alias, "object": "model", "created": state.t_created, "owned_by": "llamapy"}]
+    data = [{"id": state.alias, "aliases": list(state.aliases), "tags": list(state.tags), "object": "model",
+             "created": state.t_created, "owned_by": "llamapy"}]
     if state.ready:
         hp = state.model.hparams
         data[0]["meta"] = {"n_vocab": hp.n_vocab, "n_ctx_train": hp.n_ctx_train, "n_embd": hp.n_embd, "size": state.model.n_bytes_file}

@@ -14,6 +14,7 @@ class ServerMetrics:
     n_tokens_predicted_total: int = 0
     t_tokens_generation_total: float = 0.0  # seconds of decode calls that carried generated tokens
     n_decode_total: int = 0
+    n_tokens_max: int = 0  # the longest sequence a slot held after a decode (prompt + generation)
     n_busy_slots_total: int = 0  # summed over decode calls: slots that had rows in the batch
     n_requests_total: int = 0
     n_requests_finished: int = 0
@@ -57,6 +58,7 @@ def render_prometheus(m: dict[str, float]) -> str:
         ("counter", "tokens_predicted_total", "Number of generation tokens processed.", m["n_tokens_predicted_total"]),
         ("counter", "tokens_predicted_seconds_total", "Predict process time.", m["t_tokens_generation_total"]),
         ("counter", "n_decode_total", "Total number of llama_decode() calls.", m["n_decode_total"]),
+        ("counter", "n_tokens_max", "Largest observed sequence length (prompt + generation)", m["n_tokens_max"]),
         ("counter", "requests_total", "Requests accepted.", m["n_requests_total"]),
         ("counter", "requests_cancelled_total", "Requests cancelled (client gone or shutdown).", m["n_requests_cancelled"]),
         ("gauge", "n_busy_slots_per_decode", "Average number of busy slots per llama_decode() call.",

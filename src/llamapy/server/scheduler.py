@@ -365,6 +365,7 @@ class Scheduler:
             s.cache_tokens.extend(toks)
             if s.state is SlotState.PREFILLING:
                 s.n_past += len(toks)
+        self.metrics.n_tokens_max = max([self.metrics.n_tokens_max, *(len(s.cache_tokens) for s, _ in added)])
         for s, _ in added:
             if s.i_batch >= 0:
                 try:

@@ -11,6 +11,7 @@ from ..params import ContextParams
 from ..pipeline.open import PipelineParams
 from ..speculative.proposer import SpecParams
 from ..chat.apply import ChatOptions
+from .cors import CorsSettings
 from .request_defaults import RequestDefaults
 
 MiB = 1024 * 1024
@@ -63,8 +64,10 @@ class ServeSettings:
     host: str = "127.0.0.1"
     port: int = 8080  # 0: any free port
     api_key: str | None = None
+    api_keys: tuple[str, ...] = ()  # every accepted key: --api-key a,b and --api-key-file's lines (cli/serve.py)
     metrics: bool = False
-    alias: str | None = None  # /v1/models' name (None: the model file's stem)
+    alias: str | None = None  # /v1/models' name (None: the model file's stem); comma-separated: aliases
+    tags: str | None = None  # --tags, comma-separated (informational)
     slots: bool = True  # the /slots endpoint
     webui: bool = True  # the pages at / and /engine (--no-webui: off)
     engine_events: bool = False  # /engine/events (--engine-events; --metrics turns it on too)
@@ -86,6 +89,7 @@ class ServeSettings:
     n_cache_reuse: int = 0  # --cache-reuse: the smallest moved prompt-cache chunk shifted into place (0: off)
     props: bool = False  # --props: POST /props allowed
     lora: tuple[tuple[str, float], ...] = ()  # --lora / --lora-scaled: (path, initial scale), ids in this order
+    cors: CorsSettings = field(default_factory=CorsSettings)  # --cors-origins, --cors-methods, --cors-headers, --cors-credentials
 
     def check(self) -> None:
         """ValueError, naming the flag, for a setting no server can start with."""

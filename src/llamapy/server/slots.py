@@ -24,7 +24,12 @@ class SlotState(enum.Enum):
 
 
 class PromptTooLongError(ValueError):
-    """A prompt that cannot fit the context of one slot; the message names the numbers."""
+    """A prompt that cannot fit the context of one slot; the message names the numbers
+    (llama-server's wording, its exceed_context_size_error with n_prompt_tokens and n_ctx)."""
+
+    def __init__(self, message: str, n_prompt_tokens: int, n_ctx: int) -> None:
+        super().__init__(message)
+        self.n_prompt_tokens, self.n_ctx = n_prompt_tokens, n_ctx
 
 
 def check_prompt_fits(n_prompt: int, n_ctx_seq: int, n_ctx: int, n_slots: int, kv_unified: bool) -> None:
@@ -34,13 +39,14 @@ def check_prompt_fits(n_prompt: int, n_ctx_seq: int, n_ctx: int, n_slots: int, k
         raise ValueError("empty prompt: nothing to decode")
     if n_prompt < n_ctx_seq:
         return
+    head = f"request ({n_prompt} tokens) exceeds the available context size ({n_ctx_seq} tokens), try increasing it"
     if kv_unified:
         raise PromptTooLongError(
-            f"prompt is {n_prompt} tokens; the unified cache shared by the {n_slots} slots holds "
-            f"{n_ctx_seq} (-c {n_ctx}); use a larger -c")
+            f"{head}: the unified cache shared by the {n_slots} slots holds {n_ctx_seq} (-c {n_ctx}); use a larger -c",
+            n_prompt, n_ctx_seq)
     raise PromptTooLongError(
-        f"prompt is {n_prompt} tokens; each of the {n_slots} slots holds {n_ctx_seq} "
-        f"(-c {n_ctx} / -np {n_slots}); use --kv-unified or a larger -c")
+        f"{head}: each of the {n_slots} slots holds {n_ctx_seq} (-c {n_ctx} / -np {n_slots}); "
+        f"use --kv-unified or a larger -c", n_prompt, n_ctx_seq)
 
 
 @dataclass(slots=True)

@@ -39,9 +39,16 @@ def log_chat_template(t) -> None:
 
 def server_state(s: ServeSettings) -> ServerState:
     """The routes' state before the model loads (/health answers 503 until load_model)."""
-    return ServerState(api_key=s.api_key, metrics=s.metrics, slots=s.slots, max_body=s.max_body, timeout=s.timeout,
+    return ServerState(api_key=s.api_key, api_keys=s.api_keys, metrics=s.metrics, slots=s.slots, max_body=s.max_body, timeout=s.timeout,
                        defaults=s.defaults, webui=s.webui, engine_events=s.engine_events, chat=s.chat,
-                       slot_save_path=None if s.slot_save_path is None else Path(s.slot_save_path), props=s.props)
+                       slot_save_path=None if s.slot_save_path is None else Path(s.slot_save_path), props=s.props,
+                       cors=s.cors)
+
+
+def split_names(value: str | None) -> tuple[str, ...]:
+    """--alias / --tags: comma-separated names, stripped, empty ones dropped, sorted and unique
+    (llama-server keeps them in a std::set)."""
+    return tuple(sorted({v.strip() for v in (value or "").split(",") if v.strip()}))
 
 
 def load_model(s: ServeSettings, state: ServerState) -> None:
@@ -91,5 +98,6 @@ def load_model(s: ServeSettings, state: ServerState) -> None:
             raise ValueError("--no-jinja: the chat template is not one of llama.cpp's built-in templates (this custom "
                              "template is not supported, try using --jinja); or give one: --no-jinja --chat-template chatml")
         logger("srv").info(f"init: --no-jinja: built-in chat template {name}")
-    state.alias = s.alias or model.path.stem
+    aliases = split_names(s.alias)  # llama-server: a std::set, so the first in sorted order names the model
+    state.alias, state.aliases, state.tags = (aliases[0] if aliases else model.path.stem), aliases, split_names(s.tags)
     state.attach(model, ctx, sched)
