@@ -64,6 +64,7 @@ class Request:
     n_probs: int = 0
     post_sampling_probs: bool = False  # llama-server's: n_probs after the sampler chain (prob, not logprob)
     ignore_eos: bool = False  # llama.cpp's ignore_eos: end-of-generation tokens are never sampled
+    logit_bias: tuple[tuple[int, float], ...] = ()  # llama-server's logit_bias: (token, bias) added to the logits
     spec: dict[str, float] = field(default_factory=dict)  # speculative.n_max / n_min / p_min overrides
     constraint: "Constraint | None" = None  # the compiled grammar the output must match
     sink: Callable[[Event], None] = lambda ev: None

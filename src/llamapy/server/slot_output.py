@@ -50,11 +50,13 @@ class SlotOutput:
                 m.n_draft_accepted += spec.n_accepted - n_accepted0
 
     def logits(self, s: Slot, row: int) -> torch.Tensor:
-        """Batch row `row`'s logits [n_vocab], end-of-generation tokens masked for ignore_eos:
+        """Batch row `row`'s logits [n_vocab], end-of-generation tokens masked for ignore_eos and
+        the request's logit_bias added:
         then a copy in one buffer that the next call overwrites (each row's logits are used up
         before the next row's are asked for; a fresh megabyte a row cost a server step ~2%)."""
         logits = self.ctx.get_logits_ith(row)  # [n_vocab]
-        if s.request.ignore_eos:
+        req = s.request
+        if req.ignore_eos or req.logit_bias:
             if self._masked is None or self._masked.shape != logits.shape or self._masked.device != logits.device:
                 self._masked = torch.empty_like(logits)
             # On the CPU one thread's memcpy: torch's copy_ splits a row this size among its threads,
@@ -64,7 +66,12 @@ class SlotOutput:
             else:
                 self._masked.copy_(logits)
             logits = self._masked
-            logits[self._eog] = float("-inf")
+            if req.ignore_eos:
+                logits[self._eog] = float("-inf")
+            if req.logit_bias:  # llama-server's logit_bias: added (a token listed twice gets both)
+                ids = torch.tensor([t for t, _ in req.logit_bias], dtype=torch.long, device=logits.device)  # [n_bias]
+                vals = torch.tensor([b for _, b in req.logit_bias], dtype=logits.dtype, device=logits.device)  # [n_bias]
+                logits.index_put_((ids,), vals, accumulate=True)
         return logits
 
     def emit(self, s: Slot, tok: int, logits: torch.Tensor) -> bool:
