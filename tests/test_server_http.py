@@ -72,7 +72,8 @@ def test_native_n_probs_and_timings_are_llama_servers(state):
         assert all(set(t) == {"id", "token", "bytes", "logprob"} for t in top)
         assert bytes(e["bytes"]).decode("utf-8", errors="replace") == e["token"]
     t = body["timings"]
-    assert t["predicted_per_token_ms"] == pytest.approx(t["predicted_ms"] / t["predicted_n"])
+    steps = t["predicted_n"] - 1  # llama-server's n_gen_steps: the first token is free
+    assert t["predicted_per_token_ms"] == (pytest.approx(t["predicted_ms"] / steps) if steps > 0 else 0.0)
     assert t["prompt_per_token_ms"] == pytest.approx(t["prompt_ms"] / t["prompt_n"])
 
 
@@ -230,3 +231,23 @@ def test_metrics_header_and_n_tokens_max_on_a_real_server(state):
         n_max = int(next(ln.split()[1] for ln in lines if ln.startswith("llamacpp:n_tokens_max ")))
         # the last sampled token is never decoded: prompt + generated - 1 cells at most
         assert n_max >= t["prompt_n"] + t["predicted_n"] - 1
+
+
+def test_generation_rate_excludes_the_first_token(tiny):
+    """llama-server's predicted_per_second and /metrics' predicted_tokens_seconds are over decode
+    steps: the first token comes from the prompt's last batch, so one token is 0.0 tokens/s and
+    16 tokens are 15 steps over predicted_ms (the suite's
+    test_metrics_generation_rate_excludes_first_token).  A fresh server, so /metrics counts
+    these two requests only."""
+    with serving_state(tiny, n_ctx=256, np_=1, n_batch=64) as st:
+        req = {"prompt": "I believe", "ignore_eos": True, "temperature": 0.0}
+        t1 = _call(st, "POST", "/completion", json=req | {"n_predict": 1}).json()["timings"]
+        assert t1["predicted_n"] == 1 and t1["predicted_per_second"] == 0.0 and t1["predicted_per_token_ms"] == 0.0
+        t = _call(st, "POST", "/completion", json=req | {"n_predict": 16}).json()["timings"]
+        assert t["predicted_n"] == 16
+        assert t["predicted_per_second"] == pytest.approx(1e3 / t["predicted_ms"] * 15, rel=1e-9)
+        assert t["predicted_per_token_ms"] == pytest.approx(t["predicted_ms"] / 15, rel=1e-9)
+        m = dict(ln.split() for ln in _call(st, "GET", "/metrics").text.splitlines() if not ln.startswith("#"))
+        assert float(m["llamacpp:tokens_predicted_total"]) == 17
+        rate = 15 / float(m["llamacpp:tokens_predicted_seconds_total"])
+        assert float(m["llamacpp:predicted_tokens_seconds"]) == pytest.approx(rate, rel=1e-4)  # (printed with %g)

@@ -110,10 +110,11 @@ class SlotOutput:
 
     def finish(self, s: Slot, reason: str, error: str = "", drop_cells: bool = False) -> None:
         """End the slot's request with a final event; drop_cells also removes its cells."""
-        req, ev = s.request, s.final_event(reason, error)
+        req, ev, n_steps = s.request, s.final_event(reason, error), s.n_gen_steps()
         if drop_cells:
             self.ctx.memory.seq_rm(s.id, -1, -1)
             s.cache_tokens = []
         s.release()
         self.metrics.n_requests_finished += 1
+        self.metrics.n_gen_steps_total += n_steps
         req.sink(ev)

@@ -90,6 +90,10 @@ class Slot:
         self.t_start = time.perf_counter()
         return n_keep
 
+    def n_gen_steps(self) -> int:
+        """llama-server's n_gen_steps: decode steps spent on generation (the first token is free)."""
+        return max(0, self.n_decoded - 1)
+
     def final_event(self, reason: str, error: str = "") -> Event:
         """The request's last event: held-back text, usage and llama-server's timings."""
         req = self.request
@@ -103,8 +107,9 @@ class Slot:
             "cache_n": self.n_cached, "queue_ms": (self.t_start - req.t_arrival) * 1000,
             "prompt_per_token_ms": t_p * 1000 / n_prompt_new if n_prompt_new > 0 else 0.0,
             "prompt_per_second": n_prompt_new / t_p if t_p > 0 else 0.0,
-            "predicted_per_token_ms": t_g * 1000 / self.n_decoded if self.n_decoded > 0 else 0.0,
-            "predicted_per_second": self.n_decoded / t_g if t_g > 0 else 0.0,
+            # llama-server's rates are over the decode steps: the first token comes from the prompt's logits
+            "predicted_per_token_ms": t_g * 1000 / self.n_gen_steps() if self.n_gen_steps() > 0 else 0.0,
+            "predicted_per_second": self.n_gen_steps() / t_g if t_g > 0 else 0.0,
         }
         if self.spec is not None:  # llama-server's names
             timings["draft_n"], timings["draft_n_accepted"] = self.spec.n_drafted, self.spec.n_accepted
