@@ -50,7 +50,8 @@ class Event:
     stopping_word: str = ""  # final: the stop string that ended it (llama-server's stopping_word)
     truncated: bool = False  # final: the slot's context ran out (its end, or a context shift dropped tokens)
     usage: Usage | None = None
-    timings: dict[str, float] | None = None
+    timings: dict[str, float] | None = None  # final, or each token's with the request's timings_per_token
+    progress: dict[str, float] | None = None  # return_progress: llama-server's prompt_progress after a prompt batch (no token)
 
 
 @dataclass(slots=True)
@@ -75,6 +76,8 @@ class Request:
     n_keep: int | None = None  # context shift: tokens kept at the start (-1: the prompt); None: the server's --keep
     n_discard: int = 0  # context shift: tokens dropped after them; 0: half of the rest
     n_cache_reuse: int | None = None  # --cache-reuse's chunk size for this request (0: off); None: the server's
+    timings_per_token: bool = False  # llama-server's: each token's event carries the timings so far
+    return_progress: bool = False  # llama-server's: an event with prompt_progress after each prompt batch
     lora: dict[int, float] | None = None  # llama-server's per-request lora {id: scale} (unlisted: 0); None: the global scales
 
     def expired(self, now: float) -> bool:

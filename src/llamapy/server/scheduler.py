@@ -365,6 +365,8 @@ class Scheduler:
             s.cache_tokens.extend(toks)
             if s.state is SlotState.PREFILLING:
                 s.n_past += len(toks)
+                if s.request.return_progress:  # llama-server's prompt_progress, after each prompt batch
+                    s.request.sink(Event(s.request.id, progress=s.progress()))
         self.metrics.n_tokens_max = max([self.metrics.n_tokens_max, *(len(s.cache_tokens) for s, _ in added)])
         for s, _ in added:
             if s.i_batch >= 0:

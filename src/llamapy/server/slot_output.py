@@ -95,7 +95,7 @@ class SlotOutput:
             probs = token_probabilities(logits, req.n_probs)
             prob = float(torch.softmax(logits, dim=0)[tok])
         text = s.stops.push(s.decoder.feed(tok))
-        req.sink(Event(req.id, text=text, token=tok, probs=probs, prob=prob))
+        req.sink(Event(req.id, text=text, token=tok, probs=probs, prob=prob, timings=s.timings() if req.timings_per_token else None))
         if s.stops.matched:
             self.finish(s, "stop")
         elif 0 <= req.max_tokens <= s.n_decoded:
