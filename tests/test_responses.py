@@ -148,7 +148,7 @@ def test_openai_client(state) -> None:
 
 def test_stream_with_llama_servers_telemetry(smollm2) -> None:
     """llama-server's return_progress and timings_per_token on /responses' stream: a
-    response.in_progress event with prompt_progress after each prompt batch (n_batch 32: the
+    response.in_progress event with prompt_progress before the first prompt batch and after each (n_batch 32: the
     prompt takes several), timings on each output_text.delta, and timings on response.completed
     (always, as llama-server's final event); without them, neither (the suite's
     test_responses_stream_with_llama_telemetry)."""
@@ -160,7 +160,8 @@ def test_stream_with_llama_servers_telemetry(smollm2) -> None:
         bad = _post(st, "/responses", body | {"return_progress": "yes"})
     prog = [e["prompt_progress"] for e in evs if "prompt_progress" in e]
     assert all(e["type"] == "response.in_progress" for e in evs if "prompt_progress" in e)
-    assert len(prog) == -(-n_in // 32) >= 2  # one per prompt batch
+    assert len(prog) == 1 + -(-n_in // 32) >= 3  # llama-server's 0% update, then one per prompt batch
+    assert prog[0]["processed"] == prog[0]["cache"]
     assert all(p["total"] == n_in and p["processed"] >= p["cache"] and p["time_ms"] >= 0 for p in prog)
     assert [p["processed"] for p in prog] == sorted(p["processed"] for p in prog) and prog[-1]["processed"] == n_in
     deltas = [e for e in evs if e["type"] == "response.output_text.delta"]

@@ -251,3 +251,32 @@ def test_generation_rate_excludes_the_first_token(tiny):
         assert float(m["llamacpp:tokens_predicted_total"]) == 17
         rate = 15 / float(m["llamacpp:tokens_predicted_seconds_total"])
         assert float(m["llamacpp:predicted_tokens_seconds"]) == pytest.approx(rate, rel=1e-4)  # (printed with %g)
+
+
+def test_completion_stream_progress_and_timings_per_token(tiny):
+    """/completion's stream with llama-server's return_progress and timings_per_token: a chunk
+    with prompt_progress (and the timings) before the first prompt batch -- every timing 0 --
+    and after each batch (n_batch 32: several), prompt_ms never going back; each token's chunk
+    with its timings.  Without the flags, neither (the suite's test_metrics_timings_on_prompt_progress)."""
+    prompt = "the quick brown fox jumps over the lazy dog " * 8
+    req = {"prompt": prompt, "n_predict": 4, "stream": True, "ignore_eos": True, "temperature": 0.0}
+
+    def chunks(body: dict) -> list[dict]:
+        r = _call(st, "POST", "/completion", json=body)
+        return [json.loads(ln[len("data: "):]) for ln in r.text.split("\n\n") if ln.startswith("data: ")]
+
+    with serving_state(tiny, n_ctx=512, np_=1, n_batch=32) as st:
+        n_prompt = len(_call(st, "POST", "/tokenize", json={"content": prompt, "add_special": True}).json()["tokens"])
+        got = chunks(req | {"timings_per_token": True, "return_progress": True})
+        plain = chunks(req | {"cache_prompt": False, "prompt": "x " + prompt})
+    prog = [c for c in got if "prompt_progress" in c]
+    assert len(prog) == 1 + -(-n_prompt // 32) > 2 and all(c["tokens"] == [] and c["content"] == "" for c in prog)
+    first = prog[0]["timings"]
+    assert (first["prompt_n"], first["prompt_ms"], first["predicted_n"], first["predicted_ms"]) == (0, 0.0, 0, 0.0)
+    ms = [c["timings"]["prompt_ms"] for c in prog]
+    assert ms == sorted(ms) and ms[-1] > 0 and all(v >= 0 for c in prog for v in c["timings"].values())
+    assert [c["prompt_progress"]["processed"] for c in prog][-1] == prog[-1]["prompt_progress"]["total"] == n_prompt
+    toks = [c for c in got if c.get("tokens")]
+    assert len(toks) == 4 and [c["timings"]["predicted_n"] for c in toks] == [1, 2, 3, 4]
+    assert got[-1]["stop"] and got[-1]["timings"]["prompt_n"] == n_prompt
+    assert not any("prompt_progress" in c or ("timings" in c and not c["stop"]) for c in plain)

@@ -183,6 +183,7 @@ async def native_completion(state: ServerState, body: NativeCompletionRequest, r
     bias = request_logit_bias(state, body.logit_bias)
     req = GenRequest(ids, max_tokens=body.n_predict, sampling=body.sampling(body.n_probs), stop=body.stop_list(), n_probs=body.n_probs,
                      post_sampling_probs=body.post_sampling_probs, ignore_eos=body.ignore_eos, logit_bias=bias, **body.slot_params(),
+                     timings_per_token=body.timings_per_token and body.stream, return_progress=body.return_progress and body.stream,
                      spec=body.spec_overrides(), constraint=constraint)
     settings = body.generation_settings(format_logit_bias(with_eog(bias, sorted(state.model.tokenizer.vocab.eog_ids), body.ignore_eos)))
     p = submit(state, req)
@@ -241,7 +242,11 @@ def _native_final(state: ServerState, ev: Event, text: str, toks: list[Event], b
 async def _native_stream(state: ServerState, p: Pending, post: bool) -> AsyncIterator[str]:
     async for ev in p.events():
         if not ev.final:
-            chunk = {"content": ev.text, "stop": False, "tokens": [ev.token]}
+            chunk = {"content": ev.text, "stop": False, "tokens": [ev.token] if ev.token >= 0 else []}
+            if ev.timings is not None:  # timings_per_token
+                chunk["timings"] = ev.timings
+            if ev.progress is not None:  # return_progress
+                chunk["prompt_progress"] = ev.progress
             if ev.probs is not None:  # llama-server sends each token's probabilities with it
                 chunk["completion_probabilities"] = _probs(state, ev, post)
             yield sse(chunk)

@@ -157,6 +157,8 @@ class NativeCompletionRequest(_Sampling):
     n_probs: int = Field(0, ge=0, le=100)
     post_sampling_probs: bool = False
     cache_prompt: bool = True
+    timings_per_token: bool = False  # llama-server's: each streamed chunk carries the timings so far
+    return_progress: bool = False  # llama-server's: stream prompt_progress chunks while the prompt is read
 
     def generation_settings(self, logit_bias: list[dict[str, Any]]) -> dict[str, Any]:
         """llama-server's generation_settings: the request's settings that llamapy applies (the
@@ -169,7 +171,8 @@ class NativeCompletionRequest(_Sampling):
                 "ignore_eos": self.ignore_eos, "stream": self.stream, "logit_bias": logit_bias, "n_probs": self.n_probs,
                 "n_discard": self.n_discard, "min_keep": 0,
                 "grammar": self.grammar or "", "samplers": ["penalties", "top_k", "top_p", "min_p", "temperature"],
-                "post_sampling_probs": self.post_sampling_probs, **{f"speculative.{k}": v for k, v in self.spec_overrides().items()}}
+                "post_sampling_probs": self.post_sampling_probs, "timings_per_token": self.timings_per_token,
+                **{f"speculative.{k}": v for k, v in self.spec_overrides().items()}}
 
 
 class TokenizeRequest(BaseModel):

@@ -112,12 +112,21 @@ class Slot:
         return {"total": len(self.request.prompt), "cache": self.n_cached, "processed": len(self.cache_tokens),
                 "time_ms": (time.perf_counter() - self.t_start) * 1000}
 
+    def progress_event(self) -> Event:
+        """return_progress's event: prompt_progress, and the timings with timings_per_token."""
+        req = self.request
+        return Event(req.id, progress=self.progress(), timings=self.timings() if req.timings_per_token else None)
+
     def timings(self) -> dict[str, float]:
-        """llama-server's timings of the request so far."""
+        """llama-server's timings of the request so far (while the prompt is read: the prompt
+        tokens decoded so far, and 0 ms before the first batch)."""
         req = self.request
         now = time.perf_counter()
-        n_prompt_new = len(req.prompt) - self.n_cached
-        t_p = (self.t_prompt_done or now) - self.t_start
+        if self.t_prompt_done:
+            n_prompt_new, t_p = len(req.prompt) - self.n_cached, self.t_prompt_done - self.t_start
+        else:
+            n_prompt_new = self.n_past - self.n_cached
+            t_p = now - self.t_start if n_prompt_new > 0 else 0.0
         t_g = now - self.t_prompt_done if self.t_prompt_done else 0.0
         return {
             "prompt_n": n_prompt_new, "prompt_ms": t_p * 1000, "predicted_n": self.n_decoded, "predicted_ms": t_g * 1000,
