@@ -144,3 +144,30 @@ def test_openai_client(state) -> None:
             final = s.get_final_response()
         calls = [it for it in final.output if it.type == "function_call"]
         assert len(calls) == 1 and calls[0].name == "get_weather" and "city" in json.loads(calls[0].arguments)
+
+
+def test_stream_with_llama_servers_telemetry(smollm2) -> None:
+    """llama-server's return_progress and timings_per_token on /responses' stream: a
+    response.in_progress event with prompt_progress before the first prompt batch and after each (n_batch 32: the
+    prompt takes several), timings on each output_text.delta, and timings on response.completed
+    (always, as llama-server's final event); without them, neither (the suite's
+    test_responses_stream_with_llama_telemetry)."""
+    body = {"input": "This is a test" * 10, "max_output_tokens": 8, "temperature": 0.8, "seed": 1, "ignore_eos": True, "stream": True}
+    with serving_state(smollm2, n_ctx=512, np_=1, n_batch=32) as st:
+        evs = _events(_post(st, "/responses", body | {"timings_per_token": True, "return_progress": True}).text)
+        n_in = _post(st, "/responses/input_tokens", {"input": body["input"]}).json()["input_tokens"]
+        plain = _events(_post(st, "/responses", body).text)
+        bad = _post(st, "/responses", body | {"return_progress": "yes"})
+    prog = [e["prompt_progress"] for e in evs if "prompt_progress" in e]
+    assert all(e["type"] == "response.in_progress" for e in evs if "prompt_progress" in e)
+    assert len(prog) == 1 + -(-n_in // 32) >= 3  # llama-server's 0% update, then one per prompt batch
+    assert prog[0]["processed"] == prog[0]["cache"]
+    assert all(p["total"] == n_in and p["processed"] >= p["cache"] and p["time_ms"] >= 0 for p in prog)
+    assert [p["processed"] for p in prog] == sorted(p["processed"] for p in prog) and prog[-1]["processed"] == n_in
+    deltas = [e for e in evs if e["type"] == "response.output_text.delta"]
+    assert deltas and all("prompt_per_second" in e["timings"] and "predicted_per_second" in e["timings"] for e in deltas)
+    assert evs[-1]["type"] == "response.completed" and evs[-1]["timings"]["predicted_n"] == 8
+    assert "usage" in evs[-1]["response"]
+    assert not any("prompt_progress" in e for e in plain) and not any("timings" in e for e in plain[:-1])
+    assert "timings" in plain[-1]
+    assert bad.status_code == 400 and "return_progress: expected a boolean" in bad.text

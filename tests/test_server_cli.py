@@ -135,3 +135,32 @@ def test_sigterm_drains_then_exits_0(tiny_path):
             proc.kill()
     assert late[0].status_code == 503 and late[0].json()["error"]["message"] == "server is shutting down"
     assert events[-1]["choices"][0]["finish_reason"] == "length" and events[-1]["usage"]["completion_tokens"] == 3000
+
+
+def test_llama_server_flags_n_probs_threads_http_log_disable(tiny_path):
+    """llama-server's --n-probs (a request's default n_probs on /completion), --threads-http
+    (accepted) and --log-disable (no log line: the process prints its `ready:` line only, and
+    nothing on SIGTERM) on a real `llamapy serve` process."""
+    proc, base, lines = _start(["-m", str(tiny_path), "-c", "512", "-np", "1", "--port", "0", "-t", "1",
+                                "--n-probs", "2", "--threads-http", "4", "--log-disable"])
+    try:
+        assert len(lines) == 1 and lines[0].startswith("ready: "), lines  # no log line before it
+        with httpx.Client(base_url=base, timeout=60) as c:
+            req = {"prompt": "a b", "n_predict": 2, "temperature": 0.0}
+            body = c.post("/completion", json=req).json()
+            assert [len(p["top_logprobs"]) for p in body["completion_probabilities"]] == [2, 2]
+            assert body["generation_settings"]["n_probs"] == 2
+            assert "completion_probabilities" not in c.post("/completion", json=req | {"n_probs": 0}).json()  # the request's wins
+            assert c.get("/props").json()["default_generation_settings"]["params"]["n_probs"] == 2
+            assert c.post("/v1/completions", json={"prompt": "a", "max_tokens": 1}).json()["choices"][0]["logprobs"] is None
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(30) == 0
+        assert proc.stdout.read() == ""  # no "server stopped" line either
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    with pytest.raises(ValueError, match=r"--n-probs \(101\) must be in \[0, 100\]"):
+        from llamapy.cli import build_parser
+        from llamapy.cli.serve import serve_settings
+
+        serve_settings(build_parser().parse_args(["serve", "--n-probs", "101"]))

@@ -72,7 +72,8 @@ def test_native_n_probs_and_timings_are_llama_servers(state):
         assert all(set(t) == {"id", "token", "bytes", "logprob"} for t in top)
         assert bytes(e["bytes"]).decode("utf-8", errors="replace") == e["token"]
     t = body["timings"]
-    assert t["predicted_per_token_ms"] == pytest.approx(t["predicted_ms"] / t["predicted_n"])
+    steps = t["predicted_n"] - 1  # llama-server's n_gen_steps: the first token is free
+    assert t["predicted_per_token_ms"] == (pytest.approx(t["predicted_ms"] / steps) if steps > 0 else 0.0)
     assert t["prompt_per_token_ms"] == pytest.approx(t["prompt_ms"] / t["prompt_n"])
 
 
@@ -230,3 +231,52 @@ def test_metrics_header_and_n_tokens_max_on_a_real_server(state):
         n_max = int(next(ln.split()[1] for ln in lines if ln.startswith("llamacpp:n_tokens_max ")))
         # the last sampled token is never decoded: prompt + generated - 1 cells at most
         assert n_max >= t["prompt_n"] + t["predicted_n"] - 1
+
+
+def test_generation_rate_excludes_the_first_token(tiny):
+    """llama-server's predicted_per_second and /metrics' predicted_tokens_seconds are over decode
+    steps: the first token comes from the prompt's last batch, so one token is 0.0 tokens/s and
+    16 tokens are 15 steps over predicted_ms (the suite's
+    test_metrics_generation_rate_excludes_first_token).  A fresh server, so /metrics counts
+    these two requests only."""
+    with serving_state(tiny, n_ctx=256, np_=1, n_batch=64) as st:
+        req = {"prompt": "I believe", "ignore_eos": True, "temperature": 0.0}
+        t1 = _call(st, "POST", "/completion", json=req | {"n_predict": 1}).json()["timings"]
+        assert t1["predicted_n"] == 1 and t1["predicted_per_second"] == 0.0 and t1["predicted_per_token_ms"] == 0.0
+        t = _call(st, "POST", "/completion", json=req | {"n_predict": 16}).json()["timings"]
+        assert t["predicted_n"] == 16
+        assert t["predicted_per_second"] == pytest.approx(1e3 / t["predicted_ms"] * 15, rel=1e-9)
+        assert t["predicted_per_token_ms"] == pytest.approx(t["predicted_ms"] / 15, rel=1e-9)
+        m = dict(ln.split() for ln in _call(st, "GET", "/metrics").text.splitlines() if not ln.startswith("#"))
+        assert float(m["llamacpp:tokens_predicted_total"]) == 17
+        rate = 15 / float(m["llamacpp:tokens_predicted_seconds_total"])
+        assert float(m["llamacpp:predicted_tokens_seconds"]) == pytest.approx(rate, rel=1e-4)  # (printed with %g)
+
+
+def test_completion_stream_progress_and_timings_per_token(tiny):
+    """/completion's stream with llama-server's return_progress and timings_per_token: a chunk
+    with prompt_progress (and the timings) before the first prompt batch -- every timing 0 --
+    and after each batch (n_batch 32: several), prompt_ms never going back; each token's chunk
+    with its timings.  Without the flags, neither (the suite's test_metrics_timings_on_prompt_progress)."""
+    prompt = "the quick brown fox jumps over the lazy dog " * 8
+    req = {"prompt": prompt, "n_predict": 4, "stream": True, "ignore_eos": True, "temperature": 0.0}
+
+    def chunks(body: dict) -> list[dict]:
+        r = _call(st, "POST", "/completion", json=body)
+        return [json.loads(ln[len("data: "):]) for ln in r.text.split("\n\n") if ln.startswith("data: ")]
+
+    with serving_state(tiny, n_ctx=512, np_=1, n_batch=32) as st:
+        n_prompt = len(_call(st, "POST", "/tokenize", json={"content": prompt, "add_special": True}).json()["tokens"])
+        got = chunks(req | {"timings_per_token": True, "return_progress": True})
+        plain = chunks(req | {"cache_prompt": False, "prompt": "x " + prompt})
+    prog = [c for c in got if "prompt_progress" in c]
+    assert len(prog) == 1 + -(-n_prompt // 32) > 2 and all(c["tokens"] == [] and c["content"] == "" for c in prog)
+    first = prog[0]["timings"]
+    assert (first["prompt_n"], first["prompt_ms"], first["predicted_n"], first["predicted_ms"]) == (0, 0.0, 0, 0.0)
+    ms = [c["timings"]["prompt_ms"] for c in prog]
+    assert ms == sorted(ms) and ms[-1] > 0 and all(v >= 0 for c in prog for v in c["timings"].values())
+    assert [c["prompt_progress"]["processed"] for c in prog][-1] == prog[-1]["prompt_progress"]["total"] == n_prompt
+    toks = [c for c in got if c.get("tokens")]
+    assert len(toks) == 4 and [c["timings"]["predicted_n"] for c in toks] == [1, 2, 3, 4]
+    assert got[-1]["stop"] and got[-1]["timings"]["prompt_n"] == n_prompt
+    assert not any("prompt_progress" in c or ("timings" in c and not c["stop"]) for c in plain)

@@ -5,6 +5,7 @@ error event; exit 0.  A second SIGINT stops at once."""
 from __future__ import annotations
 
 import argparse
+import logging
 import signal
 import sys
 import threading
@@ -124,7 +125,10 @@ def cmd_serve(a: argparse.Namespace) -> int:
     from ..server.http import create_app
     from ..server.startup import load_model, server_state, tune_server_process
 
+    quiet = bool(getattr(a, "log_disable", False))  # --log-disable: no log lines at all
     setup_logging(verbose=True)
+    if quiet:
+        logging.getLogger("llamapy").setLevel(logging.CRITICAL + 1)
     s = serve_settings(a)
     s.check()  # bad -np, --max-queue, --timeout ... fail before anything starts
     if s.replicas.wanted:
@@ -137,8 +141,8 @@ def cmd_serve(a: argparse.Namespace) -> int:
         log.warning(f"listening on {s.host}: anyone who can reach this address can use the server"
                     + ("" if s.api_key else "; set --api-key"))
     state = server_state(s)
-    config = uvicorn.Config(create_app(state), host=s.host, port=s.port, log_level="info" if s.verbose else "warning",
-                            access_log=s.verbose, timeout_graceful_shutdown=10)
+    config = uvicorn.Config(create_app(state), host=s.host, port=s.port, log_level=logging.CRITICAL + 1 if quiet else "info" if s.verbose else "warning",
+                            access_log=s.verbose and not quiet, timeout_graceful_shutdown=10)
     server = _Server(config, state, s.shutdown_timeout)
     socks = bind_all(s.host, s.port) if len(host_list(s.host)) > 1 else None  # --host A,B: one port, each address
     failed: list[BaseException] = []

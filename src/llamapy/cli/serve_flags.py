@@ -1,8 +1,8 @@
 """`llamapy serve`'s flags that are llama-server's as it spells them (common/arg.cpp): the
 server's default sampling settings for requests that do not set them (--temp, --top-k,
---top-p, --min-p, -s/--seed, -n/--n-predict; see server/request_defaults.py), --no-webui,
-and flags accepted for llama-server's command lines that change nothing in llamapy
-(--offline; --jinja and the chat-template flags are cli/chat_flags.py's).  A llama-server flag
+--top-p, --min-p, -s/--seed, -n/--n-predict, --n-probs; see server/request_defaults.py),
+--no-webui, --log-disable, and flags accepted for llama-server's command lines that change nothing in llamapy
+(--offline, --threads-http; --jinja and the chat-template flags are cli/chat_flags.py's).  A llama-server flag
 llamapy cannot honour is refused naming it (argparse reports it as an unrecognized argument)."""
 from __future__ import annotations
 
@@ -34,6 +34,9 @@ def add_llama_server(p: argparse.ArgumentParser) -> None:
     g.add_argument("-n", "--predict", "--n-predict", dest="n_predict", type=int, default=None,
                    help="tokens to predict when a request sets no max_tokens / n_predict, or -1 (-1 = infinity; "
                         "unset: /v1/completions 16, the other routes no limit but the context)")
+    g.add_argument("--n-probs", type=int, default=None, metavar="N",
+                   help="/completion's and /infill's n_probs when a request sets none: the top N token probabilities "
+                        "with each token (llama-server's default: 0 = none)")
     p.add_argument("--ctx-shift", "--context-shift", dest="ctx_shift", action="store_true", default=False,
                    help="context shift: a generation that fills its slot drops tokens after --keep and goes on "
                         "(default: off, as llama-server: it ends with finish_reason length)")
@@ -59,16 +62,23 @@ def add_llama_server(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("accepted for llama-server's command lines")
     g.add_argument("-cb", "--cont-batching", action="store_true",
                    help="accepted, changes nothing: llamapy always batches continuously")
+    g.add_argument("--threads-http", type=int, default=-1, metavar="N",
+                   help="accepted, changes nothing: llama-server's HTTP worker threads; llamapy serves HTTP on one "
+                        "asyncio event loop (uvicorn) and generates on the scheduler thread, whatever N")
+    g.add_argument("--log-disable", action="store_true",
+                   help="no log lines (llamapy's and uvicorn's); the `ready: URL` line on stdout stays")
     g.add_argument("--offline", action="store_true",
                    help="accepted, changes nothing: llamapy never downloads from a hub at serve time (`llamapy pull` does)")
 
 
 def request_defaults(a: argparse.Namespace) -> RequestDefaults:
     """The parsed request-default flags, checked (ValueError naming the flag)."""
-    d = RequestDefaults(temperature=a.temp, top_k=a.top_k, top_p=a.top_p, min_p=a.min_p, seed=a.seed, n_predict=a.n_predict)
+    d = RequestDefaults(temperature=a.temp, top_k=a.top_k, top_p=a.top_p, min_p=a.min_p, seed=a.seed, n_predict=a.n_predict,
+                        n_probs=a.n_probs)
     for flag, v, lo, hi in (("--temp", d.temperature, 0.0, 100.0), ("--top-k", d.top_k, 0, None),
                             ("--top-p", d.top_p, 0.0, 1.0), ("--min-p", d.min_p, 0.0, 1.0),
-                            ("--seed", d.seed, -1, 0xFFFFFFFF), ("--n-predict", d.n_predict, -1, None)):
+                            ("--seed", d.seed, -1, 0xFFFFFFFF), ("--n-predict", d.n_predict, -1, None),
+                            ("--n-probs", d.n_probs, 0, 100)):
         if v is not None and (v < lo or (hi is not None and v > hi)):
             raise ValueError(f"{flag} ({v:g}) must be in [{lo:g}, {'inf' if hi is None else format(hi, 'g')}]")
     return d

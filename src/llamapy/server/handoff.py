@@ -2,8 +2,11 @@
 and its submission (submit), with the HTTP errors they answer for."""
 from __future__ import annotations
 
+from typing import Any
+
 from .api_error import APIError
 from .bridge import Pending, ServerState
+from .logit_bias import LogitBias, parse_logit_bias
 from .request import Request as GenRequest
 from .scheduler import QueueFullError
 from .slots import PromptTooLongError
@@ -40,3 +43,10 @@ def tokenize_prompt(state: ServerState, prompt: str | list[int]) -> list[int]:
             raise APIError(400, f"prompt: token id {bad[0]} out of range (n_vocab = {state.model.n_vocab})")
         return list(prompt)
     return state.model.tokenize(prompt, add_special=True, parse_special=True)
+
+
+def request_logit_bias(state: ServerState, data: Any) -> LogitBias:
+    """The request's logit_bias field as (token, bias) pairs (server/logit_bias.py)."""
+    if data is None:
+        return ()
+    return parse_logit_bias(data, state.model.n_vocab, lambda s: state.model.tokenize(s, add_special=False, parse_special=False))

@@ -18,7 +18,8 @@ from .api_error import APIError, error_body, error_response, final_error
 from .anthropic_convert import anthropic_error_response, is_anthropic_path
 from .bridge import Pending, ServerState
 from .constraints import compile_constraint, request_spec
-from .handoff import submit, tokenize_prompt
+from .handoff import request_logit_bias, submit, tokenize_prompt
+from .logit_bias import format_logit_bias, with_eog
 from .http_anthropic import router as anthropic_router
 from .http_responses import router as responses_router
 from .http_slots import router as slots_router
@@ -179,8 +180,12 @@ async def native_completion(state: ServerState, body: NativeCompletionRequest, r
     body = state.defaults.apply(body)
     ids = tokenize_prompt(state, body.prompt)
     constraint = await compile_constraint(state, request_spec(body.grammar, body.json_schema))
+    bias = request_logit_bias(state, body.logit_bias)
     req = GenRequest(ids, max_tokens=body.n_predict, sampling=body.sampling(body.n_probs), stop=body.stop_list(), n_probs=body.n_probs,
-                     post_sampling_probs=body.post_sampling_probs, ignore_eos=body.ignore_eos, **body.slot_params(), spec=body.spec_overrides(), constraint=constraint)
+                     post_sampling_probs=body.post_sampling_probs, ignore_eos=body.ignore_eos, logit_bias=bias, **body.slot_params(),
+                     timings_per_token=body.timings_per_token and body.stream, return_progress=body.return_progress and body.stream,
+                     spec=body.spec_overrides(), constraint=constraint)
+    settings = body.generation_settings(format_logit_bias(with_eog(bias, sorted(state.model.tokenizer.vocab.eog_ids), body.ignore_eos)))
     p = submit(state, req)
     if body.stream:
         return EventStream(_native_stream(state, p, body.post_sampling_probs), p.close)
@@ -189,7 +194,7 @@ async def native_completion(state: ServerState, body: NativeCompletionRequest, r
         return error_response(499, "client closed the request")
     if (err := final_error(evs[-1])) is not None:
         raise err
-    return _native_final(state, evs[-1], text, [e for e in evs if e.token >= 0], body)
+    return _native_final(state, evs[-1], text, [e for e in evs if e.token >= 0], body, settings)
 
 
 def _ready(state: ServerState) -> None:
@@ -221,12 +226,13 @@ def stop_fields(ev: Event) -> dict[str, Any]:
     return out | ({"finish_details": ev.error} if ev.error else {})
 
 
-def _native_final(state: ServerState, ev: Event, text: str, toks: list[Event], body: NativeCompletionRequest) -> dict[str, Any]:
+def _native_final(state: ServerState, ev: Event, text: str, toks: list[Event], body: NativeCompletionRequest,
+                  settings: dict[str, Any]) -> dict[str, Any]:
     u = ev.usage
     out: dict[str, Any] = {
         "content": text, "stop": True, **stop_fields(ev),
         "tokens_predicted": u.completion_tokens, "tokens_evaluated": u.prompt_tokens, "tokens_cached": u.prompt_tokens_cached,
-        "truncated": ev.truncated, "generation_settings": body.generation_settings(), "timings": ev.timings, "model": state.alias,
+        "truncated": ev.truncated, "generation_settings": settings, "timings": ev.timings, "model": state.alias,
     }
     if toks and toks[0].probs is not None:
         out["completion_probabilities"] = [p for e in toks for p in _probs(state, e, body.post_sampling_probs)]
@@ -236,7 +242,11 @@ def _native_final(state: ServerState, ev: Event, text: str, toks: list[Event], b
 async def _native_stream(state: ServerState, p: Pending, post: bool) -> AsyncIterator[str]:
     async for ev in p.events():
         if not ev.final:
-            chunk = {"content": ev.text, "stop": False, "tokens": [ev.token]}
+            chunk = {"content": ev.text, "stop": False, "tokens": [ev.token] if ev.token >= 0 else []}
+            if ev.timings is not None:  # timings_per_token
+                chunk["timings"] = ev.timings
+            if ev.progress is not None:  # return_progress
+                chunk["prompt_progress"] = ev.progress
             if ev.probs is not None:  # llama-server sends each token's probabilities with it
                 chunk["completion_probabilities"] = _probs(state, ev, post)
             yield sse(chunk)

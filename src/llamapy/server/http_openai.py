@@ -14,7 +14,7 @@ from .api_error import APIError, error_body, error_response, final_error
 from .bridge import Pending, ServerState
 from .chat_prep import ChatPrep, openai_calls, prepare_chat, reasoning_gate
 from .constraints import compile_constraint, request_spec
-from .handoff import submit, tokenize_prompt
+from .handoff import request_logit_bias, submit, tokenize_prompt
 from .request import Event, Request as GenRequest, Usage
 from .schemas import BUILD_INFO, ChatCompletionRequest, ChatCompletionResponse, CompletionRequest, CompletionResponse, ok_response
 from .sse import EventStream, sse
@@ -82,7 +82,7 @@ async def completions(body: CompletionRequest, request: Request):
     ids = tokenize_prompt(state, body.prompt)
     n_probs = body.logprobs or 0
     constraint = await compile_constraint(state, request_spec(body.grammar, body.json_schema))
-    req = GenRequest(ids, max_tokens=-1 if body.max_tokens is None else body.max_tokens, sampling=body.sampling(n_probs), stop=body.stop_list(), n_probs=n_probs, ignore_eos=body.ignore_eos, **body.slot_params(), spec=body.spec_overrides(), constraint=constraint)
+    req = GenRequest(ids, max_tokens=-1 if body.max_tokens is None else body.max_tokens, sampling=body.sampling(n_probs), stop=body.stop_list(), n_probs=n_probs, ignore_eos=body.ignore_eos, logit_bias=request_logit_bias(state, body.logit_bias), **body.slot_params(), spec=body.spec_overrides(), constraint=constraint)
     p = submit(state, req)
     cid, created = f"cmpl-{uuid.uuid4().hex}", int(time.time())
     head = {"id": cid, "object": "text_completion", "created": created, "model": state.alias, "system_fingerprint": BUILD_INFO}
@@ -115,7 +115,7 @@ async def chat_completions(body: ChatCompletionRequest, request: Request):
     n_probs = body.n_probs()
     spec = request_spec(body.grammar, body.json_schema, body.response_format, plan)
     constraint = reasoning_gate(state, prep, body, await compile_constraint(state, spec))
-    req = GenRequest(ids, max_tokens=body.n_predict(), sampling=body.sampling(n_probs), stop=body.stop_list(), n_probs=n_probs, ignore_eos=body.ignore_eos, **body.slot_params(), spec=body.spec_overrides(), constraint=constraint)
+    req = GenRequest(ids, max_tokens=body.n_predict(), sampling=body.sampling(n_probs), stop=body.stop_list(), n_probs=n_probs, ignore_eos=body.ignore_eos, logit_bias=request_logit_bias(state, body.logit_bias), **body.slot_params(), spec=body.spec_overrides(), constraint=constraint)
     p = submit(state, req)
     cid, created = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
     head = {"id": cid, "object": "chat.completion", "created": created, "model": state.alias, "system_fingerprint": BUILD_INFO}

@@ -64,8 +64,10 @@ async def responses(request: Request):
     state: ServerState = request.app.state.llama
     raw, chat, prep, ids = await _parse(state, request)
     constraint = reasoning_gate(state, prep, chat, await compile_constraint(state, request_spec(chat.grammar, chat.json_schema, chat.response_format, prep.plan)))
+    per_token, progress = (_flag(raw, k) for k in ("timings_per_token", "return_progress"))
     req = GenRequest(ids, max_tokens=chat.n_predict(), sampling=chat.sampling(), stop=chat.stop_list(), ignore_eos=chat.ignore_eos, **chat.slot_params(),
-                     spec=chat.spec_overrides(), constraint=constraint)
+                     spec=chat.spec_overrides(), constraint=constraint, timings_per_token=per_token and chat.stream,
+                     return_progress=progress and chat.stream)
     p = submit(state, req)
     head = _head(raw, chat, state)
     if chat.stream:
@@ -78,6 +80,14 @@ async def responses(request: Request):
     msg = prep.parse(out)
     items = _reasoning(msg.reasoning_content) + _message(msg, bool(msg.tool_calls)) + _calls(msg)
     return JSONResponse(_done(head, items, evs[-1].usage))
+
+
+def _flag(raw: dict[str, Any], key: str) -> bool:
+    """llama-server's telemetry switches (timings_per_token, return_progress): a bool or absent."""
+    v = raw.get(key, False)
+    if not isinstance(v, bool):
+        raise APIError(400, f"{key}: expected a boolean, got {type(v).__name__}")
+    return v
 
 
 def _head(raw: dict[str, Any], chat: ChatCompletionRequest, state: ServerState) -> dict[str, Any]:
@@ -164,8 +174,9 @@ class _Events:
         self.open_kind, self.text = "", ""
         return out
 
-    def piece(self, kind: str, text: str) -> list[str]:
-        """A reasoning or message text piece, in an item of its kind."""
+    def piece(self, kind: str, text: str, extra: dict[str, Any]) -> list[str]:
+        """A reasoning or message text piece, in an item of its kind; extra: more fields of
+        its delta event (llama-server's timings with timings_per_token)."""
         out: list[str] = []
         if self.open_kind != kind:
             out += self.close()
@@ -183,7 +194,7 @@ class _Events:
         self.text += text
         loc = {"item_id": self.open_id, "output_index": self.index, "content_index": 0}
         name = "response.output_text.delta" if kind == "message" else "response.reasoning_text.delta"
-        return out + [self.ev(name, **loc, delta=text, **({"logprobs": []} if kind == "message" else {}))]
+        return out + [self.ev(name, **loc, delta=text, **({"logprobs": []} if kind == "message" else {}), **extra)]
 
     def call(self, item: dict[str, Any]) -> list[str]:
         """A whole function call: added, its arguments in one delta, done."""
@@ -206,28 +217,31 @@ async def _stream(p: Pending, prep: ChatPrep, head: dict[str, Any]) -> AsyncIter
     yield es.ev("response.in_progress", response=head)
     out, sent = "", {"reasoning_content": "", "content": ""}
 
-    def grown(msg: ParsedMessage) -> list[str]:
+    def grown(msg: ParsedMessage, extra: dict[str, Any]) -> list[str]:
         evs: list[str] = []
         for key, kind in (("reasoning_content", "reasoning"), ("content", "message")):
             now = getattr(msg, key)
             if now.startswith(sent[key]) and len(now) > len(sent[key]):
-                evs += es.piece(kind, now[len(sent[key]):])
+                evs += es.piece(kind, now[len(sent[key]):], extra)
                 sent[key] = now
         return evs
 
     async for ev in p.events():
+        if ev.progress is not None:  # return_progress: llama-server's prompt_progress after a prompt batch
+            yield es.ev("response.in_progress", response=head, prompt_progress=ev.progress)
+            continue
         out += ev.text
         if not ev.final:
-            for e in grown(prep.parse(out, partial=True)):
+            for e in grown(prep.parse(out, partial=True), {"timings": ev.timings} if ev.timings else {}):
                 yield e
             continue
         if (err := final_error(ev)) is not None:  # the openai package raises an APIError on an "error" key
             yield es.ev("error", code=str(err.status), message=err.message, param=None, **error_body(err.status, err.message))
             return
         msg = prep.parse(out)
-        evs = grown(msg)
+        evs = grown(msg, {})
         if not evs and not es.items and not es.open_kind and not msg.tool_calls:
-            evs = es.piece("message", "")  # an empty answer is still a message
+            evs = es.piece("message", "", {})  # an empty answer is still a message
         for e in evs:
             yield e
         for e in es.close():
@@ -235,5 +249,5 @@ async def _stream(p: Pending, prep: ChatPrep, head: dict[str, Any]) -> AsyncIter
         for item in _calls(msg):
             for e in es.call(item):
                 yield e
-        yield es.ev("response.completed", response=_done(head, es.items, ev.usage))
+        yield es.ev("response.completed", response=_done(head, es.items, ev.usage), timings=ev.timings)
         return

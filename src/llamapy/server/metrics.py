@@ -12,6 +12,7 @@ class ServerMetrics:
     n_prompt_tokens_cached_total: int = 0  # prompt tokens a request found in its slot's cache (its cache_n)
     t_prompt_processing_total: float = 0.0  # seconds of decode calls that carried prompt tokens
     n_tokens_predicted_total: int = 0
+    n_gen_steps_total: int = 0  # llama-server's predict.steps: finished requests' tokens less their first (free) one
     t_tokens_generation_total: float = 0.0  # seconds of decode calls that carried generated tokens
     n_decode_total: int = 0
     n_tokens_max: int = 0  # the longest sequence a slot held after a decode (prompt + generation)
@@ -66,7 +67,7 @@ def render_prometheus(m: dict[str, float]) -> str:
         ("gauge", "prompt_tokens_seconds", "Average prompt throughput in tokens/s.",
          _rate(m["n_prompt_tokens_processed_total"], m["t_prompt_processing_total"])),
         ("gauge", "predicted_tokens_seconds", "Average generation throughput in tokens/s.",
-         _rate(m["n_tokens_predicted_total"], m["t_tokens_generation_total"])),
+         _rate(m["n_gen_steps_total"], m["t_tokens_generation_total"])),  # over decode steps, as llama-server
         ("gauge", "requests_processing", "Number of requests processing.", m["n_requests_processing"]),
         ("gauge", "requests_deferred", "Number of requests deferred (waiting for a slot).", m["n_requests_deferred"]),
         ("gauge", "kv_cache_tokens", "KV cells in use.", m["kv_cells_used"]),

@@ -50,7 +50,8 @@ class Event:
     stopping_word: str = ""  # final: the stop string that ended it (llama-server's stopping_word)
     truncated: bool = False  # final: the slot's context ran out (its end, or a context shift dropped tokens)
     usage: Usage | None = None
-    timings: dict[str, float] | None = None
+    timings: dict[str, float] | None = None  # final, or each token's with the request's timings_per_token
+    progress: dict[str, float] | None = None  # return_progress: llama-server's prompt_progress after a prompt batch (no token)
 
 
 @dataclass(slots=True)
@@ -64,6 +65,7 @@ class Request:
     n_probs: int = 0
     post_sampling_probs: bool = False  # llama-server's: n_probs after the sampler chain (prob, not logprob)
     ignore_eos: bool = False  # llama.cpp's ignore_eos: end-of-generation tokens are never sampled
+    logit_bias: tuple[tuple[int, float], ...] = ()  # llama-server's logit_bias: (token, bias) added to the logits
     spec: dict[str, float] = field(default_factory=dict)  # speculative.n_max / n_min / p_min overrides
     constraint: "Constraint | None" = None  # the compiled grammar the output must match
     sink: Callable[[Event], None] = lambda ev: None
@@ -74,6 +76,8 @@ class Request:
     n_keep: int | None = None  # context shift: tokens kept at the start (-1: the prompt); None: the server's --keep
     n_discard: int = 0  # context shift: tokens dropped after them; 0: half of the rest
     n_cache_reuse: int | None = None  # --cache-reuse's chunk size for this request (0: off); None: the server's
+    timings_per_token: bool = False  # llama-server's: each token's event carries the timings so far
+    return_progress: bool = False  # llama-server's: an event with prompt_progress after each prompt batch
     lora: dict[int, float] | None = None  # llama-server's per-request lora {id: scale} (unlisted: 0); None: the global scales
 
     def expired(self, now: float) -> bool:

@@ -1,5 +1,5 @@
 """The server's default sampling settings, from `llamapy serve`'s --temp, --top-k, --top-p,
---min-p, --seed and -n/--n-predict, as llama-server applies them (server-schema.cpp
+--min-p, --seed, -n/--n-predict and --n-probs, as llama-server applies them (server-schema.cpp
 eval_llama_cmpl_schema: a task's params start from the command line's, and the request's
 fields override them; server-context.cpp: a request's n_predict of -1 takes -n's).
 
@@ -25,6 +25,7 @@ class RequestDefaults:
     min_p: float | None = None  # --min-p
     seed: int | None = None  # -s/--seed (-1: a random seed per request)
     n_predict: int | None = None  # -n/--n-predict (-1: no limit but the context)
+    n_probs: int | None = None  # --n-probs: /completion's and /infill's n_probs (the routes that have the field)
 
     def apply(self, body: B) -> B:
         """body with the server's defaults in the fields it did not send (a copy; body when
@@ -32,8 +33,8 @@ class RequestDefaults:
         max_completion_tokens, max_tokens, or sent -1, gets -n."""
         sent = body.model_fields_set  # type: ignore[attr-defined]
         fields = type(body).model_fields  # type: ignore[attr-defined]
-        update: dict[str, Any] = {k: getattr(self, k) for k in SAMPLING_FIELDS
-                                  if getattr(self, k) is not None and k not in sent}
+        update: dict[str, Any] = {k: getattr(self, k) for k in (*SAMPLING_FIELDS, "n_probs")
+                                  if getattr(self, k) is not None and k not in sent and k in fields}
         if self.n_predict is not None:
             asked = next((getattr(body, f) for f in LENGTH_FIELDS if f in sent and getattr(body, f) is not None), None)
             if asked is None or asked == -1:
@@ -45,5 +46,5 @@ class RequestDefaults:
     def props(self, params: dict[str, Any]) -> dict[str, Any]:
         """/props' default_generation_settings.params with the server's defaults in."""
         keys = {"temperature": self.temperature, "top_k": self.top_k, "top_p": self.top_p, "min_p": self.min_p,
-                "seed": self.seed, "n_predict": self.n_predict}
+                "seed": self.seed, "n_predict": self.n_predict, "n_probs": self.n_probs}
         return params | {k: v for k, v in keys.items() if v is not None}

@@ -300,6 +300,8 @@ class Scheduler:
             slot.spec = self._speculator(slot.id, req)
             n_keep = keep_prefix(self.ctx.memory, slot, n_keep)
             self.metrics.n_prompt_tokens_cached_total += n_keep
+            if req.return_progress:  # llama-server's 0% update, before any prompt token is decoded
+                req.sink(slot.progress_event())
             for t in req.prompt:  # like llama-server: prompt tokens enter the penalty window
                 sampler.accept(t)
 
@@ -365,6 +367,8 @@ class Scheduler:
             s.cache_tokens.extend(toks)
             if s.state is SlotState.PREFILLING:
                 s.n_past += len(toks)
+                if s.request.return_progress:  # llama-server's prompt_progress, after each prompt batch
+                    s.request.sink(s.progress_event())
         self.metrics.n_tokens_max = max([self.metrics.n_tokens_max, *(len(s.cache_tokens) for s, _ in added)])
         for s, _ in added:
             if s.i_batch >= 0:

@@ -27,6 +27,7 @@ class _Sampling(BaseModel):
     stop: str | list[str] | None = None
     stream: bool = False
     ignore_eos: bool = False
+    logit_bias: Any = None  # llama-server's: [[token, bias], ...] or {token: bias} (server/logit_bias.py)
     id_slot: int = Field(-1, ge=-1)  # llama-server's: the slot to run on (its prompt cache); -1: any
     n_keep: int | None = Field(None, ge=-1)  # context shift: tokens kept (-1: the prompt); None: the server's --keep
     n_discard: int = Field(0, ge=0)  # context shift: tokens dropped after them (0: half of the rest)
@@ -156,17 +157,22 @@ class NativeCompletionRequest(_Sampling):
     n_probs: int = Field(0, ge=0, le=100)
     post_sampling_probs: bool = False
     cache_prompt: bool = True
+    timings_per_token: bool = False  # llama-server's: each streamed chunk carries the timings so far
+    return_progress: bool = False  # llama-server's: stream prompt_progress chunks while the prompt is read
 
-    def generation_settings(self) -> dict[str, Any]:
+    def generation_settings(self, logit_bias: list[dict[str, Any]]) -> dict[str, Any]:
         """llama-server's generation_settings: the request's settings that llamapy applies (the
-        samplers in the chain's order; llama-server also lists ones llamapy does not have)."""
+        samplers in the chain's order; llama-server also lists ones llamapy does not have).
+        logit_bias: llama-server's format_logit_bias of the biases applied (ignore_eos' included)."""
         return {"seed": self.sampling().seed, "temperature": self.temperature, "top_k": self.top_k, "top_p": self.top_p,
                 "min_p": self.min_p, "repeat_last_n": self.repeat_last_n, "repeat_penalty": self.repeat_penalty,
                 "presence_penalty": self.presence_penalty, "frequency_penalty": self.frequency_penalty,
                 "stop": self.stop_list(), "max_tokens": self.n_predict, "n_predict": self.n_predict,
-                "ignore_eos": self.ignore_eos, "stream": self.stream, "n_probs": self.n_probs,
+                "ignore_eos": self.ignore_eos, "stream": self.stream, "logit_bias": logit_bias, "n_probs": self.n_probs,
+                "n_discard": self.n_discard, "min_keep": 0,
                 "grammar": self.grammar or "", "samplers": ["penalties", "top_k", "top_p", "min_p", "temperature"],
-                "post_sampling_probs": self.post_sampling_probs, **{f"speculative.{k}": v for k, v in self.spec_overrides().items()}}
+                "post_sampling_probs": self.post_sampling_probs, "timings_per_token": self.timings_per_token,
+                **{f"speculative.{k}": v for k, v in self.spec_overrides().items()}}
 
 
 class TokenizeRequest(BaseModel):

@@ -50,11 +50,13 @@ class SlotOutput:
                 m.n_draft_accepted += spec.n_accepted - n_accepted0
 
     def logits(self, s: Slot, row: int) -> torch.Tensor:
-        """Batch row `row`'s logits [n_vocab], end-of-generation tokens masked for ignore_eos:
+        """Batch row `row`'s logits [n_vocab], end-of-generation tokens masked for ignore_eos and
+        the request's logit_bias added:
         then a copy in one buffer that the next call overwrites (each row's logits are used up
         before the next row's are asked for; a fresh megabyte a row cost a server step ~2%)."""
         logits = self.ctx.get_logits_ith(row)  # [n_vocab]
-        if s.request.ignore_eos:
+        req = s.request
+        if req.ignore_eos or req.logit_bias:
             if self._masked is None or self._masked.shape != logits.shape or self._masked.device != logits.device:
                 self._masked = torch.empty_like(logits)
             # On the CPU one thread's memcpy: torch's copy_ splits a row this size among its threads,
@@ -64,7 +66,12 @@ class SlotOutput:
             else:
                 self._masked.copy_(logits)
             logits = self._masked
-            logits[self._eog] = float("-inf")
+            if req.ignore_eos:
+                logits[self._eog] = float("-inf")
+            if req.logit_bias:  # llama-server's logit_bias: added (a token listed twice gets both)
+                ids = torch.tensor([t for t, _ in req.logit_bias], dtype=torch.long, device=logits.device)  # [n_bias]
+                vals = torch.tensor([b for _, b in req.logit_bias], dtype=logits.dtype, device=logits.device)  # [n_bias]
+                logits.index_put_((ids,), vals, accumulate=True)
         return logits
 
     def emit(self, s: Slot, tok: int, logits: torch.Tensor) -> bool:
@@ -88,7 +95,7 @@ class SlotOutput:
             probs = token_probabilities(logits, req.n_probs)
             prob = float(torch.softmax(logits, dim=0)[tok])
         text = s.stops.push(s.decoder.feed(tok))
-        req.sink(Event(req.id, text=text, token=tok, probs=probs, prob=prob))
+        req.sink(Event(req.id, text=text, token=tok, probs=probs, prob=prob, timings=s.timings() if req.timings_per_token else None))
         if s.stops.matched:
             self.finish(s, "stop")
         elif 0 <= req.max_tokens <= s.n_decoded:
@@ -103,10 +110,11 @@ class SlotOutput:
 
     def finish(self, s: Slot, reason: str, error: str = "", drop_cells: bool = False) -> None:
         """End the slot's request with a final event; drop_cells also removes its cells."""
-        req, ev = s.request, s.final_event(reason, error)
+        req, ev, n_steps = s.request, s.final_event(reason, error), s.n_gen_steps()
         if drop_cells:
             self.ctx.memory.seq_rm(s.id, -1, -1)
             s.cache_tokens = []
         s.release()
         self.metrics.n_requests_finished += 1
+        self.metrics.n_gen_steps_total += n_steps
         req.sink(ev)

@@ -90,28 +90,53 @@ class Slot:
         self.t_start = time.perf_counter()
         return n_keep
 
+    def n_gen_steps(self) -> int:
+        """llama-server's n_gen_steps: decode steps spent on generation (the first token is free)."""
+        return max(0, self.n_decoded - 1)
+
     def final_event(self, reason: str, error: str = "") -> Event:
         """The request's last event: held-back text, usage and llama-server's timings."""
         req = self.request
         tail = "" if self.stops is None or self.stops.matched else self.stops.push(self.decoder.flush()) + self.stops.flush()
-        now = time.perf_counter()
-        n_prompt_new = len(req.prompt) - self.n_cached
-        t_p = (self.t_prompt_done or now) - self.t_start
-        t_g = now - self.t_prompt_done if self.t_prompt_done else 0.0
-        timings = {
-            "prompt_n": n_prompt_new, "prompt_ms": t_p * 1000, "predicted_n": self.n_decoded, "predicted_ms": t_g * 1000,
-            "cache_n": self.n_cached, "queue_ms": (self.t_start - req.t_arrival) * 1000,
-            "prompt_per_token_ms": t_p * 1000 / n_prompt_new if n_prompt_new > 0 else 0.0,
-            "prompt_per_second": n_prompt_new / t_p if t_p > 0 else 0.0,
-            "predicted_per_token_ms": t_g * 1000 / self.n_decoded if self.n_decoded > 0 else 0.0,
-            "predicted_per_second": self.n_decoded / t_g if t_g > 0 else 0.0,
-        }
+        timings = self.timings()
         if self.spec is not None:  # llama-server's names
             timings["draft_n"], timings["draft_n_accepted"] = self.spec.n_drafted, self.spec.n_accepted
         usage = Usage(len(req.prompt), self.n_decoded, self.n_cached)
         word = self.stops.matched if self.stops is not None else ""
         return Event(req.id, text=tail, final=True, finish_reason=reason, error=error, stopping_word=word,
                      truncated=self.truncated, usage=usage, timings=timings)
+
+    def progress(self) -> dict[str, float]:
+        """llama-server's prompt_progress: the prompt's tokens, those from the cache, those in the
+        slot so far, and the milliseconds since the slot took the request."""
+        return {"total": len(self.request.prompt), "cache": self.n_cached, "processed": len(self.cache_tokens),
+                "time_ms": (time.perf_counter() - self.t_start) * 1000}
+
+    def progress_event(self) -> Event:
+        """return_progress's event: prompt_progress, and the timings with timings_per_token."""
+        req = self.request
+        return Event(req.id, progress=self.progress(), timings=self.timings() if req.timings_per_token else None)
+
+    def timings(self) -> dict[str, float]:
+        """llama-server's timings of the request so far (while the prompt is read: the prompt
+        tokens decoded so far, and 0 ms before the first batch)."""
+        req = self.request
+        now = time.perf_counter()
+        if self.t_prompt_done:
+            n_prompt_new, t_p = len(req.prompt) - self.n_cached, self.t_prompt_done - self.t_start
+        else:
+            n_prompt_new = self.n_past - self.n_cached
+            t_p = now - self.t_start if n_prompt_new > 0 else 0.0
+        t_g = now - self.t_prompt_done if self.t_prompt_done else 0.0
+        return {
+            "prompt_n": n_prompt_new, "prompt_ms": t_p * 1000, "predicted_n": self.n_decoded, "predicted_ms": t_g * 1000,
+            "cache_n": self.n_cached, "queue_ms": (self.t_start - req.t_arrival) * 1000,
+            "prompt_per_token_ms": t_p * 1000 / n_prompt_new if n_prompt_new > 0 else 0.0,
+            "prompt_per_second": n_prompt_new / t_p if t_p > 0 else 0.0,
+            # llama-server's rates are over the decode steps: the first token comes from the prompt's logits
+            "predicted_per_token_ms": t_g * 1000 / self.n_gen_steps() if self.n_gen_steps() > 0 else 0.0,
+            "predicted_per_second": self.n_gen_steps() / t_g if t_g > 0 else 0.0,
+        }
 
     def release(self) -> None:
         """Back to idle; cache_tokens stay (prompt cache)."""
