@@ -12,6 +12,7 @@ from typing import Any, Iterator
 from pydantic import ValidationError
 
 from ..chat.apply import ChatOptions
+from ..chat.message import MessageDelta
 from ..server.api_error import APIError
 from ..server.chat_prep import ChatEnv, ChatPrep, openai_calls, prepare_chat, reasoning_gate
 from ..server.constraints import request_spec
@@ -82,15 +83,11 @@ def chat_chunks(eng: Engine, model_name: str, ids: list[int], constraint: Any, p
         return {**h, "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": reason}]}
 
     yield chunk({"role": "assistant"})
-    out, sent = "", {"reasoning_content": "", "content": ""}
+    out, delta = "", MessageDelta()
 
     def grown(final: bool) -> dict[str, Any]:
         msg = prep.parse(out, partial=not final)
-        d: dict[str, Any] = {}
-        for k in sent:
-            now = getattr(msg, k) or ""
-            if now.startswith(sent[k]) and len(now) > len(sent[k]):
-                d[k], sent[k] = now[len(sent[k]):], now
+        d: dict[str, Any] = dict(delta.grown(msg))
         if final and msg.tool_calls:
             d["tool_calls"] = [{"index": i, **c} for i, c in enumerate(openai_calls(msg.tool_calls))]
         return d

@@ -76,3 +76,21 @@ def parse_message(text: str, fmt: ChatFormat, reasoning_format: str = "auto", op
         return msg
     msg.content = rest
     return msg
+
+
+@dataclass(slots=True)
+class MessageDelta:
+    """What a stream sends next: the text by which a re-parsed message's reasoning_content and
+    content grew since the last call.  A field that changed other than by growing (a partial
+    parse that turned out to be a tool call) sends nothing until it grows past what was sent."""
+    sent: dict[str, str] = field(default_factory=lambda: {"reasoning_content": "", "content": ""})
+
+    def grown(self, msg: ParsedMessage) -> list[tuple[str, str]]:
+        """[(field, new text)] in the order reasoning_content, content."""
+        out: list[tuple[str, str]] = []
+        for key, was in self.sent.items():
+            now = getattr(msg, key) or ""
+            if now.startswith(was) and len(now) > len(was):
+                out.append((key, now[len(was):]))
+                self.sent[key] = now
+        return out

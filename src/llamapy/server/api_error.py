@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from fastapi import Request
 from fastapi.responses import JSONResponse
 
 from .request import Event
@@ -43,3 +44,15 @@ def final_error(ev: Event) -> APIError | None:
         return APIError(504, ev.error)
     return None
 
+
+
+async def json_body(request: Request, kind: type | None = None, expected: str = "") -> Any:
+    """The request's body parsed as JSON: a 400 "malformed JSON" when it is not JSON, and a 400
+    with `expected` when `kind` is given and the value is not of it (dict: an object, list: an array)."""
+    try:
+        body = await request.json()
+    except ValueError as e:
+        raise APIError(400, f"malformed JSON in request body: {e}") from None
+    if kind is not None and not isinstance(body, kind):
+        raise APIError(400, expected)
+    return body

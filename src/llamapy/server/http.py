@@ -14,7 +14,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ..gguf.ftype import ftype_name
 from .cors import Cors
-from .api_error import APIError, error_body, error_response, final_error
+from .api_error import APIError, error_body, error_response, final_error, json_body
 from .anthropic_convert import anthropic_error_response, is_anthropic_path
 from .bridge import Pending, ServerState
 from .constraints import compile_constraint, request_spec
@@ -157,11 +157,7 @@ def create_app(state: ServerState) -> BodyLimit:
     @app.post("/infill", include_in_schema=False)  # a free-form body (llama-server's checks); 501 without FIM tokens
     async def infill(request: Request):
         _ready(state)
-        try:
-            data = await request.json()
-        except ValueError as e:
-            raise APIError(400, f"malformed JSON in request body: {e}") from None
-        return await native_completion(state, infill_request(state, data), request)
+        return await native_completion(state, infill_request(state, await json_body(request)), request)
 
     app.include_router(openai_router)
     app.include_router(anthropic_router)

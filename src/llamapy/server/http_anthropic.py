@@ -12,9 +12,9 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 from pydantic import ValidationError
 
-from ..chat.message import ParsedMessage
+from ..chat.message import MessageDelta, ParsedMessage
 from .anthropic_convert import MessagesRequest, anthropic_error_body, anthropic_error_response, to_openai
-from .api_error import APIError, final_error
+from .api_error import APIError, final_error, json_body
 from .bridge import Pending, ServerState
 from .chat_prep import ChatPrep, openai_calls, prepare_chat, reasoning_gate
 from .constraints import compile_constraint, request_spec
@@ -30,10 +30,7 @@ async def _parse(state: ServerState, request: Request) -> tuple[MessagesRequest,
     """The request, its OpenAI form, its prompt and the prompt's tokens; 400 for what is wrong."""
     if not state.ready:
         raise APIError(503, "Loading model")
-    try:
-        raw = await request.json()
-    except ValueError as e:
-        raise APIError(400, f"malformed JSON in request body: {e}") from None
+    raw = await json_body(request)
     try:
         body = MessagesRequest.model_validate(raw)
         oai = to_openai(body)
@@ -156,16 +153,11 @@ async def _stream(p: Pending, prep: ChatPrep, head: dict[str, Any], n_prompt: in
     output is complete, as tool_use blocks with their whole input in one input_json_delta."""
     yield event("message_start", {"message": {**head, "content": [], "stop_reason": None, "stop_sequence": None,
                                               "usage": {"input_tokens": n_prompt, "output_tokens": 0}}})
-    blocks, out, sent = _Blocks(), "", {"reasoning_content": "", "content": ""}
+    blocks, out, delta = _Blocks(), "", MessageDelta()
+    kinds = {"reasoning_content": "thinking", "content": "text"}
 
     def grown(msg: ParsedMessage) -> list[str]:
-        evs: list[str] = []
-        for key, kind in (("reasoning_content", "thinking"), ("content", "text")):
-            now = getattr(msg, key)
-            if now.startswith(sent[key]) and len(now) > len(sent[key]):
-                evs += blocks.text(kind, now[len(sent[key]):])
-                sent[key] = now
-        return evs
+        return [e for key, piece in delta.grown(msg) for e in blocks.text(kinds[key], piece)]
 
     async for ev in p.events():
         out += ev.text

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 from fastapi import APIRouter, Request
 
-from .api_error import APIError
+from .api_error import APIError, json_body
 from .bridge import ServerState
 from .embed_jobs import EmbedJob
 
@@ -131,10 +131,4 @@ async def embeddings_oai(request: Request) -> Any:
 
 
 async def _body(request: Request) -> dict[str, Any]:
-    try:
-        body = await request.json()
-    except ValueError as e:
-        raise APIError(400, f"malformed JSON in request body: {e}") from None
-    if not isinstance(body, dict):
-        raise APIError(400, "request body: expected a JSON object")
-    return body
+    return await json_body(request, dict, "request body: expected a JSON object")

@@ -8,7 +8,7 @@ from typing import Any
 
 from fastapi import APIRouter, Request
 
-from .api_error import APIError
+from .api_error import APIError, json_body
 from .bridge import ServerState
 from .lora_scales import LoraRequestError, adapters_json, construct_scales, parse_lora
 
@@ -28,12 +28,7 @@ async def post_lora_adapters(request: Request) -> dict[str, Any]:
     state: ServerState = request.app.state.llama
     if state.ctx is None:
         raise APIError(503, "Loading model")
-    try:
-        body = await request.json()
-    except ValueError as e:
-        raise APIError(400, f"malformed JSON in request body: {e}") from None
-    if not isinstance(body, list):
-        raise APIError(400, "Request body must be an array")
+    body = await json_body(request, list, "Request body must be an array")
     lora = state.ctx.model.lora
     n = len(lora.adapters) if lora is not None else 0
     try:

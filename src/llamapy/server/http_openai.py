@@ -10,6 +10,7 @@ from typing import Any, AsyncIterator
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
+from ..chat.message import MessageDelta
 from .api_error import APIError, error_body, error_response, final_error
 from .bridge import Pending, ServerState
 from .chat_prep import ChatPrep, openai_calls, prepare_chat, reasoning_gate
@@ -179,16 +180,11 @@ async def _stream(state: ServerState, p: Pending, head: dict[str, Any], chat: bo
 
     if chat:
         yield sse(chunk(None, None, role=True))
-    out, sent = "", {"content": "", "reasoning_content": ""}
+    out, delta = "", MessageDelta()
 
     def grown(final: bool) -> dict[str, Any]:
         msg = prep.parse(out, partial=not final)
-        d: dict[str, Any] = {}
-        for k in ("reasoning_content", "content"):
-            now = getattr(msg, k)
-            if now.startswith(sent[k]) and len(now) > len(sent[k]):
-                d[k] = now[len(sent[k]):]
-                sent[k] = now
+        d: dict[str, Any] = dict(delta.grown(msg))
         if final and msg.tool_calls:
             d["tool_calls"] = _call_deltas(openai_calls(msg.tool_calls))
         return d

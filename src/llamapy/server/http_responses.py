@@ -15,8 +15,8 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 from pydantic import ValidationError
 
-from ..chat.message import ParsedMessage
-from .api_error import APIError, error_body, error_response, final_error
+from ..chat.message import MessageDelta, ParsedMessage
+from .api_error import APIError, error_body, error_response, final_error, json_body
 from .bridge import Pending, ServerState
 from .chat_prep import ChatPrep, openai_calls, prepare_chat, reasoning_gate
 from .constraints import compile_constraint, request_spec
@@ -33,12 +33,7 @@ async def _parse(state: ServerState, request: Request) -> tuple[dict[str, Any], 
     """The body, its chat form, its prompt and the prompt's tokens; 400 for what is wrong."""
     if not state.ready:
         raise APIError(503, "Loading model")
-    try:
-        raw = await request.json()
-    except ValueError as e:
-        raise APIError(400, f"malformed JSON in request body: {e}") from None
-    if not isinstance(raw, dict):
-        raise APIError(400, "body: expected a JSON object")
+    raw = await json_body(request, dict, "body: expected a JSON object")
     oai = to_chat(raw)
     try:  # an empty input list is a conversation of none (the chat schema wants one message)
         chat = ChatCompletionRequest.model_validate({**oai, "messages": oai["messages"] or [{"role": "user", "content": ""}]})
@@ -215,16 +210,11 @@ async def _stream(p: Pending, prep: ChatPrep, head: dict[str, Any]) -> AsyncIter
     es = _Events(head)
     yield es.ev("response.created", response=head)
     yield es.ev("response.in_progress", response=head)
-    out, sent = "", {"reasoning_content": "", "content": ""}
+    out, delta = "", MessageDelta()
+    kinds = {"reasoning_content": "reasoning", "content": "message"}
 
     def grown(msg: ParsedMessage, extra: dict[str, Any]) -> list[str]:
-        evs: list[str] = []
-        for key, kind in (("reasoning_content", "reasoning"), ("content", "message")):
-            now = getattr(msg, key)
-            if now.startswith(sent[key]) and len(now) > len(sent[key]):
-                evs += es.piece(kind, now[len(sent[key]):], extra)
-                sent[key] = now
-        return evs
+        return [e for key, piece in delta.grown(msg) for e in es.piece(kinds[key], piece, extra)]
 
     async for ev in p.events():
         if ev.progress is not None:  # return_progress: llama-server's prompt_progress after a prompt batch

@@ -9,7 +9,7 @@ from typing import Any
 
 from fastapi import APIRouter, Request
 
-from .api_error import APIError
+from .api_error import APIError, json_body
 from .bridge import ServerState
 from .slot_files import ACTIONS, SlotAction, SlotActionError, valid_filename
 
@@ -43,13 +43,7 @@ async def slot_action(id_slot: str, request: Request, action: str = "") -> dict[
 
 
 async def _body(request: Request) -> dict[str, Any]:
-    try:
-        body = await request.json()
-    except ValueError as e:
-        raise APIError(400, f"malformed JSON in request body: {e}") from None
-    if not isinstance(body, dict):
-        raise APIError(400, 'body: expected {"filename": NAME}')
-    return body
+    return await json_body(request, dict, 'body: expected {"filename": NAME}')
 
 
 async def _run(state: ServerState, a: SlotAction) -> dict[str, Any]:
