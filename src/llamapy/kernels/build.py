@@ -65,12 +65,14 @@ SIGNATURES: dict[str, tuple] = {  # name -> argument types (all return void unle
     "lp_amx_on": (),
     "lp_amx_set": (I,),
     "lp_moe_row": (P, P, I64, I64, P, P, P, I64, I64, I64, I64, I64, I64, I64, I64, P, P, P),
+    "lp_moe_rows": (P, I64, I64, P, P, P, P, P, P, I64, I64, I64, I64, I64, I64, I64, I64, P),
 }
 RETURNS = {"lp_mm_det": ctypes.c_int, "lp_mm_det_covers": ctypes.c_int,
            "lp_abi_version": ctypes.c_int, "lp_isa": ctypes.c_char_p, "lp_mm": ctypes.c_int, "lp_coarse_bf16": ctypes.c_int,
            "lp_amx_on": ctypes.c_int, "lp_amx_set": ctypes.c_int,
            "lp_attn_f16": ctypes.c_int, "lp_attn_kv": ctypes.c_int, "lp_attn_tiles_f16": ctypes.c_int, "lp_layers": ctypes.c_int,
-           "lp_argmax": ctypes.c_int64, "lp_topk": ctypes.c_int64, "lp_moe_row": ctypes.c_int}
+           "lp_argmax": ctypes.c_int64, "lp_topk": ctypes.c_int64, "lp_moe_row": ctypes.c_int,
+           "lp_moe_rows": ctypes.c_int}
 
 
 class IsaError(ValueError):

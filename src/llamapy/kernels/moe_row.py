@@ -2,8 +2,9 @@
 renormalised weights and the k experts' SwiGLU products in one parallel region, x prepared once
 for all of them.  For the softmax-gated, norm_w, bias-free experts of qwen3moe and Mixtral-style
 llama whose matrices are all BlockMatrix with each 3-D tensor's experts contiguous; model/moe.py
-falls back to its per-expert path otherwise (gpt-oss, the PyTorch QMatrix, a GPU).
-LLAMAPY_MOE_C=0 turns it off (A/B measurements)."""
+falls back to its per-expert path otherwise (gpt-oss, the PyTorch QMatrix, a GPU).  A multi-row
+ubatch (prefill) in one C call too (kernels/c/moe_rows.c lp_moe_rows), routed in torch (add_rows).
+LLAMAPY_MOE_C=0 turns both off (A/B measurements)."""
 from __future__ import annotations
 
 import os
@@ -41,6 +42,18 @@ class MoeRow:
             raise MemoryError(f"lp_moe_row: no scratch memory (rc {rc}) for experts of {self.n_ff} x {self.n_embd}")
         return sel, w
 
+    def add_rows(self, x: torch.Tensor, y: torch.Tensor, counts: torch.Tensor, rows: torch.Tensor,
+                 w: torch.Tensor) -> None:
+        """y [n_tokens, n_embd] += the MoE FFN of x [n_tokens, n_embd] (float32, contiguous) in one
+        C call (kernels/c/moe_rows.c lp_moe_rows), routed by the caller: counts [n_expert] int64
+        (slots per expert), rows [n_tokens * k] int64 (each slot's row, grouped by expert), w
+        [n_tokens * k] float32 (each slot's weight)."""
+        rc = self.lib.fn.lp_moe_rows(x.data_ptr(), x.shape[0], self.n_expert, counts.data_ptr(), rows.data_ptr(),
+                                     w.data_ptr(), *self.bases, *self.types, *self.strides, self.n_embd, self.n_ff,
+                                     y.data_ptr())
+        if rc != 0:
+            raise MemoryError(f"lp_moe_rows: rc {rc} for {x.shape[0]} rows of experts of {self.n_ff} x {self.n_embd}")
+
 
 def _contiguous(mats: list) -> tuple[int, int] | None:
     """(base pointer, stride) when expert e's blocks start at base + e * stride, else None."""
@@ -59,7 +72,7 @@ def moe_row_for(moe) -> MoeRow | None:
     mats = [moe.gate_inp, *moe.gate, *moe.up, *moe.down]
     if not all(getattr(m, "kind", None) == "blocks" for m in mats) or moe.gate_inp.qtype != T.F32:
         return None  # every matrix a BlockMatrix (model/block_matrix.py) in the C kernels' blocks
-    if not hasattr(moe.gate_inp.lib.fn, "lp_moe_row") or moe.gate_inp.blocks.device.type != "cpu":
+    if not hasattr(moe.gate_inp.lib.fn, "lp_moe_rows") or moe.gate_inp.blocks.device.type != "cpu":
         return None
     parts = [_contiguous(moe.gate), _contiguous(moe.up), _contiguous(moe.down)]
     if any(p is None for p in parts) or not 1 <= moe.n_expert_used <= 64:

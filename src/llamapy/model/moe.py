@@ -9,7 +9,8 @@ expert: each ACTIVE expert's SwiGLU runs on its rows only, through the same matr
 kernels) the dense layers use, and its weighted output is scatter-added into the result.  A
 one-row ubatch (decode) touches only its k experts' weights: with the C kernels, routing and the
 k experts' products in one call and one parallel region (kernels/moe_row.py, kernels/c/moe.c),
-else expert by expert here (_add_one).
+else expert by expert here (_add_one); a multi-row ubatch likewise, routed here, the grouped
+experts' products in one C call (kernels/c/moe_rows.c), else the loop in add_into.
 
 gpt-oss (llm_build_openai_moe: LLM_FFN_SWIGLU_OAI_MOE, LLAMA_EXPERT_GATING_FUNC_TYPE_SOFTMAX_WEIGHT,
 norm_w false): biases on the router's logits and on every expert's gate, up and down products
@@ -87,9 +88,15 @@ class MoeFFN:
         w, sel = self.route(x)
         flat = sel.reshape(-1)  # [n_tokens * k]: slot i is row i // k's choice
         order = torch.argsort(flat, stable=True)  # slots grouped by expert
-        counts = torch.bincount(flat, minlength=self.n_expert).tolist()  # rows per expert
+        counts_t = torch.bincount(flat, minlength=self.n_expert)  # [n_expert] rows per expert
         rows_all = order // k  # [n_tokens * k]: each grouped slot's row
         w_all = w.reshape(-1)[order]  # [n_tokens * k]: its weight
+        if self.row_c is False:
+            self.row_c = moe_row_for(self)
+        if self.row_c is not None and x.dtype == y.dtype == torch.float32 and x.is_contiguous() and y.is_contiguous():
+            self.row_c.add_rows(x, y, counts_t, rows_all.contiguous(), w_all.contiguous())
+            return y
+        counts = counts_t.tolist()
         out = torch.zeros(n_tokens, y.shape[1], dtype=torch.float32, device=y.device)
         pos = 0
         for e, n in enumerate(counts):

@@ -16,7 +16,7 @@
 #include "row1_x86.h"
 #include "unpack_x86.h"
 
-#define CHUNK 16 /* output rows per task */
+#define CHUNK LP_MM_CHUNK /* output rows per task */
 
 #include "mm_xprep.inc"
 
@@ -233,6 +233,13 @@ void lp_mm_for(int type, const uint8_t *w, int64_t n_out, int64_t n_in, const lp
 #pragma omp for schedule(static)
     for (int64_t o0 = 0; o0 < n_out; o0 += CHUNK)
         mm_chunk(type, w, o0, o0 + CHUNK < n_out ? o0 + CHUNK : n_out, n_out, n_in, xp, y, ldy, accumulate, scratch);
+}
+
+/* Output rows o0..o1 (o1 - o0 <= LP_MM_CHUNK, o0 a multiple of it) of lp_mm_for's product, for a
+ * caller that hands out its own tasks (moe_rows.c: (expert, chunk) pairs). */
+void lp_mm_chunk(int type, const uint8_t *w, int64_t o0, int64_t o1, int64_t n_out, int64_t n_in, const lp_xprep *xp,
+                 float *y, int64_t ldy, int accumulate, void *scratch) {
+    mm_chunk(type, w, o0, o1, n_out, n_in, xp, y, ldy, accumulate, scratch);
 }
 
 /* y[r, o] (+)= sum_k x[r, k] W[o, k]: x float [n_rows, n_in], W [n_out, n_in] in blocks of

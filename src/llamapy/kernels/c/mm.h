@@ -24,8 +24,12 @@ int lp_needs_prep(const lp_xprep *xp);
 void lp_prep_row(lp_xprep *xp, int64_t r);
 void lp_prep_for(lp_xprep *xp);
 void lp_lanes_for(const lp_xprep *xp);
+void lp_lanes_all(const lp_xprep *xp);
 size_t lp_mm_scratch_bytes(int64_t n_in);
 void lp_mm_for(int type, const uint8_t *w, int64_t n_out, int64_t n_in, const lp_xprep *xp, float *y, int64_t ldy,
                int accumulate, void *scratch);
+#define LP_MM_CHUNK 16 /* lp_mm_for's output rows per task (mm.c CHUNK) */
+void lp_mm_chunk(int type, const uint8_t *w, int64_t o0, int64_t o1, int64_t n_out, int64_t n_in, const lp_xprep *xp,
+                 float *y, int64_t ldy, int accumulate, void *scratch);
 
 #endif
