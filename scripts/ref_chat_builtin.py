@@ -13,15 +13,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
-import time
-import urllib.error
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from ref_chat_templates import DEFAULT_MODEL, LLAMACPP, ROOT, free_port, get, post  # noqa: E402
+from ref_chat_templates import DEFAULT_MODEL, LLAMACPP, ROOT, ServerExited, llama_server, post  # noqa: E402
 
 NAMES = ["chatml", "llama2", "llama2-sys", "llama2-sys-bos", "llama2-sys-strip", "mistral-v1", "mistral-v3",
          "mistral-v3-tekken", "mistral-v7", "mistral-v7-tekken", "phi3", "phi4", "falcon3", "zephyr", "monarch",
@@ -44,29 +41,16 @@ CASES: list[dict[str, Any]] = [
 
 
 def run(server: Path, model: Path, flags: list[str]) -> list[dict[str, Any]]:
-    port = free_port()
-    proc = subprocess.Popen([str(server), "-m", str(model), "--no-jinja", *flags, "--port", str(port),
-                             "--host", "127.0.0.1", "-c", "512", "-t", "1", "-np", "1", "--no-warmup"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
-        for _ in range(300):
-            try:
-                if get(port, "/health").get("status") == "ok":
-                    break
-            except (urllib.error.URLError, ConnectionError):
-                pass
-            if proc.poll() is not None:
-                return [{"startup_error": proc.stderr.read()[-300:]}]
-            time.sleep(0.1)
-        out = []
-        for body in CASES:
-            status, res = post(port, "/apply-template", body)
-            out.append({"body": body, "status": status, **({"prompt": res["prompt"]} if status == 200 else
-                                                            {"error": (res.get("error") or {}).get("message", str(res))})})
-        return out
-    finally:
-        proc.terminate()
-        proc.wait(10)
+        with llama_server(server, model, ["--no-jinja", *flags]) as port:
+            out = []
+            for body in CASES:
+                status, res = post(port, "/apply-template", body)
+                out.append({"body": body, "status": status, **({"prompt": res["prompt"]} if status == 200 else
+                                                                {"error": (res.get("error") or {}).get("message", str(res))})})
+            return out
+    except ServerExited as e:
+        return [{"startup_error": str(e)[-300:]}]
 
 
 def main() -> None:

@@ -13,15 +13,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
-import time
-import urllib.error
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from ref_chat_templates import DEFAULT_MODEL, LLAMACPP, ROOT, free_port, get, post  # noqa: E402
+from ref_chat_templates import DEFAULT_MODEL, LLAMACPP, ROOT, llama_server, post  # noqa: E402
 
 ASK = [{"role": "user", "content": "What is the weather in Paris?"}]
 WEATHER = {"type": "function", "function": {"name": "get_weather", "description": "Weather in a city",
@@ -45,21 +42,8 @@ CONFIGS: list[tuple[str, list[str], list[tuple[str, dict[str, Any]]]]] = [
 
 
 def run(server: Path, model: Path, name: str, flags: list[str], reqs: list[tuple[str, dict[str, Any]]]) -> dict[str, Any]:
-    port = free_port()
     tmpl = LLAMACPP / "models/templates" / f"{name}.jinja"
-    proc = subprocess.Popen([str(server), "-m", str(model), "--chat-template-file", str(tmpl), "--port", str(port),
-                             "--host", "127.0.0.1", "-c", "2048", "-t", "2", "-np", "1", "--no-warmup", *flags],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    try:
-        for _ in range(600):
-            try:
-                if get(port, "/health").get("status") == "ok":
-                    break
-            except (urllib.error.URLError, ConnectionError):
-                pass
-            if proc.poll() is not None:
-                raise RuntimeError(f"llama-server exited: {proc.stderr.read()[-2000:]}")
-            time.sleep(0.2)
+    with llama_server(server, model, ["--chat-template-file", str(tmpl), *flags], n_ctx=2048, threads=2) as port:
         out = []
         for path, body in reqs:
             status, res = post(port, path, body)
@@ -67,9 +51,6 @@ def run(server: Path, model: Path, name: str, flags: list[str], reqs: list[tuple
                 res = {"message": res["choices"][0]["message"], "finish_reason": res["choices"][0]["finish_reason"]}
             out.append({"path": path, "body": body, "status": status, "response": res})
         return {"template": name, "flags": flags, "requests": out}
-    finally:
-        proc.terminate()
-        proc.wait(10)
 
 
 def main() -> None:

@@ -18,6 +18,7 @@ Usage: scripts/ref_chat_templates.py [--bin DIR] [--model GGUF] [--only NAME ...
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import socket
 import subprocess
@@ -27,7 +28,7 @@ import urllib.error
 import urllib.request
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 ROOT = Path(__file__).resolve().parent.parent
 LLAMACPP = Path.home() / ".cache/llamacpp-ref/llama.cpp"
@@ -120,11 +121,17 @@ def get(port: int, path: str) -> dict[str, Any]:
         return json.loads(r.read())
 
 
-def run_template(server: Path, model: Path, name: str) -> dict[str, Any]:
+class ServerExited(RuntimeError):
+    """llama-server exited before /health said ok; the message ends with its stderr's tail."""
+
+
+@contextlib.contextmanager
+def llama_server(server: Path, model: Path, flags: list[str], n_ctx: int = 512, threads: int = 1) -> Iterator[int]:
+    """A llama-server on 127.0.0.1 and a free port with `flags`, up once /health says ok (at
+    most 120 s); yields the port and terminates it after."""
     port = free_port()
-    tmpl = LLAMACPP / "models/templates" / f"{name}.jinja"
-    proc = subprocess.Popen([str(server), "-m", str(model), "--chat-template-file", str(tmpl), "--port", str(port),
-                             "--host", "127.0.0.1", "-c", "512", "-t", "1", "-np", "1", "--no-warmup"],
+    proc = subprocess.Popen([str(server), "-m", str(model), *flags, "--port", str(port), "--host", "127.0.0.1",
+                             "-c", str(n_ctx), "-t", str(threads), "-np", "1", "--no-warmup"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
         for _ in range(600):
@@ -134,8 +141,17 @@ def run_template(server: Path, model: Path, name: str) -> dict[str, Any]:
             except (urllib.error.URLError, ConnectionError):
                 pass
             if proc.poll() is not None:
-                raise RuntimeError(f"llama-server exited for {name}: {proc.stderr.read()[-2000:]}")
+                raise ServerExited(f"llama-server {' '.join(flags)} exited: {proc.stderr.read()[-2000:]}")
             time.sleep(0.2)
+        yield port
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+def run_template(server: Path, model: Path, name: str) -> dict[str, Any]:
+    tmpl = LLAMACPP / "models/templates" / f"{name}.jinja"
+    with llama_server(server, model, ["--chat-template-file", str(tmpl)]) as port:
         props = get(port, "/props")
         out: dict[str, Any] = {"template": name, "now": datetime.now().strftime("%Y-%m-%d"),
                                "bos_token": props.get("bos_token"), "eos_token": props.get("eos_token"),
@@ -149,9 +165,6 @@ def run_template(server: Path, model: Path, name: str) -> dict[str, Any]:
                 entry["error"] = (res.get("error") or {}).get("message", str(res))
             out["cases"].append(entry)
         return out
-    finally:
-        proc.terminate()
-        proc.wait(10)
 
 
 def main() -> None:
