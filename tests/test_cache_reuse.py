@@ -38,7 +38,10 @@ def test_a_cut_out_chunk_is_shifted_into_place(smollm2) -> None:
     x = tok("Notes on the garden. The roses bloom in June and the")
     d = tok(" tulips, which came from a market in Amsterdam last spring, open in April; the")
     y = tok(" apple trees flower in May, and the pears follow a week later when the weather is warm")
-    params = ContextParams(n_ctx=512, n_batch=64, n_ubatch=64, n_seq_max=1, type_k="f32", type_v="f32")
+    # deterministic: a row's K does not depend on how many rows shared its ubatch (49 here, 29 in
+    # the fresh run), whichever path the library's timing chose for the coarse types
+    # (kernels/calibrate.py: bf16 tiles round differently per row count), so only the shift differs
+    params = ContextParams(n_ctx=512, n_batch=64, n_ubatch=64, n_seq_max=1, type_k="f32", type_v="f32", deterministic=True)
     s = Scheduler(Context(smollm2, params), n_cache_reuse=8)
     _run(s, x + d + y, 4)
     fin = _run(s, x + y, 4)[-1]
