@@ -6,10 +6,11 @@ Authorization on a preflight), with Allow-Credentials, Allow-Methods and Allow-H
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 from urllib.parse import urlsplit
 
-from starlette.types import Message, Receive, Scope, Send
+if TYPE_CHECKING:  # annotations only: `llamapy run` imports CorsSettings (cli/serve.py) and no server library
+    from starlette.types import Message, Receive, Scope, Send
 
 
 @dataclass(frozen=True, slots=True)
