@@ -93,6 +93,20 @@ def version(bin_dir: Path) -> str:
     return " ".join(line.strip() for line in r.stdout.splitlines() if line.startswith(("version", "built")))
 
 
+def kld_base(bin_dir: Path, model: Path, text: Path, extra: list[str], out: Path) -> tuple[list[str], str]:
+    """llama-perplexity -m model -f text FLAGS extra --kl-divergence-base out; returns FLAGS (the
+    context, batch, chunks and threads every reference uses) and its final PPL estimate.
+    RuntimeError with the output's tail when it fails or writes no file."""
+    flags = ["-c", str(N_CTX), "-b", str(N_CTX), "--chunks", str(N_CHUNKS), "-t", "2"]
+    cmd = [str(bin_dir / "llama-perplexity"), "-m", str(model), "-f", str(text), *flags, *extra,
+           "--kl-divergence-base", str(out)]
+    r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=600)
+    if r.returncode != 0 or not out.is_file():
+        raise RuntimeError(f"{' '.join(cmd)} failed ({r.returncode}):\n{r.stdout[-3000:]}")
+    ppl = re.findall(r"Final estimate: (PPL = [0-9.]+ \+/- [0-9.]+)", r.stdout)
+    return flags, ppl[-1] if ppl else ""
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--bin", type=Path, default=BIN)
@@ -108,17 +122,11 @@ def main() -> None:
             gguf_path = tmp / f"{name}.gguf"
             sha = write_case(gguf_path, CASES[name])
             out = a.out / f"{name}.kld"
-            flags = ["-c", str(N_CTX), "-b", str(N_CTX), "--chunks", str(N_CHUNKS), "-t", "2"]
-            cmd = [str(a.bin / "llama-perplexity"), "-m", str(gguf_path), "-f", str(text), *flags,
-                   "--kl-divergence-base", str(out)]
-            r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=600)
-            if r.returncode != 0 or not out.is_file():
-                raise RuntimeError(f"{' '.join(cmd)} failed ({r.returncode}):\n{r.stdout[-3000:]}")
-            ppl = re.findall(r"Final estimate: (PPL = [0-9.]+ \+/- [0-9.]+)", r.stdout)
+            flags, ppl = kld_base(a.bin, gguf_path, text, [], out)
             meta = {"case": name, "writer": CASES[name], "gguf_sha256": sha, "n_ctx": N_CTX, "n_chunks": N_CHUNKS,
                     "command": "llama-perplexity -m CASE.gguf -f TEXT " + " ".join(flags) + " --kl-divergence-base CASE.kld",
                     "text": f"tests/data/prose_en.txt, its first {4 * N_CTX * N_CHUNKS} characters",
-                    "llama_cpp": ver, "final_estimate": ppl[-1] if ppl else ""}
+                    "llama_cpp": ver, "final_estimate": ppl}
             (a.out / f"{name}.json").write_text(json.dumps(meta, indent=1) + "\n")
             print(f"{name}: {out} ({out.stat().st_size} bytes), {meta['final_estimate']}")
 

@@ -17,15 +17,13 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import re
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from ref_logits_llamacpp import BIN, N_CHUNKS, N_CTX, text_file, version  # noqa: E402
+from ref_logits_llamacpp import BIN, N_CHUNKS, N_CTX, kld_base, text_file, version  # noqa: E402
 
 BASE = {"arch": "llama", "weight_type": "F16", "tied": False}  # tiny_family.write_tiny_family's arguments
 ADAPTERS = {  # tiny_lora.write_tiny_lora's arguments
@@ -73,19 +71,13 @@ def main() -> None:
         base, paths, sha = write_files(tmp)
         for name, case in CASES.items():
             out = a.out / f"{name}.kld"
-            flags = ["-c", str(N_CTX), "-b", str(N_CTX), "--chunks", str(N_CHUNKS), "-t", "2"]
-            cmd = [str(a.bin / "llama-perplexity"), "-m", str(base), "-f", str(text), *flags, *lora_flags(case, paths),
-                   "--kl-divergence-base", str(out)]
-            r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=600)
-            if r.returncode != 0 or not out.is_file():
-                raise RuntimeError(f"{' '.join(cmd)} failed ({r.returncode}):\n{r.stdout[-3000:]}")
-            ppl = re.findall(r"Final estimate: (PPL = [0-9.]+ \+/- [0-9.]+)", r.stdout)
+            flags, ppl = kld_base(a.bin, base, text, lora_flags(case, paths), out)
             shown = " ".join(lora_flags(case, {k: Path(f"LORA-{k.upper()}.gguf") for k in paths}))
             meta = {"case": name, "base": BASE, "adapters": ADAPTERS, "loras": case, "sha256": sha,
                     "n_ctx": N_CTX, "n_chunks": N_CHUNKS,
                     "command": f"llama-perplexity -m BASE.gguf -f TEXT {' '.join(flags)} {shown} --kl-divergence-base CASE.kld",
                     "text": f"tests/data/prose_en.txt, its first {4 * N_CTX * N_CHUNKS} characters",
-                    "llama_cpp": ver, "final_estimate": ppl[-1] if ppl else ""}
+                    "llama_cpp": ver, "final_estimate": ppl}
             (a.out / f"{name}.json").write_text(json.dumps(meta, indent=1) + "\n")
             print(f"{name}: {out} ({out.stat().st_size} bytes), {meta['final_estimate']}")
 
