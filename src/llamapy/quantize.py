@@ -2,7 +2,7 @@
 
 Which tensor gets which type follows llama-quantize (src/llama-quant.cpp); the rules are in
 quantize_mix.py (the router and norms kept, the output matrix Q6_K / Q8_0, MXFP4_MOE's experts,
-the IQ4 mixes' Q5_K bumps that llamapy cannot write and says so, the block fallbacks);
+the IQ4 and K mixes' Q5_K / Q6_K bumps, the block fallbacks);
 - a tensor already of its target type is copied byte for byte.
 Converting a quantized tensor to another block type loses precision twice (requantizing): it
 is refused unless allow_requantize (llama-quantize's --allow-requantize).  Dequantizing one to
@@ -14,9 +14,10 @@ with the engine's reader (gguf/reader.py: a vocabulary's arrays stay in the map 
 gguf.GGUFReader's per-entry objects cost Gemma 3's 262k-token file ~700 MiB), one tensor at a
 time, converted in slices and written as soon as it is done.
 
-TYPE: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, IQ4_XS, MXFP4_MOE (or MXFP4), the blocks
-byte for byte as ggml's reference quantizers without an imatrix (gguf/quants_pack.py, quants_iq.py).
-The K-quant mixes (Q4_K_M ...) need llama.cpp's Q4_K/Q5_K searches, which this package lacks.
+TYPE: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, IQ4_XS, MXFP4_MOE (or MXFP4), Q4_K_S,
+Q4_K_M, Q5_K_S, Q5_K_M (Q4_K / Q5_K name the _M mixes, as llama-quantize), the blocks byte for byte
+as ggml's reference quantizers without an imatrix (gguf/quants_pack.py, quants_iq.py,
+quants_pack_k.py, quants_pack_k45.py).
 """
 from __future__ import annotations
 
@@ -32,14 +33,17 @@ import torch
 from .gguf.header import VT, ArrayRef
 from .gguf.quants import quantize
 from .gguf.quants_pack_k import QK_K, quantize_q6_k
+from .gguf.quants_pack_k45 import quantize_q4_k, quantize_q5_k
 from .gguf.reader import GGUFFile
 from .quantize_mix import FLOAT_TYPES, MixHparams, choose_type, hparams_of, output_matrix_name
 
 T = gguf.GGMLQuantizationType
 FILE_TYPES = {"F32": (T.F32, 0), "F16": (T.F16, 1), "BF16": (T.BF16, 32), "Q8_0": (T.Q8_0, 7), "Q4_0": (T.Q4_0, 2),
               "Q4_1": (T.Q4_1, 3), "Q5_0": (T.Q5_0, 8), "Q5_1": (T.Q5_1, 9), "IQ4_NL": (T.IQ4_NL, 25),
-              "IQ4_XS": (T.IQ4_XS, 30), "MXFP4_MOE": (T.MXFP4, 38)}
-ALIASES = {"MXFP4": "MXFP4_MOE"}
+              "IQ4_XS": (T.IQ4_XS, 30), "MXFP4_MOE": (T.MXFP4, 38), "Q4_K_S": (T.Q4_K, 14), "Q4_K_M": (T.Q4_K, 15),
+              "Q5_K_S": (T.Q5_K, 16), "Q5_K_M": (T.Q5_K, 17)}
+ALIASES = {"MXFP4": "MXFP4_MOE", "Q4_K": "Q4_K_M", "Q5_K": "Q5_K_M"}  # llama-quantize's own aliases
+K_ENCODERS = {T.Q4_K: quantize_q4_k, T.Q5_K: quantize_q5_k, T.Q6_K: quantize_q6_k}  # [n, 256] -> blocks
 SKIP_KEYS = ("general.architecture", "general.file_type")  # the writer's own
 
 # progress(done_bytes, total_bytes) over the input's tensor bytes
@@ -57,7 +61,6 @@ class TensorPlan:
     src_type: T
     out_type: T
     fell_back_from: T | None = None  # the mix's type for it, had its rows been whole blocks of it
-    not_as_llamacpp: T | None = None  # llama-quantize's type for it, which llamapy cannot write (Q5_K)
 
 
 @dataclass(slots=True)
@@ -82,31 +85,38 @@ def target_type(name: str, shape: tuple[int, ...], src_type: T, qtype: T, output
     return c.out, c.fell_back_from
 
 
-def mix_type(type_name: str) -> tuple[T, int]:
-    """(the mix's tensor type, its general.file_type); QuantizeError for a type not written here."""
+def mix_name(type_name: str) -> str:
+    """The mix's canonical name (MXFP4 -> MXFP4_MOE, Q4_K -> Q4_K_M ...); QuantizeError for a type
+    not written here."""
     key = ALIASES.get(type_name.upper(), type_name.upper())
     if key not in FILE_TYPES:
         raise QuantizeError(f"quantize type {type_name!r}: expected one of {', '.join(FILE_TYPES)} "
-                            "(the K-quant mixes need llama.cpp's llama-quantize)")
-    return FILE_TYPES[key]
+                            "(the others need llama.cpp's llama-quantize)")
+    return key
+
+
+def mix_type(type_name: str) -> tuple[T, int]:
+    """(the mix's default tensor type, its general.file_type); QuantizeError for a type not written here."""
+    return FILE_TYPES[mix_name(type_name)]
 
 
 def plan_file(f: GGUFFile, type_name: str, allow_requantize: bool) -> list[TensorPlan]:
     """Each tensor's target type, in the file's order; raises QuantizeError for an unknown type
     or a requantization that allow_requantize does not permit."""
-    qtype = mix_type(type_name)[0]
+    mix = mix_name(type_name)
+    qtype = mix_type(mix)[0]
     out_name = output_matrix_name(set(f.tensors))
-    hp = hparams_of(f.fields, str(f.fields["general.architecture"].value))
+    hp = hparams_of(f.fields, str(f.fields["general.architecture"].value), list(f.tensors))
     plans = []
     for t in f.tensors.values():
         shape, src = tuple(reversed(t.ne)), T(t.qtype)
-        c = choose_type(t.name, shape, src, qtype, out_name, hp)
+        c = choose_type(t.name, shape, src, qtype, out_name, hp, mix)
         out = c.out
         if out != src and src not in FLOAT_TYPES and out not in FLOAT_TYPES and not allow_requantize:
             raise QuantizeError(
                 f"{t.name} is {src.name}: requantizing it to {out.name} loses precision twice; quantize from an "
                 "F32/F16/BF16 file, or pass --allow-requantize to do it anyway")
-        plans.append(TensorPlan(t.name, shape, src, out, c.fell_back_from, c.not_as_llamacpp))
+        plans.append(TensorPlan(t.name, shape, src, out, c.fell_back_from))
     return plans
 
 
@@ -143,8 +153,8 @@ def encode(x: np.ndarray, out_type: T) -> np.ndarray:
     if out_type in NUMPY_TYPES:
         return x.astype(NUMPY_TYPES[out_type])
     xt = torch.from_numpy(np.require(x, np.float32, ["C", "W"]))
-    if out_type == T.Q6_K:
-        return quantize_q6_k(xt.reshape(-1, QK_K)).numpy().reshape(*x.shape[:-1], -1)
+    if out_type in K_ENCODERS:
+        return K_ENCODERS[out_type](xt.reshape(-1, QK_K)).numpy().reshape(*x.shape[:-1], -1)
     return quantize(xt, out_type).numpy()  # ggml's quantize_row_*_ref, byte for byte
 
 

@@ -1,6 +1,7 @@
 """Which type each tensor gets in a llama-quantize mix (src/llama-quant.cpp's
 tensor_allows_quantization, llama_tensor_get_type_impl and tensor_type_fallback), for the mixes
-`llamapy quantize` writes: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, IQ4_XS, MXFP4_MOE.
+`llamapy quantize` writes: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, IQ4_XS, MXFP4_MOE,
+Q4_K_S, Q4_K_M, Q5_K_S, Q5_K_M.
 
 - only `*weight` tensors of two or more dimensions are converted; not `*_norm.weight`, the MoE
   router `ffn_gate_inp.weight`, position embeddings or token types;
@@ -8,14 +9,18 @@ tensor_allows_quantization, llama_tensor_get_type_impl and tensor_type_fallback)
   in the Q8_0 and MXFP4_MOE mixes and where its rows are not whole blocks of the mix's type,
   else Q6_K;
 - MXFP4_MOE: the 3-D expert stacks (more than one expert) are MXFP4, every other matrix Q8_0;
-- IQ4_NL / IQ4_XS: attn_v (and fused attn_qkv) is Q5_K when n_head / n_head_kv >= 4, ffn_down of
-  the first n_layer / 8 layers is Q5_K (no imatrix), attn_output is Q5_K with exactly 8 experts;
+- attn_v (and fused attn_qkv, attn_kv_b), i-th of n in llama-quantize's order (by layer): Q5_K in
+  IQ4_NL / IQ4_XS when n_head / n_head_kv >= 4; Q6_K in Q4_K_M / Q5_K_M where use_more_bits(i, n);
+  Q5_K in Q4_K_S for i < 4;
+- ffn_down of layer i of n_layer: Q5_K in IQ4_NL / IQ4_XS (no imatrix) and Q4_K_S for
+  i < n_layer / 8; Q6_K in Q4_K_M / Q5_K_M where use_more_bits(i, n_layer);
+- attn_output is Q5_K with exactly 8 experts in IQ4_NL, IQ4_XS, Q4_K_S, Q4_K_M;
 - with exactly 8 experts (Mixtral) attn_v and attn_k are Q8_0 in every mix here;
-- rows that are not whole blocks fall back: IQ4_XS -> IQ4_NL, Q6_K -> Q8_0, Q5_K -> Q5_1, a
-  32-block type (or a fallback that still does not fit) -> F16.
-llamapy has no Q5_K quantizer (llama.cpp's make_qkx2_quants search): a tensor that llama-quantize
-makes Q5_K (after the fallback: 64 columns make it Q5_1, which is written) keeps the mix's type here, and the plan says so (TensorPlan.not_as_llamacpp) so the
-CLI can warn.  No torch here.
+- rows that are not whole blocks fall back: IQ4_XS -> IQ4_NL, Q6_K -> Q8_0, Q5_K -> Q5_1,
+  Q4_K -> Q5_0, a 32-block type (or a fallback that still does not fit) -> F16.
+use_more_bits(i, n) = i < n/8 or i >= 7n/8 or (i - n/8) % 3 == 2.  Not followed: the 70B-only
+attn_v bump (llama.cpp's model-size type, which no model llamapy runs has) and Falcon's rules.
+No torch here.
 """
 from __future__ import annotations
 
@@ -29,7 +34,9 @@ FLOAT_TYPES = (T.F32, T.F16, T.BF16)
 KEEP_NAMES = ("position_embd.weight", "token_types.weight")  # llama-quantize never quantizes these
 IQ4_TYPES = (T.IQ4_NL, T.IQ4_XS)
 FALLBACK = {T.IQ4_XS: T.IQ4_NL, T.Q6_K: T.Q8_0, T.Q5_K: T.Q5_1, T.Q4_K: T.Q5_0}  # tensor_type_fallback
-WRITABLE = frozenset((*FLOAT_TYPES, T.Q8_0, T.Q4_0, T.Q4_1, T.Q5_0, T.Q5_1, T.Q6_K, T.IQ4_NL, T.IQ4_XS, T.MXFP4))
+WRITABLE = frozenset((*FLOAT_TYPES, T.Q8_0, T.Q4_0, T.Q4_1, T.Q5_0, T.Q5_1, T.Q4_K, T.Q5_K, T.Q6_K, T.IQ4_NL,
+                      T.IQ4_XS, T.MXFP4))
+K_MIXES = {"Q4_K_S": T.Q4_K, "Q4_K_M": T.Q4_K, "Q5_K_S": T.Q5_K, "Q5_K_M": T.Q5_K}  # name -> default type
 LAYER = re.compile(r"^blk\.(\d+)\.")
 
 
@@ -39,13 +46,14 @@ class MixHparams:
     n_layer: int = 0
     n_expert: int = 0
     n_gqa: int = 1  # n_head / n_head_kv of layer 0
+    attn_v: tuple[str, ...] = ()  # the attn_v-category tensors in llama-quantize's order (its i_attention_wv)
+    ffn_down: tuple[str, ...] = ()  # the ffn_down-category tensors, same order (its i_ffn_down)
 
 
 @dataclass(frozen=True, slots=True)
 class TypeChoice:
     out: T  # what is written
     fell_back_from: T | None = None  # the rule's type, had the rows been whole blocks of it
-    not_as_llamacpp: T | None = None  # llama-quantize's type where llamapy cannot write it (Q5_K)
 
 
 def block_size(t: T) -> int:
@@ -80,8 +88,34 @@ def category(name: str, output_name: str) -> str:
     return "other"
 
 
-def mix_rule(name: str, shape: tuple[int, ...], qtype: T, output_name: str, hp: MixHparams) -> T:
-    """llama_tensor_get_type_impl for a quantized mix type qtype (before the fallback)."""
+def use_more_bits(i: int, n: int) -> bool:
+    """llama-quantize's use_more_bits(i_layer, n_layers) (C integer division)."""
+    return i < n // 8 or i >= 7 * n // 8 or (i - n // 8) % 3 == 2
+
+
+def layer_order(names: list[str]) -> list[str]:
+    """names in llama-quantize's order (llama_model_loader's weight_name_comparer: by the blk.N
+    layer, -1 for none, then by name)."""
+    def key(n: str) -> tuple[int, str]:
+        m = LAYER.match(n)
+        return (int(m.group(1)) if m else -1, n)
+    return sorted(names, key=key)
+
+
+def _ffn_down_layer(name: str, hp: MixHparams) -> int:
+    """layer_info: the blk.N of the name with more than one expert, else the tensor's place among
+    the ffn_down tensors (qs.i_ffn_down)."""
+    m = LAYER.match(name)
+    if hp.n_expert > 1 or name not in hp.ffn_down:
+        return int(m.group(1)) if m else 0
+    return hp.ffn_down.index(name)
+
+
+def mix_rule(name: str, shape: tuple[int, ...], qtype: T, output_name: str, hp: MixHparams,
+             mix: str = "") -> T:
+    """llama_tensor_get_type_impl for the mix named `mix` (default qtype's name) whose default
+    type is qtype, before the fallback."""
+    mix = mix or qtype.name
     cat, n_in = category(name, output_name), shape[-1]
     if cat == "output":
         if qtype == T.MXFP4 or n_in % block_size(qtype) != 0 or qtype == T.Q8_0:
@@ -92,15 +126,29 @@ def mix_rule(name: str, shape: tuple[int, ...], qtype: T, output_name: str, hp: 
     if cat == "token_embd":
         return qtype
     if cat in ("attn_v", "attn_qkv", "attn_kv_b"):
-        new = T.Q5_K if qtype in IQ4_TYPES and hp.n_gqa >= 4 else qtype
+        i = hp.attn_v.index(name) if name in hp.attn_v else 0
+        new = qtype
+        if qtype in IQ4_TYPES and hp.n_gqa >= 4:
+            new = T.Q5_K
+        elif mix in ("Q4_K_M", "Q5_K_M") and use_more_bits(i, len(hp.attn_v)):
+            new = T.Q6_K
+        elif mix == "Q4_K_S" and i < 4:
+            new = T.Q5_K
         return T.Q8_0 if hp.n_expert == 8 else new
     if cat == "attn_k":
         return T.Q8_0 if hp.n_expert == 8 else qtype
     if cat == "ffn_down":
-        m = LAYER.match(name)
-        i_layer = int(m.group(1)) if m else 0
-        return T.Q5_K if qtype in IQ4_TYPES and i_layer < hp.n_layer // 8 else qtype
-    if cat == "attn_output" and hp.n_expert == 8 and qtype in IQ4_TYPES:
+        i, n = _ffn_down_layer(name, hp), hp.n_layer
+        if mix == "Q4_K_M":
+            return T.Q6_K if use_more_bits(i, n) else qtype
+        if qtype in IQ4_TYPES and i < n // 8:
+            return T.Q5_K
+        if mix == "Q5_K_M" and use_more_bits(i, n):
+            return T.Q6_K
+        if mix == "Q4_K_S" and i < n // 8:
+            return T.Q5_K
+        return qtype
+    if cat == "attn_output" and hp.n_expert == 8 and (qtype in IQ4_TYPES or mix in ("Q4_K_S", "Q4_K_M")):
         return T.Q5_K
     return qtype
 
@@ -115,22 +163,22 @@ def fallback(t: T, n_in: int) -> T:
 
 
 def choose_type(name: str, shape: tuple[int, ...], src_type: T, qtype: T, output_name: str,
-                hp: MixHparams | None = None) -> TypeChoice:
-    """The type `name` (numpy-order shape [.., n_in]) is written as in qtype's mix."""
+                hp: MixHparams | None = None, mix: str = "") -> TypeChoice:
+    """The type `name` (numpy-order shape [.., n_in]) is written as in the mix `mix` (default
+    qtype's name) whose default type is qtype."""
     if not allows_quantization(name, len(shape)):
         return TypeChoice(src_type)
     if qtype in FLOAT_TYPES:
         return TypeChoice(qtype)
-    rule = mix_rule(name, shape, qtype, output_name, hp or MixHparams())
+    rule = mix_rule(name, shape, qtype, output_name, hp or MixHparams(), mix)
     out = fallback(rule, shape[-1])
-    if out in WRITABLE:
-        return TypeChoice(out, rule if out != rule else None)
-    kept = fallback(qtype, shape[-1])  # Q5_K: the mix's own type, and say so
-    return TypeChoice(kept, qtype if kept != qtype else None, out)
+    assert out in WRITABLE, out  # every rule above names a type quantize writes
+    return TypeChoice(out, rule if out != rule else None)
 
 
-def hparams_of(fields: dict, arch: str) -> MixHparams:
-    """MixHparams from a GGUF's metadata fields (name -> object with .value)."""
+def hparams_of(fields: dict, arch: str, names: list[str] | None = None) -> MixHparams:
+    """MixHparams from a GGUF's metadata fields (name -> object with .value) and its tensor
+    names (for the attn_v / ffn_down counters)."""
     def get(key: str, default: int) -> int:
         fld = fields.get(f"{arch}.{key}")
         if fld is None:
@@ -140,5 +188,10 @@ def hparams_of(fields: dict, arch: str) -> MixHparams:
 
     n_head = get("attention.head_count", 1)
     n_head_kv = get("attention.head_count_kv", n_head)
+    ordered = layer_order(list(names or ()))
+    out_name = output_matrix_name(set(ordered))
+    cats = {n: category(n, out_name) for n in ordered}
     return MixHparams(n_layer=get("block_count", 0), n_expert=get("expert_count", 0),
-                      n_gqa=n_head // n_head_kv if n_head_kv > 0 else 1)
+                      n_gqa=n_head // n_head_kv if n_head_kv > 0 else 1,
+                      attn_v=tuple(n for n in ordered if cats[n] in ("attn_v", "attn_qkv", "attn_kv_b")),
+                      ffn_down=tuple(n for n in ordered if cats[n] == "ffn_down"))

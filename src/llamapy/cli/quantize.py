@@ -9,7 +9,8 @@ def add_parser(sub) -> None:
     p = sub.add_parser("quantize", help="llama-quantize: write a GGUF with its weights as another type")
     p.add_argument("input", help="GGUF file or registered model name")
     p.add_argument("output", help="GGUF file to write")
-    p.add_argument("type", help="F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, IQ4_XS or MXFP4_MOE")
+    p.add_argument("type", help="F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, IQ4_XS, MXFP4_MOE, "
+                                        "Q4_K_S, Q4_K_M, Q5_K_S or Q5_K_M")
     p.add_argument("--allow-requantize", action="store_true",
                    help="convert tensors that are already quantized to another block type (loses precision twice)")
     p.add_argument("--force", action="store_true", help="overwrite the output file if it exists")
@@ -42,10 +43,6 @@ def cmd_quantize(a: argparse.Namespace) -> int:
         print(f"warning: {p.name:<36} - ncols {p.shape[-1]:6d} not divisible by {gguf_block(p.fell_back_from):3d} "
               f"(required for type {p.fell_back_from.name.lower():>7}) -> falling back to {p.out_type.name.lower():>7}",
               file=sys.stderr)
-    for p in rep.plans:
-        if p.not_as_llamacpp is not None:
-            print(f"warning: {p.name:<36} - llama-quantize makes it {p.not_as_llamacpp.name}, which llamapy cannot "
-                  f"write: kept as {p.out_type.name}", file=sys.stderr)
     if fallbacks:
         print(f"{log}: WARNING: {len(fallbacks)} of {len(rep.plans)} tensor(s) required fallback quantization",
               file=sys.stderr)

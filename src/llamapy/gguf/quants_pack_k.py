@@ -2,11 +2,10 @@
 write: llama-quantize stores a model's output matrix as Q6_K in the Q4_0 .. Q5_1 mixes
 (quantize.py).  A vectorised transcription of ggml's `quantize_row_q6_K_ref` with
 `make_qx_quants(16, 32, x, L, rmse_type=1)` for each 16-group's scale (ggml-quants.c): the
-same search, in float32.  Sums run in torch's order, not ggml's loop's (which the compiler may
-also fuse into multiply-adds), so where two trial scales tie to float rounding another one may
-win: against llama-quantize's Q6_K output matrices of two random tiny models (n_embd 256 and
-1024), 96-97% of the blocks were byte-identical; the others took another trial scale, which
-moves their elements by up to a level.
+same search, op for op in float32: each group's sums accumulated left to right as the C loop
+(libggml-base has no FMA contraction), the levels of the winning trial kept where a group's
+6-bit scale rounds to 0 (ggml's `if (!d) continue;`), so the bytes equal llama-quantize's
+(tests/test_quantize_k.py).
 """
 
 from __future__ import annotations
@@ -25,30 +24,43 @@ def _signed_max(x: torch.Tensor) -> torch.Tensor:
     return x.gather(-1, x.abs().argmax(-1, keepdim=True)).squeeze(-1)
 
 
-def make_qx_scales(x: torch.Tensor, nmax: int) -> torch.Tensor:
-    """make_qx_quants(n, nmax, x, L, rmse_type=1)'s returned scale for each group x[..., :]
-    (float32): levels l in [-nmax, nmax - 1], weights x^2, the best of 19 trial inverse scales."""
-    mx = _signed_max(x)  # [...]
-    zero = mx.abs() < GROUP_MAX_EPS
+def make_qx_quants(x: torch.Tensor, nmax: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """make_qx_quants(n, nmax, x, L, rmse_type=1, NULL) for each group x[:, g] (x [n, G] float32,
+    element first): (L [n, G] levels 0 .. 2 nmax - 1 of the best trial, scale [G]); weights x^2,
+    the best of 19 trial inverse scales; each sum accumulated left to right as the C loop."""
+    mx = x[0].clone()
+    amax = x[0].abs()
+    for i in range(1, x.shape[0]):  # the first of largest magnitude, sign kept (strict `>`)
+        bigger = x[i].abs() > amax
+        mx = torch.where(bigger, x[i], mx)
+        amax = torch.where(bigger, x[i].abs(), amax)
+    zero = amax < GROUP_MAX_EPS
     mx = torch.where(zero, torch.ones_like(mx), mx)
-    w = x * x
 
-    def trial(iscale: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        l = torch.round(iscale.unsqueeze(-1) * x).clamp(-nmax, nmax - 1)  # nearest_int: half to even
-        return (w * x * l).sum(-1), (w * l * l).sum(-1)
+    def trial(iscale: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        l = torch.round(iscale * x).clamp(-nmax, nmax - 1)  # nearest_int: half to even
+        sumlx, suml2 = torch.zeros_like(mx), torch.zeros_like(mx)
+        for i in range(x.shape[0]):
+            w = x[i] * x[i]
+            sumlx += (w * x[i]) * l[i]
+            suml2 += (w * l[i]) * l[i]
+        return l, sumlx, suml2
 
-    sumlx, suml2 = trial(-nmax / mx)
-    scale = torch.where(suml2 > 0, sumlx / suml2.clamp_min(1e-30), torch.zeros_like(sumlx))
+    L, sumlx, suml2 = trial(torch.tensor(-float(nmax)) / mx)
+    scale = torch.where(suml2 != 0, sumlx / torch.where(suml2 != 0, suml2, torch.ones_like(suml2)),
+                        torch.zeros_like(sumlx))
     best = scale * sumlx
     tenth = torch.tensor(0.1, dtype=torch.float32)
     for step in range(-9, 10):
         if step == 0:
             continue
-        sumlx, suml2 = trial(-(nmax + tenth * step) / mx)
+        l, sumlx, suml2 = trial(-(nmax + tenth * step) / mx)
         better = (suml2 > 0) & (sumlx * sumlx > best * suml2)
+        L = torch.where(better, l, L)
         scale = torch.where(better, sumlx / suml2.clamp_min(1e-30), scale)
         best = torch.where(better, scale * sumlx, best)
-    return torch.where(zero, torch.zeros_like(scale), scale)
+    L = torch.where(zero, torch.zeros_like(L), L + nmax)
+    return L, torch.where(zero, torch.zeros_like(scale), scale)
 
 
 def quantize_q6_k(x: torch.Tensor, chunk: int = 4096) -> torch.Tensor:
@@ -59,16 +71,18 @@ def quantize_q6_k(x: torch.Tensor, chunk: int = 4096) -> torch.Tensor:
     if x.shape[0] > chunk:
         return torch.cat([quantize_q6_k(x[i : i + chunk], chunk) for i in range(0, x.shape[0], chunk)])
     n = x.shape[0]
-    scales = make_qx_scales(x.reshape(n, QK_K // 16, 16), 32)  # [n, 16]
+    L0, scales = make_qx_quants(x.reshape(n * 16, 16).t().contiguous(), 32)  # [16, n * 16], [n * 16]
+    L0 = L0.t().reshape(n, QK_K)  # the search's levels, kept where a group's d is 0
+    scales = scales.reshape(n, 16)
     max_scale = _signed_max(scales)  # [n]
     empty = max_scale.abs() < GROUP_MAX_EPS
-    iscale = -128.0 / torch.where(empty, torch.ones_like(max_scale), max_scale)
-    d = torch.where(empty, torch.zeros_like(iscale), 1.0 / iscale).to(torch.float16)  # [n]
+    iscale = torch.tensor(-128.0) / torch.where(empty, torch.ones_like(max_scale), max_scale)
+    d = torch.where(empty, torch.zeros_like(iscale), torch.tensor(1.0) / iscale).to(torch.float16)  # [n]
     sc = torch.round(iscale.unsqueeze(-1) * scales).clamp(-128, 127)
     sc = torch.where(empty.unsqueeze(-1), torch.zeros_like(sc), sc)  # [n, 16]
     dq = (d.to(torch.float32).unsqueeze(-1) * sc).repeat_interleave(16, dim=-1)  # [n, 256]
     safe = torch.where(dq == 0, torch.ones_like(dq), dq)
-    L = torch.where(dq == 0, torch.zeros_like(x), torch.round(x / safe).clamp(-32, 31)).to(torch.int32) + 32
+    L = torch.where(dq == 0, L0, torch.round(x / safe).clamp(-32, 31) + 32).to(torch.int32)
     L = L.reshape(n, 2, 4, 32)  # [n, half, quarter, l]: element 128 h + 32 q + l
     lo, hi = L & 0xF, L >> 4
     ql = torch.cat([lo[:, :, 0] | (lo[:, :, 2] << 4), lo[:, :, 1] | (lo[:, :, 3] << 4)], dim=-1)  # [n, 2, 64]
