@@ -107,3 +107,37 @@ def test_refused_type(tmp_path, capsys):
     assert {c["type"] for c in j["types"]} == {"F16", "F32", "I8"}
     assert not j["runs"] and "'token_embd.weight'" in j["refusal"] and "I8" in j["refusal"]
     assert j["refusal"] == load_error(path)
+
+
+MXFP4 = gguf.GGMLQuantizationType.MXFP4
+FAMILIES = {  # case -> (arch, weight type, writer kwargs, general.file_type's name, experts line or None)
+    "qwen2": ("qwen2", F16, {}, "F16", None),
+    "qwen3": ("qwen3", Q8_0, {}, "Q8_0", None),
+    "qwen3moe": ("qwen3moe", Q8_0, {}, "Q8_0", "experts: 8, 2 used per token, expert n_ff 64"),
+    "llama3": ("llama", F16, {}, "F16", None),
+    "mixtral": ("llama", Q8_0, {"n_expert": 8}, "Q8_0", "experts: 8, 2 used per token"),
+    "phi3": ("phi3", F16, {}, "F16", None),
+    "gemma2": ("gemma2", F16, {}, "F16", None),
+    "gpt-oss": ("gpt-oss", MXFP4, {}, "MXFP4 MoE", "experts: 4, 2 used per token, expert n_ff 64"),
+}
+
+
+@pytest.mark.parametrize("case", list(FAMILIES))
+def test_each_family_file_described(tmp_path, capsys, case):
+    """Issue 43's families: info names the architecture, general.file_type as llama.cpp does,
+    each ggml type's tensor count as the header holds it, the experts (MoE only) and 'runs it:
+    yes', which Model.load agrees with."""
+    arch, wtype, kw, ftype, experts = FAMILIES[case]
+    path = write_tiny_family(tmp_path / f"{case}.gguf", arch, wtype, **kw)
+    out = info(capsys, path)
+    h = GGUFHeader(path)
+    assert f"architecture: {arch}\n" in out
+    assert f"file type: {ftype}; {len(h.tensors)} tensors" in out
+    for t in {t.qtype.name for t in h.tensors.values()}:
+        n = sum(1 for x in h.tensors.values() if x.qtype.name == t)
+        assert f"    {t:<8} {n:6d} tensors" in out, (t, out)
+    assert (experts or "experts: none (dense FFN)") in out
+    assert out.rstrip().endswith("llamapy runs it: yes")
+    j = info_json(capsys, path)
+    assert j["arch"] == arch and j["file_type"] == ftype and j["runs"] and j["refusal"] is None
+    Model.load(path, exact=True)  # the verdict holds
