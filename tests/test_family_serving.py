@@ -99,14 +99,17 @@ def _last_logits(ctx: Context, tokens: list[int], seq: int = 0, p0: int = 0) -> 
     return ctx.get_logits_ith(len(tokens) - 1).clone()
 
 
+@pytest.mark.parametrize("deterministic", [True, False])
 @pytest.mark.parametrize("arch", ARCHS)
-def test_seq_cp_seq_rm_mixed_ubatch(files, arch):
+def test_seq_cp_seq_rm_mixed_ubatch(files, arch, deterministic):
     """A 20-token prefix on sequence 0 copied to sequence 1 (shared cells), one batch with a
     different next token for each (a mixed-sequence ubatch), then sequence 0 cut back with
     seq_rm and continued otherwise: each row's logits are a fresh context's for that token
-    sequence (deterministic: every row computed as alone)."""
+    sequence: bit-equal with deterministic (every row computed as alone, one-row ubatches where
+    the architecture has no fused layers), within float noise without it (the two rows in one
+    ubatch)."""
     model = Model.load(files[(arch, 0)])
-    cp = ContextParams(n_ctx=256, n_seq_max=2, kv_unified=True, deterministic=True)
+    cp = ContextParams(n_ctx=256, n_seq_max=2, kv_unified=True, deterministic=deterministic)
     prefix = model.tokenize(PROMPT * 3, add_special=True, parse_special=True)[:20]
     a, b, c = 101, 57, 200
     ctx = Context(model, cp)
@@ -123,7 +126,8 @@ def test_seq_cp_seq_rm_mixed_ubatch(files, arch):
     for toks, got in ((prefix + [a], got_a), (prefix + [b], got_b), (prefix[:-2] + [c], got_c),
                       (prefix + [b, a], got_b2)):
         want = _last_logits(Context(model, cp), toks)
-        assert torch.equal(got, want), (arch, len(toks), (got - want).abs().max().item())
+        err = (got - want).abs().max().item()
+        assert err == 0 if deterministic else err < 1e-3, (arch, len(toks), err)
 
 
 def _serve(model: Model, spec: SpecParams | None, prompts: list[str]) -> list[list[int]]:
