@@ -2,7 +2,7 @@
 logits against llama.cpp: each part of the architecture moves the tiny file's logits far from
 llama.cpp's when it is planted wrong (so the reference checks it), the sinks on every attention
 path (flash or not, one mask or gathered cells; flash on the CPU through PyTorch's flash
-kernel and its log-sum-exp), YaRN against ggml's rope_yarn formula, the
+kernel and its log-sum-exp, and few rows through the C attention), YaRN against ggml's rope_yarn formula, the
 MoE's gating and biases, the keys and tensors it reads or refuses, and `llamapy mem`."""
 from __future__ import annotations
 
@@ -119,6 +119,49 @@ def test_sinks_attention():
     assert not torch.allclose(attention(q, k, v, mask, scale), want)
 
 
+@pytest.mark.parametrize("cache", ["f16", "q8_0"])
+@pytest.mark.parametrize("n,n_kv", [(3, 40), (1, 3000)])
+def test_sinks_c_kernel(cache, n, n_kv):
+    """The few-row C attention with sinks (kernels/c/ops.c: one chunk scaled by attn_sink_scale,
+    several merged by attn_merge with the sink in the sum; a block cache widened 256 cells at a
+    time) against the materialized softmax with sinks over the same cache values: within float
+    rounding; a row that sees nothing gets zeros, a sink above every score takes most of the
+    weight."""
+    from llamapy.kernels import ops as kops
+    from llamapy.kernels.types import C_KV_TYPES
+    from llamapy.model.layers import attention
+
+    lib = kops.load_kernels()
+    if lib is None:
+        pytest.skip("no C kernels on this machine (no compiler or ISA level)")
+    g = torch.Generator().manual_seed(1)
+    n_head, n_head_kv, d, scale = 8, 2, 64, 0.125
+    q = torch.randn(n, n_head, d, generator=g)
+    k, v = (torch.randn(n_kv, n_head_kv * d, generator=g) for _ in range(2))
+    sinks = torch.tensor([0.5, 3.0, -1.0, 8.0, 0.0, -20.0, 2.0, 40.0])  # head 7's sink above every score
+    mask = torch.zeros(n, n_kv)
+    mask[0, n_kv // 2:] = float("-inf")
+    if n > 1:
+        mask[1] = float("-inf")  # sees nothing
+    t = C_KV_TYPES[cache]
+    if cache == "f16":
+        kc, vc = k.half(), v.half()
+        kf, vf = kc.float(), vc.float()
+    else:
+        kc, vc = kops.kv_quantize(lib, k, t), kops.kv_quantize(lib, v, t)
+        deq = lambda b: torch.from_numpy(gguf.quants.dequantize(b.numpy(), gguf.GGMLQuantizationType.Q8_0))  # noqa: E731
+        kf, vf = deq(kc).reshape(n_kv, -1), deq(vc).reshape(n_kv, -1)
+    got = kops.attn_kv(lib, q, kc, vc, (t, t), n_kv, n_head_kv, d, mask, scale, sinks=sinks)
+    want = attention(q, kf.view(n_kv, n_head_kv, d), vf.view(n_kv, n_head_kv, d), mask, scale, False, sinks=sinks)
+    torch.testing.assert_close(got, want, atol=2e-5, rtol=1e-4)
+    if n > 1:
+        assert torch.all(got[1] == 0)
+    o7 = got.view(n, n_head, d)[0, 7]
+    assert o7.abs().max() < 1e-6 * vf.abs().max()  # exp(40 - ~5) dwarfs the cells
+    plain = kops.attn_kv(lib, q, kc, vc, (t, t), n_kv, n_head_kv, d, mask, scale)
+    assert not torch.allclose(plain, want, atol=1e-3)
+
+
 def _ggml_rope_yarn(pos: int, n_dims: int, base: float, freq_scale: float, n_ctx_orig: int, ext_factor: float,
                     attn_factor: float, beta_fast: float = 32.0, beta_slow: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
     """ggml-cpu's ggml_rope_cache_init / rope_yarn for one position, in float32 as there."""
@@ -218,8 +261,8 @@ def test_keys_and_tensors(tmp_path):
 def test_mem_counts_every_tensor(tmp_path):
     """`llamapy mem` predicts the loaded model's weights byte for byte (F16 matrices, MXFP4
     experts in their blocks, F32 router, biases, sinks and norms), the iSWA pair of caches, and
-    the attention the sinks take: SDPA's tiles with flash attention on (never the C kernels'
-    terms), the materialized KQ with it off."""
+    the attention the sinks take: the few-row C kernel's visible cells for decode rows, SDPA's
+    tiles with flash attention on (never the C tiles' workspaces), the materialized KQ with it off."""
     from llamapy.memory.estimate import estimate_memory
     from llamapy.params import ContextParams
 
@@ -240,8 +283,10 @@ def test_mem_counts_every_tensor(tmp_path):
         est = estimate_memory(path, ContextParams(n_ctx=256, n_ubatch=n_ubatch, flash_attn=fa))
         names = [t.name for t in est.compute_terms]
         assert [n for n in names if n.startswith("kq (")] == kq and [c.name for c in est.caches] == ["non-SWA", "SWA"]
-        # the sinks: never the C kernels' terms, SDPA's tiles with flash attention on
-        assert not any(n.startswith(("kq visible cells", "flash attn tiles (kernel")) for n in names)
+        # the sinks: the few-row C kernel's visible cells (decode rows, flash attention on), never the
+        # C tiles' workspaces; SDPA's tiles with flash attention on
+        assert any(n.startswith("kq visible cells") for n in names) == (fa == "on" and n_ubatch == 1), names
+        assert not any(n.startswith("flash attn tiles (kernel") for n in names)
         assert ("flash attn tiles" in names) == (fa == "on")
 
 

@@ -87,18 +87,21 @@ def _attn_args(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, n_head_kv: int
 
 def attn_kv(lib: KernelLib, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, types: tuple[int, int], n_kv: int,
             n_head_kv: int, d_v: int, mask: torch.Tensor, scale: float,
-            visible: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
+            visible: tuple[torch.Tensor, torch.Tensor] | None = None, sinks: torch.Tensor | None = None) -> torch.Tensor:
     """q: [n, n_head, d_k] float32 (heads contiguous) over a stream of a cache of any
     c_kv_types: k [n_cells, n_head_kv * d_k values], v likewise, in their storage (float16, or
     uint8 blocks: row bytes), `types` their GGML types, d_v the V head size; mask [n, n_kv]
     float32 -> [n, n_head * d_v].  The C attention over the visible cells (visible_cells(mask),
     computed here unless given); a block-typed cache has each visible cell's rows widened to
-    f32 (kernels/c/ops.c attn_group_blocks)."""
+    f32 (kernels/c/ops.c attn_group_blocks).  sinks [n_head] (gpt-oss): each head's sink logit
+    in its softmax's sum (ggml_soft_max_add_sinks)."""
     q, mask, out = _attn_args(q, k, v, n_head_kv, mask, d_v)
     n, n_head, d_k = q.shape
     ptr, cells = visible_cells(mask) if visible is None else visible
-    rc = lib.fn.lp_attn_kv(q.data_ptr(), n, q.stride(0), n_head, n_head_kv, d_k, d_v, types[0], k.data_ptr(), types[1],
-                           v.data_ptr(), n_kv, mask.data_ptr(), ptr.data_ptr(), cells.data_ptr(), scale, out.data_ptr())
+    sk = None if sinks is None else sinks.to(torch.float32).contiguous()  # [n_head]
+    rc = lib.fn.lp_attn_kv_sinks(q.data_ptr(), n, q.stride(0), n_head, n_head_kv, d_k, d_v, types[0], k.data_ptr(),
+                                 types[1], v.data_ptr(), n_kv, mask.data_ptr(), ptr.data_ptr(), cells.data_ptr(), scale,
+                                 out.data_ptr(), None if sk is None else sk.data_ptr())
     if rc == -2:
         raise ValueError(f"lp_attn_kv: cache types {types} with heads of {d_k} / {d_v} are not read by the kernels")
     if rc != 0:

@@ -263,7 +263,7 @@ def compute_terms(hp: HParams, c: CParams, caches: tuple[CacheEstimate, ...], n_
     terms = [ComputeTerm("inp_embd (residual x)", (n_t, hp.n_embd), "persistent")]
     for ch in caches:  # one mask per cache, built once per ubatch (kept for every layer)
         terms.append(ComputeTerm(f"kq_mask{' (' + ch.name + ')' if ch.name else ''}", (n_t, ch.cells), "persistent"))
-    few_rows_kernel = (blocks and n_t < FAST_ROWS and flash and hp.attn_plain  # gpt-oss's sinks: the SDPA path
+    few_rows_kernel = (blocks and n_t < FAST_ROWS and flash  # gpt-oss's sinks too (not soft-capping)
                        and c_kv_types(c.type_k, c.type_v, hp.n_embd_head_k, hp.n_embd_head_v) is not None)
     if few_rows_kernel:
         for ch in caches:  # the CPU kernel's attention: each row's visible cells, int64 (kernels/ops.py)

@@ -24,7 +24,9 @@ def attend(inp: UBatchInputs, cache: KVCache, il: int, q: torch.Tensor, k: torch
     """q: [n_tokens, n_head, d_k], k: [n_tokens, n_head_kv, d_k], v: [n_tokens, n_head_kv * d_v]
     -> [n_tokens, n_head * d_v].  swa selects the sliding-window mask.  softcap > 0 (Gemma 2):
     KQ soft-capped before the mask, which only the materialized KQ does (no C kernel, no SDPA);
-    sinks [n_head] (gpt-oss) likewise: one more logit per head in the softmax."""
+    sinks [n_head] (gpt-oss): one more logit per head in the softmax, which the few-row C kernel
+    (kernels/c/ops.c attn_merge / attn_sink_scale) and PyTorch's CPU flash kernel also take,
+    not the tiles."""
     if q.device != cache.device:  # -nkvo: attention where the cache is
         return attend(inp, cache, il, q.to(cache.device), k.to(cache.device), v.to(cache.device), scale, swa,
                       softcap, None if sinks is None else sinks.to(cache.device)).to(q.device)
@@ -33,7 +35,7 @@ def attend(inp: UBatchInputs, cache: KVCache, il: int, q: torch.Tensor, k: torch
     d_v = hp.n_embd_head_v
     cache.store(il, inp.store_plan(cache), k.reshape(n_tokens, -1), v)
     plain = not softcap and sinks is None  # what the C kernels and SDPA compute
-    c_types = c_kv_types(cache.type_k.name, cache.type_v.name, d_k, d_v) if inp.flash_attn and plain else None
+    c_types = c_kv_types(cache.type_k.name, cache.type_v.name, d_k, d_v) if inp.flash_attn and not softcap else None
     lib = fast_lib(q) if c_types is not None else None
     tiles = (row_lib(q) if lib is None and plain and tile_attention(
         n_tokens, inp.flash_attn, cache.type_k.name, cache.type_v.name, d_k, d_v, n_head, hp.n_head_kv) else None)
@@ -43,7 +45,7 @@ def attend(inp: UBatchInputs, cache: KVCache, il: int, q: torch.Tensor, k: torch
         if lib is not None:  # few rows over an f16 or block cache: the C kernel reads only visible cells
             qr = q if len(groups) == 1 else q.index_select(0, g.rows)
             o = kops.attn_kv(lib, qr, cache.k[il][g.stream], cache.v[il][g.stream], c_types, g.n_kv, hp.n_head_kv, d_v,
-                             g.mask, scale, g.visible)
+                             g.mask, scale, g.visible, sinks)
         elif tiles is not None:  # many rows over an f16 cache: the kernel's tiles of 16-32 query vectors
             qr = q if len(groups) == 1 else q.index_select(0, g.rows)
             o = kops.attn_tiles_f16(tiles, qr, cache.k[il][g.stream], cache.v[il][g.stream], g.n_kv, hp.n_head_kv,

@@ -47,7 +47,7 @@ class HParams:
     n_expert: int = 0  # {arch}.expert_count: MoE FFN layers where > 0 (model/moe.py; llama, qwen3moe)
     n_expert_used: int = 0  # {arch}.expert_used_count: the top-k of the router
     n_ff_exp: int = 0  # one expert's FFN width (qwen3moe: expert_feed_forward_length; llama: n_ff)
-    attn_sinks: bool = False  # gpt-oss: a learned logit per head in each softmax (blk.N.attn_sinks): no C kernel
+    attn_sinks: bool = False  # gpt-oss: a learned logit per head in each softmax (blk.N.attn_sinks): no C tiles
     # llama_cparams' YaRN values (llama_context's constructor from the rope scaling keys; model/rope.py)
     yarn_ext_factor: float = 0.0  # 1 for rope.scaling.type yarn, else 0
     yarn_attn_factor: float = 1.0
@@ -57,7 +57,8 @@ class HParams:
 
     @property
     def attn_plain(self) -> bool:
-        """Is attention what llamapy's C attention kernels compute (no soft-capping, no sinks)?"""
+        """Is attention what all of llamapy's C attention kernels compute (no soft-capping, no
+        sinks: the few-row kernel takes sinks, the tiles do not)?"""
         return not (self.attn_soft_cap or self.attn_sinks)
     pooling_type: int = -1  # {arch}.pooling_type (llama_pooling_type; -1 unspecified: none)
     f_norm_eps: float = 1e-12  # {arch}.attention.layer_norm_epsilon (LayerNorm models: bert)

@@ -5,7 +5,7 @@
 #include "kv_quant.h"
 #include "ops.h"
 
-int lp_abi_version(void) { return 8; }
+int lp_abi_version(void) { return 9; }
 
 /* The ISA level this build runs, in build.py's names, with the extensions it uses. */
 const char *lp_isa(void) {
@@ -70,11 +70,12 @@ void lp_rope(float *x, int64_t n_rows, int64_t ldx, int64_t n_head, int64_t d, i
  * with head h at q + h * d_k; k [n_cells, n_head_kv * d_k] and v [n_cells, n_head_kv * d_v] of
  * storage type tk / tv (f16, or ggml blocks of 32: lp_kv_types_ok); mask float [n, n_kv]; out
  * float [n, n_head * d_v].  Query head h reads KV head h / (n_head / n_head_kv).  A row that
- * sees no cell gets zeros.  Returns 0, -1 without scratch memory, -2 for a type it does not
- * read. */
-int lp_attn_kv(const float *q, int64_t n, int64_t ldq, int64_t n_head, int64_t n_head_kv, int64_t d_k, int64_t d_v,
-               int tk, const void *k, int tv, const void *v, int64_t n_kv, const float *mask, const int64_t *ptr,
-               const int64_t *cells, float scale, float *out) {
+ * sees no cell gets zeros.  sinks (NULL, or [n_head]): each head's sink logit, one more term in
+ * its softmax's sum whose value is dropped (gpt-oss, ggml_soft_max_add_sinks).  Returns 0, -1
+ * without scratch memory, -2 for a type it does not read. */
+int lp_attn_kv_sinks(const float *q, int64_t n, int64_t ldq, int64_t n_head, int64_t n_head_kv, int64_t d_k,
+                     int64_t d_v, int tk, const void *k, int tv, const void *v, int64_t n_kv, const float *mask,
+                     const int64_t *ptr, const int64_t *cells, float scale, float *out, const float *sinks) {
     if (!lp_kv_types_ok(tk, tv, d_k, d_v)) return -2;
     const int64_t hpt = lp_attn_heads_per_task(n_head, n_head_kv), most = lp_most_visible(ptr, n);
     const int64_t n_chunk = lp_attn_chunks(n, n_head, n_head_kv, most, omp_get_max_threads());
@@ -91,12 +92,19 @@ int lp_attn_kv(const float *q, int64_t n, int64_t ldq, int64_t n_head, int64_t n
         failed += p == NULL || (n_kvf && kvf == NULL);
 #pragma omp barrier
         if (!failed) lp_attn_for(q, n, ldq, n_head, n_head_kv, d_k, d_v, tk, k, tv, v, n_kv, mask, ptr, cells, scale,
-                                 out, n_head * d_v, hpt, n_chunk, p, part, NULL, kvf);
+                                 out, n_head * d_v, hpt, n_chunk, p, part, NULL, kvf, sinks);
         free(p);
         free(kvf);
     }
     free(part);
     return failed ? -1 : 0;
+}
+
+/* lp_attn_kv_sinks without sinks. */
+int lp_attn_kv(const float *q, int64_t n, int64_t ldq, int64_t n_head, int64_t n_head_kv, int64_t d_k, int64_t d_v,
+               int tk, const void *k, int tv, const void *v, int64_t n_kv, const float *mask, const int64_t *ptr,
+               const int64_t *cells, float scale, float *out) {
+    return lp_attn_kv_sinks(q, n, ldq, n_head, n_head_kv, d_k, d_v, tk, k, tv, v, n_kv, mask, ptr, cells, scale, out, NULL);
 }
 
 /* lp_attn_kv over an f16 cache. */

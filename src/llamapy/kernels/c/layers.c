@@ -78,7 +78,7 @@ static void attn_rows_for(const lp_layer *l, const lp_dims *hp, const lp_kv_in *
         const int64_t nch = lp_attn_chunks(1, hp->n_head, hp->n_head_kv, lp_most_visible(kv->ptr + i, 1), omp_get_max_threads());
         lp_attn_for(qkv + i * nqkv, 1, nqkv, hp->n_head, hp->n_head_kv, hp->d, hp->d, (int)l->tck, l->k, (int)l->tcv, l->v,
                     kv->n_kv, kv->mask + i * kv->n_kv, kv->ptr + i, kv->cells, hp->attn_scale, att + i * nq, nq, hpt, nch, p,
-                    part, kv->cell_off + i, kvf);
+                    part, kv->cell_off + i, kvf, NULL);
     }
 }
 
@@ -180,7 +180,7 @@ int lp_layers(const lp_layer *L, int64_t n_layer, const lp_dims *hp, float *x, i
             else
                 lp_attn_for(qkv, n, nqkv, hp->n_head, hp->n_head_kv, d, d, (int)l->tck, l->k, (int)l->tcv, l->v, kv->n_kv,
                         kv->mask, kv->ptr, kv->cells, hp->attn_scale, att, nq, hpt, n_chunk[l->kv_set], p, part,
-                        kv->cell_off, kvf);
+                        kv->cell_off, kvf, NULL);
             lp_prep_for(&xp_q);
             if (l->attn_post_norm) {
                 product(l->to, l->wo, ne, &xp_q, tmp, ne, 0, scratch, dbuf);

@@ -252,15 +252,18 @@ static void attn_group_blocks(const float *q, int64_t hpt, int64_t d_k, int64_t 
         for (int64_t h = 0; h < hpt; h++) ms[2 * h] = run_m[h], ms[2 * h + 1] = run_s[h];
 }
 
-/* out (d_v floats) = the chunks' outputs o_c merged: sum_c w_c o_c / sum_c w_c, w_c = s_c
- * exp(m_c - max m) (each o_c is its chunk's softmax-weighted mean); zeros if nothing was seen.
- * o: the first chunk's output, the next ones `step` floats apart; ms likewise (stride mstep). */
+/* out (d_v floats) = the chunks' outputs o_c merged: sum_c w_c o_c / (sum_c w_c + w_sink),
+ * w_c = s_c exp(m_c - M), M the largest m_c (and sink), w_sink = exp(sink - M) (gpt-oss's
+ * per-head sink logit, ggml_soft_max_add_sinks; -inf: none); each o_c is its chunk's
+ * softmax-weighted mean; zeros if nothing was seen.  o: the first chunk's output, the next ones
+ * `step` floats apart; ms likewise (stride mstep). */
 static void attn_merge(const float *o, int64_t step, const float *ms, int64_t mstep, int64_t n_chunk, int64_t d_v,
-                       float *out) {
+                       float sink, float *out) {
     float m = -INFINITY, w_sum = 0.0f;
     for (int64_t c = 0; c < n_chunk; c++) m = ms[c * mstep] > m ? ms[c * mstep] : m;
     memset(out, 0, (size_t)d_v * sizeof(float));
     if (m == -INFINITY) return;
+    m = sink > m ? sink : m;
     for (int64_t c = 0; c < n_chunk; c++) {
         if (ms[c * mstep] == -INFINITY) continue;
         const float w = ms[c * mstep + 1] * expf(ms[c * mstep] - m), *oc = o + c * step;
@@ -268,9 +271,22 @@ static void attn_merge(const float *o, int64_t step, const float *ms, int64_t ms
 #pragma omp simd
         for (int64_t j = 0; j < d_v; j++) out[j] += w * oc[j];
     }
-    const float inv = 1.0f / w_sum;
+    const float inv = 1.0f / (w_sum + (sink == -INFINITY ? 0.0f : expf(sink - m)));
 #pragma omp simd
     for (int64_t j = 0; j < d_v; j++) out[j] *= inv;
+}
+
+/* The sink's share taken from hpt heads' outputs o (each d_v, its softmax's max and sum in
+ * ms [hpt, 2]): o_h *= w / (w + exp(sink_h - M)), w = s_h exp(m_h - M), M = max(m_h, sink_h) --
+ * attn_merge's weights for one chunk. */
+static void attn_sink_scale(float *o, int64_t hpt, int64_t d_v, const float *ms, const float *sinks) {
+    for (int64_t h = 0; h < hpt; h++) {
+        const float m = ms[2 * h], s = ms[2 * h + 1], sk = sinks[h];
+        if (m == -INFINITY) continue; /* nothing seen: zeros already */
+        const float mm = sk > m ? sk : m, w = s * expf(m - mm), f = w / (w + expf(sk - mm));
+#pragma omp simd
+        for (int64_t j = 0; j < d_v; j++) o[h * d_v + j] *= f;
+    }
 }
 
 /* lp_attn_kv's tasks (one per (row, group of hpt query heads), or per chunk of its visible
@@ -279,11 +295,12 @@ static void attn_merge(const float *o, int64_t step, const float *ms, int64_t ms
  * chunks' partials, lp_attn_part_floats() (NULL when n_chunk is 1).  Row i's output is out +
  * i * ldo.  cell_off (NULL: all 0) [n]: where row i's cells start in k and v, in cells (its
  * stream's offset when the ubatch spans several streams).  k, v: cells of tk / tv (f16, or
- * ggml blocks, lp_kv_types_ok); kvf: this thread's lp_attn_kv_floats() where a type is blocks. */
+ * ggml blocks, lp_kv_types_ok); kvf: this thread's lp_attn_kv_floats() where a type is blocks.
+ * sinks (NULL, or [n_head]): each head's sink logit in its softmax's sum (gpt-oss). */
 void lp_attn_for(const float *q, int64_t n, int64_t ldq, int64_t n_head, int64_t n_head_kv, int64_t d_k,
                  int64_t d_v, int tk, const void *k, int tv, const void *v, int64_t n_kv, const float *mask,
                  const int64_t *ptr, const int64_t *cells, float scale, float *out, int64_t ldo, int64_t hpt,
-                 int64_t n_chunk, float *p, float *part, const int64_t *cell_off, float *kvf) {
+                 int64_t n_chunk, float *p, float *part, const int64_t *cell_off, float *kvf, const float *sinks) {
     const int64_t r = n_head / n_head_kv, ldk = n_head_kv * d_k, ldv = n_head_kv * d_v, G = n_head / hpt;
     const int f16 = tk == LP_F16 && tv == LP_F16;
     /* a block-typed cache in bytes: a cell's row, a KV head's part of it */
@@ -296,7 +313,8 @@ void lp_attn_for(const float *q, int64_t n, int64_t ldq, int64_t n_head, int64_t
         const int64_t ch = t % n_chunk, g = t / n_chunk, i = g / G, h0 = g % G * hpt, hk = h0 / r;
         const int64_t off = cell_off ? cell_off[i] : 0, nc = ptr[i + 1] - ptr[i];
         const int64_t c0 = nc * ch / n_chunk, c1 = nc * (ch + 1) / n_chunk;
-        float *o = out + i * ldo + h0 * d_v, *ms = NULL;
+        float *o = out + i * ldo + h0 * d_v, *ms = NULL, ms1[2 * KV_MAX_HPT];
+        if (sinks) ms = ms1; /* one chunk: the sink's share is taken below */
         if (n_chunk > 1) {
             o = part + ((i * n_chunk + ch) * n_head + h0) * d_v;
             ms = part_ms + ((i * n_chunk + ch) * n_head + h0) * 2;
@@ -309,12 +327,13 @@ void lp_attn_for(const float *q, int64_t n, int64_t ldq, int64_t n_head, int64_t
             attn_group_blocks(q + i * ldq + h0 * d_k, hpt, d_k, d_v, tk, (const uint8_t *)k + off * kcell + hk * khead, kcell,
                               tv, (const uint8_t *)v + off * vcell + hk * vhead, vcell, mask + i * n_kv, cells + ptr[i] + c0,
                               c1 - c0, scale, p, o, ms, kvf);
+        if (sinks && n_chunk == 1) attn_sink_scale(o, hpt, d_v, ms, sinks + h0);
     }
     if (n_chunk == 1) return;
 #pragma omp for schedule(static)
     for (int64_t t = 0; t < n * n_head; t++) {
         const int64_t i = t / n_head, h = t % n_head;
         attn_merge(part + (i * n_chunk * n_head + h) * d_v, n_head * d_v, part_ms + (i * n_chunk * n_head + h) * 2,
-                   n_head * 2, n_chunk, d_v, out + i * ldo + h * d_v);
+                   n_head * 2, n_chunk, d_v, sinks ? sinks[h] : -INFINITY, out + i * ldo + h * d_v);
     }
 }
