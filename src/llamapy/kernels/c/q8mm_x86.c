@@ -21,10 +21,12 @@ void lp_q8mm_set(int on, float ratio, float max_flagged) {
     q8_ratio = ratio;
     q8_max_flagged = max_flagged;
 }
-/* At load: off with LLAMAPY_Q8MM=0 (the int16 lanes for every prompt, an A/B switch). */
+/* At load: off with LLAMAPY_Q8MM=0 (the int16 lanes for every prompt, an A/B switch); =all takes
+ * every covered product whatever its outlier blocks (an accuracy probe). */
 __attribute__((constructor)) static void q8mm_init(void) {
     const char *env = getenv("LLAMAPY_Q8MM");
     q8_on = !(env && env[0] == '0');
+    if (env && strcmp(env, "all") == 0) q8_max_flagged = 1.0f;
 }
 
 int lp_q8mm_covers(int type, int64_t n_in, int64_t n_rows) {
