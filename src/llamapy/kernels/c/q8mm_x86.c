@@ -195,10 +195,14 @@ LP_INLINE void q8_tile(const int mr, const int has_min, const q8x *x, int64_t m0
         const __m512 d0 = _mm512_load_ps(p->d + gi * Q8MM_NP), d1 = _mm512_load_ps(p->d + gi * Q8MM_NP + 16);
         const int64_t b = gi * x->g / 32;
         for (int i = 0; i < mr; i++) {
-            const __m512i o = _mm512_set1_epi32(x->qo[(m0 + i) * ng + gi]);
+            if (!has_min) { /* the types without minima (Q6_K) are the ones with an offset */
+                const __m512i o = _mm512_set1_epi32(x->qo[(m0 + i) * ng + gi]);
+                a[i][0] = _mm512_sub_epi32(a[i][0], o);
+                a[i][1] = _mm512_sub_epi32(a[i][1], o);
+            }
             const __m512 s = _mm512_set1_ps(x->s[(m0 + i) * nb + b]);
-            f[i][0] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(a[i][0], o)), s), d0, f[i][0]);
-            f[i][1] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(a[i][1], o)), s), d1, f[i][1]);
+            f[i][0] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(a[i][0]), s), d0, f[i][0]);
+            f[i][1] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(a[i][1]), s), d1, f[i][1]);
         }
         if (has_min) {
             const __m512 n0 = _mm512_load_ps(p->m + gi * Q8MM_NP), n1 = _mm512_load_ps(p->m + gi * Q8MM_NP + 16);
@@ -273,7 +277,7 @@ int lp_mm_q8(int type, const uint8_t *w, int64_t n_out, int64_t n_in, const floa
 #if defined(LP_Q8MM)
     void *xbuf = malloc(q8x_bytes(n_in, n_rows));
     if (!xbuf) return -1;
-    q8x x = q8x_at(xbuf, n_in, n_rows, type == LP_Q6_K ? 16 : 32, type == LP_Q6_K ? 32 : 0);
+    q8x x = q8x_at(xbuf, n_in, n_rows, type == LP_Q6_K ? 16 : 32, type == LP_Q6_K ? 32 : 0); /* (offset iff no minima) */
     const int has_min = lp_has_min(type);
     int failed = 0;
 #pragma omp parallel
