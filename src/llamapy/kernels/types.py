@@ -25,6 +25,12 @@ MAX_KV_SETS = 8  # KV sets (caches a ubatch stores into and reads) of one lp_lay
 DENSE_ROWS = 128
 QMATRIX_DENSE_ROWS = 32  # the same for the PyTorch fallback without a C compiler (model/qmatrix.py)
 DEQUANT_CHUNK = 1 << 21  # dense path: weights dequantized at a time (elements)
+# the K-quants' prompt products on int8 activations (kernels/c/q8mm_x86.h, AVX512-VNNI): from
+# this many rows, a block of 32 whose max |x| exceeds this many times its rms keeps its residual,
+# and a product with more than this fraction of such blocks keeps the int16 lanes
+Q8MM_ROWS = 64
+Q8MM_RATIO = 4.0
+Q8MM_MAX_FLAGGED = 0.02
 
 
 # KV cache types the C attention and the fused layers read (-ctk / -ctv), by their GGML type:

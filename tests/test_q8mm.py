@@ -1,0 +1,135 @@
+"""The K-quants' prompt products on int8 activations (kernels/c/q8mm_x86.c, AVX512-VNNI):
+the integers and scales against numpy's rounding of the same activations, the outlier blocks'
+residual pass, and which products take it."""
+from __future__ import annotations
+
+import gguf
+import numpy as np
+import pytest
+import torch
+
+from llamapy.kernels import load_kernels
+from llamapy.kernels.build import IsaError
+from llamapy.kernels.types import Q8MM_MAX_FLAGGED, Q8MM_RATIO, Q8MM_ROWS
+from test_kernels import _matrix
+
+T = gguf.GGMLQuantizationType
+# the bytes of a block holding its quants (zeroed, a block dequantizes to its minima alone)
+QUANT_BYTES = {T.Q4_K: (16, 144), T.Q5_K: (16, 176)}
+
+
+@pytest.fixture(scope="module")
+def lib():
+    try:
+        k = load_kernels("avx512")
+    except IsaError as e:
+        pytest.skip(f"no AVX-512 here: {e}")
+    if k is None:
+        pytest.skip("no C compiler: the CPU kernels are off")
+    if not k.fn.lp_q8mm_covers(int(T.Q4_K), 256, Q8MM_ROWS):
+        pytest.skip(f"{k.isa}: no AVX512-VNNI in this build (or LLAMAPY_Q8MM=0): prompts stay in the int16 lanes")
+    yield k
+    k.fn.lp_q8mm_set(1, Q8MM_RATIO, Q8MM_MAX_FLAGGED)
+
+
+def rounded(x: torch.Tensor, residual: bool) -> torch.Tensor:
+    """x [n, k] as the kernel rounds it, float64: per block of 32 s = max|x| / 127, q = rint(x / s);
+    with the residual r = x - q s kept as rint(r / (s / 254)) (the float32 steps of q8_prep_row)."""
+    b = x.numpy().astype(np.float32).reshape(x.shape[0], -1, 32)
+    amax = np.abs(b).max(-1, keepdims=True)
+    inv = np.where(amax > 0, np.float32(127) / np.where(amax > 0, amax, 1), 0).astype(np.float32)
+    q = np.rint((b * inv).astype(np.float32))
+    s = (amax / np.float32(127)).astype(np.float32)
+    h = q.astype(np.float64) * s
+    if residual:
+        r = (b.astype(np.float64) - q * s.astype(np.float64)).astype(np.float32)
+        rq = np.clip(np.rint((r * (np.float32(254) * inv)).astype(np.float32)), -127, 127)
+        h = h + rq * (s / np.float32(254)).astype(np.float64)
+    return torch.from_numpy(h.reshape(x.shape))
+
+
+def minima(qtype: T, raw: torch.Tensor, shape: tuple[int, int]) -> torch.Tensor:
+    """The matrix's minima part [n_out, n_in] (zero for Q6_K): its blocks with the quants zeroed."""
+    if qtype not in QUANT_BYTES:
+        return torch.zeros(shape, dtype=torch.float64)
+    bb = gguf.GGML_QUANT_SIZES[qtype][1]
+    blocks = raw.numpy().reshape(-1, bb).copy()
+    a, e = QUANT_BYTES[qtype]
+    blocks[:, a:e] = 0
+    return torch.from_numpy(gguf.quants.dequantize(blocks.reshape(shape[0], -1), qtype).astype(np.float64))
+
+
+def product(lib, qtype: T, raw: torch.Tensor, shape, x: torch.Tensor, accumulate: int = 0) -> torch.Tensor:
+    y = torch.ones(x.shape[0], shape[0])
+    assert lib.fn.lp_mm_q8(int(qtype), raw.data_ptr(), shape[0], shape[1], x.data_ptr(), x.shape[0], y.data_ptr(),
+                        shape[0], accumulate) == 0
+    return y
+
+
+@pytest.mark.parametrize("qtype", [T.Q4_K, T.Q5_K, T.Q6_K], ids=lambda t: t.name)
+@pytest.mark.parametrize("rows,shape", [(64, (72, 512)), (67, (45, 768)), (130, (33, 256)), (101, (96, 1024))])
+def test_int8_products_are_the_rounded_activations(lib, qtype, rows, shape):
+    """Every row count (a last tile of 1..5 rows), weight rows past whole panels of 32, and the
+    residual add: the kernel's result is the rounded activations' exact product with the
+    weights' scaled quants plus the minima's with the exact activations (the blocks' float
+    sums), to fp32 order; without outliers (ratio 0) and with every block's residual (a tiny
+    ratio)."""
+    raw, W = _matrix(qtype, shape, seed=rows)
+    x = torch.randn(rows, shape[1], generator=torch.Generator().manual_seed(rows))
+    x[::5, 7] *= 30  # outliers
+    M = minima(qtype, raw, shape)
+    for residual, ratio in ((False, 0.0), (True, 1e-3)):
+        lib.fn.lp_q8mm_set(1, ratio, 1.0)
+        xh = rounded(x, residual)
+        ref = xh @ (W.double() - M).T + x.double() @ M.T
+        y = product(lib, qtype, raw, shape, x)
+        scale = ref.abs().max().item()
+        assert (y.double() - ref).abs().max().item() <= 2e-6 * scale, (residual, rows)
+        acc = product(lib, qtype, raw, shape, x, accumulate=1)
+        assert (acc - 1 - y).abs().max().item() <= 1e-6 * scale
+    lib.fn.lp_q8mm_set(1, Q8MM_RATIO, Q8MM_MAX_FLAGGED)
+
+
+def test_outlier_blocks_take_the_residual(lib):
+    """At the default ratio only blocks whose max stands out of their rms keep a residual
+    (lp_q8mm_flagged), and the product of such rows is int16-exact (1e-4 of the exact product),
+    where int8 alone is not."""
+    shape = (64, 512)
+    raw, W = _matrix(T.Q4_K, shape, seed=2)
+    x = torch.randn(96, shape[1], generator=torch.Generator().manual_seed(3))
+    assert lib.fn.lp_q8mm_flagged(x.data_ptr(), shape[1], 96) < 0.01  # gaussian blocks: max / rms about 2.3
+    x[:, ::32] = 100.0  # one value of every block stands out (max / rms about 5.6)
+    assert lib.fn.lp_q8mm_flagged(x.data_ptr(), shape[1], 96) == 1.0
+    ref = x.double() @ W.double().T
+    err = {}
+    for ratio in (0.0, Q8MM_RATIO):
+        lib.fn.lp_q8mm_set(1, ratio, 1.0)
+        err[ratio] = ((product(lib, T.Q4_K, raw, shape, x).double() - ref).abs().max() / ref.abs().max()).item()
+    lib.fn.lp_q8mm_set(1, Q8MM_RATIO, Q8MM_MAX_FLAGGED)
+    assert err[Q8MM_RATIO] <= 1e-4 < err[0.0]
+
+
+def test_which_products_take_it(lib):
+    """K-quants (Q4_K, Q5_K, Q6_K) of whole super-blocks from Q8MM_ROWS rows; not the other
+    types, fewer rows, or with the path off (LLAMAPY_Q8MM=0's switch); and of those only
+    products whose activations have at most Q8MM_MAX_FLAGGED outlier blocks (every 4th row
+    looked at): the others keep the int16 lanes (the model's BlockMatrix asks lp_q8mm_takes)."""
+    n_in = 512
+    x = torch.randn(96, n_in, generator=torch.Generator().manual_seed(4))
+    assert lib.fn.lp_q8mm_takes(int(T.Q4_K), x.data_ptr(), n_in, 96)
+    x[::4, 32 * 2] = 100.0  # one block of 16 in the rows looked at: 1 / 16 of them outliers
+    assert not lib.fn.lp_q8mm_takes(int(T.Q4_K), x.data_ptr(), n_in, 96)
+    x[::4, 32 * 2] = 0.0
+    x[1::4, :] = 100.0 * (torch.arange(n_in) % 32 == 0)  # rows not looked at: outliers, still taken
+    assert lib.fn.lp_q8mm_takes(int(T.Q4_K), x.data_ptr(), n_in, 96)
+    covers = lib.fn.lp_q8mm_covers
+    for qtype in (T.Q4_K, T.Q5_K, T.Q6_K):
+        assert covers(int(qtype), 2048, Q8MM_ROWS) == (not lib.amx or qtype == T.Q6_K)
+        assert not covers(int(qtype), 2048, Q8MM_ROWS - 1)
+    for qtype in (T.Q4_0, T.Q8_0, T.Q5_0, T.Q2_K, T.Q3_K, T.F16):
+        assert not covers(int(qtype), 2048, 512)
+    lib.fn.lp_q8mm_set(0, Q8MM_RATIO, Q8MM_MAX_FLAGGED)
+    try:
+        assert not covers(int(T.Q6_K), 2048, 512)
+    finally:
+        lib.fn.lp_q8mm_set(1, Q8MM_RATIO, Q8MM_MAX_FLAGGED)
