@@ -133,3 +133,22 @@ def test_which_products_take_it(lib):
         assert not covers(int(T.Q6_K), 2048, 512)
     finally:
         lib.fn.lp_q8mm_set(1, Q8MM_RATIO, Q8MM_MAX_FLAGGED)
+
+
+def test_block_matrix_slices_rows_within_the_budget(lib):
+    """BlockMatrix calls lp_mm_q8 in slices of q8mm_slice_rows (the activation buffer stays in
+    what memory/estimate.py budgets for a lane slice), and each row's product does not depend on
+    the slice it fell in: equal, bit for bit, to one call over all rows."""
+    from llamapy.kernels.types import lanes_slice_rows, q8mm_slice_rows
+    from llamapy.model.block_matrix import BlockMatrix
+
+    n_in, n_out = 8192, 40
+    step = q8mm_slice_rows(n_in)
+    assert 3 * n_in * step <= 7 * lanes_slice_rows(n_in) * n_in
+    rows = step + 70  # two slices, the second past Q8MM_ROWS
+    raw, _ = _matrix(T.Q4_K, (n_out, n_in), seed=9)
+    x = torch.randn(rows, n_in, generator=torch.Generator().manual_seed(9))
+    assert lib.fn.lp_q8mm_takes(int(T.Q4_K), x.data_ptr(), n_in, rows)
+    whole = product(lib, T.Q4_K, raw, (n_out, n_in), x)
+    bm = BlockMatrix(n_out, n_in, T.Q4_K, raw, lib)
+    assert torch.equal(bm(x), whole)

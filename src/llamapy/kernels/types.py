@@ -108,9 +108,15 @@ def lanes_gemm(qtype: T, level: str, cpu_bf16: bool, coarse_many: bool = True) -
 def mm_scratch_bound(n_in: int) -> int:
     """At least lp_mm's scratch per thread for rows of n_in (kernels/c/mm.c
     lp_mm_scratch_bytes: the largest of the fp32 tiles', a lane tile's, a twin tile's and the
-    AMX weight tiles' decoded weight rows, 28 bytes a value at most); tests/test_kernels.py
-    holds the bound."""
-    return 28 * n_in + 1024
+    AMX weight tiles' decoded weight rows, 28 bytes a value at most), and lp_mm_q8's (a 32-row
+    weight panel with its scales: 52 bytes a value); tests/test_kernels.py holds the bound."""
+    return 52 * n_in + 1024
+
+
+def q8mm_slice_rows(n_in: int) -> int:
+    """Rows per lp_mm_q8 call: its activation buffer (int8 rows and residuals, scales, sums: under
+    3 bytes a value) within the lane slice's 6-7 that memory/estimate.py budgets."""
+    return 2 * lanes_slice_rows(n_in)
 
 
 def lanes_slice_rows(n_in: int) -> int:

@@ -46,7 +46,7 @@ import torch.nn.functional as F
 
 from ..kernels import KernelLib
 from ..kernels.types import (BLOCK_TYPES, DENSE_ROWS, DEQUANT_CHUNK, Q8MM_ROWS, bf16_gemm, block_nbytes, blocks_fit,
-                             lanes_gemm, lanes_slice_rows)
+                             lanes_gemm, lanes_slice_rows, q8mm_slice_rows)
 
 T = gguf.GGMLQuantizationType
 __all__ = ["BLOCK_TYPES", "DENSE_ROWS", "BlockMatrix", "block_matrix", "block_nbytes", "blocks_fit", "dense_dtype"]
@@ -118,10 +118,13 @@ class BlockMatrix:
         """y (+)= x W^T through lp_mm; many rows in slices of lanes_slice_rows (bounded buffers)."""
         x = x.contiguous() if x.dtype == torch.float32 else x.float().contiguous()
         n = x.shape[0]
-        if n >= Q8MM_ROWS and self.lib.fn.lp_q8mm_takes(int(self.qtype), x.data_ptr(), self.n_in, n):  # int8 rows, whole
-            if self.lib.fn.lp_mm_q8(int(self.qtype), self.blocks.data_ptr(), self.n_out, self.n_in, x.data_ptr(), n,
-                                    y.data_ptr(), y.stride(0), int(accumulate)) != 0:
-                raise MemoryError(f"lp_mm_q8: no scratch memory for {n} rows of {self.n_in}")
+        if n >= Q8MM_ROWS and self.lib.fn.lp_q8mm_takes(int(self.qtype), x.data_ptr(), self.n_in, n):  # int8 rows
+            step = q8mm_slice_rows(self.n_in)
+            for r0 in range(0, n, step):
+                r1 = min(n, r0 + step)
+                if self.lib.fn.lp_mm_q8(int(self.qtype), self.blocks.data_ptr(), self.n_out, self.n_in, x[r0].data_ptr(),
+                                        r1 - r0, y[r0].data_ptr(), y.stride(0), int(accumulate)) != 0:
+                    raise MemoryError(f"lp_mm_q8: no scratch memory for {r1 - r0} rows of {self.n_in}")
             return
         step = lanes_slice_rows(self.n_in) if n >= DENSE_ROWS else n
         for r0 in range(0, n, step):

@@ -283,9 +283,12 @@ int lp_mm_q8(int type, const uint8_t *w, int64_t n_out, int64_t n_in, const floa
 #pragma omp parallel
     {
         void *scratch = malloc(q8_scratch_bytes(n_in));
+#pragma omp atomic update
+        failed += scratch == NULL;
 #pragma omp for schedule(static)
         for (int64_t r = 0; r < n_rows; r++) q8_prep_row(xf + r * n_in, &x, r);
-        if (scratch) {
+        /* (the loop's implied barrier: every thread's malloc counted; all skip the products together) */
+        if (!failed) {
 #pragma omp for schedule(static)
             for (int64_t o = 0; o < n_out; o += Q8MM_NP) {
                 const int np = (int)(n_out - o < Q8MM_NP ? n_out - o : Q8MM_NP);
@@ -293,9 +296,6 @@ int lp_mm_q8(int type, const uint8_t *w, int64_t n_out, int64_t n_in, const floa
                 q8_pack(type, w, o, np, &x, scratch, &p);
                 q8_panel(has_min, &x, &p, y + o, ldy, np, accumulate);
             }
-        } else {
-#pragma omp atomic write
-            failed = 1;
         }
         free(scratch);
     }
