@@ -45,7 +45,7 @@ def _variants(model: Model, det: bool) -> dict[str, torch.Tensor]:
     target = _tokens(N_PROMPT, model.n_vocab, 0)
     others = {s: _tokens(N_PROMPT - s % 5, model.n_vocab, s) for s in range(1, N_OTHERS + 1)}
     out = {"alone": _decode(_ctx(model, det), {0: target})[0]}
-    for rows in (2, 3, 4, 5, 8, 16, 64):  # ubatches of `rows` rows (--deterministic: at most 31), others' rows among them
+    for rows in (2, 3, 4, 5, 8, 16, 64):  # ubatches of `rows` rows, others' rows among them
         ctx = _ctx(model, det, n_ubatch=rows)
         out[f"ubatch {rows} rows"] = _decode(ctx, {0: target} | {s: others[s] for s in range(1, min(rows, N_OTHERS + 1))})[0]
     ctx = _ctx(model, det, n_ubatch=16)  # chunked prompt: decodes of 5, 7, 12 tokens
@@ -75,13 +75,28 @@ def test_deterministic_rows_are_bit_identical(model):
 
 
 @pytest.mark.slow
+def test_long_prompt_rows_keep_their_own_attention_chunks(model):
+    """A 130-token prompt: its rows see 1..130 cells, so alone each takes 1 to several attention
+    chunks (lp_attn_chunks of one row); in one 130-row ubatch, in 64-row ubatches shared with
+    another sequence and chunked 50 + 80, each row keeps its own chunks (lp_attn_det_for)."""
+    target, other = _tokens(130, model.n_vocab, 21), _tokens(70, model.n_vocab, 22)
+    alone = _decode(_ctx(model, True), {0: target})[0]
+    shared = _decode(_ctx(model, True, n_ubatch=64), {0: target, 1: other})[0]
+    ctx = _ctx(model, True, n_ubatch=64)
+    chunked = torch.cat([_decode(ctx, {0: target[p0:p1]}, {0: p0})[0] for p0, p1 in ((0, 50), (50, 130))])
+    assert torch.equal(shared, alone) and torch.equal(chunked, alone)
+
+
+@pytest.mark.slow
 def test_default_rows_depend_on_the_batch(model):
     """Today's default: the rounding depends on the row count (why --deterministic exists);
     if this ever passes everywhere, make the deterministic path the default (issue 48)."""
     v = _variants(model, det=False)
     diff = {k: float((t - v["alone"]).abs().max()) for k, t in v.items() if k != "alone"}
     assert any(d > 0 for d in diff.values()), diff
-    assert max(diff.values()) < 1.0, diff  # rounding, never a leak between sequences
+    # rounding, never a leak between sequences: from 64 rows a product whose activations have few
+    # outlier blocks takes int8 (kernels/c/q8mm_x86.c), and Gemma 3's logits then move up to ~1.1
+    assert max(diff.values()) < 2.0, diff
 
 
 def test_env_turns_it_on(monkeypatch, tiny):

@@ -199,18 +199,17 @@ class Context:
             out.append(ub)
 
     def _det_rows(self) -> int:
-        """--deterministic's rows per ubatch: FAST_ROWS - 1 where every row of such a ubatch
-        computes as if alone (the fused layers with rows_det_x86.c's products and row-by-row
-        attention, and a covered output matrix: docs/deterministic.md), else 1 (each row its own
+        """--deterministic's rows per ubatch: -ub where every row of such a ubatch computes as if
+        alone (the fused layers with rows_det_x86.c's products and each row's own attention
+        chunks, and a covered output matrix: docs/deterministic.md), else 1 (each row its own
         ubatch: the one-row kernels; never a silent loss of identity)."""
-        from .kernels.types import FAST_ROWS
         from .model.block_matrix import BlockMatrix
 
         net, c = self.model.net, self.cparams
         fused, out = getattr(net, "fused", None), getattr(net, "output", None)
         ok = (fused is not None and self.model.device.type == "cpu" and c.flash_attn != "off"
               and fused.det_ok(c.type_k, c.type_v) and isinstance(out, BlockMatrix) and out.det_covered)
-        return FAST_ROWS - 1 if ok else 1
+        return c.n_ubatch if ok else 1
 
     def _begin_ubatch(self, ub: UBatch, sinfo, memory: Memory):
         """Occupy the ubatch's cells in `memory` and build its graph inputs; (inputs, graph key)."""

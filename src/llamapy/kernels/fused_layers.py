@@ -6,8 +6,8 @@ compare the two.
 
 A FusedLayers exists only when every matrix of every layer is a BlockMatrix (or a stack of
 them: Q|K|V of different types) and the shapes are the ones the C code assumes; run() then
-takes a ubatch when it has fewer than FAST_ROWS rows, flash attention is on and every cache's
-K and V types are ones the C attention reads (types.C_KV_TYPES: f16, or ggml's blocks of 32,
+takes a ubatch when it has fewer than FAST_ROWS rows (any number under --deterministic), flash
+attention is on and every cache's K and V types are ones the C attention reads (types.C_KV_TYPES: f16, or ggml's blocks of 32,
 stored by the C quantizers, kernels/c/kv_quant.c: the bytes the per-op path's store writes).
 Each row stores into and reads its own stream of each cache, so a ubatch over several streams
 (llama-server's -np layout) is one call too.  Anything else returns False and the
@@ -151,7 +151,8 @@ class FusedLayers:
         fused path (see the module doc); False (nothing done) otherwise.  caches: each layer's
         KVCache, in table order; ropes: (cos, sin) [n_tokens, 1, n_rot/2] of each RoPE set."""
         n = x.shape[0]
-        if n == 0 or n >= FAST_ROWS or x.device.type != "cpu" or not inp.flash_attn:
+        few = n < FAST_ROWS or inp.deterministic  # --deterministic: any rows (each as if alone)
+        if n == 0 or not few or x.device.type != "cpu" or not inp.flash_attn:
             return self._declined(inp, n)
         self.dims.det = int(inp.deterministic)
         sets: dict[tuple[int, bool], int] = {}

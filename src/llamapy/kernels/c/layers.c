@@ -57,29 +57,24 @@ typedef struct {
 static int64_t max3(int64_t a, int64_t b, int64_t c) { return a > b ? (a > c ? a : c) : (b > c ? b : c); }
 
 /* One product of the prepared activations into y (stride ldy), split among the threads;
- * dbuf (deterministic mode, else NULL): xp's fp32 rows prepared again there for lp_mm_det_for,
+ * dx (deterministic mode, else NULL): the same rows prepared for lp_mm_det_for (det_prep),
  * whose every row is the one-row product's. */
 static void product(int64_t type, const uint8_t *w, int64_t n_out, const lp_xprep *xp, float *y, int64_t ldy, int acc,
-                    void *scratch, void *dbuf) {
-    if (dbuf) {
-        const lp_xrows dx = lp_det_xrows_at(dbuf, xp->n_in, xp->n);
-        lp_det_prep_for(xp->x, &dx);
-        lp_mm_det_for((int)type, w, n_out, &dx, y, ldy, acc);
+                    void *scratch, const lp_xrows *dx) {
+    if (dx) {
+        lp_mm_det_for((int)type, w, n_out, dx, y, ldy, acc);
         return;
     }
     lp_mm_for((int)type, w, n_out, xp->n_in, xp, y, ldy, acc, scratch);
 }
 
-/* Deterministic mode's attention: row by row, each with the chunks it would have alone. */
-static void attn_rows_for(const lp_layer *l, const lp_dims *hp, const lp_kv_in *kv, const float *qkv, int64_t n,
-                          int64_t nqkv, float *att, int64_t hpt, float *p, float *part, float *kvf) {
-    const int64_t nq = hp->n_head * hp->d;
-    for (int64_t i = 0; i < n; i++) {
-        const int64_t nch = lp_attn_chunks(1, hp->n_head, hp->n_head_kv, lp_most_visible(kv->ptr + i, 1), omp_get_max_threads());
-        lp_attn_for(qkv + i * nqkv, 1, nqkv, hp->n_head, hp->n_head_kv, hp->d, hp->d, (int)l->tck, l->k, (int)l->tcv, l->v,
-                    kv->n_kv, kv->mask + i * kv->n_kv, kv->ptr + i, kv->cells, hp->attn_scale, att + i * nq, nq, hpt, nch, p,
-                    part, kv->cell_off + i, kvf, NULL);
-    }
+/* Row r of xp (its fp32 row made) prepared for the products: the one-row form in dx
+ * (deterministic mode), else xp's. */
+static void prep_row(lp_xprep *xp, const lp_xrows *dx, int64_t r) {
+    if (dx)
+        lp_prepare_x_row(xp->x + r * xp->n_in, *dx, r);
+    else
+        lp_prep_row(xp, r);
 }
 
 /* x += rms_norm(t) * post (post NULL: x += t), row by row. */
@@ -92,15 +87,16 @@ static void residual_for(float *x, float *t, const float *post, int64_t n, int64
     }
 }
 
-/* xp->x = rms_norm(x) * w, row by row, each row prepared for the products as it is normed. */
-static void norm_prep_for(const float *x, const float *w, float eps, lp_xprep *xp) {
+/* xp->x = rms_norm(x) * w, row by row, each row prepared for the products as it is normed
+ * (prep_row). */
+static void norm_prep_for(const float *x, const float *w, float eps, lp_xprep *xp, const lp_xrows *dx) {
 #pragma omp for schedule(static)
     for (int64_t r = 0; r < xp->n; r++) {
         float *out = (float *)xp->x + r * xp->n_in;
         lp_rms_norm_row(x + r * xp->n_in, w, xp->n_in, eps, out);
-        lp_prep_row(xp, r);
+        prep_row(xp, dx, r);
     }
-    lp_lanes_for(xp);
+    if (!dx) lp_lanes_for(xp);
 }
 
 int lp_layers(const lp_layer *L, int64_t n_layer, const lp_dims *hp, float *x, int64_t n, const lp_rope_in *ropes,
@@ -109,6 +105,8 @@ int lp_layers(const lp_layer *L, int64_t n_layer, const lp_dims *hp, float *x, i
     const int64_t n_ff = hp->n_ff, half = hp->n_rot / 2, wide = max3(ne, nq, n_ff);
     const int64_t hpt = lp_attn_heads_per_task(hp->n_head, hp->n_head_kv);
     int64_t most = 1, n_part = 0, n_chunk[LP_MAX_KV_SETS];
+    int64_t *row_chunks = hp->det ? (int64_t *)malloc((size_t)(n * n_kv_sets + 1) * sizeof(int64_t)) : NULL;
+    if (hp->det && !row_chunks) return -1;
     int blocks = 0; /* some cache in blocks: the attention widens its rows into per-thread scratch */
     if (n_kv_sets > LP_MAX_KV_SETS) return -1;
     for (int64_t il = 0; il < n_layer; il++) {
@@ -120,11 +118,15 @@ int lp_layers(const lp_layer *L, int64_t n_layer, const lp_dims *hp, float *x, i
                                                                    lp_attn_chunks(n, hp->n_head, hp->n_head_kv, m, omp_get_max_threads()));
         most = m > most ? m : most;
         n_part = np > n_part ? np : n_part;
-        for (int64_t i = 0; hp->det && i < n; i++) { /* row by row: each row's own chunks */
+        if (!hp->det) continue;
+        n_chunk[s] = 1; /* deterministic: each row's own chunks (as alone), the partials laid out by the most */
+        for (int64_t i = 0; i < n; i++) {
             const int64_t c = lp_attn_chunks(1, hp->n_head, hp->n_head_kv, lp_most_visible(kvs[s].ptr + i, 1), omp_get_max_threads());
-            const int64_t pi = lp_attn_part_floats(1, hp->n_head, d, c);
-            n_part = pi > n_part ? pi : n_part;
+            row_chunks[s * n + i] = c;
+            n_chunk[s] = c > n_chunk[s] ? c : n_chunk[s];
         }
+        const int64_t pd = lp_attn_part_floats(n, hp->n_head, d, n_chunk[s]);
+        n_part = pd > n_part ? pd : n_part;
     }
     float *buf = (float *)malloc((size_t)(n * (2 * ne + nqkv + nq + 3 * n_ff) + n_part) * sizeof(float));
     void *xbuf = malloc(lp_xprep_bytes(wide, n)), *dbuf = hp->det ? malloc(lp_det_xrows_bytes(wide, n)) : NULL;
@@ -132,12 +134,17 @@ int lp_layers(const lp_layer *L, int64_t n_layer, const lp_dims *hp, float *x, i
         free(buf);
         free(xbuf);
         free(dbuf);
+        free(row_chunks);
         return -1;
     }
     float *xn = buf, *qkv = xn + n * ne, *att = qkv + n * nqkv, *gu = att + n * nq, *h = gu + n * 2 * n_ff;
     float *tmp = h + n * n_ff, *part = tmp + n * ne; /* part: the attention chunks' partials */
     int failed = 0;
     lp_xprep xp_ne = lp_xprep_at(xbuf, ne, n, xn), xp_q = lp_xprep_at(xbuf, nq, n, att), xp_ff = lp_xprep_at(xbuf, n_ff, n, h);
+    /* deterministic mode: the same rows in the one-row form (rows_det_x86.c) */
+    lp_xrows dx_ne, dx_q, dx_ff;
+    if (dbuf) dx_ne = lp_det_xrows_at(dbuf, ne, n), dx_q = lp_det_xrows_at(dbuf, nq, n), dx_ff = lp_det_xrows_at(dbuf, n_ff, n);
+    const lp_xrows *dne = dbuf ? &dx_ne : NULL, *dq = dbuf ? &dx_q : NULL, *dff = dbuf ? &dx_ff : NULL;
 #pragma omp parallel
     {
         float *p = (float *)malloc((size_t)(most * hpt) * sizeof(float));
@@ -152,13 +159,13 @@ int lp_layers(const lp_layer *L, int64_t n_layer, const lp_dims *hp, float *x, i
             const lp_kv_in *kv = kvs + l->kv_set;
             const lp_rope_in *rp = ropes + l->rope_set;
             /* attention */
-            norm_prep_for(x, l->attn_norm, hp->eps, &xp_ne);
+            norm_prep_for(x, l->attn_norm, hp->eps, &xp_ne, dne);
             if (l->wk == NULL) {
-                product(l->tq, l->wq, nqkv, &xp_ne, qkv, nqkv, 0, scratch, dbuf);
+                product(l->tq, l->wq, nqkv, &xp_ne, qkv, nqkv, 0, scratch, dne);
             } else {
-                product(l->tq, l->wq, nq, &xp_ne, qkv, nqkv, 0, scratch, dbuf);
-                product(l->tk, l->wk, nk, &xp_ne, qkv + nq, nqkv, 0, scratch, dbuf);
-                product(l->tv, l->wv, nk, &xp_ne, qkv + nq + nk, nqkv, 0, scratch, dbuf);
+                product(l->tq, l->wq, nq, &xp_ne, qkv, nqkv, 0, scratch, dne);
+                product(l->tk, l->wk, nk, &xp_ne, qkv + nq, nqkv, 0, scratch, dne);
+                product(l->tv, l->wv, nk, &xp_ne, qkv + nq + nk, nqkv, 0, scratch, dne);
             }
 #pragma omp for schedule(static)
             for (int64_t r = 0; r < n; r++) { /* Q and K normed, rotated and scaled; K and V into the row's cell */
@@ -176,25 +183,32 @@ int lp_layers(const lp_layer *L, int64_t n_layer, const lp_dims *hp, float *x, i
                 lp_kv_store((int)l->tcv, (char *)l->v + cell * lp_kv_row_bytes((int)l->tcv, nk), row + nq + nk, nk);
             }
             if (hp->det)
-                attn_rows_for(l, hp, kv, qkv, n, nqkv, att, hpt, p, part, kvf);
+                lp_attn_det_for(qkv, n, nqkv, hp->n_head, hp->n_head_kv, d, d, (int)l->tck, l->k, (int)l->tcv, l->v, kv->n_kv,
+                                kv->mask, kv->ptr, kv->cells, hp->attn_scale, att, nq, hpt, n_chunk[l->kv_set], p, part,
+                                kv->cell_off, kvf, row_chunks + l->kv_set * n);
             else
                 lp_attn_for(qkv, n, nqkv, hp->n_head, hp->n_head_kv, d, d, (int)l->tck, l->k, (int)l->tcv, l->v, kv->n_kv,
                         kv->mask, kv->ptr, kv->cells, hp->attn_scale, att, nq, hpt, n_chunk[l->kv_set], p, part,
                         kv->cell_off, kvf, NULL);
-            lp_prep_for(&xp_q);
+            if (dq) {
+#pragma omp for schedule(static)
+                for (int64_t r = 0; r < n; r++) prep_row(&xp_q, dq, r);
+            } else {
+                lp_prep_for(&xp_q);
+            }
             if (l->attn_post_norm) {
-                product(l->to, l->wo, ne, &xp_q, tmp, ne, 0, scratch, dbuf);
+                product(l->to, l->wo, ne, &xp_q, tmp, ne, 0, scratch, dq);
                 residual_for(x, tmp, l->attn_post_norm, n, ne, hp->eps);
             } else {
-                product(l->to, l->wo, ne, &xp_q, x, ne, 1, scratch, dbuf);
+                product(l->to, l->wo, ne, &xp_q, x, ne, 1, scratch, dq);
             }
             /* feed-forward */
-            norm_prep_for(x, l->ffn_norm, hp->eps, &xp_ne);
+            norm_prep_for(x, l->ffn_norm, hp->eps, &xp_ne, dne);
             if (l->wu == NULL) {
-                product(l->tg, l->wg, 2 * n_ff, &xp_ne, gu, 2 * n_ff, 0, scratch, dbuf);
+                product(l->tg, l->wg, 2 * n_ff, &xp_ne, gu, 2 * n_ff, 0, scratch, dne);
             } else {
-                product(l->tg, l->wg, n_ff, &xp_ne, gu, 2 * n_ff, 0, scratch, dbuf);
-                product(l->tu, l->wu, n_ff, &xp_ne, gu + n_ff, 2 * n_ff, 0, scratch, dbuf);
+                product(l->tg, l->wg, n_ff, &xp_ne, gu, 2 * n_ff, 0, scratch, dne);
+                product(l->tu, l->wu, n_ff, &xp_ne, gu + n_ff, 2 * n_ff, 0, scratch, dne);
             }
 #pragma omp for schedule(static)
             for (int64_t r = 0; r < n; r++) { /* the activation, each row prepared as it is made */
@@ -203,14 +217,14 @@ int lp_layers(const lp_layer *L, int64_t n_layer, const lp_dims *hp, float *x, i
                     lp_geglu_row(g, g + n_ff, n_ff, h + r * n_ff);
                 else
                     lp_swiglu_row(g, g + n_ff, n_ff, h + r * n_ff);
-                lp_prep_row(&xp_ff, r);
+                prep_row(&xp_ff, dff, r);
             }
-            lp_lanes_for(&xp_ff);
+            if (!dff) lp_lanes_for(&xp_ff);
             if (l->ffn_post_norm) {
-                product(l->td, l->wd, ne, &xp_ff, tmp, ne, 0, scratch, dbuf);
+                product(l->td, l->wd, ne, &xp_ff, tmp, ne, 0, scratch, dff);
                 residual_for(x, tmp, l->ffn_post_norm, n, ne, hp->eps);
             } else {
-                product(l->td, l->wd, ne, &xp_ff, x, ne, 1, scratch, dbuf);
+                product(l->td, l->wd, ne, &xp_ff, x, ne, 1, scratch, dff);
             }
         }
         free(p);
@@ -220,5 +234,6 @@ int lp_layers(const lp_layer *L, int64_t n_layer, const lp_dims *hp, float *x, i
     free(buf);
     free(xbuf);
     free(dbuf);
+    free(row_chunks);
     return failed ? -1 : 0;
 }

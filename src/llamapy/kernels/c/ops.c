@@ -289,6 +289,44 @@ static void attn_sink_scale(float *o, int64_t hpt, int64_t d_v, const float *ms,
     }
 }
 
+/* The cache and layout lp_attn_for's and lp_attn_det_for's tasks read. */
+typedef struct {
+    const float *q, *mask;
+    const int64_t *ptr, *cells, *cell_off;
+    const void *k, *v;
+    int64_t ldq, n_head, d_k, d_v, n_kv, ldo, hpt, r, ldk, ldv, kcell, vcell, khead, vhead;
+    int tk, tv, f16;
+    float scale;
+} attn_args;
+
+/* Task (row i, query heads h0.., chunk ch of n_chunk): its output into o (and ms: NULL, or
+ * the chunk's (max, sum) per head). */
+static void attn_task(const attn_args *a, int64_t i, int64_t h0, int64_t ch, int64_t n_chunk, float *o, float *ms, float *p,
+                      float *kvf) {
+    const int64_t hk = h0 / a->r, off = a->cell_off ? a->cell_off[i] : 0, nc = a->ptr[i + 1] - a->ptr[i];
+    const int64_t c0 = nc * ch / n_chunk, c1 = nc * (ch + 1) / n_chunk;
+    const float *q = a->q + i * a->ldq + h0 * a->d_k, *mi = a->mask + i * a->n_kv;
+    const int64_t *cells = a->cells + a->ptr[i] + c0;
+    if (a->f16)
+        attn_group(q, a->hpt, a->d_k, a->d_v, (const uint16_t *)a->k + off * a->ldk + hk * a->d_k,
+                   (const uint16_t *)a->v + off * a->ldv + hk * a->d_v, a->ldk, a->ldv, mi, cells, c1 - c0, a->scale, p, o, ms, 0);
+    else
+        attn_group_blocks(q, a->hpt, a->d_k, a->d_v, a->tk, (const uint8_t *)a->k + off * a->kcell + hk * a->khead, a->kcell,
+                          a->tv, (const uint8_t *)a->v + off * a->vcell + hk * a->vhead, a->vcell, mi, cells, c1 - c0,
+                          a->scale, p, o, ms, kvf);
+}
+
+static attn_args attn_at(const float *q, int64_t ldq, int64_t n_head, int64_t n_head_kv, int64_t d_k, int64_t d_v, int tk,
+                         const void *k, int tv, const void *v, int64_t n_kv, const float *mask, const int64_t *ptr,
+                         const int64_t *cells, float scale, int64_t ldo, int64_t hpt, const int64_t *cell_off) {
+    attn_args a = {q, mask, ptr, cells, cell_off, k, v, ldq, n_head, d_k, d_v, n_kv, ldo, hpt, n_head / n_head_kv,
+                   n_head_kv * d_k, n_head_kv * d_v, 0, 0, 0, 0, tk, tv, tk == LP_F16 && tv == LP_F16, scale};
+    /* a block-typed cache in bytes: a cell's row, a KV head's part of it */
+    a.kcell = lp_kv_row_bytes(tk, a.ldk), a.vcell = lp_kv_row_bytes(tv, a.ldv);
+    a.khead = lp_kv_row_bytes(tk, d_k), a.vhead = lp_kv_row_bytes(tv, d_v);
+    return a;
+}
+
 /* lp_attn_kv's tasks (one per (row, group of hpt query heads), or per chunk of its visible
  * cells: n_chunk, lp_attn_chunks), split among the threads of the enclosing parallel region
  * (which meet after it); p: this thread's scratch of lp_most_visible() * hpt floats; part: the
@@ -296,44 +334,53 @@ static void attn_sink_scale(float *o, int64_t hpt, int64_t d_v, const float *ms,
  * i * ldo.  cell_off (NULL: all 0) [n]: where row i's cells start in k and v, in cells (its
  * stream's offset when the ubatch spans several streams).  k, v: cells of tk / tv (f16, or
  * ggml blocks, lp_kv_types_ok); kvf: this thread's lp_attn_kv_floats() where a type is blocks.
- * sinks (NULL, or [n_head]): each head's sink logit in its softmax's sum (gpt-oss). */
-void lp_attn_for(const float *q, int64_t n, int64_t ldq, int64_t n_head, int64_t n_head_kv, int64_t d_k,
-                 int64_t d_v, int tk, const void *k, int tv, const void *v, int64_t n_kv, const float *mask,
-                 const int64_t *ptr, const int64_t *cells, float scale, float *out, int64_t ldo, int64_t hpt,
-                 int64_t n_chunk, float *p, float *part, const int64_t *cell_off, float *kvf, const float *sinks) {
-    const int64_t r = n_head / n_head_kv, ldk = n_head_kv * d_k, ldv = n_head_kv * d_v, G = n_head / hpt;
-    const int f16 = tk == LP_F16 && tv == LP_F16;
-    /* a block-typed cache in bytes: a cell's row, a KV head's part of it */
-    const int64_t kcell = lp_kv_row_bytes(tk, ldk), vcell = lp_kv_row_bytes(tv, ldv);
-    const int64_t khead = lp_kv_row_bytes(tk, d_k), vhead = lp_kv_row_bytes(tv, d_v);
+ * lp_attn_det_for's row_chunks (NULL: every row n_chunk): --deterministic's own chunk count of each row (<=
+ * n_chunk: lp_attn_chunks of that row alone), so that each row's tasks and merge are the ones
+ * it has alone, all rows' tasks shared among the threads at once.  lp_attn_for's sinks (NULL,
+ * or [n_head]): each head's sink logit in its softmax's sum (gpt-oss). */
+static void attn_rows_for(const attn_args *a, int64_t n, float *out, int64_t n_chunk, float *p, float *part, float *kvf,
+                          const int64_t *row_chunks, const float *sinks) {
+    const int64_t n_head = a->n_head, hpt = a->hpt, d_v = a->d_v, ldo = a->ldo, G = n_head / hpt;
     if (n_chunk < 1 || part == NULL) n_chunk = 1;
     float *part_ms = n_chunk > 1 ? part + n * n_chunk * n_head * d_v : NULL; /* [n, n_chunk, n_head, 2] after the outputs */
 #pragma omp for schedule(dynamic, 1)
     for (int64_t t = 0; t < n * G * n_chunk; t++) {
-        const int64_t ch = t % n_chunk, g = t / n_chunk, i = g / G, h0 = g % G * hpt, hk = h0 / r;
-        const int64_t off = cell_off ? cell_off[i] : 0, nc = ptr[i + 1] - ptr[i];
-        const int64_t c0 = nc * ch / n_chunk, c1 = nc * (ch + 1) / n_chunk;
+        const int64_t ch = t % n_chunk, g = t / n_chunk, i = g / G, h0 = g % G * hpt;
+        const int64_t nch = row_chunks ? row_chunks[i] : n_chunk;
+        if (ch >= nch) continue;
         float *o = out + i * ldo + h0 * d_v, *ms = NULL, ms1[2 * KV_MAX_HPT];
         if (sinks) ms = ms1; /* one chunk: the sink's share is taken below */
-        if (n_chunk > 1) {
+        if (nch > 1) {
             o = part + ((i * n_chunk + ch) * n_head + h0) * d_v;
             ms = part_ms + ((i * n_chunk + ch) * n_head + h0) * 2;
         }
-        if (f16)
-            attn_group(q + i * ldq + h0 * d_k, hpt, d_k, d_v, (const uint16_t *)k + off * ldk + hk * d_k,
-                       (const uint16_t *)v + off * ldv + hk * d_v, ldk, ldv, mask + i * n_kv, cells + ptr[i] + c0, c1 - c0,
-                       scale, p, o, ms, 0);
-        else
-            attn_group_blocks(q + i * ldq + h0 * d_k, hpt, d_k, d_v, tk, (const uint8_t *)k + off * kcell + hk * khead, kcell,
-                              tv, (const uint8_t *)v + off * vcell + hk * vhead, vcell, mask + i * n_kv, cells + ptr[i] + c0,
-                              c1 - c0, scale, p, o, ms, kvf);
-        if (sinks && n_chunk == 1) attn_sink_scale(o, hpt, d_v, ms, sinks + h0);
+        attn_task(a, i, h0, ch, nch, o, ms, p, kvf);
+        if (sinks && nch == 1) attn_sink_scale(o, hpt, d_v, ms, sinks + h0);
     }
     if (n_chunk == 1) return;
 #pragma omp for schedule(static)
     for (int64_t t = 0; t < n * n_head; t++) {
-        const int64_t i = t / n_head, h = t % n_head;
+        const int64_t i = t / n_head, h = t % n_head, nch = row_chunks ? row_chunks[i] : n_chunk;
+        if (nch == 1) continue;
         attn_merge(part + (i * n_chunk * n_head + h) * d_v, n_head * d_v, part_ms + (i * n_chunk * n_head + h) * 2,
-                   n_head * 2, n_chunk, d_v, sinks ? sinks[h] : -INFINITY, out + i * ldo + h * d_v);
+                   n_head * 2, nch, d_v, sinks ? sinks[h] : -INFINITY, out + i * ldo + h * d_v);
     }
+}
+
+void lp_attn_det_for(const float *q, int64_t n, int64_t ldq, int64_t n_head, int64_t n_head_kv, int64_t d_k,
+                     int64_t d_v, int tk, const void *k, int tv, const void *v, int64_t n_kv, const float *mask,
+                     const int64_t *ptr, const int64_t *cells, float scale, float *out, int64_t ldo, int64_t hpt,
+                     int64_t n_chunk, float *p, float *part, const int64_t *cell_off, float *kvf, const int64_t *row_chunks) {
+    const attn_args a = attn_at(q, ldq, n_head, n_head_kv, d_k, d_v, tk, k, tv, v, n_kv, mask, ptr, cells, scale, ldo, hpt,
+                                cell_off);
+    attn_rows_for(&a, n, out, n_chunk, p, part, kvf, row_chunks, NULL);
+}
+
+void lp_attn_for(const float *q, int64_t n, int64_t ldq, int64_t n_head, int64_t n_head_kv, int64_t d_k,
+                 int64_t d_v, int tk, const void *k, int tv, const void *v, int64_t n_kv, const float *mask,
+                 const int64_t *ptr, const int64_t *cells, float scale, float *out, int64_t ldo, int64_t hpt,
+                 int64_t n_chunk, float *p, float *part, const int64_t *cell_off, float *kvf, const float *sinks) {
+    const attn_args a = attn_at(q, ldq, n_head, n_head_kv, d_k, d_v, tk, k, tv, v, n_kv, mask, ptr, cells, scale, ldo, hpt,
+                                cell_off);
+    attn_rows_for(&a, n, out, n_chunk, p, part, kvf, NULL, sinks);
 }

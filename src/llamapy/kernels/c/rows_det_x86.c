@@ -41,95 +41,7 @@ int lp_mm_det_covers(int type, int64_t n_in) {
 
 #if defined(LP_AVX2) || defined(LP_AVX512)
 
-/* ---- row1_x86.c's steps (rows_32) ---- */
-LP_INLINE __m256i d_dot32x(__m256i wl, __m256i wh, __m256i x0, __m256i x1) {
-#if defined(LP_VNNI) || defined(LP_AVXVNNI)
-    return lp_dpwssd256(lp_dpwssd256(_mm256_setzero_si256(), wl, x0), wh, x1);
-#else
-    return _mm256_add_epi32(_mm256_madd_epi16(wl, x0), _mm256_madd_epi16(wh, x1));
-#endif
-}
-
-LP_INLINE float d_hsum(__m256 v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
-
-LP_INLINE void d_hsum2(__m256 a, __m256 b, float *ya, float *yb) {
-    const __m256 h = _mm256_hadd_ps(a, b);
-    const __m128 s = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
-    const __m128 t = _mm_hadd_ps(s, s);
-    *ya = _mm_cvtss_f32(t);
-    *yb = _mm_cvtss_f32(_mm_movehdup_ps(t));
-}
-
-/* nr (1 or 2) weight rows w0, w1 of a 32-element block type against the nx activation rows
- * r0..r0+nx-1: per row exactly rows_32's arithmetic for (nr, that row); out[i * 2 + t]. */
-LP_INLINE void det_32(const int type, const int nr, const uint8_t *w0, const uint8_t *w1, int64_t nb,
-                      const lp_xrows *xr, int64_t r0, int nx, float *out) {
-    const int bb = bytes32(type), mins = type == LP_Q4_0 || type == LP_Q4_1 || type == LP_Q5_1;
-    const int vec = type == LP_Q4_1 || type == LP_Q5_1;
-    __m256 a0[LP_DET_G], a1[LP_DET_G];
-    __m128 m0v[LP_DET_G], m1v[LP_DET_G];
-    float m0s[LP_DET_G], m1s[LP_DET_G];
-    for (int i = 0; i < LP_DET_G; i++) {
-        a0[i] = a1[i] = _mm256_setzero_ps();
-        m0v[i] = m1v[i] = _mm_setzero_ps();
-        m0s[i] = m1s[i] = 0.0f;
-    }
-    for (int64_t b = 0; b < nb; b++) {
-        __m256i ul, uh, vl = _mm256_setzero_si256(), vh = vl;
-        float d0, m0, d1 = 0.0f, m1 = 0.0f;
-        block16(type, w0 + b * bb, &ul, &uh, &d0, &m0);
-        if (nr == 2) block16(type, w1 + b * bb, &vl, &vh, &d1, &m1);
-#pragma GCC unroll 4
-        for (int i = 0; i < LP_DET_G; i++) {
-            if (i >= nx) break;
-            const int64_t r = r0 + i;
-            const int16_t *xq = xr->q + r * xr->n_in;
-            const float *s = xr->s + r * nb, *sum = xr->sum32 + r * nb;
-            const __m256i x0 = _mm256_loadu_si256((const __m256i *)(xq + 32 * b));
-            const __m256i x1 = _mm256_loadu_si256((const __m256i *)(xq + 32 * b + 16));
-            const __m256 p0 = _mm256_cvtepi32_ps(d_dot32x(ul, uh, x0, x1));
-            const __m256 p1 = nr == 2 ? _mm256_cvtepi32_ps(d_dot32x(vl, vh, x0, x1)) : _mm256_setzero_ps();
-            if (vec) {
-                const __m128 ss = _mm_unpacklo_ps(_mm_load_ss(s + b), _mm_load_ss(sum + b));
-                const __m128 t0 = _mm_mul_ps(f16x2_ps(w0 + b * bb), ss);
-                a0[i] = _mm256_fmadd_ps(p0, _mm256_broadcastss_ps(t0), a0[i]);
-                m0v[i] = _mm_add_ps(m0v[i], t0);
-                if (nr == 2) {
-                    const __m128 t1 = _mm_mul_ps(f16x2_ps(w1 + b * bb), ss);
-                    a1[i] = _mm256_fmadd_ps(p1, _mm256_broadcastss_ps(t1), a1[i]);
-                    m1v[i] = _mm_add_ps(m1v[i], t1);
-                }
-                continue;
-            }
-            const float sb = s[b];
-            a0[i] = _mm256_fmadd_ps(p0, _mm256_set1_ps(d0 * sb), a0[i]);
-            if (nr == 2) a1[i] = _mm256_fmadd_ps(p1, _mm256_set1_ps(d1 * sb), a1[i]);
-            if (mins) {
-                m0s[i] += m0 * sum[b];
-                m1s[i] += m1 * sum[b];
-            }
-        }
-    }
-    for (int i = 0; i < nx; i++) {
-        float *y = out + 2 * i;
-        if (vec) {
-            m0s[i] = _mm_cvtss_f32(_mm_movehdup_ps(m0v[i]));
-            m1s[i] = _mm_cvtss_f32(_mm_movehdup_ps(m1v[i]));
-        }
-        if (nr == 2) {
-            d_hsum2(a0[i], a1[i], y, y + 1);
-            y[1] += m1s[i];
-        } else {
-            y[0] = d_hsum(a0[i]);
-        }
-        y[0] += m0s[i];
-    }
-}
+#include "rows_det_32.inc"
 
 /* ---- row1k_x86.c's steps (k45_rows, lp_row1_q6_k_split) ---- */
 LP_INLINE __m256i d_dot32v(__m256i w, __m256i h, __m256i l) {
@@ -264,19 +176,18 @@ LP_INLINE void det_q6k(const uint8_t *row, int64_t nsb, const lp_xrows *xr, int6
 
 LP_INLINE void put_det(float *y, float v, int accumulate) { *y = accumulate ? *y + v : v; }
 
-#define DET32(T) det_32(T, nr, w0, w1, n_in / 32, xr, g, nx, acc)
-/* Output rows o0..o1 (one chunk) against every activation row. */
-static void det_chunk(int type, const uint8_t *w, int64_t o0, int64_t o1, int64_t n_in, const lp_xrows *xr, float *y,
-                      int64_t ldy, int accumulate) {
-    const int64_t rb = lp_row_bytes(type, n_in), n = xr->n;
+/* Output rows o0..o1 (one chunk) against the activation rows r0..r1. */
+static void det_tile(int type, const uint8_t *w, int64_t o0, int64_t o1, int64_t n_in, const lp_xrows *xr, int64_t r0,
+                     int64_t r1, float *y, int64_t ldy, int accumulate) {
+    const int64_t rb = lp_row_bytes(type, n_in);
     float acc[2 * LP_DET_G];
     const int pairs = type == LP_Q4_0 || type == LP_Q4_1 || type == LP_Q5_0 || type == LP_Q5_1;
     const int k_type = type == LP_Q4_K || type == LP_Q5_K || type == LP_Q6_K;
     for (int64_t o = o0; o < o1;) {
         const int nr = pairs && o + 2 <= o1 ? 2 : 1;
         const uint8_t *w0 = w + o * rb, *w1 = w0 + (nr == 2 ? rb : 0);
-        for (int64_t g = 0; g < n; g += LP_DET_G) {
-            const int nx = (int)(n - g < LP_DET_G ? n - g : LP_DET_G);
+        for (int64_t g = r0; g < r1; g += LP_DET_G) {
+            const int nx = (int)(r1 - g < LP_DET_G ? r1 - g : LP_DET_G);
             if (k_type) {
                 if (type == LP_Q6_K) det_q6k(w0, n_in / 256, xr, g, nx, acc);
                 else if (type == LP_Q4_K) det_k45(LP_Q4_K, w0, n_in / 256, xr, g, nx, acc);
@@ -300,6 +211,21 @@ static void det_chunk(int type, const uint8_t *w, int64_t o0, int64_t o1, int64_
     }
 }
 #undef DET32
+
+/* Activation rows of n_in (their int16 and int8 forms, 4 n_in bytes) in `bytes`, whole groups. */
+static int64_t det_rows_in(int64_t bytes, int64_t n_in) {
+    const int64_t t = bytes / (4 * n_in) / LP_DET_G * LP_DET_G;
+    return t < LP_DET_G ? LP_DET_G : t;
+}
+
+/* Output rows o0..o1 (one chunk) against the activation rows r0..r1, about 16 KiB of them at a
+ * time (kept in L1 across the chunk's weight rows).  Only the order in which the (row, output)
+ * elements are computed changes; each element's arithmetic is det_tile's. */
+static void det_chunk(int type, const uint8_t *w, int64_t o0, int64_t o1, int64_t n_in, const lp_xrows *xr, int64_t r0,
+                      int64_t r1, float *y, int64_t ldy, int accumulate) {
+    const int64_t t = det_rows_in(16384, n_in);
+    for (int64_t r = r0; r < r1; r += t) det_tile(type, w, o0, o1, n_in, xr, r, r + t < r1 ? r + t : r1, y, ldy, accumulate);
+}
 
 /* The activation rows with every form the one-row kernels read (split kept at any row count). */
 size_t lp_det_xrows_bytes(int64_t n_in, int64_t n) {
@@ -328,10 +254,19 @@ void lp_det_prep_for(const float *x, const lp_xrows *xr) {
     for (int64_t r = 0; r < xr->n; r++) lp_prepare_x_row(x + r * xr->n_in, *xr, r);
 }
 
+/* The rows in tiles of about 128 KiB (in L2 across every weight row: a 512-row ubatch's
+ * activations, 1-3 MiB, streamed from L3 once a chunk otherwise, twice the time), each tile's
+ * output chunks split among the threads (no barrier between tiles: they write other rows). */
 void lp_mm_det_for(int type, const uint8_t *w, int64_t n_out, const lp_xrows *xr, float *y, int64_t ldy, int accumulate) {
-#pragma omp for schedule(static)
-    for (int64_t o0 = 0; o0 < n_out; o0 += LP_DET_CHUNK)
-        det_chunk(type, w, o0, o0 + LP_DET_CHUNK < n_out ? o0 + LP_DET_CHUNK : n_out, xr->n_in, xr, y, ldy, accumulate);
+    const int64_t t = det_rows_in(131072, xr->n_in);
+    for (int64_t r0 = 0; r0 < xr->n; r0 += t) {
+        const int64_t r1 = r0 + t < xr->n ? r0 + t : xr->n;
+#pragma omp for schedule(static) nowait
+        for (int64_t o0 = 0; o0 < n_out; o0 += LP_DET_CHUNK)
+            det_chunk(type, w, o0, o0 + LP_DET_CHUNK < n_out ? o0 + LP_DET_CHUNK : n_out, xr->n_in, xr, r0, r1, y, ldy,
+                      accumulate);
+    }
+#pragma omp barrier
 }
 #else
 size_t lp_det_xrows_bytes(int64_t n_in, int64_t n) { return (size_t)(n_in * n) * 0 + 64; }
