@@ -14,6 +14,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ..gguf.ftype import ftype_name
 from .cors import Cors
+from .header_case import HeaderCase
 from .api_error import APIError, error_body, error_response, final_error, json_body
 from .anthropic_convert import anthropic_error_response, is_anthropic_path
 from .bridge import Pending, ServerState
@@ -40,7 +41,7 @@ from .webui_routes import is_webui_path, router as webui_router
 OPEN_PATHS = ("/health", "/v1/health")
 
 
-def create_app(state: ServerState) -> BodyLimit:
+def create_app(state: ServerState) -> HeaderCase:
     app = FastAPI(title="llamapy server", docs_url=None, redoc_url=None, openapi_url="/openapi.json",
                   responses=ERROR_RESPONSES)
     app.state.llama = state
@@ -167,7 +168,7 @@ def create_app(state: ServerState) -> BodyLimit:
     app.include_router(embed_router)
     app.include_router(rerank_router)
     app.include_router(webui_router)
-    return Cors(BodyLimit(JsonBody(app), lambda: state.max_body), lambda: state.cors)
+    return HeaderCase(Cors(BodyLimit(JsonBody(app), lambda: state.max_body), lambda: state.cors))
 
 
 async def native_completion(state: ServerState, body: NativeCompletionRequest, request: Request):
