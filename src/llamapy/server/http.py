@@ -63,7 +63,7 @@ def create_app(state: ServerState) -> HeaderCase:
         if any(err.get("type") == "json_invalid" for err in errs):
             return _error(request, 400, "malformed JSON in request body: " + "; ".join(str(err.get("ctx", {}).get("error", err["msg"])) for err in errs))
         parts = [f"{'.'.join(str(x) for x in err['loc'] if x != 'body') or 'body'}: {err['msg']}" for err in errs]
-        return _error(request, 422, "; ".join(parts))
+        return _error(request, 400, "; ".join(parts))  # llama-server's status for a bad field
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, e: StarletteHTTPException) -> JSONResponse:

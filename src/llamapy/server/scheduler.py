@@ -338,7 +338,9 @@ class Scheduler:
 
     def _decode_step(self) -> int:
         """Decode this step's batch; on a full (unified) cache, free idle slots' prompt caches,
-        then drop the prompt chunks, then end the longest generating slot with 'length'."""
+        then drop the prompt chunks, then end the longest generating slot with an error (HTTP 500,
+        llama-server's "Context size has been exceeded."; llama-server ends every slot there, its
+        TODO is this: only the largest), its cells freed for the others."""
         with_prompts = with_drafts = True
         while True:
             b, added = self._build(with_prompts, with_drafts)
@@ -359,8 +361,8 @@ class Scheduler:
                     with_prompts = False
                     continue
                 victim = max(gen or [s for s, _ in added], key=lambda s: len(s.cache_tokens))
-                self._finish(victim, "length" if gen else "error", drop_cells=not gen,
-                             error=f"{e}; this request held {len(victim.cache_tokens)} of them and ends here")
+                self._finish(victim, "error", drop_cells=True, error=f"Context size has been exceeded: {e}; this "
+                             f"request held {len(victim.cache_tokens)} of them and ends here")  # llama-server's words
         n_prompt = sum(len(t) for s, t in added if s.state is SlotState.PREFILLING)
         self.metrics.on_decode(len(added), n_prompt, b.n_tokens - n_prompt, time.perf_counter() - t0)
         for s, toks in added:
