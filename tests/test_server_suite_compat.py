@@ -80,3 +80,27 @@ def test_chat_input_tokens(served):
     n = len(state.model.tokenize(prompt, add_special=True, parse_special=True))
     for path in ("/chat/completions/input_tokens", "/v1/chat/completions/input_tokens"):
         assert _post(base, path, {"messages": BOOK}).json() == {"input_tokens": n}
+
+
+@pytest.mark.parametrize("value,end", [("off", "<|im_start|>assistant\n<think>\n\n</think>\n\n"),
+                                       ("auto", "<|im_start|>assistant\n"), ("on", "<|im_start|>assistant\n")])
+def test_reasoning_flag(smollm2_path, value, end):
+    """llama.cpp's `--reasoning off|on|auto` (test_template.py::test_reasoning): off renders Qwen3's
+    template with enable_thinking false (its empty think block), a --chat-template-kwargs value wins."""
+    from llamacpp_vocabs import templates_dir
+
+    from llamapy.chat.apply import apply_template
+    from llamapy.cli import build_parser
+    from llamapy.cli.chat_flags import chat_options
+    from llamapy.model.model import Model
+
+    model = Model.load(smollm2_path)
+    model.tokenizer._chat = None
+    model.tokenizer.use_chat_template((templates_dir() / "Qwen-Qwen3-0.6B.jinja").read_text())
+    opts = chat_options(build_parser().parse_args(["serve", "--reasoning", value]))
+    prompt = apply_template(model.tokenizer.chat, [{"role": "user", "content": "What is today?"}], opts=opts)
+    assert prompt.endswith(end) and (value == "off") == prompt.endswith("</think>\n\n"), prompt
+    kw = chat_options(build_parser().parse_args(["serve", "-rea", "off", "--chat-template-kwargs", '{"enable_thinking": true}']))
+    assert kw.template_kwargs["enable_thinking"] is True
+    with pytest.raises(ValueError, match="--reasoning 'maybe': expected on, off or auto"):
+        chat_options(build_parser().parse_args(["serve", "--reasoning", "maybe"]))
