@@ -104,3 +104,34 @@ def test_reasoning_flag(smollm2_path, value, end):
     assert kw.template_kwargs["enable_thinking"] is True
     with pytest.raises(ValueError, match="--reasoning 'maybe': expected on, off or auto"):
         chat_options(build_parser().parse_args(["serve", "--reasoning", "maybe"]))
+
+
+def test_completion_prompt_shapes(served):
+    """/completion takes llama-server's prompt shapes (server/prompt_input.py): ids, a list of
+    prompts (a list of results, in order, each with its index), strings mixed with ids (BOS only
+    for a leading string), {"prompt_string": ...}; multimodal data is refused."""
+    state, base = served
+    text = "I believe the meaning of life is"
+    ids = state.model.tokenize(text, add_special=True, parse_special=True)
+    greedy = {"n_predict": 4, "temperature": 0}
+    one = _post(base, "/completion", {"prompt": ids} | greedy).json()["content"]
+    for prompt in ([ids, text], [ids, {"prompt_string": text}], [text, ids]):
+        r = _post(base, "/completion", {"prompt": prompt} | greedy)
+        assert r.status_code == 200 and [x["content"] for x in r.json()] == [one, one], r.text
+        assert [x["index"] for x in r.json()] == [0, 1]
+    assert _post(base, "/completion", {"prompt": {"prompt_string": text}} | greedy).json()["content"] == one
+    mixed = [1, 2, "a b", 3, "c"]
+    r = _post(base, "/completion", {"prompt": mixed} | greedy | {"n_predict": 1}).json()
+    want = [1, 2, *state.model.tokenize("a b", add_special=False, parse_special=True), 3,
+            *state.model.tokenize("c", add_special=False, parse_special=True)]
+    assert r["tokens_evaluated"] == len(want)
+    from llamapy.server.prompt_input import prompt_inputs
+
+    assert prompt_inputs(state, mixed) == [want]
+    assert prompt_inputs(state, [{"content": [{"type": "text", "text": "hello "}, {"type": "text", "text": "world"}]}],
+                         "input", content_parts=True) == prompt_inputs(state, "hello world")
+    r = _post(base, "/completion", {"prompt": {"prompt_string": "x", "multimodal_data": ["AAAA"]}})
+    assert r.status_code == 500 and "multimodal" in r.json()["error"]["message"]
+    for bad in ([], "", [[]], {"x": 1}, [ids, 1.5]):
+        assert _post(base, "/completion", {"prompt": bad}).status_code == 400, bad
+    assert _post(base, "/completion", {"prompt": [ids, ids], "stream": True}).status_code == 400

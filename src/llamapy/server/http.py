@@ -3,6 +3,7 @@
 live in http_openai.py, the web UI's in webui_routes.py.  Nothing here touches torch: requests go to the scheduler thread."""
 from __future__ import annotations
 
+import asyncio
 import hmac
 import math
 from typing import Any, AsyncIterator
@@ -19,7 +20,8 @@ from .api_error import APIError, error_body, error_response, final_error, json_b
 from .anthropic_convert import anthropic_error_response, is_anthropic_path
 from .bridge import Pending, ServerState
 from .constraints import compile_constraint, request_spec
-from .handoff import request_logit_bias, submit, tokenize_prompt
+from .handoff import request_logit_bias, submit
+from .prompt_input import prompt_inputs
 from .logit_bias import format_logit_bias, with_eog
 from .http_anthropic import router as anthropic_router
 from .http_responses import router as responses_router
@@ -175,7 +177,19 @@ async def native_completion(state: ServerState, body: NativeCompletionRequest, r
     """/completion's work, which /infill shares (server/http_infill.py): the reply or its stream."""
     _ready(state)
     body = state.defaults.apply(body)
-    ids = tokenize_prompt(state, body.prompt)
+    seqs = prompt_inputs(state, body.prompt)
+    if not seqs or any(not ids for ids in seqs):
+        raise APIError(400, "\"prompt\" must not be empty")
+    if len(seqs) > 1:  # llama-server: one result per prompt, in order, each with its index
+        if body.stream:
+            raise APIError(400, f"prompt: {len(seqs)} prompts in one streamed request; llamapy streams one prompt per request")
+        outs = await asyncio.gather(*(_one_completion(state, body, ids, request) for ids in seqs))
+        bad = next((o for o in outs if not isinstance(o, dict)), None)
+        return bad if bad is not None else [{**o, "index": i} for i, o in enumerate(outs)]
+    return await _one_completion(state, body, seqs[0], request)
+
+
+async def _one_completion(state: ServerState, body: NativeCompletionRequest, ids: list[int], request: Request):
     constraint = await compile_constraint(state, request_spec(body.grammar, body.json_schema))
     bias = request_logit_bias(state, body.logit_bias)
     req = GenRequest(ids, max_tokens=body.n_predict, sampling=body.sampling(body.n_probs), stop=body.stop_list(), n_probs=body.n_probs,

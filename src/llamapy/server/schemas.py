@@ -154,7 +154,7 @@ class ChatCompletionRequest(_Sampling):
 class NativeCompletionRequest(_Sampling):
     """POST /completion (llama.cpp's own shape)."""
 
-    prompt: str | list[int] = Field(min_length=1)
+    prompt: Any  # llama-server's shapes (server/prompt_input.py): a string, ids, mixed, {"prompt_string"}, a list of those
     n_predict: int = Field(-1, ge=-1)
     n_probs: int = Field(0, ge=0, le=100)
     post_sampling_probs: bool = False
