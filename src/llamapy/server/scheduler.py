@@ -315,7 +315,9 @@ class Scheduler:
                     self._finish(s, "length")
                     continue
                 r = s.request
-                context_shift(self.ctx.memory, s, self.n_keep if r.n_keep is None else r.n_keep, r.n_discard, self.tok.add_bos)
+                sh = context_shift(self.ctx.memory, s, self.n_keep if r.n_keep is None else r.n_keep, r.n_discard, self.tok.add_bos)
+                if s.spec is not None:  # a draft model's cache follows the shift (llama-server shifts ctx_dft too)
+                    s.spec.shift(sh.n_keep, sh.n_discard)
 
     # --- batch --------------------------------------------------------------------------------
     def _speculator(self, slot_id: int, req: Request) -> Speculator | None:
