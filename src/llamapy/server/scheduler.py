@@ -241,7 +241,10 @@ class Scheduler:
             from .embed_jobs import run_jobs
 
             jobs, self.embed_jobs = self.embed_jobs, []
-            return run_jobs(self.embedder, jobs) > 0
+            t0 = time.perf_counter()
+            if n := run_jobs(self.embedder, jobs):  # llama-server counts an embedding's prompt and decode
+                self.metrics.on_decode(len(jobs), n, 0, time.perf_counter() - t0)
+            return n > 0
         self._expire()
         ran = run_ready(self.ctx, self.slots, self.slot_actions)  # slot actions whose slot is idle
         self._assign()
