@@ -13,7 +13,12 @@ and exit status 2.  Local models:
   bert-bge-small             -> a tiny random BERT, CLS pooling (tests/tiny_bert.py)
   jina-reranker-v1-tiny-en   -> a tiny random BERT with a rank head (tests/tiny_bert.py)
   stories260K-infill         -> a tiny random llama with FIM tokens (tests/tiny_model.py)
-The tiny ones are written once under ~/.cache/llamapy/suite-models."""
+The tiny ones are written once under ~/.cache/llamapy/suite-models.
+
+With LLAMA_SUITE_ZYGOTE=SOCKET (scripts/llama_server_suite.sh sets it), `llamapy serve` is not
+exec'd: scripts/llama_server_zygote.py, which has imported llamapy, torch and uvicorn once, forks
+it with this process's argv, environment, cwd and stdio, and this process stays as its stand-in
+(SIGTERM/SIGINT are passed on, its exit status is the server's)."""
 from __future__ import annotations
 
 import os
@@ -129,8 +134,33 @@ def build(argv: list[str], ref: bool) -> list[str]:
     return out
 
 
+def via_zygote(path: str, argv: list[str]) -> int:
+    """Have the zygote fork `llamapy serve` for argv; relay SIGTERM/SIGINT; its exit status."""
+    import json
+    import signal
+    import socket
+    import struct
+
+    conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    conn.connect(path)
+    body = json.dumps({"argv": argv, "env": dict(os.environ), "cwd": os.getcwd()}).encode()
+    socket.send_fds(conn, [struct.pack("!I", len(body)) + body], [0, 1, 2])
+    for sig, msg in ((signal.SIGTERM, b"T"), (signal.SIGINT, b"I")):
+        signal.signal(sig, lambda *_, m=msg: conn.send(m))
+    data = b""
+    while len(data) < 4:
+        more = conn.recv(4 - len(data))
+        if not more:
+            return 1
+        data += more
+    return struct.unpack("!i", data)[0]
+
+
 def main() -> None:
     ref = os.environ.get("LLAMA_SUITE_SERVER", "llamapy") == "llama-server"
+    zygote = os.environ.get("LLAMA_SUITE_ZYGOTE")
+    if zygote and not ref:
+        sys.exit(via_zygote(zygote, sys.argv[1:]))
     args = build(sys.argv[1:], ref)
     if ref:
         prog = [str(LLAMA_SERVER)]

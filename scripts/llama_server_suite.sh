@@ -13,6 +13,9 @@
 #   LLAMAPY_PYTHON            python that runs llamapy (default: the repo's .venv, else /work/main/.venv, else python3)
 #   LLAMA_SERVER_REF          llama-server binary (default /root/.cache/llamacpp-ref/llama.cpp/build/bin/llama-server)
 #   PYTEST_ARGS               extra pytest arguments (e.g. "-k test_tokenize_basic")
+#   LLAMA_SUITE_RESULTS       where logs, the launcher and the table's inputs go (default: <cache>/results)
+#   LLAMA_SUITE_ZYGOTE        1 (default): llamapy's servers are forked by scripts/llama_server_zygote.py,
+#                             which imported llamapy/torch/uvicorn once; 0: each is a fresh exec
 set -euo pipefail
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -34,7 +37,8 @@ if [ -z "${LLAMAPY_PYTHON:-}" ]; then
 fi
 export LLAMAPY_PYTHON
 
-mkdir -p "$CACHE/sdist" "$CACHE/results" "$CACHE/bin"
+RESULTS="${LLAMA_SUITE_RESULTS:-$CACHE/results}"
+mkdir -p "$CACHE/sdist" "$RESULTS"
 
 # 1. the sdist (once), and its server tests + chat templates, at their places in llama.cpp's tree
 SDIST="$(ls "$CACHE"/sdist/llama_cpp_python-"$VERSION".tar.gz 2>/dev/null || true)"
@@ -65,7 +69,7 @@ if [ ! -f "$VENV/.complete" ]; then
 fi
 
 # 3. the launcher the suite execs as llama-server
-LAUNCHER="$CACHE/bin/llama-server-launcher"
+LAUNCHER="$RESULTS/llama-server-launcher"
 cat > "$LAUNCHER" <<EOF
 #!/usr/bin/env bash
 exec "$LLAMAPY_PYTHON" "$REPO/scripts/llama_server_launcher.py" "\$@"
@@ -81,14 +85,29 @@ for f in $FILES; do
   paths+=("unit/$f.py")
 done
 free_port() { "$LLAMAPY_PYTHON" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+ZYGOTE_PID=""
+stop_zygote() { [ -n "$ZYGOTE_PID" ] && kill "$ZYGOTE_PID" 2>/dev/null; ZYGOTE_PID=""; }
+trap stop_zygote EXIT
 for server in $SERVERS; do
-  echo "suite: $server: ${paths[*]} (log: $CACHE/results/$server.log)" >&2
+  echo "suite: $server: ${paths[*]} (log: $RESULTS/$server.log)" >&2
+  ZYGOTE_SOCK=""
+  if [ "$server" = llamapy ] && [ "${LLAMA_SUITE_ZYGOTE:-1}" != 0 ]; then
+    ZYGOTE_SOCK="$RESULTS/zygote.sock"
+    "$LLAMAPY_PYTHON" "$REPO/scripts/llama_server_zygote.py" "$ZYGOTE_SOCK" 2> "$RESULTS/zygote.log" &
+    ZYGOTE_PID=$!
+    until grep -q "zygote: ready" "$RESULTS/zygote.log" 2>/dev/null; do
+      kill -0 "$ZYGOTE_PID" 2>/dev/null || { echo "suite: the zygote failed, see $RESULTS/zygote.log" >&2; exit 1; }
+      sleep 0.2
+    done
+  fi
   # shellcheck disable=SC2086
   (cd "$TESTS" && PORT="$(free_port)" LLAMA_SUITE_SERVER="$server" LLAMA_SERVER_BIN_PATH="$LAUNCHER" \
+     LLAMA_SUITE_ZYGOTE="$ZYGOTE_SOCK" \
      "$VENV/bin/python" -m pytest -p no:cacheprovider -v -rA --timeout "$TIMEOUT" -o timeout_func_only=true \
-     --basetemp "$CACHE/results/$server.tmp" --junitxml "$CACHE/results/$server.xml" ${PYTEST_ARGS:-} "${paths[@]}" \
-     > "$CACHE/results/$server.log" 2>&1) || true
+     --basetemp "$RESULTS/$server.tmp" --junitxml "$RESULTS/$server.xml" ${PYTEST_ARGS:-} "${paths[@]}" \
+     > "$RESULTS/$server.log" 2>&1) || true
+  stop_zygote
 done
 
 # 5. the table
-"$VENV/bin/python" "$REPO/scripts/llama_server_suite_table.py" "$CACHE/results" $SERVERS
+"$VENV/bin/python" "$REPO/scripts/llama_server_suite_table.py" "$RESULTS" $SERVERS

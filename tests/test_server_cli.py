@@ -164,3 +164,28 @@ def test_llama_server_flags_n_probs_threads_http_log_disable(tiny_path):
         from llamapy.cli.serve import serve_settings
 
         serve_settings(build_parser().parse_args(["serve", "--n-probs", "101"]))
+
+
+def test_response_header_names_keep_llama_servers_case(tiny_path):
+    """Header names on the wire as llama-server writes them (`Process-Start-Time-Unix` on
+    /metrics, `Access-Control-Allow-Origin`, `Content-Type`): llama.cpp's server tests copy the
+    headers into a plain dict and look those names up in that case (server/header_case.py and
+    uvicorn's h11 protocol in cli/serve.py)."""
+    import http.client
+    from urllib.parse import urlsplit
+
+    proc, base, _ = _start(["-m", str(tiny_path), "-c", "256", "-np", "1", "--port", "0", "-t", "1", "--metrics"])
+    try:
+        u = urlsplit(base)
+        conn = http.client.HTTPConnection(u.hostname, u.port, timeout=30)
+        conn.request("GET", "/metrics", headers={"Origin": "http://localhost:8080"})
+        r = conn.getresponse()
+        r.read()
+        names = [k for k, _ in r.getheaders()]
+        assert r.status == 200
+        assert {"Process-Start-Time-Unix", "Access-Control-Allow-Origin", "Content-Type"} <= set(names), names
+        assert dict(r.getheaders())["Access-Control-Allow-Origin"] == "http://localhost:8080"
+        conn.close()
+    finally:
+        proc.kill()
+        proc.wait(30)

@@ -17,6 +17,7 @@ from llamapy.params import ContextParams
 from llamapy.server.settings import ServeSettings
 from llamapy.server.startup import load_model, server_state
 
+import httpx
 from server_harness import asgi_call, serving_state, uvicorn_server
 from tiny_bert import write_tiny_bert
 
@@ -150,3 +151,19 @@ def test_answers_match_llama_servers(state) -> None:
         assert len(pairs) == len(x["response"]["data"] if isinstance(want, dict) else want)
         for g, w in pairs:
             assert _cos(g, w) >= 0.9999
+
+
+def test_embedding_counted_in_metrics(bert_path: Path) -> None:
+    """llama.cpp's test_metrics_embedding_prompt_is_counted: an embedding's prompt tokens and its
+    decode count in /metrics (prompt_tokens_total, n_decode_total); no token is predicted."""
+    st = _state(bert_path, metrics=True)
+    try:
+        with uvicorn_server(st) as url:
+            assert httpx.post(url + "/v1/embeddings", json={"input": ["hello world", "goodbye world"]}).status_code == 200
+            text = httpx.get(url + "/metrics").text
+        m = {ln.split(" ")[0]: float(ln.split(" ")[1]) for ln in text.splitlines() if ln.startswith("llamacpp:")}
+        n = sum(len(st.model.tokenize(t, add_special=True, parse_special=True)) for t in ("hello world", "goodbye world"))
+        assert m["llamacpp:prompt_tokens_total"] == n and m["llamacpp:n_decode_total"] >= 1
+        assert m["llamacpp:tokens_predicted_total"] == 0
+    finally:
+        st.scheduler.stop(join=True, timeout=30)

@@ -179,8 +179,9 @@ def test_unified_cache_full_ends_one_request_cleanly(tiny):
         s.submit(r)
     _run(s, [e for _, e in reqs])
     finals = sorted((e[-1] for _, e in reqs), key=lambda f: f.usage.completion_tokens)
-    assert [f.finish_reason for f in finals] == ["length", "length"]
-    assert "kv_cache full: a ubatch needs" in finals[0].error and finals[0].usage.completion_tokens < 16  # cut when the shared cache filled
+    assert [f.finish_reason for f in finals] == ["error", "length"]  # as llama-server: an error, not a short reply
+    assert finals[0].error.startswith("Context size has been exceeded: ") and "kv_cache full: a ubatch needs" in finals[0].error
+    assert finals[0].usage.completion_tokens < 16  # cut when the shared cache filled
     assert finals[1].error == "" and finals[1].usage.completion_tokens == 16  # the other went on in the freed cells
     assert s.ctx.memory.n_used() <= 256
 

@@ -120,6 +120,15 @@ def request_kwargs(opts: ChatOptions, body_kwargs: dict[str, Any] | None, reason
     return kw
 
 
+def render_content(parts: list[Any], delimiter: str = "\n\n") -> str:
+    """llama.cpp's common_chat_msg::render_content: the text parts joined by the delimiter."""
+    text = ""
+    for p in parts:
+        if isinstance(p, dict) and p.get("type") == "text":
+            text += (delimiter if text else "") + str(p.get("text", ""))
+    return text
+
+
 def apply_template(t: ChatTemplate, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None,
                    add_generation_prompt: bool = True, chat_template_kwargs: dict[str, Any] | None = None,
                    reasoning_effort: str | None = None, opts: ChatOptions | None = None,
@@ -157,6 +166,8 @@ def apply_template(t: ChatTemplate, messages: list[dict[str, Any]], tools: list[
     if cont is None:
         return prompt
     reasoning, content = cont.get("reasoning_content", ""), cont.get("content", "")
+    if isinstance(messages[-1].get("content"), list):  # content parts: common_chat_msg::render_content
+        content = render_content(messages[-1]["content"])
     content_mode = not (reasoning and not content)
     if gpt_oss:
         gen = "<|start|>assistant<|channel|>analysis<|message|>" + reasoning

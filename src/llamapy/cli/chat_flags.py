@@ -1,6 +1,6 @@
 """Chat-template and reasoning flags shared by run, chat and serve, as llama-server spells
 them: --jinja/--no-jinja, --chat-template NAME|JINJA, --chat-template-file F,
---chat-template-kwargs JSON, --reasoning-format, --reasoning-budget, --reasoning-budget-message."""
+--chat-template-kwargs JSON, --reasoning on|off|auto, --reasoning-format, --reasoning-budget, --reasoning-budget-message."""
 from __future__ import annotations
 
 import argparse
@@ -30,6 +30,9 @@ def add_chat_template(p: argparse.ArgumentParser) -> None:
     g.add_argument("--reasoning-format", default="auto", choices=REASONING_FORMATS,
                    help="none: thoughts stay in content; deepseek/auto: <think>...</think> go to reasoning_content "
                         "(default: auto)")
+    g.add_argument("-rea", "--reasoning", default="auto", metavar="on|off|auto",
+                   help="thinking in the chat: on/off set the template's enable_thinking (a --chat-template-kwargs "
+                        "value wins), auto leaves it to the template (default: auto)")
     g.add_argument("--reasoning-budget", type=int, default=-1, metavar="N",
                    help="token budget for thinking: -1 for unrestricted, 0 for immediate end, N>0 for token budget "
                         "(the end tag is forced when it is spent; default: -1)")
@@ -73,10 +76,22 @@ def template_kwargs(text: str | None) -> dict[str, Any]:
     return kw
 
 
+def reasoning_kwargs(value: str) -> dict[str, Any]:
+    """llama.cpp's --reasoning: on/enabled/true/1 and off/disabled/false/0 set enable_thinking, auto nothing."""
+    if value in ("on", "enabled", "true", "1"):
+        return {"enable_thinking": True}
+    if value in ("off", "disabled", "false", "0"):
+        return {"enable_thinking": False}
+    if value in ("auto", "-1"):
+        return {}
+    raise ValueError(f"--reasoning {value!r}: expected on, off or auto")
+
+
 def chat_options(a: argparse.Namespace) -> ChatOptions:
     if a.reasoning_budget < -1:
         raise ValueError(f"--reasoning-budget ({a.reasoning_budget}) must be -1 (unrestricted) or >= 0")
-    return ChatOptions(use_jinja=a.jinja, template_kwargs=template_kwargs(a.chat_template_kwargs),
+    kwargs = reasoning_kwargs(getattr(a, "reasoning", "auto")) | template_kwargs(a.chat_template_kwargs)
+    return ChatOptions(use_jinja=a.jinja, template_kwargs=kwargs,
                        reasoning_format=a.reasoning_format, reasoning_budget=a.reasoning_budget,
                        reasoning_budget_message=a.reasoning_budget_message,
                        template=template_source(a))

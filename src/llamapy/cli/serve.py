@@ -142,7 +142,8 @@ def cmd_serve(a: argparse.Namespace) -> int:
                     + ("" if s.api_key else "; set --api-key"))
     state = server_state(s)
     config = uvicorn.Config(create_app(state), host=s.host, port=s.port, log_level=logging.CRITICAL + 1 if quiet else "info" if s.verbose else "warning",
-                            access_log=s.verbose and not quiet, timeout_graceful_shutdown=10)
+                            access_log=s.verbose and not quiet, timeout_graceful_shutdown=10,
+                            http="h11")  # h11 writes header names in the case given (server/header_case.py)
     server = _Server(config, state, s.shutdown_timeout)
     socks = bind_all(s.host, s.port) if len(host_list(s.host)) > 1 else None  # --host A,B: one port, each address
     failed: list[BaseException] = []

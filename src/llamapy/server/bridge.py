@@ -39,6 +39,7 @@ class ServerState:
     embd_normalize: int = 2  # --embd-normalize: what a request's embd_normalize defaults to
     defaults: RequestDefaults = field(default_factory=RequestDefaults)  # --temp, -n ..: what a request does not set
     chat: ChatOptions = field(default_factory=ChatOptions)  # --jinja, --chat-template*, --reasoning-*
+    verbose: bool = False  # -v: completion replies carry __verbose unless the request says "verbose": false
     props: bool = False  # --props: POST /props answers (else 501)
     slot_save_path: Path | None = None  # --slot-save-path: POST /slots/{id}?action=save|restore (None: 501)
     cors: CorsSettings = field(default_factory=CorsSettings)  # --cors-origins, --cors-methods, ..

@@ -4,7 +4,7 @@ llama-server's /apply-template), the tool plan in the template's own call syntax
 the reasoning format."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ..chat.apply import ChatOptions, apply_template, is_gpt_oss, reasoning_tags
@@ -55,6 +55,10 @@ class ChatPrep:
 def prepare_chat(state: ServerState | ChatEnv, body: Any) -> ChatPrep:
     """The prompt of a ChatCompletionRequest; a 400 for what llama-server refuses."""
     opts = state.chat
+    if getattr(body, "continue_final_message", None):  # vLLM's explicit prefill; llama-server refuses it with a generation prompt
+        if body.add_generation_prompt:
+            raise APIError(400, "Cannot set both add_generation_prompt and continue_final_message to true.")
+        opts = replace(opts, prefill_assistant=True)
     tmpl = state.model.tokenizer.chat
     fmt = chat_format(tmpl)
     if body.tools and not opts.use_jinja:
@@ -67,6 +71,11 @@ def prepare_chat(state: ServerState | ChatEnv, body: Any) -> ChatPrep:
             parallel = tmpl.caps.supports_parallel_tool_calls
         plan = tools.plan(body.tools, body.tool_choice, parallel, kind)
         raw = [m.as_dict() for m in body.messages]
+        if opts.prefill_assistant and len(raw) >= 2 and raw[-1].get("role") == raw[-2].get("role") == "assistant":
+            raise ChatInputError("Cannot have 2 or more assistant messages at the end of the list.")  # jinja or not
+        last = body.messages[-1]
+        if opts.prefill_assistant and last.role == "assistant" and isinstance(last.content, list):
+            raw[-1]["content"] = [{"type": "text", "text": p.text} for p in last.content]  # the prefill: parts joined by \n\n
         messages = raw if native else tools.render_messages(raw, plan, "generic")
         tls = plan.template_tools() if native and plan is not None and plan.offered else None
         if opts.use_jinja:

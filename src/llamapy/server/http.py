@@ -3,6 +3,7 @@
 live in http_openai.py, the web UI's in webui_routes.py.  Nothing here touches torch: requests go to the scheduler thread."""
 from __future__ import annotations
 
+import asyncio
 import hmac
 import math
 from typing import Any, AsyncIterator
@@ -14,11 +15,13 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ..gguf.ftype import ftype_name
 from .cors import Cors
+from .header_case import HeaderCase
 from .api_error import APIError, error_body, error_response, final_error, json_body
 from .anthropic_convert import anthropic_error_response, is_anthropic_path
 from .bridge import Pending, ServerState
 from .constraints import compile_constraint, request_spec
-from .handoff import request_logit_bias, submit, tokenize_prompt
+from .handoff import request_logit_bias, submit
+from .prompt_input import prompt_inputs
 from .logit_bias import format_logit_bias, with_eog
 from .http_anthropic import router as anthropic_router
 from .http_responses import router as responses_router
@@ -40,7 +43,7 @@ from .webui_routes import is_webui_path, router as webui_router
 OPEN_PATHS = ("/health", "/v1/health")
 
 
-def create_app(state: ServerState) -> BodyLimit:
+def create_app(state: ServerState) -> HeaderCase:
     app = FastAPI(title="llamapy server", docs_url=None, redoc_url=None, openapi_url="/openapi.json",
                   responses=ERROR_RESPONSES)
     app.state.llama = state
@@ -62,7 +65,7 @@ def create_app(state: ServerState) -> BodyLimit:
         if any(err.get("type") == "json_invalid" for err in errs):
             return _error(request, 400, "malformed JSON in request body: " + "; ".join(str(err.get("ctx", {}).get("error", err["msg"])) for err in errs))
         parts = [f"{'.'.join(str(x) for x in err['loc'] if x != 'body') or 'body'}: {err['msg']}" for err in errs]
-        return _error(request, 422, "; ".join(parts))
+        return _error(request, 400, "; ".join(parts))  # llama-server's status for a bad field
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, e: StarletteHTTPException) -> JSONResponse:
@@ -167,14 +170,26 @@ def create_app(state: ServerState) -> BodyLimit:
     app.include_router(embed_router)
     app.include_router(rerank_router)
     app.include_router(webui_router)
-    return Cors(BodyLimit(JsonBody(app), lambda: state.max_body), lambda: state.cors)
+    return HeaderCase(Cors(BodyLimit(JsonBody(app), lambda: state.max_body), lambda: state.cors))
 
 
 async def native_completion(state: ServerState, body: NativeCompletionRequest, request: Request):
     """/completion's work, which /infill shares (server/http_infill.py): the reply or its stream."""
     _ready(state)
     body = state.defaults.apply(body)
-    ids = tokenize_prompt(state, body.prompt)
+    seqs = prompt_inputs(state, body.prompt)
+    if not seqs or any(not ids for ids in seqs):
+        raise APIError(400, "\"prompt\" must not be empty")
+    if len(seqs) > 1:  # llama-server: one result per prompt, in order, each with its index
+        if body.stream:
+            raise APIError(400, f"prompt: {len(seqs)} prompts in one streamed request; llamapy streams one prompt per request")
+        outs = await asyncio.gather(*(_one_completion(state, body, ids, request) for ids in seqs))
+        bad = next((o for o in outs if not isinstance(o, dict)), None)
+        return bad if bad is not None else [{**o, "index": i} for i, o in enumerate(outs)]
+    return await _one_completion(state, body, seqs[0], request)
+
+
+async def _one_completion(state: ServerState, body: NativeCompletionRequest, ids: list[int], request: Request):
     constraint = await compile_constraint(state, request_spec(body.grammar, body.json_schema))
     bias = request_logit_bias(state, body.logit_bias)
     req = GenRequest(ids, max_tokens=body.n_predict, sampling=body.sampling(body.n_probs), stop=body.stop_list(), n_probs=body.n_probs,

@@ -14,6 +14,7 @@ from fastapi import APIRouter, Request
 from .api_error import APIError, json_body
 from .bridge import ServerState
 from .embed_jobs import EmbedJob
+from .prompt_input import prompt_inputs
 
 # not in /openapi.json: the bodies are free-form JSON checked here as llama-server does, and a server
 # without --embedding answers 501 by design (the contract test's "no server error" check would flag it)
@@ -25,31 +26,8 @@ def _state(request: Request) -> ServerState:
 
 
 def tokenize_inputs(state: ServerState, prompt: Any) -> list[list[int]]:
-    """llama-server's tokenize_input_prompts: a string, a list of token ids, a list mixing
-    strings and ids (one prompt), or a list of any of those (several prompts)."""
-    def one(p: Any) -> list[int]:
-        if isinstance(p, str):
-            return state.model.tokenize(p, add_special=True, parse_special=True)
-        if isinstance(p, int) and not isinstance(p, bool):
-            return [p]
-        if isinstance(p, list):
-            out: list[int] = []
-            for x in p:
-                out += one(x) if isinstance(x, str) else [_token(state, x)]
-            return out
-        raise APIError(400, f"input: expected a string, a list of token ids or a list of those, got {type(p).__name__}")
-
-    if isinstance(prompt, list) and prompt and not all(isinstance(x, int) and not isinstance(x, bool) for x in prompt):
-        return [one(p) for p in prompt]
-    return [one(prompt)] if prompt != [] else []
-
-
-def _token(state: ServerState, t: Any) -> int:
-    if isinstance(t, bool) or not isinstance(t, int):
-        raise APIError(400, f"input: {t!r} is neither a string nor a token id")
-    if not 0 <= t < state.model.n_vocab:
-        raise APIError(400, f"input: token id {t} out of range (n_vocab = {state.model.n_vocab})")
-    return t
+    """llama-server's input shapes for embeddings (server/prompt_input.py), content parts included."""
+    return prompt_inputs(state, prompt, "input", content_parts=True)
 
 
 async def embed(state: ServerState, body: dict[str, Any], oai: bool) -> tuple[list, bool]:

@@ -82,4 +82,4 @@ def infill_request(state: ServerState, data: Any) -> NativeCompletionRequest:
     try:
         return NativeCompletionRequest.model_validate({**data, "prompt": ids})
     except ValidationError as e:
-        raise APIError(422, "; ".join(f"{'.'.join(str(x) for x in err['loc'])}: {err['msg']}" for err in e.errors())) from None
+        raise APIError(400, "; ".join(f"{'.'.join(str(x) for x in err['loc'])}: {err['msg']}" for err in e.errors())) from None

@@ -19,6 +19,7 @@ from .handoff import request_logit_bias, submit, tokenize_prompt
 from .request import Event, Request as GenRequest, Usage
 from .schemas import BUILD_INFO, ChatCompletionRequest, ChatCompletionResponse, CompletionRequest, CompletionResponse, ok_response
 from .sse import EventStream, sse
+from .verbose import verbose_field, wants_verbose
 
 router = APIRouter()
 
@@ -88,7 +89,7 @@ async def completions(body: CompletionRequest, request: Request):
     cid, created = f"cmpl-{uuid.uuid4().hex}", int(time.time())
     head = {"id": cid, "object": "text_completion", "created": created, "model": state.alias, "system_fingerprint": BUILD_INFO}
     if body.stream:
-        return EventStream(_stream(state, p, head, chat=False), p.close)
+        return EventStream(_stream(state, p, head, chat=False, usage_chunk=_include_usage(body)), p.close)
     text, evs = await p.collect(request.is_disconnected)
     if not evs or not evs[-1].final:
         return error_response(499, "client closed the request")
@@ -96,13 +97,25 @@ async def completions(body: CompletionRequest, request: Request):
         raise err
     prefix = body.prompt if body.echo and isinstance(body.prompt, str) else ""
     choice = {"index": 0, "text": prefix + text, "logprobs": _cmpl_logprobs(state, evs), **_finish(evs[-1])}
-    return {**head, "choices": [choice], "usage": _usage(evs[-1].usage), "timings": evs[-1].timings}
+    out = {**head, "choices": [choice], "usage": _usage(evs[-1].usage), "timings": evs[-1].timings}
+    if wants_verbose(state, body):
+        prompt = body.prompt if isinstance(body.prompt, str) else state.model.detokenize(ids)
+        out["__verbose"] = verbose_field(state, prompt, text, ids, evs)
+    return out
 
 
 @router.post("/apply-template")
 async def apply_template_route(body: ChatCompletionRequest, request: Request) -> dict[str, str]:
     """llama-server's /apply-template: the prompt /v1/chat/completions would generate from."""
     return {"prompt": prepare_chat(_state(request), body).prompt}
+
+
+@router.post("/v1/chat/completions/input_tokens")
+@router.post("/chat/completions/input_tokens")
+async def chat_input_tokens(body: ChatCompletionRequest, request: Request) -> dict[str, int]:
+    """llama-server's count of the prompt tokens a chat request would have, generating nothing."""
+    state = _state(request)
+    return {"input_tokens": len(state.model.tokenize(prepare_chat(state, body).prompt, add_special=True, parse_special=True))}
 
 
 @router.post("/v1/chat/completions", responses=ok_response(ChatCompletionResponse, stream=True))
@@ -121,7 +134,8 @@ async def chat_completions(body: ChatCompletionRequest, request: Request):
     cid, created = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
     head = {"id": cid, "object": "chat.completion", "created": created, "model": state.alias, "system_fingerprint": BUILD_INFO}
     if body.stream:
-        return EventStream(_stream(state, p, {**head, "object": "chat.completion.chunk"}, chat=True, prep=prep), p.close)
+        return EventStream(_stream(state, p, {**head, "object": "chat.completion.chunk"}, chat=True, prep=prep,
+                                   usage_chunk=_include_usage(body)), p.close)
     out, evs = await p.collect(request.is_disconnected)
     if not evs or not evs[-1].final:
         return error_response(499, "client closed the request")
@@ -137,7 +151,14 @@ async def chat_completions(body: ChatCompletionRequest, request: Request):
         message["tool_calls"] = calls
         fin["finish_reason"] = "tool_calls" if fin["finish_reason"] == "stop" else fin["finish_reason"]
     choice = {"index": 0, "message": message, "logprobs": _chat_logprobs(state, evs), **fin}
-    return JSONResponse({**head, "choices": [choice], "usage": _usage(evs[-1].usage), "timings": evs[-1].timings})
+    res = {**head, "choices": [choice], "usage": _usage(evs[-1].usage), "timings": evs[-1].timings}
+    if wants_verbose(state, body):
+        res["__verbose"] = verbose_field(state, text, out, ids, evs)
+    return JSONResponse(res)
+
+
+def _include_usage(body: CompletionRequest | ChatCompletionRequest) -> bool:
+    return bool(body.stream_options and body.stream_options.include_usage)
 
 
 def _finish(ev: Event) -> dict[str, Any]:
@@ -158,9 +179,10 @@ def _call_deltas(calls: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 async def _stream(state: ServerState, p: Pending, head: dict[str, Any], chat: bool,
-                  prep: ChatPrep | None = None) -> AsyncIterator[str]:
+                  prep: ChatPrep | None = None, usage_chunk: bool = False) -> AsyncIterator[str]:
     """SSE chunks: a role delta first (chat), then deltas, a final chunk with finish_reason and
-    usage, then [DONE].  An abort/error ends with an error event.  Chat: the output so far is
+    usage, with stream_options.include_usage (usage_chunk) OpenAI's chunk with no choices, the
+    usage and llama-server's timings, then [DONE].  An abort/error ends with an error event.  Chat: the output so far is
     parsed as a message (chat/message.py) after each piece, and what grew is sent, as llama-server
     does: delta.reasoning_content, delta.content (text that may start a call marker is held),
     and the tool_calls once the output is complete."""
@@ -168,7 +190,7 @@ async def _stream(state: ServerState, p: Pending, head: dict[str, Any], chat: bo
               delta: dict[str, Any] | None = None) -> dict[str, Any]:
         if chat:
             if delta is None:
-                delta = {"role": "assistant", "content": ""} if role else ({"content": text} if text else {})
+                delta = {"role": "assistant", "content": None} if role else ({"content": text} if text else {})
             c: dict[str, Any] = {"index": 0, "delta": delta, "finish_reason": finish}
             if ev is not None and ev.probs is not None:
                 c["logprobs"] = _chat_logprobs(state, [ev])
@@ -215,5 +237,7 @@ async def _stream(state: ServerState, p: Pending, head: dict[str, Any], chat: bo
             last = chunk(None, fin["finish_reason"])
             last["choices"][0].update(fin)
             yield sse({**last, "usage": _usage(ev.usage), "timings": ev.timings})
+            if usage_chunk:
+                yield sse({**head, "choices": [], "usage": _usage(ev.usage), "timings": ev.timings})
         yield "data: [DONE]\n\n"
         return

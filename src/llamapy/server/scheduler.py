@@ -241,7 +241,10 @@ class Scheduler:
             from .embed_jobs import run_jobs
 
             jobs, self.embed_jobs = self.embed_jobs, []
-            return run_jobs(self.embedder, jobs) > 0
+            t0 = time.perf_counter()
+            if n := run_jobs(self.embedder, jobs):  # llama-server counts an embedding's prompt and decode
+                self.metrics.on_decode(len(jobs), n, 0, time.perf_counter() - t0)
+            return n > 0
         self._expire()
         ran = run_ready(self.ctx, self.slots, self.slot_actions)  # slot actions whose slot is idle
         self._assign()
@@ -315,7 +318,9 @@ class Scheduler:
                     self._finish(s, "length")
                     continue
                 r = s.request
-                context_shift(self.ctx.memory, s, self.n_keep if r.n_keep is None else r.n_keep, r.n_discard, self.tok.add_bos)
+                sh = context_shift(self.ctx.memory, s, self.n_keep if r.n_keep is None else r.n_keep, r.n_discard, self.tok.add_bos)
+                if s.spec is not None:  # a draft model's cache follows the shift (llama-server shifts ctx_dft too)
+                    s.spec.shift(sh.n_keep, sh.n_discard)
 
     # --- batch --------------------------------------------------------------------------------
     def _speculator(self, slot_id: int, req: Request) -> Speculator | None:
@@ -338,7 +343,9 @@ class Scheduler:
 
     def _decode_step(self) -> int:
         """Decode this step's batch; on a full (unified) cache, free idle slots' prompt caches,
-        then drop the prompt chunks, then end the longest generating slot with 'length'."""
+        then drop the prompt chunks, then end the longest generating slot with an error (HTTP 500,
+        llama-server's "Context size has been exceeded."; llama-server ends every slot there, its
+        TODO is this: only the largest), its cells freed for the others."""
         with_prompts = with_drafts = True
         while True:
             b, added = self._build(with_prompts, with_drafts)
@@ -359,8 +366,8 @@ class Scheduler:
                     with_prompts = False
                     continue
                 victim = max(gen or [s for s, _ in added], key=lambda s: len(s.cache_tokens))
-                self._finish(victim, "length" if gen else "error", drop_cells=not gen,
-                             error=f"{e}; this request held {len(victim.cache_tokens)} of them and ends here")
+                self._finish(victim, "error", drop_cells=True, error=f"Context size has been exceeded: {e}; this "
+                             f"request held {len(victim.cache_tokens)} of them and ends here")  # llama-server's words
         n_prompt = sum(len(t) for s, t in added if s.state is SlotState.PREFILLING)
         self.metrics.on_decode(len(added), n_prompt, b.n_tokens - n_prompt, time.perf_counter() - t0)
         for s, toks in added:

@@ -1,5 +1,5 @@
-"""Request bodies, validated by pydantic: wrong types and out-of-range values become 422s that
-name the field.  Unknown fields are ignored, as OpenAI clients send many."""
+"""Request bodies, validated by pydantic: wrong types and out-of-range values become 400s that
+name the field (llama-server's status for them).  Unknown fields are ignored, as OpenAI clients send many."""
 from __future__ import annotations
 
 from typing import Any, Literal
@@ -15,6 +15,7 @@ class _Sampling(BaseModel):
     model_config = ConfigDict(extra="ignore", strict=True)  # "5" is not 5: what the schema says is what passes
 
     model: str | None = None
+    verbose: bool | None = None  # llama-server's: the reply carries __verbose (None: the server's -v)
     temperature: float = Field(0.8, ge=0.0, le=100.0)
     top_k: int = Field(40, ge=0)
     top_p: float = Field(0.95, ge=0.0, le=1.0)
@@ -140,6 +141,7 @@ class ChatCompletionRequest(_Sampling):
     thinking_budget_tokens: int | None = Field(None, ge=-1)  # llama-server's other name for it
     reasoning_budget_message: str | None = None  # over --reasoning-budget-message
     add_generation_prompt: bool = True
+    continue_final_message: bool | None = None  # vLLM's name for prefilling the last assistant message
 
     def n_predict(self) -> int:
         v = self.max_completion_tokens if self.max_completion_tokens is not None else self.max_tokens
@@ -152,7 +154,7 @@ class ChatCompletionRequest(_Sampling):
 class NativeCompletionRequest(_Sampling):
     """POST /completion (llama.cpp's own shape)."""
 
-    prompt: str | list[int] = Field(min_length=1)
+    prompt: Any  # llama-server's shapes (server/prompt_input.py): a string, ids, mixed, {"prompt_string"}, a list of those
     n_predict: int = Field(-1, ge=-1)
     n_probs: int = Field(0, ge=0, le=100)
     post_sampling_probs: bool = False
@@ -211,8 +213,8 @@ class ErrorResponse(BaseModel):
 
 ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
     code: {"model": ErrorResponse, "description": what}
-    for code, what in ((400, "Bad request"), (401, "Missing or wrong API key"), (404, "Not found"),
-                       (413, "Request body too large"), (422, "Invalid field"), (500, "Internal error"),
+    for code, what in ((400, "Bad request: malformed JSON, a missing or invalid field"), (401, "Missing or wrong API key"), (404, "Not found"),
+                       (413, "Request body too large"), (500, "Internal error"),
                        (501, "Endpoint not enabled"), (503, "Loading, shutting down or busy"), (504, "Request timed out"))
 }
 

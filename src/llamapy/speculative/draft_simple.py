@@ -10,6 +10,7 @@ import torch
 from ..batch import Batch
 from ..context import Context
 from ..kernels.ops import argmax
+from ..memory.factory import local_memory
 from ..tokens import common_prefix
 
 
@@ -93,6 +94,23 @@ class DraftSimple:
             self.ctx.decode(b)
             self.cached.append(top)
         return out
+
+    def shift(self, n_keep: int, n_discard: int) -> None:
+        """The target's context shift on this sequence too (llama-server shifts the draft's
+        cache with the target's): cells n_keep .. n_keep + n_discard removed, the rest moved
+        back by n_discard, so the next draft decodes only what is new.  A cache that cannot
+        shift (a sliding-window one without --swa-full) drops everything past n_keep instead."""
+        end = len(self.cached)
+        if end <= n_keep or n_discard <= 0:
+            return
+        mem = self.ctx.memory
+        if not getattr(local_memory(mem), "can_shift", True) or end <= n_keep + n_discard:
+            mem.seq_rm(self.seq_id, n_keep, -1)
+            self.cached = self.cached[:n_keep]
+            return
+        mem.seq_rm(self.seq_id, n_keep, n_keep + n_discard)
+        mem.seq_add(self.seq_id, n_keep + n_discard, end, -n_discard)
+        del self.cached[n_keep:n_keep + n_discard]
 
     def accepted(self, tokens: list[int]) -> None:
         """After verification: drop the cells of drafts the target rejected."""

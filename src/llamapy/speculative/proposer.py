@@ -127,6 +127,12 @@ class Speculator:
         if clear is not None:
             clear()
 
+    def shift(self, n_keep: int, n_discard: int) -> None:
+        """The target sequence's context shift, for a proposer with a cache of its own."""
+        move = getattr(self.proposer, "shift", None)
+        if move is not None:
+            move(n_keep, n_discard)
+
     def prefill(self, tokens: list[int]) -> None:
         """The prompt, for a proposer that reads it ahead (a draft model's cache)."""
         pre = getattr(self.proposer, "prefill", None)

@@ -1,0 +1,137 @@
+"""What llama.cpp's server tests (tools/server/tests/unit/test_chat_completion.py) ask of a chat
+server, on SmolLM2 served by uvicorn on 127.0.0.1: a bad field is a 400 (not FastAPI's 422);
+`verbose` / -v put `__verbose` (with the rendered prompt) in the reply; vLLM's
+continue_final_message, refused with add_generation_prompt; a continued assistant message's
+text parts joined by a blank line (common_chat_msg::render_content); the stream's role chunk has
+`content: null`; stream_options.include_usage adds a chunk with no choices, the usage and the
+timings; /chat/completions/input_tokens counts the prompt."""
+from __future__ import annotations
+
+import json
+
+import httpx
+import pytest
+from server_harness import serving_state, uvicorn_server
+
+BOOK = [{"role": "system", "content": "Book"}, {"role": "user", "content": "What is the best book"}]
+
+
+@pytest.fixture(scope="module")
+def served(smollm2):
+    with serving_state(smollm2, n_ctx=1024, np_=2) as state, uvicorn_server(state) as base:
+        yield state, base
+
+
+def _post(base: str, path: str, body: dict) -> httpx.Response:
+    return httpx.post(base + path, json=body, timeout=60)
+
+
+def test_bad_fields_are_400(served):
+    _, base = served
+    for messages in (None, "string", [123], [{}], [{"role": 123}], [{"role": "system", "content": 123}],
+                     BOOK[1:] + [{"role": "assistant", "content": "a"}, {"role": "assistant", "content": "b"}]):
+        r = _post(base, "/chat/completions", {"messages": messages, "max_tokens": 1})
+        assert r.status_code == 400 and "error" in r.json(), (messages, r.status_code, r.text)
+
+
+def test_verbose_field(served):
+    state, base = served
+    body = {"messages": BOOK, "max_tokens": 2, "temperature": 0}
+    r = _post(base, "/chat/completions", body | {"verbose": True}).json()
+    v = r["__verbose"]
+    assert "Book" in v["prompt"] and v["prompt"].endswith("<|im_start|>assistant\n")
+    assert v["content"] == r["choices"][0]["message"]["content"] and v["tokens_predicted"] == 2 == len(v["tokens"])
+    assert "__verbose" not in _post(base, "/chat/completions", body).json()  # the server's default: off
+    c = _post(base, "/v1/completions", {"prompt": "Once", "max_tokens": 2, "verbose": True}).json()
+    assert c["__verbose"]["prompt"] == "Once" and c["__verbose"]["content"] == c["choices"][0]["text"]
+    state.verbose = True  # -v: on unless the request says otherwise
+    try:
+        assert "__verbose" in _post(base, "/chat/completions", body).json()
+        assert "__verbose" not in _post(base, "/chat/completions", body | {"verbose": False}).json()
+    finally:
+        state.verbose = False
+
+
+def test_continue_final_message(served):
+    _, base = served
+    parts = [{"type": "text", "text": "Wh"}, {"type": "text", "text": "ill"}]
+    msgs = BOOK + [{"role": "assistant", "content": parts}]
+    r = _post(base, "/chat/completions", {"messages": msgs, "max_tokens": 1, "verbose": True,
+                                          "add_generation_prompt": False, "continue_final_message": True})
+    assert r.status_code == 200 and r.json()["__verbose"]["prompt"].endswith("<|im_start|>assistant\nWh\n\nill")
+    r = _post(base, "/chat/completions", {"messages": msgs, "max_tokens": 1, "continue_final_message": True})
+    assert r.status_code == 400 and "add_generation_prompt and continue_final_message" in r.json()["error"]["message"]
+
+
+def test_stream_role_chunk_and_usage_chunk(served):
+    _, base = served
+    body = {"messages": BOOK, "max_tokens": 3, "stream": True, "stream_options": {"include_usage": True}}
+    with httpx.stream("POST", base + "/chat/completions", json=body, timeout=60) as r:
+        chunks = [json.loads(ln[6:]) for ln in r.iter_lines() if ln.startswith("data: {")]
+    assert chunks[0]["choices"][0]["delta"] == {"role": "assistant", "content": None}
+    last = chunks[-1]
+    assert last["choices"] == [] and last["usage"]["completion_tokens"] == 3 and last["timings"]["predicted_n"] == 3
+    assert all(c["choices"] for c in chunks[:-1])
+
+
+def test_chat_input_tokens(served):
+    state, base = served
+    prompt = _post(base, "/apply-template", {"messages": BOOK}).json()["prompt"]
+    n = len(state.model.tokenize(prompt, add_special=True, parse_special=True))
+    for path in ("/chat/completions/input_tokens", "/v1/chat/completions/input_tokens"):
+        assert _post(base, path, {"messages": BOOK}).json() == {"input_tokens": n}
+
+
+@pytest.mark.parametrize("value,end", [("off", "<|im_start|>assistant\n<think>\n\n</think>\n\n"),
+                                       ("auto", "<|im_start|>assistant\n"), ("on", "<|im_start|>assistant\n")])
+def test_reasoning_flag(smollm2_path, value, end):
+    """llama.cpp's `--reasoning off|on|auto` (test_template.py::test_reasoning): off renders Qwen3's
+    template with enable_thinking false (its empty think block), a --chat-template-kwargs value wins."""
+    from llamacpp_vocabs import templates_dir
+
+    from llamapy.chat.apply import apply_template
+    from llamapy.cli import build_parser
+    from llamapy.cli.chat_flags import chat_options
+    from llamapy.model.model import Model
+
+    model = Model.load(smollm2_path)
+    model.tokenizer._chat = None
+    model.tokenizer.use_chat_template((templates_dir() / "Qwen-Qwen3-0.6B.jinja").read_text())
+    opts = chat_options(build_parser().parse_args(["serve", "--reasoning", value]))
+    prompt = apply_template(model.tokenizer.chat, [{"role": "user", "content": "What is today?"}], opts=opts)
+    assert prompt.endswith(end) and (value == "off") == prompt.endswith("</think>\n\n"), prompt
+    kw = chat_options(build_parser().parse_args(["serve", "-rea", "off", "--chat-template-kwargs", '{"enable_thinking": true}']))
+    assert kw.template_kwargs["enable_thinking"] is True
+    with pytest.raises(ValueError, match="--reasoning 'maybe': expected on, off or auto"):
+        chat_options(build_parser().parse_args(["serve", "--reasoning", "maybe"]))
+
+
+def test_completion_prompt_shapes(served):
+    """/completion takes llama-server's prompt shapes (server/prompt_input.py): ids, a list of
+    prompts (a list of results, in order, each with its index), strings mixed with ids (BOS only
+    for a leading string), {"prompt_string": ...}; multimodal data is refused."""
+    state, base = served
+    text = "I believe the meaning of life is"
+    ids = state.model.tokenize(text, add_special=True, parse_special=True)
+    greedy = {"n_predict": 4, "temperature": 0}
+    one = _post(base, "/completion", {"prompt": ids} | greedy).json()["content"]
+    for prompt in ([ids, text], [ids, {"prompt_string": text}], [text, ids]):
+        r = _post(base, "/completion", {"prompt": prompt} | greedy)
+        assert r.status_code == 200 and [x["content"] for x in r.json()] == [one, one], r.text
+        assert [x["index"] for x in r.json()] == [0, 1]
+    assert _post(base, "/completion", {"prompt": {"prompt_string": text}} | greedy).json()["content"] == one
+    mixed = [1, 2, "a b", 3, "c"]
+    r = _post(base, "/completion", {"prompt": mixed} | greedy | {"n_predict": 1}).json()
+    want = [1, 2, *state.model.tokenize("a b", add_special=False, parse_special=True), 3,
+            *state.model.tokenize("c", add_special=False, parse_special=True)]
+    assert r["tokens_evaluated"] == len(want)
+    from llamapy.server.prompt_input import prompt_inputs
+
+    assert prompt_inputs(state, mixed) == [want]
+    assert prompt_inputs(state, [{"content": [{"type": "text", "text": "hello "}, {"type": "text", "text": "world"}]}],
+                         "input", content_parts=True) == prompt_inputs(state, "hello world")
+    r = _post(base, "/completion", {"prompt": {"prompt_string": "x", "multimodal_data": ["AAAA"]}})
+    assert r.status_code == 500 and "multimodal" in r.json()["error"]["message"]
+    for bad in ([], "", [[]], {"x": 1}, [ids, 1.5]):
+        assert _post(base, "/completion", {"prompt": bad}).status_code == 400, bad
+    assert _post(base, "/completion", {"prompt": [ids, ids], "stream": True}).status_code == 400
