@@ -112,24 +112,26 @@ def test_quantized_file_types_and_values(tiny256, tmp_path, type_name, bound):
         int(t.n_bytes) for t in gguf.GGUFReader(tiny256).tensors)
 
 
-def test_quantized_model_runs_close_to_its_source(tiny256, tmp_path):
-    """The Q8_0 file loads and its logits stay near the F32 model's (one more check that the
-    blocks were written in the order the engine reads them)."""
+def six_token_logits(path) -> torch.Tensor:
+    """The logits [6, n_vocab] of one 6-token prompt on the model at path."""
     from llamapy.batch.batch import Batch
     from llamapy.context import Context, ContextParams
     from llamapy.model.model import Model
 
+    ctx = Context(Model.load(path), ContextParams(n_ctx=64))
+    b = Batch()
+    for i, t in enumerate([5, 17, 101, 33, 250, 9]):
+        b.add(t, i, [0], logits=True)
+    ctx.decode(b)
+    return ctx.get_logits().clone()
+
+
+def test_quantized_model_runs_close_to_its_source(tiny256, tmp_path):
+    """The Q8_0 file loads and its logits stay near the F32 model's (one more check that the
+    blocks were written in the order the engine reads them)."""
     dst = tmp_path / "tiny-q8.gguf"
     quantize_file(tiny256, dst, "Q8_0")
-    outs = []
-    for p in (tiny256, dst):
-        ctx = Context(Model.load(p), ContextParams(n_ctx=64))
-        b = Batch()
-        for i, t in enumerate([5, 17, 101, 33, 250, 9]):
-            b.add(t, i, [0], logits=True)
-        ctx.decode(b)
-        outs.append(ctx.get_logits().clone())
-    a, q = outs
+    a, q = six_token_logits(tiny256), six_token_logits(dst)
     cos = torch.nn.functional.cosine_similarity(a.float(), q.float(), dim=-1)
     assert torch.all(cos > 0.99), cos
     assert (a.argmax(-1) == q.argmax(-1)).float().mean().item() >= 0.8

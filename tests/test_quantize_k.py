@@ -15,6 +15,7 @@ import torch
 from llamapy.cli import main
 from llamapy.gguf.quants_pack_k45 import quantize_q4_k, quantize_q5_k
 from llamapy.quantize import mix_type, quantize_file
+from test_quantize import six_token_logits
 
 T = gguf.GGMLQuantizationType
 
@@ -55,23 +56,11 @@ def test_k_mix_model_runs_close_to_its_source(tiny256, tmp_path, capsys, type_na
     """The CLI writes the mix without warnings; the file loads and its logits stay near the F32
     model's (this random tiny model is touchy: its Q5_1 file's cosines go down to 0.87, Q4_0's mean
     is 0.91; blocks read in the wrong order give about 0)."""
-    from llamapy.batch.batch import Batch
-    from llamapy.context import Context, ContextParams
-    from llamapy.model.model import Model
-
     dst = tmp_path / f"tiny-{type_name}.gguf"
     assert main(["quantize", str(tiny256), str(dst), type_name]) == 0
     assert "warning" not in capsys.readouterr().err
     types = {gguf.GGMLQuantizationType(t.tensor_type) for t in gguf.GGUFReader(dst).tensors}
     assert mix_type(type_name)[0] in types and T.Q6_K in types  # the output matrix (tied token_embd)
-    outs = []
-    for p in (tiny256, dst):
-        ctx = Context(Model.load(p), ContextParams(n_ctx=64))
-        b = Batch()
-        for i, t in enumerate([5, 17, 101, 33, 250, 9]):
-            b.add(t, i, [0], logits=True)
-        ctx.decode(b)
-        outs.append(ctx.get_logits().clone())
-    a, q = outs
+    a, q = six_token_logits(tiny256), six_token_logits(dst)
     cos = torch.nn.functional.cosine_similarity(a.float(), q.float(), dim=-1)
     assert cos.mean() > 0.9 and torch.all(cos > 0.8), cos
