@@ -73,8 +73,8 @@ def prepare_chat(state: ServerState | ChatEnv, body: Any) -> ChatPrep:
         raw = [m.as_dict() for m in body.messages]
         if opts.prefill_assistant and len(raw) >= 2 and raw[-1].get("role") == raw[-2].get("role") == "assistant":
             raise ChatInputError("Cannot have 2 or more assistant messages at the end of the list.")  # jinja or not
-        last = body.messages[-1]
-        if opts.prefill_assistant and last.role == "assistant" and isinstance(last.content, list):
+        last = body.messages[-1] if body.messages else None  # (llama-server accepts no messages)
+        if opts.prefill_assistant and last is not None and last.role == "assistant" and isinstance(last.content, list):
             raw[-1]["content"] = [{"type": "text", "text": p.text} for p in last.content]  # the prefill: parts joined by \n\n
         messages = raw if native else tools.render_messages(raw, plan, "generic")
         tls = plan.template_tools() if native and plan is not None and plan.offered else None
