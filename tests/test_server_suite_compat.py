@@ -135,3 +135,18 @@ def test_completion_prompt_shapes(served):
     for bad in ([], "", [[]], {"x": 1}, [ids, 1.5]):
         assert _post(base, "/completion", {"prompt": bad}).status_code == 400, bad
     assert _post(base, "/completion", {"prompt": [ids, ids], "stream": True}).status_code == 400
+
+
+def test_multiple_choices(served):
+    """llama-server's n (n_cmpl): n choices, index 0..n-1, each its own sequence, even with
+    every one pinned to slot 0 (they queue); n over the slots (-np) is a 400 naming both."""
+    _, base = served
+    for _ in range(2):
+        r = _post(base, "/chat/completions", {"messages": BOOK, "max_tokens": 8, "n": 2, "id_slot": 0})
+        assert r.status_code == 200, r.text
+        choices = r.json()["choices"]
+        assert [c["index"] for c in choices] == [0, 1]
+        for c in choices:
+            assert c["message"]["role"] == "assistant" and c["finish_reason"] == "length"
+    r = _post(base, "/chat/completions", {"messages": BOOK, "max_tokens": 1, "n": 3})
+    assert r.status_code == 400 and "n (3)" in r.text and "2 slots" in r.text, r.text

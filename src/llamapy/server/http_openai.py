@@ -2,6 +2,7 @@
 ending in `data: [DONE]`, usage, logprobs)."""
 from __future__ import annotations
 
+import asyncio
 import math
 import time
 import uuid
@@ -129,18 +130,38 @@ async def chat_completions(body: ChatCompletionRequest, request: Request):
     n_probs = body.n_probs()
     spec = request_spec(body.grammar, body.json_schema, body.response_format, plan)
     constraint = reasoning_gate(state, prep, body, await compile_constraint(state, spec))
-    req = GenRequest(ids, max_tokens=body.n_predict(), sampling=body.sampling(n_probs), stop=body.stop_list(), n_probs=n_probs, ignore_eos=body.ignore_eos, logit_bias=request_logit_bias(state, body.logit_bias), **body.slot_params(), spec=body.spec_overrides(), constraint=constraint)
-    p = submit(state, req)
+    n_slots = len(state.scheduler.slots)
+    if body.n > n_slots or (body.stream and body.n > 1):
+        raise APIError(400, f"n ({body.n}) must be between 1 and the server's {n_slots} slots (-np)"
+                       + (" and 1 when streaming" if body.stream else ""))
+    ps = [submit(state, GenRequest(ids, max_tokens=body.n_predict(), sampling=body.sampling(n_probs), stop=body.stop_list(), n_probs=n_probs, ignore_eos=body.ignore_eos, logit_bias=request_logit_bias(state, body.logit_bias), **body.slot_params(), spec=body.spec_overrides(), constraint=constraint))
+          for _ in range(body.n)]
     cid, created = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
     head = {"id": cid, "object": "chat.completion", "created": created, "model": state.alias, "system_fingerprint": BUILD_INFO}
     if body.stream:
-        return EventStream(_stream(state, p, {**head, "object": "chat.completion.chunk"}, chat=True, prep=prep,
-                                   usage_chunk=_include_usage(body)), p.close)
-    out, evs = await p.collect(request.is_disconnected)
-    if not evs or not evs[-1].final:
-        return error_response(499, "client closed the request")
-    if (err := final_error(evs[-1])) is not None:
-        raise err
+        return EventStream(_stream(state, ps[0], {**head, "object": "chat.completion.chunk"}, chat=True, prep=prep,
+                                   usage_chunk=_include_usage(body)), ps[0].close)
+    try:
+        results = await asyncio.gather(*(p.collect(request.is_disconnected) for p in ps))
+    finally:
+        for p in ps:
+            p.close()
+    choices = []
+    for i, (out, evs) in enumerate(results):
+        if not evs or not evs[-1].final:
+            return error_response(499, "client closed the request")
+        if (err := final_error(evs[-1])) is not None:
+            raise err
+        choices.append(_chat_choice(state, prep, out, evs, i))
+    out, evs = results[0]
+    res = {**head, "choices": choices, "usage": _usage(evs[-1].usage), "timings": evs[-1].timings}
+    if wants_verbose(state, body):
+        res["__verbose"] = verbose_field(state, text, out, ids, evs)
+    return JSONResponse(res)
+
+
+def _chat_choice(state: ServerState, prep: ChatPrep, out: str, evs: list[Event], index: int) -> dict[str, Any]:
+    """One choice of a chat completion: the parsed message (content, reasoning, tool calls)."""
     msg = prep.parse(out)
     calls = openai_calls(msg.tool_calls)
     message: dict[str, Any] = {"role": "assistant", "content": msg.content if msg.content or not calls else None}
@@ -150,11 +171,7 @@ async def chat_completions(body: ChatCompletionRequest, request: Request):
     if calls:
         message["tool_calls"] = calls
         fin["finish_reason"] = "tool_calls" if fin["finish_reason"] == "stop" else fin["finish_reason"]
-    choice = {"index": 0, "message": message, "logprobs": _chat_logprobs(state, evs), **fin}
-    res = {**head, "choices": [choice], "usage": _usage(evs[-1].usage), "timings": evs[-1].timings}
-    if wants_verbose(state, body):
-        res["__verbose"] = verbose_field(state, text, out, ids, evs)
-    return JSONResponse(res)
+    return {"index": index, "message": message, "logprobs": _chat_logprobs(state, evs), **fin}
 
 
 def _include_usage(body: CompletionRequest | ChatCompletionRequest) -> bool:

@@ -128,7 +128,7 @@ class ChatCompletionRequest(_Sampling):
     max_completion_tokens: int | None = Field(None, ge=-1)
     logprobs: bool = False
     top_logprobs: int | None = Field(None, ge=0, le=20)
-    n: int = Field(1, ge=1, le=1)
+    n: int = Field(1, ge=1)  # llama-server's n_cmpl: 1..the slots (-np), checked by the route
     stream_options: StreamOptions | None = None
     response_format: dict[str, Any] | None = None  # {"type": "text" | "json_object" | "json_schema", ...}
     tools: list[Any] | None = None  # checked by tools.parse_tools (a 400 that names the problem)
