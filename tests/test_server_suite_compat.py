@@ -150,3 +150,10 @@ def test_multiple_choices(served):
             assert c["message"]["role"] == "assistant" and c["finish_reason"] == "length"
     r = _post(base, "/chat/completions", {"messages": BOOK, "max_tokens": 1, "n": 3})
     assert r.status_code == 400 and "n (3)" in r.text and "2 slots" in r.text, r.text
+    # each choice its own grammar state: greedy choices under one schema are the same valid JSON
+    schema = {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"], "additionalProperties": False}
+    r = _post(base, "/chat/completions", {"messages": BOOK, "max_tokens": 24, "n": 2, "temperature": 0,
+                                          "response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": schema}}})
+    assert r.status_code == 200, r.text
+    texts = [c["message"]["content"] for c in r.json()["choices"]]
+    assert texts[0] == texts[1] and isinstance(json.loads(texts[0])["a"], int), texts

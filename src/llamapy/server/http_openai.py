@@ -129,13 +129,14 @@ async def chat_completions(body: ChatCompletionRequest, request: Request):
     ids = state.model.tokenize(text, add_special=True, parse_special=True)
     n_probs = body.n_probs()
     spec = request_spec(body.grammar, body.json_schema, body.response_format, plan)
-    constraint = reasoning_gate(state, prep, body, await compile_constraint(state, spec))
     n_slots = len(state.scheduler.slots)
     if body.n > n_slots or (body.stream and body.n > 1):
         raise APIError(400, f"n ({body.n}) must be between 1 and the server's {n_slots} slots (-np)"
                        + (" and 1 when streaming" if body.stream else ""))
-    ps = [submit(state, GenRequest(ids, max_tokens=body.n_predict(), sampling=body.sampling(n_probs), stop=body.stop_list(), n_probs=n_probs, ignore_eos=body.ignore_eos, logit_bias=request_logit_bias(state, body.logit_bias), **body.slot_params(), spec=body.spec_overrides(), constraint=constraint))
-          for _ in range(body.n)]
+    # one constraint per choice: a grammar's matcher advances with its own sequence's tokens
+    constraints = [reasoning_gate(state, prep, body, await compile_constraint(state, spec)) for _ in range(body.n)]
+    ps = [submit(state, GenRequest(ids, max_tokens=body.n_predict(), sampling=body.sampling(n_probs), stop=body.stop_list(), n_probs=n_probs, ignore_eos=body.ignore_eos, logit_bias=request_logit_bias(state, body.logit_bias), **body.slot_params(), spec=body.spec_overrides(), constraint=c))
+          for c in constraints]
     cid, created = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
     head = {"id": cid, "object": "chat.completion", "created": created, "model": state.alias, "system_fingerprint": BUILD_INFO}
     if body.stream:
