@@ -7,6 +7,7 @@ from typing import Any
 from .api_error import APIError
 from .bridge import Pending, ServerState
 from .logit_bias import LogitBias, parse_logit_bias
+from .prompt_input import subprompt
 from .request import Request as GenRequest
 from .scheduler import QueueFullError
 from .slots import PromptTooLongError
@@ -37,12 +38,8 @@ def submit(state: ServerState, req: GenRequest) -> Pending:
 
 
 def tokenize_prompt(state: ServerState, prompt: str | list[int]) -> list[int]:
-    if isinstance(prompt, list):
-        bad = [t for t in prompt if not 0 <= t < state.model.n_vocab]
-        if bad:
-            raise APIError(400, f"prompt: token id {bad[0]} out of range (n_vocab = {state.model.n_vocab})")
-        return list(prompt)
-    return state.model.tokenize(prompt, add_special=True, parse_special=True)
+    """One prompt (a string, or token ids checked against the vocabulary) as server/prompt_input.py reads it."""
+    return subprompt(state, prompt, "prompt")
 
 
 def request_logit_bias(state: ServerState, data: Any) -> LogitBias:
