@@ -22,9 +22,9 @@
 #include <string.h>
 
 #include "mm.h"
+#include "moe.h"
 #include "ops.h"
 
-#define LP_MOE_MAX_K 64
 #define LP_MOE_W_SUM_MIN 6.103515625e-5f /* build_moe_ffn's clamp of the weights' sum */
 #define LP_TYPE_F32 0
 #define ALIGN64(n) (((n) + 63) & ~(size_t)63)
@@ -51,81 +51,97 @@ static void route(const float *logits, int64_t n_expert, int64_t k, float *p, in
     for (int64_t j = 0; j < k; j++) wsel[j] /= wsum;
 }
 
-/* One thread's memory: the product scratch, x and the k h rows prepared, the routing. */
+/* One thread's memory: the product scratch, x (normed) and the k h rows prepared, the routing. */
 typedef struct {
     void *scratch;
     lp_xprep xe, xf[LP_MOE_MAX_K];
     int64_t sel[LP_MOE_MAX_K];
     float w[LP_MOE_MAX_K];
-    float *p, *g, *u, *t; /* n_expert, n_ff, n_ff, n_embd */
+    float *p, *g, *u, *t, *xn; /* n_expert, n_ff, n_ff, n_embd, n_embd */
 } own;
 
-static size_t own_bytes(int64_t n_expert, int64_t k, int64_t n_embd, int64_t n_ff) {
-    const int64_t wide = n_embd > n_ff ? n_embd : n_ff;
-    return ALIGN64(lp_mm_scratch_bytes(wide)) + ALIGN64(lp_xprep_bytes(n_embd, 1)) + 64 +
-           (size_t)k * (ALIGN64(lp_xprep_bytes(n_ff, 1)) + 64) + (size_t)(n_expert + 2 * n_ff + n_embd + 64) * sizeof(float);
-}
+static int64_t wide_of(const lp_moe *m) { return m->n_embd > m->n_ff ? m->n_embd : m->n_ff; }
 
-static own own_at(char *b, const float *x, const float *h, int64_t n_expert, int64_t k, int64_t n_embd, int64_t n_ff) {
-    const int64_t wide = n_embd > n_ff ? n_embd : n_ff;
+/* A thread's bytes (lp_moe_row_for's `own`, 64-aligned), and the floats the threads share. */
+size_t lp_moe_own_bytes(const lp_moe *m) {
+    return ALIGN64(lp_mm_scratch_bytes(wide_of(m))) + ALIGN64(lp_xprep_bytes(m->n_embd, 1)) + 64 +
+           (size_t)m->k * (ALIGN64(lp_xprep_bytes(m->n_ff, 1)) + 64) +
+           (size_t)(m->n_expert + 2 * m->n_ff + 2 * m->n_embd + 64) * sizeof(float);
+}
+size_t lp_moe_shared_floats(const lp_moe *m) { return (size_t)(m->n_expert + m->k * m->n_ff); }
+
+static own own_at(char *b, const lp_moe *m, const float *x, const float *h) {
     own o;
     o.scratch = b;
-    b += ALIGN64(lp_mm_scratch_bytes(wide));
-    o.xe = lp_xprep_at(b, n_embd, 1, x);
-    b += ALIGN64(lp_xprep_bytes(n_embd, 1)) + 64;
-    for (int64_t j = 0; j < k; j++, b += ALIGN64(lp_xprep_bytes(n_ff, 1)) + 64) o.xf[j] = lp_xprep_at(b, n_ff, 1, h + j * n_ff);
+    b += ALIGN64(lp_mm_scratch_bytes(wide_of(m)));
+    char *xb = b;
+    b += ALIGN64(lp_xprep_bytes(m->n_embd, 1)) + 64;
+    for (int64_t j = 0; j < m->k; j++, b += ALIGN64(lp_xprep_bytes(m->n_ff, 1)) + 64)
+        o.xf[j] = lp_xprep_at(b, m->n_ff, 1, h + j * m->n_ff);
     o.p = (float *)b;
-    o.g = o.p + n_expert;
-    o.u = o.g + n_ff;
-    o.t = o.u + n_ff;
+    o.g = o.p + m->n_expert;
+    o.u = o.g + m->n_ff;
+    o.t = o.u + m->n_ff;
+    o.xn = o.t + m->n_embd;
+    o.xe = lp_xprep_at(xb, m->n_embd, 1, x ? x : o.xn);
     return o;
+}
+
+/* y[n_embd] += the MoE FFN of x (rms_norm(x) * norm when norm is not NULL), split among the
+ * threads of the enclosing parallel region, which meet three times (the last at the end: y may
+ * be x, and the caller's next step may read y).  shared: lp_moe_shared_floats(m) floats; own:
+ * this thread's lp_moe_own_bytes(m) (64-aligned); sel, wsel (k each, or NULL): the routing. */
+void lp_moe_row_for(const lp_moe *m, const float *x, const float *norm, float eps, float *y, float *shared, char *own_mem,
+                    int64_t *sel, float *wsel) {
+    const int64_t k = m->k, n_ff = m->n_ff, n_embd = m->n_embd;
+    const int64_t per_f = (n_ff + LP_MM_CHUNK - 1) / LP_MM_CHUNK, per_e = (n_embd + LP_MM_CHUNK - 1) / LP_MM_CHUNK;
+    float *logits = shared, *h = logits + m->n_expert;
+    own o = own_at(own_mem, m, norm ? NULL : x, h);
+    if (norm) lp_rms_norm_row(x, norm, n_embd, eps, o.xn);
+    lp_prep_row(&o.xe, 0); /* one row: no lanes (lp_lanes_for has nothing to lay out) */
+    lp_mm_for(LP_TYPE_F32, m->gate_inp, m->n_expert, n_embd, &o.xe, logits, m->n_expert, 0, o.scratch);
+    route(logits, m->n_expert, k, o.p, o.sel, o.w);
+    if (sel && omp_get_thread_num() == 0)
+        for (int64_t j = 0; j < k; j++) sel[j] = o.sel[j], wsel[j] = o.w[j];
+#pragma omp for schedule(static)
+    for (int64_t t = 0; t < k * per_f; t++) { /* expert j's gate and up rows o0..o1, then their SwiGLU */
+        const int64_t j = t / per_f, e = o.sel[j], o0 = (t % per_f) * LP_MM_CHUNK;
+        const int64_t o1 = o0 + LP_MM_CHUNK < n_ff ? o0 + LP_MM_CHUNK : n_ff;
+        lp_mm_chunk((int)m->tg, m->wg + e * m->sg, o0, o1, n_ff, n_embd, &o.xe, o.g, n_ff, 0, o.scratch);
+        lp_mm_chunk((int)m->tu, m->wu + e * m->su, o0, o1, n_ff, n_embd, &o.xe, o.u, n_ff, 0, o.scratch);
+        lp_swiglu_row(o.g + o0, o.u + o0, o1 - o0, h + j * n_ff + o0);
+    }
+    for (int64_t j = 0; j < k; j++) lp_prep_row(&o.xf[j], 0);
+#pragma omp for schedule(static)
+    for (int64_t c = 0; c < per_e; c++) { /* output rows o0..o1: the k experts' down rows, summed */
+        const int64_t o0 = c * LP_MM_CHUNK, o1 = o0 + LP_MM_CHUNK < n_embd ? o0 + LP_MM_CHUNK : n_embd;
+        float acc[LP_MM_CHUNK];
+        const float *t = o.t + o0;
+        for (int64_t j = 0; j < k; j++) {
+            lp_mm_chunk((int)m->td, m->wd + o.sel[j] * m->sd, o0, o1, n_embd, n_ff, &o.xf[j], o.t, n_embd, 0, o.scratch);
+            for (int64_t i = 0; i < o1 - o0; i++) acc[i] = j == 0 ? t[i] * o.w[j] : acc[i] + t[i] * o.w[j];
+        }
+        for (int64_t i = 0; i < o1 - o0; i++) y[o0 + i] += acc[i];
+    }
 }
 
 int lp_moe_row(const float *x, const uint8_t *gate_inp, int64_t n_expert, int64_t k, const uint8_t *wg,
                const uint8_t *wu, const uint8_t *wd, int64_t tg, int64_t tu, int64_t td, int64_t sg, int64_t su,
                int64_t sd, int64_t n_embd, int64_t n_ff, float *y, int64_t *sel, float *wsel) {
     if (k < 1 || k > LP_MOE_MAX_K || k > n_expert) return -2;
+    const lp_moe m = {gate_inp, wg, wu, wd, n_expert, k, tg, tu, td, sg, su, sd, n_embd, n_ff};
     const int nth = omp_get_max_threads();
-    const size_t ob = ALIGN64(own_bytes(n_expert, k, n_embd, n_ff));
-    float *buf = (float *)malloc((size_t)(n_expert + k * n_ff) * sizeof(float)); /* logits, h [k, n_ff] */
+    const size_t ob = ALIGN64(lp_moe_own_bytes(&m));
+    float *shared = (float *)malloc(lp_moe_shared_floats(&m) * sizeof(float));
     char *mine = (char *)malloc((size_t)nth * ob + 64);
-    if (!buf || !mine) {
-        free(buf);
+    if (!shared || !mine) {
+        free(shared);
         free(mine);
         return -1;
     }
-    float *logits = buf, *h = logits + n_expert;
-    const int64_t per_f = (n_ff + LP_MM_CHUNK - 1) / LP_MM_CHUNK, per_e = (n_embd + LP_MM_CHUNK - 1) / LP_MM_CHUNK;
 #pragma omp parallel num_threads(nth)
-    {
-        own o = own_at((char *)ALIGN64((size_t)mine) + (size_t)omp_get_thread_num() * ob, x, h, n_expert, k, n_embd, n_ff);
-        lp_prep_row(&o.xe, 0); /* one row: no lanes (lp_lanes_for has nothing to lay out) */
-        lp_mm_for(LP_TYPE_F32, gate_inp, n_expert, n_embd, &o.xe, logits, n_expert, 0, o.scratch);
-        route(logits, n_expert, k, o.p, o.sel, o.w);
-        if (omp_get_thread_num() == 0)
-            for (int64_t j = 0; j < k; j++) sel[j] = o.sel[j], wsel[j] = o.w[j];
-#pragma omp for schedule(static)
-        for (int64_t t = 0; t < k * per_f; t++) { /* expert j's gate and up rows o0..o1, then their SwiGLU */
-            const int64_t j = t / per_f, e = o.sel[j], o0 = (t % per_f) * LP_MM_CHUNK;
-            const int64_t o1 = o0 + LP_MM_CHUNK < n_ff ? o0 + LP_MM_CHUNK : n_ff;
-            lp_mm_chunk((int)tg, wg + e * sg, o0, o1, n_ff, n_embd, &o.xe, o.g, n_ff, 0, o.scratch);
-            lp_mm_chunk((int)tu, wu + e * su, o0, o1, n_ff, n_embd, &o.xe, o.u, n_ff, 0, o.scratch);
-            lp_swiglu_row(o.g + o0, o.u + o0, o1 - o0, h + j * n_ff + o0);
-        }
-        for (int64_t j = 0; j < k; j++) lp_prep_row(&o.xf[j], 0);
-#pragma omp for schedule(static) nowait
-        for (int64_t c = 0; c < per_e; c++) { /* output rows o0..o1: the k experts' down rows, summed */
-            const int64_t o0 = c * LP_MM_CHUNK, o1 = o0 + LP_MM_CHUNK < n_embd ? o0 + LP_MM_CHUNK : n_embd;
-            float acc[LP_MM_CHUNK];
-            const float *t = o.t + o0;
-            for (int64_t j = 0; j < k; j++) {
-                lp_mm_chunk((int)td, wd + o.sel[j] * sd, o0, o1, n_embd, n_ff, &o.xf[j], o.t, n_embd, 0, o.scratch);
-                for (int64_t i = 0; i < o1 - o0; i++) acc[i] = j == 0 ? t[i] * o.w[j] : acc[i] + t[i] * o.w[j];
-            }
-            for (int64_t i = 0; i < o1 - o0; i++) y[o0 + i] += acc[i];
-        }
-    }
-    free(buf);
+    lp_moe_row_for(&m, x, NULL, 0.0f, y, shared, (char *)ALIGN64((size_t)mine) + (size_t)omp_get_thread_num() * ob, sel, wsel);
+    free(shared);
     free(mine);
     return 0;
 }
