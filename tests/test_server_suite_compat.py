@@ -8,6 +8,7 @@ timings; /chat/completions/input_tokens counts the prompt."""
 from __future__ import annotations
 
 import json
+import time
 
 import httpx
 import pytest
@@ -18,7 +19,7 @@ BOOK = [{"role": "system", "content": "Book"}, {"role": "user", "content": "What
 
 @pytest.fixture(scope="module")
 def served(smollm2):
-    with serving_state(smollm2, n_ctx=1024, np_=2) as state, uvicorn_server(state) as base:
+    with serving_state(smollm2, n_ctx=1024, np_=2) as state, uvicorn_server(state, http="h11") as base:
         yield state, base
 
 
@@ -157,3 +158,19 @@ def test_multiple_choices(served):
     assert r.status_code == 200, r.text
     texts = [c["message"]["content"] for c in r.json()["choices"]]
     assert texts[0] == texts[1] and isinstance(json.loads(texts[0])["a"], int), texts
+
+
+def test_non_streamed_request_cancelled_when_client_leaves(served):
+    """test_completion.py::test_cancel_request: a non-streamed /completion whose client gives up
+    after 0.1 s is cancelled (llama-server notices the closed socket), not generated to its end;
+    /slots shows the slot idle again within a poll or two."""
+    state, base = served
+    m = state.scheduler.metrics
+    cancelled = m.n_requests_cancelled
+    with pytest.raises(httpx.ReadTimeout):
+        httpx.post(base + "/completion", json={"prompt": "I believe the meaning of life is", "n_predict": -1,
+                                               "ignore_eos": True}, timeout=0.1)
+    deadline = time.monotonic() + 60
+    while any(s["is_processing"] for s in httpx.get(base + "/slots", timeout=10).json()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert m.n_requests_cancelled == cancelled + 1  # cancelled, not run to the slot's end (512 cells)

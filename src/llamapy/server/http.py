@@ -200,7 +200,7 @@ async def _one_completion(state: ServerState, body: NativeCompletionRequest, ids
     p = submit(state, req)
     if body.stream:
         return EventStream(_native_stream(state, p, body.post_sampling_probs), p.close)
-    text, evs = await p.collect(request.is_disconnected)
+    text, evs = await p.collect(request.receive)
     if not evs or not evs[-1].final:
         return error_response(499, "client closed the request")
     if (err := final_error(evs[-1])) is not None:

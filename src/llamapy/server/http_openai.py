@@ -91,7 +91,7 @@ async def completions(body: CompletionRequest, request: Request):
     head = {"id": cid, "object": "text_completion", "created": created, "model": state.alias, "system_fingerprint": BUILD_INFO}
     if body.stream:
         return EventStream(_stream(state, p, head, chat=False, usage_chunk=_include_usage(body)), p.close)
-    text, evs = await p.collect(request.is_disconnected)
+    text, evs = await p.collect(request.receive)
     if not evs or not evs[-1].final:
         return error_response(499, "client closed the request")
     if (err := final_error(evs[-1])) is not None:
@@ -143,7 +143,7 @@ async def chat_completions(body: ChatCompletionRequest, request: Request):
         return EventStream(_stream(state, ps[0], {**head, "object": "chat.completion.chunk"}, chat=True, prep=prep,
                                    usage_chunk=_include_usage(body)), ps[0].close)
     try:
-        results = await asyncio.gather(*(p.collect(request.is_disconnected) for p in ps))
+        results = await asyncio.gather(*(p.collect(request.receive) for p in ps))
     finally:
         for p in ps:
             p.close()

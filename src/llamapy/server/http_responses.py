@@ -67,7 +67,7 @@ async def responses(request: Request):
     head = _head(raw, chat, state)
     if chat.stream:
         return EventStream(_stream(p, prep, head), p.close)
-    out, evs = await p.collect(request.is_disconnected)
+    out, evs = await p.collect(request.receive)
     if not evs or not evs[-1].final:
         return error_response(499, "client closed the request")
     if (err := final_error(evs[-1])) is not None:
