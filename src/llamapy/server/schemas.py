@@ -41,6 +41,13 @@ class _Sampling(BaseModel):
     # llama-server's constraints: a GBNF grammar or a JSON Schema (not both)
     grammar: str | None = None
     json_schema: dict[str, Any] | bool | None = None
+    timings_per_token: bool = False  # llama-server's: each streamed chunk carries the timings so far
+    return_progress: bool = False  # llama-server's: stream prompt_progress chunks while the prompt is read
+
+    def telemetry(self) -> dict[str, bool]:
+        """timings_per_token and return_progress as server.request.Request's keyword arguments
+        (llama-server's: they act on a stream only)."""
+        return {"timings_per_token": self.timings_per_token and self.stream, "return_progress": self.return_progress and self.stream}
 
     def spec_overrides(self) -> dict[str, float]:
         """The speculative fields the request set, as {"n_max": .., "n_min": .., "p_min": ..}."""
@@ -159,8 +166,6 @@ class NativeCompletionRequest(_Sampling):
     n_probs: int = Field(0, ge=0, le=100)
     post_sampling_probs: bool = False
     cache_prompt: bool = True
-    timings_per_token: bool = False  # llama-server's: each streamed chunk carries the timings so far
-    return_progress: bool = False  # llama-server's: stream prompt_progress chunks while the prompt is read
 
     def generation_settings(self, logit_bias: list[dict[str, Any]]) -> dict[str, Any]:
         """llama-server's generation_settings: the request's settings that llamapy applies (the

@@ -108,9 +108,9 @@ class Slot:
 
     def progress(self) -> dict[str, float]:
         """llama-server's prompt_progress: the prompt's tokens, those from the cache, those in the
-        slot so far, and the milliseconds since the slot took the request."""
+        slot so far, and the whole milliseconds since the slot took the request (an integer there)."""
         return {"total": len(self.request.prompt), "cache": self.n_cached, "processed": len(self.cache_tokens),
-                "time_ms": (time.perf_counter() - self.t_start) * 1000}
+                "time_ms": int((time.perf_counter() - self.t_start) * 1000)}
 
     def progress_event(self) -> Event:
         """return_progress's event: prompt_progress, and the timings with timings_per_token."""
