@@ -204,3 +204,20 @@ def test_return_progress_chat_and_v1_completions(smollm2):
         chunks = _progress_chunks(base, "/v1/completions", {"prompt": "This is a test", "max_tokens": 2})
         prog = [c for c in chunks if "prompt_progress" in c]
         assert len(prog) == 2 and all(p["choices"][0]["text"] == "" for p in prog)
+
+
+def test_cache_prompt_false_decodes_the_whole_prompt(served):
+    """llama-server's cache_prompt: false reuses no cached prefix (n_past = 0), so
+    test_completion.py::test_consistent_result_same_seed's four identical greedy requests all take
+    the same path (a whole-prompt batch, not a one-token decode over a kept prefix) and agree."""
+    state, base = served
+    body = {"prompt": "I believe the meaning of life is", "seed": 42, "temperature": 0.0, "n_predict": 16, "id_slot": 0}
+    n = len(state.model.tokenize(body["prompt"], add_special=True, parse_special=True))
+    outs = [_post(base, "/completion", body | {"cache_prompt": False}).json() for _ in range(3)]
+    assert [(o["timings"]["cache_n"], o["timings"]["prompt_n"]) for o in outs] == [(0, n)] * 3
+    assert len({o["content"] for o in outs}) == 1
+    cached = _post(base, "/completion", body).json()  # the default, true: all but the last prompt token kept
+    assert (cached["timings"]["cache_n"], cached["timings"]["prompt_n"]) == (n - 1, 1)
+    chat = {"messages": BOOK, "max_tokens": 1, "id_slot": 0}
+    _post(base, "/chat/completions", chat)
+    assert _post(base, "/chat/completions", chat | {"cache_prompt": False}).json()["timings"]["cache_n"] == 0

@@ -78,9 +78,10 @@ class Slot:
 
     def start(self, req: Request, sampler: Sampler, decoder: StreamDecoder) -> int:
         """Take a request; returns how many prompt tokens are reused from the cache (the longest
-        common prefix, less one so the last prompt token is decoded for fresh logits).
-        The caller removes the cache tail from that position on."""
-        n_keep = min(common_prefix(self.cache_tokens, req.prompt), len(req.prompt) - 1)
+        common prefix, less one so the last prompt token is decoded for fresh logits; none when
+        the request says cache_prompt: false).  The caller removes the cache tail from that
+        position on."""
+        n_keep = min(common_prefix(self.cache_tokens, req.prompt), len(req.prompt) - 1) if req.cache_prompt else 0
         self.cache_tokens = self.cache_tokens[:n_keep]
         self.request, self.state = req, SlotState.PREFILLING
         self.n_past = self.n_cached = n_keep
