@@ -194,13 +194,13 @@ async def _one_completion(state: ServerState, body: NativeCompletionRequest, ids
     bias = request_logit_bias(state, body.logit_bias)
     req = GenRequest(ids, max_tokens=body.n_predict, sampling=body.sampling(body.n_probs), stop=body.stop_list(), n_probs=body.n_probs,
                      post_sampling_probs=body.post_sampling_probs, ignore_eos=body.ignore_eos, logit_bias=bias, **body.slot_params(),
-                     timings_per_token=body.timings_per_token and body.stream, return_progress=body.return_progress and body.stream,
+                     **body.telemetry(),
                      spec=body.spec_overrides(), constraint=constraint)
     settings = body.generation_settings(format_logit_bias(with_eog(bias, sorted(state.model.tokenizer.vocab.eog_ids), body.ignore_eos)))
     p = submit(state, req)
     if body.stream:
         return EventStream(_native_stream(state, p, body.post_sampling_probs), p.close)
-    text, evs = await p.collect(request.is_disconnected)
+    text, evs = await p.collect(request.receive)
     if not evs or not evs[-1].final:
         return error_response(499, "client closed the request")
     if (err := final_error(evs[-1])) is not None:

@@ -85,13 +85,13 @@ async def completions(body: CompletionRequest, request: Request):
     ids = tokenize_prompt(state, body.prompt)
     n_probs = body.logprobs or 0
     constraint = await compile_constraint(state, request_spec(body.grammar, body.json_schema))
-    req = GenRequest(ids, max_tokens=-1 if body.max_tokens is None else body.max_tokens, sampling=body.sampling(n_probs), stop=body.stop_list(), n_probs=n_probs, ignore_eos=body.ignore_eos, logit_bias=request_logit_bias(state, body.logit_bias), **body.slot_params(), spec=body.spec_overrides(), constraint=constraint)
+    req = GenRequest(ids, max_tokens=-1 if body.max_tokens is None else body.max_tokens, sampling=body.sampling(n_probs), stop=body.stop_list(), n_probs=n_probs, ignore_eos=body.ignore_eos, logit_bias=request_logit_bias(state, body.logit_bias), **body.slot_params(), spec=body.spec_overrides(), constraint=constraint, **body.telemetry())
     p = submit(state, req)
     cid, created = f"cmpl-{uuid.uuid4().hex}", int(time.time())
     head = {"id": cid, "object": "text_completion", "created": created, "model": state.alias, "system_fingerprint": BUILD_INFO}
     if body.stream:
         return EventStream(_stream(state, p, head, chat=False, usage_chunk=_include_usage(body)), p.close)
-    text, evs = await p.collect(request.is_disconnected)
+    text, evs = await p.collect(request.receive)
     if not evs or not evs[-1].final:
         return error_response(499, "client closed the request")
     if (err := final_error(evs[-1])) is not None:
@@ -135,7 +135,7 @@ async def chat_completions(body: ChatCompletionRequest, request: Request):
                        + (" and 1 when streaming" if body.stream else ""))
     # one constraint per choice: a grammar's matcher advances with its own sequence's tokens
     constraints = [reasoning_gate(state, prep, body, await compile_constraint(state, spec)) for _ in range(body.n)]
-    ps = [submit(state, GenRequest(ids, max_tokens=body.n_predict(), sampling=body.sampling(n_probs), stop=body.stop_list(), n_probs=n_probs, ignore_eos=body.ignore_eos, logit_bias=request_logit_bias(state, body.logit_bias), **body.slot_params(), spec=body.spec_overrides(), constraint=c))
+    ps = [submit(state, GenRequest(ids, max_tokens=body.n_predict(), sampling=body.sampling(n_probs), stop=body.stop_list(), n_probs=n_probs, ignore_eos=body.ignore_eos, logit_bias=request_logit_bias(state, body.logit_bias), **body.slot_params(), spec=body.spec_overrides(), constraint=c, **body.telemetry()))
           for c in constraints]
     cid, created = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
     head = {"id": cid, "object": "chat.completion", "created": created, "model": state.alias, "system_fingerprint": BUILD_INFO}
@@ -143,7 +143,7 @@ async def chat_completions(body: ChatCompletionRequest, request: Request):
         return EventStream(_stream(state, ps[0], {**head, "object": "chat.completion.chunk"}, chat=True, prep=prep,
                                    usage_chunk=_include_usage(body)), ps[0].close)
     try:
-        results = await asyncio.gather(*(p.collect(request.is_disconnected) for p in ps))
+        results = await asyncio.gather(*(p.collect(request.receive) for p in ps))
     finally:
         for p in ps:
             p.close()
@@ -218,7 +218,14 @@ async def _stream(state: ServerState, p: Pending, head: dict[str, Any], chat: bo
                 c["logprobs"] = _cmpl_logprobs(state, [ev])
         return {**head, "choices": [c]}
 
-    if chat:
+    def telemetry(c: dict[str, Any], ev: Event) -> dict[str, Any]:  # timings_per_token, return_progress
+        if ev.timings is not None:
+            c["timings"] = ev.timings
+        if ev.progress is not None:
+            c["prompt_progress"] = ev.progress
+        return c
+
+    if chat and not p.req.return_progress:  # with return_progress the progress chunks carry the role (llama-server)
         yield sse(chunk(None, None, role=True))
     out, delta = "", MessageDelta()
 
@@ -230,14 +237,17 @@ async def _stream(state: ServerState, p: Pending, head: dict[str, Any], chat: bo
         return d
     async for ev in p.events():
         if not ev.final:
+            if ev.progress is not None:  # llama-server's progress chunk: chat, the role delta; else empty text
+                yield sse(telemetry(chunk(None, None, role=True) if chat else chunk("", None), ev))
+                continue
             if not chat:
                 if ev.text or ev.probs is not None:
-                    yield sse(chunk(ev.text, None, ev))
+                    yield sse(telemetry(chunk(ev.text, None, ev), ev))
                 continue
             out += ev.text
             d = grown(False)
             if d or ev.probs is not None:
-                yield sse(chunk(None, None, ev, delta=d))
+                yield sse(telemetry(chunk(None, None, ev, delta=d), ev))
             continue
         if (err := final_error(ev)) is not None:
             yield sse(error_body(err.status, err.message))
