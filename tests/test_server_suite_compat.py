@@ -221,3 +221,39 @@ def test_cache_prompt_false_decodes_the_whole_prompt(served):
     chat = {"messages": BOOK, "max_tokens": 1, "id_slot": 0}
     _post(base, "/chat/completions", chat)
     assert _post(base, "/chat/completions", chat | {"cache_prompt": False}).json()["timings"]["cache_n"] == 0
+
+
+def test_n_choices_stream_and_completions(served):
+    """n > 1 as llama-server's n_cmpl, read with the official openai client: a streamed chat
+    reply interleaves both choices' chunks (each its index, its role chunk and finish_reason),
+    include_usage sums the completions over the prompt counted once; /v1/completions takes n
+    streamed and not; choice j samples with seed + j (server_task::add_child), so choice 1 of
+    seed 42 is what one choice of seed 43 writes."""
+    openai = pytest.importorskip("openai", reason="the official openai client checks the wire format")
+    _, base = served
+    client = openai.OpenAI(base_url=base + "/v1", api_key="none")
+    chunks = list(client.chat.completions.create(model="x", messages=BOOK, max_tokens=6, n=2, stream=True,
+                                                 stream_options={"include_usage": True}))
+    by_index: dict[int, list] = {0: [], 1: []}
+    for c in chunks[:-1]:
+        assert len(c.choices) == 1, c
+        by_index[c.choices[0].index].append(c.choices[0])
+    for i, cs in by_index.items():
+        assert cs[0].delta.role == "assistant" and cs[-1].finish_reason == "length", (i, cs)
+        assert sum(1 for c in cs if c.finish_reason) == 1
+    last = chunks[-1]
+    assert last.choices == [] and last.usage.completion_tokens == 12, last
+    assert last.usage.total_tokens == last.usage.prompt_tokens + 12
+    # 2 tokens: sampled text that far does not depend on how the sequences were batched
+    # (further on, a near tie can go either way between batch shapes)
+    kw = {"model": "x", "prompt": "Once upon a time", "max_tokens": 2, "temperature": 1.5}
+    r = client.completions.create(n=2, seed=42, **kw)
+    assert [c.index for c in r.choices] == [0, 1] and r.usage.completion_tokens == 4, r
+    singles = [client.completions.create(seed=s, **kw).choices[0].text for s in (42, 43)]
+    assert singles[0] != singles[1] and [c.text for c in r.choices] == singles, ([c.text for c in r.choices], singles)
+    streamed: dict[int, str] = {0: "", 1: ""}
+    for c in client.completions.create(n=2, seed=42, stream=True, **kw):
+        for ch in c.choices:
+            streamed[ch.index] += ch.text
+    assert streamed == {0: singles[0], 1: singles[1]}, (streamed, singles)
+    assert _post(base, "/v1/completions", {"prompt": "x", "n": 3}).status_code == 400

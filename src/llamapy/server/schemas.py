@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, model_validator
 
 from ..sampling import LLAMA_DEFAULT_SEED, SamplingParams
 
@@ -91,7 +91,7 @@ class CompletionRequest(_Sampling):
     prompt: str | list[int] = Field(min_length=1)
     max_tokens: int | None = Field(16, ge=-1)
     logprobs: int | None = Field(None, ge=0, le=20)
-    n: int = Field(1, ge=1, le=1)
+    n: int = Field(1, ge=1, validation_alias=AliasChoices("n_cmpl", "n"))  # llama-server's n_cmpl: 1..the slots (-np)
     echo: bool = False
     stream_options: StreamOptions | None = None
 
@@ -136,7 +136,7 @@ class ChatCompletionRequest(_Sampling):
     max_completion_tokens: int | None = Field(None, ge=-1)
     logprobs: bool = False
     top_logprobs: int | None = Field(None, ge=0, le=20)
-    n: int = Field(1, ge=1)  # llama-server's n_cmpl: 1..the slots (-np), checked by the route
+    n: int = Field(1, ge=1, validation_alias=AliasChoices("n_cmpl", "n"))  # llama-server's n_cmpl: 1..the slots (-np)
     stream_options: StreamOptions | None = None
     response_format: dict[str, Any] | None = None  # {"type": "text" | "json_object" | "json_schema", ...}
     tools: list[Any] | None = None  # checked by tools.parse_tools (a 400 that names the problem)
