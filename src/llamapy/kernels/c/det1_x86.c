@@ -16,7 +16,9 @@
  * summed into one vector of 8 per-output sums (a transpose-add), then the float steps as
  * vector operations across the outputs (a vector FMA is fmaf per lane).  The 32-element types
  * decode in registers (blocks_x86.h block16, Q4_0's -8 made part of q as the canonical form
- * has it); the K-quants through lp_unpack_row16 (the lanes' own decoding) into scratch. */
+ * has it); so do Q4_K / Q5_K / Q6_K, a super-block (half of Q6_K's) at a time per output, its
+ * sums and scales then transposed to a lane per output; any other type the lanes take would go
+ * through lp_unpack_row16 / the canonical form (the lanes' own decoding) into scratch. */
 #include "det1_x86.h"
 
 #include "blocks_x86.h"
@@ -125,6 +127,103 @@ LP_INLINE void det1_16(const int g16, const int has_min, const int16_t *const *w
     _mm256_storeu_ps(out, acc);
 }
 
+/* ---- the K-quants in registers: per output a super-block's sums (lane = its sub-block or
+ * 16-group) and scales (d sc, -(dmin m): unpack_x86.c's values), then both transposed so that a
+ * lane is an output again, and the float steps in sub-block order ---- */
+LP_INLINE void d1_tr8(__m256 r[8]) { /* r[t] lane o <- r[o] lane t */
+    __m256 t[8], u[8];
+    for (int i = 0; i < 4; i++) {
+        t[2 * i] = _mm256_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm256_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+    }
+    for (int i = 0; i < 2; i++) {
+        u[4 * i] = _mm256_shuffle_ps(t[4 * i], t[4 * i + 2], 0x44);
+        u[4 * i + 1] = _mm256_shuffle_ps(t[4 * i], t[4 * i + 2], 0xEE);
+        u[4 * i + 2] = _mm256_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0x44);
+        u[4 * i + 3] = _mm256_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0xEE);
+    }
+    for (int i = 0; i < 4; i++) {
+        r[i] = _mm256_permute2f128_ps(u[i], u[4 + i], 0x20);
+        r[4 + i] = _mm256_permute2f128_ps(u[i], u[4 + i], 0x31);
+    }
+}
+
+/* Q4_K / Q5_K scales and minimums of a super-block (ggml's get_scale_min_k4): bytes 0..7 sc, 8..15 m. */
+LP_INLINE __m128i d1_k45_sc(const uint8_t *sc) {
+    const __m128i b = _mm_loadu_si128((const __m128i *)sc);
+    const __m128i lo = _mm_and_si128(_mm_srlv_epi32(_mm_shuffle_epi8(b, _mm_setr_epi8(0, 1, 2, 3, 8, 9, 10, 11, 4, 5, 6, 7, 8, 9, 10, 11)),
+                                                    _mm_setr_epi32(0, 0, 0, 4)),
+                                     _mm_setr_epi32(0x3f3f3f3f, 0x0f0f0f0f, 0x3f3f3f3f, 0x0f0f0f0f));
+    const __m128i hi = _mm_and_si128(_mm_srli_epi32(_mm_shuffle_epi8(b, _mm_setr_epi8(-1, -1, -1, -1, 0, 1, 2, 3, -1, -1, -1, -1, 4, 5, 6, 7)), 2),
+                                     _mm_set1_epi8(0x30));
+    return _mm_or_si128(lo, hi);
+}
+LP_INLINE __m256 d1_u8x8(__m128i v) { return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(v)); }
+
+/* W rows wj[j] of Q4_K / Q5_K against the row: out[j]. */
+LP_INLINE void det1_k45(const int type, const uint8_t *const *wj, int64_t nsb, const lp_xrows *xr, float *out) {
+    const int bb = type == LP_Q4_K ? 144 : 176;
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t sb = 0; sb < nsb; sb++) {
+        const int16_t *xq = xr->q + 256 * sb;
+        __m256 g[W], dv[W], mv[W];
+        for (int o = 0; o < W; o++) {
+            const uint8_t *b = wj[o] + sb * bb, *qs = b + (type == LP_Q4_K ? 16 : 48);
+            const __m128i sm = d1_k45_sc(b + 4);
+            const __m128 dd = f16x2_ps(b);
+            dv[o] = _mm256_mul_ps(_mm256_broadcastss_ps(dd), d1_u8x8(sm));
+            mv[o] = _mm256_xor_ps(_mm256_mul_ps(_mm256_broadcastss_ps(_mm_movehdup_ps(dd)), d1_u8x8(_mm_unpackhi_epi64(sm, sm))),
+                                  _mm256_set1_ps(-0.0f));
+            __m256i hb = type == LP_Q5_K ? _mm256_loadu_si256((const __m256i *)(b + 16)) : _mm256_setzero_si256();
+            __m256i v[8];
+            for (int j = 0; j < 4; j++) {
+                __m256i wa, wb;
+                k45_pair(type, qs + 32 * j, &hb, &wa, &wb);
+                const __m256i *x = (const __m256i *)(xq + 64 * j);
+                v[2 * j] = d1_dot(lo16(wa), hi16(wa), _mm256_loadu_si256(x), _mm256_loadu_si256(x + 1));
+                v[2 * j + 1] = d1_dot(lo16(wb), hi16(wb), _mm256_loadu_si256(x + 2), _mm256_loadu_si256(x + 3));
+            }
+            g[o] = _mm256_cvtepi32_ps(d1_sum8x8(v));
+        }
+        d1_tr8(g), d1_tr8(dv), d1_tr8(mv);
+        for (int t = 0; t < 8; t++) {
+            const int64_t b = 8 * sb + t;
+            acc = _mm256_fmadd_ps(g[t], _mm256_mul_ps(dv[t], _mm256_set1_ps(xr->s[b])), acc);
+            acc = _mm256_fmadd_ps(_mm256_set1_ps(xr->sum32[b]), mv[t], acc);
+        }
+    }
+    _mm256_storeu_ps(out, acc);
+}
+
+/* W rows wj[j] of Q6_K against the row: out[j] (a scale per 16-group, no minimum). */
+LP_INLINE void det1_q6k(const uint8_t *const *wj, int64_t nsb, const lp_xrows *xr, float *out) {
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t sb = 0; sb < nsb; sb++) {
+        for (int n = 0; n < 2; n++) { /* the super-block's halves: 16-groups 8 n .. 8 n + 7 */
+            const int16_t *xq = xr->q + 256 * sb + 128 * n;
+            __m256 g[W], dv[W];
+            for (int o = 0; o < W; o++) {
+                const uint8_t *b = wj[o] + sb * 210;
+                const __m256 d = _mm256_set1_ps(lp_f16_to_f32(lp_rd16(b + 208)));
+                dv[o] = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(b + 192 + 8 * n)))));
+                __m256i w[4], v[8];
+                q6k_half(b + 64 * n, b + 128 + 32 * n, w);
+                for (int j = 0; j < 4; j++) {
+                    const __m256i q = _mm256_sub_epi8(w[j], _mm256_set1_epi8(32));
+                    const __m256i *x = (const __m256i *)(xq + 32 * j);
+                    v[2 * j] = d1_dot16(lo16(q), _mm256_loadu_si256(x));
+                    v[2 * j + 1] = d1_dot16(hi16(q), _mm256_loadu_si256(x + 1));
+                }
+                g[o] = _mm256_cvtepi32_ps(d1_sum8x8(v));
+            }
+            d1_tr8(g), d1_tr8(dv);
+            for (int t = 0; t < 8; t++)
+                acc = _mm256_fmadd_ps(g[t], _mm256_mul_ps(dv[t], _mm256_set1_ps(xr->s[8 * sb + 4 * n + t / 2])), acc);
+        }
+    }
+    _mm256_storeu_ps(out, acc);
+}
+
 /* rows o..o+nw-1 decoded (the lanes' row16: lp_unpack_row16, else the canonical form widened) */
 static void d1_unpack(int type, const uint8_t *w, int64_t rb, int64_t o, int nw, int64_t n_in, void *scratch,
                       const int16_t **w16, lp_wrow *wr, const lp_wrow **wrp) {
@@ -163,6 +262,9 @@ void lp_det1_chunk(int type, const uint8_t *w, int64_t o0, int64_t o1, int64_t n
         case LP_Q5_0: det1_32(LP_Q5_0, wj, n_in / 32, xr, pf, pf_lines, t); break;
         case LP_Q5_1: det1_32(LP_Q5_1, wj, n_in / 32, xr, pf, pf_lines, t); break;
         case LP_Q8_0: det1_32(LP_Q8_0, wj, n_in / 32, xr, pf, pf_lines, t); break;
+        case LP_Q4_K: det1_k45(LP_Q4_K, wj, n_in / 256, xr, t); break;
+        case LP_Q5_K: det1_k45(LP_Q5_K, wj, n_in / 256, xr, t); break;
+        case LP_Q6_K: det1_q6k(wj, n_in / 256, xr, t); break;
         default: {
             const int16_t *w16[W];
             lp_wrow wr[W];
