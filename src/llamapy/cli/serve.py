@@ -26,7 +26,9 @@ SERVE_FLAGS_OWN = {"--replicas", "--min-replicas", "--max-replicas", "--ray-addr
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser("serve", help="OpenAI-compatible HTTP server with continuous batching")
+    # allow_abbrev=False: llama-server has no abbreviations, and a prefix must not switch on a
+    # longer flag (`--webui` would otherwise be taken as `--webui-mcp-proxy`, the CORS proxy)
+    p = sub.add_parser("serve", help="OpenAI-compatible HTTP server with continuous batching", allow_abbrev=False)
     add_model(p)
     add_context(p)
     add_chat_template(p)
