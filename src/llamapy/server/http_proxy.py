@@ -25,6 +25,7 @@ from urllib.parse import urlsplit, urlunsplit
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
 
+from .api_error import error_response
 from .bridge import ServerState
 
 router = APIRouter()
@@ -36,11 +37,8 @@ PROXY_TIMEOUT = 600.0  # seconds: llama-server's timeout_read / timeout_write fo
 
 
 def feature_disabled() -> JSONResponse:
-    return JSONResponse({"error": {"message": "this feature is disabled", "type": "feature_disabled"}}, status_code=403)
-
-
-def _server_error(message: str, status: int = 500, kind: str = "server_error") -> JSONResponse:
-    return JSONResponse({"error": {"code": status, "message": message, "type": kind}}, status_code=status)
+    """A switched-off feature (llama-server's 403 feature_disabled)."""
+    return error_response(403, "this feature is disabled", type="feature_disabled")
 
 
 def target_url(url: str) -> str:
@@ -110,7 +108,7 @@ async def _proxy(request: Request, method: str):
     try:
         url = target_url(raw)
     except ValueError as e:
-        return _server_error(str(e))
+        return error_response(500, str(e))
     data = await request.body() if method == "POST" else None
     req = urllib.request.Request(url, data=data, headers=forwarded_headers(list(request.headers.items()), url), method=method)
     try:
@@ -139,6 +137,6 @@ async def tools(request: Request):
     state: ServerState = request.app.state.llama
     if not state.server_tools:
         return feature_disabled()
-    return _server_error(f"llamapy does not run llama-server's built-in tools ({', '.join(state.server_tools)}); "
-                         "--tools only limits the CORS default to localhost", 501, "not_supported_error")
+    return error_response(501, f"llamapy does not run llama-server's built-in tools ({', '.join(state.server_tools)}); "
+                               "--tools only limits the CORS default to localhost")
 
