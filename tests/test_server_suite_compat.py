@@ -176,6 +176,23 @@ def test_non_streamed_request_cancelled_when_client_leaves(served):
     assert m.n_requests_cancelled == cancelled + 1  # cancelled, not run to the slot's end (512 cells)
 
 
+def test_n_choices_cancelled_when_client_leaves(served):
+    """n = 2 on /v1/chat/completions is two requests through the slots; a client that gives up
+    after 0.1 s cancels both (each slot idle again, each counted cancelled), not one of them
+    left generating to its slot's end."""
+    state, base = served
+    m = state.scheduler.metrics
+    cancelled = m.n_requests_cancelled
+    with pytest.raises(httpx.ReadTimeout):
+        httpx.post(base + "/v1/chat/completions", json={"messages": BOOK, "n": 2, "max_tokens": 2000,
+                                                        "ignore_eos": True}, timeout=0.1)
+    deadline = time.monotonic() + 60  # (the two may not have reached the slots when the client left)
+    while time.monotonic() < deadline and (m.n_requests_cancelled < cancelled + 2 or any(
+            s["is_processing"] for s in httpx.get(base + "/slots", timeout=10).json())):
+        time.sleep(0.05)
+    assert m.n_requests_cancelled == cancelled + 2, m
+
+
 def _progress_chunks(base: str, path: str, body: dict) -> list[dict]:
     with httpx.stream("POST", base + path, json=body | {"stream": True, "return_progress": True, "timings_per_token": True}, timeout=60) as r:
         chunks = [json.loads(ln[6:]) for ln in r.iter_lines() if ln.startswith("data: {")]
