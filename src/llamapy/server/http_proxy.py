@@ -33,8 +33,10 @@ PROXY_TIMEOUT = 600.0  # seconds: llama-server's timeout_read / timeout_write fo
 
 
 def feature_disabled() -> JSONResponse:
-    """A switched-off feature (llama-server's 403 feature_disabled)."""
-    return error_response(403, "this feature is disabled", type="feature_disabled")
+    """A switched-off feature: llama-server's res_403 body, which has no `code` (its
+    format_error_response is not used there)."""
+    return JSONResponse({"error": {"message": "this feature is disabled", "type": "feature_disabled"}},
+                        status_code=403)
 
 
 def target_url(url: str) -> str:
