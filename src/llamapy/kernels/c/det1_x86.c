@@ -42,14 +42,6 @@ LP_INLINE __m256i d1_sum8x8(const __m256i v[8]) {
     return _mm256_add_epi32(_mm256_permute2x128_si256(u0, u1, 0x20), _mm256_permute2x128_si256(u0, u1, 0x31));
 }
 
-/* 8 int32 partials of the dot of 32 int16 weights (wl, wh) with 32 int16 activations (x0, x1). */
-LP_INLINE __m256i d1_dot(__m256i wl, __m256i wh, __m256i x0, __m256i x1) {
-#if defined(LP_VNNI) || defined(LP_AVXVNNI)
-    return lp_dpwssd256(lp_dpwssd256(_mm256_setzero_si256(), wl, x0), wh, x1);
-#else
-    return _mm256_add_epi32(_mm256_madd_epi16(wl, x0), _mm256_madd_epi16(wh, x1));
-#endif
-}
 LP_INLINE __m256i d1_dot16(__m256i w, __m256i x) {
 #if defined(LP_VNNI) || defined(LP_AVXVNNI)
     return lp_dpwssd256(_mm256_setzero_si256(), w, x);
@@ -90,7 +82,7 @@ LP_INLINE void det1_32(const int type, const uint8_t *const *wj, int64_t nb, con
         for (int j = 0; j < W; j++) {
             __m256i wl, wh;
             d1_canon(type, wj[j] + b * bb, &wl, &wh, &d[j], &m[j]);
-            v[j] = d1_dot(wl, wh, x0, x1);
+            v[j] = lp_dot32x(wl, wh, x0, x1);
         }
         const __m256 dv = _mm256_setr_ps(d[0], d[1], d[2], d[3], d[4], d[5], d[6], d[7]);
         acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d1_sum8x8(v)), _mm256_mul_ps(dv, _mm256_set1_ps(xr->s[b])), acc);
@@ -116,7 +108,7 @@ LP_INLINE void det1_16(const int g16, const int has_min, const int16_t *const *w
             for (int j = 0; j < W; j++) {
                 const __m256i *p = (const __m256i *)(w16[j] + 32 * b);
                 v[j] = g16 ? d1_dot16(_mm256_loadu_si256(p + h), h ? x1 : x0)
-                           : d1_dot(_mm256_loadu_si256(p), _mm256_loadu_si256(p + 1), x0, x1);
+                           : lp_dot32x(_mm256_loadu_si256(p), _mm256_loadu_si256(p + 1), x0, x1);
             }
 #define COL(f) _mm256_setr_ps(wr[0]->f[gi], wr[1]->f[gi], wr[2]->f[gi], wr[3]->f[gi], wr[4]->f[gi], wr[5]->f[gi], wr[6]->f[gi], wr[7]->f[gi])
             acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d1_sum8x8(v)), _mm256_mul_ps(COL(d16), _mm256_set1_ps(xr->s[b])), acc);
@@ -148,17 +140,6 @@ LP_INLINE void d1_tr8(__m256 r[8]) { /* r[t] lane o <- r[o] lane t */
     }
 }
 
-/* Q4_K / Q5_K scales and minimums of a super-block (ggml's get_scale_min_k4): bytes 0..7 sc, 8..15 m. */
-LP_INLINE __m128i d1_k45_sc(const uint8_t *sc) {
-    const __m128i b = _mm_loadu_si128((const __m128i *)sc);
-    const __m128i lo = _mm_and_si128(_mm_srlv_epi32(_mm_shuffle_epi8(b, _mm_setr_epi8(0, 1, 2, 3, 8, 9, 10, 11, 4, 5, 6, 7, 8, 9, 10, 11)),
-                                                    _mm_setr_epi32(0, 0, 0, 4)),
-                                     _mm_setr_epi32(0x3f3f3f3f, 0x0f0f0f0f, 0x3f3f3f3f, 0x0f0f0f0f));
-    const __m128i hi = _mm_and_si128(_mm_srli_epi32(_mm_shuffle_epi8(b, _mm_setr_epi8(-1, -1, -1, -1, 0, 1, 2, 3, -1, -1, -1, -1, 4, 5, 6, 7)), 2),
-                                     _mm_set1_epi8(0x30));
-    return _mm_or_si128(lo, hi);
-}
-LP_INLINE __m256 d1_u8x8(__m128i v) { return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(v)); }
 
 /* W rows wj[j] of Q4_K / Q5_K against the row: out[j]. */
 LP_INLINE void det1_k45(const int type, const uint8_t *const *wj, int64_t nsb, const lp_xrows *xr, float *out) {
@@ -169,10 +150,10 @@ LP_INLINE void det1_k45(const int type, const uint8_t *const *wj, int64_t nsb, c
         __m256 g[W], dv[W], mv[W];
         for (int o = 0; o < W; o++) {
             const uint8_t *b = wj[o] + sb * bb, *qs = b + (type == LP_Q4_K ? 16 : 48);
-            const __m128i sm = d1_k45_sc(b + 4);
+            const __m128i sm = lp_k45_sc(b + 4);
             const __m128 dd = f16x2_ps(b);
-            dv[o] = _mm256_mul_ps(_mm256_broadcastss_ps(dd), d1_u8x8(sm));
-            mv[o] = _mm256_xor_ps(_mm256_mul_ps(_mm256_broadcastss_ps(_mm_movehdup_ps(dd)), d1_u8x8(_mm_unpackhi_epi64(sm, sm))),
+            dv[o] = _mm256_mul_ps(_mm256_broadcastss_ps(dd), lp_u8x8(sm));
+            mv[o] = _mm256_xor_ps(_mm256_mul_ps(_mm256_broadcastss_ps(_mm_movehdup_ps(dd)), lp_u8x8(_mm_unpackhi_epi64(sm, sm))),
                                   _mm256_set1_ps(-0.0f));
             __m256i hb = type == LP_Q5_K ? _mm256_loadu_si256((const __m256i *)(b + 16)) : _mm256_setzero_si256();
             __m256i v[8];
@@ -180,8 +161,8 @@ LP_INLINE void det1_k45(const int type, const uint8_t *const *wj, int64_t nsb, c
                 __m256i wa, wb;
                 k45_pair(type, qs + 32 * j, &hb, &wa, &wb);
                 const __m256i *x = (const __m256i *)(xq + 64 * j);
-                v[2 * j] = d1_dot(lo16(wa), hi16(wa), _mm256_loadu_si256(x), _mm256_loadu_si256(x + 1));
-                v[2 * j + 1] = d1_dot(lo16(wb), hi16(wb), _mm256_loadu_si256(x + 2), _mm256_loadu_si256(x + 3));
+                v[2 * j] = lp_dot32x(lo16(wa), hi16(wa), _mm256_loadu_si256(x), _mm256_loadu_si256(x + 1));
+                v[2 * j + 1] = lp_dot32x(lo16(wb), hi16(wb), _mm256_loadu_si256(x + 2), _mm256_loadu_si256(x + 3));
             }
             g[o] = _mm256_cvtepi32_ps(d1_sum8x8(v));
         }
