@@ -110,6 +110,17 @@ static void norm_prep_for(const float *x, const float *w, float eps, lp_xprep *x
     lanes_for(xp, dx);
 }
 
+/* Has rows_det_x86.c a product for every matrix of the layer (the expert FFN aside: one row,
+ * moe.c's)?  --deterministic products of another type would read undecoded scratch. */
+static int det_covered(const lp_layer *l, const lp_dims *hp) {
+    const int64_t ne = hp->n_embd, nq = hp->n_head * hp->d;
+    int ok = lp_mm_det_covers((int)l->tq, ne) && lp_mm_det_covers((int)l->to, nq);
+    if (l->wk) ok = ok && lp_mm_det_covers((int)l->tk, ne) && lp_mm_det_covers((int)l->tv, ne);
+    if (l->moe.n_expert > 0) return ok;
+    if (l->wu) ok = ok && lp_mm_det_covers((int)l->tu, ne);
+    return ok && lp_mm_det_covers((int)l->tg, ne) && lp_mm_det_covers((int)l->td, hp->n_ff);
+}
+
 int lp_layers(const lp_layer *L, int64_t n_layer, const lp_dims *hp, float *x, int64_t n, const lp_rope_in *ropes,
               const lp_kv_in *kvs, int64_t n_kv_sets) {
     const int64_t ne = hp->n_embd, d = hp->d, nq = hp->n_head * d, nk = hp->n_head_kv * d, nqkv = nq + 2 * nk;
@@ -120,9 +131,19 @@ int lp_layers(const lp_layer *L, int64_t n_layer, const lp_dims *hp, float *x, i
     if (hp->det && !row_chunks) return -1;
     int blocks = 0; /* some cache in blocks: the attention widens its rows into per-thread scratch */
     size_t moe_own = 0, moe_shared = 0; /* the MoE layers' most, per thread and shared (moe.c) */
-    if (n_kv_sets > LP_MAX_KV_SETS) return -1;
+    if (n_kv_sets > LP_MAX_KV_SETS) {
+        free(row_chunks);
+        return -1;
+    }
     for (int64_t il = 0; il < n_layer; il++) {
-        if (!lp_kv_types_ok((int)L[il].tck, (int)L[il].tcv, d, d)) return -2;
+        if (!lp_kv_types_ok((int)L[il].tck, (int)L[il].tcv, d, d)) {
+            free(row_chunks);
+            return -2;
+        }
+        if (hp->det && !det_covered(L + il, hp)) {
+            free(row_chunks);
+            return -4;
+        }
         blocks |= L[il].tck != LP_F16 || L[il].tcv != LP_F16;
         if (L[il].moe.n_expert == 0) continue;
         if (n != 1 || L[il].moe.k < 1 || L[il].moe.k > LP_MOE_MAX_K || L[il].moe.k > L[il].moe.n_expert) {
