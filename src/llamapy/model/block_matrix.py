@@ -96,7 +96,7 @@ class BlockMatrix:
 
     @property
     def det_covered(self) -> bool:
-        """Has rows_det_x86.c a product of this type and width (each row the one-row product's)?"""
+        """Has rows_det_x86.c a product of this type and width (each row the same bits at any row count)?"""
         return bool(self.lib.fn.lp_mm_det_covers(int(self.qtype), self.n_in))
 
     def det(self, x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
