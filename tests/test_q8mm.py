@@ -1,5 +1,5 @@
-"""The K-quants' prompt products on int8 activations (kernels/c/q8mm_x86.c, AVX512-VNNI):
-the integers and scales against numpy's rounding of the same activations, the outlier blocks'
+"""The K-quants' prompt products on int8 activations (kernels/c/q8mm_x86.c, AVX512-VNNI and
+AVX2): the integers and scales against numpy's rounding of the same activations, the outlier blocks'
 residual pass, and which products take it."""
 from __future__ import annotations
 
@@ -18,16 +18,17 @@ T = gguf.GGMLQuantizationType
 QUANT_BYTES = {T.Q4_K: (16, 144), T.Q5_K: (16, 176)}
 
 
-@pytest.fixture(scope="module")
-def lib():
+@pytest.fixture(scope="module", params=["avx512", "avx2"])
+def lib(request):
+    """The AVX512-VNNI products (q8mm_512.inc) and the AVX2 level's (q8mm_256.inc: vpmaddubsw)."""
     try:
-        k = load_kernels("avx512")
+        k = load_kernels(request.param)
     except IsaError as e:
-        pytest.skip(f"no AVX-512 here: {e}")
+        pytest.skip(f"this CPU does not run the {request.param} level: {e}")
     if k is None:
         pytest.skip("no C compiler: the CPU kernels are off")
     if not k.fn.lp_q8mm_covers(int(T.Q4_K), 256, Q8MM_ROWS):
-        pytest.skip(f"{k.isa}: no AVX512-VNNI in this build (or LLAMAPY_Q8MM=0): prompts stay in the int16 lanes")
+        pytest.skip(f"{k.isa}: no AVX512-VNNI in this avx512 build (or LLAMAPY_Q8MM=0): prompts stay in the int16 lanes")
     yield k
     k.fn.lp_q8mm_set(1, Q8MM_RATIO, Q8MM_MAX_FLAGGED)
 
@@ -88,6 +89,29 @@ def test_int8_products_are_the_rounded_activations(lib, qtype, rows, shape):
         acc = product(lib, qtype, raw, shape, x, accumulate=1)
         assert (acc - 1 - y).abs().max().item() <= 1e-6 * scale
     lib.fn.lp_q8mm_set(1, Q8MM_RATIO, Q8MM_MAX_FLAGGED)
+
+
+@pytest.mark.parametrize("qtype", [T.Q4_K, T.Q5_K, T.Q6_K], ids=lambda t: t.name)
+def test_largest_quants_do_not_overflow(lib, qtype):
+    """Every quant at its largest (15, 31, and Q6_K's 31 + 32 = 63) against activations all at
+    +-127: the AVX2 level's int16 sums (q8mm_256.inc: 8, 4, 2 steps of vpmaddubsw pairs before
+    vpmaddwd) at their bound, and the product still the exact one."""
+    n_out, n_in = 16, 512
+    bb = gguf.GGML_QUANT_SIZES[qtype][1]
+    blocks = np.full((n_out * n_in // 256, bb), 0xFF, np.uint8)  # every quant bit set, scales too
+    d = np.frombuffer(np.float16(1e-3).tobytes(), np.uint8)
+    for at in ([bb - 2] if qtype == T.Q6_K else [0, 2]):  # d (and dmin) a small float
+        blocks[:, at:at + 2] = d
+    raw = torch.from_numpy(blocks.reshape(-1).copy())
+    W = torch.from_numpy(gguf.quants.dequantize(blocks.reshape(n_out, -1), qtype).astype(np.float64))
+    x = torch.ones(Q8MM_ROWS + 3, n_in)
+    x[1::2] = -1.0
+    lib.fn.lp_q8mm_set(1, Q8MM_RATIO, 1.0)
+    M = minima(qtype, raw, (n_out, n_in))
+    ref = rounded(x, False) @ (W - M).T + x.double() @ M.T
+    y = product(lib, qtype, raw, (n_out, n_in), x)
+    lib.fn.lp_q8mm_set(1, Q8MM_RATIO, Q8MM_MAX_FLAGGED)
+    assert (y.double() - ref).abs().max().item() <= 2e-6 * ref.abs().max().item()
 
 
 def test_outlier_blocks_take_the_residual(lib):

@@ -78,21 +78,32 @@ class BlockMatrix:
         """x: [n, n_in] float32 -> [n, n_out] float32, written into `out` (contiguous, that
         shape) when given and the kernels take the product, else a new tensor."""
         n = x.shape[0]
-        if self._dense(n):
+        x = x.contiguous() if x.dtype == torch.float32 else x.float().contiguous()
+        int8 = self._int8(x)
+        if not int8 and self._dense(n):
             return self._dense_rows(x)
         usable = out is not None and out.is_contiguous() and tuple(out.shape) == (n, self.n_out) and out.dtype == torch.float32
         y = out if usable else torch.empty(n, self.n_out, dtype=torch.float32)
         if n:
-            self._mm(x, y, accumulate=False)
+            self._mm(x, y, False, int8)
         return y
 
     def add_into(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         """y += x W^T in place (the residual add fused into the product); y [n, n_out] float32."""
-        if self._dense(x.shape[0]) or not y.is_contiguous():
+        x = x.contiguous() if x.dtype == torch.float32 else x.float().contiguous()
+        int8 = self._int8(x)
+        if (not int8 and self._dense(x.shape[0])) or not y.is_contiguous():
             return y.add_(self(x))
         if x.shape[0]:
-            self._mm(x, y, accumulate=True)
+            self._mm(x, y, True, int8)
         return y
+
+    def _int8(self, x: torch.Tensor) -> bool:
+        """Does x [n, n_in] (float32, contiguous) take lp_mm_q8: a K-quant from Q8MM_ROWS rows
+        whose activations have few outlier blocks (kernels/c/q8mm_x86.h lp_q8mm_takes), at the
+        AVX512-VNNI and the AVX2 level; before the dense GEMM the AVX2 level's K-quants took."""
+        n = x.shape[0]
+        return n >= Q8MM_ROWS and bool(self.lib.fn.lp_q8mm_takes(int(self.qtype), x.data_ptr(), self.n_in, n))
 
     @property
     def det_covered(self) -> bool:
@@ -114,11 +125,11 @@ class BlockMatrix:
             raise MemoryError(f"lp_mm_det: no scratch memory for {n} rows of {self.n_in}")
         return y
 
-    def _mm(self, x: torch.Tensor, y: torch.Tensor, accumulate: bool) -> None:
-        """y (+)= x W^T through lp_mm; many rows in slices of lanes_slice_rows (bounded buffers)."""
-        x = x.contiguous() if x.dtype == torch.float32 else x.float().contiguous()
+    def _mm(self, x: torch.Tensor, y: torch.Tensor, accumulate: bool, int8: bool) -> None:
+        """y (+)= x W^T (x float32, contiguous) through lp_mm_q8 (int8: _int8's answer) or lp_mm;
+        many rows in slices of q8mm_slice_rows / lanes_slice_rows (bounded buffers)."""
         n = x.shape[0]
-        if n >= Q8MM_ROWS and self.lib.fn.lp_q8mm_takes(int(self.qtype), x.data_ptr(), self.n_in, n):  # int8 rows
+        if int8:
             step = q8mm_slice_rows(self.n_in)
             for r0 in range(0, n, step):
                 r1 = min(n, r0 + step)

@@ -1,18 +1,21 @@
-/* q8mm_x86.c: prompt-sized products of the K-quants on int8 activations (AVX512-VNNI vpdpbusd:
- * 64 u8 x s8 products an instruction, twice vpdpwssd's int16 pairs), for LP_Q8MM_ROWS rows or
- * more.  Activations: int8 with one scale per block of 32, and where a block's largest value
+/* q8mm_x86.c: prompt-sized products of the K-quants on int8 activations, for LP_Q8MM_ROWS rows or
+ * more: AVX512-VNNI vpdpbusd (q8mm_512.inc: 64 u8 x s8 products an instruction, twice vpdpwssd's
+ * int16 pairs); at the AVX2 level vpmaddubsw's u8 x s8 pairs summed in int16 as far as they
+ * cannot overflow, then vpmaddwd to int32 (q8mm_256.inc; vpdpbusd on ymm with AVX-VNNI).
+ * Activations: int8 with one scale per block of 32, and where a block's largest value
  * stands out of its others (an outlier block: max |x| > LP_Q8MM_RATIO x the block's rms) its
  * rounding residual again as int8 at 1/254 of the step, added by a second pass over that block
- * alone -- such a block is then as exact as int16's.  Weights: a panel of LP_Q8MM_NP rows
+ * alone -- such a block is then as exact as int16's.  Weights: a panel of Q8MM_NP rows
  * decoded once (lp_unpack_row16) into a thread's buffer as unsigned bytes, four values of a row
  * a dword, the panel's rows side by side, for every activation row of the call; the file's
- * blocks are read as they are, nothing kept. */
+ * blocks are read as they are, nothing kept.  Both levels compute the same integers, and the
+ * same float steps per group (only the activation sums' order differs). */
 #ifndef LP_Q8MM_X86_H
 #define LP_Q8MM_X86_H
 
 #include "lp.h"
 
-#if defined(LP_VNNI)
+#if defined(LP_VNNI) || (defined(LP_AVX2) && !defined(LP_AVX512))
 #define LP_Q8MM 1
 #endif
 #define LP_Q8MM_ROWS 64 /* products of this many rows or more take it (where lp_q8mm_covers) */
