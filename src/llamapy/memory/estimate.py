@@ -25,7 +25,7 @@ SWA_PAD = 256  # llama_kv_cache_iswa: the SWA cache size is always padded to 256
 F32 = 4  # activations and logits are float32
 # block_matrix.py's and qmatrix.py's thresholds are restated from kernels/types.py (tests hold them equal)
 from ..kernels.types import (DENSE_ROWS, DEQUANT_CHUNK, FAST_ROWS, QMATRIX_DENSE_ROWS,  # noqa: E402
-                             attn_kv_scratch_bytes, c_kv_types, lanes_slice_rows, mm_scratch_bound, tile_attention)
+                             attn_kv_scratch_bytes, c_kv_types, lanes_slice_rows, mm_scratch_bound, q8mm_bytes_bound, tile_attention)
 
 
 def swa_cells(n_ctx_stream: int, n_swa: int, n_seq_max: int, kv_unified: bool, n_ubatch: int, swa_full: bool = False) -> int:
@@ -193,19 +193,18 @@ def flash_attn_enabled(c: CParams) -> bool:
 
 def _matmul_terms(name: str, n_t: int, n_in: int, n_out: int, phase: str, input_name: str = "",
                   blocks: bool = False, dense: str = "bf16") -> list[ComputeTerm]:
-    """A matrix product on [n_t, n_in] -> float32 [n_t, n_out]: the float32 result
-    (lasting), and during the call: the float32 input when it is a temporary (input_name),
-    its bf16 copy, and from DENSE_ROWS rows on (blocks; QMATRIX_DENSE_ROWS for a QMatrix) the
-    largest of: the weights dequantized to bf16 with the bf16 product, the product alone, and for model/qmatrix.py's QMatrix (not
-    blocks, model/block_matrix.py, which dequantizes straight to bf16) the bf16 weights while
-    their unpacked uint8 nibbles are alive.  Blocks on the fp32 GEMM (no native bf16, or a
-    fine type: dense "fp32"; model/block_matrix.py dense_dtype): no input copy, the weights
-    dequantized to fp32 in chunks of DEQUANT_CHUNK elements, each chunk's product, and the
-    fp32 product itself, made while the weights are alive.  Blocks in the kernels' integer
-    lanes (dense "lanes": kernels/types.py lanes_gemm): lp_mm's prepared activations for one
-    slice of lanes_slice_rows rows (kernels/c/mm.c lp_xprep_bytes: the int16 rows with their
-    scales and sums, the same in lanes, a bf16 copy: at most 7 bytes a value), and each
-    thread's scratch (mm_scratch_bound: from the threads' own heaps)."""
+    """A matrix product on [n_t, n_in] -> float32 [n_t, n_out]: the float32 result (lasting), and during the call:
+    the float32 input when it is a temporary (input_name), its bf16 copy, and from DENSE_ROWS rows on (blocks;
+    QMATRIX_DENSE_ROWS for a QMatrix) the largest of: the weights dequantized to bf16 with the bf16 product, the
+    product alone, and for model/qmatrix.py's QMatrix (not blocks, model/block_matrix.py, which dequantizes straight
+    to bf16) the bf16 weights while their unpacked uint8 nibbles are alive. Blocks on the fp32 GEMM (no native bf16,
+    or a fine type: dense "fp32"; model/block_matrix.py dense_dtype): no input copy, the weights dequantized to fp32
+    in chunks of DEQUANT_CHUNK elements, each chunk's product, and the fp32 product, made while the weights are
+    alive, or the AVX2 level's int8 K-quant rows (kernels/types.py q8mm_bytes_bound), whichever is more. Blocks in
+    the kernels' integer lanes (dense "lanes": kernels/types.py lanes_gemm): lp_mm's prepared activations for one
+    slice of lanes_slice_rows rows (kernels/c/mm.c lp_xprep_bytes: the int16 rows with their scales and sums, the
+    same in lanes, a bf16 copy: at most 7 bytes a value), and each thread's scratch (mm_scratch_bound: from the
+    threads' own heaps)."""
     w = n_out * n_in if n_t >= (DENSE_ROWS if blocks else QMATRIX_DENSE_ROWS) else 0
     out_b = n_t * n_out * 2
     if blocks and w and dense == "lanes":
@@ -216,6 +215,7 @@ def _matmul_terms(name: str, n_t: int, n_in: int, n_out: int, phase: str, input_
         # the product (or the output it is copied into, chunk by chunk) is allocated while
         # the dequantized weights are alive
         temps = (4 * w if step >= n_out else 4 * step * n_in + 4 * n_t * step) + 4 * n_t * n_out
+        temps = max(temps, q8mm_bytes_bound(n_t, n_in, torch_threads()))
     else:
         work = max(2 * w + out_b, out_b) if blocks else max(3 * w, 2 * w + out_b, out_b)
         temps = n_t * n_in * 2 + work
