@@ -21,6 +21,9 @@ Q5_K, Q6_K, IQ4_NL, IQ4_XS, MXFP4, and the float types F16, BF16, F32).
                            once, 16 or 8 rows per vpdpwssd / vpmaddwd (kernels/c/lanes_x86.c);
                            1.2-1.6x the fp32 tiles from 16 rows on a Zen 4 at both x86
                            levels (benchmarks/kernel_ab.py --rows 16 --stream).
+  64 rows or more          the K-quants (Q4_K, Q5_K, Q6_K) on int8 activations where their rows
+                           have few outlier blocks (kernels/c/q8mm_x86.h: AVX512-VNNI's vpdpbusd,
+                           AVX2's vpmaddubsw), in slices of q8mm_slice_rows; else as below.
   many rows                at the AVX-512 level the lane products again, in slices of at most
                            512 rows (kernels/types.py lanes_gemm: 1.24-1.41x the fp32 GEMM
                            for Gemma 3's fine types on a Zen 4; where the CPU has AMX-INT8,
