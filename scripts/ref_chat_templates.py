@@ -43,6 +43,7 @@ TEMPLATES = [
     "deepseek-ai-DeepSeek-R1-Distill-Llama-8B", "deepseek-ai-DeepSeek-R1-Distill-Qwen-32B", "llama-cpp-deepseek-r1",
     "openai-gpt-oss-120b", "NousResearch-Hermes-2-Pro-Llama-3-8B-tool_use",
     "NousResearch-Hermes-3-Llama-3.1-8B-tool_use", "HuggingFaceTB-SmolLM3-3B",
+    "CohereForAI-c4ai-command-r7b-12-2024-tool_use", "fireworks-ai-llama-3-firefunction-v2",
 ]
 
 WEATHER = {"type": "function", "function": {

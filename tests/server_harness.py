@@ -54,9 +54,10 @@ def asgi_call(state: ServerState, method: str, path: str, **kw) -> httpx.Respons
 
 
 @contextlib.contextmanager
-def uvicorn_server(state: ServerState) -> Iterator[str]:
-    """Base URL of a uvicorn server on 127.0.0.1 (ephemeral port) running create_app(state)."""
-    config = uvicorn.Config(create_app(state), host="127.0.0.1", port=0, log_level="warning", timeout_graceful_shutdown=5)
+def uvicorn_server(state: ServerState, http: str = "auto") -> Iterator[str]:
+    """Base URL of a uvicorn server on 127.0.0.1 (ephemeral port) running create_app(state).
+    http: uvicorn's protocol ("h11" is what `llamapy serve` runs)."""
+    config = uvicorn.Config(create_app(state), host="127.0.0.1", port=0, log_level="warning", timeout_graceful_shutdown=5, http=http)
     server = uvicorn.Server(config)
     t = threading.Thread(target=server.run, name="test-uvicorn", daemon=True)
     t.start()

@@ -62,6 +62,17 @@ def _write(tmp_path: Path, writer: dict) -> Path:
 @pytest.mark.parametrize("mode,n_ubatch", [("blocks", 64), ("blocks", 8), ("exact", 64)])
 @pytest.mark.parametrize("case", CASES)
 def test_logits_match_llamacpp(tmp_path, monkeypatch, case, mode, n_ubatch):
+    _logits_match(tmp_path, monkeypatch, case, mode, n_ubatch)
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if c.startswith(("qwen3moe", "llama-moe"))])
+def test_moe_decode_rows_match_llamacpp(tmp_path, monkeypatch, case):
+    """The MoE models in one-row ubatches (a decode's shape): every layer, experts included, in
+    one C call (layers.c with moe.c's lp_moe_row_for), against llama.cpp's log-probabilities."""
+    _logits_match(tmp_path, monkeypatch, case, "blocks", 1)
+
+
+def _logits_match(tmp_path, monkeypatch, case, mode, n_ubatch):
     """llama-perplexity --kl-divergence-base's log-probabilities of 4 chunks of 64 tokens (31
     scored rows each) against llamapy's perplexity run over the same tokens: with the weights
     in their blocks, a chunk in one ubatch or in ubatches of 8 rows (with the kernels: the
@@ -92,11 +103,14 @@ def test_logits_match_llamacpp(tmp_path, monkeypatch, case, mode, n_ubatch):
         assert base.n_ctx == meta["n_ctx"] and base.n_chunk == meta["n_chunks"]
         ctx = make_context(model, base.n_ctx, base.n_ctx, n_ubatch)
         perplexity(ctx, base.tokens, base.n_ctx, on_logits=lambda lg, tg: stats.add(lg, base.next_chunk(), tg))
-    if n_ubatch == 8 and model.net.fused is not None:
+    if n_ubatch == 8 and model.net.fused is not None and not moe:
         assert model.net.fused.calls > 0
-    assert not moe or (model.hparams.n_expert > 0 and model.net.fused is None)  # the C layer has no experts
+    # experts: the C layers take one-row ubatches only (kernels/fused_layers.py), where they apply
+    assert not moe or (model.hparams.n_expert > 0 and (model.net.fused is None or model.net.fused.moe))
+    if moe and model.net.fused is not None:
+        assert (model.net.fused.calls > 0) == (n_ubatch == 1)
     # the rows of one ubatch go to different experts (the router's first choices)
-    assert not moe or max(len(set(r[:, 0].tolist())) for r in routes if r.shape[0] == n_ubatch) >= 3
+    assert not moe or n_ubatch == 1 or max(len(set(r[:, 0].tolist())) for r in routes if r.shape[0] == n_ubatch) >= 3
     gemma2 = meta["writer"]["arch"] == "gemma2"
     assert (model.net.fused is None) if gemma2 else not softcaps
     assert not gemma2 or set(softcaps) == {10.0}
@@ -363,7 +377,7 @@ def test_moe_routing(tmp_path, arch, n_expert):
 
     m = Model.load(write_tiny_family(tmp_path / "m.gguf", arch, F16, n_expert=n_expert))
     hp = m.hparams
-    assert (hp.n_expert, hp.n_expert_used) == (n_expert, 2) and m.net.fused is None
+    assert (hp.n_expert, hp.n_expert_used) == (n_expert, 2) and (m.net.fused is None or m.net.fused.moe)
     assert all(L.ffn_gate_up is None and L.moe is not None and L.moe.n_expert == n_expert for L in m.net.layers)
     moe = m.net.layers[0].moe
     seen: list[int] = []

@@ -170,4 +170,4 @@ def test_stream_with_llama_servers_telemetry(smollm2) -> None:
     assert "usage" in evs[-1]["response"]
     assert not any("prompt_progress" in e for e in plain) and not any("timings" in e for e in plain[:-1])
     assert "timings" in plain[-1]
-    assert bad.status_code == 400 and "return_progress: expected a boolean" in bad.text
+    assert bad.status_code == 400 and "return_progress: Input should be a valid boolean" in bad.text

@@ -8,6 +8,7 @@ timings; /chat/completions/input_tokens counts the prompt."""
 from __future__ import annotations
 
 import json
+import time
 
 import httpx
 import pytest
@@ -18,7 +19,7 @@ BOOK = [{"role": "system", "content": "Book"}, {"role": "user", "content": "What
 
 @pytest.fixture(scope="module")
 def served(smollm2):
-    with serving_state(smollm2, n_ctx=1024, np_=2) as state, uvicorn_server(state) as base:
+    with serving_state(smollm2, n_ctx=1024, np_=2) as state, uvicorn_server(state, http="h11") as base:
         yield state, base
 
 
@@ -157,3 +158,102 @@ def test_multiple_choices(served):
     assert r.status_code == 200, r.text
     texts = [c["message"]["content"] for c in r.json()["choices"]]
     assert texts[0] == texts[1] and isinstance(json.loads(texts[0])["a"], int), texts
+
+
+def test_non_streamed_request_cancelled_when_client_leaves(served):
+    """test_completion.py::test_cancel_request: a non-streamed /completion whose client gives up
+    after 0.1 s is cancelled (llama-server notices the closed socket), not generated to its end;
+    /slots shows the slot idle again within a poll or two."""
+    state, base = served
+    m = state.scheduler.metrics
+    cancelled = m.n_requests_cancelled
+    with pytest.raises(httpx.ReadTimeout):
+        httpx.post(base + "/completion", json={"prompt": "I believe the meaning of life is", "n_predict": -1,
+                                               "ignore_eos": True}, timeout=0.1)
+    deadline = time.monotonic() + 60
+    while any(s["is_processing"] for s in httpx.get(base + "/slots", timeout=10).json()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert m.n_requests_cancelled == cancelled + 1  # cancelled, not run to the slot's end (512 cells)
+
+
+def _progress_chunks(base: str, path: str, body: dict) -> list[dict]:
+    with httpx.stream("POST", base + path, json=body | {"stream": True, "return_progress": True, "timings_per_token": True}, timeout=60) as r:
+        chunks = [json.loads(ln[6:]) for ln in r.iter_lines() if ln.startswith("data: {")]
+    return chunks
+
+
+def test_return_progress_chat_and_v1_completions(smollm2):
+    """test_chat_completion.py::test_return_progress: /chat/completions streams llama-server's
+    prompt_progress, each on a role delta {"role": "assistant", "content": null}: 0% before the
+    first prompt batch, then after each batch of -b 64; the same prompt again has all but its last
+    token cached (cache == n - 1) and two progress chunks.  /v1/completions: on an empty text."""
+    with serving_state(smollm2, n_ctx=256, np_=1, n_batch=64) as state, uvicorn_server(state, http="h11") as base:
+        body = {"max_tokens": 3, "messages": [{"role": "user", "content": "This is a test" * 10}]}
+        n = len(state.model.tokenize(_post(base, "/apply-template", body).json()["prompt"], add_special=True, parse_special=True))
+        assert 64 < n <= 128
+        for cached in (0, n - 1):  # the second time: the slot holds the prompt (and the reply)
+            chunks = _progress_chunks(base, "/chat/completions", body)
+            prog = [c for c in chunks if "prompt_progress" in c]
+            want = [cached] + list(range(cached + 64, n, 64)) + [n]
+            assert [p["prompt_progress"]["processed"] for p in prog] == (want if cached == 0 else [n - 1, n]), prog
+            assert all(p["prompt_progress"]["total"] == n and p["prompt_progress"]["cache"] == cached for p in prog)
+            assert all(p["choices"][0]["delta"] == {"role": "assistant", "content": None} for p in prog)
+            assert all(isinstance(p["prompt_progress"]["time_ms"], int) for p in prog)
+            assert chunks[0] is prog[0]  # no role chunk before the 0% one
+            assert all("timings" in c for c in chunks)  # timings_per_token: every chunk
+        chunks = _progress_chunks(base, "/v1/completions", {"prompt": "This is a test", "max_tokens": 2})
+        prog = [c for c in chunks if "prompt_progress" in c]
+        assert len(prog) == 2 and all(p["choices"][0]["text"] == "" for p in prog)
+
+
+def test_cache_prompt_false_decodes_the_whole_prompt(served):
+    """llama-server's cache_prompt: false reuses no cached prefix (n_past = 0), so
+    test_completion.py::test_consistent_result_same_seed's four identical greedy requests all take
+    the same path (a whole-prompt batch, not a one-token decode over a kept prefix) and agree."""
+    state, base = served
+    body = {"prompt": "I believe the meaning of life is", "seed": 42, "temperature": 0.0, "n_predict": 16, "id_slot": 0}
+    n = len(state.model.tokenize(body["prompt"], add_special=True, parse_special=True))
+    outs = [_post(base, "/completion", body | {"cache_prompt": False}).json() for _ in range(3)]
+    assert [(o["timings"]["cache_n"], o["timings"]["prompt_n"]) for o in outs] == [(0, n)] * 3
+    assert len({o["content"] for o in outs}) == 1
+    cached = _post(base, "/completion", body).json()  # the default, true: all but the last prompt token kept
+    assert (cached["timings"]["cache_n"], cached["timings"]["prompt_n"]) == (n - 1, 1)
+    chat = {"messages": BOOK, "max_tokens": 1, "id_slot": 0}
+    _post(base, "/chat/completions", chat)
+    assert _post(base, "/chat/completions", chat | {"cache_prompt": False}).json()["timings"]["cache_n"] == 0
+
+
+def test_n_choices_stream_and_completions(served):
+    """n > 1 as llama-server's n_cmpl, read with the official openai client: a streamed chat
+    reply interleaves both choices' chunks (each its index, its role chunk and finish_reason),
+    include_usage sums the completions over the prompt counted once; /v1/completions takes n
+    streamed and not; choice j samples with seed + j (server_task::add_child), so choice 1 of
+    seed 42 is what one choice of seed 43 writes."""
+    openai = pytest.importorskip("openai", reason="the official openai client checks the wire format")
+    _, base = served
+    client = openai.OpenAI(base_url=base + "/v1", api_key="none")
+    chunks = list(client.chat.completions.create(model="x", messages=BOOK, max_tokens=6, n=2, stream=True,
+                                                 stream_options={"include_usage": True}))
+    by_index: dict[int, list] = {0: [], 1: []}
+    for c in chunks[:-1]:
+        assert len(c.choices) == 1, c
+        by_index[c.choices[0].index].append(c.choices[0])
+    for i, cs in by_index.items():
+        assert cs[0].delta.role == "assistant" and cs[-1].finish_reason == "length", (i, cs)
+        assert sum(1 for c in cs if c.finish_reason) == 1
+    last = chunks[-1]
+    assert last.choices == [] and last.usage.completion_tokens == 12, last
+    assert last.usage.total_tokens == last.usage.prompt_tokens + 12
+    # 2 tokens: sampled text that far does not depend on how the sequences were batched
+    # (further on, a near tie can go either way between batch shapes)
+    kw = {"model": "x", "prompt": "Once upon a time", "max_tokens": 2, "temperature": 1.5}
+    r = client.completions.create(n=2, seed=42, **kw)
+    assert [c.index for c in r.choices] == [0, 1] and r.usage.completion_tokens == 4, r
+    singles = [client.completions.create(seed=s, **kw).choices[0].text for s in (42, 43)]
+    assert singles[0] != singles[1] and [c.text for c in r.choices] == singles, ([c.text for c in r.choices], singles)
+    streamed: dict[int, str] = {0: "", 1: ""}
+    for c in client.completions.create(n=2, seed=42, stream=True, **kw):
+        for ch in c.choices:
+            streamed[ch.index] += ch.text
+    assert streamed == {0: singles[0], 1: singles[1]}, (streamed, singles)
+    assert _post(base, "/v1/completions", {"prompt": "x", "n": 3}).status_code == 400

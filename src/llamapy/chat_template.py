@@ -4,7 +4,8 @@ Environment as transformers' apply_chat_template: ImmutableSandboxedEnvironment 
 trim_blocks and lstrip_blocks, the loopcontrols extension, `raise_exception(msg)`,
 `strftime_now(fmt)` and a `tojson` filter that does not HTML-escape (ensure_ascii=False).
 Context: messages, add_generation_prompt, bos_token, eos_token, plus any extra keywords
-(tools, documents, enable_thinking, ...).
+(tools, documents, enable_thinking, ...).  As llama.cpp's interpreter, a string `+` an
+undefined or none value is the string (TemplateEnvironment).
 
 When the GGUF carries no template, CHATML_TEMPLATE (llama.cpp's CHATML_TEMPLATE_SRC,
 common/chat.cpp) is used:
@@ -72,9 +73,25 @@ def strftime_now_at(now: datetime | None) -> Any:
     return strftime_now
 
 
+class TemplateEnvironment(ImmutableSandboxedEnvironment):
+    """HF's sandbox with llama.cpp's concatenation rule (common/jinja/runtime.cpp
+    binary_expression, workaround_concat_null_with_str): `a + b` where one side is a string and
+    the other undefined or none is the string alone.  Templates rely on it: firefunction-v2
+    adds a `functions` variable nobody passes to its system prompt."""
+
+    intercepted_binops = frozenset(["+"])
+
+    def call_binop(self, context: Any, operator: str, left: Any, right: Any) -> Any:
+        if operator == "+":
+            l_null = left is None or isinstance(left, jinja2.Undefined)
+            r_null = right is None or isinstance(right, jinja2.Undefined)
+            if (l_null and isinstance(right, str)) or (r_null and isinstance(left, str)):
+                return ("" if l_null else left) + ("" if r_null else right)
+        return super().call_binop(context, operator, left, right)
+
+
 def make_environment() -> ImmutableSandboxedEnvironment:
-    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
-                                        extensions=[jinja2.ext.loopcontrols])
+    env = TemplateEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=[jinja2.ext.loopcontrols])
     env.filters["tojson"] = _tojson
     env.globals["raise_exception"] = _raise_exception
     env.globals["strftime_now"] = strftime_now_at(None)
@@ -97,6 +114,7 @@ class ChatTemplate:
         except jinja2.TemplateSyntaxError as e:
             raise ValueError(f"tokenizer.chat_template does not compile: {e} (line {e.lineno})") from e
         self._caps: TemplateCaps | None = None
+        self.reasoning_markers: tuple[str, str] | None = None  # chat/apply.py reasoning_tags, found once
 
     @property
     def caps(self) -> TemplateCaps:

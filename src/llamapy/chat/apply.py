@@ -25,6 +25,7 @@ from typing import Any
 
 from ..chat_template import ChatTemplate
 from .inputs import ChatInputError, oaicompat_messages, oaicompat_tools, template_messages
+from .thinking import analyze
 
 _R, _X = "REASONING_PROBE_7f3a", "CONTENT_PROBE_7f3a"
 
@@ -49,8 +50,17 @@ def is_gpt_oss(t: ChatTemplate) -> bool:
 
 def reasoning_tags(t: ChatTemplate) -> tuple[str, str]:
     """(start, end) around reasoning in an assistant turn; ("", "") for a template that does
-    not think.  Found by rendering a turn with and without reasoning_content; templates that
-    drop past reasoning but open <think> (QwQ, DeepSeek-R1 distills) get <think>/</think>."""
+    not think (found once per template).  Found by rendering a turn with and without
+    reasoning_content; else as llama.cpp's analysis finds them (chat/thinking.py: the
+    generation prompt with thinking off and on, reasoning shown only beside a tool call);
+    templates that drop past reasoning but open <think> (QwQ, DeepSeek-R1 distills) get
+    <think>/</think>."""
+    if t.reasoning_markers is None:
+        t.reasoning_markers = _find_reasoning_tags(t)
+    return t.reasoning_markers
+
+
+def _find_reasoning_tags(t: ChatTemplate) -> tuple[str, str]:
     if is_gpt_oss(t):
         return "<|channel|>analysis<|message|>", "<|end|>"
     base = [{"role": "user", "content": "U"}]
@@ -65,6 +75,13 @@ def reasoning_tags(t: ChatTemplate) -> tuple[str, str]:
         start = with_r[_common(with_r, head):r]
         if start.strip():
             return start, with_r[r + len(_R):with_r.index(_X)]
+
+    def render(c: dict[str, Any]) -> str:
+        msgs = template_messages(oaicompat_messages(c["messages"]), t.caps)
+        return t.render_context({"bos_token": t.bos_token, "eos_token": t.eos_token, **c, "messages": msgs})
+    found = analyze(render, t.caps.supports_tool_calls)
+    if found.found:  # llama.cpp's thinking_start_tag / thinking_end_tags: trimmed
+        return found.start.strip(), found.end.strip()
     if "<think>" in t.source:
         return "<think>", "</think>"
     return "", ""

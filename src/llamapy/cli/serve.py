@@ -20,13 +20,15 @@ from .args import ctx_params, pipe_params, spec_params
 from .chat_flags import add_chat_template, chat_options
 from .flags import add_context, add_embedding, add_model, add_speculative
 from .lora_flags import add_lora, lora_specs
-from .serve_flags import add_llama_server, request_defaults
+from .serve_flags import add_llama_server, cors_origins, request_defaults, server_tools
 
 SERVE_FLAGS_OWN = {"--replicas", "--min-replicas", "--max-replicas", "--ray-address", "--routing", "--host", "--port"}
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser("serve", help="OpenAI-compatible HTTP server with continuous batching")
+    # allow_abbrev=False: llama-server has no abbreviations, and a prefix must not switch on a
+    # longer flag (`--webui` would otherwise be taken as `--webui-mcp-proxy`, the CORS proxy)
+    p = sub.add_parser("serve", help="OpenAI-compatible HTTP server with continuous batching", allow_abbrev=False)
     add_model(p)
     add_context(p)
     add_chat_template(p)
@@ -85,7 +87,8 @@ def serve_settings(a: argparse.Namespace) -> ServeSettings:
         embedding=a.embedding or a.reranking, pooling="rank" if a.reranking else a.pooling,
         embd_normalize=a.embd_normalize, slot_save_path=a.slot_save_path, ctx_shift=a.ctx_shift, n_keep=a.keep,
         n_cache_reuse=a.cache_reuse, props=a.props, lora=lora_specs(a),
-        cors=CorsSettings(a.cors_origins, a.cors_methods, a.cors_headers, a.cors_credentials))
+        cors=CorsSettings(cors_origins(a.cors_origins, server_tools(a.tools)), a.cors_methods, a.cors_headers, a.cors_credentials),
+        ui_mcp_proxy=a.ui_mcp_proxy, server_tools=server_tools(a.tools))
 
 
 def api_keys(api_key: str | None, api_key_file: str | None) -> tuple[str, ...]:

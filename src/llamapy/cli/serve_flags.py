@@ -52,13 +52,21 @@ def add_llama_server(p: argparse.ArgumentParser) -> None:
                    help="folder for POST /slots/{id}?action=save|restore files (default: disabled; the slot actions answer 501)")
     p.add_argument("--no-webui", "--no-ui", dest="no_webui", action="store_true",
                    help="no web UI: / (the chat page) and /engine answer 404")
-    p.add_argument("--cors-origins", default="*", metavar="ORIGINS",
-                   help="Access-Control-Allow-Origin: '*' (default), 'localhost' (reflect localhost origins only) or one origin")
+    p.add_argument("--cors-origins", default=None, metavar="ORIGINS",
+                   help="Access-Control-Allow-Origin: '*' (default; 'localhost' with --tools), 'localhost' (reflect "
+                        "localhost origins only) or one origin")
     p.add_argument("--cors-methods", default="GET, POST, DELETE, OPTIONS", metavar="METHODS",
                    help="Access-Control-Allow-Methods of a preflight (default: GET, POST, DELETE, OPTIONS)")
     p.add_argument("--cors-headers", default="*", metavar="HEADERS", help="Access-Control-Allow-Headers of a preflight (default: *)")
     p.add_argument("--cors-credentials", action=argparse.BooleanOptionalAction, default=True,
                    help="Access-Control-Allow-Credentials; with --cors-origins '*' the request's Origin is echoed (default: on)")
+    p.add_argument("--ui-mcp-proxy", "--webui-mcp-proxy", dest="ui_mcp_proxy", action=argparse.BooleanOptionalAction,
+                   default=False, help="experimental: /cors-proxy?url=URL forwards GET/POST to URL with only the "
+                                       "x-llama-server-proxy-header-* headers (the web UI's MCP proxy) - do not enable in "
+                                       "untrusted environments (default: disabled, 403)")
+    p.add_argument("--tools", default=None, metavar="TOOL1,TOOL2,...",
+                   help="llama-server's built-in agent tools (" + ", ".join(BUILTIN_TOOLS) + ", or all): llamapy runs none "
+                        "(/tools answers 501), but as llama-server the CORS default becomes localhost (change via --cors-origins)")
     g = p.add_argument_group("accepted for llama-server's command lines")
     g.add_argument("-cb", "--cont-batching", action="store_true",
                    help="accepted, changes nothing: llamapy always batches continuously")
@@ -69,6 +77,26 @@ def add_llama_server(p: argparse.ArgumentParser) -> None:
                    help="no log lines (llamapy's and uvicorn's); the `ready: URL` line on stdout stays")
     g.add_argument("--offline", action="store_true",
                    help="accepted, changes nothing: llamapy never downloads from a hub at serve time (`llamapy pull` does)")
+
+
+BUILTIN_TOOLS = ("read_file", "file_glob_search", "grep_search", "exec_shell_command", "write_file", "edit_file", "get_info")
+
+
+def server_tools(value: str | None) -> tuple[str, ...]:
+    """--tools' comma-separated names, each one of BUILTIN_TOOLS or "all" (ValueError naming
+    the unknown one and the available tools, as llama-server's server_tools::setup)."""
+    names = tuple(n.strip() for n in (value or "").split(",") if n.strip())
+    for n in names:
+        if n != "all" and n not in BUILTIN_TOOLS:
+            raise ValueError(f'--tools: unknown tool "{n}". available tools: {", ".join(BUILTIN_TOOLS)}')
+    return names
+
+
+def cors_origins(origins: str | None, tools: tuple[str, ...]) -> str:
+    """--cors-origins; unset: "*", or "localhost" when --tools is on (common/arg.cpp)."""
+    if origins is not None:
+        return origins
+    return "localhost" if tools else "*"
 
 
 def request_defaults(a: argparse.Namespace) -> RequestDefaults:

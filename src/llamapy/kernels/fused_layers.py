@@ -1,5 +1,6 @@
 """Every layer of a decode ubatch in one C call (kernels/c/layers.c lp_layers), for the llama
-and gemma3 layer shapes: the per-op path costs more in Python dispatch and thread start-ups
+and gemma3 layer shapes, and llama / qwen3moe layers with experts for one-row ubatches (the FFN
+kernels/c/moe.c's lp_moe_row_for, where kernels/moe_row.py's C row applies): the per-op path costs more in Python dispatch and thread start-ups
 (about ten kernel calls per layer, each its own OpenMP region) than its kernels compute when a
 ubatch has few rows.  Same steps, same kernels as the architectures' per-op forward: the tests
 compare the two.
@@ -28,13 +29,20 @@ from .types import MAX_KV_SETS, c_kv_types
 P, I64, F = ctypes.c_void_p, ctypes.c_int64, ctypes.c_float
 
 
+class MoeC(ctypes.Structure):
+    """lp_moe (kernels/c/moe.h): one layer's router and experts (n_expert 0: a dense FFN)."""
+
+    _fields_ = [("gate_inp", P), ("wg", P), ("wu", P), ("wd", P), ("n_expert", I64), ("k", I64), ("tg", I64),
+                ("tu", I64), ("td", I64), ("sg", I64), ("su", I64), ("sd", I64), ("n_embd", I64), ("n_ff", I64)]
+
+
 class LayerC(ctypes.Structure):
-    """lp_layer: one layer's weights, its cache stream, its KV set and RoPE set."""
+    """lp_layer: one layer's weights, its cache stream, its KV set and RoPE set, its experts."""
 
     _fields_ = [("attn_norm", P), ("ffn_norm", P), ("q_norm", P), ("k_norm", P), ("attn_post_norm", P),
                 ("ffn_post_norm", P), ("wq", P), ("wk", P), ("wv", P), ("wo", P), ("wg", P), ("wu", P), ("wd", P),
                 ("tq", I64), ("tk", I64), ("tv", I64), ("to", I64), ("tg", I64), ("tu", I64), ("td", I64),
-                ("k", P), ("v", P), ("tck", I64), ("tcv", I64), ("kv_set", I64), ("rope_set", I64)]
+                ("k", P), ("v", P), ("tck", I64), ("tcv", I64), ("kv_set", I64), ("rope_set", I64), ("moe", MoeC)]
 
 
 class DimsC(ctypes.Structure):
@@ -70,6 +78,7 @@ class LayerSpec:
     k_norm: torch.Tensor | None = None
     attn_post_norm: torch.Tensor | None = None
     ffn_post_norm: torch.Tensor | None = None
+    moe: object = None  # kernels/moe_row.py MoeRow: the FFN is these experts (gate_up, down unused)
 
 
 def _parts(m) -> list | None:
@@ -92,6 +101,7 @@ class FusedLayers:
     calls: int = 0  # forwards that took this path (the tests check it was taken)
     keep: list = field(default_factory=list)  # the tensors the table points into
     det_covered: bool = False  # every matrix has rows_det_x86.c's product (multi-row --deterministic ubatches)
+    moe: bool = False  # MoE layers: one-row ubatches only (lp_moe_row_for), not under --deterministic
 
     @classmethod
     def build(cls, hp, specs: list[LayerSpec], lib: KernelLib | None, q_scale: float, attn_scale: float, neox: bool,
@@ -109,13 +119,21 @@ class FusedLayers:
         det_covered = True
         for il, s in enumerate(specs):
             qkv = [p for m in s.qkv for p in (_parts(m) or [None])]
-            gu = [p for m in s.gate_up for p in (_parts(m) or [None])]
-            o, dn = _parts(s.wo), _parts(s.down)
-            if None in qkv or None in gu or o is None or dn is None or len(o) != 1 or len(dn) != 1:
+            o = _parts(s.wo)
+            if s.moe is not None:
+                if s.ffn_post_norm is not None or s.moe.n_embd != hp.n_embd:
+                    return None
+                gu, dn, n_ff, det_covered = [], [], s.moe.n_ff, False
+            else:
+                gu = [p for m in s.gate_up for p in (_parts(m) or [None])]
+                dn = _parts(s.down)
+                if None in gu or dn is None or len(dn) != 1:
+                    return None
+                n_ff = dn[0].n_in
+            if None in qkv or o is None or len(o) != 1:
                 return None
-            n_ff = dn[0].n_in
             det_covered = det_covered and all(p.det_covered for p in qkv + gu + o + dn)
-            if not _shapes_fit(qkv, gu, o[0], dn[0], hp.n_embd, n_q, n_k, n_ff):
+            if not _shapes_fit(qkv, gu or None, o[0], dn[0] if dn else None, hp.n_embd, n_q, n_k, n_ff):
                 return None
             c = arr[il]
             norms = {}
@@ -130,16 +148,22 @@ class FusedLayers:
             if len(qkv) == 3:
                 c.wk, c.tk = qkv[1].blocks.data_ptr(), int(qkv[1].qtype)
                 c.wv, c.tv = qkv[2].blocks.data_ptr(), int(qkv[2].qtype)
-            c.wg, c.tg = gu[0].blocks.data_ptr(), int(gu[0].qtype)
-            if len(gu) == 2:
-                c.wu, c.tu = gu[1].blocks.data_ptr(), int(gu[1].qtype)
+            if s.moe is not None:
+                r = s.moe
+                c.moe = MoeC(r.gate_inp.data_ptr(), *r.bases, r.n_expert, r.k, *r.types, *r.strides, r.n_embd, r.n_ff)
+                keep.append(r)
+            else:
+                c.wg, c.tg = gu[0].blocks.data_ptr(), int(gu[0].qtype)
+                if len(gu) == 2:
+                    c.wu, c.tu = gu[1].blocks.data_ptr(), int(gu[1].qtype)
+                c.wd, c.td = dn[0].blocks.data_ptr(), int(dn[0].qtype)
             c.wo, c.to = o[0].blocks.data_ptr(), int(o[0].qtype)
-            c.wd, c.td = dn[0].blocks.data_ptr(), int(dn[0].qtype)
             c.rope_set = s.rope_set
         dims = DimsC(hp.n_embd, hp.n_head, hp.n_head_kv, d, hp.n_rot, n_ff, hp.f_norm_rms_eps, attn_scale, q_scale,
                      int(neox), int(gelu), 0)
         ids = list(range(len(specs))) if layer_ids is None else list(layer_ids)
-        return cls(lib, arr, dims, len(specs), [s.swa for s in specs], ids, keep=keep, det_covered=det_covered)
+        moe = any(s.moe is not None for s in specs)
+        return cls(lib, arr, dims, len(specs), [s.swa for s in specs], ids, keep=keep, det_covered=det_covered, moe=moe)
 
     def det_ok(self, type_k: str, type_v: str) -> bool:
         """Can --deterministic ubatches of several rows (each row as if alone) take this path:
@@ -152,6 +176,8 @@ class FusedLayers:
         KVCache, in table order; ropes: (cos, sin) [n_tokens, 1, n_rot/2] of each RoPE set."""
         n = x.shape[0]
         few = n < FAST_ROWS or inp.deterministic  # --deterministic: any rows (each as if alone)
+        if self.moe and (n != 1 or inp.deterministic):  # experts: one row (decode), model/moe.py's paths else
+            return self._declined(inp, n)
         if n == 0 or not few or x.device.type != "cpu" or not inp.flash_attn:
             return self._declined(inp, n)
         self.dims.det = int(inp.deterministic)
@@ -179,6 +205,8 @@ class FusedLayers:
         kv_arr = (KvC * len(kvs))(*kvs)
         rc = self.lib.fn.lp_layers(self.layers, self.n_layer, ctypes.byref(self.dims), x.data_ptr(), n, rope_arr,
                                    kv_arr, len(kvs))
+        if rc == -3:
+            raise ValueError(f"lp_layers: a ubatch of {n} rows through expert layers (one row only)")
         if rc == -2:
             raise ValueError("lp_layers: a cache type the kernels do not store (kernels/types.py C_KV_TYPES)")
         if rc != 0:
@@ -235,12 +263,14 @@ def _kv_set(inp, cache: KVCache, swa: bool, n: int) -> tuple[KvC, list[torch.Ten
     return kv, [cells, cell_off, mask, ptr, vis]
 
 
-def _shapes_fit(qkv: list, gu: list, o, dn, n_embd: int, n_q: int, n_k: int, n_ff: int) -> bool:
+def _shapes_fit(qkv: list, gu: list | None, o, dn, n_embd: int, n_q: int, n_k: int, n_ff: int) -> bool:
     """The matrices have the shapes lp_layers assumes (stacked or separate)."""
     if len(qkv) == 1:
         ok_qkv = (qkv[0].n_out, qkv[0].n_in) == (n_q + 2 * n_k, n_embd)
     else:
         ok_qkv = len(qkv) == 3 and [(m.n_out, m.n_in) for m in qkv] == [(n_q, n_embd), (n_k, n_embd), (n_k, n_embd)]
+    if gu is None:  # experts (kernels/moe_row.py checked their shapes)
+        return ok_qkv and (o.n_out, o.n_in) == (n_embd, n_q)
     if len(gu) == 1:
         ok_gu = (gu[0].n_out, gu[0].n_in) == (2 * n_ff, n_embd)
     else:

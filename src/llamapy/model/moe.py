@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..kernels.moe_row import MoeRow, moe_row_for
+from ..kernels.moe_row import MoeRow, MoeWork, moe_row_for
 from .layers import glu
 from .qmatrix import QMatrix
 
@@ -55,6 +55,7 @@ class MoeFFN:
     up_b: torch.Tensor | None = None  # [n_expert, n_ff_exp]
     down_b: torch.Tensor | None = None  # [n_expert, n_embd]
     row_c: MoeRow | None | bool = False  # one decode row in one C call (kernels/moe_row.py); False: not looked up yet
+    work: MoeWork | None = None  # the multi-row C call's bytes, shared by a model's layers (kernels/moe_row.py)
 
     @property
     def n_expert(self) -> int:

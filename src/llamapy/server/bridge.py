@@ -17,6 +17,8 @@ from .cors import CorsSettings
 from .request_defaults import RequestDefaults
 from .scheduler import Scheduler
 
+DISCONNECT_POLL_S = 0.25  # a non-streamed request waiting on its slot checks its client this often
+
 
 @dataclass(slots=True)
 class ServerState:
@@ -43,6 +45,8 @@ class ServerState:
     props: bool = False  # --props: POST /props answers (else 501)
     slot_save_path: Path | None = None  # --slot-save-path: POST /slots/{id}?action=save|restore (None: 501)
     cors: CorsSettings = field(default_factory=CorsSettings)  # --cors-origins, --cors-methods, ..
+    ui_mcp_proxy: bool = False  # --ui-mcp-proxy: /cors-proxy forwards (else 403)
+    server_tools: tuple[str, ...] = ()  # --tools (/tools: 403 without, 501 with: llamapy runs none)
     model: Model | None = None
     ctx: Context | None = None
     scheduler: Scheduler | None = None
@@ -77,20 +81,24 @@ class Pending:
         req.sink = sink
         sched.submit(req)
 
-    async def events(self, is_disconnected: Callable[[], Awaitable[bool]] | None = None) -> AsyncIterator[Event]:
+    async def events(self, receive: Callable[[], Awaitable[dict]] | None = None) -> AsyncIterator[Event]:
         """Yield events up to and including the final one.  If the consumer stops early (a
-        streaming client disconnected) or is_disconnected() turns true, the request is
-        cancelled, which frees its slot and cells at the scheduler's next step."""
+        streaming client disconnected) or the ASGI channel `receive` says http.disconnect (a
+        non-streamed request's client closed its socket: llama-server cancels the task), the
+        request is cancelled, which frees its slot and cells at the scheduler's next step."""
+        gone = asyncio.ensure_future(_until_disconnect(receive)) if receive is not None else None
         try:
             while True:
-                if is_disconnected is None:
+                if gone is None:
                     ev = await self.queue.get()
                 else:
-                    try:
-                        ev = await asyncio.wait_for(self.queue.get(), timeout=0.25)
+                    try:  # the timeout: a request still waiting for a slot notices too
+                        ev = await asyncio.wait_for(self.queue.get(), timeout=DISCONNECT_POLL_S)
                     except asyncio.TimeoutError:
-                        if await is_disconnected():
-                            return
+                        ev = None
+                    if gone.done() and gone.exception() is None:  # (a channel that fails says nothing)
+                        return
+                    if ev is None:
                         continue
                 if ev.final:
                     self.done = True
@@ -98,6 +106,8 @@ class Pending:
                 if ev.final:
                     return
         finally:
+            if gone is not None:
+                gone.cancel()
             if not self.done:
                 self.sched.cancel(self.req.id)
 
@@ -107,7 +117,17 @@ class Pending:
             self.done = True
             self.sched.cancel(self.req.id)
 
-    async def collect(self, is_disconnected: Callable[[], Awaitable[bool]] | None = None) -> tuple[str, list[Event]]:
-        """Whole text and all events (the last one final unless the client left)."""
-        evs = [ev async for ev in self.events(is_disconnected)]
+    async def collect(self, receive: Callable[[], Awaitable[dict]] | None = None) -> tuple[str, list[Event]]:
+        """Whole text and all events (the last one final unless the client left); receive:
+        the request's ASGI receive channel, watched for http.disconnect."""
+        evs = [ev async for ev in self.events(receive)]
         return "".join(e.text for e in evs), evs
+
+
+async def _until_disconnect(receive: Callable[[], Awaitable[dict]]) -> None:
+    """Returns when the ASGI channel says http.disconnect.  The body is already read, so the
+    server (uvicorn, also through Starlette's middleware wrapper) answers only that, once the
+    socket closes; Starlette's request.is_disconnected() polls with a cancelled scope, which the
+    middleware's wrapper swallows."""
+    while (await receive()).get("type") != "http.disconnect":
+        pass

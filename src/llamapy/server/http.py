@@ -29,6 +29,7 @@ from .http_slots import router as slots_router
 from .http_lora import router as lora_router
 from .http_embed import router as embed_router
 from .http_openai import router as openai_router
+from .http_proxy import router as proxy_router
 from .http_infill import infill_request
 from .http_rerank import router as rerank_router
 from .metrics import render_prometheus
@@ -108,6 +109,7 @@ def create_app(state: ServerState) -> HeaderCase:
             "modalities": {"vision": False, "audio": False},
             "endpoint_slots": state.slots, "endpoint_props": state.props, "endpoint_metrics": state.metrics,
             "endpoint_engine_events": state.metrics or state.engine_events, "webui": state.webui,
+            "cors_proxy_enabled": state.ui_mcp_proxy,
             "chat_template": state.model.tokenizer.chat.source, "chat_template_caps": state.model.tokenizer.chat.caps.to_json(), "bos_token": text(vocab.special.get("bos")),
             "eos_token": text(vocab.special.get("eos")), "build_info": BUILD_INFO, "is_sleeping": False,
         }
@@ -170,6 +172,7 @@ def create_app(state: ServerState) -> HeaderCase:
     app.include_router(embed_router)
     app.include_router(rerank_router)
     app.include_router(webui_router)
+    app.include_router(proxy_router)
     return HeaderCase(Cors(BodyLimit(JsonBody(app), lambda: state.max_body), lambda: state.cors))
 
 
@@ -194,13 +197,13 @@ async def _one_completion(state: ServerState, body: NativeCompletionRequest, ids
     bias = request_logit_bias(state, body.logit_bias)
     req = GenRequest(ids, max_tokens=body.n_predict, sampling=body.sampling(body.n_probs), stop=body.stop_list(), n_probs=body.n_probs,
                      post_sampling_probs=body.post_sampling_probs, ignore_eos=body.ignore_eos, logit_bias=bias, **body.slot_params(),
-                     timings_per_token=body.timings_per_token and body.stream, return_progress=body.return_progress and body.stream,
+                     **body.telemetry(),
                      spec=body.spec_overrides(), constraint=constraint)
     settings = body.generation_settings(format_logit_bias(with_eog(bias, sorted(state.model.tokenizer.vocab.eog_ids), body.ignore_eos)))
     p = submit(state, req)
     if body.stream:
         return EventStream(_native_stream(state, p, body.post_sampling_probs), p.close)
-    text, evs = await p.collect(request.is_disconnected)
+    text, evs = await p.collect(request.receive)
     if not evs or not evs[-1].final:
         return error_response(499, "client closed the request")
     if (err := final_error(evs[-1])) is not None:

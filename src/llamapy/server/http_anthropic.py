@@ -63,7 +63,7 @@ async def messages(request: Request):
     head = {"id": f"msg_{uuid.uuid4().hex[:24]}", "type": "message", "role": "assistant", "model": body.model or state.alias}
     if body.stream:
         return EventStream(_stream(p, prep, head, len(ids)), p.close)
-    out, evs = await p.collect(request.is_disconnected)
+    out, evs = await p.collect(request.receive)
     if not evs or not evs[-1].final:
         return anthropic_error_response(499, "client closed the request")
     if (err := final_error(evs[-1])) is not None:

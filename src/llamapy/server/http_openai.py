@@ -15,6 +15,7 @@ from ..chat.message import MessageDelta
 from .api_error import APIError, error_body, error_response, final_error
 from .bridge import Pending, ServerState
 from .chat_prep import ChatPrep, openai_calls, prepare_chat, reasoning_gate
+from .choices import check_n, choice_sampling, interleave, summed_usage
 from .constraints import compile_constraint, request_spec
 from .handoff import request_logit_bias, submit, tokenize_prompt
 from .request import Event, Request as GenRequest, Usage
@@ -84,25 +85,48 @@ async def completions(body: CompletionRequest, request: Request):
     body = state.defaults.apply(body)
     ids = tokenize_prompt(state, body.prompt)
     n_probs = body.logprobs or 0
-    constraint = await compile_constraint(state, request_spec(body.grammar, body.json_schema))
-    req = GenRequest(ids, max_tokens=-1 if body.max_tokens is None else body.max_tokens, sampling=body.sampling(n_probs), stop=body.stop_list(), n_probs=n_probs, ignore_eos=body.ignore_eos, logit_bias=request_logit_bias(state, body.logit_bias), **body.slot_params(), spec=body.spec_overrides(), constraint=constraint)
-    p = submit(state, req)
+    check_n(body.n, len(state.scheduler.slots))
+    spec = request_spec(body.grammar, body.json_schema)
+    sampling = body.sampling(n_probs)
+    ps = [submit(state, GenRequest(ids, max_tokens=-1 if body.max_tokens is None else body.max_tokens, sampling=choice_sampling(sampling, j), stop=body.stop_list(), n_probs=n_probs, ignore_eos=body.ignore_eos, logit_bias=request_logit_bias(state, body.logit_bias), **body.slot_params(), spec=body.spec_overrides(), constraint=await compile_constraint(state, spec), **body.telemetry()))
+          for j in range(body.n)]  # one constraint per choice: a grammar's matcher follows its own sequence
     cid, created = f"cmpl-{uuid.uuid4().hex}", int(time.time())
     head = {"id": cid, "object": "text_completion", "created": created, "model": state.alias, "system_fingerprint": BUILD_INFO}
     if body.stream:
-        return EventStream(_stream(state, p, head, chat=False, usage_chunk=_include_usage(body)), p.close)
-    text, evs = await p.collect(request.is_disconnected)
-    if not evs or not evs[-1].final:
-        return error_response(499, "client closed the request")
-    if (err := final_error(evs[-1])) is not None:
-        raise err
+        return EventStream(_stream(state, ps, head, chat=False, usage_chunk=_include_usage(body)), _closer(ps))
+    results = await _collect_all(ps, request)
+    if isinstance(results, JSONResponse):
+        return results
     prefix = body.prompt if body.echo and isinstance(body.prompt, str) else ""
-    choice = {"index": 0, "text": prefix + text, "logprobs": _cmpl_logprobs(state, evs), **_finish(evs[-1])}
-    out = {**head, "choices": [choice], "usage": _usage(evs[-1].usage), "timings": evs[-1].timings}
+    choices = [{"index": i, "text": prefix + text, "logprobs": _cmpl_logprobs(state, evs), **_finish(evs[-1])}
+               for i, (text, evs) in enumerate(results)]
+    text, evs = results[0]
+    out = {**head, "choices": choices, "usage": _usage(summed_usage([e[-1].usage for _, e in results])), "timings": evs[-1].timings}
     if wants_verbose(state, body):
         prompt = body.prompt if isinstance(body.prompt, str) else state.model.detokenize(ids)
         out["__verbose"] = verbose_field(state, prompt, text, ids, evs)
     return out
+
+
+def _closer(ps: list[Pending]) -> Any:
+    def close() -> None:
+        for p in ps:
+            p.close()
+    return close
+
+
+async def _collect_all(ps: list[Pending], request: Request) -> list[tuple[str, list[Event]]] | JSONResponse:
+    """Every choice's text and events; a 499 when the client left, the first error raised."""
+    try:
+        results = await asyncio.gather(*(p.collect(request.receive) for p in ps))
+    finally:
+        _closer(ps)()
+    for _, evs in results:
+        if not evs or not evs[-1].final:
+            return error_response(499, "client closed the request")
+        if (err := final_error(evs[-1])) is not None:
+            raise err
+    return list(results)
 
 
 @router.post("/apply-template")
@@ -129,33 +153,23 @@ async def chat_completions(body: ChatCompletionRequest, request: Request):
     ids = state.model.tokenize(text, add_special=True, parse_special=True)
     n_probs = body.n_probs()
     spec = request_spec(body.grammar, body.json_schema, body.response_format, plan)
-    n_slots = len(state.scheduler.slots)
-    if body.n > n_slots or (body.stream and body.n > 1):
-        raise APIError(400, f"n ({body.n}) must be between 1 and the server's {n_slots} slots (-np)"
-                       + (" and 1 when streaming" if body.stream else ""))
+    check_n(body.n, len(state.scheduler.slots))
+    sampling = body.sampling(n_probs)
     # one constraint per choice: a grammar's matcher advances with its own sequence's tokens
     constraints = [reasoning_gate(state, prep, body, await compile_constraint(state, spec)) for _ in range(body.n)]
-    ps = [submit(state, GenRequest(ids, max_tokens=body.n_predict(), sampling=body.sampling(n_probs), stop=body.stop_list(), n_probs=n_probs, ignore_eos=body.ignore_eos, logit_bias=request_logit_bias(state, body.logit_bias), **body.slot_params(), spec=body.spec_overrides(), constraint=c))
-          for c in constraints]
+    ps = [submit(state, GenRequest(ids, max_tokens=body.n_predict(), sampling=choice_sampling(sampling, j), stop=body.stop_list(), n_probs=n_probs, ignore_eos=body.ignore_eos, logit_bias=request_logit_bias(state, body.logit_bias), **body.slot_params(), spec=body.spec_overrides(), constraint=c, **body.telemetry()))
+          for j, c in enumerate(constraints)]
     cid, created = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
     head = {"id": cid, "object": "chat.completion", "created": created, "model": state.alias, "system_fingerprint": BUILD_INFO}
     if body.stream:
-        return EventStream(_stream(state, ps[0], {**head, "object": "chat.completion.chunk"}, chat=True, prep=prep,
-                                   usage_chunk=_include_usage(body)), ps[0].close)
-    try:
-        results = await asyncio.gather(*(p.collect(request.is_disconnected) for p in ps))
-    finally:
-        for p in ps:
-            p.close()
-    choices = []
-    for i, (out, evs) in enumerate(results):
-        if not evs or not evs[-1].final:
-            return error_response(499, "client closed the request")
-        if (err := final_error(evs[-1])) is not None:
-            raise err
-        choices.append(_chat_choice(state, prep, out, evs, i))
+        return EventStream(_stream(state, ps, {**head, "object": "chat.completion.chunk"}, chat=True, prep=prep,
+                                   usage_chunk=_include_usage(body)), _closer(ps))
+    results = await _collect_all(ps, request)
+    if isinstance(results, JSONResponse):
+        return results
+    choices = [_chat_choice(state, prep, out, evs, i) for i, (out, evs) in enumerate(results)]
     out, evs = results[0]
-    res = {**head, "choices": choices, "usage": _usage(evs[-1].usage), "timings": evs[-1].timings}
+    res = {**head, "choices": choices, "usage": _usage(summed_usage([e[-1].usage for _, e in results])), "timings": evs[-1].timings}
     if wants_verbose(state, body):
         res["__verbose"] = verbose_field(state, text, out, ids, evs)
     return JSONResponse(res)
@@ -196,30 +210,59 @@ def _call_deltas(calls: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [{"index": i, "id": c["id"], "type": "function", "function": c["function"]} for i, c in enumerate(calls)]
 
 
-async def _stream(state: ServerState, p: Pending, head: dict[str, Any], chat: bool,
+async def _stream(state: ServerState, ps: list[Pending], head: dict[str, Any], chat: bool,
                   prep: ChatPrep | None = None, usage_chunk: bool = False) -> AsyncIterator[str]:
-    """SSE chunks: a role delta first (chat), then deltas, a final chunk with finish_reason and
-    usage, with stream_options.include_usage (usage_chunk) OpenAI's chunk with no choices, the
-    usage and llama-server's timings, then [DONE].  An abort/error ends with an error event.  Chat: the output so far is
-    parsed as a message (chat/message.py) after each piece, and what grew is sent, as llama-server
-    does: delta.reasoning_content, delta.content (text that may start a call marker is held),
-    and the tool_calls once the output is complete."""
+    """SSE: every choice's chunks (_choice_chunks) as they come, interleaved, then with
+    stream_options.include_usage (usage_chunk) OpenAI's chunk with no choices, the usage (the
+    choices' summed) and llama-server's timings, then [DONE].  An abort/error ends the stream
+    with an error event."""
+    finals: list[Event | None] = [None] * len(ps)
+    async for i, item in interleave([_choice_chunks(state, p, head, chat, prep, j) for j, p in enumerate(ps)]):
+        if isinstance(item, Event):
+            if (err := final_error(item)) is not None:
+                yield sse(error_body(err.status, err.message))
+                yield "data: [DONE]\n\n"
+                return
+            finals[i] = item
+        else:
+            yield sse(item)
+    if usage_chunk and finals[0] is not None:
+        yield sse({**head, "choices": [], "usage": _usage(summed_usage([f.usage for f in finals if f is not None])),
+                   "timings": finals[0].timings})
+    yield "data: [DONE]\n\n"
+
+
+async def _choice_chunks(state: ServerState, p: Pending, head: dict[str, Any], chat: bool,
+                         prep: ChatPrep | None, index: int) -> AsyncIterator[dict[str, Any] | Event]:
+    """One choice's chunks: a role delta first (chat), then deltas, a final chunk with
+    finish_reason, its usage and timings; then its final Event (the caller's: the usage, an
+    error).  Chat: the output so far is parsed as a message (chat/message.py) after each
+    piece, and what grew is sent, as llama-server does: delta.reasoning_content,
+    delta.content (text that may start a call marker is held), and the tool_calls once the
+    output is complete."""
     def chunk(text: str | None, finish: str | None, ev: Event | None = None, role: bool = False,
               delta: dict[str, Any] | None = None) -> dict[str, Any]:
         if chat:
             if delta is None:
                 delta = {"role": "assistant", "content": None} if role else ({"content": text} if text else {})
-            c: dict[str, Any] = {"index": 0, "delta": delta, "finish_reason": finish}
+            c: dict[str, Any] = {"index": index, "delta": delta, "finish_reason": finish}
             if ev is not None and ev.probs is not None:
                 c["logprobs"] = _chat_logprobs(state, [ev])
         else:
-            c = {"index": 0, "text": text or "", "finish_reason": finish}
+            c = {"index": index, "text": text or "", "finish_reason": finish}
             if ev is not None and ev.probs is not None:
                 c["logprobs"] = _cmpl_logprobs(state, [ev])
         return {**head, "choices": [c]}
 
-    if chat:
-        yield sse(chunk(None, None, role=True))
+    def telemetry(c: dict[str, Any], ev: Event) -> dict[str, Any]:  # timings_per_token, return_progress
+        if ev.timings is not None:
+            c["timings"] = ev.timings
+        if ev.progress is not None:
+            c["prompt_progress"] = ev.progress
+        return c
+
+    if chat and not p.req.return_progress:  # with return_progress the progress chunks carry the role (llama-server)
+        yield chunk(None, None, role=True)
     out, delta = "", MessageDelta()
 
     def grown(final: bool) -> dict[str, Any]:
@@ -230,32 +273,31 @@ async def _stream(state: ServerState, p: Pending, head: dict[str, Any], chat: bo
         return d
     async for ev in p.events():
         if not ev.final:
+            if ev.progress is not None:  # llama-server's progress chunk: chat, the role delta; else empty text
+                yield telemetry(chunk(None, None, role=True) if chat else chunk("", None), ev)
+                continue
             if not chat:
                 if ev.text or ev.probs is not None:
-                    yield sse(chunk(ev.text, None, ev))
+                    yield telemetry(chunk(ev.text, None, ev), ev)
                 continue
             out += ev.text
             d = grown(False)
             if d or ev.probs is not None:
-                yield sse(chunk(None, None, ev, delta=d))
+                yield telemetry(chunk(None, None, ev, delta=d), ev)
             continue
-        if (err := final_error(ev)) is not None:
-            yield sse(error_body(err.status, err.message))
-        else:
+        if final_error(ev) is None:
             fin = _finish(ev)
             if chat:
                 out += ev.text
                 d = grown(True)
                 if d:
-                    yield sse(chunk(None, None, delta=d))
+                    yield chunk(None, None, delta=d)
                 if "tool_calls" in d:
                     fin["finish_reason"] = "tool_calls" if fin["finish_reason"] == "stop" else fin["finish_reason"]
             elif ev.text:
-                yield sse(chunk(ev.text, None))
+                yield chunk(ev.text, None)
             last = chunk(None, fin["finish_reason"])
             last["choices"][0].update(fin)
-            yield sse({**last, "usage": _usage(ev.usage), "timings": ev.timings})
-            if usage_chunk:
-                yield sse({**head, "choices": [], "usage": _usage(ev.usage), "timings": ev.timings})
-        yield "data: [DONE]\n\n"
+            yield {**last, "usage": _usage(ev.usage), "timings": ev.timings}
+        yield ev
         return

@@ -59,15 +59,13 @@ async def responses(request: Request):
     state: ServerState = request.app.state.llama
     raw, chat, prep, ids = await _parse(state, request)
     constraint = reasoning_gate(state, prep, chat, await compile_constraint(state, request_spec(chat.grammar, chat.json_schema, chat.response_format, prep.plan)))
-    per_token, progress = (_flag(raw, k) for k in ("timings_per_token", "return_progress"))
     req = GenRequest(ids, max_tokens=chat.n_predict(), sampling=chat.sampling(), stop=chat.stop_list(), ignore_eos=chat.ignore_eos, **chat.slot_params(),
-                     spec=chat.spec_overrides(), constraint=constraint, timings_per_token=per_token and chat.stream,
-                     return_progress=progress and chat.stream)
+                     spec=chat.spec_overrides(), constraint=constraint, **chat.telemetry())
     p = submit(state, req)
     head = _head(raw, chat, state)
     if chat.stream:
         return EventStream(_stream(p, prep, head), p.close)
-    out, evs = await p.collect(request.is_disconnected)
+    out, evs = await p.collect(request.receive)
     if not evs or not evs[-1].final:
         return error_response(499, "client closed the request")
     if (err := final_error(evs[-1])) is not None:
@@ -75,14 +73,6 @@ async def responses(request: Request):
     msg = prep.parse(out)
     items = _reasoning(msg.reasoning_content) + _message(msg, bool(msg.tool_calls)) + _calls(msg)
     return JSONResponse(_done(head, items, evs[-1].usage))
-
-
-def _flag(raw: dict[str, Any], key: str) -> bool:
-    """llama-server's telemetry switches (timings_per_token, return_progress): a bool or absent."""
-    v = raw.get(key, False)
-    if not isinstance(v, bool):
-        raise APIError(400, f"{key}: expected a boolean, got {type(v).__name__}")
-    return v
 
 
 def _head(raw: dict[str, Any], chat: ChatCompletionRequest, state: ServerState) -> dict[str, Any]:

@@ -75,6 +75,7 @@ class Request:
     id_slot: int = -1  # llama-server's id_slot: run on that slot (modulo the slots); -1: the scheduler picks
     n_keep: int | None = None  # context shift: tokens kept at the start (-1: the prompt); None: the server's --keep
     n_discard: int = 0  # context shift: tokens dropped after them; 0: half of the rest
+    cache_prompt: bool = True  # llama-server's cache_prompt: False reuses no cached prefix (the whole prompt is decoded)
     n_cache_reuse: int | None = None  # --cache-reuse's chunk size for this request (0: off); None: the server's
     timings_per_token: bool = False  # llama-server's: each token's event carries the timings so far
     return_progress: bool = False  # llama-server's: an event with prompt_progress after each prompt batch

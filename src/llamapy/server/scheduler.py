@@ -297,7 +297,7 @@ class Scheduler:
                 continue
             bind_slot_lora(self.ctx, slot, req.lora)  # before any reuse: other scales' cells are dropped
             n_reuse = self.n_cache_reuse if req.n_cache_reuse is None else req.n_cache_reuse
-            if n_reuse > 0 and can_shift(self.ctx.memory):
+            if n_reuse > 0 and req.cache_prompt and can_shift(self.ctx.memory):
                 reuse_chunks(self.ctx.memory, slot, req.prompt, n_reuse)
             n_keep = slot.start(req, sampler, StreamDecoder(self.tok))
             slot.spec = self._speculator(slot.id, req)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, model_validator
 
 from ..sampling import LLAMA_DEFAULT_SEED, SamplingParams
 
@@ -32,6 +32,7 @@ class _Sampling(BaseModel):
     id_slot: int = Field(-1, ge=-1)  # llama-server's: the slot to run on (its prompt cache); -1: any
     n_keep: int | None = Field(None, ge=-1)  # context shift: tokens kept (-1: the prompt); None: the server's --keep
     n_discard: int = Field(0, ge=0)  # context shift: tokens dropped after them (0: half of the rest)
+    cache_prompt: bool = True  # llama-server's: False decodes the whole prompt (no cached prefix reused)
     n_cache_reuse: int | None = Field(None, ge=0)  # prompt cache chunks this long are shifted into place; None: --cache-reuse
     lora: Any = None  # llama-server's per-request adapters [{id, scale}] (unlisted ids: 0); None: the global scales
     # llama-server's per-request speculative fields (flat, dotted keys); None: the server's
@@ -41,6 +42,13 @@ class _Sampling(BaseModel):
     # llama-server's constraints: a GBNF grammar or a JSON Schema (not both)
     grammar: str | None = None
     json_schema: dict[str, Any] | bool | None = None
+    timings_per_token: bool = False  # llama-server's: each streamed chunk carries the timings so far
+    return_progress: bool = False  # llama-server's: stream prompt_progress chunks while the prompt is read
+
+    def telemetry(self) -> dict[str, bool]:
+        """timings_per_token and return_progress as server.request.Request's keyword arguments
+        (llama-server's: they act on a stream only)."""
+        return {"timings_per_token": self.timings_per_token and self.stream, "return_progress": self.return_progress and self.stream}
 
     def spec_overrides(self) -> dict[str, float]:
         """The speculative fields the request set, as {"n_max": .., "n_min": .., "p_min": ..}."""
@@ -57,7 +65,7 @@ class _Sampling(BaseModel):
         except LoraRequestError as e:
             raise APIError(400, str(e)) from None
         return {"id_slot": self.id_slot, "n_keep": self.n_keep, "n_discard": self.n_discard, "n_cache_reuse": self.n_cache_reuse,
-                "lora": lora}
+                "cache_prompt": self.cache_prompt, "lora": lora}
 
     def stop_list(self) -> list[str]:
         if self.stop is None:
@@ -83,7 +91,7 @@ class CompletionRequest(_Sampling):
     prompt: str | list[int] = Field(min_length=1)
     max_tokens: int | None = Field(16, ge=-1)
     logprobs: int | None = Field(None, ge=0, le=20)
-    n: int = Field(1, ge=1, le=1)
+    n: int = Field(1, ge=1, validation_alias=AliasChoices("n_cmpl", "n"))  # llama-server's n_cmpl: 1..the slots (-np)
     echo: bool = False
     stream_options: StreamOptions | None = None
 
@@ -128,7 +136,7 @@ class ChatCompletionRequest(_Sampling):
     max_completion_tokens: int | None = Field(None, ge=-1)
     logprobs: bool = False
     top_logprobs: int | None = Field(None, ge=0, le=20)
-    n: int = Field(1, ge=1)  # llama-server's n_cmpl: 1..the slots (-np), checked by the route
+    n: int = Field(1, ge=1, validation_alias=AliasChoices("n_cmpl", "n"))  # llama-server's n_cmpl: 1..the slots (-np)
     stream_options: StreamOptions | None = None
     response_format: dict[str, Any] | None = None  # {"type": "text" | "json_object" | "json_schema", ...}
     tools: list[Any] | None = None  # checked by tools.parse_tools (a 400 that names the problem)
@@ -158,9 +166,6 @@ class NativeCompletionRequest(_Sampling):
     n_predict: int = Field(-1, ge=-1)
     n_probs: int = Field(0, ge=0, le=100)
     post_sampling_probs: bool = False
-    cache_prompt: bool = True
-    timings_per_token: bool = False  # llama-server's: each streamed chunk carries the timings so far
-    return_progress: bool = False  # llama-server's: stream prompt_progress chunks while the prompt is read
 
     def generation_settings(self, logit_bias: list[dict[str, Any]]) -> dict[str, Any]:
         """llama-server's generation_settings: the request's settings that llamapy applies (the

@@ -78,9 +78,10 @@ class Slot:
 
     def start(self, req: Request, sampler: Sampler, decoder: StreamDecoder) -> int:
         """Take a request; returns how many prompt tokens are reused from the cache (the longest
-        common prefix, less one so the last prompt token is decoded for fresh logits).
-        The caller removes the cache tail from that position on."""
-        n_keep = min(common_prefix(self.cache_tokens, req.prompt), len(req.prompt) - 1)
+        common prefix, less one so the last prompt token is decoded for fresh logits; none when
+        the request says cache_prompt: false).  The caller removes the cache tail from that
+        position on."""
+        n_keep = min(common_prefix(self.cache_tokens, req.prompt), len(req.prompt) - 1) if req.cache_prompt else 0
         self.cache_tokens = self.cache_tokens[:n_keep]
         self.request, self.state = req, SlotState.PREFILLING
         self.n_past = self.n_cached = n_keep
@@ -108,9 +109,9 @@ class Slot:
 
     def progress(self) -> dict[str, float]:
         """llama-server's prompt_progress: the prompt's tokens, those from the cache, those in the
-        slot so far, and the milliseconds since the slot took the request."""
+        slot so far, and the whole milliseconds since the slot took the request (an integer there)."""
         return {"total": len(self.request.prompt), "cache": self.n_cached, "processed": len(self.cache_tokens),
-                "time_ms": (time.perf_counter() - self.t_start) * 1000}
+                "time_ms": int((time.perf_counter() - self.t_start) * 1000)}
 
     def progress_event(self) -> Event:
         """return_progress's event: prompt_progress, and the timings with timings_per_token."""

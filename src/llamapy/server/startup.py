@@ -42,7 +42,7 @@ def server_state(s: ServeSettings) -> ServerState:
     return ServerState(api_key=s.api_key, api_keys=s.api_keys, metrics=s.metrics, slots=s.slots, max_body=s.max_body, timeout=s.timeout,
                        defaults=s.defaults, webui=s.webui, engine_events=s.engine_events, chat=s.chat,
                        slot_save_path=None if s.slot_save_path is None else Path(s.slot_save_path), props=s.props,
-                       cors=s.cors, verbose=s.verbose)
+                       cors=s.cors, verbose=s.verbose, ui_mcp_proxy=s.ui_mcp_proxy, server_tools=s.server_tools)
 
 
 def split_names(value: str | None) -> tuple[str, ...]:

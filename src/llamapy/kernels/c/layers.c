@@ -9,6 +9,7 @@
  *   x += wo a                              (gemma3: x += rms_norm(wo a) * attn_post_norm)
  *   h = rms_norm(x) * ffn_norm
  *   x += wd act(wg h) * (wu h)             (act silu or gelu; gemma3: post-norm as above)
+ *   (qwen3moe, Mixtral-style llama: x += the MoE FFN of h, moe.c lp_moe_row_for; one row only)
  *
  * The steps and arithmetic are the per-op path's with the same kernels (mm.c, ops.c).  Each
  * layer names its KV set (the cache it stores into and reads: the window cache or the global
@@ -19,6 +20,7 @@
 
 #include "kv_quant.h"
 #include "mm.h"
+#include "moe.h"
 #include "ops.h"
 #include "rows_det_x86.h"
 
@@ -31,6 +33,7 @@ typedef struct {
     void *k, *v;                                 /* the layer's cache [n_stream, n_cells, n_head_kv * d] */
     int64_t tck, tcv;                            /* its storage types: LP_F16, or blocks of 32 (kv_quant.c) */
     int64_t kv_set, rope_set;
+    lp_moe moe;                                  /* n_expert > 0: the FFN is these experts (wg, wu, wd unused) */
 } lp_layer;
 
 typedef struct {
@@ -108,10 +111,18 @@ int lp_layers(const lp_layer *L, int64_t n_layer, const lp_dims *hp, float *x, i
     int64_t *row_chunks = hp->det ? (int64_t *)malloc((size_t)(n * n_kv_sets + 1) * sizeof(int64_t)) : NULL;
     if (hp->det && !row_chunks) return -1;
     int blocks = 0; /* some cache in blocks: the attention widens its rows into per-thread scratch */
+    size_t moe_own = 0, moe_shared = 0; /* the MoE layers' most, per thread and shared (moe.c) */
     if (n_kv_sets > LP_MAX_KV_SETS) return -1;
     for (int64_t il = 0; il < n_layer; il++) {
         if (!lp_kv_types_ok((int)L[il].tck, (int)L[il].tcv, d, d)) return -2;
         blocks |= L[il].tck != LP_F16 || L[il].tcv != LP_F16;
+        if (L[il].moe.n_expert == 0) continue;
+        if (n != 1 || L[il].moe.k < 1 || L[il].moe.k > LP_MOE_MAX_K || L[il].moe.k > L[il].moe.n_expert) {
+            free(row_chunks);
+            return -3;
+        }
+        moe_own = lp_moe_own_bytes(&L[il].moe) > moe_own ? lp_moe_own_bytes(&L[il].moe) : moe_own;
+        moe_shared = lp_moe_shared_floats(&L[il].moe) > moe_shared ? lp_moe_shared_floats(&L[il].moe) : moe_shared;
     }
     for (int64_t s = 0; s < n_kv_sets; s++) { /* each set's cells chunked as lp_attn_kv would (the same sums) */
         const int64_t m = lp_most_visible(kvs[s].ptr, n), np = lp_attn_part_floats(n, hp->n_head, d, n_chunk[s] =
@@ -128,7 +139,7 @@ int lp_layers(const lp_layer *L, int64_t n_layer, const lp_dims *hp, float *x, i
         const int64_t pd = lp_attn_part_floats(n, hp->n_head, d, n_chunk[s]);
         n_part = pd > n_part ? pd : n_part;
     }
-    float *buf = (float *)malloc((size_t)(n * (2 * ne + nqkv + nq + 3 * n_ff) + n_part) * sizeof(float));
+    float *buf = (float *)malloc(((size_t)(n * (2 * ne + nqkv + nq + 3 * n_ff) + n_part) + moe_shared) * sizeof(float));
     void *xbuf = malloc(lp_xprep_bytes(wide, n)), *dbuf = hp->det ? malloc(lp_det_xrows_bytes(wide, n)) : NULL;
     if (!buf || !xbuf || (hp->det && !dbuf)) {
         free(buf);
@@ -139,6 +150,7 @@ int lp_layers(const lp_layer *L, int64_t n_layer, const lp_dims *hp, float *x, i
     }
     float *xn = buf, *qkv = xn + n * ne, *att = qkv + n * nqkv, *gu = att + n * nq, *h = gu + n * 2 * n_ff;
     float *tmp = h + n * n_ff, *part = tmp + n * ne; /* part: the attention chunks' partials */
+    float *moe_sh = part + n_part;                   /* the MoE layers' shared floats */
     int failed = 0;
     lp_xprep xp_ne = lp_xprep_at(xbuf, ne, n, xn), xp_q = lp_xprep_at(xbuf, nq, n, att), xp_ff = lp_xprep_at(xbuf, n_ff, n, h);
     /* deterministic mode: the same rows in the one-row form (rows_det_x86.c) */
@@ -150,7 +162,8 @@ int lp_layers(const lp_layer *L, int64_t n_layer, const lp_dims *hp, float *x, i
         float *p = (float *)malloc((size_t)(most * hpt) * sizeof(float));
         void *scratch = malloc(lp_mm_scratch_bytes(wide));
         float *kvf = blocks ? (float *)malloc((size_t)lp_attn_kv_floats(most, d, d) * sizeof(float)) : NULL;
-        int ok = p && scratch && (!blocks || kvf);
+        char *own = moe_own ? (char *)malloc(moe_own + 64) : NULL;
+        int ok = p && scratch && (!blocks || kvf) && (!moe_own || own);
 #pragma omp atomic update
         failed += !ok;
 #pragma omp barrier
@@ -203,6 +216,11 @@ int lp_layers(const lp_layer *L, int64_t n_layer, const lp_dims *hp, float *x, i
                 product(l->to, l->wo, ne, &xp_q, x, ne, 1, scratch, dq);
             }
             /* feed-forward */
+            if (l->moe.n_expert > 0) {
+                lp_moe_row_for(&l->moe, x, l->ffn_norm, hp->eps, x, moe_sh, (char *)(((uintptr_t)own + 63) & ~(uintptr_t)63),
+                               NULL, NULL);
+                continue;
+            }
             norm_prep_for(x, l->ffn_norm, hp->eps, &xp_ne, dne);
             if (l->wu == NULL) {
                 product(l->tg, l->wg, 2 * n_ff, &xp_ne, gu, 2 * n_ff, 0, scratch, dne);
@@ -230,6 +248,7 @@ int lp_layers(const lp_layer *L, int64_t n_layer, const lp_dims *hp, float *x, i
         free(p);
         free(scratch);
         free(kvf);
+        free(own);
     }
     free(buf);
     free(xbuf);

@@ -1,34 +1,42 @@
 /* One row's mixture-of-experts FFN (decode: qwen3moe, Mixtral-style llama) in one call and one
- * parallel region -- llama.cpp's build_moe_ffn with softmax gating, norm_w, SiLU experts, no biases:
+ * parallel region -- llama.cpp's build_moe_ffn with softmax gating, norm_w, SiLU experts, no
+ * biases:
  *
  *   logits = gate_inp x                      (the router, F32 [n_expert, n_embd]: the F32 product)
  *   p = softmax(logits); sel = the k largest p (largest first); w = p[sel] / max(sum p[sel], 2^-14)
- *   acc = sum over j in selection order of w_j * wd_e (silu(wg_e x) * (wu_e x)),  e = sel[j]
- *   y += acc
+ *   h_j = silu(wg_e x) * (wu_e x),  e = sel[j]   (all k experts' gate and up rows: one task list)
+ *   y += sum over j in selection order of w_j * wd_e h_j   (all k experts' down rows, output row
+ *                                                           chunks as tasks, summed in the task)
  *
- * x is prepared for the products once (the router's and every expert's gate and up read it); only
- * the k selected experts' weights are read.  Expert e's matrices start at w + e * stride (the
- * 3-D ffn_*_exps tensors, contiguous per expert).  sel / wsel receive the routing (model/moe.py
- * checks it in the tests).  Returns 0, or -1 when scratch memory is short. */
+ * Three barriers in all (after the router, after the gate / up products, at the end), as
+ * ggml's mul_mat_id meets once per op: each thread prepares x and the h_j for the products itself
+ * (a few microseconds, against a barrier each) and routes from the logits itself (the same
+ * integers and floats on every thread, so the same choice), and the threads split (expert, 16
+ * rows) tasks so that both stay busy whatever k.  Only the k selected experts' weights are read.
+ * Expert e's matrices start at w + e * stride (the 3-D ffn_*_exps tensors, contiguous per
+ * expert).  sel / wsel receive the routing (model/moe.py checks it in the tests).  Returns 0, or
+ * -1 when scratch memory is short (y untouched). */
 #include <math.h>
 #include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "mm.h"
+#include "moe.h"
 #include "ops.h"
 
-#define LP_MOE_MAX_K 64
 #define LP_MOE_W_SUM_MIN 6.103515625e-5f /* build_moe_ffn's clamp of the weights' sum */
 #define LP_TYPE_F32 0
+#define ALIGN64(n) (((n) + 63) & ~(size_t)63)
 
-static void route(const float *logits, int64_t n_expert, int64_t k, int64_t *sel, float *wsel) {
+/* p (n_expert floats of scratch) <- softmax(logits); sel, wsel <- the k largest, largest first
+ * (the first on ties), renormalised. */
+static void route(const float *logits, int64_t n_expert, int64_t k, float *p, int64_t *sel, float *wsel) {
     float mx = -INFINITY, sum = 0.0f, wsum = 0.0f;
     for (int64_t e = 0; e < n_expert; e++) mx = logits[e] > mx ? logits[e] : mx;
-    float *p = (float *)malloc((size_t)n_expert * sizeof(float));
     for (int64_t e = 0; e < n_expert; e++) sum += (p[e] = expf(logits[e] - mx));
     for (int64_t e = 0; e < n_expert; e++) p[e] /= sum;
-    for (int64_t j = 0; j < k; j++) { /* the k largest, largest first (the first on ties) */
+    for (int64_t j = 0; j < k; j++) {
         int64_t best = -1;
         for (int64_t e = 0; e < n_expert; e++) {
             int taken = 0;
@@ -41,59 +49,99 @@ static void route(const float *logits, int64_t n_expert, int64_t k, int64_t *sel
     }
     wsum = wsum > LP_MOE_W_SUM_MIN ? wsum : LP_MOE_W_SUM_MIN;
     for (int64_t j = 0; j < k; j++) wsel[j] /= wsum;
-    free(p);
+}
+
+/* One thread's memory: the product scratch, x (normed) and the k h rows prepared, the routing. */
+typedef struct {
+    void *scratch;
+    lp_xprep xe, xf[LP_MOE_MAX_K];
+    int64_t sel[LP_MOE_MAX_K];
+    float w[LP_MOE_MAX_K];
+    float *p, *g, *u, *t, *xn; /* n_expert, n_ff, n_ff, n_embd, n_embd */
+} own;
+
+static int64_t wide_of(const lp_moe *m) { return m->n_embd > m->n_ff ? m->n_embd : m->n_ff; }
+
+/* A thread's bytes (lp_moe_row_for's `own`, 64-aligned), and the floats the threads share. */
+size_t lp_moe_own_bytes(const lp_moe *m) {
+    return ALIGN64(lp_mm_scratch_bytes(wide_of(m))) + ALIGN64(lp_xprep_bytes(m->n_embd, 1)) + 64 +
+           (size_t)m->k * (ALIGN64(lp_xprep_bytes(m->n_ff, 1)) + 64) +
+           (size_t)(m->n_expert + 2 * m->n_ff + 2 * m->n_embd + 64) * sizeof(float);
+}
+size_t lp_moe_shared_floats(const lp_moe *m) { return (size_t)(m->n_expert + m->k * m->n_ff); }
+
+static own own_at(char *b, const lp_moe *m, const float *x, const float *h) {
+    own o;
+    o.scratch = b;
+    b += ALIGN64(lp_mm_scratch_bytes(wide_of(m)));
+    char *xb = b;
+    b += ALIGN64(lp_xprep_bytes(m->n_embd, 1)) + 64;
+    for (int64_t j = 0; j < m->k; j++, b += ALIGN64(lp_xprep_bytes(m->n_ff, 1)) + 64)
+        o.xf[j] = lp_xprep_at(b, m->n_ff, 1, h + j * m->n_ff);
+    o.p = (float *)b;
+    o.g = o.p + m->n_expert;
+    o.u = o.g + m->n_ff;
+    o.t = o.u + m->n_ff;
+    o.xn = o.t + m->n_embd;
+    o.xe = lp_xprep_at(xb, m->n_embd, 1, x ? x : o.xn);
+    return o;
+}
+
+/* y[n_embd] += the MoE FFN of x (rms_norm(x) * norm when norm is not NULL), split among the
+ * threads of the enclosing parallel region, which meet three times (the last at the end: y may
+ * be x, and the caller's next step may read y).  shared: lp_moe_shared_floats(m) floats; own:
+ * this thread's lp_moe_own_bytes(m) (64-aligned); sel, wsel (k each, or NULL): the routing. */
+void lp_moe_row_for(const lp_moe *m, const float *x, const float *norm, float eps, float *y, float *shared, char *own_mem,
+                    int64_t *sel, float *wsel) {
+    const int64_t k = m->k, n_ff = m->n_ff, n_embd = m->n_embd;
+    const int64_t per_f = (n_ff + LP_MM_CHUNK - 1) / LP_MM_CHUNK, per_e = (n_embd + LP_MM_CHUNK - 1) / LP_MM_CHUNK;
+    float *logits = shared, *h = logits + m->n_expert;
+    own o = own_at(own_mem, m, norm ? NULL : x, h);
+    if (norm) lp_rms_norm_row(x, norm, n_embd, eps, o.xn);
+    lp_prep_row(&o.xe, 0); /* one row: no lanes (lp_lanes_for has nothing to lay out) */
+    lp_mm_for(LP_TYPE_F32, m->gate_inp, m->n_expert, n_embd, &o.xe, logits, m->n_expert, 0, o.scratch);
+    route(logits, m->n_expert, k, o.p, o.sel, o.w);
+    if (sel && omp_get_thread_num() == 0)
+        for (int64_t j = 0; j < k; j++) sel[j] = o.sel[j], wsel[j] = o.w[j];
+#pragma omp for schedule(static)
+    for (int64_t t = 0; t < k * per_f; t++) { /* expert j's gate and up rows o0..o1, then their SwiGLU */
+        const int64_t j = t / per_f, e = o.sel[j], o0 = (t % per_f) * LP_MM_CHUNK;
+        const int64_t o1 = o0 + LP_MM_CHUNK < n_ff ? o0 + LP_MM_CHUNK : n_ff;
+        lp_mm_chunk((int)m->tg, m->wg + e * m->sg, o0, o1, n_ff, n_embd, &o.xe, o.g, n_ff, 0, o.scratch);
+        lp_mm_chunk((int)m->tu, m->wu + e * m->su, o0, o1, n_ff, n_embd, &o.xe, o.u, n_ff, 0, o.scratch);
+        lp_swiglu_row(o.g + o0, o.u + o0, o1 - o0, h + j * n_ff + o0);
+    }
+    for (int64_t j = 0; j < k; j++) lp_prep_row(&o.xf[j], 0);
+#pragma omp for schedule(static)
+    for (int64_t c = 0; c < per_e; c++) { /* output rows o0..o1: the k experts' down rows, summed */
+        const int64_t o0 = c * LP_MM_CHUNK, o1 = o0 + LP_MM_CHUNK < n_embd ? o0 + LP_MM_CHUNK : n_embd;
+        float acc[LP_MM_CHUNK];
+        const float *t = o.t + o0;
+        for (int64_t j = 0; j < k; j++) {
+            lp_mm_chunk((int)m->td, m->wd + o.sel[j] * m->sd, o0, o1, n_embd, n_ff, &o.xf[j], o.t, n_embd, 0, o.scratch);
+            for (int64_t i = 0; i < o1 - o0; i++) acc[i] = j == 0 ? t[i] * o.w[j] : acc[i] + t[i] * o.w[j];
+        }
+        for (int64_t i = 0; i < o1 - o0; i++) y[o0 + i] += acc[i];
+    }
 }
 
 int lp_moe_row(const float *x, const uint8_t *gate_inp, int64_t n_expert, int64_t k, const uint8_t *wg,
                const uint8_t *wu, const uint8_t *wd, int64_t tg, int64_t tu, int64_t td, int64_t sg, int64_t su,
                int64_t sd, int64_t n_embd, int64_t n_ff, float *y, int64_t *sel, float *wsel) {
     if (k < 1 || k > LP_MOE_MAX_K || k > n_expert) return -2;
-    const int64_t wide = n_embd > n_ff ? n_embd : n_ff;
-    float *buf = (float *)malloc((size_t)(n_expert + 3 * n_ff + 2 * n_embd) * sizeof(float));
-    void *xb_e = malloc(lp_xprep_bytes(n_embd, 1)), *xb_f = malloc(lp_xprep_bytes(n_ff, 1));
-    if (!buf || !xb_e || !xb_f) {
-        free(buf);
-        free(xb_e);
-        free(xb_f);
+    const lp_moe m = {gate_inp, wg, wu, wd, n_expert, k, tg, tu, td, sg, su, sd, n_embd, n_ff};
+    const int nth = omp_get_max_threads();
+    const size_t ob = ALIGN64(lp_moe_own_bytes(&m));
+    float *shared = (float *)malloc(lp_moe_shared_floats(&m) * sizeof(float));
+    char *mine = (char *)malloc((size_t)nth * ob + 64);
+    if (!shared || !mine) {
+        free(shared);
+        free(mine);
         return -1;
     }
-    float *logits = buf, *g = logits + n_expert, *u = g + n_ff, *h = u + n_ff, *t = h + n_ff, *acc = t + n_embd;
-    lp_xprep xp_e = lp_xprep_at(xb_e, n_embd, 1, x), xp_f = lp_xprep_at(xb_f, n_ff, 1, h);
-    int failed = 0;
-#pragma omp parallel
-    {
-        void *scratch = malloc(lp_mm_scratch_bytes(wide));
-#pragma omp atomic update
-        failed += scratch == NULL;
-#pragma omp barrier
-        if (!failed) {
-#pragma omp for schedule(static)
-            for (int64_t r = 0; r < 1; r++) lp_prep_row(&xp_e, r);
-            lp_lanes_for(&xp_e);
-            lp_mm_for(LP_TYPE_F32, gate_inp, n_expert, n_embd, &xp_e, logits, n_expert, 0, scratch);
-#pragma omp single
-            route(logits, n_expert, k, sel, wsel);
-            for (int64_t j = 0; j < k; j++) {
-                const int64_t e = sel[j];
-                lp_mm_for((int)tg, wg + e * sg, n_ff, n_embd, &xp_e, g, n_ff, 0, scratch);
-                lp_mm_for((int)tu, wu + e * su, n_ff, n_embd, &xp_e, u, n_ff, 0, scratch);
-#pragma omp for schedule(static)
-                for (int64_t r = 0; r < 1; r++) {
-                    lp_swiglu_row(g, u, n_ff, h);
-                    lp_prep_row(&xp_f, r);
-                }
-                lp_lanes_for(&xp_f);
-                lp_mm_for((int)td, wd + e * sd, n_embd, n_ff, &xp_f, t, n_embd, 0, scratch);
-#pragma omp for schedule(static)
-                for (int64_t i = 0; i < n_embd; i++) acc[i] = j == 0 ? t[i] * wsel[j] : acc[i] + t[i] * wsel[j];
-            }
-#pragma omp for schedule(static)
-            for (int64_t i = 0; i < n_embd; i++) y[i] += acc[i];
-        }
-        free(scratch);
-    }
-    free(buf);
-    free(xb_e);
-    free(xb_f);
-    return failed ? -1 : 0;
+#pragma omp parallel num_threads(nth)
+    lp_moe_row_for(&m, x, NULL, 0.0f, y, shared, (char *)ALIGN64((size_t)mine) + (size_t)omp_get_thread_num() * ob, sel, wsel);
+    free(shared);
+    free(mine);
+    return 0;
 }

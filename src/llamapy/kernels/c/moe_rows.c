@@ -7,7 +7,7 @@
  *
  *   xg[s] = x[rows[s]]                                  (gathered, each expert's rows contiguous)
  *   g = wg_e xg, u = wu_e xg   (for each active expert e, over its slots)
- *   h = silu(g) * u;  t = wd_e h
+ *   h = silu(g) * u (over g);  t = wd_e h (over xg, read by then)
  *   out[rows[s]] = sum over slots s of row r, in slot order, of t[s] * w[s];  y += out
  *
  * -- model/moe.py's per-expert loop (index_add_ in expert order, then y += out), with each
@@ -44,34 +44,51 @@ static void rows_for(active_expert *a, int64_t n_act, int64_t n_out, int64_t n_i
     }
 }
 
-int lp_moe_rows(const float *x, int64_t n_tokens, int64_t n_expert, const int64_t *counts, const int64_t *rows,
-                const float *w, const uint8_t *wg, const uint8_t *wu, const uint8_t *wd, int64_t tg, int64_t tu,
-                int64_t td, int64_t sg, int64_t su, int64_t sd, int64_t n_embd, int64_t n_ff, float *y) {
-    int64_t n_act = 0, n_slots = 0;
+/* The active experts' count and slot count of `counts`, and the bytes lp_moe_rows works in
+ * (its experts' table, the rows it gathers and makes, their prepared forms); -1 on a negative
+ * count. */
+static int64_t layout(int64_t n_tokens, int64_t n_expert, const int64_t *counts, int64_t n_embd, int64_t n_ff,
+                      int64_t *n_act, int64_t *n_slots) {
     size_t xbytes = 0;
+    *n_act = *n_slots = 0;
     for (int64_t e = 0; e < n_expert; e++) {
-        if (counts[e] < 0) return -2;
+        if (counts[e] < 0) return -1;
         if (counts[e] == 0) continue;
-        n_act++;
-        n_slots += counts[e];
+        ++*n_act;
+        *n_slots += counts[e];
         xbytes += ALIGN64(lp_xprep_bytes(n_embd, counts[e])) + ALIGN64(lp_xprep_bytes(n_ff, counts[e])) + 128;
     }
+    /* xg (then t) [n_slots, n_embd]; g (then h), u [n_slots, n_ff]; out [n_tokens, n_embd] */
+    const size_t floats = (size_t)(*n_slots * (n_embd + 2 * n_ff) + n_tokens * n_embd);
+    return (int64_t)(ALIGN64((size_t)(*n_act ? *n_act : 1) * sizeof(active_expert)) + ALIGN64(floats * sizeof(float)) +
+                     xbytes + 64);
+}
+
+/* The bytes lp_moe_rows needs as `work` for these counts (-1: a negative count). */
+int64_t lp_moe_rows_bytes(int64_t n_tokens, int64_t n_expert, const int64_t *counts, int64_t n_embd, int64_t n_ff) {
+    int64_t n_act, n_slots;
+    return layout(n_tokens, n_expert, counts, n_embd, n_ff, &n_act, &n_slots);
+}
+
+/* work: lp_moe_rows_bytes(...) bytes the caller keeps between calls (so that the pages are
+ * not mapped and zeroed anew for every layer of every prompt), or NULL (allocated here). */
+int lp_moe_rows(const float *x, int64_t n_tokens, int64_t n_expert, const int64_t *counts, const int64_t *rows,
+                const float *w, const uint8_t *wg, const uint8_t *wu, const uint8_t *wd, int64_t tg, int64_t tu,
+                int64_t td, int64_t sg, int64_t su, int64_t sd, int64_t n_embd, int64_t n_ff, float *y, void *work,
+                int64_t work_bytes) {
+    int64_t n_act, n_slots;
+    const int64_t need = layout(n_tokens, n_expert, counts, n_embd, n_ff, &n_act, &n_slots);
+    if (need < 0) return -2;
     for (int64_t s = 0; s < n_slots; s++)
         if (rows[s] < 0 || rows[s] >= n_tokens) return -2;
     const int64_t wide = n_embd > n_ff ? n_embd : n_ff;
-    active_expert *a = (active_expert *)malloc((size_t)(n_act ? n_act : 1) * sizeof(active_expert));
-    /* xg, t [n_slots, n_embd]; g, u, h [n_slots, n_ff]; out [n_tokens, n_embd] */
-    float *buf = (float *)malloc((size_t)(2 * n_slots * n_embd + 3 * n_slots * n_ff + n_tokens * n_embd) * sizeof(float));
-    char *xbuf = (char *)malloc(xbytes + 64);
-    if (!a || !buf || !xbuf) {
-        free(a);
-        free(buf);
-        free(xbuf);
-        return -1;
-    }
-    float *xg = buf, *t = xg + n_slots * n_embd, *g = t + n_slots * n_embd, *u = g + n_slots * n_ff, *h = u + n_slots * n_ff;
-    float *out = h + n_slots * n_ff;
-    char *p = (char *)ALIGN64((size_t)xbuf);
+    char *mine = work && work_bytes >= need ? NULL : (char *)malloc((size_t)need);
+    if (!mine && !(work && work_bytes >= need)) return -1;
+    char *base = (char *)ALIGN64((size_t)(mine ? mine : (char *)work));
+    active_expert *a = (active_expert *)base;
+    float *xg = (float *)(base + ALIGN64((size_t)(n_act ? n_act : 1) * sizeof(active_expert)));
+    float *t = xg, *g = xg + n_slots * n_embd, *h = g, *u = g + n_slots * n_ff, *out = u + n_slots * n_ff;
+    char *p = (char *)ALIGN64((size_t)(out + n_tokens * n_embd));
     for (int64_t e = 0, i = 0, s0 = 0; e < n_expert; s0 += counts[e], e++) {
         if (counts[e] == 0) continue;
         a[i].e = e;
@@ -128,8 +145,6 @@ int lp_moe_rows(const float *x, int64_t n_tokens, int64_t n_expert, const int64_
         }
         free(scratch);
     }
-    free(a);
-    free(buf);
-    free(xbuf);
+    free(mine);
     return failed ? -1 : 0;
 }

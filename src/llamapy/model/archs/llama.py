@@ -12,6 +12,7 @@ import torch
 import torch.nn.functional as F
 
 from ...kernels.fused_layers import FusedLayers, LayerSpec
+from ...kernels.moe_row import MoeWork, moe_row_for
 from ...memory.kv_cache import KVCache
 from ..graph import UBatchInputs
 from ..hparams import HParams
@@ -50,18 +51,22 @@ class LlamaModel:
         # output is tok_embd when tied; parts this stage does not hold are None
         self.tok_embd, self.output_norm, self.output = w.embeddings(self.stage.first, self.stage.last)
         self.layer_ids = self.stage.ids
+        self.moe_work = MoeWork()  # the MoE layers' multi-row working bytes (kernels/moe_row.py)
         self.layers = [self._load_layer(w, il) for il in self.layer_ids]
         self.rope = RopeParams(hp.n_rot, hp.rope_freq_base, hp.rope_freq_scale, self.rope_type, _freq_factors(w))
         self.fused = self._fused(w)
 
     def _fused(self, w: WeightLoader) -> FusedLayers | None:
         """Every layer in one C call for few-row ubatches (kernels/fused_layers.py), when the
-        weights are in blocks, no layer has biases (the C layer adds none) and none is an MoE
-        layer (the C layer has one dense FFN)."""
-        if any(b is not None for L in self.layers for b in (L.bq, L.bk, L.bv)) or any(L.moe for L in self.layers):
+        weights are in blocks and no layer has biases (the C layer adds none); MoE layers (one-row
+        ubatches) when every layer's experts take the C row (kernels/moe_row.py)."""
+        if any(b is not None for L in self.layers for b in (L.bq, L.bk, L.bv)):
+            return None
+        rows = [moe_row_for(L.moe) if L.moe else None for L in self.layers]
+        if any(L.moe for L in self.layers) and not all(rows):
             return None
         specs = [LayerSpec(L.attn_norm, L.ffn_norm, [L.wqkv], L.wo, [L.ffn_gate_up], L.ffn_down,
-                           q_norm=L.attn_q_norm, k_norm=L.attn_k_norm) for L in self.layers]
+                           q_norm=L.attn_q_norm, k_norm=L.attn_k_norm, moe=r) for L, r in zip(self.layers, rows)]
         hp = self.hp
         return FusedLayers.build(hp, specs, w.kernels, 1.0, 1.0 / hp.n_embd_head_k**0.5, self.rope_type != 0, False,
                                  self.layer_ids)
@@ -78,7 +83,7 @@ class LlamaModel:
         if self.hp.n_expert:
             moe = MoeFFN(w.matrix(p + "ffn_gate_inp.weight"), w.experts(p + "ffn_gate_exps.weight"),
                          w.experts(p + "ffn_up_exps.weight"), w.experts(p + "ffn_down_exps.weight"),
-                         self.hp.n_expert_used)
+                         self.hp.n_expert_used, work=self.moe_work)
         return LlamaLayer(
             attn_norm=w.get(p + "attn_norm.weight"),
             wqkv=w.matrix(p + "attn_q.weight", p + "attn_k.weight", p + "attn_v.weight"),
