@@ -292,10 +292,10 @@ def test_fp32_gemm_temporaries_bound_the_int8_rows(n_t, n_in, n_out):
     q8x_bytes, restated) and each thread's panel (q8_scratch_bytes at the AVX-512 level's 32 rows,
     the larger), small matrices included (there the fp32 GEMM's own temporaries are the smaller)."""
     from llamapy.kernels.types import q8mm_slice_rows
-    from llamapy.memory.estimate import _matmul_terms
+    from llamapy.memory.op_terms import matmul_terms
     from llamapy.memory.host import torch_threads
 
-    terms = _matmul_terms("mm", n_t, n_in, n_out, "prompt", blocks=True, dense="fp32")
+    terms = matmul_terms("mm", n_t, n_in, n_out, "prompt", blocks=True, dense="fp32")
     temps = next(t.bytes for t in terms if t.name == "mm temporaries")
     rows = min(n_t, q8mm_slice_rows(n_in))
     q8x = rows * (2 * n_in + n_in // 16 * 12 + n_in // 32 * 5 + 4) + 6 * 64
