@@ -27,7 +27,8 @@ QMATRIX_DENSE_ROWS = 32  # the same for the PyTorch fallback without a C compile
 DEQUANT_CHUNK = 1 << 21  # dense path: weights dequantized at a time (elements)
 # the K-quants' prompt products on int8 activations (kernels/c/q8mm_x86.h, AVX512-VNNI, AVX2): from
 # this many rows, a block of 32 whose max |x| exceeds this many times its rms keeps its residual,
-# and a product with more than this fraction of such blocks keeps the int16 lanes
+# and a product with more than this fraction of such blocks takes int8 alone at the AVX2 level and
+# keeps the int16 lanes at the AVX512-VNNI level (lp_q8mm_takes)
 Q8MM_ROWS = 64
 Q8MM_RATIO = 4.0
 Q8MM_MAX_FLAGGED = 0.02

@@ -46,6 +46,7 @@ typedef struct {
     int64_t n, n_in, ng; /* rows, row length, groups a row (n_in / g) */
     int g, off;          /* group, the weights' offset (their bytes are q + off, unsigned) */
     int bits;            /* the weights' bits (4, 5, 6: q8mm_256.inc's int16 sums) */
+    float ratio2;        /* the outlier rule's ratio squared; 0: no residuals (int8 alone) */
     int8_t *q, *rq;      /* [n, n_in] int8, and the residual where the block is flagged */
     float *s;            /* [n, n_in / 32] the block's scale (max |x| / 127) */
     float *sum;          /* [n, ng] the exact float sum of x over the group (the minima's factor) */
@@ -120,12 +121,13 @@ static void q8_pack(int type, const uint8_t *w, int64_t o, int np, const q8x *x,
 #endif
 
 int lp_mm_q8(int type, const uint8_t *w, int64_t n_out, int64_t n_in, const float *xf, int64_t n_rows, float *y,
-             int64_t ldy, int accumulate) {
+             int64_t ldy, int accumulate, int residual) {
 #if defined(LP_Q8MM)
     void *xbuf = malloc(q8x_bytes(n_in, n_rows));
     if (!xbuf) return -1;
     q8x x = q8x_at(xbuf, n_in, n_rows, type == LP_Q6_K ? 16 : 32, type == LP_Q6_K ? 32 : 0); /* (offset iff no minima) */
     x.bits = type == LP_Q4_K ? 4 : type == LP_Q5_K ? 5 : 6;
+    x.ratio2 = residual ? q8_ratio * q8_ratio : 0.0f;
     const int has_min = lp_has_min(type);
     int failed = 0;
 #pragma omp parallel
@@ -151,6 +153,7 @@ int lp_mm_q8(int type, const uint8_t *w, int64_t n_out, int64_t n_in, const floa
     return failed ? -1 : 0;
 #else
     (void)type, (void)w, (void)n_out, (void)n_in, (void)xf, (void)n_rows, (void)y, (void)ldy, (void)accumulate;
+    (void)residual;
     return -2;
 #endif
 }
@@ -185,7 +188,12 @@ static int64_t q8_outliers(const float *x, int64_t n_in, int64_t n_rows, int64_t
 int lp_q8mm_takes(int type, const float *x, int64_t n_in, int64_t n_rows) {
     if (!lp_q8mm_covers(type, n_in, n_rows)) return 0;
     const int64_t seen = (n_rows + 3) / 4 * (n_in / 32);
-    return (float)q8_outliers(x, n_in, n_rows, 4) <= q8_max_flagged * (float)seen;
+    if ((float)q8_outliers(x, n_in, n_rows, 4) <= q8_max_flagged * (float)seen) return 1;
+#if defined(LP_VNNI)
+    return 0; /* the int16 lanes: Gemma 3 needs their precision (tests/test_gemma3.py: 96.7% top-1 int8 alone) */
+#else
+    return 2; /* int8 alone, not the fp32 GEMM (2-3x slower); still finer than ggml-cpu's Q8_K */
+#endif
 }
 
 double lp_q8mm_flagged(const float *x, int64_t n_in, int64_t n_rows) {
