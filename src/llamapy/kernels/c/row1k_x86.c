@@ -139,21 +139,88 @@ LP_INLINE void k45_rows(const int type, const int nr, const uint8_t *w0, const u
     for (int t = 0; t < nr; t++) y[t] = hsum8(a[t]) - hsum8(am[t]);
 }
 
+/* The int16 form on the even / odd activations (lp_xrows qe, kept at x86 without VNNI): int32x8
+ * of 32 int16 weights, we the even elements (lane k: element 2k), wo the odd, against a block
+ * of 32 activations at xe (its 16 even elements, then its 16 odd).  Lane i holds elements
+ * 4i..4i+3, as dot32v's. */
+LP_INLINE __m256i dot_eo(__m256i we, __m256i wo, const int16_t *xe) {
+    return lp_dpwssd256(_mm256_madd_epi16(we, _mm256_loadu_si256((const __m256i *)xe)), wo,
+                        _mm256_loadu_si256((const __m256i *)(xe + 16)));
+}
+
+/* A Q4_K super-block's eight d * scale * s, the odd ones over 16 (returned) and its minimums' dmin * min * sum(x)
+ * added to *am; its bytes pf further on prefetched. */
+LP_INLINE __m256 k4_scales(const uint8_t *b, const float *s, const float *sum32, int64_t pf, __m256 *am) {
+    prefetch_block(b, pf, 144);
+    const __m128i sm = k45_sc(b + 4);
+    const __m128 dd = f16x2_ps(b); /* d, dmin */
+    *am = _mm256_fmadd_ps(_mm256_mul_ps(u8x8(_mm_unpackhi_epi64(sm, sm)), _mm256_broadcastss_ps(_mm_movehdup_ps(dd))),
+                          _mm256_loadu_ps(sum32), *am);
+    const __m256 sv = _mm256_mul_ps(_mm256_mul_ps(u8x8(sm), _mm256_broadcastss_ps(dd)), _mm256_loadu_ps(s));
+    return _mm256_mul_ps(sv, _mm256_setr_ps(1, 0.0625f, 1, 0.0625f, 1, 0.0625f, 1, 0.0625f)); /* k4_sums_eo's 16 q */
+}
+
+/* A Q4_K super-block's eight block sums against the even / odd activations x, the odd
+ * sub-blocks' sixteen times: its pairs of sub-blocks' 32 nibble bytes read as sixteen int16
+ * lanes are their 64 weights as four int16 vectors by masks and one shift (lane k: the low
+ * nibble of byte 2k, of byte 2k + 1; the high nibbles in place, 16 q), each against the 16
+ * activations of its parity: one vpmaddwd per 16 weights, where the split bytes' vpmaddubsw +
+ * vpmaddwd per half took four multiplies per 32.  The sums folded as each pair comes
+ * (sum8x8's steps), not eight vectors held. */
+LP_INLINE __m256i k4_sums_eo(const uint8_t *qs, const int16_t *x) {
+    const __m256i m4 = _mm256_set1_epi16(15), h4 = _mm256_set1_epi16(0xF0);
+    __m256i p[4];
+#pragma GCC unroll 4
+    for (int j = 0; j < 4; j++) {
+        const __m256i q = _mm256_loadu_si256((const __m256i *)(qs + 32 * j)), t = _mm256_srli_epi16(q, 8);
+        p[j] = pair_sums(dot_eo(_mm256_and_si256(q, m4), _mm256_and_si256(t, m4), x + 64 * j),
+                         dot_eo(_mm256_and_si256(q, h4), _mm256_and_si256(t, h4), x + 64 * j + 32));
+    }
+    const __m256i u0 = quad_sums(p[0], p[1]), u1 = quad_sums(p[2], p[3]);
+    return _mm256_add_epi32(_mm256_permute2x128_si256(u0, u1, 0x20), _mm256_permute2x128_si256(u0, u1, 0x31));
+}
+
+/* nr (1 or 2) weight rows of Q4_K against row r's even / odd activations (qe), the
+ * accumulators in registers.  The same integer block sums as k45_rows (the odd ones times 16,
+ * their scales over 16: the same products bit for bit), summed and scaled in its order: the
+ * same floats. */
+LP_INLINE void k4_rows_eo(const int nr, const uint8_t *w0, const uint8_t *w1, int64_t nsb, const lp_xrows *xr, int64_t r,
+                          int64_t pf, float *y) {
+    const int16_t *xe = xr->qe + r * xr->n_in;
+    const float *s = xr->s + r * nsb * 8, *sum32 = xr->sum32 + r * nsb * 8;
+    __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps(), m0 = _mm256_setzero_ps(), m1 = _mm256_setzero_ps();
+    for (int64_t i = 0; i < nsb; i++) {
+        const __m256 sv0 = k4_scales(w0 + i * 144, s + 8 * i, sum32 + 8 * i, pf, &m0);
+        a0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(k4_sums_eo(w0 + i * 144 + 16, xe + 256 * i)), sv0, a0);
+        if (nr == 2) {
+            const __m256 sv1 = k4_scales(w1 + i * 144, s + 8 * i, sum32 + 8 * i, pf, &m1);
+            a1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(k4_sums_eo(w1 + i * 144 + 16, xe + 256 * i)), sv1, a1);
+        }
+    }
+    y[0] = hsum8(a0) - hsum8(m0);
+    if (nr == 2) y[1] = hsum8(a1) - hsum8(m1);
+}
+
 float lp_row1_k45_split(int type, const uint8_t *row, int64_t nsb, const lp_xrows *xr, int64_t r, int64_t pf) {
     float y;
-    if (type == LP_Q4_K) k45_rows(LP_Q4_K, 1, row, row, nsb, xr, r, pf, &y);
+    if (type == LP_Q4_K && xr->qe) k4_rows_eo(1, row, row, nsb, xr, r, pf, &y);
+    else if (type == LP_Q4_K) k45_rows(LP_Q4_K, 1, row, row, nsb, xr, r, pf, &y);
     else k45_rows(LP_Q5_K, 1, row, row, nsb, xr, r, pf, &y);
     return y;
 }
 
 void lp_row1x2_k45_split(int type, const uint8_t *w0, const uint8_t *w1, int64_t nsb, const lp_xrows *xr, int64_t r, int64_t pf,
                          float *y) {
-    if (type == LP_Q4_K) k45_rows(LP_Q4_K, 2, w0, w1, nsb, xr, r, pf, y);
+    if (type == LP_Q4_K && xr->qe) k4_rows_eo(2, w0, w1, nsb, xr, r, pf, y);
+    else if (type == LP_Q4_K) k45_rows(LP_Q4_K, 2, w0, w1, nsb, xr, r, pf, y);
     else k45_rows(LP_Q5_K, 2, w0, w1, nsb, xr, r, pf, y);
 }
 
-float lp_row1_q6_k_split(const uint8_t *row, int64_t nsb, const lp_xrows *xr, int64_t r, int64_t pf) {
+/* Q6_K's super-block as q6k_half's bytes 0..63 against the split activations, or (xe: the even
+ * / odd activations) as int16 pairs, each byte vector's even and odd bytes one vpmaddwd each. */
+LP_INLINE float q6k_rows(const int even, const uint8_t *row, int64_t nsb, const lp_xrows *xr, int64_t r, int64_t pf) {
     const int8_t *xh = xr->qh + r * xr->n_in, *xl = xr->ql + r * xr->n_in;
+    const int16_t *xe = even ? xr->qe + r * xr->n_in : NULL;
     const float *s = xr->s + r * nsb * 8;
     const int32_t *is16 = xr->isum16 + r * nsb * 16;
     /* group sums come as [groups 0 2 4 6 | 1 3 5 7] of blocks 0..3 (and of 4..7) */
@@ -175,7 +242,9 @@ float lp_row1_q6_k_split(const uint8_t *row, int64_t nsb, const lp_xrows *xr, in
             __m256i w[4];
             q6k_half(b + 64 * n, b + 128 + 32 * n, w);
 #pragma GCC unroll 4
-            for (int j = 0; j < 4; j++) v[4 * n + j] = dot32s(w[j], xh + k + 128 * n + 32 * j, xl + k + 128 * n + 32 * j);
+            for (int j = 0; j < 4; j++)
+                v[4 * n + j] = even ? dot_eo(_mm256_and_si256(w[j], _mm256_set1_epi16(255)), _mm256_srli_epi16(w[j], 8), xe + k + 128 * n + 32 * j)
+                                    : dot32s(w[j], xh + k + 128 * n + 32 * j, xl + k + 128 * n + 32 * j);
         }
         __m256i u[2];
         sum_quads(v, u);
@@ -186,6 +255,10 @@ float lp_row1_q6_k_split(const uint8_t *row, int64_t nsb, const lp_xrows *xr, in
         a1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(u[1], _mm256_slli_epi32(o1, 5))), sv1, a1);
     }
     return hsum8(_mm256_add_ps(a0, a1));
+}
+
+float lp_row1_q6_k_split(const uint8_t *row, int64_t nsb, const lp_xrows *xr, int64_t r, int64_t pf) {
+    return xr->qe ? q6k_rows(1, row, nsb, xr, r, pf) : q6k_rows(0, row, nsb, xr, r, pf);
 }
 
 #endif

@@ -246,6 +246,7 @@ lp_xrows lp_det_xrows_at(void *buf, int64_t n_in, int64_t n) {
     x.qh = (int8_t *)det_align(x.sum32 + n * (n_in / 32));
     x.ql = x.qh + n * n_in;
     x.isum16 = (int32_t *)det_align(x.ql + n * n_in);
+    x.qe = NULL;
     return x;
 }
 
