@@ -148,8 +148,8 @@ LP_INLINE __m256i dot_eo(__m256i we, __m256i wo, const int16_t *xe) {
                         _mm256_loadu_si256((const __m256i *)(xe + 16)));
 }
 
-/* A Q4_K super-block's eight d * scale * s, the odd ones over 16 (returned) and its minimums' dmin * min * sum(x)
- * added to *am; its bytes pf further on prefetched. */
+/* A Q4_K super-block's eight d * scale * s, the odd ones over 16 (returned), and its
+ * minimums' dmin * min * sum(x) added to *am; its bytes pf further on prefetched. */
 LP_INLINE __m256 k4_scales(const uint8_t *b, const float *s, const float *sum32, int64_t pf, __m256 *am) {
     prefetch_block(b, pf, 144);
     const __m128i sm = k45_sc(b + 4);
@@ -242,9 +242,11 @@ LP_INLINE float q6k_rows(const int even, const uint8_t *row, int64_t nsb, const 
             __m256i w[4];
             q6k_half(b + 64 * n, b + 128 + 32 * n, w);
 #pragma GCC unroll 4
-            for (int j = 0; j < 4; j++)
-                v[4 * n + j] = even ? dot_eo(_mm256_and_si256(w[j], _mm256_set1_epi16(255)), _mm256_srli_epi16(w[j], 8), xe + k + 128 * n + 32 * j)
-                                    : dot32s(w[j], xh + k + 128 * n + 32 * j, xl + k + 128 * n + 32 * j);
+            for (int j = 0; j < 4; j++) {
+                const int64_t o = k + 128 * n + 32 * j;
+                v[4 * n + j] = even ? dot_eo(_mm256_and_si256(w[j], _mm256_set1_epi16(255)), _mm256_srli_epi16(w[j], 8), xe + o)
+                                    : dot32s(w[j], xh + o, xl + o);
+            }
         }
         __m256i u[2];
         sum_quads(v, u);
