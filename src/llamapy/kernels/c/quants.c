@@ -256,7 +256,17 @@ void lp_row_to_f32(int type, const uint8_t *row, int64_t n_in, float *out, lp_wr
 size_t lp_xrows_bytes(int64_t n_in, int64_t n) {
     size_t b = (size_t)(n * n_in) * 2 + 2 * (size_t)(n * (n_in / 32)) * 4 + (size_t)(n * (n_in / 16)) * 4 + 4 * 64;
     if (lp_xrows_split(n)) b += 2 * (size_t)(n * n_in) + (size_t)(n * (n_in / 16)) * 4 + 2 * 64;
+    if (lp_xrows_even(n)) b += 2 * (size_t)(n * n_in) + 64;
     return b;
+}
+
+int lp_xrows_even(int64_t n) {
+#if (defined(LP_AVX2) || defined(LP_AVX512)) && !defined(LP_VNNI) && !defined(LP_AVXVNNI)
+    return lp_xrows_split(n);
+#else
+    (void)n;
+    return 0;
+#endif
 }
 
 int lp_xrows_split(int64_t n) {
@@ -288,6 +298,7 @@ lp_xrows lp_xrows_at(void *buf, int64_t n_in, int64_t n) {
         x.ql = x.qh + n * n_in;
         x.isum16 = (int32_t *)align64(x.ql + n * n_in);
     }
+    x.qe = lp_xrows_even(n) ? (int16_t *)align64(x.isum16 + n * (n_in / 16)) : NULL;
     return x;
 }
 
@@ -366,5 +377,10 @@ void lp_prepare_x_row(const float *x, lp_xrows xr, int64_t r) {
             qh[k] = (int8_t)h;
             ql[k] = (int8_t)(q[k] - 256 * h);
         }
+    }
+    if (xr.qe) {
+        int16_t *qe = xr.qe + r * n_in;
+        for (int64_t k = 0; k < n_in; k += 32)
+            for (int j = 0; j < 16; j++) qe[k + j] = q[k + 2 * j], qe[k + 16 + j] = q[k + 2 * j + 1];
     }
 }
