@@ -15,6 +15,7 @@ import pytest
 import torch
 
 from llamapy import Batch, Context, ContextParams
+from llamapy.kernels.build import expected_level
 from llamapy.model.model import Model
 from tiny_family import F16, F32, Q8_0, write_tiny_family
 from tiny_model import write_tiny_llama
@@ -63,5 +64,7 @@ def test_family_deterministic(tmp_path: Path, arch: str, wtype: T) -> None:
 @pytest.mark.parametrize("wtype", LLAMA_CASES, ids=[t.name for t in LLAMA_CASES])
 def test_llama_k_quants_deterministic(tmp_path: Path, wtype: T) -> None:
     model = Model.load(write_tiny_llama(tmp_path / "llama.gguf", n_embd=256, n_ff=512, weight_type=wtype))
-    assert model.net.fused is not None and model.net.fused.det_covered
+    assert model.net.fused is not None
+    if expected_level() in ("avx2", "avx512"):  # x86's lanes cover the K-quants; elsewhere one-row ubatches
+        assert model.net.fused.det_covered
     _check(model)

@@ -27,9 +27,9 @@ def test_every_part_is_hashed(tmp_path, monkeypatch):
     shutil.copytree(build.SOURCE_DIR, src)
     monkeypatch.setattr(build, "SOURCE_DIR", src)
     names = {p.name for p in build.source_files()}
-    assert {"mm.c", "lp.h", "mm_lanes.inc"} <= names
+    assert {"mm.c", "lp.h", "q8mm_256.inc"} <= names
     key = build.library_path("cc", "scalar", "x86_64", frozenset())[0]
-    for name in ("mm.c", "lp.h", "mm_lanes.inc"):
+    for name in ("mm.c", "lp.h", "q8mm_256.inc"):
         with open(src / name, "a") as f:
             f.write("\n")
         changed = build.library_path("cc", "scalar", "x86_64", frozenset())[0]

@@ -5,7 +5,7 @@
  * lp_set_coarse_bf16 / lp_coarse_bf16, mm_xprep.inc).
  * Internal, for a caller's own parallel region (layers.c): lp_prep_for + lp_mm_for.
  * One translation unit with two parts included whole (mm_xprep.inc: the row-count rules and the
- * activation rows' forms; mm_lanes.inc: x86's lane chunks), so that their small static
+ * activation rows' forms; mm_lanes.h: x86's lane chunks), so that their small static
  * functions inline into mm_chunk and lp_mm. */
 #include <omp.h>
 
@@ -22,7 +22,7 @@
 
 static inline void put(float *y, float v, int accumulate) { *y = accumulate ? *y + v : v; }
 
-#include "mm_lanes.inc"
+#include "mm_lanes.h"
 
 size_t lp_mm_scratch_bytes(int64_t n_in) {
     const size_t tiles = lp_wrow_bytes(n_in) + LP_TW * (size_t)n_in * 6 + 192, lane_rows = LANES_NW * lanes_row_bytes(n_in);

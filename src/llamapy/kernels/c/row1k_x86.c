@@ -137,11 +137,11 @@ LP_INLINE __m256i dot_eo(__m256i we, __m256i wo, const int16_t *xe) {
  * minimums' dmin * min * sum(x) added to *am; its bytes pf further on prefetched. */
 LP_INLINE __m256 k4_scales(const uint8_t *b, const float *s, const float *sum32, int64_t pf, __m256 *am) {
     prefetch_block(b, pf, 144);
-    const __m128i sm = k45_sc(b + 4);
+    const __m128i sm = lp_k45_sc(b + 4);
     const __m128 dd = f16x2_ps(b); /* d, dmin */
-    *am = _mm256_fmadd_ps(_mm256_mul_ps(u8x8(_mm_unpackhi_epi64(sm, sm)), _mm256_broadcastss_ps(_mm_movehdup_ps(dd))),
+    *am = _mm256_fmadd_ps(_mm256_mul_ps(lp_u8x8(_mm_unpackhi_epi64(sm, sm)), _mm256_broadcastss_ps(_mm_movehdup_ps(dd))),
                           _mm256_loadu_ps(sum32), *am);
-    const __m256 sv = _mm256_mul_ps(_mm256_mul_ps(u8x8(sm), _mm256_broadcastss_ps(dd)), _mm256_loadu_ps(s));
+    const __m256 sv = _mm256_mul_ps(_mm256_mul_ps(lp_u8x8(sm), _mm256_broadcastss_ps(dd)), _mm256_loadu_ps(s));
     return _mm256_mul_ps(sv, _mm256_setr_ps(1, 0.0625f, 1, 0.0625f, 1, 0.0625f, 1, 0.0625f)); /* k4_rows_eo's 16 q */
 }
 

@@ -28,7 +28,7 @@
 
 static inline void put(float *y, float v, int accumulate) { *y = accumulate ? *y + v : v; }
 
-#include "mm_lanes.inc"
+#include "mm_lanes.h"
 
 /* Does this file cover the type at this row length? */
 int lp_mm_det_covers(int type, int64_t n_in) {

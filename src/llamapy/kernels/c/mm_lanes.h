@@ -1,6 +1,10 @@
-/* Part of mm.c's translation unit (included there once, so that these static functions inline
- * into mm_chunk as before): the output rows of a chunk from x86's lanes (lanes_x86.c), in one
- * lane group a pass (lanes_chunk) or at AVX-512 in twin lanes (twin_chunk), and their scratch. */
+/* Static functions for two translation units, mm.c (the default products) and rows_det_x86.c
+ * (--deterministic's, which reduce in the same lanes' order), so that they inline into each:
+ * the output rows of a chunk from x86's lanes (lanes_x86.c), in one lane group a pass
+ * (lanes_chunk) or at AVX-512 in twin lanes (twin_chunk), and their scratch.  The includer
+ * defines CHUNK and put() first. */
+#ifndef LP_MM_LANES_H
+#define LP_MM_LANES_H
 
 #define LANES_NW 4 /* weight rows per lane tile, at most (lp_lanes_tile writes 4 columns, those past nw zeros) */
 /* A lane tile's weight rows for this type: 4; at AVX2 3 for the types of one scale per block of
@@ -133,3 +137,5 @@ static void lanes_chunk(int type, const uint8_t *w, int64_t o0, int64_t o1, int6
         }
 }
 #endif
+
+#endif /* LP_MM_LANES_H */
