@@ -72,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
             bt = bd = float("inf")
             for _ in range(a.reps):
                 t = time.perf_counter()
-                bm._mm(x, y, False)
+                bm._mm(x, y, False, 0)  # the lanes (lp_mm), not the int8 products
                 bt = min(bt, time.perf_counter() - t)
                 t = time.perf_counter()
                 bm._dense_rows(x)

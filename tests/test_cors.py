@@ -56,7 +56,7 @@ def test_flags_parse() -> None:
 
 
 def test_tools_make_the_default_localhost(state) -> None:
-    """--tools (llama-server's built-in agent tools; llamapy runs none) limits the CORS default
+    """--tools (llama-server's built-in agent tools: tests/test_server_tools.py) limits the CORS default
     to localhost unless --cors-origins says otherwise (the suite's
     test_cors_origins_defaults_to_localhost_with_tools_enabled); /tools is 403 without it."""
     s = serve_settings(build_parser().parse_args(["serve", "--tools", "all"]))
@@ -64,6 +64,8 @@ def test_tools_make_the_default_localhost(state) -> None:
     assert serve_settings(build_parser().parse_args(["serve", "--tools", "read_file", "--cors-origins", "*"])).cors.origins == "*"
     with pytest.raises(ValueError, match='unknown tool "rm_rf".*exec_shell_command'):
         serve_settings(build_parser().parse_args(["serve", "--tools", "read_file,rm_rf"]))
+    with pytest.raises(ValueError, match="--tools-runtime docker:busybox: not supported"):
+        serve_settings(build_parser().parse_args(["serve", "--tools", "all", "--tools-runtime", "docker:busybox"]))
     with uvicorn_server(state) as url:
         assert httpx.get(url + "/tools", headers={"Authorization": "Bearer k"}).status_code == 403
         state.cors, state.server_tools = s.cors, s.server_tools
@@ -72,7 +74,7 @@ def test_tools_make_the_default_localhost(state) -> None:
                 r = httpx.options(url + "/completions", headers={"Origin": origin, "Access-Control-Request-Method": "POST"})
                 assert r.status_code == 200 and r.headers.get("access-control-allow-origin") == (origin if allowed else None)
             r = httpx.get(url + "/tools", headers={"Authorization": "Bearer k"})
-            assert r.status_code == 501 and "built-in tools" in r.json()["error"]["message"]
+            assert r.status_code == 200 and len(r.json()) == 7
         finally:
             state.cors, state.server_tools = CorsSettings(), ()
 

@@ -1,9 +1,9 @@
-"""Deterministic mode's multi-row products (kernels/c/rows_det_x86.c, lp_mm_det) against the one-row
-product (lp_mm of each row alone: the path a single sequence's decode takes), bit for bit: every type of the
-two test models (SmolLM2 Q4_1: Q4_1, Q8_0; Gemma 3 Q4_K_M: Q8_0, Q5_0, Q4_K, Q6_K) and the other types the
-file covers, random weights and activations, 1..70 rows, at the x86 levels this CPU runs.  The thread count is
-the process's (fixed): the guarantee is for a fixed thread count.  rows_det_x86.c copies the one-row kernels'
-order (row1_x86.c, row1k_x86.c), so a change to either fails here."""
+"""Deterministic mode's products (kernels/c/rows_det_x86.c, lp_mm_det) of many rows against each row alone
+(lp_mm_det of one row: det1_x86.c, the kernel of a deterministic decode), bit for bit: every type of the two
+test models (SmolLM2 Q4_1: Q4_1, Q8_0; Gemma 3 Q4_K_M: Q8_0, Q5_0, Q4_K, Q6_K) and the other types the file
+covers, random weights and activations, 1..70 rows (the twin lanes, the lane tiles, their slices), at the x86
+levels this CPU runs.  The lanes (lanes_x86.c) and det1_x86.c write the same order each its own way, so a change
+to either fails here; and both stay within rounding of the default product (lp_mm)."""
 from __future__ import annotations
 
 import gguf
@@ -64,14 +64,14 @@ def activations(n: int, n_in: int, seed: int) -> np.ndarray:
     return x
 
 
-def one_row(lib, qtype, w, x, n_out, accumulate=False, y0=None):
-    """lp_mm of each row alone: [n, n_out]."""
+def one_row(lib, qtype, w, x, n_out, accumulate=False, y0=None, fn="lp_mm_det"):
+    """fn (lp_mm_det, or the default lp_mm) of each row alone: [n, n_out]."""
     y = np.zeros((len(x), n_out), np.float32) if y0 is None else y0.copy()
     for r in range(len(x)):
         xr = np.ascontiguousarray(x[r : r + 1])
         yr = np.ascontiguousarray(y[r : r + 1])
-        assert lib.fn.lp_mm(int(qtype), w.ctypes.data, n_out, x.shape[1], xr.ctypes.data, 1, yr.ctypes.data, n_out,
-                            int(accumulate)) == 0
+        assert getattr(lib.fn, fn)(int(qtype), w.ctypes.data, n_out, x.shape[1], xr.ctypes.data, 1, yr.ctypes.data,
+                                   n_out, int(accumulate)) == 0
         y[r] = yr[0]
     return y
 
@@ -90,6 +90,8 @@ def test_det_rows_equal_one_row(lib, qtype):
     w = weights(qtype, N_OUT, n_in, seed=int(qtype))
     x = activations(MAX_ROWS, n_in, seed=7)
     ref = one_row(lib, qtype, w, x, N_OUT)
+    default = one_row(lib, qtype, w, x, N_OUT, fn="lp_mm")  # the same integers, the float sums in another order
+    np.testing.assert_allclose(ref, default, rtol=1e-4, atol=1e-4 * float(np.abs(default).max()))
     for n in range(1, MAX_ROWS + 1):
         got = det(lib, qtype, w, np.ascontiguousarray(x[:n]), N_OUT)
         bad = np.nonzero((got.view(np.uint32) != ref[:n].view(np.uint32)).any(axis=1))[0]

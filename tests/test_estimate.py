@@ -283,3 +283,21 @@ def test_nkvo_keeps_the_kv_cache_out_of_the_device_budget():
     assert cpu.cparams.offload_kqv and cpu.device_total == cpu.total
     with pytest.raises(MemoryBudgetError):
         fit_ctx(info, replace(gpu, device="cpu"), 6000 * MiB)
+
+
+@pytest.mark.parametrize("n_t,n_in,n_out", [(512, 256, 64), (512, 2048, 512), (512, 8192, 2048), (130, 2048, 8192)])
+def test_fp32_gemm_temporaries_bound_the_int8_rows(n_t, n_in, n_out):
+    """Where the AVX2 level's K-quants take lp_mm_q8 instead of the fp32 GEMM, a matmul's reserved
+    temporaries hold its memory: one slice of q8mm_slice_rows activation rows (kernels/c/q8mm_x86.c
+    q8x_bytes, restated) and each thread's panel (q8_scratch_bytes at the AVX-512 level's 32 rows,
+    the larger), small matrices included (there the fp32 GEMM's own temporaries are the smaller)."""
+    from llamapy.kernels.types import q8mm_slice_rows
+    from llamapy.memory.op_terms import matmul_terms
+    from llamapy.memory.host import torch_threads
+
+    terms = matmul_terms("mm", n_t, n_in, n_out, "prompt", blocks=True, dense="fp32")
+    temps = next(t.bytes for t in terms if t.name == "mm temporaries")
+    rows = min(n_t, q8mm_slice_rows(n_in))
+    q8x = rows * (2 * n_in + n_in // 16 * 12 + n_in // 32 * 5 + 4) + 6 * 64
+    panel = n_in * 32 + 2 * (n_in // 16) * 32 * 4 + n_in * 3 + (n_in // 16) * 8 + 6 * 64
+    assert temps >= q8x + torch_threads() * panel

@@ -167,7 +167,7 @@ def test_lane_tail_rows(lib, qtype):
 
         def mm(rows: torch.Tensor) -> torch.Tensor:  # lp_mm itself, at any row count (no dense path)
             y = torch.empty(rows.shape[0], shape[0])
-            m._mm(rows.contiguous(), y, accumulate=False)
+            m._mm(rows.contiguous(), y, accumulate=False, int8=0)
             return y
 
         ref = torch.cat([mm(x[i:i + 16]) for i in range(0, 144, 16)])
@@ -191,7 +191,7 @@ def test_many_rows_take_the_lanes_whatever_the_few_row_flag(lib):
     def mm(rows: torch.Tensor, flag: int) -> torch.Tensor:
         lib.fn.lp_set_coarse_bf16(flag)
         y = torch.empty(rows.shape[0], shape[0])
-        m._mm(rows.contiguous(), y, accumulate=False)
+        m._mm(rows.contiguous(), y, accumulate=False, int8=0)
         return y
 
     try:

@@ -1,5 +1,5 @@
-"""The K-quants' prompt products on int8 activations (kernels/c/q8mm_x86.c, AVX512-VNNI):
-the integers and scales against numpy's rounding of the same activations, the outlier blocks'
+"""The K-quants' prompt products on int8 activations (kernels/c/q8mm_x86.c, AVX512-VNNI and
+AVX2): the integers and scales against numpy's rounding of the same activations, the outlier blocks'
 residual pass, and which products take it."""
 from __future__ import annotations
 
@@ -18,16 +18,17 @@ T = gguf.GGMLQuantizationType
 QUANT_BYTES = {T.Q4_K: (16, 144), T.Q5_K: (16, 176)}
 
 
-@pytest.fixture(scope="module")
-def lib():
+@pytest.fixture(scope="module", params=["avx512", "avx2"])
+def lib(request):
+    """The AVX512-VNNI products (q8mm_512.inc) and the AVX2 level's (q8mm_256.inc: vpmaddubsw)."""
     try:
-        k = load_kernels("avx512")
+        k = load_kernels(request.param)
     except IsaError as e:
-        pytest.skip(f"no AVX-512 here: {e}")
+        pytest.skip(f"this CPU does not run the {request.param} level: {e}")
     if k is None:
         pytest.skip("no C compiler: the CPU kernels are off")
     if not k.fn.lp_q8mm_covers(int(T.Q4_K), 256, Q8MM_ROWS):
-        pytest.skip(f"{k.isa}: no AVX512-VNNI in this build (or LLAMAPY_Q8MM=0): prompts stay in the int16 lanes")
+        pytest.skip(f"{k.isa}: no AVX512-VNNI in this avx512 build (or LLAMAPY_Q8MM=0): prompts stay in the int16 lanes")
     yield k
     k.fn.lp_q8mm_set(1, Q8MM_RATIO, Q8MM_MAX_FLAGGED)
 
@@ -59,10 +60,10 @@ def minima(qtype: T, raw: torch.Tensor, shape: tuple[int, int]) -> torch.Tensor:
     return torch.from_numpy(gguf.quants.dequantize(blocks.reshape(shape[0], -1), qtype).astype(np.float64))
 
 
-def product(lib, qtype: T, raw: torch.Tensor, shape, x: torch.Tensor, accumulate: int = 0) -> torch.Tensor:
+def product(lib, qtype: T, raw: torch.Tensor, shape, x: torch.Tensor, accumulate: int = 0, residual: int = 1) -> torch.Tensor:
     y = torch.ones(x.shape[0], shape[0])
     assert lib.fn.lp_mm_q8(int(qtype), raw.data_ptr(), shape[0], shape[1], x.data_ptr(), x.shape[0], y.data_ptr(),
-                        shape[0], accumulate) == 0
+                        shape[0], accumulate, residual) == 0
     return y
 
 
@@ -72,22 +73,45 @@ def test_int8_products_are_the_rounded_activations(lib, qtype, rows, shape):
     """Every row count (a last tile of 1..5 rows), weight rows past whole panels of 32, and the
     residual add: the kernel's result is the rounded activations' exact product with the
     weights' scaled quants plus the minima's with the exact activations (the blocks' float
-    sums), to fp32 order; without outliers (ratio 0) and with every block's residual (a tiny
-    ratio)."""
+    sums), to fp32 order; without outliers (ratio 0), with every block's residual (a tiny
+    ratio), and int8 alone (lp_mm_q8's residual 0: no residual whatever the ratio)."""
     raw, W = _matrix(qtype, shape, seed=rows)
     x = torch.randn(rows, shape[1], generator=torch.Generator().manual_seed(rows))
     x[::5, 7] *= 30  # outliers
     M = minima(qtype, raw, shape)
-    for residual, ratio in ((False, 0.0), (True, 1e-3)):
+    for residual, ratio, alone in ((False, 0.0, 0), (True, 1e-3, 0), (False, 1e-3, 1)):
         lib.fn.lp_q8mm_set(1, ratio, 1.0)
         xh = rounded(x, residual)
         ref = xh @ (W.double() - M).T + x.double() @ M.T
-        y = product(lib, qtype, raw, shape, x)
+        y = product(lib, qtype, raw, shape, x, residual=1 - alone)
         scale = ref.abs().max().item()
-        assert (y.double() - ref).abs().max().item() <= 2e-6 * scale, (residual, rows)
-        acc = product(lib, qtype, raw, shape, x, accumulate=1)
+        assert (y.double() - ref).abs().max().item() <= 2e-6 * scale, (residual, alone, rows)
+        acc = product(lib, qtype, raw, shape, x, accumulate=1, residual=1 - alone)
         assert (acc - 1 - y).abs().max().item() <= 1e-6 * scale
     lib.fn.lp_q8mm_set(1, Q8MM_RATIO, Q8MM_MAX_FLAGGED)
+
+
+@pytest.mark.parametrize("qtype", [T.Q4_K, T.Q5_K, T.Q6_K], ids=lambda t: t.name)
+def test_largest_quants_do_not_overflow(lib, qtype):
+    """Every quant at its largest (15, 31, and Q6_K's 31 + 32 = 63) against activations all at
+    +-127: the AVX2 level's int16 sums (q8mm_256.inc: 8, 4, 2 steps of vpmaddubsw pairs before
+    vpmaddwd) at their bound, and the product still the exact one."""
+    n_out, n_in = 16, 512
+    bb = gguf.GGML_QUANT_SIZES[qtype][1]
+    blocks = np.full((n_out * n_in // 256, bb), 0xFF, np.uint8)  # every quant bit set, scales too
+    d = np.frombuffer(np.float16(1e-3).tobytes(), np.uint8)
+    for at in ([bb - 2] if qtype == T.Q6_K else [0, 2]):  # d (and dmin) a small float
+        blocks[:, at:at + 2] = d
+    raw = torch.from_numpy(blocks.reshape(-1).copy())
+    W = torch.from_numpy(gguf.quants.dequantize(blocks.reshape(n_out, -1), qtype).astype(np.float64))
+    x = torch.ones(Q8MM_ROWS + 3, n_in)
+    x[1::2] = -1.0
+    lib.fn.lp_q8mm_set(1, Q8MM_RATIO, 1.0)
+    M = minima(qtype, raw, (n_out, n_in))
+    ref = rounded(x, False) @ (W - M).T + x.double() @ M.T
+    y = product(lib, qtype, raw, (n_out, n_in), x)
+    lib.fn.lp_q8mm_set(1, Q8MM_RATIO, Q8MM_MAX_FLAGGED)
+    assert (y.double() - ref).abs().max().item() <= 2e-6 * ref.abs().max().item()
 
 
 def test_outlier_blocks_take_the_residual(lib):
@@ -113,15 +137,17 @@ def test_which_products_take_it(lib):
     """K-quants (Q4_K, Q5_K, Q6_K) of whole super-blocks from Q8MM_ROWS rows; not the other
     types, fewer rows, or with the path off (LLAMAPY_Q8MM=0's switch); and of those only
     products whose activations have at most Q8MM_MAX_FLAGGED outlier blocks (every 4th row
-    looked at): the others keep the int16 lanes (the model's BlockMatrix asks lp_q8mm_takes)."""
+    looked at) take the residual pass (1); the others int8 alone at the AVX2 level (2) and the
+    int16 lanes at the AVX512-VNNI level (0; the model's BlockMatrix asks lp_q8mm_takes)."""
     n_in = 512
     x = torch.randn(96, n_in, generator=torch.Generator().manual_seed(4))
-    assert lib.fn.lp_q8mm_takes(int(T.Q4_K), x.data_ptr(), n_in, 96)
+    assert lib.fn.lp_q8mm_takes(int(T.Q4_K), x.data_ptr(), n_in, 96) == 1
     x[::4, 32 * 2] = 100.0  # one block of 16 in the rows looked at: 1 / 16 of them outliers
-    assert not lib.fn.lp_q8mm_takes(int(T.Q4_K), x.data_ptr(), n_in, 96)
+    assert lib.fn.lp_q8mm_takes(int(T.Q4_K), x.data_ptr(), n_in, 96) == (2 if lib.level == "avx2" else 0)
+    assert lib.fn.lp_q8mm_takes(int(T.Q4_K), x.data_ptr(), n_in, Q8MM_ROWS - 1) == 0
     x[::4, 32 * 2] = 0.0
-    x[1::4, :] = 100.0 * (torch.arange(n_in) % 32 == 0)  # rows not looked at: outliers, still taken
-    assert lib.fn.lp_q8mm_takes(int(T.Q4_K), x.data_ptr(), n_in, 96)
+    x[1::4, :] = 100.0 * (torch.arange(n_in) % 32 == 0)  # rows not looked at: outliers, still the residual pass
+    assert lib.fn.lp_q8mm_takes(int(T.Q4_K), x.data_ptr(), n_in, 96) == 1
     covers = lib.fn.lp_q8mm_covers
     for qtype in (T.Q4_K, T.Q5_K, T.Q6_K):
         assert covers(int(qtype), 2048, Q8MM_ROWS) == (not lib.amx or qtype == T.Q6_K)
@@ -152,3 +178,32 @@ def test_block_matrix_slices_rows_within_the_budget(lib):
     whole = product(lib, T.Q4_K, raw, (n_out, n_in), x)
     bm = BlockMatrix(n_out, n_in, T.Q4_K, raw, lib)
     assert torch.equal(bm(x), whole)
+
+
+def test_outlier_heavy_products_take_int8_alone_at_avx2(lib):
+    """A SwiGLU-like product whose blocks are mostly outliers (Llama 3.2's ffn_down: 49-72% of
+    them) goes through BlockMatrix, at the AVX2 level, to lp_mm_q8 with int8 alone (lp_q8mm_takes
+    2): each row's product is that of its int8 rounding without residuals, bit for bit the
+    kernel's residual-0 call, and within 1e-2 of the exact product (ggml-cpu's Q8_K activations
+    have one scale per 256 values, these one per 32).  At the AVX512-VNNI level the same product
+    keeps the int16 lanes (1e-4 of the exact product)."""
+    from llamapy.model.block_matrix import BlockMatrix
+
+    n_out, n_in, rows = 48, 1024, Q8MM_ROWS + 5
+    raw, W = _matrix(T.Q4_K, (n_out, n_in), seed=11)
+    g = torch.Generator().manual_seed(11)
+    x = torch.nn.functional.silu(2 * torch.randn(rows, n_in, generator=g)) * torch.randn(rows, n_in, generator=g)
+    assert lib.fn.lp_q8mm_flagged(x.data_ptr(), n_in, rows) > 5 * Q8MM_MAX_FLAGGED
+    y = BlockMatrix(n_out, n_in, T.Q4_K, raw, lib)(x)
+    exact = x.double() @ W.double().T
+    err = (y.double() - exact).abs().max().item() / exact.abs().max().item()
+    if lib.level != "avx2":
+        assert lib.fn.lp_q8mm_takes(int(T.Q4_K), x.data_ptr(), n_in, rows) == 0
+        assert err <= 1e-4
+        return
+    assert lib.fn.lp_q8mm_takes(int(T.Q4_K), x.data_ptr(), n_in, rows) == 2
+    assert torch.equal(y, product(lib, T.Q4_K, raw, (n_out, n_in), x, residual=0))
+    M = minima(T.Q4_K, raw, (n_out, n_in))
+    ref = rounded(x, False) @ (W.double() - M).T + x.double() @ M.T
+    assert (y.double() - ref).abs().max().item() <= 2e-6 * ref.abs().max().item()
+    assert 1e-4 < err <= 1e-2

@@ -176,6 +176,23 @@ def test_non_streamed_request_cancelled_when_client_leaves(served):
     assert m.n_requests_cancelled == cancelled + 1  # cancelled, not run to the slot's end (512 cells)
 
 
+def test_n_choices_cancelled_when_client_leaves(served):
+    """n = 2 on /v1/chat/completions is two requests through the slots; a client that gives up
+    after 0.1 s cancels both (each slot idle again, each counted cancelled), not one of them
+    left generating to its slot's end."""
+    state, base = served
+    m = state.scheduler.metrics
+    cancelled = m.n_requests_cancelled
+    with pytest.raises(httpx.ReadTimeout):
+        httpx.post(base + "/v1/chat/completions", json={"messages": BOOK, "n": 2, "max_tokens": 2000,
+                                                        "ignore_eos": True}, timeout=0.1)
+    deadline = time.monotonic() + 60  # (the two may not have reached the slots when the client left)
+    while time.monotonic() < deadline and (m.n_requests_cancelled < cancelled + 2 or any(
+            s["is_processing"] for s in httpx.get(base + "/slots", timeout=10).json())):
+        time.sleep(0.05)
+    assert m.n_requests_cancelled == cancelled + 2, m
+
+
 def _progress_chunks(base: str, path: str, body: dict) -> list[dict]:
     with httpx.stream("POST", base + path, json=body | {"stream": True, "return_progress": True, "timings_per_token": True}, timeout=60) as r:
         chunks = [json.loads(ln[6:]) for ln in r.iter_lines() if ln.startswith("data: {")]
@@ -228,7 +245,7 @@ def test_n_choices_stream_and_completions(served):
     reply interleaves both choices' chunks (each its index, its role chunk and finish_reason),
     include_usage sums the completions over the prompt counted once; /v1/completions takes n
     streamed and not; choice j samples with seed + j (server_task::add_child), so choice 1 of
-    seed 42 is what one choice of seed 43 writes."""
+    seed s is what one choice of seed s + 1 writes."""
     openai = pytest.importorskip("openai", reason="the official openai client checks the wire format")
     _, base = served
     client = openai.OpenAI(base_url=base + "/v1", api_key="none")
@@ -247,12 +264,16 @@ def test_n_choices_stream_and_completions(served):
     # 2 tokens: sampled text that far does not depend on how the sequences were batched
     # (further on, a near tie can go either way between batch shapes)
     kw = {"model": "x", "prompt": "Once upon a time", "max_tokens": 2, "temperature": 1.5}
-    r = client.completions.create(n=2, seed=42, **kw)
+    for seed in range(42, 52, 2):  # a seed whose next one writes other text (else the check is empty)
+        singles = [client.completions.create(seed=s, **kw).choices[0].text for s in (seed, seed + 1)]
+        if singles[0] != singles[1]:
+            break
+    assert singles[0] != singles[1], singles
+    r = client.completions.create(n=2, seed=seed, **kw)
     assert [c.index for c in r.choices] == [0, 1] and r.usage.completion_tokens == 4, r
-    singles = [client.completions.create(seed=s, **kw).choices[0].text for s in (42, 43)]
-    assert singles[0] != singles[1] and [c.text for c in r.choices] == singles, ([c.text for c in r.choices], singles)
+    assert [c.text for c in r.choices] == singles, ([c.text for c in r.choices], singles)
     streamed: dict[int, str] = {0: "", 1: ""}
-    for c in client.completions.create(n=2, seed=42, stream=True, **kw):
+    for c in client.completions.create(n=2, seed=seed, stream=True, **kw):
         for ch in c.choices:
             streamed[ch.index] += ch.text
     assert streamed == {0: singles[0], 1: singles[1]}, (streamed, singles)

@@ -44,6 +44,7 @@ QWEN3_RERANK_TEMPLATE = ("<|im_start|>system\nJudge whether the Document meets t
                          "<|im_start|>assistant\n<think>\n\n</think>\n\n")
 LONGROPE_FACTORS = {"long": (1.0, 2.5, 4.0, 1.5, 6.0, 3.0, 8.0, 12.0), "short": (1.0, 1.2, 0.8, 1.5, 1.1, 2.0, 1.3, 1.0)}
 FILE_TYPES = {F32: gguf.LlamaFileType.ALL_F32, F16: gguf.LlamaFileType.MOSTLY_F16, Q8_0: gguf.LlamaFileType.MOSTLY_Q8_0,
+              gguf.GGMLQuantizationType.BF16: gguf.LlamaFileType.MOSTLY_BF16,
               gguf.GGMLQuantizationType.IQ4_NL: gguf.LlamaFileType.MOSTLY_IQ4_NL,
               gguf.GGMLQuantizationType.IQ4_XS: gguf.LlamaFileType.MOSTLY_IQ4_XS,
               gguf.GGMLQuantizationType.MXFP4: gguf.LlamaFileType.MOSTLY_MXFP4_MOE}

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from .kernels.ops import argmax, topk
+from .mt19937 import MT19937
 
 if TYPE_CHECKING:
     from .grammar import Constraint
@@ -164,14 +165,15 @@ def temperature(cur: TokenDataArray, temp: float) -> None:
     cur.logits = cur.logits / temp
 
 
-def dist(cur: TokenDataArray, generator: torch.Generator) -> int:
-    """Draw one candidate from softmax(logits) by inverse CDF with one uniform draw from
-    `generator` (drawn even for a single candidate). Sets cur.probs and cur.selected;
-    returns the token id."""
-    u = torch.rand(1, generator=generator, dtype=torch.float64)  # [1], CPU generator
-    e = torch.exp(cur.logits - cur.logits.max())  # [n]
+def dist(cur: TokenDataArray, rng: MT19937) -> int:
+    """Draw one candidate from softmax(logits) as llama.cpp's dist sampler: one uniform
+    draw from `rng` (drawn even for a single candidate), the first candidate, in the
+    chain's order, whose running float64 sum of float32 exp(logit - max) reaches the draw
+    times the total. Sets cur.probs and cur.selected; returns the token id."""
+    u = rng.uniform()
+    e = torch.exp(cur.logits - cur.logits.max())  # [n] float32
     cum = torch.cumsum(e.to(torch.float64), dim=0)  # [n]
-    target = cum[-1:] * u.to(cum.device)  # [1]
+    target = cum[-1:] * u  # [1]
     i = min(int(torch.searchsorted(cum, target).item()), cum.shape[0] - 1)
     cur.probs = e / e.sum()
     cur.selected = i
@@ -203,7 +205,7 @@ class Sampler:
             window = min(window, n_ctx)  # a larger repeat_last_n means the same window
         self._window: deque[int] = deque(maxlen=None if window is None else min(window, sys.maxsize))
         self._counts: Counter[int] = Counter()
-        self._generator = torch.Generator(device="cpu")
+        self._rng = MT19937()
         self.seed = 0
         self.cur: TokenDataArray | None = None  # candidates after the last sample()
         self.reset()
@@ -214,7 +216,7 @@ class Sampler:
         self._counts.clear()
         s = self.params.seed
         self.seed = int.from_bytes(os.urandom(4), "little") if s == LLAMA_DEFAULT_SEED else s
-        self._generator.manual_seed(self.seed)
+        self._rng.seed(self.seed)
         self.cur = None
 
     def accept(self, token: int, accept_grammar: bool = False) -> None:
@@ -255,7 +257,7 @@ class Sampler:
             self.cur = cur
             return int(cur.ids[0].item())
         self.cur = cur
-        return dist(cur, self._generator)
+        return dist(cur, self._rng)
 
     def _chain(self, logits: torch.Tensor) -> TokenDataArray:
         """The candidates the chain leaves for logits [n_vocab]: penalties, then the argmax
@@ -298,7 +300,7 @@ class Sampler:
         probs = torch.softmax(cur.logits, dim=0).to(torch.float64)  # [n_cand]
         hit = (cur.ids == draft).nonzero()
         p_d = float(probs[hit[0, 0]]) if hit.numel() else 0.0
-        u = float(torch.rand(1, generator=self._generator, dtype=torch.float64))
+        u = self._rng.uniform()
         if u < p_d or p_d >= 1.0:  # (p_d == 1: nothing else to draw)
             cur.probs, cur.selected = probs.float(), int(hit[0, 0])
             self.cur = cur
@@ -307,7 +309,7 @@ class Sampler:
         if hit.numel():
             probs[hit[0, 0]] = 0.0
         cum = torch.cumsum(probs, dim=0)  # [n_cand]
-        v = float(torch.rand(1, generator=self._generator, dtype=torch.float64)) * float(cum[-1])
+        v = self._rng.uniform() * float(cum[-1])
         i = min(int(torch.searchsorted(cum, torch.tensor([v], dtype=torch.float64)).item()), cum.shape[0] - 1)
         while probs[i] == 0.0 and i + 1 < cum.shape[0]:  # searchsorted may land on the removed draft's zero
             i += 1

@@ -20,7 +20,7 @@ from .args import ctx_params, pipe_params, spec_params
 from .chat_flags import add_chat_template, chat_options
 from .flags import add_context, add_embedding, add_model, add_speculative
 from .lora_flags import add_lora, lora_specs
-from .serve_flags import add_llama_server, cors_origins, request_defaults, server_tools
+from .serve_flags import add_llama_server, cors_origins, request_defaults, server_tools, tools_runtime
 
 SERVE_FLAGS_OWN = {"--replicas", "--min-replicas", "--max-replicas", "--ray-address", "--routing", "--host", "--port"}
 
@@ -76,6 +76,7 @@ def add_parser(sub) -> None:
 def serve_settings(a: argparse.Namespace) -> ServeSettings:
     """The parsed `serve` flags as the typed settings the server and each replica start from
     (built once, here).  Bad --spec-* and --pp / --tensor-split values fail here."""
+    tools_runtime(a.tools_runtime)
     return ServeSettings(
         ctx=replace(ctx_params(a), n_seq_max=a.parallel if a.parallel is not None else AUTO_SLOTS),
         model=a.model, n_parallel=a.parallel, pipe=pipe_params(a), spec=spec_params(a), mmap=a.mmap,

@@ -71,8 +71,12 @@ def add_llama_server(p: argparse.ArgumentParser) -> None:
                                        "x-llama-server-proxy-header-* headers (the web UI's MCP proxy) - do not enable in "
                                        "untrusted environments (default: disabled, 403)")
     p.add_argument("--tools", default=None, metavar="TOOL1,TOOL2,...",
-                   help="llama-server's built-in agent tools (" + ", ".join(BUILTIN_TOOLS) + ", or all): llamapy runs none "
-                        "(/tools answers 501), but as llama-server the CORS default becomes localhost (change via --cors-origins)")
+                   help="experimental: llama-server's built-in tools for AI agents at GET/POST /tools - do not enable in "
+                        "untrusted environments (default: no tools; \"all\": every one; available: " + ", ".join(BUILTIN_TOOLS)
+                        + "); the CORS default becomes localhost (change via --cors-origins)")
+    p.add_argument("--tools-runtime", default=None, metavar="OPTION",
+                   help="llama-server's container/ssh runtime for --tools: not supported, llamapy runs tools on the host "
+                        "(given: an error)")
     g = p.add_argument_group("accepted for llama-server's command lines")
     g.add_argument("-cb", "--cont-batching", action="store_true",
                    help="accepted, changes nothing: llamapy always batches continuously")
@@ -96,6 +100,13 @@ def server_tools(value: str | None) -> tuple[str, ...]:
         if n != "all" and n not in BUILTIN_TOOLS:
             raise ValueError(f'--tools: unknown tool "{n}". available tools: {", ".join(BUILTIN_TOOLS)}')
     return names
+
+
+def tools_runtime(value: str | None) -> None:
+    """--tools-runtime: refused (ValueError naming it); llamapy runs the tools on the host only."""
+    if value is not None:
+        raise ValueError(f"--tools-runtime {value}: not supported; llamapy runs the --tools tools on the host only "
+                         "(no docker:/podman: containers, no ssh:), drop the flag")
 
 
 def cors_origins(origins: str | None, tools: tuple[str, ...]) -> str:

@@ -180,7 +180,11 @@ class FusedLayers:
             return self._declined(inp, n)
         if n == 0 or not few or x.device.type != "cpu" or not inp.flash_attn:
             return self._declined(inp, n)
-        self.dims.det = int(inp.deterministic)
+        # --deterministic's products only where rows_det_x86.c has every matrix's type; else the
+        # ubatch is one row (Context._det_rows) and takes the default one-row products
+        if inp.deterministic and n > 1 and not self.det_covered:
+            return self._declined(inp, n)
+        self.dims.det = int(inp.deterministic and self.det_covered)
         sets: dict[tuple[int, bool], int] = {}
         kvs, keep = [], []
         d = self.dims.d
@@ -209,6 +213,9 @@ class FusedLayers:
             raise ValueError(f"lp_layers: a ubatch of {n} rows through expert layers (one row only)")
         if rc == -2:
             raise ValueError("lp_layers: a cache type the kernels do not store (kernels/types.py C_KV_TYPES)")
+        if rc == -4:
+            raise ValueError("lp_layers: --deterministic products for a matrix type rows_det_x86.c does not cover "
+                             "(lp_mm_det_covers)")
         if rc != 0:
             raise MemoryError(f"lp_layers: no scratch memory for a ubatch of {n} rows")
         self.calls += 1

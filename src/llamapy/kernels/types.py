@@ -25,9 +25,10 @@ MAX_KV_SETS = 8  # KV sets (caches a ubatch stores into and reads) of one lp_lay
 DENSE_ROWS = 128
 QMATRIX_DENSE_ROWS = 32  # the same for the PyTorch fallback without a C compiler (model/qmatrix.py)
 DEQUANT_CHUNK = 1 << 21  # dense path: weights dequantized at a time (elements)
-# the K-quants' prompt products on int8 activations (kernels/c/q8mm_x86.h, AVX512-VNNI): from
+# the K-quants' prompt products on int8 activations (kernels/c/q8mm_x86.h, AVX512-VNNI, AVX2): from
 # this many rows, a block of 32 whose max |x| exceeds this many times its rms keeps its residual,
-# and a product with more than this fraction of such blocks keeps the int16 lanes
+# and a product with more than this fraction of such blocks takes int8 alone at the AVX2 level and
+# keeps the int16 lanes at the AVX512-VNNI level (lp_q8mm_takes)
 Q8MM_ROWS = 64
 Q8MM_RATIO = 4.0
 Q8MM_MAX_FLAGGED = 0.02
@@ -117,6 +118,12 @@ def q8mm_slice_rows(n_in: int) -> int:
     """Rows per lp_mm_q8 call: its activation buffer (int8 rows and residuals, scales, sums: under
     3 bytes a value) within the lane slice's 6-7 that memory/estimate.py budgets."""
     return 2 * lanes_slice_rows(n_in)
+
+
+def q8mm_bytes_bound(n_rows: int, n_in: int, n_threads: int) -> int:
+    """At least lp_mm_q8's memory for n_rows rows of n_in in BlockMatrix's slices: one slice's
+    activations (kernels/c/q8mm_x86.c q8x_bytes: under 3 bytes a value) and each thread's panel."""
+    return 3 * min(n_rows, q8mm_slice_rows(n_in)) * n_in + 1024 + n_threads * mm_scratch_bound(n_in)
 
 
 def lanes_slice_rows(n_in: int) -> int:

@@ -18,14 +18,15 @@ from ..params import ContextParams
 from .host import coarse_many_bf16_expected, kernels_expected, torch_threads
 from .kv_types import KVType
 from .moe_terms import ffn_width, moe_ffn_terms
+from .op_terms import ComputeTerm, attn_tiles_ws_bytes, flash_tile_bytes, matmul_terms
 from .process import ProcessEstimate, layers_dense, process_estimate, resident_weight_bytes as _resident_bytes
 
 MiB = 1024 * 1024
 SWA_PAD = 256  # llama_kv_cache_iswa: the SWA cache size is always padded to 256
 F32 = 4  # activations and logits are float32
 # block_matrix.py's and qmatrix.py's thresholds are restated from kernels/types.py (tests hold them equal)
-from ..kernels.types import (DENSE_ROWS, DEQUANT_CHUNK, FAST_ROWS, QMATRIX_DENSE_ROWS,  # noqa: E402
-                             attn_kv_scratch_bytes, c_kv_types, lanes_slice_rows, mm_scratch_bound, tile_attention)
+from ..kernels.types import (DENSE_ROWS, FAST_ROWS, QMATRIX_DENSE_ROWS,  # noqa: E402,F401
+                             attn_kv_scratch_bytes, c_kv_types, lanes_slice_rows, tile_attention)
 
 
 def swa_cells(n_ctx_stream: int, n_swa: int, n_seq_max: int, kv_unified: bool, n_ubatch: int, swa_full: bool = False) -> int:
@@ -70,27 +71,6 @@ class CacheEstimate:
             f"{self.n_seq_max:2d}/{self.n_seq_max} seqs), K ({self.type_k}): {self.k_bytes / MiB:7.2f} MiB, "
             f"V ({self.type_v}): {self.v_bytes / MiB:7.2f} MiB"
         )
-
-
-@dataclass(frozen=True, slots=True)
-class ComputeTerm:
-    """One intermediate of the forward pass: name, shape, float32 bytes, and the phase in which
-    it is alive ("persistent" terms live through the whole ubatch).  Terms with a `call` live
-    only during that one call of their phase (a matmul's temporaries, the attention kernel's
-    inputs); terms come in forward order, so a call sees only the lasting terms before it."""
-
-    name: str
-    shape: tuple[int, ...]
-    phase: str
-    itemsize: int = F32
-    call: str = ""
-
-    @property
-    def bytes(self) -> int:
-        n = self.itemsize
-        for x in self.shape:
-            n *= x
-        return n
 
 
 @dataclass(frozen=True, slots=True)
@@ -191,56 +171,6 @@ def flash_attn_enabled(c: CParams) -> bool:
     return c.flash_attn != "off"
 
 
-def _matmul_terms(name: str, n_t: int, n_in: int, n_out: int, phase: str, input_name: str = "",
-                  blocks: bool = False, dense: str = "bf16") -> list[ComputeTerm]:
-    """A matrix product on [n_t, n_in] -> float32 [n_t, n_out]: the float32 result
-    (lasting), and during the call: the float32 input when it is a temporary (input_name),
-    its bf16 copy, and from DENSE_ROWS rows on (blocks; QMATRIX_DENSE_ROWS for a QMatrix) the
-    largest of: the weights dequantized to bf16 with the bf16 product, the product alone, and for model/qmatrix.py's QMatrix (not
-    blocks, model/block_matrix.py, which dequantizes straight to bf16) the bf16 weights while
-    their unpacked uint8 nibbles are alive.  Blocks on the fp32 GEMM (no native bf16, or a
-    fine type: dense "fp32"; model/block_matrix.py dense_dtype): no input copy, the weights
-    dequantized to fp32 in chunks of DEQUANT_CHUNK elements, each chunk's product, and the
-    fp32 product itself, made while the weights are alive.  Blocks in the kernels' integer
-    lanes (dense "lanes": kernels/types.py lanes_gemm): lp_mm's prepared activations for one
-    slice of lanes_slice_rows rows (kernels/c/mm.c lp_xprep_bytes: the int16 rows with their
-    scales and sums, the same in lanes, a bf16 copy: at most 7 bytes a value), and each
-    thread's scratch (mm_scratch_bound: from the threads' own heaps)."""
-    w = n_out * n_in if n_t >= (DENSE_ROWS if blocks else QMATRIX_DENSE_ROWS) else 0
-    out_b = n_t * n_out * 2
-    if blocks and w and dense == "lanes":
-        rows = -(-min(n_t, lanes_slice_rows(n_in)) // 16) * 16
-        temps = 7 * rows * n_in + 1024 + torch_threads() * mm_scratch_bound(n_in)
-    elif blocks and w and dense == "fp32":
-        step = max(64, DEQUANT_CHUNK // n_in // 64 * 64)
-        # the product (or the output it is copied into, chunk by chunk) is allocated while
-        # the dequantized weights are alive
-        temps = (4 * w if step >= n_out else 4 * step * n_in + 4 * n_t * step) + 4 * n_t * n_out
-    else:
-        work = max(2 * w + out_b, out_b) if blocks else max(3 * w, 2 * w + out_b, out_b)
-        temps = n_t * n_in * 2 + work
-    terms = [ComputeTerm(input_name, (n_t, n_in), phase, F32, name)] if input_name else []
-    terms += [ComputeTerm(f"{name} temporaries", (temps,), phase, 1, name),
-              ComputeTerm(f"{name} output", (n_t, n_out), phase)]
-    return terms
-
-
-def flash_tile_bytes(n_t: int, n_kv: int, n_threads: int) -> int:
-    """PyTorch's fused CPU attention works in tiles of q_split x kv_split scores per thread
-    (its q_split: 256 rows from 768 queries, 64 from 192, else 32; kv_split: 512 or n_kv),
-    with a score tile and its exponentials, each float32."""
-    q_split = 256 if n_t >= 768 else 64 if n_t >= 192 else 32
-    return n_threads * 2 * q_split * min(512, n_kv) * F32
-
-
-def attn_tiles_ws_bytes(d_k: int, d_v: int) -> int:
-    """One thread's workspace of the many-row attention kernel (kernels/c/attn_tiles.c
-    ws_floats: its tiles of AT_Q query vectors against blocks of AT_C cells, at most 32 and 32,
-    the AVX-512 level's)."""
-    at_q, at_c = 32, 32
-    return 4 * ((at_q + at_c) * (d_k + d_v) + at_c * at_q + 4 * at_q)
-
-
 def compute_terms(hp: HParams, c: CParams, caches: tuple[CacheEstimate, ...], n_outputs: int,
                   dense: str | None = None) -> tuple[ComputeTerm, ...]:
     """Worst-case intermediates of one ubatch through model/archs/llama.py: n_tokens =
@@ -269,7 +199,7 @@ def compute_terms(hp: HParams, c: CParams, caches: tuple[CacheEstimate, ...], n_
         for ch in caches:  # the CPU kernel's attention: each row's visible cells, int64 (kernels/ops.py)
             terms.append(ComputeTerm(f"kq visible cells{' (' + ch.name + ')' if ch.name else ''}", (n_t, ch.cells),
                                      "persistent", 8))
-    terms += [*_matmul_terms("wqkv", n_t, hp.n_embd, n_qkv, "attention", "attn_norm", blocks, dense),
+    terms += [*matmul_terms("wqkv", n_t, hp.n_embd, n_qkv, "attention", "attn_norm", blocks, dense),
               ComputeTerm("Qcur|Kcur (rope)", (n_t, hp.n_head * dk + wk), "attention"),
               ComputeTerm("Kcur (contiguous)", (n_t, wk), "attention")]
     # the attention call: many rows over an f16 cache with the kernels, their tiles read the
@@ -303,8 +233,8 @@ def compute_terms(hp: HParams, c: CParams, caches: tuple[CacheEstimate, ...], n_
                                "attention", 1, "attention"))
     terms += att
     terms += [ComputeTerm("kqv_out", (n_t, hp.n_head * dv), "attention", F32, "attention"),
-              *_matmul_terms("wo", n_t, hp.n_head * dv, hp.n_embd, "attention", "kqv_out (heads merged)", blocks, dense),
-              *_matmul_terms("ffn_gate|up", n_t, hp.n_embd, 2 * ffn_width(hp), "ffn", "ffn_norm", blocks, dense),
+              *matmul_terms("wo", n_t, hp.n_head * dv, hp.n_embd, "attention", "kqv_out (heads merged)", blocks, dense),
+              *matmul_terms("ffn_gate|up", n_t, hp.n_embd, 2 * ffn_width(hp), "ffn", "ffn_norm", blocks, dense),
               ComputeTerm("ffn_gate (act)", (n_t, ffn_width(hp)), "ffn"),
               # PyTorch's GLU makes a second tensor; the kernels' one pass does not, but the term
               # stays as room: on a GEMM path for the library's packing buffers (without it a
@@ -314,7 +244,7 @@ def compute_terms(hp: HParams, c: CParams, caches: tuple[CacheEstimate, ...], n_
               # one slice the reservation is 1.4x the peak without it)
               *([] if blocks and dense == "lanes" and n_t <= lanes_slice_rows(ffn_width(hp))
                 else [ComputeTerm("ffn_gate_par", (n_t, ffn_width(hp)), "ffn")]),
-              *_matmul_terms("ffn_down", n_t, ffn_width(hp), hp.n_embd, "ffn", "", blocks, dense),
+              *matmul_terms("ffn_down", n_t, ffn_width(hp), hp.n_embd, "ffn", "", blocks, dense),
               *(ComputeTerm(*t) for t in moe_ffn_terms(hp, n_t, blocks, torch_threads())),  # experts, MoeWork
               ComputeTerm("result_norm", (n_out, hp.n_embd), "output"),
               ComputeTerm("result_output (logits)", (n_out, hp.n_vocab), "output")]

@@ -21,6 +21,10 @@ Q5_K, Q6_K, IQ4_NL, IQ4_XS, MXFP4, and the float types F16, BF16, F32).
                            once, 16 or 8 rows per vpdpwssd / vpmaddwd (kernels/c/lanes_x86.c);
                            1.2-1.6x the fp32 tiles from 16 rows on a Zen 4 at both x86
                            levels (benchmarks/kernel_ab.py --rows 16 --stream).
+  64 rows or more          the K-quants (Q4_K, Q5_K, Q6_K) on int8 activations (kernels/c/q8mm_x86.h:
+                           AVX512-VNNI's vpdpbusd, AVX2's vpmaddubsw), in slices of
+                           q8mm_slice_rows: with the outlier blocks' residuals where the rows
+                           have few, int8 alone where they have many (a SwiGLU's output).
   many rows                at the AVX-512 level the lane products again, in slices of at most
                            512 rows (kernels/types.py lanes_gemm: 1.24-1.41x the fp32 GEMM
                            for Gemma 3's fine types on a Zen 4; where the CPU has AMX-INT8,
@@ -78,25 +82,36 @@ class BlockMatrix:
         """x: [n, n_in] float32 -> [n, n_out] float32, written into `out` (contiguous, that
         shape) when given and the kernels take the product, else a new tensor."""
         n = x.shape[0]
-        if self._dense(n):
+        x = x.contiguous() if x.dtype == torch.float32 else x.float().contiguous()
+        int8 = self._int8(x)
+        if not int8 and self._dense(n):
             return self._dense_rows(x)
         usable = out is not None and out.is_contiguous() and tuple(out.shape) == (n, self.n_out) and out.dtype == torch.float32
         y = out if usable else torch.empty(n, self.n_out, dtype=torch.float32)
         if n:
-            self._mm(x, y, accumulate=False)
+            self._mm(x, y, False, int8)
         return y
 
     def add_into(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         """y += x W^T in place (the residual add fused into the product); y [n, n_out] float32."""
-        if self._dense(x.shape[0]) or not y.is_contiguous():
+        x = x.contiguous() if x.dtype == torch.float32 else x.float().contiguous()
+        int8 = self._int8(x)
+        if (not int8 and self._dense(x.shape[0])) or not y.is_contiguous():
             return y.add_(self(x))
         if x.shape[0]:
-            self._mm(x, y, accumulate=True)
+            self._mm(x, y, True, int8)
         return y
+
+    def _int8(self, x: torch.Tensor) -> int:
+        """Does x [n, n_in] (float32, contiguous) take lp_mm_q8 (a K-quant from Q8MM_ROWS rows, at
+        the AVX512-VNNI and the AVX2 level), and how: 0 no, 1 with the outlier blocks' residuals,
+        2 int8 alone (outlier-heavy activations: kernels/c/q8mm_x86.h lp_q8mm_takes)."""
+        n = x.shape[0]
+        return int(self.lib.fn.lp_q8mm_takes(int(self.qtype), x.data_ptr(), self.n_in, n)) if n >= Q8MM_ROWS else 0
 
     @property
     def det_covered(self) -> bool:
-        """Has rows_det_x86.c a product of this type and width (each row the one-row product's)?"""
+        """Has rows_det_x86.c a product of this type and width (each row the same bits at any row count)?"""
         return bool(self.lib.fn.lp_mm_det_covers(int(self.qtype), self.n_in))
 
     def det(self, x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
@@ -114,16 +129,16 @@ class BlockMatrix:
             raise MemoryError(f"lp_mm_det: no scratch memory for {n} rows of {self.n_in}")
         return y
 
-    def _mm(self, x: torch.Tensor, y: torch.Tensor, accumulate: bool) -> None:
-        """y (+)= x W^T through lp_mm; many rows in slices of lanes_slice_rows (bounded buffers)."""
-        x = x.contiguous() if x.dtype == torch.float32 else x.float().contiguous()
+    def _mm(self, x: torch.Tensor, y: torch.Tensor, accumulate: bool, int8: int) -> None:
+        """y (+)= x W^T (x float32, contiguous) through lp_mm_q8 (int8: _int8's answer) or lp_mm;
+        many rows in slices of q8mm_slice_rows / lanes_slice_rows (bounded buffers)."""
         n = x.shape[0]
-        if n >= Q8MM_ROWS and self.lib.fn.lp_q8mm_takes(int(self.qtype), x.data_ptr(), self.n_in, n):  # int8 rows
+        if int8:
             step = q8mm_slice_rows(self.n_in)
             for r0 in range(0, n, step):
                 r1 = min(n, r0 + step)
                 if self.lib.fn.lp_mm_q8(int(self.qtype), self.blocks.data_ptr(), self.n_out, self.n_in, x[r0].data_ptr(),
-                                        r1 - r0, y[r0].data_ptr(), y.stride(0), int(accumulate)) != 0:
+                                        r1 - r0, y[r0].data_ptr(), y.stride(0), int(accumulate), int(int8 == 1)) != 0:
                     raise MemoryError(f"lp_mm_q8: no scratch memory for {r1 - r0} rows of {self.n_in}")
             return
         step = lanes_slice_rows(self.n_in) if n >= DENSE_ROWS else n

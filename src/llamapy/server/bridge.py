@@ -46,7 +46,7 @@ class ServerState:
     slot_save_path: Path | None = None  # --slot-save-path: POST /slots/{id}?action=save|restore (None: 501)
     cors: CorsSettings = field(default_factory=CorsSettings)  # --cors-origins, --cors-methods, ..
     ui_mcp_proxy: bool = False  # --ui-mcp-proxy: /cors-proxy forwards (else 403)
-    server_tools: tuple[str, ...] = ()  # --tools (/tools: 403 without, 501 with: llamapy runs none)
+    server_tools: tuple[str, ...] = ()  # --tools: the enabled built-in tools' names or "all" (/tools: 403 without)
     model: Model | None = None
     ctx: Context | None = None
     scheduler: Scheduler | None = None

@@ -30,6 +30,7 @@ from .http_lora import router as lora_router
 from .http_embed import router as embed_router
 from .http_openai import router as openai_router
 from .http_proxy import router as proxy_router
+from .tools_routes import router as tools_router
 from .http_infill import infill_request
 from .http_rerank import router as rerank_router
 from .metrics import render_prometheus
@@ -173,6 +174,7 @@ def create_app(state: ServerState) -> HeaderCase:
     app.include_router(rerank_router)
     app.include_router(webui_router)
     app.include_router(proxy_router)
+    app.include_router(tools_router)
     return HeaderCase(Cors(BodyLimit(JsonBody(app), lambda: state.max_body), lambda: state.cors))
 
 

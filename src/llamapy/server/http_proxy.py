@@ -1,5 +1,5 @@
-"""llama-server's /cors-proxy (--ui-mcp-proxy; tools/server/server-cors-proxy.h) and the
-/tools switch (--tools).
+"""llama-server's /cors-proxy (--ui-mcp-proxy; tools/server/server-cors-proxy.h) and the 403
+`this feature is disabled` of a switched-off feature (also /tools without --tools: tools_routes.py).
 
 /cors-proxy?url=URL, GET or POST: the request goes to URL (http or https, a host, no password
 in it) carrying only the headers the caller named explicitly as
@@ -9,11 +9,7 @@ redirects are followed.  The target's answer comes back as it streams: its statu
 content type and its headers but Server, Transfer-Encoding, Content-Length, Keep-Alive and
 Access-Control-* (this server sends its own CORS headers).  The caller's own Authorization,
 Cookie, X-Api-Key, ... are never forwarded.  A bad URL is a 500 naming it; a target that cannot
-be reached a 500 `proxy error: ...`.  Without --ui-mcp-proxy: 403 `this feature is disabled`.
-
-/tools: 403 `this feature is disabled` without --tools; with it, 501: llamapy does not run
-llama-server's built-in agent tools (read_file, exec_shell_command, ...).  --tools still makes
-the CORS default `localhost` (common/arg.cpp), as llama-server."""
+be reached a 500 `proxy error: ...`.  Without --ui-mcp-proxy: 403 `this feature is disabled`."""
 from __future__ import annotations
 
 import asyncio
@@ -37,8 +33,10 @@ PROXY_TIMEOUT = 600.0  # seconds: llama-server's timeout_read / timeout_write fo
 
 
 def feature_disabled() -> JSONResponse:
-    """A switched-off feature (llama-server's 403 feature_disabled)."""
-    return error_response(403, "this feature is disabled", type="feature_disabled")
+    """A switched-off feature: llama-server's res_403 body, which has no `code` (its
+    format_error_response is not used there)."""
+    return JSONResponse({"error": {"message": "this feature is disabled", "type": "feature_disabled"}},
+                        status_code=403)
 
 
 def target_url(url: str) -> str:
@@ -129,14 +127,3 @@ async def cors_proxy_get(request: Request):
 @router.post("/cors-proxy", include_in_schema=False)
 async def cors_proxy_post(request: Request):
     return await _proxy(request, "POST")
-
-
-@router.get("/tools", include_in_schema=False)
-@router.post("/tools", include_in_schema=False)
-async def tools(request: Request):
-    state: ServerState = request.app.state.llama
-    if not state.server_tools:
-        return feature_disabled()
-    return error_response(501, f"llamapy does not run llama-server's built-in tools ({', '.join(state.server_tools)}); "
-                               "--tools only limits the CORS default to localhost")
-

@@ -160,6 +160,7 @@ class PromptCacheRAM:
         if self.metrics is not None:
             m = self.metrics
             m.prompt_cache_bytes, m.prompt_cache_prompts, m.prompt_cache_tokens = self.size(), len(self.states), self.n_tokens()
+            m.prompt_cache_limit_bytes = self.limit_size  # lowered after a failed allocation
 
     # --- the scheduler's two moments -------------------------------------------------------
     def on_pick(self, memory: Any, slot: Slot, prompt: list[int], update_cache: bool) -> None:
@@ -213,6 +214,5 @@ def make_ram_cache(memory: Any, cache_ram_mib: int, n_ctx: int, idle_slots: bool
         if verbose:
             log.info("__TEST_TAG_CACHE_IDLE_SLOTS_ENABLED__")
     ram = PromptCacheRAM(MiB * max(0, cache_ram_mib), n_ctx, idle_slots, unified, verbose, metrics)
-    if metrics is not None:
-        metrics.prompt_cache_limit_bytes = ram.limit_size
+    ram.update()  # the metrics' limit from the start
     return ram

@@ -93,7 +93,7 @@ class ServeSettings:
     lora: tuple[tuple[str, float], ...] = ()  # --lora / --lora-scaled: (path, initial scale), ids in this order
     cors: CorsSettings = field(default_factory=CorsSettings)  # --cors-origins, --cors-methods, --cors-headers, --cors-credentials
     ui_mcp_proxy: bool = False  # --ui-mcp-proxy: /cors-proxy forwards (server/http_proxy.py)
-    server_tools: tuple[str, ...] = ()  # --tools: its names (none run; the CORS default turns localhost)
+    server_tools: tuple[str, ...] = ()  # --tools: the enabled built-in tools (also: the CORS default turns localhost)
 
     def check(self) -> None:
         """ValueError, naming the flag, for a setting no server can start with."""

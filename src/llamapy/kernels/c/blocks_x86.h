@@ -149,6 +149,32 @@ LP_INLINE void q6k_half(const uint8_t *ql, const uint8_t *qh, __m256i *w) {
                            _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 6), m3), 4));
 }
 
+
+/* The 8 scales (bytes 0..7) and 8 minimums (8..15) of a Q4_K / Q5_K super-block, 6 bits each,
+ * from its 12 packed bytes b[0..12) at sc (ggml's get_scale_min_k4 for all eight at once), in
+ * one vector: [b0..3 & 63, b8..11 & 15 | (b0..3 >> 6) << 4, b4..7 & 63, b8..11 >> 4 | (b4..7 >> 6) << 4]
+ * (16 bytes read: the block goes on past its scales). */
+LP_INLINE __m128i lp_k45_sc(const uint8_t *sc) {
+    const __m128i b = _mm_loadu_si128((const __m128i *)sc);
+    const __m128i lo = _mm_and_si128(_mm_srlv_epi32(_mm_shuffle_epi8(b, _mm_setr_epi8(0, 1, 2, 3, 8, 9, 10, 11, 4, 5, 6, 7, 8, 9, 10, 11)),
+                                                    _mm_setr_epi32(0, 0, 0, 4)),
+                                     _mm_setr_epi32(0x3f3f3f3f, 0x0f0f0f0f, 0x3f3f3f3f, 0x0f0f0f0f));
+    const __m128i hi = _mm_and_si128(_mm_srli_epi32(_mm_shuffle_epi8(b, _mm_setr_epi8(-1, -1, -1, -1, 0, 1, 2, 3, -1, -1, -1, -1, 4, 5, 6, 7)), 2),
+                                     _mm_set1_epi8(0x30));
+    return _mm_or_si128(lo, hi);
+}
+
+LP_INLINE __m256 lp_u8x8(__m128i v) { return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(v)); }
+/* The int32x8 dot of 32 int16 weights (wl: elements 0..15, wh: 16..31) with 32 int16
+ * activations (x0: 0..15, x1: 16..31). */
+LP_INLINE __m256i lp_dot32x(__m256i wl, __m256i wh, __m256i x0, __m256i x1) {
+#if defined(LP_VNNI) || defined(LP_AVXVNNI)
+    return lp_dpwssd256(lp_dpwssd256(_mm256_setzero_si256(), wl, x0), wh, x1);
+#else
+    return _mm256_add_epi32(_mm256_madd_epi16(wl, x0), _mm256_madd_epi16(wh, x1));
+#endif
+}
+
 #endif
 
 #endif

@@ -60,22 +60,22 @@ typedef struct {
 static int64_t max3(int64_t a, int64_t b, int64_t c) { return a > b ? (a > c ? a : c) : (b > c ? b : c); }
 
 /* One product of the prepared activations into y (stride ldy), split among the threads;
- * dx (deterministic mode, else NULL): the same rows prepared for lp_mm_det_for (det_prep),
- * whose every row is the one-row product's. */
+ * dx (deterministic mode, else NULL): the same rows prepared for lp_mm_det_for, whose every
+ * row is the same bits at any row count. */
 static void product(int64_t type, const uint8_t *w, int64_t n_out, const lp_xprep *xp, float *y, int64_t ldy, int acc,
-                    void *scratch, const lp_xrows *dx) {
+                    void *scratch, const lp_xprep *dx) {
     if (dx) {
-        lp_mm_det_for((int)type, w, n_out, dx, y, ldy, acc);
+        lp_mm_det_for((int)type, w, n_out, dx, y, ldy, acc, scratch);
         return;
     }
     lp_mm_for((int)type, w, n_out, xp->n_in, xp, y, ldy, acc, scratch);
 }
 
-/* Row r of xp (its fp32 row made) prepared for the products: the one-row form in dx
- * (deterministic mode), else xp's. */
-static void prep_row(lp_xprep *xp, const lp_xrows *dx, int64_t r) {
+/* Row r of xp (its fp32 row made) prepared for the products: dx's form (deterministic mode),
+ * else xp's. */
+static void prep_row(lp_xprep *xp, const lp_xprep *dx, int64_t r) {
     if (dx)
-        lp_prepare_x_row(xp->x + r * xp->n_in, *dx, r);
+        lp_prepare_x_row(xp->x + r * xp->n_in, dx->xr, r);
     else
         lp_prep_row(xp, r);
 }
@@ -90,16 +90,35 @@ static void residual_for(float *x, float *t, const float *post, int64_t n, int64
     }
 }
 
+/* The prepared rows laid out in lanes (after the rows' loop): xp's, or dx's (deterministic mode). */
+static void lanes_for(const lp_xprep *xp, const lp_xprep *dx) {
+    if (dx)
+        lp_det_lanes_for(dx);
+    else
+        lp_lanes_for(xp);
+}
+
 /* xp->x = rms_norm(x) * w, row by row, each row prepared for the products as it is normed
  * (prep_row). */
-static void norm_prep_for(const float *x, const float *w, float eps, lp_xprep *xp, const lp_xrows *dx) {
+static void norm_prep_for(const float *x, const float *w, float eps, lp_xprep *xp, const lp_xprep *dx) {
 #pragma omp for schedule(static)
     for (int64_t r = 0; r < xp->n; r++) {
         float *out = (float *)xp->x + r * xp->n_in;
         lp_rms_norm_row(x + r * xp->n_in, w, xp->n_in, eps, out);
         prep_row(xp, dx, r);
     }
-    if (!dx) lp_lanes_for(xp);
+    lanes_for(xp, dx);
+}
+
+/* Has rows_det_x86.c a product for every matrix of the layer (the expert FFN aside: one row,
+ * moe.c's)?  --deterministic products of another type would read undecoded scratch. */
+static int det_covered(const lp_layer *l, const lp_dims *hp) {
+    const int64_t ne = hp->n_embd, nq = hp->n_head * hp->d;
+    int ok = lp_mm_det_covers((int)l->tq, ne) && lp_mm_det_covers((int)l->to, nq);
+    if (l->wk) ok = ok && lp_mm_det_covers((int)l->tk, ne) && lp_mm_det_covers((int)l->tv, ne);
+    if (l->moe.n_expert > 0) return ok;
+    if (l->wu) ok = ok && lp_mm_det_covers((int)l->tu, ne);
+    return ok && lp_mm_det_covers((int)l->tg, ne) && lp_mm_det_covers((int)l->td, hp->n_ff);
 }
 
 int lp_layers(const lp_layer *L, int64_t n_layer, const lp_dims *hp, float *x, int64_t n, const lp_rope_in *ropes,
@@ -112,9 +131,19 @@ int lp_layers(const lp_layer *L, int64_t n_layer, const lp_dims *hp, float *x, i
     if (hp->det && !row_chunks) return -1;
     int blocks = 0; /* some cache in blocks: the attention widens its rows into per-thread scratch */
     size_t moe_own = 0, moe_shared = 0; /* the MoE layers' most, per thread and shared (moe.c) */
-    if (n_kv_sets > LP_MAX_KV_SETS) return -1;
+    if (n_kv_sets > LP_MAX_KV_SETS) {
+        free(row_chunks);
+        return -1;
+    }
     for (int64_t il = 0; il < n_layer; il++) {
-        if (!lp_kv_types_ok((int)L[il].tck, (int)L[il].tcv, d, d)) return -2;
+        if (!lp_kv_types_ok((int)L[il].tck, (int)L[il].tcv, d, d)) {
+            free(row_chunks);
+            return -2;
+        }
+        if (hp->det && !det_covered(L + il, hp)) {
+            free(row_chunks);
+            return -4;
+        }
         blocks |= L[il].tck != LP_F16 || L[il].tcv != LP_F16;
         if (L[il].moe.n_expert == 0) continue;
         if (n != 1 || L[il].moe.k < 1 || L[il].moe.k > LP_MOE_MAX_K || L[il].moe.k > L[il].moe.n_expert) {
@@ -140,7 +169,7 @@ int lp_layers(const lp_layer *L, int64_t n_layer, const lp_dims *hp, float *x, i
         n_part = pd > n_part ? pd : n_part;
     }
     float *buf = (float *)malloc(((size_t)(n * (2 * ne + nqkv + nq + 3 * n_ff) + n_part) + moe_shared) * sizeof(float));
-    void *xbuf = malloc(lp_xprep_bytes(wide, n)), *dbuf = hp->det ? malloc(lp_det_xrows_bytes(wide, n)) : NULL;
+    void *xbuf = malloc(lp_xprep_bytes(wide, n)), *dbuf = hp->det ? malloc(lp_det_xprep_bytes(wide, n)) : NULL;
     if (!buf || !xbuf || (hp->det && !dbuf)) {
         free(buf);
         free(xbuf);
@@ -153,14 +182,15 @@ int lp_layers(const lp_layer *L, int64_t n_layer, const lp_dims *hp, float *x, i
     float *moe_sh = part + n_part;                   /* the MoE layers' shared floats */
     int failed = 0;
     lp_xprep xp_ne = lp_xprep_at(xbuf, ne, n, xn), xp_q = lp_xprep_at(xbuf, nq, n, att), xp_ff = lp_xprep_at(xbuf, n_ff, n, h);
-    /* deterministic mode: the same rows in the one-row form (rows_det_x86.c) */
-    lp_xrows dx_ne, dx_q, dx_ff;
-    if (dbuf) dx_ne = lp_det_xrows_at(dbuf, ne, n), dx_q = lp_det_xrows_at(dbuf, nq, n), dx_ff = lp_det_xrows_at(dbuf, n_ff, n);
-    const lp_xrows *dne = dbuf ? &dx_ne : NULL, *dq = dbuf ? &dx_q : NULL, *dff = dbuf ? &dx_ff : NULL;
+    /* deterministic mode: the same rows in rows_det_x86.c's forms */
+    lp_xprep dx_ne, dx_q, dx_ff;
+    if (dbuf) dx_ne = lp_det_xprep_at(dbuf, ne, n, xn), dx_q = lp_det_xprep_at(dbuf, nq, n, att), dx_ff = lp_det_xprep_at(dbuf, n_ff, n, h);
+    const lp_xprep *dne = dbuf ? &dx_ne : NULL, *dq = dbuf ? &dx_q : NULL, *dff = dbuf ? &dx_ff : NULL;
 #pragma omp parallel
     {
         float *p = (float *)malloc((size_t)(most * hpt) * sizeof(float));
-        void *scratch = malloc(lp_mm_scratch_bytes(wide));
+        const size_t sb = lp_mm_scratch_bytes(wide), sd = hp->det ? lp_det_scratch_bytes(wide) : 0;
+        void *scratch = malloc(sb > sd ? sb : sd);
         float *kvf = blocks ? (float *)malloc((size_t)lp_attn_kv_floats(most, d, d) * sizeof(float)) : NULL;
         char *own = moe_own ? (char *)malloc(moe_own + 64) : NULL;
         int ok = p && scratch && (!blocks || kvf) && (!moe_own || own);
@@ -206,6 +236,7 @@ int lp_layers(const lp_layer *L, int64_t n_layer, const lp_dims *hp, float *x, i
             if (dq) {
 #pragma omp for schedule(static)
                 for (int64_t r = 0; r < n; r++) prep_row(&xp_q, dq, r);
+                lp_det_lanes_for(dq);
             } else {
                 lp_prep_for(&xp_q);
             }
@@ -237,7 +268,7 @@ int lp_layers(const lp_layer *L, int64_t n_layer, const lp_dims *hp, float *x, i
                     lp_swiglu_row(g, g + n_ff, n_ff, h + r * n_ff);
                 prep_row(&xp_ff, dff, r);
             }
-            if (!dff) lp_lanes_for(&xp_ff);
+            lanes_for(&xp_ff, dff);
             if (l->ffn_post_norm) {
                 product(l->td, l->wd, ne, &xp_ff, tmp, ne, 0, scratch, dff);
                 residual_for(x, tmp, l->ffn_post_norm, n, ne, hp->eps);

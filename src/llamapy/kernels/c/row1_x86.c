@@ -11,19 +11,10 @@
 
 #if defined(LP_AVX2) || defined(LP_AVX512)
 
-/* The int32x8 dot of 32 int16 weights (wl: elements 0..15, wh: 16..31) with 32 int16
- * activations (x0: 0..15, x1: 16..31). */
-LP_INLINE __m256i dot32x(__m256i wl, __m256i wh, __m256i x0, __m256i x1) {
-#if defined(LP_VNNI) || defined(LP_AVXVNNI)
-    return lp_dpwssd256(lp_dpwssd256(_mm256_setzero_si256(), wl, x0), wh, x1);
-#else
-    return _mm256_add_epi32(_mm256_madd_epi16(wl, x0), _mm256_madd_epi16(wh, x1));
-#endif
-}
 
 /* ... with the activations read from xq[0..32). */
 LP_INLINE __m256i dot32(__m256i wl, __m256i wh, const int16_t *xq) {
-    return dot32x(wl, wh, _mm256_loadu_si256((const __m256i *)xq), _mm256_loadu_si256((const __m256i *)(xq + 16)));
+    return lp_dot32x(wl, wh, _mm256_loadu_si256((const __m256i *)xq), _mm256_loadu_si256((const __m256i *)(xq + 16)));
 }
 
 /* Whether a 32-element block type has a minimum (Q4_0 counts: its -8 is read as a minimum of
@@ -72,8 +63,8 @@ LP_INLINE void rows_32(const int type, const int nr, const uint8_t *w0, const ui
         if (nr == 2) block16(type, w1 + b * bb, &vl, &vh, &d1, &m1);
         const __m256i x0 = _mm256_loadu_si256((const __m256i *)(xq + 32 * b));
         const __m256i x1 = _mm256_loadu_si256((const __m256i *)(xq + 32 * b + 16));
-        const __m256 p0 = _mm256_cvtepi32_ps(dot32x(ul, uh, x0, x1));
-        const __m256 p1 = nr == 2 ? _mm256_cvtepi32_ps(dot32x(vl, vh, x0, x1)) : _mm256_setzero_ps();
+        const __m256 p0 = _mm256_cvtepi32_ps(lp_dot32x(ul, uh, x0, x1));
+        const __m256 p1 = nr == 2 ? _mm256_cvtepi32_ps(lp_dot32x(vl, vh, x0, x1)) : _mm256_setzero_ps();
         if (vec) {
             const __m128 ss = _mm_unpacklo_ps(_mm_load_ss(s + b), _mm_load_ss(sum + b)); /* [s, sum(x), 0, 0] */
             const __m128 t0 = dm_ss(w0 + b * bb, ss);

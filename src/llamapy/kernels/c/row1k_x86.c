@@ -59,21 +59,6 @@ LP_INLINE float hsum8(__m256 v) {
     return _mm_cvtss_f32(s);
 }
 
-/* The 8 scales (bytes 0..7) and 8 minimums (8..15) of a Q4_K / Q5_K super-block, 6 bits each,
- * from its 12 packed bytes b[0..12) at sc (ggml's get_scale_min_k4 for all eight at once), in
- * one vector: [b0..3 & 63, b8..11 & 15 | (b0..3 >> 6) << 4, b4..7 & 63, b8..11 >> 4 | (b4..7 >> 6) << 4]
- * (16 bytes read: the block goes on past its scales). */
-LP_INLINE __m128i k45_sc(const uint8_t *sc) {
-    const __m128i b = _mm_loadu_si128((const __m128i *)sc);
-    const __m128i lo = _mm_and_si128(_mm_srlv_epi32(_mm_shuffle_epi8(b, _mm_setr_epi8(0, 1, 2, 3, 8, 9, 10, 11, 4, 5, 6, 7, 8, 9, 10, 11)),
-                                                    _mm_setr_epi32(0, 0, 0, 4)),
-                                     _mm_setr_epi32(0x3f3f3f3f, 0x0f0f0f0f, 0x3f3f3f3f, 0x0f0f0f0f));
-    const __m128i hi = _mm_and_si128(_mm_srli_epi32(_mm_shuffle_epi8(b, _mm_setr_epi8(-1, -1, -1, -1, 0, 1, 2, 3, -1, -1, -1, -1, 4, 5, 6, 7)), 2),
-                                     _mm_set1_epi8(0x30));
-    return _mm_or_si128(lo, hi);
-}
-
-LP_INLINE __m256 u8x8(__m128i v) { return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(v)); }
 
 /* The weight lines of bytes b + pf .. b + pf + n - 1 (pf 0: none), requested while block b
  * computes: the prefetch spread over a row's blocks, not a burst of a row's lines before it
@@ -101,13 +86,13 @@ LP_INLINE void k45_rows(const int type, const int nr, const uint8_t *w0, const u
             const uint8_t *b = (t ? w1 : w0) + i * bb;
             prefetch_block(b, pf, bb);
             qs[t] = b + (type == LP_Q4_K ? 16 : 48);
-            const __m128i sm = k45_sc(b + 4);
+            const __m128i sm = lp_k45_sc(b + 4);
             const __m128 dd = f16x2_ps(b); /* d, dmin */
-            sv[t] = _mm256_mul_ps(_mm256_mul_ps(u8x8(sm), _mm256_broadcastss_ps(dd)), _mm256_loadu_ps(s + 8 * i));
+            sv[t] = _mm256_mul_ps(_mm256_mul_ps(lp_u8x8(sm), _mm256_broadcastss_ps(dd)), _mm256_loadu_ps(s + 8 * i));
 #if defined(LP_VNNI) || defined(LP_AVXVNNI)
             if (type == LP_Q4_K) sv[t] = _mm256_mul_ps(sv[t], _mm256_setr_ps(1, 0.0625f, 1, 0.0625f, 1, 0.0625f, 1, 0.0625f));
 #endif
-            am[t] = _mm256_fmadd_ps(_mm256_mul_ps(u8x8(_mm_unpackhi_epi64(sm, sm)), _mm256_broadcastss_ps(_mm_movehdup_ps(dd))),
+            am[t] = _mm256_fmadd_ps(_mm256_mul_ps(lp_u8x8(_mm_unpackhi_epi64(sm, sm)), _mm256_broadcastss_ps(_mm_movehdup_ps(dd))),
                                     _mm256_loadu_ps(sum32 + 8 * i), am[t]);
             hb[t] = type == LP_Q5_K ? _mm256_loadu_si256((const __m256i *)(b + 16)) : _mm256_setzero_si256();
         }
