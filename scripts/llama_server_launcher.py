@@ -36,7 +36,7 @@ FIM = ("<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>", "<|fim_repo|>", "<|
 # flags utils.py passes without a value (every other flag it passes takes one)
 BOOLEAN = {"--offline", "--cont-batching", "--embedding", "--reranking", "--metrics", "--kv-unified", "--swa-full",
            "--slots", "--no-slots", "--verbose", "--context-shift", "--no-ui", "--no-models-autoload", "--jinja",
-           "--no-jinja", "--no-mmproj", "--no-cache-idle-slots", "--ui-mcp-proxy", "--backend_sampling", "-cb",
+           "--no-jinja", "--no-mmproj", "--no-cache-idle-slots", "--cache-idle-slots", "--ui-mcp-proxy", "--backend_sampling", "-cb",
            "--no-context-shift", "--ctx-shift", "--props", "--no-webui", "--log-disable"}
 
 

@@ -245,7 +245,7 @@ def compute_terms(hp: HParams, c: CParams, caches: tuple[CacheEstimate, ...], n_
               *([] if blocks and dense == "lanes" and n_t <= lanes_slice_rows(ffn_width(hp))
                 else [ComputeTerm("ffn_gate_par", (n_t, ffn_width(hp)), "ffn")]),
               *matmul_terms("ffn_down", n_t, ffn_width(hp), hp.n_embd, "ffn", "", blocks, dense),
-              *(ComputeTerm(name, shape, "ffn", size) for name, shape, size in moe_ffn_terms(hp, n_t)),  # experts
+              *(ComputeTerm(*t) for t in moe_ffn_terms(hp, n_t, blocks, torch_threads())),  # experts, MoeWork
               ComputeTerm("result_norm", (n_out, hp.n_embd), "output"),
               ComputeTerm("result_output (logits)", (n_out, hp.n_vocab), "output")]
     return tuple(terms)

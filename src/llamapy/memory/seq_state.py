@@ -105,6 +105,20 @@ def cache_state_set(kv: KVCache, s: int, cs: CacheState) -> None:
     cells.head = int(idx[-1]) + 1 if int(idx[-1]) + 1 < cells.size else 0
 
 
+def seq_state_size(memory, s: int) -> int:
+    """The bytes seq_state_get(memory, s) would hold (llama_state_seq_get_size's role), counted
+    from the cells, without copying: per cache, the sequence's cells times every layer's K and
+    V row bytes, plus each cell's position and shift (int32)."""
+    n = 0
+    for kv in caches_of(memory):
+        st = kv.seq_to_stream(s)
+        cells = kv.cells[st]
+        n_cells = int((cells.seq[:, s] & (cells.pos >= 0)).sum())
+        row = sum(t[st].shape[-1] * t[st].element_size() for il in kv.layers for t in (kv.k[il], kv.v[il]))
+        n += n_cells * (row + cells.pos.itemsize + cells.shift.itemsize)
+    return n
+
+
 def seq_state_get(memory, s: int) -> list[CacheState]:
     """Sequence s's state in every cache of memory."""
     return [cache_state_get(kv, s) for kv in caches_of(memory)]

@@ -28,6 +28,10 @@ class ServerMetrics:
     n_draft_tokens: int = 0  # speculative decoding: draft tokens verified
     n_draft_accepted: int = 0  # ... accepted by the target
     n_draft_verif_steps: int = 0  # ... verifications (one per slot per step with a draft)
+    prompt_cache_bytes: int = 0  # --cache-ram: the host-memory prompt cache's entries (server/ram_cache.py)
+    prompt_cache_prompts: int = 0
+    prompt_cache_tokens: int = 0
+    prompt_cache_limit_bytes: int = 0  # --cache-ram N in bytes (0: off or no limit)
     t_start: float = field(default_factory=time.perf_counter)
 
     def on_decode(self, n_busy: int, n_prompt: int, n_gen: int, dt: float) -> None:
@@ -79,6 +83,11 @@ def render_prometheus(m: dict[str, float]) -> str:
         ("gauge", "kv_cells_active", "KV cells held by requests in flight.", m["kv_cells_used"] - m["kv_cells_cached"]),
         ("gauge", "kv_cache_usage_ratio", "KV cells in use / allocated.",
          m["kv_cells_used"] / m["kv_cells_total"] if m["kv_cells_total"] else 0.0),
+        ("gauge", "prompt_cache_bytes", "Bytes held by the host-memory prompt cache (--cache-ram).", m["prompt_cache_bytes"]),
+        ("gauge", "prompt_cache_prompts", "Prompts held by the host-memory prompt cache.", m["prompt_cache_prompts"]),
+        ("gauge", "prompt_cache_tokens", "Tokens held by the host-memory prompt cache.", m["prompt_cache_tokens"]),
+        ("gauge", "prompt_cache_limit_bytes", "The host-memory prompt cache's size limit (0: off or no limit).",
+         m["prompt_cache_limit_bytes"]),
         ("counter", "spec_decode_num_draft_tokens_total", "Speculative: Total draft tokens generated", m["n_draft_tokens"]),
         ("counter", "spec_decode_num_accepted_tokens_total", "Speculative: Total draft tokens accepted by the target model",
          m["n_draft_accepted"]),

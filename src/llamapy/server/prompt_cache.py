@@ -12,17 +12,25 @@ from .slots import Slot
 SLOT_PROMPT_SIMILARITY = 0.5  # llama-server's -sps default
 
 
-def pick_slot(idle: list[Slot], prompt: list[int], similarity: float = SLOT_PROMPT_SIMILARITY) -> Slot:
-    """llama-server's get_available_slot: the idle slot whose cache shares the longest
-    prefix with the prompt, if that prefix is more than `similarity` of the prompt; else the
-    least recently used idle slot.  (Picking the longest prefix however short would hand a new
+def pick_slot(slots: list[Slot], idle: list[Slot], id_slot: int, prompt: list[int],
+              similarity: float = SLOT_PROMPT_SIMILARITY) -> tuple[Slot, bool]:
+    """llama-server's get_available_slot over the idle slots (or only the requested one, id_slot
+    >= 0, modulo the slots): the slot whose cache shares the longest prefix with the prompt, if
+    that prefix is more than `similarity` of the prompt; else the requested slot, else the least
+    recently used idle slot.  (Picking the longest prefix however short would hand a new
     conversation the slot of another that shares only the chat template's first tokens, and
-    evict it.)"""
+    evict it.)  Also says whether the slot's cache is about to be mostly lost (update_cache:
+    taken by LRU, or the prompt keeps less than half of its tokens), when the host-memory prompt
+    cache (server/ram_cache.py) saves it first."""
+    wanted = slots[id_slot % len(slots)] if id_slot >= 0 else None
+    cands = [wanted] if wanted is not None else idle
     if similarity > 0 and prompt:
-        lcp, best = max(((common_prefix(s.cache_tokens, prompt), s) for s in idle), key=lambda t: (t[0], -t[1].t_last))
-        if lcp / len(prompt) > similarity:
-            return best
-    return min(idle, key=lambda s: s.t_last)
+        lcp, best = max(((common_prefix(s.cache_tokens, prompt), s) for s in cands), key=lambda t: (t[0], -t[1].t_last))
+        if best.cache_tokens and lcp / len(prompt) > similarity:
+            return best, lcp / len(best.cache_tokens) < 0.5
+    if wanted is not None:
+        return wanted, False
+    return min(idle, key=lambda s: s.t_last), True
 
 
 def keep_prefix(memory: Any, slot: Slot, n_keep: int) -> int:

@@ -29,6 +29,7 @@ from .engine_events import EngineEvents
 from .metrics import ServerMetrics
 from .lora_scales import bind_slot_lora, check_ids
 from .prompt_cache import SLOT_PROMPT_SIMILARITY, free_idle_caches, keep_prefix, pick_slot, reuse_chunks
+from .ram_cache import PromptCacheRAM
 from .request import Event, Request, Usage
 from .slot_files import SlotAction, SlotActionError, run_ready
 from .slot_output import SlotOutput
@@ -37,7 +38,6 @@ from .step_batch import BatchRow, build_step
 from ..speculative import SpecParams, Speculator
 
 __all__ = ["BatchRow", "QueueFullError", "SLOT_PROMPT_SIMILARITY", "Scheduler"]
-
 log = logger("srv")
 TRIM_EVERY_S = 5.0  # at most this often, when idle, freed heap memory goes back to the OS (malloc_trim)
 
@@ -59,7 +59,7 @@ class Scheduler:
         """spec: the server's speculative decoding (--spec-type ...), with one proposer per
         slot (speculative.make_proposers); None or type none: no drafts.  max_queue: how many
         requests may wait for a slot (0: no bound); one more is refused (QueueFullError).
-        slot_prompt_similarity: llama-server's -sps (see _pick_slot).  ctx_shift: --context-shift
+        slot_prompt_similarity: llama-server's -sps (see _assign).  ctx_shift: --context-shift
         (server/ctx_shift.py; off where the memory cannot shift), n_keep: --keep, n_cache_reuse:
         --cache-reuse (prompt_cache.reuse_chunks; also off where the memory cannot shift)."""
         self.ctx = ctx
@@ -92,6 +92,7 @@ class Scheduler:
         self.embed_jobs: list = []
         self.slot_actions: list[SlotAction] = []  # POST /slots/{id}?action=..., run when their slot is idle
         self.events = EngineEvents()  # /engine/events: a view per step, built only while someone listens
+        self.ram: PromptCacheRAM | None = None  # --cache-ram: a ram_cache.PromptCacheRAM (server/startup.py sets it)
 
     @property
     def ctx_shift(self) -> bool:
@@ -253,7 +254,6 @@ class Scheduler:
         self._publish(decoded=rows > 0 or ran)
         return rows > 0
 
-
     def _expire(self) -> None:
         """End the requests older than their timeout (--timeout), waiting or running."""
         now = time.perf_counter()
@@ -268,14 +268,10 @@ class Scheduler:
                 self._finish(s, "timeout", error=f"request ran {now - r.t_arrival:.1f} s, past --timeout {r.timeout:g} s",
                              drop_cells=True)
 
-    def _pick_slot(self, idle: list[Slot], prompt: list[int]) -> Slot:
-        """prompt_cache.pick_slot with this server's -sps."""
-        return pick_slot(idle, prompt, self.slot_prompt_similarity)
-
     def _assign(self) -> None:
-        """Give waiting requests to idle slots (_pick_slot), in arrival order; a request for a
-        given slot (id_slot, modulo the slots as llama-server's) waits for it while the
-        requests behind it go on."""
+        """Give waiting requests to idle slots (prompt_cache.pick_slot; --cache-ram: ram_cache.py),
+        in arrival order; a request for a given slot (id_slot, modulo the slots as llama-server's)
+        waits for it while the requests behind it go on."""
         i = 0
         while i < len(self.waiting):
             idle = [s for s in self.slots if s.is_idle]
@@ -287,7 +283,9 @@ class Scheduler:
                 continue
             del self.waiting[i]
             self._dequeued()
-            slot = self.slots[req.id_slot % len(self.slots)] if req.id_slot >= 0 else self._pick_slot(idle, req.prompt)
+            slot, update_cache = pick_slot(self.slots, idle, req.id_slot, req.prompt, self.slot_prompt_similarity)
+            if self.ram is not None:
+                self.ram.on_pick(self.ctx.memory, slot, req.prompt, update_cache)
             try:
                 sampler = Sampler(req.sampling, n_ctx=slot.n_ctx, grammar=req.constraint)
             except Exception as e:  # noqa: BLE001 - this request's own settings: it ends, the others go on
@@ -302,6 +300,8 @@ class Scheduler:
             n_keep = slot.start(req, sampler, StreamDecoder(self.tok))
             slot.spec = self._speculator(slot.id, req)
             n_keep = keep_prefix(self.ctx.memory, slot, n_keep)
+            if self.ram is not None:
+                self.ram.on_launch(self.ctx.memory, self.slots)
             self.metrics.n_prompt_tokens_cached_total += n_keep
             if req.return_progress:  # llama-server's 0% update, before any prompt token is decoded
                 req.sink(slot.progress_event())

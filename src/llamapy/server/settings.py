@@ -87,6 +87,8 @@ class ServeSettings:
     ctx_shift: bool = False  # --context-shift / --no-context-shift (llama-server's default: off)
     n_keep: int = 0  # --keep: tokens a context shift keeps (-1: the whole prompt)
     n_cache_reuse: int = 0  # --cache-reuse: the smallest moved prompt-cache chunk shifted into place (0: off)
+    cache_ram_mib: int = 8192  # --cache-ram: the host-memory prompt cache's limit in MiB (-1: no limit, 0: off; llama-server's default)
+    cache_idle_slots: bool = True  # --cache-idle-slots / --no-cache-idle-slots (needs --cache-ram)
     props: bool = False  # --props: POST /props allowed
     lora: tuple[tuple[str, float], ...] = ()  # --lora / --lora-scaled: (path, initial scale), ids in this order
     cors: CorsSettings = field(default_factory=CorsSettings)  # --cors-origins, --cors-methods, --cors-headers, --cors-credentials
@@ -102,6 +104,8 @@ class ServeSettings:
                 raise ValueError(f"{name} ({v:g}) must be >= 0")
         if self.n_cache_reuse < 0:
             raise ValueError(f"--cache-reuse ({self.n_cache_reuse}) must be >= 0 (0: off)")
+        if self.cache_ram_mib < -1:
+            raise ValueError(f"--cache-ram ({self.cache_ram_mib}) must be >= -1 (MiB; -1: no limit, 0: off)")
         if self.n_keep < -1:
             raise ValueError(f"--keep ({self.n_keep}) must be >= -1 (-1: the whole prompt)")
         if self.slot_save_path is not None and not Path(self.slot_save_path).is_dir():

@@ -1,0 +1,70 @@
+"""The MoE rows kernel's working memory for memory/estimate.py: a multi-row ubatch's experts run
+in one C call (kernels/c/moe_rows.c lp_moe_rows) whose bytes a MoeWork (kernels/moe_row.py, one
+per model, a buffer per calling thread) grows to the largest ubatch's need and keeps; during
+the call each of the kernel's threads also holds lp_mm's scratch.  The C path runs where the
+loader's block kernels do (not gpt-oss: its experts take the per-expert path) and only for
+ubatches of 2 rows or more.  Torch-free.
+
+lp_moe_rows_bytes(n_t, counts, n_embd, n_ff), restated as a bound over every routing of n_t
+rows to k experts each (n_slots = n_t * k slots, at most min(n_expert, n_slots) experts active):
+
+  the floats:       xg [n_slots, n_embd], g and u [n_slots, n_ff], out [n_t, n_embd]
+  per active expert: its table entry (active_expert, under ACTIVE_EXPERT bytes) and its rows
+                    prepared twice (lp_xprep_bytes of n_embd and of n_ff for its c rows, each
+                    64-aligned plus 64), where lp_xprep_bytes(n_in, c) (kernels/c/mm_xprep.inc)
+                    is the int16 rows with scales and sums (2.5 bytes a value, 4.75 where few
+                    rows keep them split too, + 384), a bf16 copy (2, + 64) and the rows in
+                    lanes of up to 16 (2.5 a value of c rounded up to 16, + 128)
+
+so each expert's part is at most 6.75 n_in c + 2.5 n_in ceil16(c) + 576 bytes per form, and the
+sum of ceil16(c) over the experts at most n_slots + 15 n_act."""
+from __future__ import annotations
+
+from ..kernels.types import mm_scratch_bound
+
+F32 = 4
+ACTIVE_EXPERT = 512  # bytes: sizeof(active_expert), three int64 and two lp_xprep (about 376 on x86-64)
+XPREP_FIXED = 576  # bytes of one lp_xprep_bytes besides its per-value parts
+LANE_ROWS = 16  # the lanes' row group (LP_NL: 16 at the AVX-512 level, 8 at AVX2)
+
+
+def xprep_bound(n_in: int, n: int) -> int:
+    """At least lp_xprep_bytes(n_in, n) (kernels/c/mm_xprep.inc, see the module docstring)."""
+    return (27 * n_in * n) // 4 + (5 * n_in * (-(-n // LANE_ROWS) * LANE_ROWS)) // 2 + XPREP_FIXED + 2
+
+
+def moe_rows_bound(n_t: int, n_expert: int, k: int, n_embd: int, n_ff: int) -> int:
+    """At least lp_moe_rows_bytes for n_t rows routed to k of n_expert experts each, whatever the
+    routing (the module docstring)."""
+    if n_t < 1 or k < 1:
+        return 0
+    n_slots = n_t * k
+    n_act = min(n_expert, n_slots)
+    floats = n_slots * (n_embd + 2 * n_ff) + n_t * n_embd
+    per_value = (27 * n_slots) // 4 + 1 + (5 * (n_slots + (LANE_ROWS - 1) * n_act)) // 2 + 1
+    xbytes = (n_embd + n_ff) * per_value + n_act * (2 * (XPREP_FIXED + 2 + 63 + 64))
+    return n_act * ACTIVE_EXPERT + 63 + F32 * floats + 63 + xbytes + 64
+
+
+def moe_work_bytes(n_ubatch: int, n_threads: int, n_expert_used: int, n_ff_exp: int, n_embd: int,
+                   n_expert: int) -> tuple[int, int]:
+    """(MoeWork's buffer for one calling thread after a ubatch of n_ubatch rows, the kernel's
+    threads' lp_mm scratch during its call: n_threads x mm_scratch_bound of the wider of n_embd
+    and n_ff_exp); (0, 0) below 2 rows (one row takes lp_moe_row, no MoeWork)."""
+    if n_ubatch < 2 or not n_expert:
+        return 0, 0
+    return (moe_rows_bound(n_ubatch, n_expert, n_expert_used, n_embd, n_ff_exp),
+            n_threads * mm_scratch_bound(max(n_embd, n_ff_exp)))
+
+
+def moe_work_terms(hp, n_t: int, blocks: bool, n_threads: int) -> list[tuple]:
+    """memory/estimate.py's ComputeTerm fields (name, shape, phase, bytes per element, call) for
+    the C path's bytes: MoeWork lasts (kept between ubatches: "persistent"), the threads' scratch
+    only during the FFN's call; none where the path does not run."""
+    if not (blocks and hp.n_expert) or getattr(hp, "arch", "") == "gpt-oss":
+        return []
+    work, scratch = moe_work_bytes(n_t, n_threads, hp.n_expert_used, hp.n_ff_exp, hp.n_embd, hp.n_expert)
+    if not work:
+        return []
+    return [("ffn_moe_work (MoeWork: lp_moe_rows' bytes, kept)", (work,), "persistent", 1, ""),
+            ("ffn_moe_rows scratch (lp_mm, per thread)", (scratch,), "ffn", 1, "ffn_moe_rows")]
