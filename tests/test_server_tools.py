@@ -8,6 +8,8 @@ a server without --tools refuse.  Then what the reference cannot show: .gitignor
 a timeout that kills the whole command at once, a streaming client that leaves."""
 from __future__ import annotations
 
+import importlib.util
+
 import json
 import os
 import shutil
@@ -29,20 +31,23 @@ def served(smollm2):
         yield st, url
 
 
+def _script():
+    """scripts/ref_server_tools.py, which wrote the reference: its tree writer and {ROOT} substitution."""
+    spec = importlib.util.spec_from_file_location("ref_server_tools", Path(__file__).resolve().parent.parent
+                                                  / "scripts" / "ref_server_tools.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+REF_SCRIPT = _script()
+subst = REF_SCRIPT.subst
+
+
 def write_tree(root: Path) -> None:
     for rel, text in REF["tree"].items():
         (root / rel).parent.mkdir(parents=True, exist_ok=True)
         (root / rel).write_text(text)
-
-
-def subst(v, root: str, back: bool = False):
-    if isinstance(v, str):
-        return v.replace(root, "{ROOT}") if back else v.replace("{ROOT}", root)
-    if isinstance(v, list):
-        return [subst(x, root, back) for x in v]
-    if isinstance(v, dict):
-        return {k: subst(x, root, back) for k, x in v.items()}
-    return v
 
 
 def ask(c: httpx.Client, req: dict, root: str) -> dict:
