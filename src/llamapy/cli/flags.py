@@ -39,7 +39,7 @@ def add_context(p: argparse.ArgumentParser) -> None:
     mm.add_argument("--no-mmap", dest="mmap", action="store_false",
                     help="read the weights into memory (default where the kernel has transparent huge pages: "
                          "read into 2 MiB pages, faster to stream; else mapped)")
-    p.add_argument("--mem-budget", type=float, default=0.0, help="MiB that -c 0 is fitted under (default: free memory minus 1 GiB)")
+    p.add_argument("--mem-budget", type=float, default=0.0, help="MiB that -c 0 is fitted under; with serve, the context and --cache-ram's prompt cache together (default: free memory minus 1 GiB)")
     p.add_argument("-t", "--threads", type=int, default=0, help="CPU threads (0: torch's default)")
     p.add_argument("--device", default="auto", help="cpu, cuda or auto (CUDA when available)")
     p.add_argument("-ngl", "--gpu-layers", "--n-gpu-layers", dest="n_gpu_layers", default="auto", type=gpu_layers,

@@ -8,6 +8,7 @@ import json
 import logging
 from dataclasses import asdict, replace
 
+from ..memory.cache_ram import CacheRamBudgetError, CacheRamEstimate, cache_ram_estimate, fit_cache_ram
 from ..memory.estimate import MiB, MemoryEstimate, ModelInfo, estimate_memory, model_info
 from ..memory.fit import MemoryBudgetError, breakdown, default_budget, fit_ctx, largest_fitting_ctx
 from ..memory.kv_types import KVType
@@ -27,6 +28,9 @@ def add_parser(sub) -> None:
     p.add_argument("--json", action="store_true", help="print the estimate as JSON")
     p.add_argument("--fit", action="store_true", help="print the largest -c that fits for each -np, -ub and KV type")
     p.add_argument("--n-outputs", type=int, default=None, help="logits rows to reserve (default: -np, one per sequence)")
+    p.add_argument("-cram", "--cache-ram", type=int, default=None, metavar="N",
+                   help="count serve's host-memory prompt cache of up to N MiB (-1: no limit, bounded by -c's tokens; "
+                        "default: not counted, serve's default is 8192)")
     g = p.add_argument_group("hyperparameters without a model file (any of them skips -m)")
     g.add_argument("--n-layer", type=int, default=None)
     g.add_argument("--n-embd", type=int, default=None)
@@ -87,10 +91,16 @@ def _estimate(info: ModelInfo, p: ContextParams, a: argparse.Namespace) -> tuple
         if budget is not None and p.n_ctx > 0:
             fit_ctx(info, p, budget, a.n_outputs)
             verdict = f"fits the memory budget of {budget / MiB:.2f} MiB"
+            if a.cache_ram:  # serve's prompt cache in host memory, beside the context
+                c = cache_ram_estimate(est, a.cache_ram)
+                fit_cache_ram(c, est.total, budget, True, True)
+                verdict += f" with the prompt cache's {c.bound / MiB:.2f} MiB (--cache-ram {a.cache_ram})"
     except MemoryBudgetError as e:
         if p.n_ctx == 0:
             raise
         est, verdict = estimate_memory(info, p, a.n_outputs), f"does NOT fit: {e}"
+    except CacheRamBudgetError as e:
+        verdict = f"the context fits, the prompt cache does NOT: {e}"
     finally:
         root.removeHandler(col)
         root.setLevel(level)
@@ -139,14 +149,28 @@ def render(e: MemoryEstimate, clamps: list[str], verdict: str | None, a: argpars
         lines.append(f"load_tensors:          CPU model buffer size = {e.weights / MiB:10.2f} MiB (file: {e.weights_file / MiB:.2f} MiB)")
     if e.process is not None:
         lines.append(f"llama_model_loader:    {e.process.line()}")
-    lines.append(f"total: {breakdown(e)}")
+    ram = _cache_ram(e, a)
+    lines.append(f"{ram.line()}" if ram is not None else
+                 "prompt cache (serve --cache-ram, host memory): not counted; serve holds up to 8192 MiB by default (mem --cache-ram N counts it)")
+    lines.append(f"total: {breakdown(e)}" + (f"; with the prompt cache up to {(e.total + ram.bound) / MiB:.2f} MiB" if ram and ram.bound else ""))
     if verdict:
         lines.append(verdict)
     return "\n".join(lines)
 
 
-def to_json(e: MemoryEstimate, clamps: list[str], verdict: str | None) -> dict:
+def _cache_ram(e: MemoryEstimate, a: argparse.Namespace) -> CacheRamEstimate | None:
+    """serve's prompt cache for mem --cache-ram N; None when not asked."""
+    n = getattr(a, "cache_ram", None)
+    if n is None:
+        return None
+    if n < -1:
+        raise ValueError(f"--cache-ram ({n}) must be >= -1 (MiB; -1: no limit, 0: off)")
+    return cache_ram_estimate(e, n)
+
+
+def to_json(e: MemoryEstimate, clamps: list[str], verdict: str | None, a: argparse.Namespace | None = None) -> dict:
     hp = e.hparams
+    ram = _cache_ram(e, a) if a is not None else None
     return {
         "buffers": e.as_dict(),
         "total": e.total,
@@ -162,6 +186,7 @@ def to_json(e: MemoryEstimate, clamps: list[str], verdict: str | None) -> dict:
         "gqa_ratio": hp.n_head / hp.n_head_kv,
         "clamps": clamps,
         "budget": verdict,
+        "prompt_cache": None if ram is None else {"cache_ram_mib": ram.mib, "bytes_per_token": ram.bytes_per_token, "bound": ram.bound},
     }
 
 
@@ -194,7 +219,7 @@ def cmd_mem(a: argparse.Namespace) -> int:
     e, clamps, verdict = _estimate(info, _params(a), a)
     if a.pp > 1:
         return _mem_stages(a, e)
-    print(json.dumps(to_json(e, clamps, verdict), indent=1) if a.json else render(e, clamps, verdict, a))
+    print(json.dumps(to_json(e, clamps, verdict, a), indent=1) if a.json else render(e, clamps, verdict, a))
     return 0
 
 

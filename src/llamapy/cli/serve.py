@@ -87,7 +87,8 @@ def serve_settings(a: argparse.Namespace) -> ServeSettings:
         replicas=ReplicaSettings(a.replicas, a.min_replicas, a.max_replicas, a.ray_address, a.routing),
         embedding=a.embedding or a.reranking, pooling="rank" if a.reranking else a.pooling,
         embd_normalize=a.embd_normalize, slot_save_path=a.slot_save_path, ctx_shift=a.ctx_shift, n_keep=a.keep,
-        n_cache_reuse=a.cache_reuse, cache_ram_mib=a.cache_ram, cache_idle_slots=a.cache_idle_slots, props=a.props, lora=lora_specs(a),
+        n_cache_reuse=a.cache_reuse, cache_ram_mib=8192 if a.cache_ram is None else a.cache_ram,
+        cache_ram_given=a.cache_ram is not None, cache_idle_slots=a.cache_idle_slots, props=a.props, lora=lora_specs(a),
         cors=CorsSettings(cors_origins(a.cors_origins, server_tools(a.tools)), a.cors_methods, a.cors_headers, a.cors_credentials),
         ui_mcp_proxy=a.ui_mcp_proxy, server_tools=server_tools(a.tools))
 

@@ -47,9 +47,10 @@ def add_llama_server(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cache-reuse", type=int, default=0, metavar="N",
                    help="prompt cache: reuse chunks of at least N cached tokens that moved (text cut out before them) by "
                         "shifting their KV (default: 0 = off; needs a cache that can shift)")
-    p.add_argument("-cram", "--cache-ram", type=int, default=8192, metavar="N",
+    p.add_argument("-cram", "--cache-ram", type=int, default=None, metavar="N",
                    help="host-memory prompt cache: a slot's KV cells about to be dropped are kept in RAM, up to N MiB, "
-                        "and restored for a later prompt sharing their prefix (default: 8192, -1 - no limit, 0 - disable)")
+                        "and restored for a later prompt sharing their prefix (default: 8192, lowered to fit --mem-budget or free "
+                        "memory, -1 - no limit, 0 - disable)")
     p.add_argument("--cache-idle-slots", action=argparse.BooleanOptionalAction, default=True,
                    help="save idle slots to the prompt cache when a request starts, and clear them when the KV cache is "
                         "unified (default: enabled, requires --cache-ram)")

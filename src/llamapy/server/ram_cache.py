@@ -192,6 +192,32 @@ class PromptCacheRAM:
                 s.cache_tokens = []
 
 
+def resolve_cache_ram(ctx: Any, cache_ram_mib: int, mib_given: bool, mem_budget_mib: float) -> int:
+    """--cache-ram against the memory budget (memory/cache_ram.py): with --mem-budget the context's
+    estimate and the prompt cache's bound must fit it together; without it, the prompt cache's
+    bound must fit the host's free memory now (less fit.py's margin; the context is loaded).
+    Returns the limit to run with (the flag's value, or lowered with a warning); raises
+    CacheRamBudgetError when --cache-ram and --mem-budget were both given and do not fit."""
+    from ..memory.cache_ram import cache_ram_estimate, fit_cache_ram
+    from ..memory.fit import default_budget
+
+    est = getattr(ctx, "estimate", None)
+    if cache_ram_mib == 0 or est is None:  # off, or a pipeline's context (no prompt cache there)
+        return cache_ram_mib
+    c = cache_ram_estimate(est, cache_ram_mib)
+    on_host = str(getattr(ctx.model, "device", "cpu")).startswith("cpu")
+    budget_given = mem_budget_mib > 0 and on_host  # a device's --mem-budget does not bound host memory
+    budget, used = (int(mem_budget_mib * MiB), est.total) if budget_given else (default_budget("cpu"), 0)
+    mib = fit_cache_ram(c, used, budget, mib_given, budget_given)
+    if mib != cache_ram_mib:
+        what = f"the memory budget of {budget / MiB:.2f} MiB (--mem-budget) less the context's {used / MiB:.2f} MiB" \
+            if budget_given else f"the host's free memory less 1024 MiB, {budget / MiB:.2f} MiB"
+        log.warning(f"prompt cache: --cache-ram {cache_ram_mib} can hold up to {c.bound / MiB:.2f} MiB, over {what}; "
+                    f"its limit is lowered to {mib} MiB" + (" (off)" if mib == 0 else "")
+                    + " (set --cache-ram to choose, --mem-budget to change the budget)")
+    return mib
+
+
 def make_ram_cache(memory: Any, cache_ram_mib: int, n_ctx: int, idle_slots: bool, unified: bool,
                    verbose: bool = False, metrics: Any = None) -> PromptCacheRAM | None:
     """The server's prompt cache for --cache-ram N (MiB; -1: no limit, 0: none) and

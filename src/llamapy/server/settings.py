@@ -88,6 +88,7 @@ class ServeSettings:
     n_keep: int = 0  # --keep: tokens a context shift keeps (-1: the whole prompt)
     n_cache_reuse: int = 0  # --cache-reuse: the smallest moved prompt-cache chunk shifted into place (0: off)
     cache_ram_mib: int = 8192  # --cache-ram: the host-memory prompt cache's limit in MiB (-1: no limit, 0: off; llama-server's default)
+    cache_ram_given: bool = False  # --cache-ram was on the command line (a limit over --mem-budget is then refused, not lowered)
     cache_idle_slots: bool = True  # --cache-idle-slots / --no-cache-idle-slots (needs --cache-ram)
     props: bool = False  # --props: POST /props allowed
     lora: tuple[tuple[str, float], ...] = ()  # --lora / --lora-scaled: (path, initial scale), ids in this order

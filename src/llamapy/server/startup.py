@@ -80,9 +80,10 @@ def load_model(s: ServeSettings, state: ServerState) -> None:
     sched = Scheduler(ctx, spec, proposers, max_queue=max_queue, slot_prompt_similarity=s.slot_prompt_similarity,
                       ctx_shift=s.ctx_shift, n_keep=s.n_keep, n_cache_reuse=s.n_cache_reuse)
     if not s.embedding:
-        from .ram_cache import make_ram_cache
+        from .ram_cache import make_ram_cache, resolve_cache_ram
 
-        sched.ram = make_ram_cache(ctx.memory, s.cache_ram_mib, c.n_ctx, s.cache_idle_slots, c.kv_unified, s.verbose, sched.metrics)
+        cache_ram_mib = resolve_cache_ram(ctx, s.cache_ram_mib, s.cache_ram_given, s.ctx.mem_budget_mib)
+        sched.ram = make_ram_cache(ctx.memory, cache_ram_mib, c.n_ctx, s.cache_idle_slots, c.kv_unified, s.verbose, sched.metrics)
     if s.embedding:
         from ..embed import Embedder
 
