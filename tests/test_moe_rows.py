@@ -59,3 +59,84 @@ def test_prefill_with_and_without_the_c_rows(tmp_path, monkeypatch):
     on, off = _prefill_logits(path, monkeypatch, True), _prefill_logits(path, monkeypatch, False)
     torch.testing.assert_close(on, off, rtol=1e-4, atol=1e-4)
     assert torch.equal(on.argmax(-1), off.argmax(-1))
+
+
+# n_embd, n_ff (both multiples of 256: the int8 tiles' rows), the experts' types and rows
+K_SHAPE = (512, 256)
+K_TYPES = {"Q4_K/Q5_K/Q6_K": (T.Q4_K, T.Q5_K, T.Q6_K), "Q4_K/Q4_K/Q4_K": (T.Q4_K, T.Q4_K, T.Q4_K)}
+MOE_Q8_ROWS = 4  # kernels/c/moe_rows.c: an expert's rows from which the AVX2 level takes the int8 tiles
+
+
+def _k_lib(level: str):
+    from llamapy.kernels import load_kernels
+    from llamapy.kernels.build import IsaError
+    try:
+        k = load_kernels(level)
+    except IsaError as e:
+        pytest.skip(f"this CPU does not run the {level} level: {e}")
+    if k is None:
+        pytest.skip("no C compiler: the CPU kernels are off")
+    return k
+
+
+def _expert_product(lib, level: str, qtype: T, w: torch.Tensor, shape, x: torch.Tensor) -> tuple[torch.Tensor, int]:
+    """One expert's product of its rows x [c, n_in] as lp_moe_rows takes it at this level: at avx2
+    from MOE_Q8_ROWS rows lp_mm_q8 (residual pass or int8 alone: lp_q8mm_mode's answer on the
+    expert's own rows), else lp_mm (the lanes, the fp32 tiles, the one-row products); (y, mode)."""
+    y = torch.empty(x.shape[0], shape[0])
+    mode = lib.fn.lp_q8mm_mode(int(qtype), x.data_ptr(), shape[1], x.shape[0])
+    if level == "avx2" and x.shape[0] >= MOE_Q8_ROWS and mode:
+        assert lib.fn.lp_mm_q8(int(qtype), w.data_ptr(), *shape, x.data_ptr(), x.shape[0], y.data_ptr(), shape[0], 0,
+                               int(mode == 1)) == 0
+        return y, mode
+    assert lib.fn.lp_mm(int(qtype), w.data_ptr(), *shape, x.data_ptr(), x.shape[0], y.data_ptr(), shape[0], 0) == 0
+    return y, 0
+
+
+@pytest.mark.parametrize("types", list(K_TYPES), ids=list(K_TYPES))
+@pytest.mark.parametrize("level", ["avx2", "avx512", "scalar"])
+def test_k_quant_experts_take_the_levels_products(level, types):
+    """K-quant experts straight through lp_moe_rows (no router: the slots are laid out here) equal,
+    bit for bit, each expert's own product of its rows and the weighted sum in slot order: at the
+    AVX2 level the int8 tiles from MOE_Q8_ROWS rows -- the residual pass for an expert of plain
+    rows, int8 alone for one of outlier-heavy rows (every block spiked), gate Q4_K and up Q5_K
+    from one rounding of the rows (each with its own int16 depth) -- and the int16 lanes (or the fp32 tiles) below; elsewhere
+    every expert as lp_mm."""
+    from test_kernels import _matrix
+    lib = _k_lib(level)
+    n_embd, n_ff = K_SHAPE
+    tg, tu, td = K_TYPES[types]
+    n_expert, n_tokens = 5, 24
+    mats = [[_matrix(t, shape, seed=10 * e + j)[0] for e in range(n_expert)]
+            for j, (t, shape) in enumerate(((tg, (n_ff, n_embd)), (tu, (n_ff, n_embd)), (td, (n_embd, n_ff))))]
+    stacks = [torch.cat(ms) for ms in mats]  # each 3-D tensor's experts contiguous
+    x = torch.randn(n_tokens, n_embd, generator=torch.Generator().manual_seed(1))
+    x[10:18, ::32] *= 60  # rows 10..17: every block an outlier
+    x[5] = 1.0  # every value 127 once rounded: Q5_K's int16 sums at their largest (4 steps, not Q4_K's 8)
+    # expert 0 inactive; 1: ten plain rows; 2: the eight spiked rows; 3: three rows; 4: every row
+    slots = [[], list(range(10)), list(range(10, 18)), [3, 12, 20], list(range(n_tokens))]
+    counts = torch.tensor([len(s) for s in slots], dtype=torch.int64)
+    rows = torch.tensor([r for s in slots for r in s], dtype=torch.int64)
+    w = torch.rand(rows.numel(), generator=torch.Generator().manual_seed(2))
+    y0 = torch.randn(n_tokens, n_embd)
+    y = y0.clone()
+    strides = [ms[0].numel() for ms in mats]
+    assert lib.fn.lp_moe_rows(x.data_ptr(), n_tokens, n_expert, counts.data_ptr(), rows.data_ptr(), w.data_ptr(),
+                              *(s.data_ptr() for s in stacks), int(tg), int(tu), int(td), *strides, n_embd, n_ff,
+                              y.data_ptr(), None, 0) == 0
+    out, modes, s0 = torch.zeros(n_tokens, n_embd), {}, 0
+    for e, sl in enumerate(slots):
+        if not sl:
+            continue
+        xe = x[sl].contiguous()
+        g, modes[e, "gate"] = _expert_product(lib, level, tg, mats[0][e], (n_ff, n_embd), xe)
+        u, _ = _expert_product(lib, level, tu, mats[1][e], (n_ff, n_embd), xe)
+        h = torch.empty_like(g)
+        lib.fn.lp_glu_rows(g.data_ptr(), n_ff, u.data_ptr(), n_ff, len(sl), n_ff, 0, h.data_ptr())
+        t, modes[e, "down"] = _expert_product(lib, level, td, mats[2][e], (n_embd, n_ff), h)
+        for i, r in enumerate(sl):  # slot order, as the kernel's scatter-add
+            out[r] += t[i] * w[s0 + i]
+        s0 += len(sl)
+    assert torch.equal(y, y0 + out)
+    if level == "avx2":  # the int8 tiles ran, both ways, and the lanes for the 3-row expert
+        assert modes[1, "gate"] == 1 and modes[2, "gate"] == 2 and modes[3, "gate"] == 0, modes

@@ -29,31 +29,21 @@ __attribute__((constructor)) static void q8mm_init(void) {
     if (env && strcmp(env, "all") == 0) q8_max_flagged = 1.0f;
 }
 
-int lp_q8mm_covers(int type, int64_t n_in, int64_t n_rows) {
+int lp_q8mm_covers_type(int type, int64_t n_in) {
 #if defined(LP_Q8MM)
     /* (where AMX is on, its tiles keep the types of a scale per 32: tdpbssd outruns vpdpbusd) */
     if (lp_amx_on() && type != LP_Q6_K) return 0;
-    return q8_on && n_rows >= LP_Q8MM_ROWS && n_in % 256 == 0 && (type == LP_Q4_K || type == LP_Q5_K || type == LP_Q6_K);
+    return q8_on && n_in % 256 == 0 && (type == LP_Q4_K || type == LP_Q5_K || type == LP_Q6_K);
 #else
-    (void)type, (void)n_in, (void)n_rows;
+    (void)type, (void)n_in;
     return 0;
 #endif
 }
 
+int lp_q8mm_covers(int type, int64_t n_in, int64_t n_rows) { return n_rows >= LP_Q8MM_ROWS && lp_q8mm_covers_type(type, n_in); }
+
 #if defined(LP_Q8MM)
-/* The activation rows as the product reads them; g: the weights' scale group (16: Q6_K, 32). */
-typedef struct {
-    int64_t n, n_in, ng; /* rows, row length, groups a row (n_in / g) */
-    int g, off;          /* group, the weights' offset (their bytes are q + off, unsigned) */
-    int bits;            /* the weights' bits (4, 5, 6: q8mm_256.inc's int16 sums) */
-    float ratio2;        /* the outlier rule's ratio squared; 0: no residuals (int8 alone) */
-    int8_t *q, *rq;      /* [n, n_in] int8, and the residual where the block is flagged */
-    float *s;            /* [n, n_in / 32] the block's scale (max |x| / 127) */
-    float *sum;          /* [n, ng] the exact float sum of x over the group (the minima's factor) */
-    int32_t *qo, *ro;    /* [n, ng] off x the sum of q (of rq) over the group */
-    uint8_t *flag;       /* [n, n_in / 32] 1: the block's residual is in rq */
-    int32_t *nflag;      /* [n] flagged blocks a row */
-} q8x;
+typedef lp_q8x q8x;
 
 static size_t q8x_bytes(int64_t n_in, int64_t n) {
     return (size_t)n * ((size_t)n_in * 2 + (size_t)(n_in / 16) * 12 + (size_t)(n_in / 32) * 5 + 4) + 6 * 64;
@@ -85,37 +75,111 @@ typedef struct {
 #else
 #include "q8mm_256.inc"
 #endif
+_Static_assert(Q8MM_NP == LP_Q8MM_NP, "q8mm_x86.h's panel rows are the included products'");
 
+/* The panel, then (AVX2) the 8 rows' bytes side by side, an int16 row, the row's scales. */
 static size_t q8_scratch_bytes(int64_t n_in) {
-    return (size_t)n_in * Q8MM_NP + 2 * (size_t)(n_in / 16) * Q8MM_NP * 4 + (size_t)n_in * 3 + (size_t)(n_in / 16) * 8 + 6 * 64;
+    const size_t rows8 = Q8MM_NP == 8 ? 8 * (size_t)n_in : (size_t)n_in;
+    return (size_t)n_in * Q8MM_NP + 2 * (size_t)(n_in / 16) * Q8MM_NP * 4 + rows8 + (size_t)n_in * 2 + (size_t)(n_in / 16) * 8 +
+           6 * 64;
 }
 
-/* Weight rows o .. o + np (np <= Q8MM_NP; the panel's rows past np zero) into the panel. */
+#if Q8MM_NP == 8
+/* Dwords k .. k + 7 of the 8 byte rows u8 + j n_in (j < 8) to pq[(k + i) 8 + j]: an 8 x 8 transpose. */
+LP_INLINE void q8_transpose8(const uint8_t *u8, int64_t n_in, int64_t k, uint32_t *pq) {
+    __m256i r[8], t[8];
+    for (int j = 0; j < 8; j++) r[j] = _mm256_loadu_si256((const __m256i *)(u8 + j * n_in + 4 * k));
+    for (int j = 0; j < 8; j += 2) {
+        t[j] = _mm256_unpacklo_epi32(r[j], r[j + 1]);
+        t[j + 1] = _mm256_unpackhi_epi32(r[j], r[j + 1]);
+    }
+    for (int j = 0; j < 8; j += 4) { /* r: rows j .. j + 3's dwords (0 4), (1 5), (2 6), (3 7) */
+        r[j] = _mm256_unpacklo_epi64(t[j], t[j + 2]);
+        r[j + 1] = _mm256_unpackhi_epi64(t[j], t[j + 2]);
+        r[j + 2] = _mm256_unpacklo_epi64(t[j + 1], t[j + 3]);
+        r[j + 3] = _mm256_unpackhi_epi64(t[j + 1], t[j + 3]);
+    }
+    for (int i = 0; i < 4; i++) {
+        _mm256_store_si256((__m256i *)(pq + (k + i) * 8), _mm256_permute2x128_si256(r[i], r[i + 4], 0x20));
+        _mm256_store_si256((__m256i *)(pq + (k + i + 4) * 8), _mm256_permute2x128_si256(r[i], r[i + 4], 0x31));
+    }
+}
+#endif
+
+/* Weight rows o .. o + np (np <= Q8MM_NP; the panel's rows past np zero) into the panel: each
+ * row decoded (lp_unpack_row16) to bytes, then laid out four values of a row a dword, the
+ * panel's rows side by side -- at AVX2 all 8 rows' bytes first, then 8 x 8 dword transposes
+ * (the dword-by-dword copy was a third of a 32-row product's time). */
 static void q8_pack(int type, const uint8_t *w, int64_t o, int np, const q8x *x, void *scratch, q8w *p) {
     const int64_t n_in = x->n_in, rb = lp_row_bytes(type, n_in), n4 = n_in / 4;
     char *at = (char *)(((uintptr_t)scratch + 63) & ~(uintptr_t)63);
     p->q = (uint8_t *)at, at += n_in * Q8MM_NP;
     p->d = (float *)at, at += (n_in / 16) * Q8MM_NP * 4;
     p->m = (float *)at, at += (n_in / 16) * Q8MM_NP * 4;
-    int16_t *q16 = (int16_t *)(((uintptr_t)at + 63) & ~(uintptr_t)63);
-    uint8_t *u8 = (uint8_t *)(q16 + n_in);
-    float *d16 = (float *)(((uintptr_t)(u8 + n_in) + 63) & ~(uintptr_t)63), *m16 = d16 + n_in / 16;
+    uint8_t *u8 = (uint8_t *)(((uintptr_t)at + 63) & ~(uintptr_t)63);
+    int16_t *q16 = (int16_t *)(((uintptr_t)(u8 + (Q8MM_NP == 8 ? 8 : 1) * n_in) + 63) & ~(uintptr_t)63);
+    float *d16 = (float *)(((uintptr_t)(q16 + n_in) + 63) & ~(uintptr_t)63), *m16 = d16 + n_in / 16;
     const int step = x->g / 16;
     uint32_t *pq = (uint32_t *)p->q;
     for (int j = 0; j < Q8MM_NP; j++) {
+        uint8_t *uj = Q8MM_NP == 8 ? u8 + j * n_in : u8;
         if (j >= np) {
-            for (int64_t k = 0; k < n4; k++) pq[k * Q8MM_NP + j] = 0;
+            if (Q8MM_NP == 8) memset(uj, 0, (size_t)n_in);
+            else
+                for (int64_t k = 0; k < n4; k++) pq[k * Q8MM_NP + j] = 0;
             for (int64_t gi = 0; gi < x->ng; gi++) p->d[gi * Q8MM_NP + j] = p->m[gi * Q8MM_NP + j] = 0.0f;
             continue;
         }
-        lp_unpack_row16(type, w + (o + j) * rb, n_in, q16, d16, m16);
-        q8_to_u8(q16, n_in, x->off, u8);
-        const uint32_t *u32 = (const uint32_t *)u8;
-        for (int64_t k = 0; k < n4; k++) pq[k * Q8MM_NP + j] = u32[k];
+        if (!lp_unpack_row8(type, w + (o + j) * rb, n_in, x->off, uj, d16, m16)) {
+            lp_unpack_row16(type, w + (o + j) * rb, n_in, q16, d16, m16);
+            q8_to_u8(q16, n_in, x->off, uj);
+        }
+        if (Q8MM_NP != 8) {
+            const uint32_t *u32 = (const uint32_t *)uj;
+            for (int64_t k = 0; k < n4; k++) pq[k * Q8MM_NP + j] = u32[k];
+        }
         for (int64_t gi = 0; gi < x->ng; gi++) {
             p->d[gi * Q8MM_NP + j] = d16[gi * step];
             p->m[gi * Q8MM_NP + j] = m16[gi * step];
         }
+    }
+#if Q8MM_NP == 8
+    for (int64_t k = 0; k < n4; k += 8) q8_transpose8(u8, n_in, k, pq);
+#endif
+}
+
+size_t lp_q8x_bytes(int64_t n_in, int64_t n) { return q8x_bytes(n_in, n); }
+
+lp_q8x lp_q8x_at(void *buf, int type, int64_t n_in, int64_t n) {
+    q8x x = q8x_at(buf, n_in, n, type == LP_Q6_K ? 16 : 32, type == LP_Q6_K ? 32 : 0); /* (offset iff no minima) */
+    x.bits = type == LP_Q4_K ? 4 : type == LP_Q5_K ? 5 : 6;
+    x.ratio2 = q8_ratio * q8_ratio;
+    return x;
+}
+
+void lp_q8x_row(lp_q8x *x, const float *xr, int64_t r) { q8_prep_row(xr, x, r); }
+
+int lp_q8x_settle(lp_q8x *x) {
+    const int64_t nb = x->n_in / 32, seen = (x->n + 3) / 4 * nb;
+    int64_t nf = 0;
+    for (int64_t r = 0; r < x->n; r += 4) nf += x->nflag[r];
+    if ((float)nf <= q8_max_flagged * (float)seen) return 1;
+    memset(x->nflag, 0, (size_t)x->n * sizeof(int32_t)); /* int8 alone: no row's residual pass */
+    return 2;
+}
+
+size_t lp_q8mm_scratch_bytes(int64_t n_in) { return q8_scratch_bytes(n_in); }
+
+void lp_q8mm_chunk(int type, const uint8_t *w, int64_t o0, int64_t o1, const lp_q8x *x, float *y, int64_t ldy,
+                   int accumulate, void *scratch) {
+    const int has_min = lp_has_min(type);
+    q8x xt = *x; /* the bits this product's weights have (rows rounded once for Q4_K and Q5_K alike) */
+    xt.bits = type == LP_Q4_K ? 4 : type == LP_Q5_K ? 5 : 6;
+    for (int64_t o = o0; o < o1; o += Q8MM_NP) {
+        const int np = (int)(o1 - o < Q8MM_NP ? o1 - o : Q8MM_NP);
+        q8w p;
+        q8_pack(type, w, o, np, &xt, scratch, &p);
+        q8_panel(has_min, &xt, &p, y + o, ldy, np, accumulate);
     }
 }
 #endif
@@ -128,7 +192,6 @@ int lp_mm_q8(int type, const uint8_t *w, int64_t n_out, int64_t n_in, const floa
     q8x x = q8x_at(xbuf, n_in, n_rows, type == LP_Q6_K ? 16 : 32, type == LP_Q6_K ? 32 : 0); /* (offset iff no minima) */
     x.bits = type == LP_Q4_K ? 4 : type == LP_Q5_K ? 5 : 6;
     x.ratio2 = residual ? q8_ratio * q8_ratio : 0.0f;
-    const int has_min = lp_has_min(type);
     int failed = 0;
 #pragma omp parallel
     {
@@ -140,12 +203,8 @@ int lp_mm_q8(int type, const uint8_t *w, int64_t n_out, int64_t n_in, const floa
         /* (the loop's implied barrier: every thread's malloc counted; all skip the products together) */
         if (!failed) {
 #pragma omp for schedule(static)
-            for (int64_t o = 0; o < n_out; o += Q8MM_NP) {
-                const int np = (int)(n_out - o < Q8MM_NP ? n_out - o : Q8MM_NP);
-                q8w p;
-                q8_pack(type, w, o, np, &x, scratch, &p);
-                q8_panel(has_min, &x, &p, y + o, ldy, np, accumulate);
-            }
+            for (int64_t o = 0; o < n_out; o += Q8MM_NP)
+                lp_q8mm_chunk(type, w, o, o + Q8MM_NP < n_out ? o + Q8MM_NP : n_out, &x, y, ldy, accumulate, scratch);
         }
         free(scratch);
     }
@@ -186,7 +245,11 @@ static int64_t q8_outliers(const float *x, int64_t n_in, int64_t n_rows, int64_t
 }
 
 int lp_q8mm_takes(int type, const float *x, int64_t n_in, int64_t n_rows) {
-    if (!lp_q8mm_covers(type, n_in, n_rows)) return 0;
+    return n_rows >= LP_Q8MM_ROWS ? lp_q8mm_mode(type, x, n_in, n_rows) : 0;
+}
+
+int lp_q8mm_mode(int type, const float *x, int64_t n_in, int64_t n_rows) {
+    if (!lp_q8mm_covers_type(type, n_in) || n_rows < 1) return 0;
     const int64_t seen = (n_rows + 3) / 4 * (n_in / 32);
     if ((float)q8_outliers(x, n_in, n_rows, 4) <= q8_max_flagged * (float)seen) return 1;
 #if defined(LP_VNNI)

@@ -21,6 +21,11 @@
 #define LP_Q8MM_ROWS 64 /* products of this many rows or more take it (where lp_q8mm_covers) */
 #define LP_Q8MM_RATIO 4.0f /* a block with max |x| above this many times its rms keeps its residual */
 #define LP_Q8MM_MAX_FLAGGED 0.02f /* more such blocks: int8 alone (AVX2), the int16 lanes (VNNI) */
+#if defined(LP_VNNI)
+#define LP_Q8MM_NP 32 /* weight rows a panel (q8mm_512.inc) */
+#else
+#define LP_Q8MM_NP 8 /* (q8mm_256.inc) */
+#endif
 
 /* Does the int8 product take this type, row length and row count (with the path switched on)? */
 int lp_q8mm_covers(int type, int64_t n_in, int64_t n_rows);
@@ -45,5 +50,40 @@ int lp_mm_q8(int type, const uint8_t *w, int64_t n_out, int64_t n_in, const floa
              int64_t ldy, int accumulate, int residual);
 /* The fraction of x's blocks of 32 that the residual pass takes (the rule above): a probe. */
 double lp_q8mm_flagged(const float *x, int64_t n_in, int64_t n_rows);
+/* lp_q8mm_takes's answer for a product of any row count (LP_Q8MM_ROWS not asked). */
+int lp_q8mm_mode(int type, const float *x, int64_t n_in, int64_t n_rows);
+
+/* The activation rows as the products read them; g: the weights' scale group (16: Q6_K, 32). */
+typedef struct {
+    int64_t n, n_in, ng; /* rows, row length, groups a row (n_in / g) */
+    int g, off;          /* group, the weights' offset (their bytes are q + off, unsigned) */
+    int bits;            /* the weights' bits (4, 5, 6: q8mm_256.inc's int16 sums) */
+    float ratio2;        /* the outlier rule's ratio squared; 0: no residuals (int8 alone) */
+    int8_t *q, *rq;      /* [n, n_in] int8, and the residual where the block is flagged */
+    float *s;            /* [n, n_in / 32] the block's scale (max |x| / 127) */
+    float *sum;          /* [n, ng] the exact float sum of x over the group (the minima's factor) */
+    int32_t *qo, *ro;    /* [n, ng] off x the sum of q (of rq) over the group */
+    uint8_t *flag;       /* [n, n_in / 32] 1: the block's residual is in rq */
+    int32_t *nflag;      /* [n] flagged blocks a row */
+} lp_q8x;
+
+/* For a caller that hands out its own tasks (moe_rows.c: each expert's rows one lp_q8x, its
+ * products (expert, output rows) tasks) -- lp_mm_q8's steps one by one, the same sums:
+ * lp_q8x_bytes / lp_q8x_at: the rows' room, for weights of `type`; lp_q8x_row: row r rounded
+ * (flagging the outlier blocks); lp_q8x_settle, once every row is: lp_q8mm_mode's rule on the
+ * flags (every 4th row), 1 keeping the residuals, else 2 with them dropped (int8 alone: the
+ * AVX2 level's answer; the caller of an AVX512-VNNI build must not use the rows then);
+ * lp_q8mm_chunk: output rows o0 .. o1 (o0 a multiple of LP_Q8MM_NP) of y (+)= x W^T, in a
+ * thread's lp_q8mm_scratch_bytes(n_in); W of x's type or one of the same group and offset
+ * (Q4_K rows serve Q5_K weights and back, not Q6_K's). */
+size_t lp_q8x_bytes(int64_t n_in, int64_t n);
+lp_q8x lp_q8x_at(void *buf, int type, int64_t n_in, int64_t n);
+void lp_q8x_row(lp_q8x *x, const float *xr, int64_t r);
+int lp_q8x_settle(lp_q8x *x);
+size_t lp_q8mm_scratch_bytes(int64_t n_in);
+void lp_q8mm_chunk(int type, const uint8_t *w, int64_t o0, int64_t o1, const lp_q8x *x, float *y, int64_t ldy,
+                   int accumulate, void *scratch);
+/* Does the int8 product take this type and row length (the switch on; any row count)? */
+int lp_q8mm_covers_type(int type, int64_t n_in);
 
 #endif

@@ -134,6 +134,20 @@ LP_INLINE void unpack16_k45(const int type, const uint8_t *row, int64_t nsb, int
         m16[g + 2] = m16[g + 3] = sub.mnb;
     })
 }
+
+/* The same as bytes q + off (the int8 panels of q8mm_x86.c: no int16 row to narrow again). */
+LP_INLINE void unpack8_k45(const int type, const uint8_t *row, int64_t nsb, int off, uint8_t *u8, float *d16, float *m16) {
+    const __m256i o = _mm256_set1_epi8((char)off);
+    FOR_K45(type, row, nsb, {
+        const int64_t g = 16 * i + 4 * j;
+        _mm256_storeu_si256((__m256i *)(u8 + 16 * g), _mm256_add_epi8(sub.wa, o));
+        _mm256_storeu_si256((__m256i *)(u8 + 16 * g + 32), _mm256_add_epi8(sub.wb, o));
+        d16[g] = d16[g + 1] = sub.da;
+        d16[g + 2] = d16[g + 3] = sub.db;
+        m16[g] = m16[g + 1] = sub.mna;
+        m16[g + 2] = m16[g + 3] = sub.mnb;
+    })
+}
 #undef FOR_K45
 
 LP_INLINE void unpack16_q6_k(const uint8_t *row, int64_t nsb, int16_t *q16, float *d16, float *m16) {
@@ -144,7 +158,26 @@ LP_INLINE void unpack16_q6_k(const uint8_t *row, int64_t nsb, int16_t *q16, floa
         m16[k / 16] = m16[k / 16 + 1] = 0.0f;
     })
 }
+
+LP_INLINE void unpack8_q6_k(const uint8_t *row, int64_t nsb, int off, uint8_t *u8, float *d16, float *m16) {
+    const __m256i o = _mm256_set1_epi8((char)off);
+    FOR_Q6K(row, nsb, {
+        _mm256_storeu_si256((__m256i *)(u8 + k), _mm256_add_epi8(w[j], o));
+        d16[k / 16] = d0;
+        d16[k / 16 + 1] = d1;
+        m16[k / 16] = m16[k / 16 + 1] = 0.0f;
+    })
+}
 #undef FOR_Q6K
+
+int lp_unpack_row8(int type, const uint8_t *row, int64_t n_in, int off, uint8_t *u8, float *d16, float *m16) {
+    switch (type) {
+    case LP_Q4_K: unpack8_k45(LP_Q4_K, row, n_in / 256, off, u8, d16, m16); return 1;
+    case LP_Q5_K: unpack8_k45(LP_Q5_K, row, n_in / 256, off, u8, d16, m16); return 1;
+    case LP_Q6_K: unpack8_q6_k(row, n_in / 256, off, u8, d16, m16); return 1;
+    default: return 0;
+    }
+}
 
 /* Block bp of a 32-element type in canonical form (lp.h): block16's decoding, Q4_0's nibbles
  * (read with a minimum of -8 d) made q - 8 with no minimum. */
