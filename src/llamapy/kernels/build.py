@@ -52,7 +52,7 @@ SIGNATURES: dict[str, tuple] = {  # name -> argument types (all return void unle
     "lp_q8mm_covers": (I, I64, I64),
     "lp_q8mm_set": (I, F, F),
     "lp_q8mm_takes": (I, P, I64, I64),
-    "lp_q8k_takes": (I, I64),
+    "lp_q8k_takes": (I, P, I64, I64),
     "lp_mm_q8": (I, P, I64, I64, P, I64, P, I64, I, I),
     "lp_q8mm_flagged": (P, I64, I64),
     "lp_rms_norm": (P, P, I64, I64, F, P),

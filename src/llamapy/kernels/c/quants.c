@@ -257,7 +257,7 @@ void lp_row_to_f32(int type, const uint8_t *row, int64_t n_in, float *out, lp_wr
 size_t lp_xrows_bytes(int64_t n_in, int64_t n) {
     size_t b = (size_t)(n * n_in) * 2 + 2 * (size_t)(n * (n_in / 32)) * 4 + (size_t)(n * (n_in / 16)) * 4 + 4 * 64;
     if (lp_xrows_split(n)) b += 2 * (size_t)(n * n_in) + (size_t)(n * (n_in / 16)) * 4 + 2 * 64;
-    if (lp_xrows_q8k(n)) b += (size_t)(n * n_in) + (size_t)(n * (n_in / 256)) * 4 + (size_t)(n * (n_in / 16)) * 2 + 3 * 64;
+    if (lp_xrows_q8k(n)) b += (size_t)(n * n_in) + (size_t)(n * (n_in / 256)) * 4 + (size_t)(n * (n_in / 16)) * 2 + (size_t)n + 4 * 64;
     return b;
 }
 
@@ -299,11 +299,12 @@ lp_xrows lp_xrows_at(void *buf, int64_t n_in, int64_t n) {
         x.ql = x.qh + n * n_in;
         x.isum16 = (int32_t *)align64(x.ql + n * n_in);
     }
-    x.q8 = NULL, x.d8 = NULL, x.bs8 = NULL;
+    x.q8 = NULL, x.d8 = NULL, x.bs8 = NULL, x.q8on = NULL;
     if (lp_xrows_q8k(n)) {
         x.q8 = (int8_t *)align64(x.isum16 + n * (n_in / 16));
         x.d8 = (float *)align64(x.q8 + n * n_in);
         x.bs8 = (int16_t *)align64(x.d8 + n * (n_in / 256));
+        x.q8on = (uint8_t *)align64(x.bs8 + n * (n_in / 16));
     }
     return x;
 }

@@ -32,6 +32,7 @@ typedef struct {
     int8_t *q8;       /* [n, n_in] ggml's Q8_K values (lp_xrows_q8k, row1q8k_x86.c); else NULL */
     float *d8;        /* [n, n_in / 256] their scales */
     int16_t *bs8;     /* [n, n_in / 16] their sums per 16 */
+    uint8_t *q8on;    /* [n] 1: row r's Q8_K form is read (lp_prepare_q8k_row: no outlier block) */
 } lp_xrows;
 
 /* Are the rows of an n-row product also kept split (qh, ql)?  Arm's dotprod: always (its

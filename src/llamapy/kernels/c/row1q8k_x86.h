@@ -5,8 +5,9 @@
 
 #include "quants.h"
 
-/* Does an n_rows-row product of this type read the Q8_K activations (1, else 0)? */
-int lp_q8k_takes(int type, int64_t n_rows);
+/* Does the product of this type on the rows x [n_rows, n_in] read them as Q8_K, every row (1),
+ * or not (0: another type, other row counts, an ISA with VNNI, a block of outliers)? */
+int lp_q8k_takes(int type, const float *x, int64_t n_in, int64_t n_rows);
 /* Row r of x [n_in] as Q8_K into xr (q8, d8, bs8): ggml's quantize_row_q8_K_ref, per 256. */
 void lp_prepare_q8k_row(const float *x, lp_xrows xr, int64_t r);
 /* nr (1 or 2) weight rows w[0..nr) of Q4_K (type LP_Q4_K) or Q6_K (LP_Q6_K) against row r's
