@@ -55,6 +55,18 @@ def lib(request):
     return k
 
 
+def q8k_rounded(x: torch.Tensor) -> torch.Tensor:
+    """x [rows, n] through ggml's Q8_K (quantize_row_q8_K_ref, in its float32 steps) and back:
+    per 256 values the first of largest |x| is max, q = round(x * (-127 / max)) to nearest even
+    capped at 127, times 1 / (-127 / max); what x86's Q4_K / Q6_K one-row products read without
+    VNNI (kernels/c/row1q8k_x86.c, lp_q8k_takes), as llama.cpp's AVX2 build does."""
+    xb = x.float().reshape(x.shape[0], -1, 256)
+    mx = torch.gather(xb, -1, xb.abs().argmax(-1, keepdim=True))  # argmax: the first of the largest
+    iscale = torch.where(mx != 0, -127.0 / mx, torch.zeros_like(mx))
+    q = torch.round(iscale * xb).clamp(max=127)  # torch.round: to nearest even
+    return (q * torch.where(mx != 0, 1.0 / iscale, torch.zeros_like(mx))).reshape(x.shape)
+
+
 @contextlib.contextmanager
 def lanes_only(lib):
     """Prompt-sized K-quant products in the int16 lanes, not on int8 activations (kernels/c/q8mm_x86.c,
@@ -124,6 +136,8 @@ def test_matmul_against_exact_product(lib, qtype, rows):
     bf16 = rows >= 5 and dense_dtype(qtype, lib) == torch.bfloat16
     q8 = lib.fn.lp_q8mm_takes(int(qtype), x.data_ptr(), shape[1], rows)
     tol = 1e-2 if bf16 or q8 else 1e-4
+    if lib.fn.lp_q8k_takes(int(qtype), x.data_ptr(), shape[1], rows):  # x86 without VNNI, 1-4 rows of Q4_K / Q6_K: x as llama.cpp's Q8_K
+        ref, tol = (q8k_rounded(x).double() @ W.double().T).float(), 1e-5
     assert (y - ref).abs().max().item() <= tol * scale
     acc = torch.ones(rows, shape[0])
     m.add_into(x, acc)  # the residual add fused into the product
@@ -144,11 +158,40 @@ def test_few_rows_are_the_integer_products(lib, qtype):
     x = torch.randn(16, shape[1], generator=torch.Generator().manual_seed(3))
     y16 = m(x)
     one = torch.cat([m(x[r:r + 1]) for r in range(16)])
+    # one row of Q4_K / Q6_K reads x as Q8_K at x86 without VNNI (test_matmul_against_exact_product
+    # holds it to llama.cpp's Q8_K product): not the int16 integers of 5+ rows
+    q8k = lib.fn.lp_q8k_takes(int(qtype), x.data_ptr(), shape[1], 1)
     for rows in (5, 7, 8):
         y = m(x[:rows])
         assert torch.equal(y, y16[:rows]), rows
+        if q8k:
+            continue
         # (x86's one-row Q4_0 reads nibbles 0..15 with a minimum of -8 d: rounding ~8x the result's)
         torch.testing.assert_close(y, one[:rows], rtol=1e-5, atol=5e-5 * one.abs().max().item())
+
+
+@pytest.mark.parametrize("qtype", [T.Q4_K, T.Q6_K], ids=lambda t: t.name)
+def test_q8k_rows_keep_outliers_at_int16(lib, qtype):
+    """1-4 rows of Q4_K / Q6_K read x as Q8_K at x86 without VNNI (8 bits per 256 values), but a
+    row with a block of 256 whose largest |x| is over 8 times its root mean square (Gemma 3's
+    few huge channels) keeps the int16 form: that row is the exact product within 1e-4, the
+    others llama.cpp's Q8_K product."""
+    shape = (72, 512)
+    raw, W = _matrix(qtype, shape, seed=9)
+    m = block_matrix([(raw, qtype, shape)], lib)
+    x = torch.randn(3, shape[1], generator=torch.Generator().manual_seed(10))
+    x[1, 300] = 40.0  # one value dominating row 1's second block
+    y = m(x)
+    exact = (x.double() @ W.double().T).float()
+    scale = exact.abs().max(-1, keepdim=True).values
+    assert not lib.fn.lp_q8k_takes(int(qtype), x[1:2].data_ptr(), shape[1], 1)
+    assert ((y[1] - exact[1]).abs().max() <= 1e-4 * scale[1]).item()
+    if lib.fn.lp_q8k_takes(int(qtype), x[0:1].data_ptr(), shape[1], 1):
+        q8k = (q8k_rounded(x).double() @ W.double().T).float()
+        assert ((y[[0, 2]] - q8k[[0, 2]]).abs().max(-1).values <= 1e-5 * scale[[0, 2], 0]).all()
+        assert ((y[0] - exact[0]).abs().max() > 1e-4 * scale[0]).item()  # (Q8_K's coarser rounding shows)
+    else:
+        assert ((y - exact).abs().max(-1).values <= 1e-4 * scale[:, 0]).all()
 
 
 @pytest.mark.parametrize("qtype", [T.Q4_1, T.Q8_0, T.Q4_K, T.Q6_K], ids=lambda t: t.name)
@@ -346,7 +389,8 @@ def test_float_weights_row_groups(lib, qtype):
 
 def test_isa_levels_agree():
     """Every level this CPU runs gives the same products up to fp32 summation order (the
-    integers are the same on every ISA)."""
+    integers are the same on every ISA), but 1-4 rows of Q4_K / Q6_K where a level reads x as
+    Q8_K (lp_q8k_takes): those are llama.cpp's Q8_K product up to fp32 order."""
     levels = [lv for lv in machine_levels() if isinstance(lv, str)]
     libs = [load_kernels(lv) for lv in levels]
     if None in libs:
@@ -354,11 +398,14 @@ def test_isa_levels_agree():
     for qtype, rows in ((T.Q4_1, 1), (T.Q6_K, 5), (T.Q5_0, 5), (T.F16, 5), (T.Q5_0, 1), (T.Q6_K, 1), (T.Q8_0, 8),
                         (T.Q6_K, 16), (T.Q8_0, 20), (T.Q4_K, 33), (T.Q5_0, 15)):  # 5-8, 16+ rows: x86's lanes
         shape = (48, 512)  # (several rows of Q4_1 multiply in bf16 where the CPU has it)
-        raw, _ = _matrix(qtype, shape, seed=3)
+        raw, W = _matrix(qtype, shape, seed=3)
         x = torch.randn(rows, shape[1], generator=torch.Generator().manual_seed(2))
         ys = [block_matrix([(raw, qtype, shape)], k)(x) for k in libs]
-        for y in ys[1:]:
-            torch.testing.assert_close(y, ys[0], rtol=1e-5, atol=1e-5 * ys[0].abs().max().item())
+        q8k = [bool(k.fn.lp_q8k_takes(int(qtype), x.data_ptr(), shape[1], rows)) for k in libs]
+        y0 = ys[q8k.index(False)]
+        for y, q in zip(ys, q8k):
+            want = (q8k_rounded(x).double() @ W.double().T).float() if q else y0
+            torch.testing.assert_close(y, want, rtol=1e-5, atol=1e-5 * want.abs().max().item())
 
 
 @pytest.mark.parametrize("qtype", [T.Q4_0, T.Q4_1, T.Q5_0, T.Q5_1, T.Q8_0, T.Q4_K, T.Q5_K, T.Q6_K], ids=lambda t: t.name)

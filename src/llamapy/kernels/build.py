@@ -53,6 +53,7 @@ SIGNATURES: dict[str, tuple] = {  # name -> argument types (all return void unle
     "lp_q8mm_set": (I, F, F),
     "lp_q8mm_takes": (I, P, I64, I64),
     "lp_q8mm_mode": (I, P, I64, I64),
+    "lp_q8k_takes": (I, P, I64, I64),
     "lp_mm_q8": (I, P, I64, I64, P, I64, P, I64, I, I),
     "lp_q8mm_flagged": (P, I64, I64),
     "lp_rms_norm": (P, P, I64, I64, F, P),
@@ -76,7 +77,8 @@ SIGNATURES: dict[str, tuple] = {  # name -> argument types (all return void unle
     "lp_moe_rows_bytes": (I64, I64, P, I64, I64),
 }
 RETURNS = {"lp_mm_det": ctypes.c_int, "lp_mm_det_covers": ctypes.c_int, "lp_q8mm_covers": ctypes.c_int,
-           "lp_q8mm_takes": ctypes.c_int, "lp_q8mm_mode": ctypes.c_int, "lp_mm_q8": ctypes.c_int,
+           "lp_q8mm_takes": ctypes.c_int, "lp_q8mm_mode": ctypes.c_int, "lp_q8k_takes": ctypes.c_int,
+           "lp_mm_q8": ctypes.c_int,
            "lp_q8mm_flagged": ctypes.c_double,
            "lp_abi_version": ctypes.c_int, "lp_isa": ctypes.c_char_p, "lp_mm": ctypes.c_int, "lp_coarse_bf16": ctypes.c_int,
            "lp_amx_on": ctypes.c_int, "lp_amx_set": ctypes.c_int,

@@ -165,6 +165,15 @@ LP_INLINE __m128i lp_k45_sc(const uint8_t *sc) {
     return _mm_or_si128(lo, hi);
 }
 
+/* The weight lines of bytes b + pf .. b + pf + n - 1 (pf 0: none), requested while block b
+ * computes: the prefetch spread over a row's blocks, not a burst of a row's lines before it
+ * (lp_row1_prefetches). */
+LP_INLINE void prefetch_block(const uint8_t *b, int64_t pf, int n) {
+    if (!pf) return;
+    for (const char *p = (const char *)(((uintptr_t)(b + pf)) & ~(uintptr_t)63), *e = (const char *)(b + pf + n); p < e; p += 64)
+        LP_PREFETCH_W(p);
+}
+
 LP_INLINE __m256 lp_u8x8(__m128i v) { return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(v)); }
 /* The int32x8 dot of 32 int16 weights (wl: elements 0..15, wh: 16..31) with 32 int16
  * activations (x0: 0..15, x1: 16..31). */

@@ -17,7 +17,8 @@
  * from memory) is rounded once to int16 with one scale per block of 32 (lp_xrows, quants.h
  * lp_prepare_x_row): x ~ s * xq, |xq| <= LP_XQ_MAX.  The product is then the sum over 16-groups
  * of d16 * s * (q . xq) + m16 * s * sum16(xq): integer dot products, the same integers on every ISA
- * (only the float sums' order differs).  The same from 16 rows on (a batched decode of 16
+ * (only the float sums' order differs); but x86 without VNNI reads 1-4 rows of Q4_K / Q6_K as
+ * ggml's Q8_K, as llama.cpp does (row1q8k_x86.c; rows with an outlier block excepted).  The same from 16 rows on (a batched decode of 16
  * sequences; on x86 with the rows in vector lanes, lanes_x86.c); from 5 to 15 rows, fp32:
  * each weight row dequantized once, exact products (mm.c).
  *

@@ -4,6 +4,7 @@
  * integer products.  Portable C; the loops are simple enough for the compiler to vectorize
  * for each ISA level it is built for. */
 #include "quants.h"
+#include "row1q8k_x86.h"
 #include "quants_iq.h"
 #include "unpack_x86.h"
 
@@ -256,11 +257,11 @@ void lp_row_to_f32(int type, const uint8_t *row, int64_t n_in, float *out, lp_wr
 size_t lp_xrows_bytes(int64_t n_in, int64_t n) {
     size_t b = (size_t)(n * n_in) * 2 + 2 * (size_t)(n * (n_in / 32)) * 4 + (size_t)(n * (n_in / 16)) * 4 + 4 * 64;
     if (lp_xrows_split(n)) b += 2 * (size_t)(n * n_in) + (size_t)(n * (n_in / 16)) * 4 + 2 * 64;
-    if (lp_xrows_even(n)) b += 2 * (size_t)(n * n_in) + 64;
+    if (lp_xrows_q8k(n)) b += (size_t)(n * n_in) + (size_t)(n * (n_in / 256)) * 4 + (size_t)(n * (n_in / 16)) * 2 + (size_t)n + 4 * 64;
     return b;
 }
 
-int lp_xrows_even(int64_t n) {
+int lp_xrows_q8k(int64_t n) {
 #if (defined(LP_AVX2) || defined(LP_AVX512)) && !defined(LP_VNNI) && !defined(LP_AVXVNNI)
     return lp_xrows_split(n);
 #else
@@ -298,7 +299,13 @@ lp_xrows lp_xrows_at(void *buf, int64_t n_in, int64_t n) {
         x.ql = x.qh + n * n_in;
         x.isum16 = (int32_t *)align64(x.ql + n * n_in);
     }
-    x.qe = lp_xrows_even(n) ? (int16_t *)align64(x.isum16 + n * (n_in / 16)) : NULL;
+    x.q8 = NULL, x.d8 = NULL, x.bs8 = NULL, x.q8on = NULL;
+    if (lp_xrows_q8k(n)) {
+        x.q8 = (int8_t *)align64(x.isum16 + n * (n_in / 16));
+        x.d8 = (float *)align64(x.q8 + n * n_in);
+        x.bs8 = (int16_t *)align64(x.d8 + n * (n_in / 256));
+        x.q8on = (uint8_t *)align64(x.bs8 + n * (n_in / 16));
+    }
     return x;
 }
 
@@ -378,9 +385,5 @@ void lp_prepare_x_row(const float *x, lp_xrows xr, int64_t r) {
             ql[k] = (int8_t)(q[k] - 256 * h);
         }
     }
-    if (xr.qe) {
-        int16_t *qe = xr.qe + r * n_in;
-        for (int64_t k = 0; k < n_in; k += 32)
-            for (int j = 0; j < 16; j++) qe[k + j] = q[k + 2 * j], qe[k + 16 + j] = q[k + 2 * j + 1];
-    }
+    if (xr.q8) lp_prepare_q8k_row(x, xr, r);
 }

@@ -29,18 +29,19 @@ typedef struct {
     float *sum32;     /* [n, n_in / 32] s * the integer sum of q per 32 */
     int8_t *qh, *ql;  /* q = 256 qh + ql, [n, n_in] each (lp_xrows_split); else NULL */
     int32_t *isum16;  /* [n, n_in / 16] the integer sum of q per 16 where qh is kept; else NULL */
-    int16_t *qe;      /* [n, n_in] q with each block of 32's even elements first, then its odd
-                       * (lp_xrows_even); else NULL */
+    int8_t *q8;       /* [n, n_in] ggml's Q8_K values (lp_xrows_q8k, row1q8k_x86.c); else NULL */
+    float *d8;        /* [n, n_in / 256] their scales */
+    int16_t *bs8;     /* [n, n_in / 16] their sums per 16 */
+    uint8_t *q8on;    /* [n] 1: row r's Q8_K form is read (lp_prepare_q8k_row: no outlier block) */
 } lp_xrows;
 
 /* Are the rows of an n-row product also kept split (qh, ql)?  Arm's dotprod: always (its
  * products read them); x86: up to LP_F32_ROWS - 1 rows, whose K-quant products (row1k_x86.c)
  * multiply the split bytes with vpdpbusd / vpmaddubsw. */
 int lp_xrows_split(int64_t n);
-/* ... and also kept in even / odd order (qe)?  x86 without VNNI, where split rows are: its
- * Q4_K / Q6_K one-row products (row1k_x86.c) multiply int16 weights with vpmaddwd, one
- * multiply a pair where the split bytes took four. */
-int lp_xrows_even(int64_t n);
+/* ... and also as Q8_K (q8, d8, bs8)?  x86 without VNNI, where split rows are: its Q4_K /
+ * Q6_K one-row products read them (row1q8k_x86.c), as llama.cpp's AVX2 build does. */
+int lp_xrows_q8k(int64_t n);
 
 size_t lp_wrow_bytes(int64_t n_in);
 lp_wrow lp_wrow_at(void *buf, int64_t n_in);

@@ -8,6 +8,7 @@
 #include "blocks_x86.h"
 #include "row1_x86.h"
 #include "row1k_x86.h"
+#include "row1q8k_x86.h"
 
 #if defined(LP_AVX2) || defined(LP_AVX512)
 
@@ -242,7 +243,12 @@ int lp_dot_row1x2(int type, const uint8_t *w0, const uint8_t *w1, int64_t n_in, 
     case LP_Q4_K:
     case LP_Q5_K:
         if (!xr->qh) return 0;
-        lp_row1x2_k45_split(type, w0, w1, n_in / 256, xr, r, pf, y);
+        if (type == LP_Q4_K && xr->q8 && xr->q8on[r]) lp_rows_q8k(LP_Q4_K, 2, w0, w1, n_in / 256, xr, r, pf, y);
+        else lp_row1x2_k45_split(type, w0, w1, n_in / 256, xr, r, pf, y);
+        return 1;
+    case LP_Q6_K:
+        if (!xr->q8 || !xr->q8on[r]) return 0;
+        lp_rows_q8k(LP_Q6_K, 2, w0, w1, n_in / 256, xr, r, pf, y);
         return 1;
     default: return 0;
     }
@@ -265,12 +271,16 @@ int lp_dot_row1(int type, const uint8_t *row, int64_t n_in, const lp_xrows *xr, 
     case LP_Q5_1: rows_32(LP_Q5_1, 1, row, row, n_in / 32, xr, r, y); return 1;
     case LP_Q8_0: rows_32(LP_Q8_0, 1, row, row, n_in / 32, xr, r, y); return 1;
     case LP_Q4_K:
-        *y = xr->qh ? lp_row1_k45_split(LP_Q4_K, row, n_in / 256, xr, r, pf) : row1_k45(LP_Q4_K, row, n_in / 256, xr, r);
+        if (xr->q8 && xr->q8on[r]) lp_rows_q8k(LP_Q4_K, 1, row, row, n_in / 256, xr, r, pf, y);
+        else *y = xr->qh ? lp_row1_k45_split(LP_Q4_K, row, n_in / 256, xr, r, pf) : row1_k45(LP_Q4_K, row, n_in / 256, xr, r);
         return 1;
     case LP_Q5_K:
         *y = xr->qh ? lp_row1_k45_split(LP_Q5_K, row, n_in / 256, xr, r, pf) : row1_k45(LP_Q5_K, row, n_in / 256, xr, r);
         return 1;
-    case LP_Q6_K: *y = xr->qh ? lp_row1_q6_k_split(row, n_in / 256, xr, r, pf) : row1_q6_k(row, n_in / 256, xr, r); return 1;
+    case LP_Q6_K:
+        if (xr->q8 && xr->q8on[r]) lp_rows_q8k(LP_Q6_K, 1, row, row, n_in / 256, xr, r, pf, y);
+        else *y = xr->qh ? lp_row1_q6_k_split(row, n_in / 256, xr, r, pf) : row1_q6_k(row, n_in / 256, xr, r);
+        return 1;
     default: return 0;
     }
 }

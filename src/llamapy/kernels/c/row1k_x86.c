@@ -60,15 +60,6 @@ LP_INLINE float hsum8(__m256 v) {
 }
 
 
-/* The weight lines of bytes b + pf .. b + pf + n - 1 (pf 0: none), requested while block b
- * computes: the prefetch spread over a row's blocks, not a burst of a row's lines before it
- * (lp_row1_prefetches). */
-LP_INLINE void prefetch_block(const uint8_t *b, int64_t pf, int n) {
-    if (!pf) return;
-    for (const char *p = (const char *)(((uintptr_t)(b + pf)) & ~(uintptr_t)63), *e = (const char *)(b + pf + n); p < e; p += 64)
-        LP_PREFETCH_W(p);
-}
-
 /* nr (1 or 2) weight rows w0, w1 of Q4_K / Q5_K against row r: each activation load feeds both. */
 LP_INLINE void k45_rows(const int type, const int nr, const uint8_t *w0, const uint8_t *w1, int64_t nsb, const lp_xrows *xr,
                         int64_t r, int64_t pf, float *y) {
@@ -124,89 +115,22 @@ LP_INLINE void k45_rows(const int type, const int nr, const uint8_t *w0, const u
     for (int t = 0; t < nr; t++) y[t] = hsum8(a[t]) - hsum8(am[t]);
 }
 
-/* The int16 form on the even / odd activations (lp_xrows qe, kept at x86 without VNNI): int32x8
- * of 32 int16 weights, we the even elements (lane k: element 2k), wo the odd, against a block
- * of 32 activations at xe (its 16 even elements, then its 16 odd).  Lane i holds elements
- * 4i..4i+3, as dot32v's. */
-LP_INLINE __m256i dot_eo(__m256i we, __m256i wo, const int16_t *xe) {
-    return lp_dpwssd256(_mm256_madd_epi16(we, _mm256_loadu_si256((const __m256i *)xe)), wo,
-                        _mm256_loadu_si256((const __m256i *)(xe + 16)));
-}
-
-/* A Q4_K super-block's eight d * scale * s, the odd ones over 16 (returned), and its
- * minimums' dmin * min * sum(x) added to *am; its bytes pf further on prefetched. */
-LP_INLINE __m256 k4_scales(const uint8_t *b, const float *s, const float *sum32, int64_t pf, __m256 *am) {
-    prefetch_block(b, pf, 144);
-    const __m128i sm = lp_k45_sc(b + 4);
-    const __m128 dd = f16x2_ps(b); /* d, dmin */
-    *am = _mm256_fmadd_ps(_mm256_mul_ps(lp_u8x8(_mm_unpackhi_epi64(sm, sm)), _mm256_broadcastss_ps(_mm_movehdup_ps(dd))),
-                          _mm256_loadu_ps(sum32), *am);
-    const __m256 sv = _mm256_mul_ps(_mm256_mul_ps(lp_u8x8(sm), _mm256_broadcastss_ps(dd)), _mm256_loadu_ps(s));
-    return _mm256_mul_ps(sv, _mm256_setr_ps(1, 0.0625f, 1, 0.0625f, 1, 0.0625f, 1, 0.0625f)); /* k4_rows_eo's 16 q */
-}
-
-/* nr (1 or 2) weight rows of Q4_K against row r's even / odd activations (qe): a pair of
- * sub-blocks' 32 nibble bytes read as sixteen int16 lanes are their 64 weights as four int16
- * vectors by masks and one shift (lane k: the low nibble of byte 2k, of byte 2k + 1; the high
- * nibbles in place, 16 q, their scales over 16), each against the 16 activations of its
- * parity: one vpmaddwd per 16 weights, where the split bytes' vpmaddubsw + vpmaddwd per half
- * took four multiplies per 32.  The two rows' pairs side by side, each row's block sums folded
- * as they come (sum8x8's steps): a row's super-block at a time in turn measured 10% slower.
- * The same integer block sums as k45_rows (the odd ones times 16, their scales over 16: the
- * same products bit for bit), summed and scaled in its order: the same floats. */
-LP_INLINE void k4_rows_eo(const int nr, const uint8_t *w0, const uint8_t *w1, int64_t nsb, const lp_xrows *xr, int64_t r,
-                          int64_t pf, float *y) {
-    const int16_t *xe = xr->qe + r * xr->n_in;
-    const float *s = xr->s + r * nsb * 8, *sum32 = xr->sum32 + r * nsb * 8;
-    const __m256i m4 = _mm256_set1_epi16(15), h4 = _mm256_set1_epi16(0xF0);
-    __m256 a[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()}, am[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
-    for (int64_t i = 0; i < nsb; i++) {
-        __m256 sv[2];
-#pragma GCC unroll 2
-        for (int t = 0; t < nr; t++) sv[t] = k4_scales((t ? w1 : w0) + i * 144, s + 8 * i, sum32 + 8 * i, pf, &am[t]);
-        __m256i p[2][4];
-#pragma GCC unroll 4
-        for (int j = 0; j < 4; j++) { /* the two rows' pairs of sub-blocks side by side */
-            const int16_t *x = xe + 256 * i + 64 * j;
-#pragma GCC unroll 2
-            for (int t = 0; t < nr; t++) {
-                const __m256i q = _mm256_loadu_si256((const __m256i *)((t ? w1 : w0) + i * 144 + 16 + 32 * j));
-                const __m256i u = _mm256_srli_epi16(q, 8);
-                p[t][j] = pair_sums(dot_eo(_mm256_and_si256(q, m4), _mm256_and_si256(u, m4), x),
-                                    dot_eo(_mm256_and_si256(q, h4), _mm256_and_si256(u, h4), x + 32));
-            }
-        }
-#pragma GCC unroll 2
-        for (int t = 0; t < nr; t++) {
-            const __m256i u0 = quad_sums(p[t][0], p[t][1]), u1 = quad_sums(p[t][2], p[t][3]);
-            const __m256i sb = _mm256_add_epi32(_mm256_permute2x128_si256(u0, u1, 0x20), _mm256_permute2x128_si256(u0, u1, 0x31));
-            a[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sb), sv[t], a[t]);
-        }
-    }
-#pragma GCC unroll 2
-    for (int t = 0; t < nr; t++) y[t] = hsum8(a[t]) - hsum8(am[t]);
-}
-
 float lp_row1_k45_split(int type, const uint8_t *row, int64_t nsb, const lp_xrows *xr, int64_t r, int64_t pf) {
     float y;
-    if (type == LP_Q4_K && xr->qe) k4_rows_eo(1, row, row, nsb, xr, r, pf, &y);
-    else if (type == LP_Q4_K) k45_rows(LP_Q4_K, 1, row, row, nsb, xr, r, pf, &y);
+    if (type == LP_Q4_K) k45_rows(LP_Q4_K, 1, row, row, nsb, xr, r, pf, &y);
     else k45_rows(LP_Q5_K, 1, row, row, nsb, xr, r, pf, &y);
     return y;
 }
 
 void lp_row1x2_k45_split(int type, const uint8_t *w0, const uint8_t *w1, int64_t nsb, const lp_xrows *xr, int64_t r, int64_t pf,
                          float *y) {
-    if (type == LP_Q4_K && xr->qe) k4_rows_eo(2, w0, w1, nsb, xr, r, pf, y);
-    else if (type == LP_Q4_K) k45_rows(LP_Q4_K, 2, w0, w1, nsb, xr, r, pf, y);
+    if (type == LP_Q4_K) k45_rows(LP_Q4_K, 2, w0, w1, nsb, xr, r, pf, y);
     else k45_rows(LP_Q5_K, 2, w0, w1, nsb, xr, r, pf, y);
 }
 
-/* Q6_K's super-block as q6k_half's bytes 0..63 against the split activations, or (xe: the even
- * / odd activations) as int16 pairs, each byte vector's even and odd bytes one vpmaddwd each. */
-LP_INLINE float q6k_rows(const int even, const uint8_t *row, int64_t nsb, const lp_xrows *xr, int64_t r, int64_t pf) {
+/* Q6_K's super-block as q6k_half's bytes 0..63 against the split activations. */
+LP_INLINE float q6k_rows(const uint8_t *row, int64_t nsb, const lp_xrows *xr, int64_t r, int64_t pf) {
     const int8_t *xh = xr->qh + r * xr->n_in, *xl = xr->ql + r * xr->n_in;
-    const int16_t *xe = even ? xr->qe + r * xr->n_in : NULL;
     const float *s = xr->s + r * nsb * 8;
     const int32_t *is16 = xr->isum16 + r * nsb * 16;
     /* group sums come as [groups 0 2 4 6 | 1 3 5 7] of blocks 0..3 (and of 4..7) */
@@ -230,8 +154,7 @@ LP_INLINE float q6k_rows(const int even, const uint8_t *row, int64_t nsb, const 
 #pragma GCC unroll 4
             for (int j = 0; j < 4; j++) {
                 const int64_t o = k + 128 * n + 32 * j;
-                v[4 * n + j] = even ? dot_eo(_mm256_and_si256(w[j], _mm256_set1_epi16(255)), _mm256_srli_epi16(w[j], 8), xe + o)
-                                    : dot32s(w[j], xh + o, xl + o);
+                v[4 * n + j] = dot32s(w[j], xh + o, xl + o);
             }
         }
         __m256i u[2];
@@ -246,7 +169,7 @@ LP_INLINE float q6k_rows(const int even, const uint8_t *row, int64_t nsb, const 
 }
 
 float lp_row1_q6_k_split(const uint8_t *row, int64_t nsb, const lp_xrows *xr, int64_t r, int64_t pf) {
-    return xr->qe ? q6k_rows(1, row, nsb, xr, r, pf) : q6k_rows(0, row, nsb, xr, r, pf);
+    return q6k_rows(row, nsb, xr, r, pf);
 }
 
 #endif

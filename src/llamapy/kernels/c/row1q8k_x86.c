@@ -1,0 +1,230 @@
+/* The Q4_K / Q6_K one-row products of a single-sequence decode against activations in ggml's
+ * Q8_K form (x86 AVX2): per 256 values one fp32 scale d8, int8 values (|q| <= 127) and int16
+ * sums per 16 (bs8), the activations llama.cpp's ggml_vec_dot_q4_K_q8_K / q6_K_q8_K read.  A
+ * super-block of a row: vpmaddubsw of the unsigned weight bytes against the int8 values, the
+ * sub-block scales applied as int16 by vpmaddwd, one int32x8 sum, ONE float FMA by d d8; the
+ * minimums (Q4_K) from bs8's sums per 32 times the 6-bit mins, Q6_K's -32 from bs8 times its
+ * scales: no sums of block sums across lanes, where the int16 activations' scale per 32
+ * (row1k_x86.c) reduced eight block sums across lanes per super-block.  Two weight rows a pass
+ * share each activation load.  The activations are rounded more coarsely than the int16 form
+ * (8 bits per 256 values, ggml's own rounding): the accuracy of llama.cpp's CPU backend. */
+#include "row1q8k_x86.h"
+
+#include "blocks_x86.h"
+
+/* The index of the first of xb[0..256) of the largest |x| (a NaN never is one), that |x| into
+ * *amax and the sum of x^2 into *ss. */
+static int first_absmax(const float *xb, float *amax, float *ss) {
+#if defined(LP_AVX2) || defined(LP_AVX512)
+    const __m256 abs = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+    __m256 m = _mm256_setzero_ps(), s2 = _mm256_setzero_ps();
+    for (int j = 0; j < 256; j += 8) {
+        const __m256 v = _mm256_loadu_ps(xb + j);
+        m = _mm256_max_ps(_mm256_and_ps(v, abs), m); /* NaN: m kept */
+        s2 = _mm256_fmadd_ps(v, v, s2);
+    }
+    __m128 t = _mm_add_ps(_mm256_extractf128_ps(s2, 1), _mm256_castps256_ps128(s2));
+    t = _mm_add_ps(_mm_movehl_ps(t, t), t);
+    *ss = _mm_cvtss_f32(_mm_add_ss(_mm_movehdup_ps(t), t));
+    __m128 h = _mm_max_ps(_mm256_extractf128_ps(m, 1), _mm256_castps256_ps128(m));
+    h = _mm_max_ps(_mm_movehl_ps(h, h), h);
+    h = _mm_max_ss(_mm_movehdup_ps(h), h);
+    const __m256 mx = _mm256_set1_ps(*amax = _mm_cvtss_f32(h));
+    for (int j = 0; j < 256 && *amax > 0.0f; j += 8) {
+        const int hit = _mm256_movemask_ps(_mm256_cmp_ps(_mm256_and_ps(_mm256_loadu_ps(xb + j), abs), mx, _CMP_EQ_OQ));
+        if (hit) return j + __builtin_ctz((unsigned)hit);
+    }
+    return 0;
+#else
+    int at = 0;
+    *amax = 0.0f, *ss = 0.0f;
+    for (int j = 0; j < 256; j++) {
+        if (fabsf(xb[j]) > *amax) *amax = fabsf(xb[j]), at = j;
+        *ss += xb[j] * xb[j];
+    }
+    return at;
+#endif
+}
+
+/* A block of 256 whose largest |x| is over this many times its root mean square (one value
+ * dominating it) is rounded too coarsely by Q8_K's 8 bits: its row's products keep the int16
+ * form (q8on 0).  Gemma 3 270M's decode (its hidden state carries a few huge channels: half
+ * its rows are over 12) against llamapy's f32 logits, 300 tokens of prose, Zen 4 at avx2:
+ * Q8_K throughout top-1 95.3% mean KLD 0.0038; over 12 kept int16 98.3%, 7.4e-4; over 8 100%,
+ * 7.7e-5 (the int16 form alone: 100%, 1e-7).  Llama 3.2 1B's shape file: 2% of rows over 8. */
+#define LP_Q8K_RATIO 8.0f
+
+/* ggml's quantize_row_q8_K_ref: per 256 values, the first of the largest |x| is max,
+ * d8 = max / -127, q = round(x * -127 / max) (to nearest even) capped at 127, bs8 the sums of q
+ * per 16; all zero where max is 0.  The same integers on every build.  q8on[r]: no block over
+ * LP_Q8K_RATIO. */
+void lp_prepare_q8k_row(const float *x, lp_xrows xr, int64_t r) {
+    const int64_t n_in = xr.n_in;
+    int8_t *q = xr.q8 + r * n_in;
+    float *d = xr.d8 + r * (n_in / 256);
+    int16_t *bs = xr.bs8 + r * (n_in / 16);
+    int on = 1;
+    for (int64_t i = 0; i < n_in / 256; i++) {
+        const float *xb = x + 256 * i;
+        float amax, ss;
+        const float max = xb[first_absmax(xb, &amax, &ss)];
+        on = on && !(amax * amax * 256.0f > LP_Q8K_RATIO * LP_Q8K_RATIO * ss);
+        const float iscale = amax > 0.0f ? -127.0f / max : 0.0f;
+        for (int j = 0; j < 256; j++) {
+            const float v = rintf(iscale * xb[j]);
+            q[256 * i + j] = (int8_t)(v > 127.0f ? 127.0f : v);
+        }
+        for (int g = 0; g < 16; g++) {
+            int s = 0;
+            for (int j = 0; j < 16; j++) s += q[256 * i + 16 * g + j];
+            bs[16 * i + g] = (int16_t)s;
+        }
+        d[i] = amax > 0.0f ? 1.0f / iscale : 0.0f;
+    }
+    xr.q8on[r] = (uint8_t)on;
+}
+
+int lp_q8k_takes(int type, const float *x, int64_t n_in, int64_t n_rows) {
+    if ((type != LP_Q4_K && type != LP_Q6_K) || !lp_xrows_q8k(n_rows)) return 0;
+    for (int64_t b = 0; b < n_rows * (n_in / 256); b++) {
+        float amax, ss;
+        first_absmax(x + (b / (n_in / 256)) * n_in + 256 * (b % (n_in / 256)), &amax, &ss);
+        if (amax * amax * 256.0f > LP_Q8K_RATIO * LP_Q8K_RATIO * ss) return 0;
+    }
+    return 1;
+}
+
+#if defined(LP_AVX2) || defined(LP_AVX512)
+
+LP_INLINE float hsum8f(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+LP_INLINE float hsum4f(__m128 s) {
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+/* int16 lane k of a 128-bit lane repeated over all its int16 lanes: the vpshufb control */
+#define LP_REP16(k) _mm256_set1_epi16((short)(((2 * (k) + 1) << 8) | (2 * (k))))
+/* lane 0: int16 lane a repeated, lane 1: int16 lane b */
+#define LP_REP16x2(a, b)                                                                                                \
+    _mm256_setr_m128i(_mm_set1_epi16((short)(((2 * (a) + 1) << 8) | (2 * (a)))),                                     \
+                      _mm_set1_epi16((short)(((2 * (b) + 1) << 8) | (2 * (b)))))
+
+/* nr Q4_K rows: sub-block 2j's 32 values are the low nibbles of bytes 32j.., 2j+1's the high. */
+LP_INLINE void q4k_rows(const int nr, const uint8_t *w0, const uint8_t *w1, int64_t nsb, const lp_xrows *xr, int64_t r,
+                        int64_t pf, float *y) {
+    const int8_t *xq = xr->q8 + r * xr->n_in;
+    const float *xd = xr->d8 + r * nsb;
+    const int16_t *bs = xr->bs8 + r * nsb * 16;
+    const __m256i m4 = _mm256_set1_epi8(15);
+    __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+    __m128 accm[2] = {_mm_setzero_ps(), _mm_setzero_ps()};
+    for (int64_t i = 0; i < nsb; i++) {
+        const __m128i q8s = _mm_hadd_epi16(_mm_loadu_si128((const __m128i *)(bs + 16 * i)),
+                                           _mm_loadu_si128((const __m128i *)(bs + 16 * i + 8))); /* sums per 32 */
+        const __m128 yd = _mm_set1_ps(xd[i]);
+        __m256i sc[2], sumi[2];
+        __m128 dd[2];
+        const uint8_t *qs[2];
+#pragma GCC unroll 2
+        for (int t = 0; t < nr; t++) {
+            const uint8_t *b = (t ? w1 : w0) + i * 144;
+            prefetch_block(b, pf, 144);
+            qs[t] = b + 16;
+            const __m256i ms = _mm256_cvtepu8_epi16(lp_k45_sc(b + 4)); /* 8 scales | 8 mins, int16 */
+            dd[t] = _mm_mul_ps(f16x2_ps(b), yd);                        /* d d8, dmin d8 */
+            const __m128i mp = _mm_madd_epi16(_mm256_extracti128_si256(ms, 1), q8s);
+            accm[t] = _mm_fmadd_ps(_mm_permute_ps(dd[t], 0x55), _mm_cvtepi32_ps(mp), accm[t]);
+            sc[t] = _mm256_broadcastsi128_si256(_mm256_castsi256_si128(ms));
+            sumi[t] = _mm256_setzero_si256();
+        }
+#pragma GCC unroll 4
+        for (int j = 0; j < 4; j++) {
+            const __m256i xl = _mm256_loadu_si256((const __m256i *)(xq + 256 * i + 64 * j));
+            const __m256i xh = _mm256_loadu_si256((const __m256i *)(xq + 256 * i + 64 * j + 32));
+#pragma GCC unroll 2
+            for (int t = 0; t < nr; t++) {
+                const __m256i q = _mm256_loadu_si256((const __m256i *)(qs[t] + 32 * j));
+                const __m256i pl = _mm256_madd_epi16(_mm256_shuffle_epi8(sc[t], LP_REP16(2 * j)),
+                                                     _mm256_maddubs_epi16(_mm256_and_si256(q, m4), xl));
+                const __m256i ph = _mm256_madd_epi16(_mm256_shuffle_epi8(sc[t], LP_REP16(2 * j + 1)),
+                                                     _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(q, 4), m4), xh));
+                sumi[t] = _mm256_add_epi32(sumi[t], _mm256_add_epi32(pl, ph));
+            }
+        }
+#pragma GCC unroll 2
+        for (int t = 0; t < nr; t++) acc[t] = _mm256_fmadd_ps(_mm256_broadcastss_ps(dd[t]), _mm256_cvtepi32_ps(sumi[t]), acc[t]);
+    }
+#pragma GCC unroll 2
+    for (int t = 0; t < nr; t++) y[t] = hsum8f(acc[t]) - hsum4f(accm[t]);
+}
+
+/* nr Q6_K rows: q6k_half's values 0..63 (the -32 applied through bs8), sub-block scales int8. */
+LP_INLINE void q6k_rows(const int nr, const uint8_t *w0, const uint8_t *w1, int64_t nsb, const lp_xrows *xr, int64_t r,
+                        int64_t pf, float *y) {
+    const int8_t *xq = xr->q8 + r * xr->n_in;
+    const float *xd = xr->d8 + r * nsb;
+    const int16_t *bs = xr->bs8 + r * nsb * 16;
+    __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+    for (int64_t i = 0; i < nsb; i++) {
+        const __m256i q8sums = _mm256_loadu_si256((const __m256i *)(bs + 16 * i));
+        __m256i sc[2][2], sumi[2];
+#pragma GCC unroll 2
+        for (int t = 0; t < nr; t++) {
+            const uint8_t *b = (t ? w1 : w0) + i * 210;
+            prefetch_block(b, pf, 210);
+            const __m128i s8 = _mm_loadu_si128((const __m128i *)(b + 192));
+            const __m256i s16 = _mm256_cvtepi8_epi16(s8);
+            sc[t][0] = _mm256_broadcastsi128_si256(_mm256_castsi256_si128(s16)); /* scales 0..7 in both lanes */
+            sc[t][1] = _mm256_broadcastsi128_si256(_mm256_extracti128_si256(s16, 1));
+            sumi[t] = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(_mm256_madd_epi16(q8sums, s16), 5));
+        }
+#pragma GCC unroll 2
+        for (int n = 0; n < 2; n++) {
+            __m256i x[4];
+#pragma GCC unroll 4
+            for (int j = 0; j < 4; j++) x[j] = _mm256_loadu_si256((const __m256i *)(xq + 256 * i + 128 * n + 32 * j));
+#pragma GCC unroll 2
+            for (int t = 0; t < nr; t++) {
+                const uint8_t *b = (t ? w1 : w0) + i * 210;
+                __m256i w[4];
+                q6k_half(b + 64 * n, b + 128 + 32 * n, w);
+#pragma GCC unroll 4
+                for (int j = 0; j < 4; j++) /* sub-blocks 8n + 2j (lane 0), 8n + 2j + 1 (lane 1) */
+                    sumi[t] = _mm256_add_epi32(sumi[t], _mm256_madd_epi16(_mm256_shuffle_epi8(sc[t][n], LP_REP16x2(2 * j, 2 * j + 1)),
+                                                                          _mm256_maddubs_epi16(w[j], x[j])));
+            }
+        }
+#pragma GCC unroll 2
+        for (int t = 0; t < nr; t++) {
+            const float d = lp_f16_to_f32(lp_rd16((t ? w1 : w0) + i * 210 + 208)) * xd[i];
+            acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi[t]), acc[t]);
+        }
+    }
+#pragma GCC unroll 2
+    for (int t = 0; t < nr; t++) y[t] = hsum8f(acc[t]);
+}
+
+void lp_rows_q8k(int type, int nr, const uint8_t *w0, const uint8_t *w1, int64_t nsb, const lp_xrows *xr, int64_t r,
+                 int64_t pf, float *y) {
+    if (type == LP_Q4_K) {
+        if (nr == 2) q4k_rows(2, w0, w1, nsb, xr, r, pf, y);
+        else q4k_rows(1, w0, w0, nsb, xr, r, pf, y);
+    } else {
+        if (nr == 2) q6k_rows(2, w0, w1, nsb, xr, r, pf, y);
+        else q6k_rows(1, w0, w0, nsb, xr, r, pf, y);
+    }
+}
+
+#else
+void lp_rows_q8k(int type, int nr, const uint8_t *w0, const uint8_t *w1, int64_t nsb, const lp_xrows *xr, int64_t r,
+                 int64_t pf, float *y) {
+    (void)type, (void)nr, (void)w0, (void)w1, (void)nsb, (void)xr, (void)r, (void)pf, (void)y;
+}
+#endif

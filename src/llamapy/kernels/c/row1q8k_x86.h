@@ -1,0 +1,18 @@
+/* row1q8k_x86.c: Q4_K / Q6_K one-row products against Q8_K activations (x86 AVX2), and the
+ * activations' Q8_K form. */
+#ifndef LP_ROW1Q8K_X86_H
+#define LP_ROW1Q8K_X86_H
+
+#include "quants.h"
+
+/* Does the product of this type on the rows x [n_rows, n_in] read them as Q8_K, every row (1),
+ * or not (0: another type, other row counts, an ISA with VNNI, a block of outliers)? */
+int lp_q8k_takes(int type, const float *x, int64_t n_in, int64_t n_rows);
+/* Row r of x [n_in] as Q8_K into xr (q8, d8, bs8): ggml's quantize_row_q8_K_ref, per 256. */
+void lp_prepare_q8k_row(const float *x, lp_xrows xr, int64_t r);
+/* nr (1 or 2) weight rows w[0..nr) of Q4_K (type LP_Q4_K) or Q6_K (LP_Q6_K) against row r's
+ * Q8_K values: y[0..nr); pf > 0: each block's bytes pf further on prefetched as it computes. */
+void lp_rows_q8k(int type, int nr, const uint8_t *w0, const uint8_t *w1, int64_t nsb, const lp_xrows *xr, int64_t r,
+                 int64_t pf, float *y);
+
+#endif
