@@ -49,6 +49,7 @@ SIGNATURES: dict[str, tuple] = {  # name -> argument types (all return void unle
     "lp_mm": (I, P, I64, I64, P, I64, P, I64, I),
     "lp_mm_det": (I, P, I64, I64, P, I64, P, I64, I),
     "lp_mm_det_covers": (I, I64),
+    "lp_det_reads": (I,),
     "lp_q8mm_covers": (I, I64, I64),
     "lp_q8mm_set": (I, F, F),
     "lp_q8mm_takes": (I, P, I64, I64),
@@ -76,7 +77,7 @@ SIGNATURES: dict[str, tuple] = {  # name -> argument types (all return void unle
     "lp_moe_rows": (P, I64, I64, P, P, P, P, P, P, I64, I64, I64, I64, I64, I64, I64, I64, P, P, I64),
     "lp_moe_rows_bytes": (I64, I64, P, I64, I64),
 }
-RETURNS = {"lp_mm_det": ctypes.c_int, "lp_mm_det_covers": ctypes.c_int, "lp_q8mm_covers": ctypes.c_int,
+RETURNS = {"lp_mm_det": ctypes.c_int, "lp_mm_det_covers": ctypes.c_int, "lp_det_reads": ctypes.c_int, "lp_q8mm_covers": ctypes.c_int,
            "lp_q8mm_takes": ctypes.c_int, "lp_q8mm_mode": ctypes.c_int, "lp_q8k_takes": ctypes.c_int,
            "lp_mm_q8": ctypes.c_int,
            "lp_q8mm_flagged": ctypes.c_double,

@@ -75,7 +75,7 @@ static void product(int64_t type, const uint8_t *w, int64_t n_out, const lp_xpre
  * else xp's. */
 static void prep_row(lp_xprep *xp, const lp_xprep *dx, int64_t r) {
     if (dx)
-        lp_prepare_x_row(xp->x + r * xp->n_in, dx->xr, r);
+        lp_det_prep_row(dx, r);
     else
         lp_prep_row(xp, r);
 }
@@ -184,7 +184,17 @@ int lp_layers(const lp_layer *L, int64_t n_layer, const lp_dims *hp, float *x, i
     lp_xprep xp_ne = lp_xprep_at(xbuf, ne, n, xn), xp_q = lp_xprep_at(xbuf, nq, n, att), xp_ff = lp_xprep_at(xbuf, n_ff, n, h);
     /* deterministic mode: the same rows in rows_det_x86.c's forms */
     lp_xprep dx_ne, dx_q, dx_ff;
-    if (dbuf) dx_ne = lp_det_xprep_at(dbuf, ne, n, xn), dx_q = lp_det_xprep_at(dbuf, nq, n, att), dx_ff = lp_det_xprep_at(dbuf, n_ff, n, h);
+    if (dbuf) {
+        dx_ne = lp_det_xprep_at(dbuf, ne, n, xn), dx_q = lp_det_xprep_at(dbuf, nq, n, att), dx_ff = lp_det_xprep_at(dbuf, n_ff, n, h);
+        dx_ne.reads = dx_q.reads = dx_ff.reads = 0; /* the forms the layers' products read (lp_det_reads) */
+        for (int64_t il = 0; il < n_layer; il++) {
+            const lp_layer *l = L + il;
+            dx_ne.reads |= lp_det_reads((int)l->tq) | lp_det_reads((int)l->tg);
+            if (l->wk) dx_ne.reads |= lp_det_reads((int)l->tk) | lp_det_reads((int)l->tv);
+            if (l->wu) dx_ne.reads |= lp_det_reads((int)l->tu);
+            dx_q.reads |= lp_det_reads((int)l->to), dx_ff.reads |= lp_det_reads((int)l->td);
+        }
+    }
     const lp_xprep *dne = dbuf ? &dx_ne : NULL, *dq = dbuf ? &dx_q : NULL, *dff = dbuf ? &dx_ff : NULL;
 #pragma omp parallel
     {

@@ -2,6 +2,7 @@
 #ifndef LP_MM_H
 #define LP_MM_H
 
+#include "det8_x86.h"
 #include "lanes_x86.h"
 
 /* The product split among the threads of an enclosing parallel region. */
@@ -10,6 +11,7 @@ typedef struct {
     lp_xlanes xl;      /* x86, LP_F32_ROWS rows or more (mm.c lanes_bytes): xr's rows in lanes */
     uint16_t *xb;      /* the rows as bf16 (AVX512-BF16 builds, 2 rows or more), else NULL */
     int8_t *xhi, *xlo; /* LP_READS_AMX: xr's int16 rows as 256 hi + lo, [n rounded up to 16, n_in] each; else NULL */
+    lp_x8 x8;          /* LP_READS_I8 (deterministic mode's Q4_1 at AVX-512, det8_x86.c): the rows in int8 */
     const float *x;    /* fp32 rows */
     int64_t n, n_in;
     int reads;         /* LP_READS_INTS | LP_READS_BF16: the forms the products of xp read (lp_xprep_at: both;
@@ -18,6 +20,7 @@ typedef struct {
 #define LP_READS_INTS 1
 #define LP_READS_BF16 2
 #define LP_READS_AMX 4 /* with LP_READS_INTS: the integer products on AMX tiles (lp_mm's prompt-sized products) */
+#define LP_READS_I8 8  /* deterministic mode: x8 (rows_det_x86.c lp_det_reads) */
 size_t lp_xprep_bytes(int64_t n_in, int64_t n);
 lp_xprep lp_xprep_at(void *buf, int64_t n_in, int64_t n, const float *x);
 int lp_needs_prep(const lp_xprep *xp);

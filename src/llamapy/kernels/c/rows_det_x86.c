@@ -14,6 +14,8 @@
  * chooses by the data (q8mm_x86.c) or rounds the activations otherwise (AMX, bf16, fp32 tiles).
  * The output rows split among the threads in chunks of CHUNK (any split gives the same bits:
  * each element is its own sequence).
+ * Q4_1 at AVX-512 takes det8_x86.c instead (int8 activations, vpdpbusd; lp_det_reads): the
+ * same contract, its own order.
  * Other types (and non-x86 builds) return LP_DET_UNCOVERED: the caller keeps one-row ubatches. */
 #include <omp.h>
 
@@ -24,6 +26,11 @@
 
 #define CHUNK LP_MM_CHUNK /* output rows per task */
 #define DET_SLICE 256     /* rows per pass of the lanes over a chunk (their lanes stay in L2: mm.c's slices) */
+/* the same for det8's int8 lanes: up to 384 KiB of them (512 rows of 576, 256 of 1536), at most 512 rows */
+static int64_t det8_slice(int64_t n_in) {
+    const int64_t r = (393216 / n_in) & ~(int64_t)15;
+    return r < 16 ? 16 : r > 512 ? 512 : r;
+}
 #define LP_DET_UNCOVERED -2
 
 static inline void put(float *y, float v, int accumulate) { *y = accumulate ? *y + v : v; }
@@ -55,8 +62,11 @@ static int det_twin(int64_t n) {
 #endif
 }
 
+/* The forms a product of this type reads: LP_READS_I8 (det8_x86.c) or LP_READS_INTS. */
+int lp_det_reads(int type) { return lp_det8_covers(type) ? LP_READS_I8 : LP_READS_INTS; }
+
 size_t lp_det_xprep_bytes(int64_t n_in, int64_t n) {
-    return lp_xrows_bytes(n_in, n) + (n > 1 ? lp_xlanes_bytes(n_in, n) : 0) + 64;
+    return lp_xrows_bytes(n_in, n) + (n > 1 ? lp_xlanes_bytes(n_in, n) : 0) + 64 + lp_x8_bytes(n_in, n) + 64;
 }
 
 lp_xprep lp_det_xprep_at(void *buf, int64_t n_in, int64_t n, const float *x) {
@@ -64,6 +74,7 @@ lp_xprep lp_det_xprep_at(void *buf, int64_t n_in, int64_t n, const float *x) {
     memset(&p, 0, sizeof p);
     p.xr = lp_xrows_at(buf, n_in, n);
     if (n > 1) p.xl = lp_xlanes_at((char *)buf + lp_xrows_bytes(n_in, n), n_in, n);
+    p.x8 = lp_x8_at((char *)buf + lp_xrows_bytes(n_in, n) + (n > 1 ? lp_xlanes_bytes(n_in, n) : 0) + 64, n_in, n);
     p.x = x;
     p.n = n;
     p.n_in = n_in;
@@ -71,25 +82,34 @@ lp_xprep lp_det_xprep_at(void *buf, int64_t n_in, int64_t n, const float *x) {
     return p;
 }
 
-/* xp's int16 rows (all prepared: after the rows' loop and its barrier) laid out in lanes, the
- * blocks split among the threads; one row reads its int16 row itself. */
+/* xp's rows (all prepared: after the rows' loop and its barrier) laid out in lanes, the
+ * blocks split among the threads; one row reads its row itself. */
 void lp_det_lanes_for(const lp_xprep *xp) {
     if (xp->n < 2) return;
 #pragma omp for schedule(static)
-    for (int64_t b = 0; b < xp->n_in / 32; b++) lp_xlanes_fill(&xp->xr, xp->n, xp->xl, b, det_twin(xp->n) ? 2 : 1);
+    for (int64_t b = 0; b < xp->n_in / 32; b++) {
+        if (xp->reads & LP_READS_INTS) lp_xlanes_fill(&xp->xr, xp->n, xp->xl, b, det_twin(xp->n) ? 2 : 1);
+        if (xp->reads & LP_READS_I8) lp_x8_lanes_block(&xp->x8, b);
+    }
+}
+
+/* Row r of xp (its fp32 row made) in the forms xp->reads names. */
+void lp_det_prep_row(const lp_xprep *xp, int64_t r) {
+    if (xp->reads & LP_READS_INTS) lp_prepare_x_row(xp->x + r * xp->n_in, xp->xr, r);
+    if (xp->reads & LP_READS_I8) lp_x8_row(xp->x + r * xp->n_in, &xp->x8, r);
 }
 
 void lp_det_prep_for(lp_xprep *xp) {
 #pragma omp for schedule(static)
-    for (int64_t r = 0; r < xp->n; r++) lp_prepare_x_row(xp->x + r * xp->n_in, xp->xr, r);
+    for (int64_t r = 0; r < xp->n; r++) lp_det_prep_row(xp, r);
     lp_det_lanes_for(xp);
 }
 
 size_t lp_det_scratch_bytes(int64_t n_in) {
     const size_t lanes = LANES_NW * lanes_row_bytes(n_in), one = lp_det1_scratch_bytes(n_in);
     const size_t twins = 2 * lanes_row_bytes(n_in) + TWIN_NP * twin_pair_bytes(n_in);
-    const size_t most = lanes > twins ? lanes : twins;
-    return most > one ? most : one;
+    const size_t most = lanes > twins ? lanes : twins, i8 = lp_det8_scratch_bytes(n_in);
+    return most > one ? (most > i8 ? most : i8) : (one > i8 ? one : i8);
 }
 
 /* Rows r0..r0 + n of xp (r0 a multiple of LP_NL) as a product of their own: the lanes' groups
@@ -109,6 +129,17 @@ static lp_xprep det_slice(const lp_xprep *xp, int64_t r0, int64_t n) {
 void lp_mm_det_for(int type, const uint8_t *w, int64_t n_out, const lp_xprep *xp, float *y, int64_t ldy, int accumulate,
                    void *scratch) {
     const int64_t n = xp->n, n_in = xp->n_in;
+    if (lp_det8_covers(type)) { /* xp->reads has LP_READS_I8 (lp_det_reads) */
+        const int64_t sl = det8_slice(n_in);
+        for (int64_t r0 = 0; r0 < n; r0 += sl) {
+            const lp_x8 s = n > 1 ? lp_x8_slice(&xp->x8, r0, n - r0 < sl ? n - r0 : sl) : xp->x8;
+#pragma omp for schedule(static) nowait
+            for (int64_t o0 = 0; o0 < n_out; o0 += CHUNK)
+                lp_det8_chunk(type, w, o0, o0 + CHUNK < n_out ? o0 + CHUNK : n_out, n_out, &s, y + r0 * ldy, ldy, accumulate, scratch);
+        }
+#pragma omp barrier
+        return;
+    }
     if (n == 1) {
 #pragma omp for schedule(static)
         for (int64_t o0 = 0; o0 < n_out; o0 += CHUNK)
@@ -140,7 +171,9 @@ lp_xprep lp_det_xprep_at(void *buf, int64_t n_in, int64_t n, const float *x) {
     (void)buf, (void)n_in, (void)n, (void)x;
     return p;
 }
+int lp_det_reads(int type) { return (void)type, LP_READS_INTS; }
 void lp_det_lanes_for(const lp_xprep *xp) { (void)xp; }
+void lp_det_prep_row(const lp_xprep *xp, int64_t r) { (void)xp, (void)r; }
 void lp_det_prep_for(lp_xprep *xp) { (void)xp; }
 size_t lp_det_scratch_bytes(int64_t n_in) { return (size_t)n_in * 0 + 64; }
 void lp_mm_det_for(int type, const uint8_t *w, int64_t n_out, const lp_xprep *xp, float *y, int64_t ldy, int accumulate,
@@ -158,6 +191,7 @@ int lp_mm_det(int type, const uint8_t *w, int64_t n_out, int64_t n_in, const flo
     void *buf = malloc(lp_det_xprep_bytes(n_in, n_rows));
     if (!buf) return -1;
     lp_xprep xp = lp_det_xprep_at(buf, n_in, n_rows, x);
+    xp.reads = lp_det_reads(type);
     int failed = 0;
 #pragma omp parallel
     {

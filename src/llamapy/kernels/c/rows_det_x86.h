@@ -8,11 +8,13 @@ int lp_mm_det_covers(int type, int64_t n_in);
 int lp_mm_det(int type, const uint8_t *w, int64_t n_out, int64_t n_in, const float *x, int64_t n_rows, float *y,
               int64_t ldy, int accumulate);
 /* For a caller's own parallel region (layers.c): the rows' forms in buf (lp_det_xprep_bytes)
- * for the fp32 rows x [n, n_in], prepared by lp_det_prep_for (or lp_prepare_x_row per row, then
+ * for the fp32 rows x [n, n_in], prepared by lp_det_prep_for (or lp_det_prep_row per row, then
  * lp_det_lanes_for; threads meet after), then the product with this thread's scratch
  * (lp_det_scratch_bytes). */
 size_t lp_det_xprep_bytes(int64_t n_in, int64_t n);
 lp_xprep lp_det_xprep_at(void *buf, int64_t n_in, int64_t n, const float *x);
+int lp_det_reads(int type); /* the form a product of the type reads: set xp->reads to the union of a row's products' */
+void lp_det_prep_row(const lp_xprep *xp, int64_t r);
 void lp_det_lanes_for(const lp_xprep *xp);
 void lp_det_prep_for(lp_xprep *xp);
 size_t lp_det_scratch_bytes(int64_t n_in);
