@@ -1,7 +1,8 @@
 """--deterministic on the tiny families (tests/tiny_family.py) in every weight type they are
 written in, and a tiny llama in K-quants: a prompt's logits decoded as one ubatch are finite,
 bit-equal to the same prompt decoded a token at a time, and within rounding of the default
-run's.  phi3's fused Q|K|V and gate|up matrices go through the fused C layers (layers.c): in a
+run's (decoded a token at a time: the default's few-row path is a timed choice, bf16 on some
+machines).  phi3's fused Q|K|V and gate|up matrices go through the fused C layers (layers.c): in a
 type rows_det_x86.c does not cover (F32, F16, BF16) the ubatches are one row and the default
 one-row products run; in a covered one (Q8_0, Q4_K, Q6_K) the deterministic products do.
 Issue 48: the fused layers once took the deterministic products for F16 rows (undecoded
@@ -46,7 +47,8 @@ def _check(model: Model) -> None:
     det = _logits(model, True, False)
     assert torch.isfinite(det).all(), "NaN / inf logits under --deterministic"
     assert torch.equal(det, _logits(model, True, True)), "a row's logits depend on the ubatch under --deterministic"
-    plain = _logits(model, False, False)
+    plain = _logits(model, False, True)  # the default a token at a time: its one-row products, whatever
+    # the kernels' timed choice for a few rows was (bf16 tiles: rounding far past 5e-3 on these files)
     err, scale = (det - plain).abs().max().item(), plain.abs().max().item()
     assert err < 5e-3 * scale, (err, scale)
 
