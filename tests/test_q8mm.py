@@ -219,7 +219,7 @@ def test_block32_rule_counts_residual_tiles(lib):
     x[7, 32 * 9] = 50.0  # and one block elsewhere: one more
     assert fixes(1) == pytest.approx((16 + 1) / (tiles * nb))
     assert fixes(4) == pytest.approx(16 / (tiles * nb))  # (row 7 is not looked at)
-    assert lib.fn.lp_q8mm_takes(int(T.Q5_0), x.data_ptr(), n_in, rows)
+    assert lib.fn.lp_q8mm_takes(int(T.Q5_0), x.data_ptr(), n_in, rows) == (fixes(4) <= Q8MM32_MAX_FIXES)
     k = int(Q8MM32_MAX_FIXES * nb) + 1  # that many columns flagged in every row: over the rule
     x[:, 32 * torch.arange(k)] = 50.0
     assert fixes(4) > Q8MM32_MAX_FIXES
