@@ -54,6 +54,8 @@ SIGNATURES: dict[str, tuple] = {  # name -> argument types (all return void unle
     "lp_q8mm_takes": (I, P, I64, I64),
     "lp_mm_q8": (I, P, I64, I64, P, I64, P, I64, I, I),
     "lp_q8mm_flagged": (P, I64, I64),
+    "lp_q8mm32_set": (F,),
+    "lp_q8mm32_fixes": (P, I64, I64, F, I),
     "lp_rms_norm": (P, P, I64, I64, F, P),
     "lp_glu": (P, I64, I64, I, P),
     "lp_glu_rows": (P, I64, P, I64, I64, I64, I, P),
@@ -76,7 +78,7 @@ SIGNATURES: dict[str, tuple] = {  # name -> argument types (all return void unle
 }
 RETURNS = {"lp_mm_det": ctypes.c_int, "lp_mm_det_covers": ctypes.c_int, "lp_q8mm_covers": ctypes.c_int,
            "lp_q8mm_takes": ctypes.c_int, "lp_mm_q8": ctypes.c_int,
-           "lp_q8mm_flagged": ctypes.c_double,
+           "lp_q8mm_flagged": ctypes.c_double, "lp_q8mm32_fixes": ctypes.c_double,
            "lp_abi_version": ctypes.c_int, "lp_isa": ctypes.c_char_p, "lp_mm": ctypes.c_int, "lp_coarse_bf16": ctypes.c_int,
            "lp_amx_on": ctypes.c_int, "lp_amx_set": ctypes.c_int,
            "lp_attn_f16": ctypes.c_int, "lp_attn_kv": ctypes.c_int, "lp_attn_kv_sinks": ctypes.c_int, "lp_attn_tiles_f16": ctypes.c_int, "lp_layers": ctypes.c_int,

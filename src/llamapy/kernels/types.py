@@ -32,6 +32,9 @@ DEQUANT_CHUNK = 1 << 21  # dense path: weights dequantized at a time (elements)
 Q8MM_ROWS = 64
 Q8MM_RATIO = 4.0
 Q8MM_MAX_FLAGGED = 0.02
+# the types of a scale per 32 (kernels/c/q8mm32_x86.h): the most residual tiles (a block
+# column's outlier blocks, 6 rows a tile) per int8 tile a product still takes int8 at
+Q8MM32_MAX_FIXES = 0.02  # (accuracy binds: kernels/c/q8mm32_x86.h)
 
 
 # KV cache types the C attention and the fused layers read (-ctk / -ctv), by their GGML type:

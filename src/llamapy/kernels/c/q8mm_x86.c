@@ -9,6 +9,7 @@
 #include <math.h>
 
 #include "amx_x86.h"
+#include "q8mm32_x86.h"
 #include "quants.h"
 #include "unpack_x86.h"
 
@@ -33,6 +34,7 @@ int lp_q8mm_covers(int type, int64_t n_in, int64_t n_rows) {
 #if defined(LP_Q8MM)
     /* (where AMX is on, its tiles keep the types of a scale per 32: tdpbssd outruns vpdpbusd) */
     if (lp_amx_on() && type != LP_Q6_K) return 0;
+    if (lp_q8mm32_type(type)) return q8_on && n_rows >= LP_Q8MM_ROWS && n_in % 32 == 0; /* (q8mm32_x86.c) */
     return q8_on && n_rows >= LP_Q8MM_ROWS && n_in % 256 == 0 && (type == LP_Q4_K || type == LP_Q5_K || type == LP_Q6_K);
 #else
     (void)type, (void)n_in, (void)n_rows;
@@ -123,6 +125,7 @@ static void q8_pack(int type, const uint8_t *w, int64_t o, int np, const q8x *x,
 int lp_mm_q8(int type, const uint8_t *w, int64_t n_out, int64_t n_in, const float *xf, int64_t n_rows, float *y,
              int64_t ldy, int accumulate, int residual) {
 #if defined(LP_Q8MM)
+    if (lp_q8mm32_type(type)) return lp_mm_q8_32(type, w, n_out, n_in, xf, n_rows, y, ldy, accumulate, residual ? q8_ratio : 0.0f);
     void *xbuf = malloc(q8x_bytes(n_in, n_rows));
     if (!xbuf) return -1;
     q8x x = q8x_at(xbuf, n_in, n_rows, type == LP_Q6_K ? 16 : 32, type == LP_Q6_K ? 32 : 0); /* (offset iff no minima) */
@@ -187,6 +190,7 @@ static int64_t q8_outliers(const float *x, int64_t n_in, int64_t n_rows, int64_t
 
 int lp_q8mm_takes(int type, const float *x, int64_t n_in, int64_t n_rows) {
     if (!lp_q8mm_covers(type, n_in, n_rows)) return 0;
+    if (lp_q8mm32_type(type)) return lp_q8mm32_takes(x, n_in, n_rows, q8_ratio);
     const int64_t seen = (n_rows + 3) / 4 * (n_in / 32);
     if ((float)q8_outliers(x, n_in, n_rows, 4) <= q8_max_flagged * (float)seen) return 1;
 #if defined(LP_VNNI)
