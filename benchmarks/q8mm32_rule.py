@@ -43,7 +43,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     import llamapy
-    from llamapy.kernels.types import Q8MM32_MAX_FIXES, Q8MM_MAX_FLAGGED, Q8MM_RATIO
+    from llamapy.kernels.types import Q8MM32_MAX_FIXES, Q8MM32_RATIO, Q8MM_MAX_FLAGGED, Q8MM_RATIO
     from llamapy.model.block_matrix import BlockMatrix
 
     logging.getLogger("llamapy").setLevel(logging.ERROR)
@@ -73,13 +73,13 @@ def main(argv: list[str] | None = None) -> int:
         """(lanes, int8): the best of reps calls each, the two alternating (a shared machine's drift hits both)."""
         y = torch.empty(x.shape[0], bm.n_out)
         t = [float("inf"), float("inf")]
-        fn.lp_q8mm32_set(1.0)
+        fn.lp_q8mm32_set(1.0, Q8MM32_RATIO[lib.level])
         for _ in range(a.reps):
             for int8 in (0, 1):
                 fn.lp_q8mm_set(int8, Q8MM_RATIO, Q8MM_MAX_FLAGGED)
                 t[int8] = min(t[int8], best(lambda: bm._mm(x, y, False), 1, a.cpu_time))
         fn.lp_q8mm_set(1, Q8MM_RATIO, Q8MM_MAX_FLAGGED)
-        fn.lp_q8mm32_set(Q8MM32_MAX_FIXES)
+        fn.lp_q8mm32_set(Q8MM32_MAX_FIXES, Q8MM32_RATIO[lib.level])
         return t[0], t[1]
 
     if a.sweep_only:
@@ -92,10 +92,10 @@ def main(argv: list[str] | None = None) -> int:
         n, nb = x.shape[0], n_in // 32
         blk = x.view(n, nb, 32)
         amax, ss = blk.abs().amax(-1), (blk * blk).sum(-1)
-        flag = (amax * amax * 32 > Q8MM_RATIO ** 2 * ss) & (amax > 0)  # [n, nb]
+        flag = (amax * amax * 32 > Q8MM32_RATIO[lib.level] ** 2 * ss) & (amax > 0)  # [n, nb]
         per_col = flag.float().mean(0)  # the fraction of rows flagged, per block column
         top = per_col.sort(descending=True).values[: max(1, nb // 10)].sum() / max(per_col.sum().item(), 1e-9)
-        fixes = fn.lp_q8mm32_fixes(x.data_ptr(), n_in, n, Q8MM_RATIO, 1)
+        fixes = fn.lp_q8mm32_fixes(x.data_ptr(), n_in, n, Q8MM32_RATIO[lib.level], 1)
         tl, t8 = timed(bm, x)
         tot[0] += tl
         tot[1] += t8
@@ -117,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
         marks = torch.rand(a.p, n_in // 32, generator=g) < f
         for r, blk in marks.nonzero().tolist():
             x[r, 32 * blk] = 30.0
-        fixes = fn.lp_q8mm32_fixes(x.data_ptr(), n_in, a.p, Q8MM_RATIO, 1)
+        fixes = fn.lp_q8mm32_fixes(x.data_ptr(), n_in, a.p, Q8MM32_RATIO[lib.level], 1)
         tl, t8 = timed(bm, x)
         print(f"  {fixes:5.2f}  {1e3 * tl:8.2f} {1e3 * t8:8.2f}  {t8 / tl:6.2f}")
     return 0

@@ -10,7 +10,7 @@ import torch
 
 from llamapy.kernels import load_kernels
 from llamapy.kernels.build import IsaError
-from llamapy.kernels.types import Q8MM32_MAX_FIXES, Q8MM_MAX_FLAGGED, Q8MM_RATIO, Q8MM_ROWS
+from llamapy.kernels.types import Q8MM32_MAX_FIXES, Q8MM32_RATIO, Q8MM_MAX_FLAGGED, Q8MM_RATIO, Q8MM_ROWS
 from test_kernels import _matrix
 
 T = gguf.GGMLQuantizationType
@@ -32,7 +32,7 @@ def lib(request):
         pytest.skip(f"{k.isa}: no AVX512-VNNI in this avx512 build (or LLAMAPY_Q8MM=0): prompts stay in the int16 lanes")
     yield k
     k.fn.lp_q8mm_set(1, Q8MM_RATIO, Q8MM_MAX_FLAGGED)
-    k.fn.lp_q8mm32_set(Q8MM32_MAX_FIXES)
+    k.fn.lp_q8mm32_set(Q8MM32_MAX_FIXES, Q8MM32_RATIO[k.level])
 
 
 def outliers(x: torch.Tensor, ratio: float) -> np.ndarray:
@@ -98,7 +98,7 @@ def test_int8_products_are_the_rounded_activations(lib, qtype, rows, shape):
     M = minima(qtype, raw, shape)
     for residual, ratio, alone in ((False, 0.0, 0), (True, 1e-3, 0), (False, 1e-3, 1)):
         lib.fn.lp_q8mm_set(1, ratio, 1.0)
-        lib.fn.lp_q8mm32_set(1.0)
+        lib.fn.lp_q8mm32_set(1.0, ratio)
         xh = rounded(x, residual)
         ref = xh @ (W.double() - M).T + x.double() @ M.T
         y = product(lib, qtype, raw, shape, x, residual=1 - alone)
@@ -107,7 +107,7 @@ def test_int8_products_are_the_rounded_activations(lib, qtype, rows, shape):
         acc = product(lib, qtype, raw, shape, x, accumulate=1, residual=1 - alone)
         assert (acc - 1 - y).abs().max().item() <= 1e-6 * scale
     lib.fn.lp_q8mm_set(1, Q8MM_RATIO, Q8MM_MAX_FLAGGED)
-    lib.fn.lp_q8mm32_set(Q8MM32_MAX_FIXES)
+    lib.fn.lp_q8mm32_set(Q8MM32_MAX_FIXES, Q8MM32_RATIO[lib.level])
 
 
 @pytest.mark.parametrize("qtype", [T.Q4_K, T.Q5_K, T.Q6_K, *BLOCK32], ids=lambda t: t.name)
@@ -159,13 +159,13 @@ def test_which_products_take_it(lib):
     """K-quants (Q4_K, Q5_K, Q6_K) of whole super-blocks from Q8MM_ROWS rows; not the other
     types, fewer rows, or with the path off (LLAMAPY_Q8MM=0's switch); and of those only
     products whose activations have at most Q8MM_MAX_FLAGGED outlier blocks (every 4th row
-    looked at) take the residual pass (1); the others int8 alone at the AVX2 level (2) and the
-    int16 lanes at the AVX512-VNNI level (0; the model's BlockMatrix asks lp_q8mm_takes)."""
+    looked at) take the residual pass (1); the others int8 alone (2; the model's BlockMatrix asks
+    lp_q8mm_takes)."""
     n_in = 512
     x = torch.randn(96, n_in, generator=torch.Generator().manual_seed(4))
     assert lib.fn.lp_q8mm_takes(int(T.Q4_K), x.data_ptr(), n_in, 96) == 1
     x[::4, 32 * 2] = 100.0  # one block of 16 in the rows looked at: 1 / 16 of them outliers
-    assert lib.fn.lp_q8mm_takes(int(T.Q4_K), x.data_ptr(), n_in, 96) == (2 if lib.level == "avx2" else 0)
+    assert lib.fn.lp_q8mm_takes(int(T.Q4_K), x.data_ptr(), n_in, 96) == 2
     assert lib.fn.lp_q8mm_takes(int(T.Q4_K), x.data_ptr(), n_in, Q8MM_ROWS - 1) == 0
     x[::4, 32 * 2] = 0.0
     x[1::4, :] = 100.0 * (torch.arange(n_in) % 32 == 0)  # rows not looked at: outliers, still the residual pass
@@ -205,13 +205,13 @@ def test_block_matrix_slices_rows_within_the_budget(lib):
     assert torch.equal(bm(x), whole)
 
 
-def test_outlier_heavy_products_take_int8_alone_at_avx2(lib):
+def test_outlier_heavy_products_take_int8_alone(lib):
     """A SwiGLU-like product whose blocks are mostly outliers (Llama 3.2's ffn_down: 49-72% of
-    them) goes through BlockMatrix, at the AVX2 level, to lp_mm_q8 with int8 alone (lp_q8mm_takes
-    2): each row's product is that of its int8 rounding without residuals, bit for bit the
-    kernel's residual-0 call, and within 1e-2 of the exact product (ggml-cpu's Q8_K activations
-    have one scale per 256 values, these one per 32).  At the AVX512-VNNI level the same product
-    keeps the int16 lanes (1e-4 of the exact product)."""
+    them) goes through BlockMatrix, at either level, to lp_mm_q8 with int8 alone (lp_q8mm_takes
+    2; the int16 lanes at the AVX512-VNNI level before, the fp32 GEMM at AVX2): each row's
+    product is that of its int8 rounding without residuals, bit for bit the kernel's residual-0
+    call, and within 1e-2 of the exact product (ggml-cpu's Q8_K activations have one scale per
+    256 values, these one per 32)."""
     from llamapy.model.block_matrix import BlockMatrix
 
     n_out, n_in, rows = 48, 1024, Q8MM_ROWS + 5
@@ -222,10 +222,6 @@ def test_outlier_heavy_products_take_int8_alone_at_avx2(lib):
     y = BlockMatrix(n_out, n_in, T.Q4_K, raw, lib)(x)
     exact = x.double() @ W.double().T
     err = (y.double() - exact).abs().max().item() / exact.abs().max().item()
-    if lib.level != "avx2":
-        assert lib.fn.lp_q8mm_takes(int(T.Q4_K), x.data_ptr(), n_in, rows) == 0
-        assert err <= 1e-4
-        return
     assert lib.fn.lp_q8mm_takes(int(T.Q4_K), x.data_ptr(), n_in, rows) == 2
     assert torch.equal(y, product(lib, T.Q4_K, raw, (n_out, n_in), x, residual=0))
     M = minima(T.Q4_K, raw, (n_out, n_in))
@@ -242,6 +238,7 @@ def test_block32_residuals_by_column(lib, qtype):
     rows, a column flagged in most rows, one in a few, scattered blocks); without the residuals
     (ratio 0) the outlier blocks' int8 steps make the error several times larger."""
     shape, rows = (45, 352), 131
+    lib.fn.lp_q8mm32_set(Q8MM32_MAX_FIXES, Q8MM_RATIO)  # (4: no randn block flagged; the default 3 flags some)
     raw, W = _matrix(qtype, shape, seed=5)
     x = torch.randn(rows, shape[1], generator=torch.Generator().manual_seed(5))
     x[: rows - 9, 32 * 3 + 5] = 40.0  # block column 3: flagged in most rows
@@ -255,11 +252,11 @@ def test_block32_residuals_by_column(lib, qtype):
     scale = ref.abs().max().item()
     assert (y.double() - ref).abs().max().item() <= 2e-6 * scale
     exact = x.double() @ W.double().T
-    lib.fn.lp_q8mm_set(1, 0.0, Q8MM_MAX_FLAGGED)
+    lib.fn.lp_q8mm32_set(Q8MM32_MAX_FIXES, 0.0)
     try:
         plain = product(lib, qtype, raw, shape, x)
     finally:
-        lib.fn.lp_q8mm_set(1, Q8MM_RATIO, Q8MM_MAX_FLAGGED)
+        lib.fn.lp_q8mm32_set(Q8MM32_MAX_FIXES, Q8MM32_RATIO[lib.level])
     err, err_plain = ((y.double() - exact).abs().max().item(), (plain.double() - exact).abs().max().item())
     print(f"{qtype.name}: max |error| {err:.4f} with the residuals, {err_plain:.4f} without")
     assert 3 * err < err_plain
@@ -273,6 +270,7 @@ def test_block32_rule_counts_residual_tiles(lib):
     nb, tiles = n_in // 32, rows // 6
     x = torch.randn(rows, n_in, generator=torch.Generator().manual_seed(6))
     fixes = lambda every: lib.fn.lp_q8mm32_fixes(x.data_ptr(), n_in, rows, Q8MM_RATIO, every)
+    lib.fn.lp_q8mm32_set(Q8MM32_MAX_FIXES, Q8MM_RATIO)  # (4: no randn block flagged)
     assert fixes(1) == 0.0 and lib.fn.lp_q8mm_takes(int(T.Q5_0), x.data_ptr(), n_in, rows)
     x[:, 32 * 4] = 50.0  # one column flagged in every row: 16 residual tiles of 16 x 20
     x[7, 32 * 9] = 50.0  # and one block elsewhere: one more
@@ -283,8 +281,8 @@ def test_block32_rule_counts_residual_tiles(lib):
     x[:, 32 * torch.arange(k)] = 50.0
     assert fixes(4) > Q8MM32_MAX_FIXES
     assert not lib.fn.lp_q8mm_takes(int(T.Q5_0), x.data_ptr(), n_in, rows)
-    lib.fn.lp_q8mm32_set(1.0)
+    lib.fn.lp_q8mm32_set(1.0, Q8MM_RATIO)
     try:
         assert lib.fn.lp_q8mm_takes(int(T.Q5_0), x.data_ptr(), n_in, rows)
     finally:
-        lib.fn.lp_q8mm32_set(Q8MM32_MAX_FIXES)
+        lib.fn.lp_q8mm32_set(Q8MM32_MAX_FIXES, Q8MM32_RATIO[lib.level])

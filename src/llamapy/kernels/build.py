@@ -54,7 +54,7 @@ SIGNATURES: dict[str, tuple] = {  # name -> argument types (all return void unle
     "lp_q8mm_takes": (I, P, I64, I64),
     "lp_mm_q8": (I, P, I64, I64, P, I64, P, I64, I, I),
     "lp_q8mm_flagged": (P, I64, I64),
-    "lp_q8mm32_set": (F,),
+    "lp_q8mm32_set": (F, F),
     "lp_q8mm32_fixes": (P, I64, I64, F, I),
     "lp_rms_norm": (P, P, I64, I64, F, P),
     "lp_glu": (P, I64, I64, I, P),

@@ -12,8 +12,11 @@
 #include "unpack_x86.h"
 
 /* The most residual tiles per main tile a product takes (set before any product). */
-static float q32_max_fixes = LP_Q8MM32_MAX_FIXES;
-void lp_q8mm32_set(float max_fixes) { q32_max_fixes = max_fixes; }
+static float q32_max_fixes = LP_Q8MM32_MAX_FIXES, q32_ratio = LP_Q8MM32_RATIO;
+void lp_q8mm32_set(float max_fixes, float ratio) {
+    q32_max_fixes = max_fixes;
+    q32_ratio = ratio;
+}
 /* LLAMAPY_Q8MM=all: every covered product (q8mm_x86.c reads the same switch). */
 __attribute__((constructor)) static void q8mm32_init(void) {
     const char *env = getenv("LLAMAPY_Q8MM");
@@ -55,8 +58,8 @@ double lp_q8mm32_fixes(const float *x, int64_t n_in, int64_t n_rows, float ratio
     return nt * nb ? (double)fixes / (double)(nt * nb) : 0.0;
 }
 
-int lp_q8mm32_takes(const float *x, int64_t n_in, int64_t n_rows, float ratio) {
-    return lp_q8mm32_fixes(x, n_in, n_rows, ratio, 4) <= (double)q32_max_fixes;
+int lp_q8mm32_takes(const float *x, int64_t n_in, int64_t n_rows) {
+    return lp_q8mm32_fixes(x, n_in, n_rows, q32_ratio, 4) <= (double)q32_max_fixes;
 }
 
 #if defined(LP_Q8MM)
@@ -198,7 +201,8 @@ static int p32_offset(int type) {
 #endif
 
 int lp_mm_q8_32(int type, const uint8_t *w, int64_t n_out, int64_t n_in, const float *xf, int64_t n_rows, float *y,
-                int64_t ldy, int accumulate, float ratio) {
+                int64_t ldy, int accumulate, int residual) {
+    const float ratio = residual ? q32_ratio : 0.0f;
 #if defined(LP_Q8MM)
     void *xbuf = malloc(x32_bytes(n_in, n_rows));
     if (!xbuf) return -1;
@@ -229,7 +233,7 @@ int lp_mm_q8_32(int type, const uint8_t *w, int64_t n_out, int64_t n_in, const f
     free(xbuf);
     return failed ? -1 : 0;
 #else
-    (void)type, (void)w, (void)n_out, (void)n_in, (void)xf, (void)n_rows, (void)y, (void)ldy, (void)accumulate, (void)ratio;
+    (void)type, (void)w, (void)n_out, (void)n_in, (void)xf, (void)n_rows, (void)y, (void)ldy, (void)accumulate, (void)residual;
     return -2;
 #endif
 }
