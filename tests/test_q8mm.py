@@ -174,8 +174,8 @@ def test_which_products_take_it(lib):
     for qtype in (T.Q4_K, T.Q5_K, T.Q6_K):
         assert covers(int(qtype), 2048, Q8MM_ROWS) == (not lib.amx or qtype == T.Q6_K)
         assert not covers(int(qtype), 2048, Q8MM_ROWS - 1)
-    for qtype in BLOCK32:  # (kernels/c/q8mm32_x86.c) rows of whole blocks of 32
-        assert covers(int(qtype), 2048 + 32, Q8MM_ROWS) == (not lib.amx)
+    for qtype in BLOCK32:  # (kernels/c/q8mm32_x86.c) rows of whole blocks of 32; not yet Q4_1 / Q5_1
+        assert covers(int(qtype), 2048 + 32, Q8MM_ROWS) == (not lib.amx and qtype not in (T.Q4_1, T.Q5_1))
         assert not covers(int(qtype), 2048 + 16, 512)
     for qtype in (T.Q2_K, T.Q3_K, T.F16):
         assert not covers(int(qtype), 2048, 512)

@@ -34,7 +34,10 @@ int lp_q8mm_covers(int type, int64_t n_in, int64_t n_rows) {
 #if defined(LP_Q8MM)
     /* (where AMX is on, its tiles keep the types of a scale per 32: tdpbssd outruns vpdpbusd) */
     if (lp_amx_on() && type != LP_Q6_K) return 0;
-    if (lp_q8mm32_type(type)) return q8_on && n_rows >= LP_Q8MM_ROWS && n_in % 32 == 0; /* (q8mm32_x86.c) */
+    /* (q8mm32_x86.c; not yet Q4_1 / Q5_1: their unsigned quants, 0..15 / 0..31, leave the rounding
+     * errors' sum uncentred, 1.3-1.4% of the product on test_kernels' matrices against 0.5-0.65%
+     * for the signed types -- so far taken by the lane products, which tests hold to 1e-4) */
+    if (lp_q8mm32_type(type)) return q8_on && !lp_has_min(type) && n_rows >= LP_Q8MM_ROWS && n_in % 32 == 0;
     return q8_on && n_rows >= LP_Q8MM_ROWS && n_in % 256 == 0 && (type == LP_Q4_K || type == LP_Q5_K || type == LP_Q6_K);
 #else
     (void)type, (void)n_in, (void)n_rows;
