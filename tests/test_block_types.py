@@ -73,9 +73,16 @@ def test_type_in_its_blocks(tmp_path, qtype):
     # one of two large terms that its minimum's part cancels (measured with LLAMAPY_CPU_ISA=avx2
     # and =scalar alike); the float types multiply in fp32; with AVX512-VNNI the K-quants' 120-row
     # prompt takes int8 activations (kernels/c/q8mm_x86.c: 1/254 of a block's largest value;
-    # Q6_K measured 2.5e-2 here, Q4_K and Q5_K under 5e-3)
+    # Q6_K measured 2.5e-2 here, Q4_K and Q5_K under 5e-3), and so do Q4_0, Q5_0, Q8_0
+    # (q8mm32_x86.c), whose flat random logits then swap near-ties (Q4_0: 3 of 11 top-1)
     bf16 = dense_dtype(qtype, L.wo.lib) == torch.bfloat16
     q8 = L.wo.lib.fn.lp_q8mm_covers(int(qtype), 256, 120)
     tol = 6e-2 if bf16 or q8 else 2e-3 if qtype in (T.F16, T.BF16, T.F32) else 5e-3
-    assert (y - ref).abs().max().item() <= tol * scale
-    assert (y.argmax(-1) == ref.argmax(-1)).float().mean().item() >= 0.8
+    err = (y - ref).abs().max().item()
+    assert err <= tol * scale
+    same = y.argmax(-1) == ref.argmax(-1)
+    if q8:  # (int8 products: a different top-1 only where the reference's top two are within the error)
+        top2 = ref.topk(2, dim=-1).values  # [n, 2]
+        assert (same | (top2[:, 0] - top2[:, 1] <= 2 * err)).all()
+    else:
+        assert same.float().mean().item() >= 0.8

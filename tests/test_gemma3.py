@@ -16,16 +16,20 @@ from tiny_gemma3 import write_tiny_gemma3
 
 import llamapy
 from llamapy.gguf.header import GGUFHeader
+from llamapy.kernels import load_kernels
 from llamapy.kernels.build import expected_level
+from llamapy.kernels.types import Q8MM_MAX_FLAGGED, Q8MM_RATIO
 from llamapy.model.archs.gemma3 import attention_scale
 from llamapy.model.hparams import hparams_from_gguf
 
 DATA = Path(__file__).parent / "data"
-MAX_ABS_270M = 0.5  # logits are O(20); 512-row ubatches run bf16 GEMMs: measured 0.36 (exact f32 weights: 0.038)
-# llama.cpp on the same check (scripts/ref_gemma3_accuracy.py): top-1 0.949 / 0.951, max |diff| 4.0 / 4.2
-# (native / AVX2 build).  The issue's rule is "at least as good as llama.cpp's" at every level; the
-# AVX2 level's outlier-heavy prompt products run plain int8 (kernels/c/q8mm_x86.c): measured
-# top-1 0.9727, max |diff| 2.64 there, so the tighter bars above hold at the other levels only.
+MAX_ABS_270M = 0.5  # the int16 lanes alone (LLAMAPY_Q8MM=0): measured 0.038; the scalar level's bf16 GEMMs 0.36
+# llama.cpp on the same check (scripts/ref_llamacpp_accuracy.py): top-1 0.949 / 0.951, max |diff| 4.0 / 4.2
+# (native / AVX2 build).  The issue's rule is "at least as good as llama.cpp's" at every level, and
+# that is the default's bound: 512-row ubatches take int8 activations (kernels/c/q8mm32_x86.h,
+# q8mm_x86.h; one scale per 32 values, the outlier blocks' residuals): measured top-1 0.991 (after
+# the window 0.990), max |diff| 1.21 at the native level.  The lanes (the decode's and small
+# batches' products) keep the tighter bars above, checked with the int8 path switched off.
 LLAMACPP_270M = json.loads((DATA / "gemma3_llamacpp_accuracy.json").read_text())["builds"]
 MAX_ABS_TINY = 1e-4  # measured 1e-5
 
@@ -120,6 +124,20 @@ def test_gemma3_270m_matches_transformers(gemma3_path):
     for ref_build in LLAMACPP_270M.values():  # never worse than llama.cpp's, either build
         assert agree.mean().item() >= ref_build["top1"] and agree[512:].mean().item() >= ref_build["top1_after_window"]
         assert max_abs <= ref_build["max_abs"]
-    if expected_level() != "avx2":
-        assert agree.mean().item() >= 0.99 and agree[512:].mean().item() >= 0.99
-        assert max_abs < MAX_ABS_270M
+    level = expected_level()
+    if level == "avx2":
+        return  # (no int16 lanes for prompts there: llama.cpp's bars alone)
+    lanes = ours  # (no int8 path at the scalar and NEON levels: the default is the lanes)
+    if level == "avx512":  # the int8 prompt products switched off: the int16 lanes alone
+        lib = load_kernels()
+        lib.fn.lp_q8mm_set(0, Q8MM_RATIO, Q8MM_MAX_FLAGGED)
+        try:
+            lanes = _decode_all(model, ids, n_ctx=2048, n_ubatch=512)
+        finally:
+            lib.fn.lp_q8mm_set(1, Q8MM_RATIO, Q8MM_MAX_FLAGGED)
+    agree = (lanes.argmax(-1) == want.argmax(-1)).float()
+    max_abs = (lanes - want).abs().max().item()
+    print(f"the lanes alone: top-1 agreement {agree.mean():.4f} (after the window: {agree[512:].mean():.4f}), "
+          f"max |diff| {max_abs:.4f}")
+    assert agree.mean().item() >= 0.99 and agree[512:].mean().item() >= 0.99
+    assert max_abs < MAX_ABS_270M

@@ -27,11 +27,15 @@ QMATRIX_DENSE_ROWS = 32  # the same for the PyTorch fallback without a C compile
 DEQUANT_CHUNK = 1 << 21  # dense path: weights dequantized at a time (elements)
 # the K-quants' prompt products on int8 activations (kernels/c/q8mm_x86.h, AVX512-VNNI, AVX2): from
 # this many rows, a block of 32 whose max |x| exceeds this many times its rms keeps its residual,
-# and a product with more than this fraction of such blocks takes int8 alone at the AVX2 level and
-# keeps the int16 lanes at the AVX512-VNNI level (lp_q8mm_takes)
+# and a product with more than this fraction of such blocks takes int8 alone (lp_q8mm_takes)
 Q8MM_ROWS = 64
 Q8MM_RATIO = 4.0
 Q8MM_MAX_FLAGGED = 0.02
+# the types of a scale per 32 (kernels/c/q8mm32_x86.h): the most residual tiles (a block
+# column's outlier blocks, 6 rows a tile) per int8 tile a product still takes int8 at
+Q8MM32_MAX_FIXES = 0.6  # (the speed crossover: kernels/c/q8mm32_x86.h)
+# their outlier ratio by kernel level (a block with max |x| above this many times its rms keeps its residual)
+Q8MM32_RATIO = {"avx512": 3.0, "avx2": 4.0}
 
 
 # KV cache types the C attention and the fused layers read (-ctk / -ctv), by their GGML type:

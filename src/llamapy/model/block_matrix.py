@@ -22,7 +22,8 @@ Q5_K, Q6_K, IQ4_NL, IQ4_XS, MXFP4, and the float types F16, BF16, F32).
                            1.2-1.6x the fp32 tiles from 16 rows on a Zen 4 at both x86
                            levels (benchmarks/kernel_ab.py --rows 16 --stream).
   64 rows or more          the K-quants (Q4_K, Q5_K, Q6_K) on int8 activations (kernels/c/q8mm_x86.h:
-                           AVX512-VNNI's vpdpbusd, AVX2's vpmaddubsw), in slices of
+                           AVX512-VNNI's vpdpbusd, AVX2's vpmaddubsw; Q4_0 .. Q8_0 likewise,
+                           q8mm32_x86.h, residuals by block column), in slices of
                            q8mm_slice_rows: with the outlier blocks' residuals where the rows
                            have few, int8 alone where they have many (a SwiGLU's output).
   many rows                at the AVX-512 level the lane products again, in slices of at most
@@ -103,7 +104,7 @@ class BlockMatrix:
         return y
 
     def _int8(self, x: torch.Tensor) -> int:
-        """Does x [n, n_in] (float32, contiguous) take lp_mm_q8 (a K-quant from Q8MM_ROWS rows, at
+        """Does x [n, n_in] (float32, contiguous) take lp_mm_q8 (a K-quant or Q4_0 .. Q8_0 from Q8MM_ROWS rows, at
         the AVX512-VNNI and the AVX2 level), and how: 0 no, 1 with the outlier blocks' residuals,
         2 int8 alone (outlier-heavy activations: kernels/c/q8mm_x86.h lp_q8mm_takes)."""
         n = x.shape[0]

@@ -9,6 +9,7 @@
 #include <math.h>
 
 #include "amx_x86.h"
+#include "q8mm32_x86.h"
 #include "quants.h"
 #include "unpack_x86.h"
 
@@ -40,7 +41,17 @@ int lp_q8mm_covers_type(int type, int64_t n_in) {
 #endif
 }
 
-int lp_q8mm_covers(int type, int64_t n_in, int64_t n_rows) { return n_rows >= LP_Q8MM_ROWS && lp_q8mm_covers_type(type, n_in); }
+int lp_q8mm_covers(int type, int64_t n_in, int64_t n_rows) {
+    if (n_rows < LP_Q8MM_ROWS) return 0;
+#if defined(LP_Q8MM)
+    /* (q8mm32_x86.c; not yet Q4_1 / Q5_1: their unsigned quants, 0..15 / 0..31, leave the rounding
+     * errors' sum uncentred, 1.3-1.4% of the product on test_kernels' matrices against 0.5-0.65%
+     * for the signed types -- so far taken by the lane products, which tests hold to 1e-4; where
+     * AMX is on, its tiles keep the types of a scale per 32) */
+    if (lp_q8mm32_type(type)) return q8_on && !lp_amx_on() && !lp_has_min(type) && n_in % 32 == 0;
+#endif
+    return lp_q8mm_covers_type(type, n_in);
+}
 
 #if defined(LP_Q8MM)
 typedef lp_q8x q8x;
@@ -187,6 +198,7 @@ void lp_q8mm_chunk(int type, const uint8_t *w, int64_t o0, int64_t o1, const lp_
 int lp_mm_q8(int type, const uint8_t *w, int64_t n_out, int64_t n_in, const float *xf, int64_t n_rows, float *y,
              int64_t ldy, int accumulate, int residual) {
 #if defined(LP_Q8MM)
+    if (lp_q8mm32_type(type)) return lp_mm_q8_32(type, w, n_out, n_in, xf, n_rows, y, ldy, accumulate, residual);
     void *xbuf = malloc(q8x_bytes(n_in, n_rows));
     if (!xbuf) return -1;
     q8x x = q8x_at(xbuf, n_in, n_rows, type == LP_Q6_K ? 16 : 32, type == LP_Q6_K ? 32 : 0); /* (offset iff no minima) */
@@ -245,18 +257,17 @@ static int64_t q8_outliers(const float *x, int64_t n_in, int64_t n_rows, int64_t
 }
 
 int lp_q8mm_takes(int type, const float *x, int64_t n_in, int64_t n_rows) {
-    return n_rows >= LP_Q8MM_ROWS ? lp_q8mm_mode(type, x, n_in, n_rows) : 0;
+    if (!lp_q8mm_covers(type, n_in, n_rows)) return 0;
+    if (lp_q8mm32_type(type)) return lp_q8mm32_takes(x, n_in, n_rows);
+    return lp_q8mm_mode(type, x, n_in, n_rows);
 }
 
 int lp_q8mm_mode(int type, const float *x, int64_t n_in, int64_t n_rows) {
     if (!lp_q8mm_covers_type(type, n_in) || n_rows < 1) return 0;
     const int64_t seen = (n_rows + 3) / 4 * (n_in / 32);
-    if ((float)q8_outliers(x, n_in, n_rows, 4) <= q8_max_flagged * (float)seen) return 1;
-#if defined(LP_VNNI)
-    return 0; /* the int16 lanes: Gemma 3 needs their precision (tests/test_gemma3.py: 96.7% top-1 int8 alone) */
-#else
-    return 2; /* int8 alone, not the fp32 GEMM (2-3x slower); still finer than ggml-cpu's Q8_K */
-#endif
+    /* else int8 alone: at the AVX2 level not the fp32 GEMM (2-3x slower), at the AVX512-VNNI
+     * level not the int16 lanes (1.6x); still finer than ggml-cpu's Q8_K (q8mm_x86.h) */
+    return (float)q8_outliers(x, n_in, n_rows, 4) <= q8_max_flagged * (float)seen ? 1 : 2;
 }
 
 double lp_q8mm_flagged(const float *x, int64_t n_in, int64_t n_rows) {

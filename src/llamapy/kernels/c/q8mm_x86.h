@@ -20,7 +20,7 @@
 #endif
 #define LP_Q8MM_ROWS 64 /* products of this many rows or more take it (where lp_q8mm_covers) */
 #define LP_Q8MM_RATIO 4.0f /* a block with max |x| above this many times its rms keeps its residual */
-#define LP_Q8MM_MAX_FLAGGED 0.02f /* more such blocks: int8 alone (AVX2), the int16 lanes (VNNI) */
+#define LP_Q8MM_MAX_FLAGGED 0.02f /* more such blocks: int8 alone */
 #if defined(LP_VNNI)
 #define LP_Q8MM_NP 32 /* weight rows a panel (q8mm_512.inc) */
 #else
@@ -36,12 +36,13 @@ void lp_q8mm_set(int on, float ratio, float max_flagged);
  * max_flagged of the blocks of x's rows (every 4th row looked at) are outliers.  Where more are
  * (the outlier-heavy activations of Gemma 3's every product, or a SwiGLU's output: 49-72% of
  * ffn_down's blocks on the Llama 3.2 1B shape), residuals would cost a second pass row by row
- * (q8_fix: 2x the int8 product or more), so: at the AVX512-VNNI level 0, the int16 lanes
- * (Gemma 3 needs their precision: tests/test_gemma3.py asks 99% top-1 against transformers,
- * int8 alone gave 96.7%); at the AVX2 level 2, int8 alone instead of the fp32 GEMM (2-3x
- * slower), still finer than the Q8_K activations (one scale per 256) ggml-cpu's K-quant
- * products round to (Gemma 3 270M, 12 chunks of 128: mean KLD from f32 0.0022 vs llama.cpp's
- * 0.0047, same top-1 96.8% vs 94.6%).  0 also where not covered. */
+ * (q8_fix: 2x the int8 product or more), 2: int8 alone, at the AVX2 level instead of the
+ * fp32 GEMM (2-3x slower), at the AVX512-VNNI level instead of the int16 lanes (1.6x slower):
+ * still finer than the Q8_K activations (one scale per 256) ggml-cpu's K-quant products round
+ * to.  Gemma 3 270M against transformers (tests/test_gemma3.py; its Q5_0 / Q8_0 products int8
+ * with residuals, q8mm32_x86.h): top-1 0.976, max |diff| 2.49 at the native level, 0.966 /
+ * 2.74 at AVX2, where llama.cpp's builds give 0.949 / 4.01 and 0.951 / 4.17 (the lanes: 1.000 /
+ * 0.038).  0 where not covered. */
 int lp_q8mm_takes(int type, const float *x, int64_t n_in, int64_t n_rows);
 /* y[r, o] (+)= sum_k x[r, k] W[o, k] for a covered product, with the residual pass (residual:
  * lp_q8mm_takes's 1) or int8 alone (its 2): 0, or -1 without scratch memory.  A row's product

@@ -1,0 +1,239 @@
+/* q8mm32_x86.c: see q8mm32_x86.h.  A product: every activation row rounded to int8 (p32_row)
+ * and each block column's list of flagged rows (p32_column), then per panel of Q8MM32_NP
+ * weight rows (threads take panels): the panel decoded once (p32_pack), P32_MR activation
+ * rows at a time against it (p32_tile), then per block column its flagged rows' residuals,
+ * P32_MR rows a tile (p32_fix).  The instructions: q8mm32_512.inc (AVX512-VNNI) or
+ * q8mm32_256.inc (AVX2). */
+#include "q8mm32_x86.h"
+
+#include "q8_avx2.h"
+#include "q8mm_x86.h"
+#include "quants.h"
+#include "unpack_x86.h"
+
+/* The most residual tiles per main tile a product takes (set before any product). */
+static float q32_max_fixes = LP_Q8MM32_MAX_FIXES, q32_ratio = LP_Q8MM32_RATIO;
+void lp_q8mm32_set(float max_fixes, float ratio) {
+    q32_max_fixes = max_fixes;
+    q32_ratio = ratio;
+}
+/* LLAMAPY_Q8MM=all: every covered product (q8mm_x86.c reads the same switch). */
+__attribute__((constructor)) static void q8mm32_init(void) {
+    const char *env = getenv("LLAMAPY_Q8MM");
+    if (env && strcmp(env, "all") == 0) q32_max_fixes = 1.0f;
+}
+
+int lp_q8mm32_type(int type) {
+    return type == LP_Q4_0 || type == LP_Q4_1 || type == LP_Q5_0 || type == LP_Q5_1 || type == LP_Q8_0;
+}
+
+/* Is block b of row xr an outlier block (max |x| > ratio x its rms)? */
+LP_INLINE int p32_outlier(const float *xb, float ratio2) {
+#if defined(LP_AVX512)
+    const __m512 x0 = _mm512_loadu_ps(xb), x1 = _mm512_loadu_ps(xb + 16);
+    const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(x0), _mm512_abs_ps(x1)));
+    const float ss = _mm512_reduce_add_ps(_mm512_fmadd_ps(x0, x0, _mm512_mul_ps(x1, x1)));
+#elif defined(LP_AVX2)
+    float amax, ss;
+    q8_stats(xb, &amax, &ss);
+#else
+    float amax = 0.0f, ss = 0.0f;
+    for (int k = 0; k < 32; k++) {
+        const float v = fabsf(xb[k]);
+        amax = v > amax ? v : amax;
+        ss += v * v;
+    }
+#endif
+    return ratio2 > 0.0f && amax > 0.0f && amax * amax * 32.0f > ratio2 * ss;
+}
+
+double lp_q8mm32_fixes(const float *x, int64_t n_in, int64_t n_rows, float ratio, int every) {
+    const int64_t nb = n_in / 32, nt = (n_rows + Q8MM32_MR - 1) / Q8MM32_MR;
+    int64_t fixes = 0;
+    for (int64_t b = 0; b < nb; b++) {
+        int64_t c = 0;
+        for (int64_t r = 0; r < n_rows; r += every) c += p32_outlier(x + r * n_in + 32 * b, ratio * ratio);
+        fixes += (c * every + Q8MM32_MR - 1) / Q8MM32_MR;
+    }
+    return nt * nb ? (double)fixes / (double)(nt * nb) : 0.0;
+}
+
+int lp_q8mm32_takes(const float *x, int64_t n_in, int64_t n_rows) {
+    return lp_q8mm32_fixes(x, n_in, n_rows, q32_ratio, 4) <= (double)q32_max_fixes;
+}
+
+#if defined(LP_Q8MM)
+
+/* The activation rows as the product reads them. */
+typedef struct {
+    int64_t n, n_in, nb; /* rows, row length, blocks a row */
+    int off;             /* the weights' offset (their bytes are q + off, unsigned) */
+    int8_t *q, *rq;      /* [n, n_in] int8, and the residual (zero where the block is not flagged) */
+    float *s;            /* [n, nb] the block's scale (max |x| / 127) */
+    float *sum;          /* [n, nb] the exact float sum of the block (the minima's factor) */
+    int32_t *qo, *ro;    /* [n, nb] off x the sum of q (of rq) over the block */
+    uint8_t *flag;       /* [n, nb] 1: the block's residual is in rq */
+    int32_t *col;        /* [nb, n] per block column, the rows with that block flagged (ncol[b] of them) */
+    int32_t *ncol;       /* [nb] */
+} x32;
+
+static size_t x32_bytes(int64_t n_in, int64_t n) {
+    const int64_t nb = n_in / 32;
+    return (size_t)n * ((size_t)n_in * 2 + (size_t)nb * 21) + (size_t)nb * 4 + 2 * 64;
+}
+
+static x32 x32_at(void *buf, int64_t n_in, int64_t n, int off) {
+    x32 x = {.n = n, .n_in = n_in, .nb = n_in / 32, .off = off};
+    char *p = (char *)(((uintptr_t)buf + 63) & ~(uintptr_t)63);
+    x.q = (int8_t *)p, p += n * n_in;
+    x.rq = (int8_t *)p, p += n * n_in;
+    x.s = (float *)p, p += n * x.nb * 4;
+    x.sum = (float *)p, p += n * x.nb * 4;
+    x.qo = (int32_t *)p, p += n * x.nb * 4;
+    x.ro = (int32_t *)p, p += n * x.nb * 4;
+    x.col = (int32_t *)p, p += n * x.nb * 4;
+    x.ncol = (int32_t *)p, p += x.nb * 4;
+    x.flag = (uint8_t *)p;
+    return x;
+}
+
+/* Block column b's list of flagged rows. */
+static void p32_column(x32 *x, int64_t b) {
+    int32_t c = 0, *col = x->col + b * x->n;
+    for (int64_t r = 0; r < x->n; r++)
+        if (x->flag[r * x->nb + b]) col[c++] = (int32_t)r;
+    x->ncol[b] = c;
+}
+
+/* A panel: q [n_in / 4][Q8MM32_NP] dwords (4 values of a row, each q + off), d and m
+ * [nb][Q8MM32_NP] (the block's scale and minimum). */
+typedef struct {
+    uint8_t *q;
+    float *d, *m;
+} w32;
+
+#if defined(LP_VNNI)
+#include "q8mm32_512.inc"
+#else
+#include "q8mm32_256.inc"
+#endif
+
+static size_t p32_scratch_bytes(int64_t n_in) {
+    return (size_t)n_in * Q8MM32_NP + 2 * (size_t)(n_in / 32) * Q8MM32_NP * 4 + (size_t)n_in * 3 + (size_t)(n_in / 16) * 8 +
+           4 * 64;
+}
+
+/* Weight rows o .. o + np (np <= Q8MM32_NP; the panel's rows past np zero) into the panel. */
+static void p32_pack(int type, const uint8_t *w, int64_t o, int np, const x32 *x, void *scratch, w32 *p) {
+    const int64_t n_in = x->n_in, rb = lp_row_bytes(type, n_in), n4 = n_in / 4, nb = x->nb;
+    char *at = (char *)(((uintptr_t)scratch + 63) & ~(uintptr_t)63);
+    p->q = (uint8_t *)at, at += n_in * Q8MM32_NP;
+    p->d = (float *)at, at += nb * Q8MM32_NP * 4;
+    p->m = (float *)at, at += nb * Q8MM32_NP * 4;
+    int16_t *q16 = (int16_t *)(((uintptr_t)at + 63) & ~(uintptr_t)63);
+    uint8_t *u8 = (uint8_t *)(q16 + n_in);
+    float *d16 = (float *)(((uintptr_t)(u8 + n_in) + 63) & ~(uintptr_t)63), *m16 = d16 + n_in / 16;
+    uint32_t *pq = (uint32_t *)p->q;
+    for (int j = 0; j < Q8MM32_NP; j++) {
+        if (j >= np) {
+            for (int64_t k = 0; k < n4; k++) pq[k * Q8MM32_NP + j] = 0;
+            for (int64_t b = 0; b < nb; b++) p->d[b * Q8MM32_NP + j] = p->m[b * Q8MM32_NP + j] = 0.0f;
+            continue;
+        }
+        lp_unpack_row16(type, w + (o + j) * rb, n_in, q16, d16, m16);
+        p32_to_u8(q16, n_in, x->off, u8);
+        const uint32_t *u32 = (const uint32_t *)u8;
+        for (int64_t k = 0; k < n4; k++) pq[k * Q8MM32_NP + j] = u32[k];
+        for (int64_t b = 0; b < nb; b++) {
+            p->d[b * Q8MM32_NP + j] = d16[2 * b];
+            p->m[b * Q8MM32_NP + j] = m16[2 * b];
+        }
+    }
+}
+
+/* Every activation row against one packed panel: P32_MR rows a tile, the last its own size;
+ * then each block column's flagged rows, P32_MR at a time (one type: its minima and bits). */
+LP_INLINE void p32_panel_of(const int has_min, const int bits, const x32 *x, const w32 *p, float *y, int64_t ldy, int nc,
+                            int accumulate) {
+    int64_t m0 = 0;
+    for (; m0 + P32_MR <= x->n; m0 += P32_MR) p32_tile(P32_MR, has_min, bits, x, m0, p, y, ldy, nc, accumulate);
+    switch ((int)(x->n - m0)) {
+#define P32_TAIL(k)                                                                \
+    case k: p32_tile(k, has_min, bits, x, m0, p, y, ldy, nc, accumulate); break;
+        P32_LAST(P32_TAIL)
+#undef P32_TAIL
+    default: break;
+    }
+    for (int64_t b = 0; b < x->nb; b++) {
+        const int32_t *rows = x->col + b * x->n;
+        int64_t i = 0;
+        for (; i + P32_MR <= x->ncol[b]; i += P32_MR) p32_fix(P32_MR, bits, x, b, rows + i, p, y, ldy, nc);
+        switch ((int)(x->ncol[b] - i)) {
+#define P32_REST(k)                                                                \
+    case k: p32_fix(k, bits, x, b, rows + i, p, y, ldy, nc); break;
+            P32_LAST(P32_REST)
+#undef P32_REST
+        default: break;
+        }
+    }
+}
+
+static void p32_panel(int type, const x32 *x, const w32 *p, float *y, int64_t ldy, int nc, int accumulate) {
+    switch (type) {
+    case LP_Q4_0: p32_panel_of(0, 4, x, p, y, ldy, nc, accumulate); break;
+    case LP_Q4_1: p32_panel_of(1, 4, x, p, y, ldy, nc, accumulate); break;
+    case LP_Q5_0: p32_panel_of(0, 5, x, p, y, ldy, nc, accumulate); break;
+    case LP_Q5_1: p32_panel_of(1, 5, x, p, y, ldy, nc, accumulate); break;
+    default: p32_panel_of(0, 8, x, p, y, ldy, nc, accumulate); break; /* Q8_0 */
+    }
+}
+
+/* The weights' offset to unsigned bytes: the signed types' -min q (Q8_0's -128 .. 127: 128, or
+ * 0 where its bytes stay signed: q8mm32_256.inc). */
+static int p32_offset(int type) {
+    switch (type) {
+    case LP_Q4_0: return 8;
+    case LP_Q5_0: return 16;
+    case LP_Q8_0: return P32_Q8_0_OFF;
+    default: return 0; /* Q4_1, Q5_1: q >= 0 */
+    }
+}
+#endif
+
+int lp_mm_q8_32(int type, const uint8_t *w, int64_t n_out, int64_t n_in, const float *xf, int64_t n_rows, float *y,
+                int64_t ldy, int accumulate, int residual) {
+    const float ratio = residual ? q32_ratio : 0.0f;
+#if defined(LP_Q8MM)
+    void *xbuf = malloc(x32_bytes(n_in, n_rows));
+    if (!xbuf) return -1;
+    x32 x = x32_at(xbuf, n_in, n_rows, p32_offset(type));
+    const int64_t nb = n_in / 32;
+    int failed = 0;
+#pragma omp parallel
+    {
+        void *scratch = malloc(p32_scratch_bytes(n_in));
+#pragma omp atomic update
+        failed += scratch == NULL;
+#pragma omp for schedule(static)
+        for (int64_t r = 0; r < n_rows; r++) p32_row(xf + r * n_in, &x, r, ratio);
+#pragma omp for schedule(static)
+        for (int64_t b = 0; b < nb; b++) p32_column(&x, b);
+        /* (the loops' implied barriers: every thread's malloc counted; all skip the products together) */
+        if (!failed) {
+#pragma omp for schedule(static)
+            for (int64_t o = 0; o < n_out; o += Q8MM32_NP) {
+                const int np = (int)(n_out - o < Q8MM32_NP ? n_out - o : Q8MM32_NP);
+                w32 p;
+                p32_pack(type, w, o, np, &x, scratch, &p);
+                p32_panel(type, &x, &p, y + o, ldy, np, accumulate);
+            }
+        }
+        free(scratch);
+    }
+    free(xbuf);
+    return failed ? -1 : 0;
+#else
+    (void)type, (void)w, (void)n_out, (void)n_in, (void)xf, (void)n_rows, (void)y, (void)ldy, (void)accumulate, (void)residual;
+    return -2;
+#endif
+}
