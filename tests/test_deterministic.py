@@ -94,9 +94,11 @@ def test_default_rows_depend_on_the_batch(model):
     v = _variants(model, det=False)
     diff = {k: float((t - v["alone"]).abs().max()) for k, t in v.items() if k != "alone"}
     assert any(d > 0 for d in diff.values()), diff
-    # rounding, never a leak between sequences: from 64 rows a product whose activations have few
-    # outlier blocks takes int8 (kernels/c/q8mm_x86.c), and Gemma 3's logits then move up to ~1.1
-    assert max(diff.values()) < 2.0, diff
+    # rounding, never a leak between sequences: from 64 rows the products take int8 activations
+    # (kernels/c/q8mm_x86.c, q8mm32_x86.c; Gemma 3's Q5_0 / Q8_0 too), and Gemma 3's logits then
+    # move up to ~2.9 at the AVX2 level -- within llama.cpp's own distance from an f32 reference
+    # on that file (max 4.01 native, 4.17 AVX2: tests/data/gemma3_llamacpp_accuracy.json)
+    assert max(diff.values()) < 5.0, diff
 
 
 def test_env_turns_it_on(monkeypatch, tiny):
