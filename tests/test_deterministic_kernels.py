@@ -64,7 +64,7 @@ def activations(n: int, n_in: int, seed: int) -> np.ndarray:
     return x
 
 
-READS_I8 = 8  # mm.h LP_READS_I8: lp_det_reads's answer for a type det8_x86.c takes (Q4_1 at AVX-512)
+READS_I8 = 8  # mm.h LP_READS_I8: lp_det_reads's answer for a type det8_x86.c takes (the 32-element types at AVX-512)
 
 
 def dequantized(qtype, w: np.ndarray, n_out: int, n_in: int) -> np.ndarray:
@@ -130,6 +130,15 @@ def test_det_accumulate_and_model_shapes(lib, qtype):
     assert np.array_equal(det(lib, qtype, w, x, n_out, accumulate=True, y0=y0).view(np.uint32), ref.view(np.uint32))
 
 
+def test_det8_takes_the_32_element_types(lib):
+    """At the AVX-512 level (with VNNI, as this CPU's build has) every 32-element type reads det8_x86.c's int8
+    form (Q8_0 needs VNNI: its bytes q + 128 would saturate vpmaddubsw); at AVX2 none does (the int16 lanes)."""
+    want = READS_I8 if lib.level == "avx512" and "vnni" in lib.isa else 1
+    for t in (T.Q4_0, T.Q4_1, T.Q5_0, T.Q5_1, T.Q8_0):
+        assert lib.fn.lp_det_reads(int(t)) == want, t.name
+    assert lib.fn.lp_det_reads(int(T.Q4_K)) == 1 and lib.fn.lp_det_reads(int(T.Q6_K)) == 1
+
+
 @pytest.mark.parametrize("qtype", [T.Q2_K, T.Q3_K, T.IQ4_NL, T.F16, T.F32], ids=lambda t: t.name)
 def test_uncovered_types_refused_untouched(lib, qtype):
     """A type without a deterministic multi-row path: covers() says 0, lp_mm_det returns -2 and writes nothing
@@ -143,7 +152,7 @@ def test_uncovered_types_refused_untouched(lib, qtype):
     assert lib.fn.lp_mm_det_covers(int(T.Q4_K), 512 + 32) == 0  # a K-quant row not a whole number of super-blocks
 
 
-@pytest.mark.parametrize("qtype", [T.Q4_1, T.Q4_K], ids=lambda t: t.name)
+@pytest.mark.parametrize("qtype", [T.Q4_1, T.Q5_0, T.Q8_0, T.Q4_K], ids=lambda t: t.name)
 def test_det_slices_equal_one_row(lib, qtype):
     """A prompt-sized product (530 rows: the lanes' slices of 256 and det8's of 512 rows, a last group of 2) row
     for row equal to each row alone."""

@@ -1,21 +1,26 @@
-/* det8_x86.c: deterministic mode's products of Q4_1 at the AVX-512 level with int8 activations
- * (vpdpbusd: 64 products an instruction, twice vpdpwssd's), one row or many, the same bits. */
+/* det8_x86.c: deterministic mode's products of the types of a scale per block of 32 (Q4_0,
+ * Q4_1, Q5_0, Q5_1, Q8_0) at the AVX-512 level with int8 activations (vpdpbusd: 64 products an
+ * instruction, twice vpdpwssd's), one row or many, the same bits. */
 #ifndef LP_DET8_X86_H
 #define LP_DET8_X86_H
 
 #include "lp.h"
 
-/* Activation rows quantized to int8 per block of 32 (ggml's Q8_1 form), and from 2 rows on
- * also laid out in lanes: lane r of group g is row 16 g + r (rows past n: zeros). */
+/* Activation rows quantized to int8 per block of 32 (ggml's Q8_0 / Q8_1 form), and from 2 rows
+ * on also laid out in lanes: lane r of group g is row 16 g + r (rows past n: zeros). */
 typedef struct {
     int64_t n_in, n, n_grp; /* row length, rows, groups of 16 rows (0 for one row) */
     int8_t *q;              /* [n, n_in] x / d rounded to nearest even, |q| <= 127 */
     float *d, *sum;         /* [n, n_in / 32] max |x| / 127; d * the exact integer sum of the block's q */
+    int32_t *qs;            /* [n, n_in / 32] the exact integer sum of the block's q */
     int32_t *lq;            /* [n_grp, n_in / 4, 16] lane r: the row's 4 int8 of quad k */
     float *ld, *lsum;       /* [n_grp, n_in / 32, 16] the rows' d and sum per block */
+    int32_t *lqs;           /* [n_grp, n_in / 32, 16] the rows' qs per block */
 } lp_x8;
 
-/* Does det8 take this type (at this ISA level)?  Q4_1 at AVX-512; otherwise 0. */
+/* Does det8 take this type (at this ISA level)?  At AVX-512: Q4_0, Q4_1, Q5_0, Q5_1, and Q8_0
+ * where the build has VNNI (its unsigned bytes reach 255: vpmaddubsw's int16 pairs would
+ * saturate); otherwise 0. */
 int lp_det8_covers(int type);
 size_t lp_x8_bytes(int64_t n_in, int64_t n);
 lp_x8 lp_x8_at(void *buf, int64_t n_in, int64_t n);
@@ -23,10 +28,37 @@ void lp_x8_row(const float *x, const lp_x8 *p, int64_t r);  /* row r quantized (
 void lp_x8_lanes_block(const lp_x8 *p, int64_t b);         /* block b of every row into the lanes */
 lp_x8 lp_x8_slice(const lp_x8 *p, int64_t r0, int64_t n);  /* rows r0 .. r0 + n (r0 a multiple of 16) */
 size_t lp_det8_scratch_bytes(int64_t n_in);
+/* The weights' offset to unsigned bytes (det8 reads q + off): Q4_0 8, Q5_0 16, Q8_0 128, else 0. */
+int lp_det8_offset(int type);
 /* y[r, o] (+)= x_r . W_o for outputs o0 .. o1 and every row of p, each element one sequence:
- * per block of 32 in order, acc = fmaf((float)isum, d_w * d_x, acc); acc = fmaf(sum_x, m_w, acc).
- * o1 - o0 <= 16 (LP_MM_CHUNK). */
+ * per block of 32 in order, i = the exact int32 sum of (q_w + off) q_x minus off * qs (= the
+ * sum of q_w q_x), acc = fmaf((float)i, d_w * d_x, acc); with a minimum (Q4_1, Q5_1) then
+ * acc = fmaf(sum_x, m_w, acc).  o1 - o0 <= 16 (LP_MM_CHUNK). */
 void lp_det8_chunk(int type, const uint8_t *w, int64_t o0, int64_t o1, int64_t n_out, const lp_x8 *p, float *y,
                    int64_t ldy, int accumulate, void *scratch);
+/* det8_row_x86.c: the same for p's one row (p->n == 1), 8 outputs at once. */
+void lp_det8_row(int type, const uint8_t *w, int64_t o0, int64_t o1, int64_t n_out, const lp_x8 *p, float *y,
+                 int accumulate);
+
+#if defined(LP_AVX512)
+#include "blocks_x86.h"
+/* Block blk of a 32-element type as det8 reads its weights: 32 unsigned bytes q + off in element
+ * order (Q4_0 / Q4_1 the nibbles, Q5_0 / Q5_1 with the fifth bits as 16, Q8_0's int8 + 128). */
+LP_INLINE __m256i lp_det8_bytes(const int type, const uint8_t *blk) {
+    switch (type) {
+    case LP_Q4_0: return nibbles32(blk + 2);
+    case LP_Q4_1: return nibbles32(blk + 4);
+    case LP_Q5_0: {
+        const __m256i nb = nibbles32(blk + 6);
+        return _mm256_mask_add_epi8(nb, (__mmask32)lp_rd32(blk + 2), nb, _mm256_set1_epi8(16));
+    }
+    case LP_Q5_1: {
+        const __m256i nb = nibbles32(blk + 8);
+        return _mm256_mask_add_epi8(nb, (__mmask32)lp_rd32(blk + 4), nb, _mm256_set1_epi8(16));
+    }
+    default: return _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(blk + 2)), _mm256_set1_epi8((char)0x80));
+    }
+}
+#endif
 
 #endif

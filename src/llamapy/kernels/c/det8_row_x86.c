@@ -1,0 +1,81 @@
+/* Deterministic mode's one-row products at the AVX-512 level with int8 activations (det8_x86.h:
+ * the contract; det8_x86.c: two rows or more, the same bits).  8 outputs at once: per block of
+ * 32 each output's 32 products one ymm vpdpbusd (the weights as unsigned bytes q + off, the
+ * row's int8), the 8 outputs' partials summed into one vector (a transpose-add, exact), less
+ * off x the block's integer sum of q_x (exact), then the float steps as vector operations across
+ * the outputs (a vector FMA is fmaf per lane):
+ *   acc = fmaf((float)i, d_w * d_x, acc)    and with a minimum    acc = fmaf(sum_x, m_w, acc). */
+#include "det8_x86.h"
+
+#if defined(LP_AVX512)
+LP_INLINE __m256i dpbusd256(__m256i acc, __m256i u, __m256i s) {
+#if defined(LP_VNNI)
+    return _mm256_dpbusd_epi32(acc, u, s);
+#else /* exact for u <= 31 (lp_det8_covers: Q8_0 only with VNNI) */
+    return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1)));
+#endif
+}
+
+/* lane j: the sum of v[j]'s 8 int32 (exact) */
+LP_INLINE __m256i sum8x8(const __m256i v[8]) {
+    const __m256i a = _mm256_hadd_epi32(_mm256_hadd_epi32(v[0], v[1]), _mm256_hadd_epi32(v[2], v[3]));
+    const __m256i c = _mm256_hadd_epi32(_mm256_hadd_epi32(v[4], v[5]), _mm256_hadd_epi32(v[6], v[7]));
+    /* a: 128-bit half h holds v[0..3]'s sums over their half h; c: v[4..7]'s */
+    return _mm256_add_epi32(_mm256_permute2x128_si256(a, c, 0x20), _mm256_permute2x128_si256(a, c, 0x31));
+}
+
+/* The 8 rows' block-b f16 at byte 'at' of their blocks (d: 0; Q4_1 / Q5_1's m: 2) as floats. */
+LP_INLINE __m256 f16x8(const uint8_t *const *rows, int64_t at) {
+    const __m128i h = _mm_setr_epi16((short)lp_rd16(rows[0] + at), (short)lp_rd16(rows[1] + at), (short)lp_rd16(rows[2] + at),
+                                     (short)lp_rd16(rows[3] + at), (short)lp_rd16(rows[4] + at), (short)lp_rd16(rows[5] + at),
+                                     (short)lp_rd16(rows[6] + at), (short)lp_rd16(rows[7] + at));
+    return _mm256_cvtph_ps(h);
+}
+
+/* Outputs o0 .. o1 of n_out, 8 at a time (a last short group repeats its last row, not stored);
+ * the next 8 rows' lines requested while these compute, spread over the blocks. */
+LP_INLINE void row8(const int type, const uint8_t *w, int64_t o0, int64_t o1, int64_t n_out, const lp_x8 *p, float *y,
+                    int accumulate) {
+    const int bb = bytes32(type), has_min = type == LP_Q4_1 || type == LP_Q5_1, off = lp_det8_offset(type);
+    const int64_t nb = p->n_in / 32, rb = bb * nb;
+    for (int64_t o = o0; o < o1; o += 8) {
+        const int nw = (int)(o1 - o < 8 ? o1 - o : 8);
+        const uint8_t *rows[8];
+        for (int j = 0; j < 8; j++) rows[j] = w + (o + (j < nw ? j : nw - 1)) * rb;
+        const int64_t pe = o + 16 < n_out ? o + 16 : n_out;
+        const char *pf = (const char *)(((uintptr_t)(w + (o + 8) * rb)) & ~(uintptr_t)63);
+        const int64_t pf_lines = pe > o + 8 ? ((const char *)(w + pe * rb) - pf + 63) / 64 : 0, per = (pf_lines + nb - 1) / nb;
+        __m256 acc = _mm256_setzero_ps();
+        for (int64_t b = 0; b < nb; b++) {
+            for (int64_t i = b * per; i < (b + 1) * per && i < pf_lines; i++) LP_PREFETCH_W(pf + 64 * i);
+            const __m256i xv = _mm256_loadu_si256((const __m256i *)(p->q + 32 * b));
+            __m256i ps[8];
+            for (int j = 0; j < 8; j++) ps[j] = dpbusd256(_mm256_setzero_si256(), lp_det8_bytes(type, rows[j] + bb * b), xv);
+            __m256i is = sum8x8(ps);
+            if (off) is = _mm256_sub_epi32(is, _mm256_set1_epi32(off * p->qs[b]));
+            const __m256 dw = f16x8(rows, bb * b);
+            acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is), _mm256_mul_ps(dw, _mm256_set1_ps(p->d[b])), acc);
+            if (has_min) acc = _mm256_fmadd_ps(_mm256_set1_ps(p->sum[b]), f16x8(rows, bb * b + 2), acc);
+        }
+        float t[8];
+        _mm256_storeu_ps(t, acc);
+        for (int j = 0; j < nw; j++) y[o + j] = accumulate ? y[o + j] + t[j] : t[j];
+    }
+}
+
+void lp_det8_row(int type, const uint8_t *w, int64_t o0, int64_t o1, int64_t n_out, const lp_x8 *p, float *y,
+                 int accumulate) {
+    switch (type) {
+    case LP_Q4_0: row8(LP_Q4_0, w, o0, o1, n_out, p, y, accumulate); break;
+    case LP_Q4_1: row8(LP_Q4_1, w, o0, o1, n_out, p, y, accumulate); break;
+    case LP_Q5_0: row8(LP_Q5_0, w, o0, o1, n_out, p, y, accumulate); break;
+    case LP_Q5_1: row8(LP_Q5_1, w, o0, o1, n_out, p, y, accumulate); break;
+    default: row8(LP_Q8_0, w, o0, o1, n_out, p, y, accumulate); break;
+    }
+}
+#else
+void lp_det8_row(int type, const uint8_t *w, int64_t o0, int64_t o1, int64_t n_out, const lp_x8 *p, float *y,
+                 int accumulate) {
+    (void)type, (void)w, (void)o0, (void)o1, (void)n_out, (void)p, (void)y, (void)accumulate;
+}
+#endif
