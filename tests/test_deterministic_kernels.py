@@ -64,6 +64,7 @@ def activations(n: int, n_in: int, seed: int) -> np.ndarray:
     return x
 
 
+READS_AMX = 4  # mm.h LP_READS_AMX: lp_det_reads's answer for Q4_K / Q5_K where AMX is on
 READS_I8 = 8  # mm.h LP_READS_I8: lp_det_reads's answer for a type det8_x86.c takes (the 32-element types at AVX-512)
 
 
@@ -136,7 +137,29 @@ def test_det8_takes_the_32_element_types(lib):
     want = READS_I8 if lib.level == "avx512" and "vnni" in lib.isa else 1
     for t in (T.Q4_0, T.Q4_1, T.Q5_0, T.Q5_1, T.Q8_0):
         assert lib.fn.lp_det_reads(int(t)) == want, t.name
-    assert lib.fn.lp_det_reads(int(T.Q4_K)) == 1 and lib.fn.lp_det_reads(int(T.Q6_K)) == 1
+    amx = lib.fn.lp_amx_on() == 1  # Q4_K / Q5_K: the int16 rows, split for AMX's tiles from 128 rows
+    assert lib.fn.lp_det_reads(int(T.Q4_K)) == (READS_AMX if amx else 1) and lib.fn.lp_det_reads(int(T.Q6_K)) == 1
+
+
+@pytest.mark.parametrize("qtype", [T.Q4_K, T.Q5_K], ids=lambda t: t.name)
+def test_det_amx_rows_equal_one_row(lib, qtype):
+    """From 128 rows (LP_DENSE_ROWS) Q4_K / Q5_K take AMX's tiles where the CPU has them (amx_x86.c: the lanes'
+    bits): 128 and 143 rows (a part-filled tile), with AMX on and off, row for row equal to each row alone."""
+    if lib.fn.lp_amx_on() != 1:
+        pytest.skip("no AMX tiles at this level / on this CPU")
+    n_in = 512
+    w = weights(qtype, N_OUT, n_in, seed=17)
+    x = activations(143, n_in, seed=19)
+    ref = one_row(lib, qtype, w, x, N_OUT)
+    try:
+        for on in (1, 0):
+            assert lib.fn.lp_amx_set(on) == on
+            for n in (128, 143):
+                got = det(lib, qtype, w, np.ascontiguousarray(x[:n]), N_OUT)
+                bad = np.nonzero((got.view(np.uint32) != ref[:n].view(np.uint32)).any(axis=1))[0]
+                assert len(bad) == 0, f"{qtype.name}: AMX {on}, {n} rows, rows {bad[:8].tolist()} differ from one row"
+    finally:
+        lib.fn.lp_amx_set(1)
 
 
 @pytest.mark.parametrize("qtype", [T.Q2_K, T.Q3_K, T.IQ4_NL, T.F16, T.F32], ids=lambda t: t.name)

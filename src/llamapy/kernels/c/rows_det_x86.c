@@ -14,14 +14,17 @@
  * chooses by the data (q8mm_x86.c) or rounds the activations otherwise (AMX, bf16, fp32 tiles).
  * The output rows split among the threads in chunks of CHUNK (any split gives the same bits:
  * each element is its own sequence).
- * Q4_1 at AVX-512 takes det8_x86.c instead (int8 activations, vpdpbusd; lp_det_reads): the
- * same contract, its own order.
+ * The 32-element types at AVX-512 take det8_x86.c instead (int8 activations, vpdpbusd;
+ * lp_det_reads): the same contract, their own order.  From LP_DENSE_ROWS rows Q4_K / Q5_K take
+ * AMX's tiles where the CPU has them (amx_x86.c: the lanes' bits, fewer instructions).
  * Other types (and non-x86 builds) return LP_DET_UNCOVERED: the caller keeps one-row ubatches. */
 #include <omp.h>
 
 #include "rows_det_x86.h"
 
+#include "amx_x86.h"
 #include "det1_x86.h"
+#include "quants.h"
 #include "unpack_x86.h"
 
 #define CHUNK LP_MM_CHUNK /* output rows per task */
@@ -62,12 +65,38 @@ static int det_twin(int64_t n) {
 #endif
 }
 
-/* The forms a product of this type reads: LP_READS_I8 (det8_x86.c) or LP_READS_INTS. */
-int lp_det_reads(int type) { return lp_det8_covers(type) ? LP_READS_I8 : LP_READS_INTS; }
+/* Does a prompt-sized product of this type (LP_DENSE_ROWS rows or more) take AMX's tiles?  They
+ * give the lanes' integers and float steps bit for bit (amx_x86.c; the types of a scale per 32
+ * that det8 leaves: Q4_K, Q5_K), so which path a row count takes changes no bit, as the lanes'
+ * slices do not (tests/test_deterministic_kernels.py: 530 rows against each row alone). */
+static int det_amx_type(int type) {
+#if defined(LP_AMX)
+    return !lp_det8_covers(type) && !lp_g16(type) && lp_amx_on();
+#else
+    (void)type;
+    return 0;
+#endif
+}
 
-size_t lp_det_xprep_bytes(int64_t n_in, int64_t n) {
+/* The forms a product of this type reads: LP_READS_I8 (det8_x86.c), LP_READS_AMX (the int16 rows,
+ * from LP_DENSE_ROWS rows split for AMX, else in lanes) or LP_READS_INTS (the int16 rows, lanes). */
+int lp_det_reads(int type) { return lp_det8_covers(type) ? LP_READS_I8 : det_amx_type(type) ? LP_READS_AMX : LP_READS_INTS; }
+
+/* AMX's hi / lo rows (16-row tiles) for a product of n rows: LP_DENSE_ROWS or more, else none. */
+static size_t det_amx_bytes(int64_t n_in, int64_t n) {
+#if defined(LP_AMX)
+    return n >= LP_DENSE_ROWS ? 2 * (size_t)((n + 15) / 16 * 16 * n_in) + 64 : 0;
+#else
+    (void)n_in, (void)n;
+    return 0;
+#endif
+}
+
+static size_t det_head_bytes(int64_t n_in, int64_t n) {
     return lp_xrows_bytes(n_in, n) + (n > 1 ? lp_xlanes_bytes(n_in, n) : 0) + 64 + lp_x8_bytes(n_in, n) + 64;
 }
+
+size_t lp_det_xprep_bytes(int64_t n_in, int64_t n) { return det_head_bytes(n_in, n) + det_amx_bytes(n_in, n); }
 
 lp_xprep lp_det_xprep_at(void *buf, int64_t n_in, int64_t n, const float *x) {
     lp_xprep p;
@@ -75,6 +104,13 @@ lp_xprep lp_det_xprep_at(void *buf, int64_t n_in, int64_t n, const float *x) {
     p.xr = lp_xrows_at(buf, n_in, n);
     if (n > 1) p.xl = lp_xlanes_at((char *)buf + lp_xrows_bytes(n_in, n), n_in, n);
     p.x8 = lp_x8_at((char *)buf + lp_xrows_bytes(n_in, n) + (n > 1 ? lp_xlanes_bytes(n_in, n) : 0) + 64, n_in, n);
+    p.xhi = p.xlo = NULL;
+#if defined(LP_AMX)
+    if (det_amx_bytes(n_in, n) && lp_amx_on()) {
+        p.xhi = (int8_t *)(((uintptr_t)((char *)buf + det_head_bytes(n_in, n)) + 63) & ~(uintptr_t)63);
+        p.xlo = p.xhi + (n + 15) / 16 * 16 * n_in;
+    }
+#endif
     p.x = x;
     p.n = n;
     p.n_in = n_in;
@@ -83,19 +119,24 @@ lp_xprep lp_det_xprep_at(void *buf, int64_t n_in, int64_t n, const float *x) {
 }
 
 /* xp's rows (all prepared: after the rows' loop and its barrier) laid out in lanes, the
- * blocks split among the threads; one row reads its row itself. */
+ * blocks split among the threads; one row reads its row itself, AMX its split rows. */
 void lp_det_lanes_for(const lp_xprep *xp) {
     if (xp->n < 2) return;
+    const int lanes = (xp->reads & LP_READS_INTS) || ((xp->reads & LP_READS_AMX) && !xp->xhi);
 #pragma omp for schedule(static)
     for (int64_t b = 0; b < xp->n_in / 32; b++) {
-        if (xp->reads & LP_READS_INTS) lp_xlanes_fill(&xp->xr, xp->n, xp->xl, b, det_twin(xp->n) ? 2 : 1);
+        if (lanes) lp_xlanes_fill(&xp->xr, xp->n, xp->xl, b, det_twin(xp->n) ? 2 : 1);
         if (xp->reads & LP_READS_I8) lp_x8_lanes_block(&xp->x8, b);
     }
 }
 
 /* Row r of xp (its fp32 row made) in the forms xp->reads names. */
 void lp_det_prep_row(const lp_xprep *xp, int64_t r) {
-    if (xp->reads & LP_READS_INTS) lp_prepare_x_row(xp->x + r * xp->n_in, xp->xr, r);
+    if (xp->reads & (LP_READS_INTS | LP_READS_AMX)) lp_prepare_x_row(xp->x + r * xp->n_in, xp->xr, r);
+#if defined(LP_AMX)
+    if ((xp->reads & LP_READS_AMX) && xp->xhi)
+        lp_amx_split_row(xp->xr.q + r * xp->n_in, xp->n_in, xp->xhi + r * xp->n_in, xp->xlo + r * xp->n_in);
+#endif
     if (xp->reads & LP_READS_I8) lp_x8_row(xp->x + r * xp->n_in, &xp->x8, r);
 }
 
@@ -108,8 +149,14 @@ void lp_det_prep_for(lp_xprep *xp) {
 size_t lp_det_scratch_bytes(int64_t n_in) {
     const size_t lanes = LANES_NW * lanes_row_bytes(n_in), one = lp_det1_scratch_bytes(n_in);
     const size_t twins = 2 * lanes_row_bytes(n_in) + TWIN_NP * twin_pair_bytes(n_in);
-    const size_t most = lanes > twins ? lanes : twins, i8 = lp_det8_scratch_bytes(n_in);
-    return most > one ? (most > i8 ? most : i8) : (one > i8 ? one : i8);
+    size_t most = lanes > twins ? lanes : twins;
+    const size_t i8 = lp_det8_scratch_bytes(n_in);
+    most = most > one ? most : one;
+    most = most > i8 ? most : i8;
+#if defined(LP_AMX)
+    most = most > lp_amx_scratch_bytes(n_in) ? most : lp_amx_scratch_bytes(n_in);
+#endif
+    return most;
 }
 
 /* Rows r0..r0 + n of xp (r0 a multiple of LP_NL) as a product of their own: the lanes' groups
@@ -140,6 +187,14 @@ void lp_mm_det_for(int type, const uint8_t *w, int64_t n_out, const lp_xprep *xp
 #pragma omp barrier
         return;
     }
+#if defined(LP_AMX)
+    if (xp->xhi && det_amx_type(type)) { /* xp->reads has LP_READS_AMX: the rows split */
+#pragma omp for schedule(static)
+        for (int64_t o0 = 0; o0 < n_out; o0 += CHUNK)
+            lp_amx_chunk(type, w, o0, o0 + CHUNK < n_out ? o0 + CHUNK : n_out, n_in, xp, y, ldy, accumulate, scratch);
+        return;
+    }
+#endif
     if (n == 1) {
 #pragma omp for schedule(static)
         for (int64_t o0 = 0; o0 < n_out; o0 += CHUNK)
