@@ -2,6 +2,7 @@
  * attention over an f16 KV cache.  Written once over lp.h's float-vector vocabulary (VF_*). */
 #include <omp.h>
 
+#include "attn_det_x86.h"
 #include "attn_x86.h"
 #include "kv_quant.h"
 #include "ops.h"
@@ -295,7 +296,7 @@ typedef struct {
     const int64_t *ptr, *cells, *cell_off;
     const void *k, *v;
     int64_t ldq, n_head, d_k, d_v, n_kv, ldo, hpt, r, ldk, ldv, kcell, vcell, khead, vhead;
-    int tk, tv, f16;
+    int tk, tv, f16, det; /* det: lp_attn_det_for's (f16 caches take attn_det_x86.c where it applies) */
     float scale;
 } attn_args;
 
@@ -307,6 +308,10 @@ static void attn_task(const attn_args *a, int64_t i, int64_t h0, int64_t ch, int
     const int64_t c0 = nc * ch / n_chunk, c1 = nc * (ch + 1) / n_chunk;
     const float *q = a->q + i * a->ldq + h0 * a->d_k, *mi = a->mask + i * a->n_kv;
     const int64_t *cells = a->cells + a->ptr[i] + c0;
+    if (a->f16 && a->det &&
+        lp_attn_group_det(q, a->hpt, a->d_k, a->d_v, (const uint16_t *)a->k + off * a->ldk + hk * a->d_k,
+                          (const uint16_t *)a->v + off * a->ldv + hk * a->d_v, a->ldk, a->ldv, mi, cells, c1 - c0, a->scale, p, o, ms))
+        return;
     if (a->f16)
         attn_group(q, a->hpt, a->d_k, a->d_v, (const uint16_t *)a->k + off * a->ldk + hk * a->d_k,
                    (const uint16_t *)a->v + off * a->ldv + hk * a->d_v, a->ldk, a->ldv, mi, cells, c1 - c0, a->scale, p, o, ms, 0);
@@ -320,7 +325,7 @@ static attn_args attn_at(const float *q, int64_t ldq, int64_t n_head, int64_t n_
                          const void *k, int tv, const void *v, int64_t n_kv, const float *mask, const int64_t *ptr,
                          const int64_t *cells, float scale, int64_t ldo, int64_t hpt, const int64_t *cell_off) {
     attn_args a = {q, mask, ptr, cells, cell_off, k, v, ldq, n_head, d_k, d_v, n_kv, ldo, hpt, n_head / n_head_kv,
-                   n_head_kv * d_k, n_head_kv * d_v, 0, 0, 0, 0, tk, tv, tk == LP_F16 && tv == LP_F16, scale};
+                   n_head_kv * d_k, n_head_kv * d_v, 0, 0, 0, 0, tk, tv, tk == LP_F16 && tv == LP_F16, 0, scale};
     /* a block-typed cache in bytes: a cell's row, a KV head's part of it */
     a.kcell = lp_kv_row_bytes(tk, a.ldk), a.vcell = lp_kv_row_bytes(tv, a.ldv);
     a.khead = lp_kv_row_bytes(tk, d_k), a.vhead = lp_kv_row_bytes(tv, d_v);
@@ -371,8 +376,8 @@ void lp_attn_det_for(const float *q, int64_t n, int64_t ldq, int64_t n_head, int
                      int64_t d_v, int tk, const void *k, int tv, const void *v, int64_t n_kv, const float *mask,
                      const int64_t *ptr, const int64_t *cells, float scale, float *out, int64_t ldo, int64_t hpt,
                      int64_t n_chunk, float *p, float *part, const int64_t *cell_off, float *kvf, const int64_t *row_chunks) {
-    const attn_args a = attn_at(q, ldq, n_head, n_head_kv, d_k, d_v, tk, k, tv, v, n_kv, mask, ptr, cells, scale, ldo, hpt,
-                                cell_off);
+    attn_args a = attn_at(q, ldq, n_head, n_head_kv, d_k, d_v, tk, k, tv, v, n_kv, mask, ptr, cells, scale, ldo, hpt, cell_off);
+    a.det = 1;
     attn_rows_for(&a, n, out, n_chunk, p, part, kvf, row_chunks, NULL);
 }
 
