@@ -124,6 +124,16 @@ def test_gemma3_270m_matches_transformers(gemma3_path):
     for ref_build in LLAMACPP_270M.values():  # never worse than llama.cpp's, either build
         assert agree.mean().item() >= ref_build["top1"] and agree[512:].mean().item() >= ref_build["top1_after_window"]
         assert max_abs <= ref_build["max_abs"]
+    # --deterministic (kernels/c/rows_det_x86.c; at AVX-512 the 32-element types' int8 products, det8_x86.c,
+    # without the default's outlier residuals, and its own attention, attn_det_x86.c): held to the same bars
+    det = _decode_all(model, ids, n_ctx=2048, n_ubatch=512, deterministic=True)
+    agree = (det.argmax(-1) == want.argmax(-1)).float()
+    max_abs = (det - want).abs().max().item()
+    print(f"--deterministic: top-1 agreement {agree.mean():.4f} (after the window: {agree[512:].mean():.4f}), "
+          f"max |diff| {max_abs:.4f}")
+    for ref_build in LLAMACPP_270M.values():
+        assert agree.mean().item() >= ref_build["top1"] and agree[512:].mean().item() >= ref_build["top1_after_window"]
+        assert max_abs <= ref_build["max_abs"]
     level = expected_level()
     if level == "avx2":
         return  # (no int16 lanes for prompts there: llama.cpp's bars alone)
