@@ -43,14 +43,29 @@ def _logits(model: Model, det: bool, one_by_one: bool) -> torch.Tensor:
     return torch.cat(rows)
 
 
-def _check(model: Model) -> None:
+# At AVX-512 the 32-element types' deterministic products read int8 activations (det8_x86.c: ggml's Q8_0 form,
+# llama.cpp's own; the default's one-row products read int16): on these tiny random models the logits then move
+# 3.0% (phi3, qwen3) and 0.6% (gemma2) of their largest from the default's, top-1 unchanged.
+INT8_TOL = 5e-2
+READS_I8 = 8  # kernels/c/mm.h LP_READS_I8
+
+
+def _tol(wtype: T) -> float:
+    from llamapy.kernels import load_kernels
+
+    lib = load_kernels()
+    return INT8_TOL if lib is not None and lib.fn.lp_det_reads(int(wtype)) == READS_I8 else 5e-3
+
+
+def _check(model: Model, tol: float = 5e-3) -> None:
     det = _logits(model, True, False)
     assert torch.isfinite(det).all(), "NaN / inf logits under --deterministic"
     assert torch.equal(det, _logits(model, True, True)), "a row's logits depend on the ubatch under --deterministic"
     plain = _logits(model, False, True)  # the default a token at a time: its one-row products, whatever
     # the kernels' timed choice for a few rows was (bf16 tiles: rounding far past 5e-3 on these files)
     err, scale = (det - plain).abs().max().item(), plain.abs().max().item()
-    assert err < 5e-3 * scale, (err, scale)
+    assert err < tol * scale, (err, scale)
+    assert torch.equal(det.argmax(-1), plain.argmax(-1))
 
 
 @pytest.mark.parametrize("arch,wtype", FAMILY_CASES, ids=[f"{a}-{t.name}" for a, t in FAMILY_CASES])
@@ -58,7 +73,7 @@ def test_family_deterministic(tmp_path: Path, arch: str, wtype: T) -> None:
     model = Model.load(write_tiny_family(tmp_path / f"{arch}.gguf", arch, wtype))
     fused = getattr(model.net, "fused", None)
     calls = fused.calls if fused is not None else 0
-    _check(model)
+    _check(model, _tol(wtype))
     if arch in ("phi3", "qwen3"):  # the fused C layers took the ubatches
         assert fused is not None and fused.calls > calls
 
