@@ -5,7 +5,7 @@
  * off x the block's integer sum of q_x (exact), then the float steps as vector operations across
  * the outputs (a vector FMA is fmaf per lane):
  *   acc = fmaf((float)i, d_w * d_x, acc)    and with a minimum    acc = fmaf(sum_x, m_w, acc). */
-#include "det8_x86.h"
+#include "det8_row_x86.h"
 
 #if defined(LP_AVX512)
 LP_INLINE __m256i dpbusd256(__m256i acc, __m256i u, __m256i s) {

@@ -16,6 +16,7 @@
  * The int8 rounding of x costs accuracy against the int16 lanes (llama.cpp's own), bounded in
  * the same test. */
 #include "det8_x86.h"
+#include "det8_row_x86.h"
 
 #define NL8 16   /* rows per lane group */
 #define TW8 4    /* weight rows per tile */

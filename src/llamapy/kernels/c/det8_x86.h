@@ -36,9 +36,6 @@ int lp_det8_offset(int type);
  * acc = fmaf(sum_x, m_w, acc).  o1 - o0 <= 16 (LP_MM_CHUNK). */
 void lp_det8_chunk(int type, const uint8_t *w, int64_t o0, int64_t o1, int64_t n_out, const lp_x8 *p, float *y,
                    int64_t ldy, int accumulate, void *scratch);
-/* det8_row_x86.c: the same for p's one row (p->n == 1), 8 outputs at once. */
-void lp_det8_row(int type, const uint8_t *w, int64_t o0, int64_t o1, int64_t n_out, const lp_x8 *p, float *y,
-                 int accumulate);
 
 #if defined(LP_AVX512)
 #include "blocks_x86.h"
