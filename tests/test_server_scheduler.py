@@ -42,6 +42,10 @@ def test_chunked_prefill_gen_first_within_n_batch(tiny):
     a, ea = _req(_prompt(5), max_tokens=40)
     s.submit(a)
     s.update_slots()
+    assert [r.pos for r in s.last_batch] == [0, 1, 2, 3]  # the prompt's last token waits for a step of its own
+    assert s.slots[0].state is SlotState.PREFILLING
+    s.update_slots()
+    assert [(r.pos, r.kind) for r in s.last_batch] == [(4, "prompt")]
     assert s.slots[0].state is SlotState.GENERATING
     b, eb = _req(_prompt(100, 1), max_tokens=2)
     s.submit(b)
@@ -56,7 +60,30 @@ def test_chunked_prefill_gen_first_within_n_batch(tiny):
             n_prefill_steps += 1
             if not ea[-1].final:
                 assert rows[0] == rows[0].__class__(0, rows[0].pos, "gen")  # A never stalls
-    assert n_prefill_steps == -(-100 // 31)  # 31 prompt rows fit beside A's one token
+    assert n_prefill_steps == -(-99 // 31) + 1  # 31 prompt rows fit beside A's one token; the last token alone
+
+
+def _probs_run(s: Scheduler, prompt: list[int]) -> list[tuple[int, tuple]]:
+    r, ev = _req(prompt, max_tokens=12)
+    r.sampling, r.n_probs = SamplingParams(temp=0.8, seed=4242), 10
+    s.submit(r)
+    _run(s, [ev])
+    return [(e.token, tuple(e.probs)) for e in ev if not e.final]
+
+
+def test_cached_prompt_gives_the_uncached_requests_probs_bit_for_bit(smollm2):
+    """llama.cpp's test_n_probs_post_backend_sampling: the same seeded request twice, the second
+    a full prompt-cache hit (only the last prompt token re-decoded), gives the same tokens and
+    probabilities exactly: the prompt's last token is decoded alone either way (step_batch's
+    contract), since a 1-row product rounds unlike the prompt's many-row one."""
+    ctx = Context(smollm2, ContextParams(n_ctx=512, n_batch=64, n_ubatch=64, n_seq_max=1))
+    s = Scheduler(ctx)
+    prompt = smollm2.tokenize("The countries of Europe, in random order, are:")
+    assert len(prompt) > 4
+    first = _probs_run(s, prompt)
+    again = _probs_run(s, prompt)
+    assert s.slots[0].n_cached == len(prompt) - 1  # the hit: all but the last token reused
+    assert again == first
 
 
 def test_queue_beyond_slots(tiny):

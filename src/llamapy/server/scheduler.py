@@ -15,7 +15,6 @@ import time
 from collections import deque
 from dataclasses import dataclass
 
-from ..batch import Batch
 from ..context import Context
 from ..log import logger
 from ..memory.kv_cache import KVCacheFullError
@@ -34,7 +33,7 @@ from .request import Event, Request, Usage
 from .slot_files import SlotAction, SlotActionError, run_ready
 from .slot_output import SlotOutput
 from .slots import Slot, SlotState, check_prompt_fits
-from .step_batch import BatchRow, build_step
+from .step_batch import BatchRow, StepBatch, build_step
 from ..speculative import SpecParams, Speculator
 
 __all__ = ["BatchRow", "QueueFullError", "SLOT_PROMPT_SIMILARITY", "Scheduler"]
@@ -334,12 +333,12 @@ class Scheduler:
             prop.p_min = float(o.get("p_min", self.spec.p_min))
         return Speculator(prop, int(o.get("n_max", self.spec.draft_len)), int(o.get("n_min", self.spec.n_min)))
 
-    def _build(self, with_prompts: bool, with_drafts: bool = True) -> tuple[Batch, list[tuple[Slot, list[int]]]]:
+    def _build(self, with_prompts: bool, with_drafts: bool = True) -> StepBatch:
         """The step's batch (step_batch.build_step) and, per slot, the tokens it adds to the
         cache if decode succeeds; the rows kept in last_batch."""
         step = build_step(self.slots, self.n_batch, with_prompts, with_drafts)
         self.last_batch = step.rows
-        return step.batch, step.added
+        return step
 
     def _decode_step(self) -> int:
         """Decode this step's batch; on a full (unified) cache, free idle slots' prompt caches,
@@ -348,7 +347,8 @@ class Scheduler:
         TODO is this: only the largest), its cells freed for the others."""
         with_prompts = with_drafts = True
         while True:
-            b, added = self._build(with_prompts, with_drafts)
+            step = self._build(with_prompts, with_drafts)
+            b, added = step.batch, step.added
             if b.n_tokens == 0:
                 return 0
             t0 = time.perf_counter()
@@ -374,7 +374,7 @@ class Scheduler:
             s.cache_tokens.extend(toks)
             if s.state is SlotState.PREFILLING:
                 s.n_past += len(toks)
-                if s.request.return_progress:  # llama-server's prompt_progress, after each prompt batch
+                if s.request.return_progress and s.id not in step.held:  # llama-server's, after each prompt batch
                     s.request.sink(s.progress_event())
         self.metrics.n_tokens_max = max([self.metrics.n_tokens_max, *(len(s.cache_tokens) for s, _ in added)])
         for s, _ in added:

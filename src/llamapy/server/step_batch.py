@@ -2,7 +2,15 @@
 first the pending token of every generating slot followed by its draft (consecutive positions,
 logits on every row, verified after the decode), then prompt chunks of prefilling slots, oldest
 request first, in the room left (chunked prefill: a long prompt never stalls the others'
-tokens)."""
+tokens).
+
+Contract: a prompt's last token is decoded in a step after the rest of its prompt, never in
+one chunk with the tokens before it.  That is the decode a prompt-cache hit makes (the slot
+keeps the common prefix less one token, slots.Slot.start, as llama-server does), so a request
+alone gets the same first logits, bit for bit, and so the same tokens, whether its prompt was
+cached or not: the products' rounding depends on the rows they multiply (the 1-row, few-row
+and many-row kernels), which llama.cpp's CPU products do not.  Cost: one step of one row per
+prompt (a decode step's time), shared with the other slots' rows when any generate."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -29,6 +37,7 @@ class StepBatch:
     batch: Batch = field(default_factory=Batch)
     rows: list[BatchRow] = field(default_factory=list)
     added: list[tuple[Slot, list[int]]] = field(default_factory=list)
+    held: set[int] = field(default_factory=set)  # slots whose chunk stopped before the prompt's last token with room left
 
 
 def slot_draft(s: Slot, room: int) -> list[int]:
@@ -70,7 +79,11 @@ def build_step(slots: list[Slot], n_batch: int, with_prompts: bool = True, with_
         if room <= 0:
             break
         prompt = s.request.prompt
-        chunk = prompt[s.n_past : s.n_past + room]
+        last = len(prompt) - 1
+        end = min(s.n_past + room, last if s.n_past < last else last + 1)  # the last token alone (contract)
+        chunk = prompt[s.n_past : end]
+        if end == last and s.n_past + room > last:
+            step.held.add(s.id)
         for j, t in enumerate(chunk):
             pos = s.n_past + j
             last = pos == len(prompt) - 1
