@@ -35,7 +35,7 @@ int lp_det8_covers(int type) {
 
 size_t lp_x8_bytes(int64_t n_in, int64_t n) {
     const int64_t nb = n_in / 32, ng = n > 1 ? (n + NL8 - 1) / NL8 : 0;
-    return (size_t)(n * n_in + n * nb * 12 + ng * NL8 * n_in + ng * NL8 * nb * 12) + 6 * 64;
+    return (size_t)((n + 15) / 16 * 16 * n_in + n * nb * 12 + ng * NL8 * n_in + ng * NL8 * nb * 12) + 6 * 64;
 }
 
 lp_x8 lp_x8_at(void *buf, int64_t n_in, int64_t n) {
@@ -50,6 +50,8 @@ lp_x8 lp_x8_at(void *buf, int64_t n_in, int64_t n) {
     p.sum = p.d + n * nb;
     p.qs = (int32_t *)(p.sum + n * nb);
     p.q = (int8_t *)al64(p.qs + n * nb);
+    p.tiles = 0;
+    memset(p.q + n * n_in, 0, (size_t)((n + 15) / 16 * 16 - n) * (size_t)n_in); /* AMX's A tiles read 16 rows */
     return p;
 }
 

@@ -10,7 +10,8 @@
  * on also laid out in lanes: lane r of group g is row 16 g + r (rows past n: zeros). */
 typedef struct {
     int64_t n_in, n, n_grp; /* row length, rows, groups of 16 rows (0 for one row) */
-    int8_t *q;              /* [n, n_in] x / d rounded to nearest even, |q| <= 127 */
+    int tiles;              /* the products take AMX's tiles (det8_amx_x86.c), not the lanes: set by the caller */
+    int8_t *q;              /* [n rounded up to 16, n_in] x / d rounded to nearest even, |q| <= 127 (pad rows 0) */
     float *d, *sum;         /* [n, n_in / 32] max |x| / 127; d * the exact integer sum of the block's q */
     int32_t *qs;            /* [n, n_in / 32] the exact integer sum of the block's q */
     int32_t *lq;            /* [n_grp, n_in / 4, 16] lane r: the row's 4 int8 of quad k */
