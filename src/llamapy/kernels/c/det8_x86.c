@@ -91,10 +91,10 @@ void lp_x8_lanes_block(const lp_x8 *p, int64_t b) {
         int32_t *lqs = p->lqs + (g * nb + b) * NL8 + lane;
         if (li < p->n) {
             const int8_t *q = p->q + li * n_in + 32 * b;
-            for (int k = 0; k < 8; k++) memcpy(lq + NL8 * k, q + 4 * k, 4);
+            for (int k = 0; k < 8 && !p->tiles; k++) memcpy(lq + NL8 * k, q + 4 * k, 4); /* AMX reads q itself */
             *ld = p->d[li * nb + b], *ls = p->sum[li * nb + b], *lqs = p->qs[li * nb + b];
         } else { /* zeros: no garbage (subnormal) scales in the float steps */
-            for (int k = 0; k < 8; k++) lq[NL8 * k] = 0;
+            for (int k = 0; k < 8 && !p->tiles; k++) lq[NL8 * k] = 0;
             *ld = *ls = 0.0f;
             *lqs = 0;
         }

@@ -26,7 +26,7 @@ int lp_det8_covers(int type);
 size_t lp_x8_bytes(int64_t n_in, int64_t n);
 lp_x8 lp_x8_at(void *buf, int64_t n_in, int64_t n);
 void lp_x8_row(const float *x, const lp_x8 *p, int64_t r);  /* row r quantized (x: its n_in floats) */
-void lp_x8_lanes_block(const lp_x8 *p, int64_t b);         /* block b of every row into the lanes */
+void lp_x8_lanes_block(const lp_x8 *p, int64_t b);         /* block b of every row into the lanes (tiles: ld, lsum, lqs) */
 lp_x8 lp_x8_slice(const lp_x8 *p, int64_t r0, int64_t n);  /* rows r0 .. r0 + n (r0 a multiple of 16) */
 size_t lp_det8_scratch_bytes(int64_t n_in);
 /* The weights' offset to unsigned bytes (det8 reads q + off): Q4_0 8, Q5_0 16, Q8_0 128, else 0. */

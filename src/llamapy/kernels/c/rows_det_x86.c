@@ -129,7 +129,7 @@ void lp_det_lanes_for(const lp_xprep *xp) {
 #pragma omp for schedule(static)
     for (int64_t b = 0; b < xp->n_in / 32; b++) {
         if (lanes) lp_xlanes_fill(&xp->xr, xp->n, xp->xl, b, det_twin(xp->n) ? 2 : 1);
-        if ((xp->reads & LP_READS_I8) && !xp->x8.tiles) lp_x8_lanes_block(&xp->x8, b);
+        if (xp->reads & LP_READS_I8) lp_x8_lanes_block(&xp->x8, b);
     }
 }
 
