@@ -141,23 +141,32 @@ def test_det8_takes_the_32_element_types(lib):
     assert lib.fn.lp_det_reads(int(T.Q4_K)) == (READS_AMX if amx else 1) and lib.fn.lp_det_reads(int(T.Q6_K)) == 1
 
 
-@pytest.mark.parametrize("qtype", [T.Q4_K, T.Q5_K], ids=lambda t: t.name)
+AMX_TYPES = [T.Q4_K, T.Q5_K, T.Q4_0, T.Q4_1, T.Q5_0, T.Q5_1, T.Q8_0]
+
+
+@pytest.mark.parametrize("qtype", AMX_TYPES, ids=lambda t: t.name)
 def test_det_amx_rows_equal_one_row(lib, qtype):
     """From 128 rows (LP_DENSE_ROWS) Q4_K / Q5_K take AMX's tiles where the CPU has them (amx_x86.c: the lanes'
-    bits): 128 and 143 rows (a part-filled tile), with AMX on and off, row for row equal to each row alone."""
+    bits), and so do det8's 32-element types (det8_amx_x86.c: det8's bits): 128, 143 (a part-filled tile) and 530
+    rows, with AMX on and off, row for row equal to each row alone; 143 rows also as y += x W^T.  det8's types at
+    17 blocks a row (an odd count: the last block in the second C tile) and 37 outputs (a last tile of 5)."""
     if lib.fn.lp_amx_on() != 1:
         pytest.skip("no AMX tiles at this level / on this CPU")
-    n_in = 512
+    n_in = 512 if qtype in F16_FIELDS else 544
     w = weights(qtype, N_OUT, n_in, seed=17)
-    x = activations(143, n_in, seed=19)
+    x = activations(530, n_in, seed=19)
+    y0 = np.random.default_rng(23).standard_normal((143, N_OUT)).astype(np.float32)
     ref = one_row(lib, qtype, w, x, N_OUT)
+    ref_acc = one_row(lib, qtype, w, x[:143], N_OUT, accumulate=True, y0=y0)
     try:
         for on in (1, 0):
             assert lib.fn.lp_amx_set(on) == on
-            for n in (128, 143):
+            for n in (128, 143, 530):
                 got = det(lib, qtype, w, np.ascontiguousarray(x[:n]), N_OUT)
                 bad = np.nonzero((got.view(np.uint32) != ref[:n].view(np.uint32)).any(axis=1))[0]
                 assert len(bad) == 0, f"{qtype.name}: AMX {on}, {n} rows, rows {bad[:8].tolist()} differ from one row"
+            got = det(lib, qtype, w, np.ascontiguousarray(x[:143]), N_OUT, accumulate=True, y0=y0)
+            assert np.array_equal(got.view(np.uint32), ref_acc.view(np.uint32)), f"{qtype.name}: AMX {on}, y += x W^T"
     finally:
         lib.fn.lp_amx_set(1)
 

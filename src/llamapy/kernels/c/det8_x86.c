@@ -35,7 +35,7 @@ int lp_det8_covers(int type) {
 
 size_t lp_x8_bytes(int64_t n_in, int64_t n) {
     const int64_t nb = n_in / 32, ng = n > 1 ? (n + NL8 - 1) / NL8 : 0;
-    return (size_t)(n * n_in + n * nb * 12 + ng * NL8 * n_in + ng * NL8 * nb * 12) + 6 * 64;
+    return (size_t)((n + 15) / 16 * 16 * n_in + n * nb * 12 + ng * NL8 * n_in + ng * NL8 * nb * 12) + 6 * 64;
 }
 
 lp_x8 lp_x8_at(void *buf, int64_t n_in, int64_t n) {
@@ -50,6 +50,8 @@ lp_x8 lp_x8_at(void *buf, int64_t n_in, int64_t n) {
     p.sum = p.d + n * nb;
     p.qs = (int32_t *)(p.sum + n * nb);
     p.q = (int8_t *)al64(p.qs + n * nb);
+    p.tiles = 0;
+    memset(p.q + n * n_in, 0, (size_t)((n + 15) / 16 * 16 - n) * (size_t)n_in); /* AMX's A tiles read 16 rows */
     return p;
 }
 
@@ -89,10 +91,10 @@ void lp_x8_lanes_block(const lp_x8 *p, int64_t b) {
         int32_t *lqs = p->lqs + (g * nb + b) * NL8 + lane;
         if (li < p->n) {
             const int8_t *q = p->q + li * n_in + 32 * b;
-            for (int k = 0; k < 8; k++) memcpy(lq + NL8 * k, q + 4 * k, 4);
+            for (int k = 0; k < 8 && !p->tiles; k++) memcpy(lq + NL8 * k, q + 4 * k, 4); /* AMX reads q itself */
             *ld = p->d[li * nb + b], *ls = p->sum[li * nb + b], *lqs = p->qs[li * nb + b];
         } else { /* zeros: no garbage (subnormal) scales in the float steps */
-            for (int k = 0; k < 8; k++) lq[NL8 * k] = 0;
+            for (int k = 0; k < 8 && !p->tiles; k++) lq[NL8 * k] = 0;
             *ld = *ls = 0.0f;
             *lqs = 0;
         }

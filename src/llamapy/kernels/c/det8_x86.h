@@ -10,7 +10,8 @@
  * on also laid out in lanes: lane r of group g is row 16 g + r (rows past n: zeros). */
 typedef struct {
     int64_t n_in, n, n_grp; /* row length, rows, groups of 16 rows (0 for one row) */
-    int8_t *q;              /* [n, n_in] x / d rounded to nearest even, |q| <= 127 */
+    int tiles;              /* the products take AMX's tiles (det8_amx_x86.c), not the lanes: set by the caller */
+    int8_t *q;              /* [n rounded up to 16, n_in] x / d rounded to nearest even, |q| <= 127 (pad rows 0) */
     float *d, *sum;         /* [n, n_in / 32] max |x| / 127; d * the exact integer sum of the block's q */
     int32_t *qs;            /* [n, n_in / 32] the exact integer sum of the block's q */
     int32_t *lq;            /* [n_grp, n_in / 4, 16] lane r: the row's 4 int8 of quad k */
@@ -25,7 +26,7 @@ int lp_det8_covers(int type);
 size_t lp_x8_bytes(int64_t n_in, int64_t n);
 lp_x8 lp_x8_at(void *buf, int64_t n_in, int64_t n);
 void lp_x8_row(const float *x, const lp_x8 *p, int64_t r);  /* row r quantized (x: its n_in floats) */
-void lp_x8_lanes_block(const lp_x8 *p, int64_t b);         /* block b of every row into the lanes */
+void lp_x8_lanes_block(const lp_x8 *p, int64_t b);         /* block b of every row into the lanes (tiles: ld, lsum, lqs) */
 lp_x8 lp_x8_slice(const lp_x8 *p, int64_t r0, int64_t n);  /* rows r0 .. r0 + n (r0 a multiple of 16) */
 size_t lp_det8_scratch_bytes(int64_t n_in);
 /* The weights' offset to unsigned bytes (det8 reads q + off): Q4_0 8, Q5_0 16, Q8_0 128, else 0. */

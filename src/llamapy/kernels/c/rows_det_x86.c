@@ -16,7 +16,8 @@
  * each element is its own sequence).
  * The 32-element types at AVX-512 take det8_x86.c instead (int8 activations, vpdpbusd;
  * lp_det_reads): the same contract, their own order.  From LP_DENSE_ROWS rows Q4_K / Q5_K take
- * AMX's tiles where the CPU has them (amx_x86.c: the lanes' bits, fewer instructions).
+ * AMX's tiles where the CPU has them (amx_x86.c: the lanes' bits, fewer instructions), and so do
+ * det8's types (det8_amx_x86.c: det8's bits; lp_x8.tiles, set here for the whole product).
  * Other types (and non-x86 builds) return LP_DET_UNCOVERED: the caller keeps one-row ubatches. */
 #include <omp.h>
 
@@ -24,6 +25,7 @@
 
 #include "amx_x86.h"
 #include "det1_x86.h"
+#include "det8_amx_x86.h"
 #include "quants.h"
 #include "unpack_x86.h"
 
@@ -106,6 +108,7 @@ lp_xprep lp_det_xprep_at(void *buf, int64_t n_in, int64_t n, const float *x) {
     p.x8 = lp_x8_at((char *)buf + lp_xrows_bytes(n_in, n) + (n > 1 ? lp_xlanes_bytes(n_in, n) : 0) + 64, n_in, n);
     p.xhi = p.xlo = NULL;
 #if defined(LP_AMX)
+    p.x8.tiles = n >= LP_DENSE_ROWS && lp_amx_on(); /* det8's types on AMX's tiles: no int8 lanes */
     if (det_amx_bytes(n_in, n) && lp_amx_on()) {
         p.xhi = (int8_t *)(((uintptr_t)((char *)buf + det_head_bytes(n_in, n)) + 63) & ~(uintptr_t)63);
         p.xlo = p.xhi + (n + 15) / 16 * 16 * n_in;
@@ -155,6 +158,7 @@ size_t lp_det_scratch_bytes(int64_t n_in) {
     most = most > i8 ? most : i8;
 #if defined(LP_AMX)
     most = most > lp_amx_scratch_bytes(n_in) ? most : lp_amx_scratch_bytes(n_in);
+    most = most > lp_det8_amx_scratch_bytes(n_in) ? most : lp_det8_amx_scratch_bytes(n_in);
 #endif
     return most;
 }
@@ -177,6 +181,14 @@ void lp_mm_det_for(int type, const uint8_t *w, int64_t n_out, const lp_xprep *xp
                    void *scratch) {
     const int64_t n = xp->n, n_in = xp->n_in;
     if (lp_det8_covers(type)) { /* xp->reads has LP_READS_I8 (lp_det_reads) */
+#if defined(LP_AMX)
+        if (xp->x8.tiles) { /* LP_DENSE_ROWS rows or more: all of them against 16 weight rows a task */
+#pragma omp for schedule(static)
+            for (int64_t o0 = 0; o0 < n_out; o0 += CHUNK)
+                lp_det8_amx_chunk(type, w, o0, o0 + CHUNK < n_out ? o0 + CHUNK : n_out, &xp->x8, y, ldy, accumulate, scratch);
+            return;
+        }
+#endif
         const int64_t sl = det8_slice(n_in);
         for (int64_t r0 = 0; r0 < n; r0 += sl) {
             const lp_x8 s = n > 1 ? lp_x8_slice(&xp->x8, r0, n - r0 < sl ? n - r0 : sl) : xp->x8;
