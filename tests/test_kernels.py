@@ -70,12 +70,15 @@ def q8k_rounded(x: torch.Tensor) -> torch.Tensor:
 @contextlib.contextmanager
 def lanes_only(lib):
     """Prompt-sized K-quant products in the int16 lanes, not on int8 activations (kernels/c/q8mm_x86.c,
-    tests/test_q8mm.py): what the tests of the lanes pin."""
+    tests/test_q8mm.py) nor AMX's super-block scales (kernels/c/amxk_x86.c, tests/test_amxk.py):
+    what the tests of the lanes pin."""
     lib.fn.lp_q8mm_set(0, Q8MM_RATIO, Q8MM_MAX_FLAGGED)
+    lib.fn.lp_amxk_set(0)
     try:
         yield
     finally:
         lib.fn.lp_q8mm_set(1, Q8MM_RATIO, Q8MM_MAX_FLAGGED)
+        lib.fn.lp_amxk_set(1)
 
 
 def hand_packed(qtype: T, n_rows: int, n_in: int, seed: int) -> np.ndarray:

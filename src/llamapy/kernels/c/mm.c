@@ -10,6 +10,7 @@
 #include <omp.h>
 
 #include "amx_x86.h"
+#include "amxk_x86.h"
 #include "dot.h"
 #include "mm.h"
 #include "quants.h"
@@ -31,6 +32,7 @@ size_t lp_mm_scratch_bytes(int64_t n_in) {
     most = most > twins ? most : twins;
 #if defined(LP_AMX)
     most = most > lp_amx_scratch_bytes(n_in) ? most : lp_amx_scratch_bytes(n_in);
+    most = most > lp_amxk_scratch_bytes(n_in) ? most : lp_amxk_scratch_bytes(n_in);
 #endif
     return most;
 }
@@ -240,6 +242,12 @@ static void mm_chunk(int type, const uint8_t *w, int64_t o0, int64_t o1, int64_t
 void lp_mm_for(int type, const uint8_t *w, int64_t n_out, int64_t n_in, const lp_xprep *xp, float *y, int64_t ldy,
                int accumulate, void *scratch) {
 #if defined(LP_AMX)
+    if (xp->reads & LP_READS_AMXK) { /* (lp_xprep_reads: Q4_K / Q5_K prompts) */
+#pragma omp for schedule(static)
+        for (int64_t o0 = 0; o0 < n_out; o0 += LP_AMX_ROWS)
+            lp_amxk_chunk(type, w, o0, o0 + LP_AMX_ROWS < n_out ? o0 + LP_AMX_ROWS : n_out, n_in, xp, y, ldy, accumulate, scratch);
+        return;
+    }
     if (takes_amx(type, n_in, xp)) { /* LP_AMX_ROWS output rows a task: the activation tiles reused from L2 */
 #pragma omp for schedule(static)
         for (int64_t o0 = 0; o0 < n_out; o0 += LP_AMX_ROWS)
