@@ -63,7 +63,7 @@ void lp_amxk_prep_row(const lp_xprep *xp, int64_t r) {
 static size_t group_bytes(int64_t n_in) { return 32 * (size_t)n_in + 16 * 4 * (size_t)(n_in / 256 + n_in / 32); }
 
 size_t lp_amxk_scratch_bytes(int64_t n_in) {
-    return LP_AMX_GROUPS * group_bytes(n_in) + (size_t)n_in + 2 * (size_t)(n_in / 16) * 4 + 4 * 64;
+    return LP_AMX_GROUPS * group_bytes(n_in) + 16 * (size_t)n_in + (size_t)(n_in / 2) + 2 * (size_t)(n_in / 16) * 4 + 5 * 64;
 }
 
 /* ggml's get_scale_min_k4: block j's 6-bit scale and minimum from a super-block's 12 bytes */
@@ -76,46 +76,80 @@ static inline void scale_min_k4(int j, const uint8_t *q, int *sc, int *m) {
     }
 }
 
-/* Weight rows o0..o1 (at most 16; the rest zero) as a group (group_bytes), decoded to bytes q
- * (lp_unpack_row8) in u8 (n_in) with d16, m16; each 64 values of u and v one scatter. */
-static void pack_group(int type, const uint8_t *w, int64_t o0, int64_t o1, int64_t n_in, uint8_t *u8, float *d16,
-                       float *m16, int32_t *bu, int32_t *bv, float *d, float *mn) {
+/* out[c] = dword c of r[0..15] (a 16 x 16 dword transpose, in place). */
+LP_INLINE void transpose16(__m512i *r) {
+    __m512i a[16], b[16];
+    for (int p = 0; p < 8; p++) {
+        a[2 * p] = _mm512_unpacklo_epi32(r[2 * p], r[2 * p + 1]);
+        a[2 * p + 1] = _mm512_unpackhi_epi32(r[2 * p], r[2 * p + 1]);
+    }
+    for (int q = 0; q < 4; q++) { /* b[4q + s], 128-bit lane L: rows 4q .. 4q + 3 of dword 4L + s */
+        b[4 * q] = _mm512_unpacklo_epi64(a[4 * q], a[4 * q + 2]);
+        b[4 * q + 1] = _mm512_unpackhi_epi64(a[4 * q], a[4 * q + 2]);
+        b[4 * q + 2] = _mm512_unpacklo_epi64(a[4 * q + 1], a[4 * q + 3]);
+        b[4 * q + 3] = _mm512_unpackhi_epi64(a[4 * q + 1], a[4 * q + 3]);
+    }
+    for (int t = 0; t < 4; t++) { /* the 4 x 4 transpose of 128-bit lanes */
+        const __m512i t0 = _mm512_shuffle_i32x4(b[t], b[4 + t], 0x44), t1 = _mm512_shuffle_i32x4(b[t], b[4 + t], 0xEE);
+        const __m512i t2 = _mm512_shuffle_i32x4(b[8 + t], b[12 + t], 0x44), t3 = _mm512_shuffle_i32x4(b[8 + t], b[12 + t], 0xEE);
+        r[t] = _mm512_shuffle_i32x4(t0, t2, 0x88);
+        r[4 + t] = _mm512_shuffle_i32x4(t0, t2, 0xDD);
+        r[8 + t] = _mm512_shuffle_i32x4(t1, t3, 0x88);
+        r[12 + t] = _mm512_shuffle_i32x4(t1, t3, 0xDD);
+    }
+}
+
+/* Weight rows o0..o1 (at most 16; the rest zero) as a group (group_bytes): each row decoded to
+ * bytes q (lp_unpack_row8, d16 / m16 for its minima) into u8 [16][n_in] with its blocks' scales
+ * in sc [16][n_in / 32], then per 64 values the 16 rows' u and v, two 16 x 16 dword transposes
+ * (a scatter per row and 64 values was a sixth of the product's time). */
+static void pack_group(int type, const uint8_t *w, int64_t o0, int64_t o1, int64_t n_in, uint8_t *u8, uint8_t *sc,
+                       float *d16, float *m16, int32_t *bu, int32_t *bv, float *d, float *mn) {
     const int64_t rb = lp_row_bytes(type, n_in), bsz = type == LP_Q4_K ? 144 : 176, nb = n_in / 32;
     const int sh = type == LP_Q4_K ? 4 : 5;
-    const __m512i at = _mm512_setr_epi32(0, 16, 32, 48, 64, 80, 96, 112, 128, 144, 160, 176, 192, 208, 224, 240);
     const __m512i mask = _mm512_set1_epi16((short)((1 << sh) - 1));
     for (int j = 0; j < 16; j++) {
+        uint8_t *uj = u8 + j * n_in, *sj = sc + j * nb;
         if (o0 + j >= o1) {
-            for (int64_t k = 0; k < n_in; k += 64) {
-                _mm512_i32scatter_epi32(bu + 4 * k + j, at, _mm512_setzero_si512(), 4);
-                _mm512_i32scatter_epi32(bv + 4 * k + j, at, _mm512_setzero_si512(), 4);
-            }
+            memset(uj, 0, (size_t)n_in);
+            memset(sj, 0, (size_t)nb);
             for (int64_t B = 0; B < n_in / 256; B++) d[16 * B + j] = 0.0f;
             for (int64_t b = 0; b < nb; b++) mn[16 * b + j] = 0.0f;
             continue;
         }
         const uint8_t *row = w + (o0 + j) * rb;
-        lp_unpack_row8(type, row, n_in, 0, u8, d16, m16);
-        for (int64_t k = 0; k < n_in; k += 64) {
-            const uint8_t *blk = row + k / 256 * bsz;
-            int sc0, sc1, m;
-            scale_min_k4((int)(k % 256 / 32), blk + 4, &sc0, &m);
-            scale_min_k4((int)(k % 256 / 32) + 1, blk + 4, &sc1, &m);
-            const __m512i q0 = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)(u8 + k)));
-            const __m512i q1 = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)(u8 + k + 32)));
-            const __m512i w0 = _mm512_mullo_epi16(q0, _mm512_set1_epi16((short)sc0));
-            const __m512i w1 = _mm512_mullo_epi16(q1, _mm512_set1_epi16((short)sc1));
+        lp_unpack_row8(type, row, n_in, 0, uj, d16, m16);
+        for (int64_t b = 0; b < nb; b++) {
+            int scb, m;
+            scale_min_k4((int)(b % 8), row + b / 8 * bsz + 4, &scb, &m);
+            sj[b] = (uint8_t)scb;
+            mn[16 * b + j] = m16[2 * b]; /* (m16: -dmin m, the same for both 16-groups) */
+        }
+        for (int64_t B = 0; B < n_in / 256; B++) d[16 * B + j] = lp_f16_to_f32(*(const uint16_t *)(row + B * bsz));
+    }
+    for (int64_t k = 0; k < n_in; k += 64) {
+        __m512i ru[16], rv[16];
+        for (int j = 0; j < 16; j++) {
+            const uint8_t *uj = u8 + j * n_in + k, *sj = sc + j * nb + k / 32;
+            const __m512i w0 = _mm512_mullo_epi16(_mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)uj)),
+                                                  _mm512_set1_epi16((short)sj[0]));
+            const __m512i w1 = _mm512_mullo_epi16(_mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)(uj + 32))),
+                                                  _mm512_set1_epi16((short)sj[1]));
 #define HALVES(f) _mm512_inserti64x4(_mm512_castsi256_si512(_mm512_cvtepi16_epi8(f(w0))), _mm512_cvtepi16_epi8(f(w1)), 1)
 #define U(x) _mm512_srli_epi16((x), sh)
 #define V(x) _mm512_and_si512((x), mask)
-            _mm512_i32scatter_epi32(bu + 4 * k + j, at, HALVES(U), 4);
-            _mm512_i32scatter_epi32(bv + 4 * k + j, at, HALVES(V), 4);
+            ru[j] = HALVES(U);
+            rv[j] = HALVES(V);
 #undef HALVES
 #undef U
 #undef V
         }
-        for (int64_t B = 0; B < n_in / 256; B++) d[16 * B + j] = lp_f16_to_f32(*(const uint16_t *)(row + B * bsz));
-        for (int64_t b = 0; b < nb; b++) mn[16 * b + j] = m16[2 * b]; /* (m16: -dmin m, the same for both 16-groups) */
+        transpose16(ru);
+        transpose16(rv);
+        for (int c = 0; c < 16; c++) {
+            _mm512_store_si512(bu + 4 * k + 16 * c, ru[c]);
+            _mm512_store_si512(bv + 4 * k + 16 * c, rv[c]);
+        }
     }
 }
 
@@ -183,8 +217,8 @@ LP_INLINE void chunk(const int sh, int type, const uint8_t *w, int64_t o0, int64
     const int64_t ns = n_in / 256, n = xp->n, gb = group_bytes(n_in) / 4;
     const int ngroups = (int)((o1 - o0 + 15) / 16);
     int32_t *g0 = (int32_t *)(((uintptr_t)scratch + 63) & ~(uintptr_t)63);
-    uint8_t *u8 = (uint8_t *)(g0 + LP_AMX_GROUPS * gb);
-    float *d16 = (float *)(((uintptr_t)(u8 + n_in) + 63) & ~(uintptr_t)63), *m16 = d16 + n_in / 16;
+    uint8_t *u8 = (uint8_t *)(g0 + LP_AMX_GROUPS * gb), *sc = u8 + 16 * n_in; /* [16][n_in], [16][n_in / 32] */
+    float *d16 = (float *)(((uintptr_t)(sc + n_in / 2) + 63) & ~(uintptr_t)63), *m16 = d16 + n_in / 16;
 #define GROUP(j) (g0 + (j) * gb) /* u, v, d, mn */
 #define GU(j) GROUP(j)
 #define GV(j) (GROUP(j) + 4 * n_in)
@@ -192,7 +226,7 @@ LP_INLINE void chunk(const int sh, int type, const uint8_t *w, int64_t o0, int64
 #define GM(j) (GD(j) + 16 * ns)
     for (int j = 0; j < ngroups; j++) {
         const int64_t a = o0 + 16 * j;
-        pack_group(type, w, a, a + 16 < o1 ? a + 16 : o1, n_in, u8, d16, m16, GU(j), GV(j), GD(j), GM(j));
+        pack_group(type, w, a, a + 16 < o1 ? a + 16 : o1, n_in, u8, sc, d16, m16, GU(j), GV(j), GD(j), GM(j));
     }
     configure();
     int32_t t[LAGK][1024] __attribute__((aligned(64))); /* [item % LAGK][hu, hv, lu, lv] */
