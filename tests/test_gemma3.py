@@ -141,10 +141,12 @@ def test_gemma3_270m_matches_transformers(gemma3_path):
     if level == "avx512":  # the int8 prompt products switched off: the int16 lanes alone
         lib = load_kernels()
         lib.fn.lp_q8mm_set(0, Q8MM_RATIO, Q8MM_MAX_FLAGGED)
+        lib.fn.lp_amxk_set(0)  # (and AMX's super-block scales: kernels/c/amxk_x86.c)
         try:
             lanes = _decode_all(model, ids, n_ctx=2048, n_ubatch=512)
         finally:
             lib.fn.lp_q8mm_set(1, Q8MM_RATIO, Q8MM_MAX_FLAGGED)
+            lib.fn.lp_amxk_set(1)
     agree = (lanes.argmax(-1) == want.argmax(-1)).float()
     max_abs = (lanes - want).abs().max().item()
     print(f"the lanes alone: top-1 agreement {agree.mean():.4f} (after the window: {agree[512:].mean():.4f}), "

@@ -70,12 +70,15 @@ def q8k_rounded(x: torch.Tensor) -> torch.Tensor:
 @contextlib.contextmanager
 def lanes_only(lib):
     """Prompt-sized K-quant products in the int16 lanes, not on int8 activations (kernels/c/q8mm_x86.c,
-    tests/test_q8mm.py): what the tests of the lanes pin."""
+    tests/test_q8mm.py) nor AMX's super-block scales (kernels/c/amxk_x86.c, tests/test_amxk.py):
+    what the tests of the lanes pin."""
     lib.fn.lp_q8mm_set(0, Q8MM_RATIO, Q8MM_MAX_FLAGGED)
+    lib.fn.lp_amxk_set(0)
     try:
         yield
     finally:
         lib.fn.lp_q8mm_set(1, Q8MM_RATIO, Q8MM_MAX_FLAGGED)
+        lib.fn.lp_amxk_set(1)
 
 
 def hand_packed(qtype: T, n_rows: int, n_in: int, seed: int) -> np.ndarray:
@@ -344,8 +347,9 @@ def test_lanes_past_the_chunk_buffer(lib, qtype):
                             y.data_ptr(), shape[0], 0) == 0
         return y
 
-    y = mm(x)
-    assert torch.equal(y, torch.cat([mm(x[:512].contiguous()), mm(x[512:].contiguous())]))
+    with lanes_only(lib):  # (AMX's super-block scales at 512 rows, the lanes' at 8: tests/test_amxk.py)
+        y = mm(x)
+        assert torch.equal(y, torch.cat([mm(x[:512].contiguous()), mm(x[512:].contiguous())]))
     ref = (x.double() @ W.double().T).float()
     assert (y - ref).abs().max().item() <= 1e-4 * ref.abs().max().item()
 
@@ -414,10 +418,19 @@ def test_amx_products_are_the_lanes(lib, qtype):
     int8, a tdpbssd pair per block) are the lane products bit for bit: the same integers, the
     same float steps.  Row counts with a part-filled last tile of 16, an odd number of blocks
     of 32 (the last one alone in its 64-value step), a part-filled last chunk of 16 weight rows,
-    the residual add; Q6_K (a scale per 16) stays in the lanes."""
+    the residual add; Q6_K (a scale per 16) stays in the lanes.  (Q4_K and Q5_K with amxk_x86.c's
+    super-block scales switched off: its own sums, tests/test_amxk.py.)"""
     if not lib.amx:
         pytest.skip(f"{lib.isa}: prompt products in the lanes here (no AMX-INT8 in the build, the tile state "
                     "refused by Linux, or LLAMAPY_AMX=0)")
+    lib.fn.lp_amxk_set(0)
+    try:
+        _amx_products_are_the_lanes(lib, qtype)
+    finally:
+        lib.fn.lp_amxk_set(1)
+
+
+def _amx_products_are_the_lanes(lib, qtype: T) -> None:
     n_in = 512 if gguf.GGML_QUANT_SIZES[qtype][0] == 256 else 160
     for rows, n_out in ((128, 48), (141, 33), (300, 17)):
         raw, W = _matrix(qtype, (n_out, n_in), seed=rows)

@@ -59,10 +59,12 @@ def test_llama_logits_match_transformers(reference, smollm2, smollm2_path, mode)
         assert agree >= cpp["top1"] and max_abs <= cpp["max_abs"]
         lib = load_kernels()
         lib.fn.lp_q8mm_set(0, Q8MM_RATIO, Q8MM_MAX_FLAGGED)  # the int16 lanes (the fp32 GEMM at AVX2)
+        lib.fn.lp_amxk_set(0)  # (and AMX's super-block scales: kernels/c/amxk_x86.c)
         try:
             ours = _decode_all(model, ids, 512)
         finally:
             lib.fn.lp_q8mm_set(1, Q8MM_RATIO, Q8MM_MAX_FLAGGED)
+            lib.fn.lp_amxk_set(1)
         agree, max_abs = _scores(ours, ref_logits)
         print(f"{mode}, the int8 path off: top-1 agreement {agree:.4f}, max |diff| {max_abs:.4f}")
     assert agree >= MIN_TOP1[mode]

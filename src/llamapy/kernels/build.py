@@ -75,6 +75,7 @@ SIGNATURES: dict[str, tuple] = {  # name -> argument types (all return void unle
     "lp_coarse_bf16": (),
     "lp_amx_on": (),
     "lp_amx_set": (I,),
+    "lp_amxk_set": (I,),
     "lp_moe_row": (P, P, I64, I64, P, P, P, I64, I64, I64, I64, I64, I64, I64, I64, P, P, P),
     "lp_moe_rows": (P, I64, I64, P, P, P, P, P, P, I64, I64, I64, I64, I64, I64, I64, I64, P, P, I64),
     "lp_moe_rows_bytes": (I64, I64, P, I64, I64),
@@ -84,7 +85,7 @@ RETURNS = {"lp_mm_det": ctypes.c_int, "lp_mm_det_covers": ctypes.c_int, "lp_det_
            "lp_mm_q8": ctypes.c_int,
            "lp_q8mm_flagged": ctypes.c_double, "lp_q8mm32_fixes": ctypes.c_double,
            "lp_abi_version": ctypes.c_int, "lp_isa": ctypes.c_char_p, "lp_mm": ctypes.c_int, "lp_coarse_bf16": ctypes.c_int,
-           "lp_amx_on": ctypes.c_int, "lp_amx_set": ctypes.c_int,
+           "lp_amx_on": ctypes.c_int, "lp_amx_set": ctypes.c_int, "lp_amxk_set": ctypes.c_int,
            "lp_attn_f16": ctypes.c_int, "lp_attn_kv": ctypes.c_int, "lp_attn_kv_sinks": ctypes.c_int, "lp_attn_tiles_f16": ctypes.c_int, "lp_layers": ctypes.c_int,
            "lp_argmax": ctypes.c_int64, "lp_topk": ctypes.c_int64, "lp_moe_row": ctypes.c_int,
            "lp_moe_rows": ctypes.c_int, "lp_moe_rows_bytes": ctypes.c_int64}

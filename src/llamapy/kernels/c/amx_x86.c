@@ -45,14 +45,18 @@ __attribute__((constructor)) static void amx_init(void) {
 int lp_amx_on(void) { return amx_on; }
 int lp_amx_set(int on) { return amx_on = on && amx_granted(); }
 
-/* Row r's int16 activations split into int8 hi and lo (xq = 256 hi + lo): xp's AMX rows. */
-void lp_amx_split_row(const int16_t *q, int64_t n_in, int8_t *hi, int8_t *lo) {
+/* Row r's int16 activations split into int8 hi and lo (xq = 256 hi + lo), written in the tiles'
+ * order (amx_x86.h LP_AMX_AT): each 16-row group's block of 32 is 16 x 32 bytes side by side, so
+ * that a tile is one contiguous 512-byte load (rows n_in apart put every line of a tile in one
+ * L1 set at n_in 2048 or 8192: 32 lines in a 12-way set, the tile loads missing L1 each time). */
+void lp_amx_split_row(const int16_t *q, int64_t n_in, int64_t r, int8_t *xhi, int8_t *xlo) {
     for (int64_t k = 0; k < n_in; k += 32) {
         const __m512i v = _mm512_loadu_si512(q + k);
         const __m512i h = _mm512_srai_epi16(_mm512_add_epi16(v, _mm512_set1_epi16(128)), 8);
         const __m512i l = _mm512_sub_epi16(v, _mm512_slli_epi16(h, 8));
-        _mm256_storeu_si256((__m256i *)(hi + k), _mm512_cvtepi16_epi8(h));
-        _mm256_storeu_si256((__m256i *)(lo + k), _mm512_cvtepi16_epi8(l));
+        const int64_t at = LP_AMX_AT(n_in, r, k);
+        _mm256_storeu_si256((__m256i *)(xhi + at), _mm512_cvtepi16_epi8(h));
+        _mm256_storeu_si256((__m256i *)(xlo + at), _mm512_cvtepi16_epi8(l));
     }
 }
 
@@ -79,8 +83,11 @@ static void configure(int kg) {
     _tile_loadconfig(&c);
 }
 
+/* A task's weight tiles: LP_AMX_GROUPS groups of 16 rows, each bt (16 n_in bytes) and dv, mv
+ * (8 n_in), and one decoded row (2 n_in). */
 size_t lp_amx_scratch_bytes(int64_t n_in) {
-    return lp_wrow_bytes(n_in) + 18 * (size_t)n_in + 2 * (size_t)(n_in / 16) * 64 + 256;
+    return lp_wrow_bytes(n_in) + (size_t)LP_AMX_GROUPS * (16 * (size_t)n_in + 2 * (size_t)(n_in / 16) * 64) +
+           2 * (size_t)n_in + 256;
 }
 
 /* The block's (group's) float step for the tile's 16 activation rows: hi, lo the stored int32
@@ -130,21 +137,27 @@ static void weight_tiles(int type, const uint8_t *w, int64_t o0, int64_t o1, int
     }
 }
 
-/* Output rows o0..o1 (at most 16) against xp's n rows (prepared with their AMX hi / lo rows):
- * the weight tiles once, then per 16 activation rows every group's tdpbssd pair, the next
- * group's pair issued before this one's float step (2 stored pairs in turn), so that the tile
- * unit and the vector units overlap. */
+/* Output rows o0..o1 (at most LP_AMX_ROWS: up to LP_AMX_GROUPS groups of 16) against xp's n rows
+ * (prepared with their AMX hi / lo rows): every group's weight tiles once, then per 16
+ * activation rows each group in turn, every block's tdpbssd pair, the next block's pair issued
+ * before this one's float step (2 stored pairs in turn), so that the tile unit and the vector
+ * units overlap.  The 16 activation rows' tiles (32 n_in bytes) are read once per group: from
+ * L2 after the first, where a task of one group read all n rows' from memory per 16 weight
+ * rows.  Each output's sum is the one-group task's, in the same order. */
 LP_INLINE void chunk(const int g16, const int has_min, int type, const uint8_t *w, int64_t o0, int64_t o1, int64_t n_in,
                      const lp_xprep *xp, float *y, int64_t ldy, int accumulate, void *scratch) {
     const int64_t nb = n_in / 32, ng16 = n_in / 16, n = xp->n, ngr = g16 ? ng16 : nb; /* ngr: groups of one scale */
-    const int nw = (int)(o1 - o0), kg = g16 ? 16 : 32;
+    const int kg = g16 ? 16 : 32, ngroups = (int)((o1 - o0 + 15) / 16);
     lp_wrow wr = lp_wrow_at(scratch, n_in);
-    int32_t *bt = (int32_t *)(((uintptr_t)((char *)scratch + lp_wrow_bytes(n_in)) + 63) & ~(uintptr_t)63);
-    float *dv = (float *)(bt + 4 * n_in), *mv = dv + 16 * ng16;
-    weight_tiles(type, w, o0, o1, n_in, wr, (int16_t *)(mv + 16 * ng16), bt, dv, mv);
+    int32_t *bt0 = (int32_t *)(((uintptr_t)((char *)scratch + lp_wrow_bytes(n_in)) + 63) & ~(uintptr_t)63);
+    float *dv0 = (float *)(bt0 + LP_AMX_GROUPS * 4 * n_in), *mv0 = dv0 + LP_AMX_GROUPS * 16 * ng16;
+    for (int j = 0; j < ngroups; j++) {
+        const int64_t a = o0 + 16 * j, e = a + 16 < o1 ? a + 16 : o1;
+        weight_tiles(type, w, a, e, n_in, wr, (int16_t *)(mv0 + LP_AMX_GROUPS * 16 * ng16), bt0 + j * 4 * n_in,
+                     dv0 + j * 16 * ng16, mv0 + j * 16 * ng16);
+    }
     configure(kg);
     int32_t hi[2][256] __attribute__((aligned(64))), lo[2][256] __attribute__((aligned(64)));
-    const __mmask16 cols = (__mmask16)((1u << nw) - 1);
     for (int64_t r0 = 0; r0 < n; r0 += 16) {
         const int mr = (int)(n - r0 < 16 ? n - r0 : 16);
         const int8_t *ah = xp->xhi + r0 * n_in, *al = xp->xlo + r0 * n_in;
@@ -154,12 +167,20 @@ LP_INLINE void chunk(const int g16, const int has_min, int type, const uint8_t *
             s[m] = xp->xr.s + r * nb;
             sum[m] = g16 ? xp->xr.sum16 + r * ng16 : xp->xr.sum32 + r * nb;
         }
-        __m512 acc[16];
-        for (int m = 0; m < 16; m++) acc[m] = _mm512_setzero_ps();
+        for (int j = 0; j < ngroups; j++) {
+            const int32_t *bt = bt0 + j * 4 * n_in;
+            const float *dv = dv0 + j * 16 * ng16, *mv = mv0 + j * 16 * ng16;
+            const int64_t oj = o0 + 16 * j;
+            const int nw = (int)(o1 - oj < 16 ? o1 - oj : 16);
+            const __mmask16 cols = (__mmask16)((1u << nw) - 1);
+            __m512 acc[16];
+            for (int m = 0; m < 16; m++) acc[m] = _mm512_setzero_ps();
+/* a block's tile: 16 rows of 32 bytes (LP_AMX_AT); a 16-group is half of one, rows still 32 apart */
+#define A_AT(g) (g16 ? (g) / 2 * 512 + (g) % 2 * 16 : (g) * 512)
 #define PAIR(g)                                                                                                        \
     do {                                                                                                               \
-        _tile_loadd(T_AH, ah + kg * (g), n_in);                                                                        \
-        _tile_loadd(T_AL, al + kg * (g), n_in);                                                                        \
+        _tile_loadd(T_AH, ah + A_AT(g), 32);                                                                           \
+        _tile_loadd(T_AL, al + A_AT(g), 32);                                                                           \
         _tile_loadd(T_B, bt + (kg / 4) * 16 * (g), 64);                                                                \
         _tile_zero(T_HI);                                                                                              \
         _tile_zero(T_LO);                                                                                              \
@@ -171,19 +192,21 @@ LP_INLINE void chunk(const int g16, const int has_min, int type, const uint8_t *
 #define STEP(g) /* gi: the 16-group whose d16, m16 apply; the block (g) / 2 or g */                                    \
     step(has_min, hi[(g) & 1], lo[(g) & 1], _mm512_load_ps(dv + 16 * (g16 ? (g) : 2 * (g))),                          \
          _mm512_load_ps(mv + 16 * (g16 ? (g) : 2 * (g))), s, sum, (g), g16 ? (g) / 2 : (g), acc)
-        PAIR(0);
-        for (int64_t g = 1; g < ngr; g++) {
-            PAIR(g);
-            STEP(g - 1);
-        }
-        STEP(ngr - 1);
+            PAIR(0);
+            for (int64_t g = 1; g < ngr; g++) {
+                PAIR(g);
+                STEP(g - 1);
+            }
+            STEP(ngr - 1);
 #undef PAIR
 #undef STEP
+#undef A_AT
 #pragma GCC unroll 16
-        for (int m = 0; m < 16; m++) {
-            if (m >= mr) break;
-            float *yr = y + (r0 + m) * ldy + o0;
-            _mm512_mask_storeu_ps(yr, cols, accumulate ? _mm512_add_ps(_mm512_maskz_loadu_ps(cols, yr), acc[m]) : acc[m]);
+            for (int m = 0; m < 16; m++) {
+                if (m >= mr) break;
+                float *yr = y + (r0 + m) * ldy + oj;
+                _mm512_mask_storeu_ps(yr, cols, accumulate ? _mm512_add_ps(_mm512_maskz_loadu_ps(cols, yr), acc[m]) : acc[m]);
+            }
         }
     }
     _tile_release();

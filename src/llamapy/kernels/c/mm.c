@@ -10,6 +10,7 @@
 #include <omp.h>
 
 #include "amx_x86.h"
+#include "amxk_x86.h"
 #include "dot.h"
 #include "mm.h"
 #include "quants.h"
@@ -31,6 +32,7 @@ size_t lp_mm_scratch_bytes(int64_t n_in) {
     most = most > twins ? most : twins;
 #if defined(LP_AMX)
     most = most > lp_amx_scratch_bytes(n_in) ? most : lp_amx_scratch_bytes(n_in);
+    most = most > lp_amxk_scratch_bytes(n_in) ? most : lp_amxk_scratch_bytes(n_in);
 #endif
     return most;
 }
@@ -92,6 +94,15 @@ LP_INLINE int64_t pass_ahead(int64_t rb, int64_t o, int64_t k, int64_t n_out) {
     return o + k * (m + 1) <= n_out ? m * k * rb : 0;
 }
 
+#if defined(LP_AMX)
+/* Does xp's product with this type take the AMX tiles (mm_chunk's first choice)? */
+static int takes_amx(int type, int64_t n_in, const lp_xprep *xp) {
+    const int64_t n = xp->n;
+    const int reads = lp_xprep_reads(type, n_in, n);
+    return (reads & LP_READS_INTS) && (n <= LP_FEW_ROWS || many_ints(n_in, n)) && (xp->reads & LP_READS_AMX);
+}
+#endif
+
 /* Output rows o0..o1 of the product: each weight row read once and multiplied by every
  * activation row.  Up to LP_FEW_ROWS rows: integer products on the int16 activations (on x86
  * from LP_F32_ROWS rows in lanes: twin_chunk, lanes_chunk), else straight from the blocks where
@@ -116,7 +127,7 @@ static void mm_chunk(int type, const uint8_t *w, int64_t o0, int64_t o1, int64_t
     const int reads = lp_xprep_reads(type, n_in, n);
     const int ints = (reads & LP_READS_INTS) && (n <= LP_FEW_ROWS || many_ints(n_in, n));
 #if defined(LP_AMX)
-    if (ints && (xp->reads & LP_READS_AMX)) { /* a prompt's product on AMX tiles */
+    if (takes_amx(type, n_in, xp)) { /* a prompt's product on AMX tiles */
         lp_amx_chunk(type, w, o0, o1, n_in, xp, y, ldy, accumulate, scratch);
         return;
     }
@@ -230,6 +241,20 @@ static void mm_chunk(int type, const uint8_t *w, int64_t o0, int64_t o1, int64_t
  * lp_mm_scratch_bytes(n_in). */
 void lp_mm_for(int type, const uint8_t *w, int64_t n_out, int64_t n_in, const lp_xprep *xp, float *y, int64_t ldy,
                int accumulate, void *scratch) {
+#if defined(LP_AMX)
+    if (xp->reads & LP_READS_AMXK) { /* (lp_xprep_reads: Q4_K / Q5_K prompts) */
+#pragma omp for schedule(static)
+        for (int64_t o0 = 0; o0 < n_out; o0 += LP_AMX_ROWS)
+            lp_amxk_chunk(type, w, o0, o0 + LP_AMX_ROWS < n_out ? o0 + LP_AMX_ROWS : n_out, n_in, xp, y, ldy, accumulate, scratch);
+        return;
+    }
+    if (takes_amx(type, n_in, xp)) { /* LP_AMX_ROWS output rows a task: the activation tiles reused from L2 */
+#pragma omp for schedule(static)
+        for (int64_t o0 = 0; o0 < n_out; o0 += LP_AMX_ROWS)
+            lp_amx_chunk(type, w, o0, o0 + LP_AMX_ROWS < n_out ? o0 + LP_AMX_ROWS : n_out, n_in, xp, y, ldy, accumulate, scratch);
+        return;
+    }
+#endif
 #pragma omp for schedule(static)
     for (int64_t o0 = 0; o0 < n_out; o0 += CHUNK)
         mm_chunk(type, w, o0, o0 + CHUNK < n_out ? o0 + CHUNK : n_out, n_out, n_in, xp, y, ldy, accumulate, scratch);

@@ -21,6 +21,7 @@ typedef struct {
 #define LP_READS_BF16 2
 #define LP_READS_AMX 4 /* with LP_READS_INTS: the integer products on AMX tiles (lp_mm's prompt-sized products) */
 #define LP_READS_I8 8  /* deterministic mode: x8 (rows_det_x86.c lp_det_reads) */
+#define LP_READS_AMXK 16 /* alone: Q4_K / Q5_K prompts on AMX tiles a super-block a float step (amxk_x86.c) */
 size_t lp_xprep_bytes(int64_t n_in, int64_t n);
 lp_xprep lp_xprep_at(void *buf, int64_t n_in, int64_t n, const float *x);
 int lp_needs_prep(const lp_xprep *xp);

@@ -138,7 +138,7 @@ void lp_det_prep_row(const lp_xprep *xp, int64_t r) {
     if (xp->reads & (LP_READS_INTS | LP_READS_AMX)) lp_prepare_x_row(xp->x + r * xp->n_in, xp->xr, r);
 #if defined(LP_AMX)
     if ((xp->reads & LP_READS_AMX) && xp->xhi)
-        lp_amx_split_row(xp->xr.q + r * xp->n_in, xp->n_in, xp->xhi + r * xp->n_in, xp->xlo + r * xp->n_in);
+        lp_amx_split_row(xp->xr.q + r * xp->n_in, xp->n_in, r, xp->xhi, xp->xlo);
 #endif
     if (xp->reads & LP_READS_I8) lp_x8_row(xp->x + r * xp->n_in, &xp->x8, r);
 }
@@ -202,8 +202,8 @@ void lp_mm_det_for(int type, const uint8_t *w, int64_t n_out, const lp_xprep *xp
 #if defined(LP_AMX)
     if (xp->xhi && det_amx_type(type)) { /* xp->reads has LP_READS_AMX: the rows split */
 #pragma omp for schedule(static)
-        for (int64_t o0 = 0; o0 < n_out; o0 += CHUNK)
-            lp_amx_chunk(type, w, o0, o0 + CHUNK < n_out ? o0 + CHUNK : n_out, n_in, xp, y, ldy, accumulate, scratch);
+        for (int64_t o0 = 0; o0 < n_out; o0 += LP_AMX_ROWS)
+            lp_amx_chunk(type, w, o0, o0 + LP_AMX_ROWS < n_out ? o0 + LP_AMX_ROWS : n_out, n_in, xp, y, ldy, accumulate, scratch);
         return;
     }
 #endif
