@@ -37,22 +37,23 @@ typedef struct {
     uint8_t rows[16];
 } __attribute__((packed)) tile_config;
 
-#define T_HI 0 /* 16 weight rows x 16 activation rows, int32: the hi sums (of the even groups) */
+#define T_HI 0 /* 16 weight rows x 16 activation rows, int32: the hi sums */
 #define T_LO 1
-#define T_HI1 2 /* (of the odd groups) */
-#define T_LO1 3
-#define T_W 4  /* 16 weight rows x kg int8 */
-#define T_XH 5 /* kg / 4 rows of 16 activation rows x 4 int8 */
-#define T_XL 6
+#define T_W 2  /* 16 weight rows x kg int8 (even groups; T_W1 odd) */
+#define T_XH 3 /* kg / 4 rows of 16 activation rows x 4 int8 (T_XH1: odd groups) */
+#define T_XL 4
+#define T_W1 5
+#define T_XH1 6
+#define T_XL1 7
 
 static void configure(int kg) {
     tile_config c;
     memset(&c, 0, sizeof c);
     c.palette = 1;
-    c.rows[T_HI] = c.rows[T_LO] = c.rows[T_HI1] = c.rows[T_LO1] = 16;
-    c.colsb[T_HI] = c.colsb[T_LO] = c.colsb[T_HI1] = c.colsb[T_LO1] = 64;
-    c.rows[T_W] = 16, c.colsb[T_W] = (uint16_t)kg;
-    c.rows[T_XH] = c.rows[T_XL] = (uint8_t)(kg / 4), c.colsb[T_XH] = c.colsb[T_XL] = 64;
+    c.rows[T_HI] = c.rows[T_LO] = 16, c.colsb[T_HI] = c.colsb[T_LO] = 64;
+    c.rows[T_W] = c.rows[T_W1] = 16, c.colsb[T_W] = c.colsb[T_W1] = (uint16_t)kg;
+    c.rows[T_XH] = c.rows[T_XL] = c.rows[T_XH1] = c.rows[T_XL1] = (uint8_t)(kg / 4);
+    c.colsb[T_XH] = c.colsb[T_XL] = c.colsb[T_XH1] = c.colsb[T_XL1] = 64;
     _tile_loadconfig(&c);
 }
 
@@ -109,42 +110,45 @@ LP_INLINE void chunk(const int g16, const int has_min, int type, const uint8_t *
         const float *s = l->s + g0 * LP_NL * nb, *s32 = l->sum32 + g0 * LP_NL * nb, *s16 = l->sum16 + g0 * LP_NL * ng16;
         __m512 acc[16];
         for (int j = 0; j < 16; j++) acc[j] = _mm512_setzero_ps();
-/* Group g's tdpbssd pair into tiles H, L (the pair of set g & 1), the previous group's pair
- * stored while it computes (a pair stored straight after its issue waited on its latency). */
-#define ISSUE(g, H, L)                                                                                                 \
+/* Group g's inputs into tile set (W, XH, XL): the set alternates, so that a load does not wait
+ * on the pair that reads the other set; the pair's sums in HI, LO, stored (SAVE) before the next
+ * pair is issued and read back (STEP) while it computes. */
+#define LOAD(g, W, XH, XL)                                                                                             \
     do {                                                                                                               \
-        _tile_loadd(T_W, wq + kg * (g), n_in);                                                                         \
-        _tile_loadd(T_XH, xb + 32 * kg * (g), 128);                                                                    \
-        _tile_loadd(T_XL, xb + 32 * kg * (g) + 64, 128);                                                               \
-        _tile_zero(H);                                                                                                 \
-        _tile_zero(L);                                                                                                 \
-        _tile_dpbssd(H, T_W, T_XH);                                                                                    \
-        _tile_dpbssd(L, T_W, T_XL);                                                                                    \
+        _tile_loadd(W, wq + kg * (g), n_in);                                                                           \
+        _tile_loadd(XH, xb + 32 * kg * (g), 128);                                                                      \
+        _tile_loadd(XL, xb + 32 * kg * (g) + 64, 128);                                                                 \
     } while (0)
-#define SAVE(g, H, L)                                                                                                  \
+#define PAIR(W, XH, XL)                                                                                                \
     do {                                                                                                               \
-        _tile_stored(H, hi[(g) & 1], 64);                                                                              \
-        _tile_stored(L, lo[(g) & 1], 64);                                                                              \
+        _tile_zero(T_HI);                                                                                              \
+        _tile_zero(T_LO);                                                                                              \
+        _tile_dpbssd(T_HI, W, XH);                                                                                     \
+        _tile_dpbssd(T_LO, W, XL);                                                                                     \
+    } while (0)
+#define SAVE(g)                                                                                                        \
+    do {                                                                                                               \
+        _tile_stored(T_HI, hi[(g) & 1], 64);                                                                           \
+        _tile_stored(T_LO, lo[(g) & 1], 64);                                                                           \
     } while (0)
 #define STEP(g) /* the 16-group whose d16, m16 apply: g (g16) or 2 g; the block g / 2 or g */                         \
     step(has_min, hi[(g) & 1], lo[(g) & 1], dv + 16 * (g16 ? (g) : 2 * (g)), mv + 16 * (g16 ? (g) : 2 * (g)),           \
          _mm512_load_ps(s + LP_NL * (g16 ? (g) / 2 : (g))),                                                            \
          has_min ? _mm512_load_ps(g16 ? s16 + LP_NL * (g) : s32 + LP_NL * (g)) : _mm512_setzero_ps(), acc)
-        ISSUE(0, T_HI, T_LO);
+        LOAD(0, T_W, T_XH, T_XL);
+        PAIR(T_W, T_XH, T_XL);
         for (int64_t g = 1; g < ngr; g++) {
-            if (g & 1) {
-                ISSUE(g, T_HI1, T_LO1);
-                SAVE(g - 1, T_HI, T_LO);
-            } else {
-                ISSUE(g, T_HI, T_LO);
-                SAVE(g - 1, T_HI1, T_LO1);
-            }
+            if (g & 1) LOAD(g, T_W1, T_XH1, T_XL1);
+            else LOAD(g, T_W, T_XH, T_XL);
+            SAVE(g - 1);
+            if (g & 1) PAIR(T_W1, T_XH1, T_XL1);
+            else PAIR(T_W, T_XH, T_XL);
             STEP(g - 1);
         }
-        if ((ngr - 1) & 1) SAVE(ngr - 1, T_HI1, T_LO1);
-        else SAVE(ngr - 1, T_HI, T_LO);
+        SAVE(ngr - 1);
         STEP(ngr - 1);
-#undef ISSUE
+#undef LOAD
+#undef PAIR
 #undef SAVE
 #undef STEP
         for (int j = 0; j < 16; j++) _mm512_store_ps(t + 16 * j, acc[j]);
