@@ -58,7 +58,8 @@ static void configure(int kg) {
 }
 
 /* Weight rows o0..o1 as int8 rows wq [16][n_in] (rows past o1 zero), their d16 and m16 as
- * dv, mv [n_in / 16][16]. */
+ * dv, mv [n_in / 16][16]: the K-quants' bytes straight from their blocks (lp_unpack_row8), the
+ * 32-blocks' int16 rows narrowed, the rest through the canonical form. */
 static void weight_rows(int type, const uint8_t *w, int64_t o0, int64_t o1, int64_t n_in, lp_wrow wr, int16_t *w16,
                         int8_t *wq, float *dv, float *mv) {
     const int64_t rb = lp_row_bytes(type, n_in), ng16 = n_in / 16;
@@ -70,7 +71,8 @@ static void weight_rows(int type, const uint8_t *w, int64_t o0, int64_t o1, int6
             continue;
         }
         const uint8_t *row = w + (o0 + j) * rb;
-        if (lp_unpack_row16(type, row, n_in, w16, wr.d16, wr.m16)) {
+        if (lp_unpack_row8(type, row, n_in, 0, (uint8_t *)qj, wr.d16, wr.m16)) { /* (offset 0: the bytes are q) */
+        } else if (lp_unpack_row16(type, row, n_in, w16, wr.d16, wr.m16)) {
             for (int64_t k = 0; k < n_in; k += 32)
                 _mm256_storeu_si256((__m256i *)(qj + k), _mm512_cvtepi16_epi8(_mm512_loadu_si512(w16 + k)));
         } else {
