@@ -42,8 +42,10 @@ _Static_assert(LP_MM_CHUNK % LP_Q8MM_NP == 0, "a task's output rows are whole pa
 #endif
 
 /* Where AMX is on (LP_AMX builds, Linux granted the tiles), an expert's rows that take the lanes
- * take amxw_x86.c's tiles instead from MOE_AMX_ROWS rows: the same integers and float steps,
- * outputs bit for bit the lanes'.  On a 2-core Intel Xeon (KVM, family 6 model 207) ... */
+ * take amxw_x86.c's tiles instead from MOE_AMX_ROWS rows (the lanes' own bound): the same
+ * integers and float steps, outputs bit for bit the lanes'.  On a 2-core Intel Xeon (KVM,
+ * family 6 model 207) the qwen3-30b-a3b L8 shape's pp512, one process, the two alternating:
+ * 1.33-1.39x less CPU time at 1-2 threads (docs/kernels.md). */
 #if defined(LP_AMX)
 #define MOE_AMX_ROWS 16
 #endif
