@@ -140,3 +140,51 @@ def test_k_quant_experts_take_the_levels_products(level, types):
     assert torch.equal(y, y0 + out)
     if level == "avx2":  # the int8 tiles ran, both ways, and the lanes for the 3-row expert
         assert modes[1, "gate"] == 1 and modes[2, "gate"] == 2 and modes[3, "gate"] == 0, modes
+
+
+# the experts' types (gate, up, down) of the AMX test: 32-blocks with and without minima, the
+# 16-group Q6_K, and IQ4_NL (no int16 unpacking: the canonical form's int8 rows)
+AMX_TYPES = {"Q4_K/Q5_K/Q6_K": (T.Q4_K, T.Q5_K, T.Q6_K), "Q8_0/Q5_0/IQ4_NL": (T.Q8_0, T.Q5_0, T.IQ4_NL),
+             "Q5_1/Q5_1/Q6_K": (T.Q5_1, T.Q5_1, T.Q6_K)}
+MOE_AMX_ROWS = 16  # kernels/c/moe_rows.c: an expert's rows from which AMX's tiles take the lanes' products
+
+
+@pytest.mark.parametrize("types", list(AMX_TYPES), ids=list(AMX_TYPES))
+def test_amx_experts_equal_the_lanes(types):
+    """Where the CPU has AMX-INT8 (and Linux grants it), an expert's rows that take the lanes
+    take amxw_x86.c's tiles from MOE_AMX_ROWS rows: the same integers and float steps, so
+    lp_moe_rows' output equals, bit for bit, the same call with the experts' tiles switched off
+    (lp_moe_rows_amx(0): the lanes) -- for experts of 16 rows (one group of 16), 17 and 33 (a
+    last group of one row), 47, 3 and 15 (the lanes' bounds: below them other products), none."""
+    from test_kernels import _matrix
+    lib = _k_lib("avx512")
+    if not lib.fn.lp_amx_on():
+        pytest.skip(f"{lib.isa}: no AMX-INT8 tiles (the CPU, the build or Linux): the experts stay in the lanes")
+    n_embd, n_ff = K_SHAPE
+    tg, tu, td = AMX_TYPES[types]
+    counts_l = [16, 17, 0, 33, 3, 47, 15]
+    n_expert, n_tokens = len(counts_l), 48
+    mats = [[_matrix(t, shape, seed=10 * e + j)[0] for e in range(n_expert)]
+            for j, (t, shape) in enumerate(((tg, (n_ff, n_embd)), (tu, (n_ff, n_embd)), (td, (n_embd, n_ff))))]
+    stacks = [torch.cat(ms) for ms in mats]
+    strides = [ms[0].numel() for ms in mats]
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(n_tokens, n_embd, generator=g)
+    x[7, ::32] *= 50  # an outlier-heavy row: its blocks' int16 rows at their largest
+    counts = torch.tensor(counts_l, dtype=torch.int64)
+    rows = torch.cat([torch.randperm(n_tokens, generator=g)[:c] for c in counts_l])
+    w = torch.rand(rows.numel(), generator=g)
+    y0 = torch.randn(n_tokens, n_embd, generator=g)
+    out = {}
+    try:
+        for on in (0, 1):
+            assert lib.fn.lp_moe_rows_amx(on) == on
+            y = y0.clone()
+            assert lib.fn.lp_moe_rows(x.data_ptr(), n_tokens, n_expert, counts.data_ptr(), rows.data_ptr(), w.data_ptr(),
+                                      *(s.data_ptr() for s in stacks), int(tg), int(tu), int(td), *strides, n_embd,
+                                      n_ff, y.data_ptr(), None, 0) == 0
+            out[on] = y
+    finally:
+        lib.fn.lp_moe_rows_amx(1)
+    assert not torch.equal(out[1], y0), "the experts added something"
+    assert torch.equal(out[1], out[0]), f"largest difference {(out[1] - out[0]).abs().max():.3g}"

@@ -79,6 +79,7 @@ SIGNATURES: dict[str, tuple] = {  # name -> argument types (all return void unle
     "lp_moe_row": (P, P, I64, I64, P, P, P, I64, I64, I64, I64, I64, I64, I64, I64, P, P, P),
     "lp_moe_rows": (P, I64, I64, P, P, P, P, P, P, I64, I64, I64, I64, I64, I64, I64, I64, P, P, I64),
     "lp_moe_rows_bytes": (I64, I64, P, I64, I64),
+    "lp_moe_rows_amx": (I,),
 }
 RETURNS = {"lp_mm_det": ctypes.c_int, "lp_mm_det_covers": ctypes.c_int, "lp_det_reads": ctypes.c_int, "lp_q8mm_covers": ctypes.c_int,
            "lp_q8mm_takes": ctypes.c_int, "lp_q8mm_mode": ctypes.c_int, "lp_q8k_takes": ctypes.c_int,
@@ -88,7 +89,8 @@ RETURNS = {"lp_mm_det": ctypes.c_int, "lp_mm_det_covers": ctypes.c_int, "lp_det_
            "lp_amx_on": ctypes.c_int, "lp_amx_set": ctypes.c_int, "lp_amxk_set": ctypes.c_int,
            "lp_attn_f16": ctypes.c_int, "lp_attn_kv": ctypes.c_int, "lp_attn_kv_sinks": ctypes.c_int, "lp_attn_tiles_f16": ctypes.c_int, "lp_layers": ctypes.c_int,
            "lp_argmax": ctypes.c_int64, "lp_topk": ctypes.c_int64, "lp_moe_row": ctypes.c_int,
-           "lp_moe_rows": ctypes.c_int, "lp_moe_rows_bytes": ctypes.c_int64}
+           "lp_moe_rows": ctypes.c_int, "lp_moe_rows_bytes": ctypes.c_int64,
+           "lp_moe_rows_amx": ctypes.c_int}
 
 
 class IsaError(ValueError):

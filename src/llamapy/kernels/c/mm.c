@@ -267,6 +267,17 @@ void lp_mm_chunk(int type, const uint8_t *w, int64_t o0, int64_t o1, int64_t n_o
     mm_chunk(type, w, o0, o1, n_out, n_in, xp, y, ldy, accumulate, scratch);
 }
 
+/* Do n rows of n_in, prepared by lp_xprep_at, take the lanes (lanes_chunk) in a product of this
+ * type (moe_rows.c: such an expert's rows may take amxw_x86.c's tiles instead, the same sums)? */
+int lp_mm_takes_lanes(int type, int64_t n_in, int64_t n) {
+#if defined(LP_LANES)
+    return (lp_xprep_reads(type, n_in, n) & LP_READS_INTS) && !twin_ints(n_in, n) && lanes_ints(n_in, n);
+#else
+    (void)type, (void)n_in, (void)n;
+    return 0;
+#endif
+}
+
 /* y[r, o] (+)= sum_k x[r, k] W[o, k]: x float [n_rows, n_in], W [n_out, n_in] in blocks of
  * `type`, y float rows of stride ldy.  Block types: integer products on int16 activations (see
  * lp.h); float types: fp32.  Returns 0, or -1 when scratch memory could not be allocated. */

@@ -36,4 +36,6 @@ void lp_mm_for(int type, const uint8_t *w, int64_t n_out, int64_t n_in, const lp
 void lp_mm_chunk(int type, const uint8_t *w, int64_t o0, int64_t o1, int64_t n_out, int64_t n_in, const lp_xprep *xp,
                  float *y, int64_t ldy, int accumulate, void *scratch);
 
+int lp_mm_takes_lanes(int type, int64_t n_in, int64_t n);
+
 #endif

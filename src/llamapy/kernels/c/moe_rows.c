@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "amxw_x86.h"
 #include "mm.h"
 #include "ops.h"
 #include "q8mm_x86.h"
@@ -40,6 +41,34 @@
 _Static_assert(LP_MM_CHUNK % LP_Q8MM_NP == 0, "a task's output rows are whole panels");
 #endif
 
+/* Where AMX is on (LP_AMX builds, Linux granted the tiles), an expert's rows that take the lanes
+ * take amxw_x86.c's tiles instead from MOE_AMX_ROWS rows (the lanes' own bound): the same
+ * integers and float steps, outputs bit for bit the lanes'.  On a 2-core Intel Xeon (KVM,
+ * family 6 model 207) the qwen3-30b-a3b L8 shape's pp512, one process, the two alternating:
+ * 1.33-1.39x less CPU time at 1-2 threads (docs/kernels.md). */
+#if defined(LP_AMX)
+#define MOE_AMX_ROWS 16
+#endif
+static int moe_amx = 1; /* 0: the lanes as before (lp_moe_rows_amx: A/B measurements, tests) */
+__attribute__((constructor)) static void moe_amx_init(void) {
+    const char *env = getenv("LLAMAPY_MOE_AMX");
+    moe_amx = !(env && env[0] == '0');
+}
+int lp_moe_rows_amx(int on) {
+    if (on >= 0) moe_amx = on;
+    return moe_amx;
+}
+
+/* Do an expert's c rows of n_in take the AMX tiles in a product of this type? */
+static int takes_amx(int type, int64_t n_in, int64_t c) {
+#if defined(LP_AMX)
+    return moe_amx && lp_amx_on() && c >= MOE_AMX_ROWS && lp_mm_takes_lanes(type, n_in, c);
+#else
+    (void)type, (void)n_in, (void)c;
+    return 0;
+#endif
+}
+
 typedef union {
     lp_xprep xp; /* the int16 lanes' (mm.c) */
     lp_q8x q8;   /* the int8 tiles' (MOE_Q8) */
@@ -49,6 +78,7 @@ typedef struct {
     int64_t e, s0, n;    /* the expert, its first slot, its slot count */
     expert_rows xe, xf;  /* its gathered rows, its SwiGLU rows, prepared for the products */
     int q8e, q8f;        /* 1: xe (xf) is q8, else xp */
+    int amxe, amxf;      /* 1: xp's lanes turned into AMX's tiles (amxw_x86.c), its products there */
 } active_expert;
 
 /* Tasks t in [0, n_act * per): expert t / per's task t % per; with two (gate, up: the same rows)
@@ -65,6 +95,12 @@ static void rows_for(active_expert *a, int64_t n_act, int64_t n_out, int64_t n_i
         const int64_t o0 = (t % per) * LP_MM_CHUNK, o1 = o0 + LP_MM_CHUNK < n_out ? o0 + LP_MM_CHUNK : n_out;
         const uint8_t *w = w0[m] + ae->e * stride[m];
         float *ye = y[m] + ae->s0 * n_out;
+#if defined(LP_AMX)
+        if (which ? ae->amxf : ae->amxe) {
+            lp_amxw_chunk(type[m], w, o0, o1, n_in, which ? &ae->xf.xp.xl : &ae->xe.xp.xl, ae->n, ye, n_out, 0, scratch);
+            continue;
+        }
+#endif
 #if defined(MOE_Q8)
         if (which ? ae->q8f : ae->q8e) {
             lp_q8mm_chunk(type[m], w, o0, o1, which ? &ae->xf.q8 : &ae->xe.q8, ye, n_out, 0, scratch);
@@ -152,6 +188,8 @@ int lp_moe_rows(const float *x, int64_t n_tokens, int64_t n_expert, const int64_
         a[i].n = c;
         a[i].q8e = takes_q8(q8_up, n_embd, c, re);
         a[i].q8f = takes_q8(q8_down, n_ff, c, rf);
+        a[i].amxe = !a[i].q8e && takes_amx((int)tg, n_embd, c) && takes_amx((int)tu, n_embd, c);
+        a[i].amxf = !a[i].q8f && takes_amx((int)td, n_ff, c);
 #if defined(MOE_Q8)
         if (a[i].q8e) a[i].xe.q8 = lp_q8x_at(p, (int)tg, n_embd, c);
         if (a[i].q8f) a[i].xf.q8 = lp_q8x_at(p + re, (int)td, n_ff, c);
@@ -185,6 +223,9 @@ int lp_moe_rows(const float *x, int64_t n_tokens, int64_t n_expert, const int64_
                     lp_prep_row(&a[i].xe.xp, r);
                 }
                 lp_lanes_all(&a[i].xe.xp);
+#if defined(LP_AMX)
+                if (a[i].amxe) lp_amxw_lanes(&a[i].xe.xp.xl);
+#endif
             }
             rows_for(a, n_act, n_ff, n_embd, 0, 1, (const int[]){(int)tg, (int)tu}, (const uint8_t *const[]){wg, wu},
                      (const int64_t[]){sg, su}, (float *const[]){g, u}, scratch);
@@ -196,7 +237,12 @@ int lp_moe_rows(const float *x, int64_t n_tokens, int64_t n_expert, const int64_
                     if (!a[i].q8f) lp_prep_row(&a[i].xf.xp, r);
                 }
                 if (a[i].q8f) q8_rows(&a[i].xf, h + a[i].s0 * n_ff, NULL, a[i].n, n_ff);
-                else lp_lanes_all(&a[i].xf.xp);
+                else {
+                    lp_lanes_all(&a[i].xf.xp);
+#if defined(LP_AMX)
+                    if (a[i].amxf) lp_amxw_lanes(&a[i].xf.xp.xl);
+#endif
+                }
             }
             rows_for(a, n_act, n_embd, n_ff, 1, 0, (const int[]){(int)td}, (const uint8_t *const[]){wd},
                      (const int64_t[]){sd}, (float *const[]){t}, scratch);
