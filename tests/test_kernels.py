@@ -18,7 +18,7 @@ from llamapy.kernels import load_kernels
 from llamapy.kernels import ops as kops
 from llamapy.kernels.build import KernelLib, bind_signatures, cpu_features, kernel_level, resolve_level, system_info, IsaError
 from llamapy.kernels.calibrate import CALIBRATION, CoarseChoice, calibrate_coarse_bf16, record_path, recorded_choice
-from llamapy.kernels.types import Q8MM_MAX_FLAGGED, Q8MM_RATIO, c_kv_types, mm_scratch_bound
+from llamapy.kernels.types import Q8MM_MAX_FLAGGED, Q8MM_RATIO, Q8MM_ROWS, c_kv_types, mm_scratch_bound
 from llamapy.model.block_matrix import DENSE_ROWS, block_matrix, dense_dtype
 from llamapy.model.rope import ROPE_TYPE_NEOX, ROPE_TYPE_NORM, RopeParams, apply_rope, rope_cos_sin
 
@@ -197,6 +197,39 @@ def test_q8k_rows_keep_outliers_at_int16(lib, qtype):
         assert ((y - exact).abs().max(-1).values <= 1e-4 * scale[:, 0]).all()
 
 
+def test_q8k_batched_rows_are_the_one_row_products(lib):
+    """x86 without VNNI reads 5 to Q8MM_ROWS - 1 rows of Q6_K (a batched decode of 16 sequences)
+    as ggml's Q8_K, as llama.cpp's AVX2 build does (kernels/c/mm.c q8k_chunk): each weight row
+    decoded once for all rows, and every row bit for bit its one-row product (the same integers
+    in the same lanes, the same float steps), so a sequence's logits do not depend on the batch
+    around it; within fp32 order of the Q8_K product.  A row with an outlier block takes the
+    int16 form (within 1e-4 of the exact product), the others still Q8_K; more than a quarter
+    such rows send the whole product to int16.  Rows 2048 long: from 17 rows two weight rows a
+    pass (an odd last one alone)."""
+    shape = (45, 2048)
+    raw, W = _matrix(T.Q6_K, shape, seed=11)
+    m = block_matrix([(raw, T.Q6_K, shape)], lib)
+    x = torch.randn(63, shape[1], generator=torch.Generator().manual_seed(12))
+    if not lib.fn.lp_q8k_takes(int(T.Q6_K), x.data_ptr(), shape[1], 16):
+        pytest.skip(f"{lib.isa}: several rows of Q6_K in int16 (VNNI, or not x86)")
+    one = torch.cat([m(x[r:r + 1]) for r in range(63)])
+    q8k = (q8k_rounded(x).double() @ W.double().T).float()
+    for n in (5, 8, 12, 16, 17, 33, 63):
+        y = m(x[:n])
+        assert torch.equal(y, one[:n]), n
+        assert (y - q8k[:n]).abs().max().item() <= 1e-5 * q8k.abs().max().item(), n
+    x[3, 700] = 60.0  # one value dominating row 3's third block: that row in int16
+    assert not lib.fn.lp_q8k_takes(int(T.Q6_K), x.data_ptr(), shape[1], 16)
+    exact = (x.double() @ W.double().T).float()
+    y = m(x[:16])
+    assert (y[3] - exact[3]).abs().max().item() <= 1e-4 * exact[3].abs().max().item()
+    keep = [r for r in range(16) if r != 3]
+    assert torch.equal(y[keep], one[keep])
+    x[[5, 7, 9, 11], 100] = 60.0  # 5 of 16 rows: the whole product in int16
+    exact = (x.double() @ W.double().T).float()
+    assert ((m(x[:16]) - exact[:16]).abs().max(-1).values <= 1e-4 * exact[:16].abs().max(-1).values).all()
+
+
 @pytest.mark.parametrize("qtype", [T.Q4_1, T.Q8_0, T.Q4_K, T.Q6_K], ids=lambda t: t.name)
 def test_lane_tail_rows(lib, qtype):
     """Rows past whole lane groups (a verification of 16 drafts: 17 rows; a 130-row ubatch) take
@@ -217,9 +250,12 @@ def test_lane_tail_rows(lib, qtype):
             return y
 
         ref = torch.cat([mm(x[i:i + 16]) for i in range(0, 144, 16)])
+        # Q6_K below Q8MM_ROWS rows on x86 without VNNI: Q8_K rows (each its one-row product), from there the lanes
+        q8k = bool(lib.fn.lp_q8k_takes(int(qtype), x.data_ptr(), shape[1], 16))
         with lanes_only(lib):
+            lanes = mm(x) if q8k else ref
             for n in (17, 20, 24, 25, 31, 40, 130):
-                assert torch.equal(mm(x[:n]), ref[:n]), n
+                assert torch.equal(mm(x[:n]), (lanes if n >= Q8MM_ROWS else ref)[:n]), n
     finally:
         lib.fn.lp_set_coarse_bf16(old)
 
@@ -339,7 +375,7 @@ def test_lanes_past_the_chunk_buffer(lib, qtype):
     shape = (45, 256)  # 45: chunks of 16 end in a tile of one weight row; 256: a K-quant block
     raw, W = _matrix(qtype, shape, seed=7)
     blocks = torch.from_numpy(np.ascontiguousarray(raw).view(np.uint8).copy())
-    x = torch.randn(520, shape[1], generator=torch.Generator().manual_seed(8))
+    x = torch.randn(600, shape[1], generator=torch.Generator().manual_seed(8))  # (a tail of 88: the lanes, not Q8_K)
 
     def mm(xs: torch.Tensor) -> torch.Tensor:
         y = torch.zeros(xs.shape[0], shape[0])

@@ -262,8 +262,8 @@ size_t lp_xrows_bytes(int64_t n_in, int64_t n) {
 }
 
 int lp_xrows_q8k(int64_t n) {
-#if (defined(LP_AVX2) || defined(LP_AVX512)) && !defined(LP_VNNI) && !defined(LP_AVXVNNI)
-    return lp_xrows_split(n);
+#if defined(LP_Q8K)
+    return n < LP_Q8K_ROWS;
 #else
     (void)n;
     return 0;
@@ -301,7 +301,7 @@ lp_xrows lp_xrows_at(void *buf, int64_t n_in, int64_t n) {
     }
     x.q8 = NULL, x.d8 = NULL, x.bs8 = NULL, x.q8on = NULL;
     if (lp_xrows_q8k(n)) {
-        x.q8 = (int8_t *)align64(x.isum16 + n * (n_in / 16));
+        x.q8 = (int8_t *)align64(x.isum16 ? (void *)(x.isum16 + n * (n_in / 16)) : (void *)(x.sum32 + n * (n_in / 32)));
         x.d8 = (float *)align64(x.q8 + n * n_in);
         x.bs8 = (int16_t *)align64(x.d8 + n * (n_in / 256));
         x.q8on = (uint8_t *)align64(x.bs8 + n * (n_in / 16));
