@@ -188,3 +188,41 @@ def test_amx_experts_equal_the_lanes(types):
         lib.fn.lp_moe_rows_amx(1)
     assert not torch.equal(out[1], y0), "the experts added something"
     assert torch.equal(out[1], out[0]), f"largest difference {(out[1] - out[0]).abs().max():.3g}"
+
+
+def test_experts_of_dense_rows_keep_the_integer_products():
+    """An expert of LP_DENSE_ROWS (128)+ rows, prepared by lp_xprep_at, reads the integer form
+    whether amxk_x86.c (the dense layers' Q4_K / Q5_K prompts, lp_mm_for) is on or off: the
+    output is bit for bit the same.  (amxk's choice once left such experts without a form they
+    could read, so they fell to the fp32 tiles: other bits, and the Qwen3-30B-A3B shape's pp512
+    at 0.4-0.6x its speed on an Intel Xeon with AMX.)"""
+    from test_kernels import _matrix
+    lib = _k_lib("avx512")
+    if not lib.fn.lp_amx_on():
+        pytest.skip(f"{lib.isa}: no AMX-INT8 tiles (the CPU, the build or Linux): no amxk to choose")
+    n_embd, n_ff = K_SHAPE
+    tg, tu, td = T.Q4_K, T.Q4_K, T.Q6_K
+    counts_l = [130, 16, 0, 2]
+    n_expert, n_tokens = len(counts_l), 160
+    mats = [[_matrix(t, shape, seed=10 * e + j)[0] for e in range(n_expert)]
+            for j, (t, shape) in enumerate(((tg, (n_ff, n_embd)), (tu, (n_ff, n_embd)), (td, (n_embd, n_ff))))]
+    stacks = [torch.cat(ms) for ms in mats]
+    strides = [ms[0].numel() for ms in mats]
+    g = torch.Generator().manual_seed(5)
+    x = torch.randn(n_tokens, n_embd, generator=g)
+    counts = torch.tensor(counts_l, dtype=torch.int64)
+    rows = torch.cat([torch.randperm(n_tokens, generator=g)[:c] for c in counts_l])
+    w = torch.rand(rows.numel(), generator=g)
+    out = {}
+    try:
+        for on in (0, 1):
+            assert lib.fn.lp_amxk_set(on) == on
+            y = torch.zeros(n_tokens, n_embd)
+            assert lib.fn.lp_moe_rows(x.data_ptr(), n_tokens, n_expert, counts.data_ptr(), rows.data_ptr(), w.data_ptr(),
+                                      *(s.data_ptr() for s in stacks), int(tg), int(tu), int(td), *strides, n_embd,
+                                      n_ff, y.data_ptr(), None, 0) == 0
+            out[on] = y
+    finally:
+        lib.fn.lp_amxk_set(1)
+    assert out[1].abs().max() > 0, "the experts added something"
+    assert torch.equal(out[1], out[0]), f"largest difference {(out[1] - out[0]).abs().max():.3g}"

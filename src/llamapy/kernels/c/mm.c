@@ -164,7 +164,7 @@ static void mm_chunk(int type, const uint8_t *w, int64_t o0, int64_t o1, int64_t
     float acc[LP_TW * LP_TX];
     /* integer products: few rows or many (block types but bf16 CPUs' coarse ones from
      * LP_F32_ROWS rows); the forms of x they read are lp_xprep_reads's, one decision for both */
-    const int reads = lp_xprep_reads(type, n_in, n);
+    const int reads = lp_xprep_ints(lp_xprep_reads(type, n_in, n), xp->reads);
     const int ints = (reads & LP_READS_INTS) && (n <= LP_FEW_ROWS || many_ints(n_in, n));
 #if defined(LP_Q8K)
     if (n >= LP_F32_ROWS && xp->xr.q8 && type == LP_Q6_K && q8k_chunk(type, w, o0, o1, n_out, n_in, xp, y, ldy, accumulate))
@@ -315,7 +315,8 @@ void lp_mm_chunk(int type, const uint8_t *w, int64_t o0, int64_t o1, int64_t n_o
  * type (moe_rows.c: such an expert's rows may take amxw_x86.c's tiles instead, the same sums)? */
 int lp_mm_takes_lanes(int type, int64_t n_in, int64_t n) {
 #if defined(LP_LANES)
-    return (lp_xprep_reads(type, n_in, n) & LP_READS_INTS) && !twin_ints(n_in, n) && lanes_ints(n_in, n);
+    return (lp_xprep_ints(lp_xprep_reads(type, n_in, n), LP_READS_INTS | LP_READS_BF16) & LP_READS_INTS) &&
+           !twin_ints(n_in, n) && lanes_ints(n_in, n);
 #else
     (void)type, (void)n_in, (void)n;
     return 0;
