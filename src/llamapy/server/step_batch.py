@@ -79,10 +79,10 @@ def build_step(slots: list[Slot], n_batch: int, with_prompts: bool = True, with_
         if room <= 0:
             break
         prompt = s.request.prompt
-        last = len(prompt) - 1
-        end = min(s.n_past + room, last if s.n_past < last else last + 1)  # the last token alone (contract)
+        i_last = len(prompt) - 1
+        end = min(s.n_past + room, i_last if s.n_past < i_last else i_last + 1)  # the last token alone (contract)
         chunk = prompt[s.n_past : end]
-        if end == last and s.n_past + room > last:
+        if end == i_last and s.n_past + room > i_last:
             step.held.add(s.id)
         for j, t in enumerate(chunk):
             pos = s.n_past + j
