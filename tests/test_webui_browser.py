@@ -176,9 +176,14 @@ def test_engine_view_two_sequences(driver, model_path):
                 return counts if counts.get("0", 0) > 0 and counts.get("1", 0) > 0 else None
 
             counts = _wait(both, what="two sequences' cells")
-            view = d.execute_script(VIEW_JS)  # read in one go: the page redraws with every event
+
+            def generating():  # (a slot has cells while its prompt's last token still waits for its own step)
+                v = d.execute_script(VIEW_JS)  # read in one go: the page redraws with every event
+                return v if v["generating"] == 2 else None
+
+            view = _wait(generating, what="both slots generating")
             assert view["runs0"] and view["runs1"] and view["strips"] == 2, view  # -np 2: a strip per stream
-            assert view["generating"] == 2 and "process RSS" in view["memory"], view
+            assert "process RSS" in view["memory"], view
             _wait(lambda: d.execute_script("return document.querySelectorAll(\"#steps .step[data-slots='0,1']\").length"),
                   what="a step that batched both")
             if os.environ.get("LLAMAPY_SCREENSHOTS"):
