@@ -149,6 +149,34 @@ AMX_TYPES = {"Q4_K/Q5_K/Q6_K": (T.Q4_K, T.Q5_K, T.Q6_K), "Q8_0/Q5_0/IQ4_NL": (T.
 MOE_AMX_ROWS = 16  # kernels/c/moe_rows.c: an expert's rows from which AMX's tiles take the lanes' products
 
 
+def _experts_case(lib, types: tuple, counts_l: list[int], n_tokens: int, seed: int, outlier_row: int = -1):
+    """Experts of K_SHAPE in (gate, up, down) `types`, counts_l rows each (random tokens), and a
+    call of lp_moe_rows adding their weighted outputs into y [n_tokens, n_embd]; returns it
+    and the generator (its later draws the test's own)."""
+    from test_kernels import _matrix
+    n_embd, n_ff = K_SHAPE
+    tg, tu, td = types
+    n_expert = len(counts_l)
+    mats = [[_matrix(t, shape, seed=10 * e + j)[0] for e in range(n_expert)]
+            for j, (t, shape) in enumerate(((tg, (n_ff, n_embd)), (tu, (n_ff, n_embd)), (td, (n_embd, n_ff))))]
+    stacks = [torch.cat(ms) for ms in mats]
+    strides = [ms[0].numel() for ms in mats]
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(n_tokens, n_embd, generator=g)
+    if outlier_row >= 0:
+        x[outlier_row, ::32] *= 50  # an outlier-heavy row: its blocks' int16 rows at their largest
+    counts = torch.tensor(counts_l, dtype=torch.int64)
+    rows = torch.cat([torch.randperm(n_tokens, generator=g)[:c] for c in counts_l])
+    w = torch.rand(rows.numel(), generator=g)
+
+    def run(y: torch.Tensor) -> None:
+        assert lib.fn.lp_moe_rows(x.data_ptr(), n_tokens, n_expert, counts.data_ptr(), rows.data_ptr(), w.data_ptr(),
+                                  *(s.data_ptr() for s in stacks), int(tg), int(tu), int(td), *strides, n_embd,
+                                  n_ff, y.data_ptr(), None, 0) == 0
+
+    return run, g
+
+
 @pytest.mark.parametrize("types", list(AMX_TYPES), ids=list(AMX_TYPES))
 def test_amx_experts_equal_the_lanes(types):
     """Where the CPU has AMX-INT8 (and Linux grants it), an expert's rows that take the lanes
@@ -156,34 +184,18 @@ def test_amx_experts_equal_the_lanes(types):
     lp_moe_rows' output equals, bit for bit, the same call with the experts' tiles switched off
     (lp_moe_rows_amx(0): the lanes) -- for experts of 16 rows (one group of 16), 17 and 33 (a
     last group of one row), 47, 3 and 15 (the lanes' bounds: below them other products), none."""
-    from test_kernels import _matrix
     lib = _k_lib("avx512")
     if not lib.fn.lp_amx_on():
         pytest.skip(f"{lib.isa}: no AMX-INT8 tiles (the CPU, the build or Linux): the experts stay in the lanes")
-    n_embd, n_ff = K_SHAPE
-    tg, tu, td = AMX_TYPES[types]
-    counts_l = [16, 17, 0, 33, 3, 47, 15]
-    n_expert, n_tokens = len(counts_l), 48
-    mats = [[_matrix(t, shape, seed=10 * e + j)[0] for e in range(n_expert)]
-            for j, (t, shape) in enumerate(((tg, (n_ff, n_embd)), (tu, (n_ff, n_embd)), (td, (n_embd, n_ff))))]
-    stacks = [torch.cat(ms) for ms in mats]
-    strides = [ms[0].numel() for ms in mats]
-    g = torch.Generator().manual_seed(3)
-    x = torch.randn(n_tokens, n_embd, generator=g)
-    x[7, ::32] *= 50  # an outlier-heavy row: its blocks' int16 rows at their largest
-    counts = torch.tensor(counts_l, dtype=torch.int64)
-    rows = torch.cat([torch.randperm(n_tokens, generator=g)[:c] for c in counts_l])
-    w = torch.rand(rows.numel(), generator=g)
-    y0 = torch.randn(n_tokens, n_embd, generator=g)
+    n_tokens = 48
+    run, g = _experts_case(lib, AMX_TYPES[types], [16, 17, 0, 33, 3, 47, 15], n_tokens, seed=3, outlier_row=7)
+    y0 = torch.randn(n_tokens, K_SHAPE[0], generator=g)
     out = {}
     try:
         for on in (0, 1):
             assert lib.fn.lp_moe_rows_amx(on) == on
-            y = y0.clone()
-            assert lib.fn.lp_moe_rows(x.data_ptr(), n_tokens, n_expert, counts.data_ptr(), rows.data_ptr(), w.data_ptr(),
-                                      *(s.data_ptr() for s in stacks), int(tg), int(tu), int(td), *strides, n_embd,
-                                      n_ff, y.data_ptr(), None, 0) == 0
-            out[on] = y
+            out[on] = y0.clone()
+            run(out[on])
     finally:
         lib.fn.lp_moe_rows_amx(1)
     assert not torch.equal(out[1], y0), "the experts added something"
@@ -196,32 +208,17 @@ def test_experts_of_dense_rows_keep_the_integer_products():
     output is bit for bit the same.  (amxk's choice once left such experts without a form they
     could read, so they fell to the fp32 tiles: other bits, and the Qwen3-30B-A3B shape's pp512
     at 0.4-0.6x its speed on an Intel Xeon with AMX.)"""
-    from test_kernels import _matrix
     lib = _k_lib("avx512")
     if not lib.fn.lp_amx_on():
         pytest.skip(f"{lib.isa}: no AMX-INT8 tiles (the CPU, the build or Linux): no amxk to choose")
-    n_embd, n_ff = K_SHAPE
-    tg, tu, td = T.Q4_K, T.Q4_K, T.Q6_K
-    counts_l = [130, 16, 0, 2]
-    n_expert, n_tokens = len(counts_l), 160
-    mats = [[_matrix(t, shape, seed=10 * e + j)[0] for e in range(n_expert)]
-            for j, (t, shape) in enumerate(((tg, (n_ff, n_embd)), (tu, (n_ff, n_embd)), (td, (n_embd, n_ff))))]
-    stacks = [torch.cat(ms) for ms in mats]
-    strides = [ms[0].numel() for ms in mats]
-    g = torch.Generator().manual_seed(5)
-    x = torch.randn(n_tokens, n_embd, generator=g)
-    counts = torch.tensor(counts_l, dtype=torch.int64)
-    rows = torch.cat([torch.randperm(n_tokens, generator=g)[:c] for c in counts_l])
-    w = torch.rand(rows.numel(), generator=g)
+    n_tokens = 160
+    run, _ = _experts_case(lib, (T.Q4_K, T.Q4_K, T.Q6_K), [130, 16, 0, 2], n_tokens, seed=5)
     out = {}
     try:
         for on in (0, 1):
             assert lib.fn.lp_amxk_set(on) == on
-            y = torch.zeros(n_tokens, n_embd)
-            assert lib.fn.lp_moe_rows(x.data_ptr(), n_tokens, n_expert, counts.data_ptr(), rows.data_ptr(), w.data_ptr(),
-                                      *(s.data_ptr() for s in stacks), int(tg), int(tu), int(td), *strides, n_embd,
-                                      n_ff, y.data_ptr(), None, 0) == 0
-            out[on] = y
+            out[on] = torch.zeros(n_tokens, K_SHAPE[0])
+            run(out[on])
     finally:
         lib.fn.lp_amxk_set(1)
     assert out[1].abs().max() > 0, "the experts added something"
