@@ -8,7 +8,6 @@ import fnmatch
 import json
 import re
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -167,7 +166,7 @@ with httpx.stream("GET", sys.argv[1], timeout=300) as r:
 """
 
 
-ROUNDS = 9  # pairs of requests; the fastest of each side is the run the machine's load touched least
+ROUNDS = 3  # pairs of requests for the printed end-to-end ratio
 
 
 def _size(f) -> int:
@@ -183,45 +182,51 @@ def _wait_size(f, n: int, timeout: float = 30.0) -> None:
 
 @pytest.mark.slow
 def test_engine_events_cost_under_5_percent(smollm2):
-    """Generation tokens/s (the server's own predicted_per_second) with an /engine/events
-    subscriber open (another process, as a browser is) vs without, in pairs run back to back,
-    in alternating order: the fastest run with a subscriber is within 5% of the fastest without.
-    Contract: on a shared 2-core machine one request's t/s moves 40-70% between runs (CI printed
-    38.7-68.2 t/s for one setting), so a ratio of single runs, or the median of pair ratios, is
-    noise around 1.0 (CI: 0.947, 0.914 red with nothing changed); the fastest of 9 is the run the
-    load touched least on each side, and a publisher that costs every token 5% lowers it as well."""
+    """With an /engine/events subscriber open (another process, as a browser is), the engine's
+    time spent on it (EngineEvents.publish_s in the scheduler thread + sse_s turning events into
+    text on the loop, which holds the GIL the scheduler needs) is under 5% of the request's
+    wall time, in each of 3 requests.
+    Contract: a ratio of tokens/s with and without a subscriber is what a user sees, but on CI's
+    shared 2 cores one request's t/s moves 40-70% between runs (CI printed 38.7-79.0 t/s for
+    one setting; the fastest of 9 pairs still read 0.925 with nothing changed), so it is printed,
+    not asserted.  The engine's own time on subscribers is a share of the same wall clock: load
+    that stretches the step stretches it alike, so the share stays put; a publisher that costs
+    every token 5% raises it past the bound."""
     with serving_state(smollm2, n_ctx=1024, np_=1, n_batch=64) as st, uvicorn_server(st) as base:
         c = httpx.Client(base_url=base, timeout=300)
+        ev = st.scheduler.events
 
         def tps() -> float:
             r = c.post("/completion", json={"prompt": "Once upon a time", "n_predict": 32, "temperature": 0, "ignore_eos": True})
             return r.json()["timings"]["predicted_per_second"]
 
-        def with_subscriber() -> float:
-            """tps() while a client in another process (as a browser is) reads /engine/events."""
+        def with_subscriber() -> tuple[float, float]:
+            """tps() while a client in another process reads /engine/events, and the share of
+            the request's wall time the engine spent on it."""
             with tempfile.TemporaryFile() as out:
                 sub = subprocess.Popen([sys.executable, "-c", LISTEN, base + "/engine/events"], stdout=out)
                 try:
                     _wait_size(out, 1)
                     n0 = _size(out)
+                    busy0, t0 = ev.publish_s + ev.sse_s, time.perf_counter()
                     v = tps()
+                    share = (ev.publish_s + ev.sse_s - busy0) / (time.perf_counter() - t0)
                     assert _size(out) > n0 + 1000  # it really streamed during the request (events of ~1.5 kB)
                 finally:
                     sub.kill()
                     sub.wait()
-            return v
+            return v, share
 
         tps()  # warm-up
-        ratios, without, with_ = [], [], []
+        without, with_, shares = [], [], []
         for i in range(ROUNDS):  # pairs, in alternating order: A B, B A, ...
             if i % 2 == 0:
-                a, b = tps(), with_subscriber()
+                a, (b, sh) = tps(), with_subscriber()
             else:
-                b, a = with_subscriber(), tps()
+                (b, sh), a = with_subscriber(), tps()
             without.append(a)
             with_.append(b)
-            ratios.append(b / a)
-        ratio = max(with_) / max(without)
-        print(f"engine events cost: fastest tokens/s with/without a subscriber {ratio:.3f} over {ROUNDS} pairs "
-              f"(median of the pairs' ratios {statistics.median(ratios):.3f})")
-        assert ratio > 0.95, f"tokens/s with a subscriber {with_} vs without {without}: fastest ratio {ratio:.3f}"
+            shares.append(sh)
+        print(f"engine events cost: {', '.join(f'{x:.2%}' for x in shares)} of the request's wall time; "
+              f"fastest tokens/s with/without a subscriber {max(with_) / max(without):.3f}")
+        assert max(shares) < 0.05, f"time on the subscriber, share of each request's wall time: {shares}"

@@ -42,6 +42,11 @@ class EngineEvents:
         self.last: dict[str, Any] | None = None  # the last event built (a new subscriber's first)
         self._t_last = 0.0
         self._batches: list[dict[str, Any]] = []  # steps since the last event (scheduler thread only)
+        # wall seconds spent on subscribers, what they cost the engine (read by tests): in
+        # publish (the scheduler thread) and turning events into SSE text (the subscribers'
+        # loops, holding the GIL the scheduler's Python needs); one writer thread each
+        self.publish_s = 0.0
+        self.sse_s = 0.0
 
     @property
     def subscribed(self) -> bool:
@@ -64,6 +69,14 @@ class EngineEvents:
         subs = self._subs
         if not subs:
             return
+        t0 = time.perf_counter()
+        try:
+            self._publish(subs, sched, infos, metrics, decoded)
+        finally:
+            self.publish_s += time.perf_counter() - t0
+
+    def _publish(self, subs: tuple[Subscriber, ...], sched: Scheduler, infos: list[dict], metrics: dict,
+                 decoded: bool) -> None:
         if decoded:
             self._batches.append(self.view.batch(sched))
             del self._batches[:-MAX_BATCHES]
@@ -84,6 +97,10 @@ class EngineEvents:
         sub = self.subscribe()
         try:
             while True:
-                yield sse(await sub.queue.get())
+                ev = await sub.queue.get()
+                t0 = time.perf_counter()
+                text = sse(ev)
+                self.sse_s += time.perf_counter() - t0
+                yield text
         finally:
             self.unsubscribe(sub)
