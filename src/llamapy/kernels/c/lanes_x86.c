@@ -52,7 +52,14 @@ typedef __m256 vfl;
 #define VFL_FMA(a, b, c) _mm256_fmadd_ps(a, b, c)
 #define VFL_MUL(a, b) _mm256_mul_ps(a, b)
 #define VFL_CVT(a) _mm256_cvtepi32_ps(a)
-LP_INLINE vi pair_dot(vi acc, vi x, vi w) { return lp_dpwssd256(acc, x, w); }
+LP_INLINE vi pair_dot(vi acc, vi x, vi w) {
+    vi r = lp_dpwssd256(acc, x, w);
+#if !defined(LP_VNNI) && !defined(LP_AVXVNNI)
+    __asm__("" : "+x"(r)); /* vpaddd where its vpmaddwd is: GCC reassociated the unrolled chains' integer adds, hoisting
+                            * every vpmaddwd of the loop and spilling them (the same integers either way) */
+#endif
+    return r;
+}
 #endif
 #define NL LP_NL
 /* a weight line for a later tile, requested while this one computes: a tile spreads its
@@ -158,6 +165,7 @@ LP_INLINE void tile(const int NG, const int NW, const int g16, const int has_min
         for (int64_t i = b * pf_b; i < (b + 1) * pf_b && i < pf_lines; i++) PF(pf + 64 * i);
         for (int h = 0; h < (g16 ? 2 : 1); h++) {
             const int64_t gi = g16 ? 2 * b + h : 2 * b, k0 = 16 * b + 8 * h; /* gi: the 16-group whose d16, m16 apply */
+            const int kn = g16 ? 8 : 16; /* pairs of the group (a constant: the unroll annotations need one) */
             vi p[2][4];
             for (int i = 0; i < NG; i++)
                 for (int j = 0; j < NW; j++) p[i][j] = VI_ZERO();
@@ -165,7 +173,10 @@ LP_INLINE void tile(const int NG, const int NW, const int g16, const int has_min
                             * in two chains each, summed after (the same integers) */
                 vi p2[4];
                 for (int j = 0; j < NW; j++) p2[j] = VI_ZERO();
-                for (int k = 0; k < (g16 ? 8 : 16); k += 2) {
+#if defined(LP_AVX512)
+#pragma GCC unroll 8 /* unrolled whole: the 8 chains stay in registers (rolled, each vpdpwssd went through a copy) */
+#endif
+                for (int k = 0; k < kn; k += 2) {
                     const vi x0 = VI_LOAD(xq[0] + k0 + k), x1 = VI_LOAD(xq[0] + k0 + k + 1);
                     for (int j = 0; j < NW; j++) {
                         int32_t w0, w1; /* each read on its own: broadcast loads */
@@ -177,7 +188,8 @@ LP_INLINE void tile(const int NG, const int NW, const int g16, const int has_min
                 }
                 for (int j = 0; j < NW; j++) p[0][j] = VI_ADD(p[0][j], p2[j]);
             } else {
-                for (int k = 0; k < (g16 ? 8 : 16); k++) {
+#pragma GCC unroll 4
+                for (int k = 0; k < kn; k++) {
                     vi xv[2];
                     for (int i = 0; i < NG; i++) xv[i] = VI_LOAD(xq[i] + k0 + k);
                     for (int j = 0; j < NW; j++) {

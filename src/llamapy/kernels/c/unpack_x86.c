@@ -78,7 +78,7 @@ LP_INLINE void q6k_values(const uint8_t *b, int n, __m256i *w) {
 }
 
 /* The body (...) for each group of 32 values w[j] (q - 32) of a Q6_K row: k its first value's index,
- * d0 and d1 the scales of its two 16-groups (f32_q6_k and unpack16_q6_k store them two ways). */
+ * d0 and d1 the scales of its two 16-groups (f32_q6_k and unpack8_q6_k store them two ways). */
 #define FOR_Q6K(row, nsb, ...)                                                                                          \
     for (int64_t i = 0; i < (nsb); i++) {                                                                              \
         const uint8_t *b = (row) + i * 210;                                                                            \
@@ -122,17 +122,46 @@ LP_INLINE void store16(__m256i w8, int16_t *q16) { /* 32 int8 values as int16 */
     _mm256_storeu_si256((__m256i *)(q16 + 16), hi16(w8));
 }
 
-/* Q4_K / Q5_K (f32_k45's decoding) and Q6_K (f32_q6_k's) as int16 values, d16 and m16. */
+/* The 8 sub-blocks' scales and minimums of the Q4_K / Q5_K super-block at b as d16 and m16 of its
+ * 16 16-groups (each sub-block's twice): d * sc and -(dmin * m), k45_decode's floats, the 12
+ * scale bytes unpacked in four 32-bit words (ggml's kmask1..3 rearrangement: the 8 scales in
+ * bytes 0..7, the 8 minimums in 8..15) and converted 8 at a time; scalar, k45_decode's 6-bit
+ * fields and float steps per pair took half of lp_unpack_row16's time (Llama 3.2 1B shape, B=16). */
+LP_INLINE void k45_scales16(const uint8_t *b, float *d16, float *m16) {
+    uint32_t u[4];
+    memcpy(u, b + 4, 12);
+    const uint32_t k1 = 0x3f3f3f3f, k2 = 0x0f0f0f0f, k3 = 0x03030303;
+    u[3] = ((u[2] >> 4) & k2) | (((u[1] >> 6) & k3) << 4);
+    const uint32_t m03 = u[1] & k1;
+    u[1] = (u[2] & k2) | (((u[0] >> 6) & k3) << 4);
+    u[2] = m03;
+    u[0] &= k1;
+    const __m128i v = _mm_loadu_si128((const __m128i *)u);
+    const __m256 d = _mm256_set1_ps(lp_f16_to_f32(lp_rd16(b))), dmin = _mm256_set1_ps(lp_f16_to_f32(lp_rd16(b + 2)));
+    const __m256 sc = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(v)));
+    const __m256 mn = _mm256_xor_ps(_mm256_mul_ps(dmin, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(v, 8)))),
+                                    _mm256_set1_ps(-0.0f));
+    const __m256i lo = _mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3), hi = _mm256_setr_epi32(4, 4, 5, 5, 6, 6, 7, 7);
+    _mm256_storeu_ps(d16, _mm256_permutevar8x32_ps(sc, lo));
+    _mm256_storeu_ps(d16 + 8, _mm256_permutevar8x32_ps(sc, hi));
+    _mm256_storeu_ps(m16, _mm256_permutevar8x32_ps(mn, lo));
+    _mm256_storeu_ps(m16 + 8, _mm256_permutevar8x32_ps(mn, hi));
+}
+
+/* Q4_K / Q5_K (f32_k45's decoding, the scales by k45_scales16) and Q6_K (f32_q6_k's) as int16
+ * values, d16 and m16. */
 LP_INLINE void unpack16_k45(const int type, const uint8_t *row, int64_t nsb, int16_t *q16, float *d16, float *m16) {
-    FOR_K45(type, row, nsb, {
-        const int64_t g = 16 * i + 4 * j; /* the 16-group of wa's first value */
-        store16(sub.wa, q16 + 16 * g);
-        store16(sub.wb, q16 + 16 * g + 32);
-        d16[g] = d16[g + 1] = sub.da;
-        d16[g + 2] = d16[g + 3] = sub.db;
-        m16[g] = m16[g + 1] = sub.mna;
-        m16[g + 2] = m16[g + 3] = sub.mnb;
-    })
+    for (int64_t i = 0; i < nsb; i++) {
+        const uint8_t *b = row + i * (type == LP_Q4_K ? 144 : 176), *qs = b + (type == LP_Q4_K ? 16 : 48);
+        k45_scales16(b, d16 + 16 * i, m16 + 16 * i);
+        __m256i hb = type == LP_Q5_K ? _mm256_loadu_si256((const __m256i *)(b + 16)) : _mm256_setzero_si256();
+        for (int j = 0; j < 4; j++) { /* sub-blocks 2 j, 2 j + 1: 16-groups 4 j .. 4 j + 3 */
+            __m256i wa, wb;
+            k45_pair(type, qs + 32 * j, &hb, &wa, &wb);
+            store16(wa, q16 + 256 * i + 64 * j);
+            store16(wb, q16 + 256 * i + 64 * j + 32);
+        }
+    }
 }
 
 /* The same as bytes q + off (the int8 panels of q8mm_x86.c: no int16 row to narrow again). */
@@ -150,13 +179,23 @@ LP_INLINE void unpack8_k45(const int type, const uint8_t *row, int64_t nsb, int 
 }
 #undef FOR_K45
 
+/* Q6_K as int16 (f32_q6_k's values): d16 of 16-group t of a super-block d * sc[t] (FOR_Q6K's d0,
+ * d1), the 16 converted 8 at a time. */
 LP_INLINE void unpack16_q6_k(const uint8_t *row, int64_t nsb, int16_t *q16, float *d16, float *m16) {
-    FOR_Q6K(row, nsb, {
-        store16(w[j], q16 + k);
-        d16[k / 16] = d0;
-        d16[k / 16 + 1] = d1;
-        m16[k / 16] = m16[k / 16 + 1] = 0.0f;
-    })
+    for (int64_t i = 0; i < nsb; i++) {
+        const uint8_t *b = row + i * 210;
+        const __m256 d = _mm256_set1_ps(lp_f16_to_f32(lp_rd16(b + 208)));
+        const __m128i sc = _mm_loadu_si128((const __m128i *)(b + 192));
+        _mm256_storeu_ps(d16 + 16 * i, _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(sc))));
+        _mm256_storeu_ps(d16 + 16 * i + 8, _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(sc, 8)))));
+        _mm256_storeu_ps(m16 + 16 * i, _mm256_setzero_ps());
+        _mm256_storeu_ps(m16 + 16 * i + 8, _mm256_setzero_ps());
+        for (int n = 0; n < 2; n++) {
+            __m256i w[4];
+            q6k_values(b, n, w);
+            for (int j = 0; j < 4; j++) store16(w[j], q16 + 256 * i + 128 * n + 32 * j);
+        }
+    }
 }
 
 LP_INLINE void unpack8_q6_k(const uint8_t *row, int64_t nsb, int off, uint8_t *u8, float *d16, float *m16) {
