@@ -1,4 +1,4 @@
-"""Q4_K / Q5_K prompts on AMX tiles with one activation scale per super-block (kernels/c/amxk_x86.c):
+"""Q4_K / Q5_K prompts on AMX tiles with the activations in ggml's Q8_K (kernels/c/amxk_x86.c):
 the sums against numpy's rounding of the same activations with the same weights, each row its own
 at any row count the path takes, accumulation into y, and the switch back to amx_x86.c."""
 from __future__ import annotations
@@ -13,7 +13,7 @@ from llamapy.model.block_matrix import block_matrix
 from test_kernels import _matrix
 
 T = gguf.GGMLQuantizationType
-XQ_MAX = np.float32(32639.0)  # kernels/c/lp.h LP_XQ_MAX
+XQ_MAX = np.float32(127.0)  # kernels/c/amxk_x86.h LP_AMXK_QMAX: ggml's Q8_K
 
 
 @pytest.fixture(scope="module")
@@ -59,9 +59,10 @@ def _rounded(x: torch.Tensor) -> np.ndarray:
 
 @pytest.mark.parametrize("qtype", [T.Q4_K, T.Q5_K], ids=lambda t: t.name)
 def test_sums_are_the_rounded_activations(lib, qtype):
-    """The product is the scale part times x rounded per super-block plus the minima times x's
-    exact block sums, up to fp32 order (1e-5 of the largest output; the rounding itself moves
-    the outputs 1e-5..1e-4, measured below, so a wrong rounding or scale cannot hide)."""
+    """The product is the scale part times x rounded per super-block (ggml's Q8_K) plus the minima
+    times x's exact block sums, up to fp32 order (1e-5 of the largest output, measured 1.2-1.4e-7;
+    the rounding itself moves the outputs 2e-2, measured below, so a wrong rounding, scale or
+    row-tile cannot hide)."""
     shape = (80, 768)  # 3 super-blocks; 5 groups of 16 weight rows (a 64-row task and a tail of 16)
     raw, ref = _matrix(qtype, shape, seed=3)
     m = block_matrix([(raw, qtype, shape)], lib)
@@ -76,7 +77,7 @@ def test_sums_are_the_rounded_activations(lib, qtype):
     exact = np.abs(y - x.numpy().astype(np.float64) @ ref.numpy().astype(np.float64).T).max() / scale
     print(f"{qtype.name}: |y - rounded product| {err:.2e}, |y - exact product| {exact:.2e} of the largest")
     assert err < 1e-5
-    assert exact < 1e-3  # (finer than ggml's Q8_K, one int8 scale per 256: ~4e-3 here)
+    assert exact < 5e-2  # (ggml's Q8_K, one int8 scale per 256, as llama.cpp: 2.1e-2 here, the outlier's row)
 
 
 def test_rows_are_their_own_and_accumulate(lib):

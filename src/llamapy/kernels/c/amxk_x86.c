@@ -3,18 +3,20 @@
  * super-block, bound it far below the tile unit's rate).
  *
  * A Q4_K / Q5_K weight is d sc_b q - dmin m_b: q unsigned (4 or 5 bits), sc_b and m_b the
- * block's 6-bit integers, d and dmin the super-block's.  The activations take one scale per
- * super-block, s = max |x| / LP_XQ_MAX (int16, split exactly into int8 hi and lo as amx_x86.c:
- * xq = 256 hi + lo), so a super-block's integer dot sum_b sc_b (q_b . xq_b) is one tile sum if
- * the weights carry sc_b: w' = sc_b q (at most 63 x 31 = 1953) split into int8 halves,
- * w' = 2^sh u + v (sh = the q's bits: u <= 61, v < 2^sh).  Four int32 tiles a super-block
- * (hi.u, hi.v, lo.u, lo.v over K = 256, each at most 256 x 128 x 61: exact), combined as
- * 256 (2^sh hu + hv) + (2^sh lu + lv) in float (2^sh hu + hv < 2^31 exact in int32), times
- * d s; the minima from the float sums of x per block: + sum_b (-dmin m_b) sum(x_b).
+ * block's 6-bit integers, d and dmin the super-block's.  The activations are ggml's Q8_K, which
+ * llama.cpp multiplies Q4_K / Q5_K by: one scale per super-block, s = max |x| / 127, xq = x / s
+ * rounded, int8 (one tile), so a super-block's integer dot sum_b sc_b (q_b . xq_b) is one tile
+ * sum if the weights carry sc_b: w' = sc_b q (at most 63 x 31 = 1953) split into int8 halves,
+ * w' = 2^sh u + v (sh = the q's bits: u <= 61, v < 2^sh).  Two int32 tiles a super-block (x.u,
+ * x.v over K = 256, each at most 256 x 127 x 61: exact), combined 2^sh xu + xv in int32 (at most
+ * 256 x 127 x 1953 < 2^26: exact), times d s in float; the minima from the float sums of x per
+ * block: + sum_b (-dmin m_b) sum(x_b) (llama.cpp's: from xq's sums).  The 8 tile registers hold
+ * 2 x 2: two activation row-tiles x the group's u, v (4 int32, 2 A, 2 B tiles), so per 16 x 16
+ * outputs and super-block 8 tdpbssd of K = 64, 8 tile loads, 2 tile stores.
  *
- * Precision: xq rounds x to 1/65278 of its super-block's largest value (the lanes': of its
- * block's; ggml's Q8_K, which llama.cpp multiplies Q4_K by: 1/254 of the super-block's).
- * Not the lanes' sums bit for bit, so deterministic mode (rows_det_x86.c) keeps amx_x86.c. */
+ * Precision: xq rounds x to 1/254 of its super-block's largest value, as llama.cpp's (the lanes':
+ * int16, 1/65278 of their block's).  Not the lanes' sums bit for bit, so deterministic mode
+ * (rows_det_x86.c) keeps amx_x86.c. */
 #include "amxk_x86.h"
 
 #include "amx_x86.h"
@@ -39,20 +41,16 @@ void lp_amxk_prep_row(const lp_xprep *xp, int64_t r) {
     for (int64_t k0 = 0; k0 < n_in; k0 += 256) {
         __m512 amax = _mm512_setzero_ps();
         for (int64_t k = k0; k < k0 + 256; k += 16) amax = _mm512_max_ps(amax, _mm512_abs_ps(_mm512_loadu_ps(x + k)));
-        const float m = _mm512_reduce_max_ps(amax), s = m / LP_XQ_MAX;
-        const __m512 inv = _mm512_set1_ps(m > 0.0f ? LP_XQ_MAX / m : 0.0f);
+        const float m = _mm512_reduce_max_ps(amax), s = m / LP_AMXK_QMAX;
+        const __m512 inv = _mm512_set1_ps(m > 0.0f ? LP_AMXK_QMAX / m : 0.0f);
         xp->xr.s[r * nb + k0 / 256] = s;
         for (int64_t k = k0; k < k0 + 256; k += 32) {
             const __m512 a = _mm512_loadu_ps(x + k), b = _mm512_loadu_ps(x + k + 16);
             xp->xr.sum32[r * nb + k / 32] = _mm512_reduce_add_ps(_mm512_add_ps(a, b));
-            const __m256i qa = _mm512_cvtepi32_epi16(_mm512_cvtps_epi32(_mm512_mul_ps(a, inv)));
-            const __m256i qb = _mm512_cvtepi32_epi16(_mm512_cvtps_epi32(_mm512_mul_ps(b, inv)));
-            const __m512i v = _mm512_inserti64x4(_mm512_castsi256_si512(qa), qb, 1); /* 32 xq, int16 */
-            const __m512i h = _mm512_srai_epi16(_mm512_add_epi16(v, _mm512_set1_epi16(128)), 8);
-            const __m512i l = _mm512_sub_epi16(v, _mm512_slli_epi16(h, 8));
-            const int64_t at = LP_AMXK_AT(n_in, r, k);
-            _mm256_storeu_si256((__m256i *)(xp->xhi + at), _mm512_cvtepi16_epi8(h));
-            _mm256_storeu_si256((__m256i *)(xp->xlo + at), _mm512_cvtepi16_epi8(l));
+            /* xq = x / s rounded to nearest even, |xq| <= 127 (the saturation never bites) */
+            const __m128i qa = _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(_mm512_mul_ps(a, inv)));
+            const __m128i qb = _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(_mm512_mul_ps(b, inv)));
+            _mm256_storeu_si256((__m256i *)(xp->xhi + LP_AMXK_AT(n_in, r, k)), _mm256_set_m128i(qb, qa));
         }
     }
 }
@@ -156,12 +154,12 @@ static void pack_group(int type, const uint8_t *w, int64_t o0, int64_t o1, int64
 #ifndef LAGK
 #define LAGK 2 /* items in flight: a tile store's bytes are read back this many items later */
 #endif
-#define T_HU 0 /* hi . u: 16 activation rows x 16 weight rows, int32 */
-#define T_HV 1
-#define T_LU 2
-#define T_LV 3
-#define T_AH 4 /* 16 activation rows x 64 int8 */
-#define T_AL 5
+#define T_0U 0 /* activation rows r0..r0 + 15 . u: 16 x 16 weight rows, int32 */
+#define T_0V 1
+#define T_1U 2 /* rows r0 + 16..r0 + 31 . u */
+#define T_1V 3
+#define T_A0 4 /* 16 activation rows x 64 int8 */
+#define T_A1 5
 #define T_BU 6 /* 16 rows of the 16 weight rows' 4 int8 */
 #define T_BV 7
 
@@ -177,7 +175,7 @@ static void configure(void) {
     _tile_loadconfig(&c);
 }
 
-/* One item: super-block B of 16 activation rows (r0..) by a group of 16 weight rows (o..). */
+/* One item: super-block B of up to 32 activation rows (r0..) by a group of 16 weight rows (o..). */
 typedef struct {
     int64_t r0, o, B;
     int mr, nw;
@@ -185,7 +183,7 @@ typedef struct {
 } item;
 
 /* An item's float step into y (the accumulator: the first super-block starts it, or adds to y
- * where accumulate): t its four stored tiles [hu, hv, lu, lv][16 x 16]. */
+ * where accumulate): t its four stored tiles [0u, 0v, 1u, 1v][16 x 16]. */
 LP_INLINE void step(const int sh, const int32_t *t, const item *it, const lp_xprep *xp, float *y, int64_t ldy, int start) {
     const int64_t nb = xp->n_in / 32;
     const __m512 d = _mm512_load_ps(it->d);
@@ -193,11 +191,9 @@ LP_INLINE void step(const int sh, const int32_t *t, const item *it, const lp_xpr
     for (int m = 0; m < it->mr; m++) {
         const int64_t r = it->r0 + m;
         float *yr = y + r * ldy + it->o;
-        const __m512i hu = _mm512_load_si512(t + 16 * m), hv = _mm512_load_si512(t + 256 + 16 * m);
-        const __m512i lu = _mm512_load_si512(t + 512 + 16 * m), lv = _mm512_load_si512(t + 768 + 16 * m);
-        const __m512 h = _mm512_cvtepi32_ps(_mm512_add_epi32(_mm512_slli_epi32(hu, sh), hv));
-        const __m512 l = _mm512_cvtepi32_ps(_mm512_add_epi32(_mm512_slli_epi32(lu, sh), lv));
-        const __m512 p = _mm512_fmadd_ps(h, _mm512_set1_ps(256.0f), l);
+        const int32_t *tu = t + 512 * (m >> 4) + 16 * (m & 15);
+        const __m512i u = _mm512_load_si512(tu), v = _mm512_load_si512(tu + 256);
+        const __m512 p = _mm512_cvtepi32_ps(_mm512_add_epi32(_mm512_slli_epi32(u, sh), v)); /* (exact in int32) */
         __m512 a = start ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(cols, yr);
         a = _mm512_fmadd_ps(p, _mm512_mul_ps(d, _mm512_set1_ps(xp->xr.s[r * nb + it->B])), a);
         const float *xs = xp->xr.sum32 + r * nb + 8 * it->B;
@@ -208,10 +204,11 @@ LP_INLINE void step(const int sh, const int32_t *t, const item *it, const lp_xpr
 }
 
 /* Output rows o0..o1 (LP_AMX_GROUPS groups of 16 at most): every group packed once, then per
- * super-block, per 16 activation rows, each group's four tiles over the super-block (16
- * tdpbssd), the next item's issued before this one's float step.  A super-block's packed
- * groups (32 KB) stay in L1 across the activation rows, and a row group's activation tiles
- * (8 KB) across the groups; y accumulates across the super-blocks. */
+ * super-block, per 32 activation rows, each group's four tiles over the super-block (two
+ * activation row-tiles x the group's u, v: 16 tdpbssd, 16 tile loads), the next item's issued
+ * before this one's float step.  A super-block's packed groups (32 KB) stay in L1 across the
+ * activation rows, and a row pair's activation tiles (8 KB) across the groups; y accumulates
+ * across the super-blocks. */
 LP_INLINE void chunk(const int sh, int type, const uint8_t *w, int64_t o0, int64_t o1, int64_t n_in, const lp_xprep *xp,
                      float *y, int64_t ldy, int accumulate, void *scratch) {
     const int64_t ns = n_in / 256, n = xp->n, gb = group_bytes(n_in) / 4;
@@ -229,36 +226,43 @@ LP_INLINE void chunk(const int sh, int type, const uint8_t *w, int64_t o0, int64
         pack_group(type, w, a, a + 16 < o1 ? a + 16 : o1, n_in, u8, sc, d16, m16, GU(j), GV(j), GD(j), GM(j));
     }
     configure();
-    int32_t t[LAGK][1024] __attribute__((aligned(64))); /* [item % LAGK][hu, hv, lu, lv] */
+    int32_t t[LAGK][1024] __attribute__((aligned(64))); /* [item % LAGK][0u, 0v, 1u, 1v] */
     item pend[LAGK];
     int64_t count = 0;
     for (int64_t B = 0; B < ns; B++)
-        for (int64_t r0 = 0; r0 < n; r0 += 16) {
-            const int8_t *ah = xp->xhi + r0 * n_in + 4096 * B, *al = xp->xlo + r0 * n_in + 4096 * B;
+        for (int64_t r0 = 0; r0 < n; r0 += 32) {
+            const int8_t *a0 = xp->xhi + r0 * n_in + 4096 * B, *a1 = a0 + 16 * n_in;
+            const int two = n - r0 > 16; /* (else the second row-tile is past the rows: not computed) */
             for (int j = 0; j < ngroups; j++, count++) {
                 const int32_t *bu = GU(j) + 1024 * B, *bv = GV(j) + 1024 * B;
-                _tile_zero(T_HU);
-                _tile_zero(T_HV);
-                _tile_zero(T_LU);
-                _tile_zero(T_LV);
+                _tile_zero(T_0U);
+                _tile_zero(T_0V);
+                if (two) {
+                    _tile_zero(T_1U);
+                    _tile_zero(T_1V);
+                }
                 for (int c = 0; c < 4; c++) {
-                    _tile_loadd(T_AH, ah + 1024 * c, 64);
-                    _tile_loadd(T_AL, al + 1024 * c, 64);
+                    _tile_loadd(T_A0, a0 + 1024 * c, 64);
                     _tile_loadd(T_BU, bu + 256 * c, 64);
                     _tile_loadd(T_BV, bv + 256 * c, 64);
-                    _tile_dpbssd(T_HU, T_AH, T_BU);
-                    _tile_dpbssd(T_HV, T_AH, T_BV);
-                    _tile_dpbssd(T_LU, T_AL, T_BU);
-                    _tile_dpbssd(T_LV, T_AL, T_BV);
+                    _tile_dpbssd(T_0U, T_A0, T_BU);
+                    _tile_dpbssd(T_0V, T_A0, T_BV);
+                    if (two) {
+                        _tile_loadd(T_A1, a1 + 1024 * c, 64);
+                        _tile_dpbssd(T_1U, T_A1, T_BU);
+                        _tile_dpbssd(T_1V, T_A1, T_BV);
+                    }
                 }
                 int32_t *tc = t[count % LAGK];
-                _tile_stored(T_HU, tc, 64);
-                _tile_stored(T_HV, tc + 256, 64);
-                _tile_stored(T_LU, tc + 512, 64);
-                _tile_stored(T_LV, tc + 768, 64);
+                _tile_stored(T_0U, tc, 64);
+                _tile_stored(T_0V, tc + 256, 64);
+                if (two) {
+                    _tile_stored(T_1U, tc + 512, 64);
+                    _tile_stored(T_1V, tc + 768, 64);
+                }
                 const int64_t oj = o0 + 16 * j;
-                pend[count % LAGK] = (item){r0, oj, B, (int)(n - r0 < 16 ? n - r0 : 16), (int)(o1 - oj < 16 ? o1 - oj : 16),
-                              GD(j) + 16 * B, GM(j) + 16 * 8 * B};
+                pend[count % LAGK] = (item){r0, oj, B, (int)(n - r0 < 32 ? n - r0 : 32), (int)(o1 - oj < 16 ? o1 - oj : 16),
+                                            GD(j) + 16 * B, GM(j) + 16 * 8 * B};
                 if (count >= LAGK - 1) { /* the item LAGK - 1 back: its tiles stored long enough ago */
                     const item *it = &pend[(count - (LAGK - 1)) % LAGK];
                     step(sh, t[(count - (LAGK - 1)) % LAGK], it, xp, y, ldy, it->B == 0 && !accumulate);
