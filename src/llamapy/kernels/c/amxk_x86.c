@@ -60,8 +60,11 @@ void lp_amxk_prep_row(const lp_xprep *xp, int64_t r) {
  * the blocks' -dmin m. */
 static size_t group_bytes(int64_t n_in) { return 32 * (size_t)n_in + 16 * 4 * (size_t)(n_in / 256 + n_in / 32); }
 
+#define SLAB 128 /* activation rows a pass (chunk): their outputs accumulate in acc [SLAB][LP_AMX_ROWS] */
+
 size_t lp_amxk_scratch_bytes(int64_t n_in) {
-    return LP_AMX_GROUPS * group_bytes(n_in) + 16 * (size_t)n_in + (size_t)(n_in / 2) + 2 * (size_t)(n_in / 16) * 4 + 5 * 64;
+    return LP_AMX_GROUPS * group_bytes(n_in) + 16 * (size_t)n_in + (size_t)(n_in / 2) + 2 * (size_t)(n_in / 16) * 4 +
+           SLAB * LP_AMX_ROWS * 4 + 6 * 64;
 }
 
 /* ggml's get_scale_min_k4: block j's 6-bit scale and minimum from a super-block's 12 bytes */
@@ -175,47 +178,66 @@ static void configure(void) {
     _tile_loadconfig(&c);
 }
 
-/* One item: super-block B of up to 32 activation rows (r0..) by a group of 16 weight rows (o..). */
+/* One item: super-block B of up to 32 activation rows (slab rows m0..) by group j of 16 weight rows. */
 typedef struct {
-    int64_t r0, o, B;
-    int mr, nw;
-    const float *d, *mn; /* the group's d of B, -dmin m of B's first block */
+    int64_t m0, B;
+    int mr, j;
+    const float *d; /* the group's d of B */
 } item;
 
-/* An item's float step into y (the accumulator: the first super-block starts it, or adds to y
- * where accumulate): t its four stored tiles [0u, 0v, 1u, 1v][16 x 16]. */
-LP_INLINE void step(const int sh, const int32_t *t, const item *it, const lp_xprep *xp, float *y, int64_t ldy, int start) {
-    const int64_t nb = xp->n_in / 32;
+/* An item's float step into acc [SLAB][LP_AMX_ROWS] (zeroed per slab): t its four stored tiles
+ * [0u, 0v, 1u, 1v][16 x 16], s the slab's first row's scales. */
+LP_INLINE void step(const int sh, const int32_t *t, const item *it, const float *s, int64_t nb, float *acc) {
     const __m512 d = _mm512_load_ps(it->d);
-    const __mmask16 cols = (__mmask16)((1u << it->nw) - 1);
     for (int m = 0; m < it->mr; m++) {
-        const int64_t r = it->r0 + m;
-        float *yr = y + r * ldy + it->o;
+        const int64_t r = it->m0 + m;
+        float *ar = acc + r * LP_AMX_ROWS + 16 * it->j;
         const int32_t *tu = t + 512 * (m >> 4) + 16 * (m & 15);
         const __m512i u = _mm512_load_si512(tu), v = _mm512_load_si512(tu + 256);
         const __m512 p = _mm512_cvtepi32_ps(_mm512_add_epi32(_mm512_slli_epi32(u, sh), v)); /* (exact in int32) */
-        __m512 a = start ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(cols, yr);
-        a = _mm512_fmadd_ps(p, _mm512_mul_ps(d, _mm512_set1_ps(xp->xr.s[r * nb + it->B])), a);
-        const float *xs = xp->xr.sum32 + r * nb + 8 * it->B;
-#pragma GCC unroll 8
-        for (int b = 0; b < 8; b++) a = _mm512_fmadd_ps(_mm512_set1_ps(xs[b]), _mm512_load_ps(it->mn + 16 * b), a);
-        _mm512_mask_storeu_ps(yr, cols, a);
+        _mm512_store_ps(ar, _mm512_fmadd_ps(p, _mm512_mul_ps(d, _mm512_set1_ps(s[r * nb + it->B])), _mm512_load_ps(ar)));
     }
 }
 
+/* Slab rows m0..m0+mr-1 (mr <= 4) done: acc's rows plus the minima (sum over blocks b of x's
+ * block sums xs [.][nb] times mn [nb][LP_AMX_ROWS], the four groups' -dmin m) into y's columns
+ * o..o+nw-1.  (Blocked 4 rows x 4 groups: one mn load and one x broadcast a 4 fma.) */
+LP_INLINE void finish(int mr, const float *xs, int64_t nb, const float *const *mn, const float *acc, float *y,
+                      int64_t ldy, int64_t nw, int accumulate) {
+    __m512 a[4][LP_AMX_GROUPS];
+    for (int m = 0; m < 4; m++)
+        for (int j = 0; j < LP_AMX_GROUPS; j++) a[m][j] = _mm512_load_ps(acc + m * LP_AMX_ROWS + 16 * j);
+    for (int64_t b = 0; b < nb; b++) {
+        __m512 w[LP_AMX_GROUPS];
+        for (int j = 0; j < LP_AMX_GROUPS; j++) w[j] = _mm512_load_ps(mn[j] + 16 * b);
+        for (int m = 0; m < 4; m++) {
+            const __m512 x = _mm512_set1_ps(xs[(m < mr ? m : 0) * nb + b]);
+            for (int j = 0; j < LP_AMX_GROUPS; j++) a[m][j] = _mm512_fmadd_ps(x, w[j], a[m][j]);
+        }
+    }
+    for (int m = 0; m < mr; m++)
+        for (int j = 0; j < LP_AMX_GROUPS && 16 * j < nw; j++) {
+            const __mmask16 cols = (__mmask16)(nw - 16 * j >= 16 ? 0xFFFF : (1u << (nw - 16 * j)) - 1);
+            float *yr = y + m * ldy + 16 * j;
+            _mm512_mask_storeu_ps(yr, cols, accumulate ? _mm512_add_ps(a[m][j], _mm512_maskz_loadu_ps(cols, yr)) : a[m][j]);
+        }
+}
+
 /* Output rows o0..o1 (LP_AMX_GROUPS groups of 16 at most): every group packed once, then per
- * super-block, per 32 activation rows, each group's four tiles over the super-block (two
- * activation row-tiles x the group's u, v: 16 tdpbssd, 16 tile loads), the next item's issued
- * before this one's float step.  A super-block's packed groups (32 KB) stay in L1 across the
- * activation rows, and a row pair's activation tiles (8 KB) across the groups; y accumulates
- * across the super-blocks. */
+ * slab of SLAB activation rows, per super-block, per 32 rows, each group's four tiles over the
+ * super-block (two activation row-tiles x the group's u, v: 16 tdpbssd, 16 tile loads), the next
+ * item's issued before this one's float step into acc; after the slab's super-blocks the minima
+ * and y.  A super-block's packed groups (32 KB) stay in L1 across the slab's rows, and a row
+ * pair's activation tiles (8 KB) across the groups.  (acc, not y: y's rows lie ldy apart, the
+ * same L1 sets, 32 rows of them a step.) */
 LP_INLINE void chunk(const int sh, int type, const uint8_t *w, int64_t o0, int64_t o1, int64_t n_in, const lp_xprep *xp,
                      float *y, int64_t ldy, int accumulate, void *scratch) {
-    const int64_t ns = n_in / 256, n = xp->n, gb = group_bytes(n_in) / 4;
+    const int64_t ns = n_in / 256, nb = n_in / 32, n = xp->n, gb = group_bytes(n_in) / 4;
     const int ngroups = (int)((o1 - o0 + 15) / 16);
     int32_t *g0 = (int32_t *)(((uintptr_t)scratch + 63) & ~(uintptr_t)63);
     uint8_t *u8 = (uint8_t *)(g0 + LP_AMX_GROUPS * gb), *sc = u8 + 16 * n_in; /* [16][n_in], [16][n_in / 32] */
     float *d16 = (float *)(((uintptr_t)(sc + n_in / 2) + 63) & ~(uintptr_t)63), *m16 = d16 + n_in / 16;
+    float *acc = (float *)(((uintptr_t)(m16 + n_in / 16) + 63) & ~(uintptr_t)63); /* [SLAB][LP_AMX_ROWS] */
 #define GROUP(j) (g0 + (j) * gb) /* u, v, d, mn */
 #define GU(j) GROUP(j)
 #define GV(j) (GROUP(j) + 4 * n_in)
@@ -225,53 +247,57 @@ LP_INLINE void chunk(const int sh, int type, const uint8_t *w, int64_t o0, int64
         const int64_t a = o0 + 16 * j;
         pack_group(type, w, a, a + 16 < o1 ? a + 16 : o1, n_in, u8, sc, d16, m16, GU(j), GV(j), GD(j), GM(j));
     }
+    for (int j = ngroups; j < LP_AMX_GROUPS; j++) memset(GM(j), 0, (size_t)(16 * nb) * 4); /* (finish reads all four) */
+    const float *mn[LP_AMX_GROUPS];
+    for (int j = 0; j < LP_AMX_GROUPS; j++) mn[j] = GM(j);
     configure();
     int32_t t[LAGK][1024] __attribute__((aligned(64))); /* [item % LAGK][0u, 0v, 1u, 1v] */
     item pend[LAGK];
-    int64_t count = 0;
-    for (int64_t B = 0; B < ns; B++)
-        for (int64_t r0 = 0; r0 < n; r0 += 32) {
-            const int8_t *a0 = xp->xhi + r0 * n_in + 4096 * B, *a1 = a0 + 16 * n_in;
-            const int two = n - r0 > 16; /* (else the second row-tile is past the rows: not computed) */
-            for (int j = 0; j < ngroups; j++, count++) {
-                const int32_t *bu = GU(j) + 1024 * B, *bv = GV(j) + 1024 * B;
-                _tile_zero(T_0U);
-                _tile_zero(T_0V);
-                if (two) {
-                    _tile_zero(T_1U);
-                    _tile_zero(T_1V);
-                }
-                for (int c = 0; c < 4; c++) {
-                    _tile_loadd(T_A0, a0 + 1024 * c, 64);
-                    _tile_loadd(T_BU, bu + 256 * c, 64);
-                    _tile_loadd(T_BV, bv + 256 * c, 64);
-                    _tile_dpbssd(T_0U, T_A0, T_BU);
-                    _tile_dpbssd(T_0V, T_A0, T_BV);
+    for (int64_t s0 = 0; s0 < n; s0 += SLAB) {
+        const int64_t sn = n - s0 < SLAB ? n - s0 : SLAB;
+        const float *s = xp->xr.s + s0 * nb;
+        memset(acc, 0, (size_t)(SLAB * LP_AMX_ROWS) * 4);
+        int64_t count = 0;
+        for (int64_t B = 0; B < ns; B++)
+            for (int64_t m0 = 0; m0 < sn; m0 += 32) {
+                const int8_t *a0 = xp->xhi + (s0 + m0) * n_in + 4096 * B, *a1 = a0 + 16 * n_in;
+                const int two = sn - m0 > 16; /* (else the second row-tile is past the rows: not computed) */
+                for (int j = 0; j < ngroups; j++, count++) {
+                    const int32_t *bu = GU(j) + 1024 * B, *bv = GV(j) + 1024 * B;
+                    _tile_zero(T_0U);
+                    _tile_zero(T_0V);
                     if (two) {
-                        _tile_loadd(T_A1, a1 + 1024 * c, 64);
-                        _tile_dpbssd(T_1U, T_A1, T_BU);
-                        _tile_dpbssd(T_1V, T_A1, T_BV);
+                        _tile_zero(T_1U);
+                        _tile_zero(T_1V);
                     }
-                }
-                int32_t *tc = t[count % LAGK];
-                _tile_stored(T_0U, tc, 64);
-                _tile_stored(T_0V, tc + 256, 64);
-                if (two) {
-                    _tile_stored(T_1U, tc + 512, 64);
-                    _tile_stored(T_1V, tc + 768, 64);
-                }
-                const int64_t oj = o0 + 16 * j;
-                pend[count % LAGK] = (item){r0, oj, B, (int)(n - r0 < 32 ? n - r0 : 32), (int)(o1 - oj < 16 ? o1 - oj : 16),
-                                            GD(j) + 16 * B, GM(j) + 16 * 8 * B};
-                if (count >= LAGK - 1) { /* the item LAGK - 1 back: its tiles stored long enough ago */
-                    const item *it = &pend[(count - (LAGK - 1)) % LAGK];
-                    step(sh, t[(count - (LAGK - 1)) % LAGK], it, xp, y, ldy, it->B == 0 && !accumulate);
+                    for (int c = 0; c < 4; c++) {
+                        _tile_loadd(T_A0, a0 + 1024 * c, 64);
+                        _tile_loadd(T_BU, bu + 256 * c, 64);
+                        _tile_loadd(T_BV, bv + 256 * c, 64);
+                        _tile_dpbssd(T_0U, T_A0, T_BU);
+                        _tile_dpbssd(T_0V, T_A0, T_BV);
+                        if (two) {
+                            _tile_loadd(T_A1, a1 + 1024 * c, 64);
+                            _tile_dpbssd(T_1U, T_A1, T_BU);
+                            _tile_dpbssd(T_1V, T_A1, T_BV);
+                        }
+                    }
+                    int32_t *tc = t[count % LAGK];
+                    _tile_stored(T_0U, tc, 64);
+                    _tile_stored(T_0V, tc + 256, 64);
+                    if (two) {
+                        _tile_stored(T_1U, tc + 512, 64);
+                        _tile_stored(T_1V, tc + 768, 64);
+                    }
+                    pend[count % LAGK] = (item){m0, B, (int)(sn - m0 < 32 ? sn - m0 : 32), j, GD(j) + 16 * B};
+                    if (count >= LAGK - 1) /* the item LAGK - 1 back: its tiles stored long enough ago */
+                        step(sh, t[(count - (LAGK - 1)) % LAGK], &pend[(count - (LAGK - 1)) % LAGK], s, nb, acc);
                 }
             }
-        }
-    for (int64_t i = count - (LAGK - 1) > 0 ? count - (LAGK - 1) : 0; i < count; i++) {
-        const item *it = &pend[i % LAGK];
-        step(sh, t[i % LAGK], it, xp, y, ldy, it->B == 0 && !accumulate);
+        for (int64_t i = count - (LAGK - 1) > 0 ? count - (LAGK - 1) : 0; i < count; i++) step(sh, t[i % LAGK], &pend[i % LAGK], s, nb, acc);
+        for (int64_t m = 0; m < sn; m += 4)
+            finish((int)(sn - m < 4 ? sn - m : 4), xp->xr.sum32 + (s0 + m) * nb, nb, mn, acc + m * LP_AMX_ROWS,
+                   y + (s0 + m) * ldy + o0, ldy, o1 - o0, accumulate);
     }
 #undef GROUP
 #undef GU
