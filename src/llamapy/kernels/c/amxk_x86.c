@@ -21,7 +21,6 @@
 
 #include "amx_x86.h"
 #include "quants.h"
-#include "unpack_x86.h"
 
 static int amxk_on = 1;
 __attribute__((constructor)) static void amxk_init(void) {
@@ -63,8 +62,7 @@ static size_t group_bytes(int64_t n_in) { return 32 * (size_t)n_in + 16 * 4 * (s
 #define SLAB 128 /* activation rows a pass (chunk): their outputs accumulate in acc [SLAB][LP_AMX_ROWS] */
 
 size_t lp_amxk_scratch_bytes(int64_t n_in) {
-    return LP_AMX_GROUPS * group_bytes(n_in) + 16 * (size_t)n_in + (size_t)(n_in / 2) + 2 * (size_t)(n_in / 16) * 4 +
-           SLAB * LP_AMX_ROWS * 4 + 6 * 64;
+    return LP_AMX_GROUPS * group_bytes(n_in) + SLAB * LP_AMX_ROWS * 4 + 64;
 }
 
 /* ggml's get_scale_min_k4: block j's 6-bit scale and minimum from a super-block's 12 bytes */
@@ -100,56 +98,66 @@ LP_INLINE void transpose16(__m512i *r) {
     }
 }
 
-/* Weight rows o0..o1 (at most 16; the rest zero) as a group (group_bytes): each row decoded to
- * bytes q (lp_unpack_row8, d16 / m16 for its minima) into u8 [16][n_in] with its blocks' scales
- * in sc [16][n_in / 32], then per 64 values the 16 rows' u and v, two 16 x 16 dword transposes
- * (a scatter per row and 64 values was a sixth of the product's time). */
-static void pack_group(int type, const uint8_t *w, int64_t o0, int64_t o1, int64_t n_in, uint8_t *u8, uint8_t *sc,
-                       float *d16, float *m16, int32_t *bu, int32_t *bv, float *d, float *mn) {
-    const int64_t rb = lp_row_bytes(type, n_in), bsz = type == LP_Q4_K ? 144 : 176, nb = n_in / 32;
-    const int sh = type == LP_Q4_K ? 4 : 5;
-    const __m512i mask = _mm512_set1_epi16((short)((1 << sh) - 1));
-    for (int j = 0; j < 16; j++) {
-        uint8_t *uj = u8 + j * n_in, *sj = sc + j * nb;
-        if (o0 + j >= o1) {
-            memset(uj, 0, (size_t)n_in);
-            memset(sj, 0, (size_t)nb);
-            for (int64_t B = 0; B < n_in / 256; B++) d[16 * B + j] = 0.0f;
-            for (int64_t b = 0; b < nb; b++) mn[16 * b + j] = 0.0f;
-            continue;
-        }
-        const uint8_t *row = w + (o0 + j) * rb;
-        lp_unpack_row8(type, row, n_in, 0, uj, d16, m16);
-        for (int64_t b = 0; b < nb; b++) {
-            int scb, m;
-            scale_min_k4((int)(b % 8), row + b / 8 * bsz + 4, &scb, &m);
-            sj[b] = (uint8_t)scb;
-            mn[16 * b + j] = m16[2 * b]; /* (m16: -dmin m, the same for both 16-groups) */
-        }
-        for (int64_t B = 0; B < n_in / 256; B++) d[16 * B + j] = lp_f16_to_f32(*(const uint16_t *)(row + B * bsz));
-    }
-    for (int64_t k = 0; k < n_in; k += 64) {
-        __m512i ru[16], rv[16];
+/* Weight rows o0..o1 (at most 16; the rest zero) as a group (group_bytes): per super-block each
+ * row's scales decoded (sc [16][8], its d and -dmin m into d and mn), then per 64 values (a
+ * pair of blocks: qs's low and high nibbles, Q5_K's qh bits 2p and 2p + 1) each row's
+ * w' = sc q as 32 + 32 int16, their u and v bytes by a vpackuswb and a vpermq each, and the 16
+ * rows' u and v by two 16 x 16 dword transposes into the B tiles' order.  (Decoding straight
+ * from the blocks, not through lp_unpack_row8's bytes and float scales, and vpackuswb for
+ * vpmovwb: the packing had been 22-31% of a 256-row / 160-row product.) */
+static void pack_group(int type, const uint8_t *w, int64_t o0, int64_t o1, int64_t n_in, int32_t *bu, int32_t *bv,
+                       float *d, float *mn) {
+    const int64_t rb = lp_row_bytes(type, n_in), bsz = type == LP_Q4_K ? 144 : 176, qs_at = type == LP_Q4_K ? 16 : 48;
+    const int sh = type == LP_Q4_K ? 4 : 5, q5 = type == LP_Q5_K;
+    const __m512i mask = _mm512_set1_epi16((short)((1 << sh) - 1)), m4 = _mm512_set1_epi16(15), one = _mm512_set1_epi16(1);
+    const __m512i lanes = _mm512_set_epi64(7, 5, 3, 1, 6, 4, 2, 0); /* vpackuswb's qwords back in order */
+    const int rows = (int)(o1 - o0);
+    for (int64_t B = 0; B < n_in / 256; B++) {
+        uint8_t sc[16][8];
         for (int j = 0; j < 16; j++) {
-            const uint8_t *uj = u8 + j * n_in + k, *sj = sc + j * nb + k / 32;
-            const __m512i w0 = _mm512_mullo_epi16(_mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)uj)),
-                                                  _mm512_set1_epi16((short)sj[0]));
-            const __m512i w1 = _mm512_mullo_epi16(_mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)(uj + 32))),
-                                                  _mm512_set1_epi16((short)sj[1]));
-#define HALVES(f) _mm512_inserti64x4(_mm512_castsi256_si512(_mm512_cvtepi16_epi8(f(w0))), _mm512_cvtepi16_epi8(f(w1)), 1)
-#define U(x) _mm512_srli_epi16((x), sh)
-#define V(x) _mm512_and_si512((x), mask)
-            ru[j] = HALVES(U);
-            rv[j] = HALVES(V);
-#undef HALVES
-#undef U
-#undef V
+            if (j >= rows) {
+                memset(sc[j], 0, 8);
+                d[16 * B + j] = 0.0f;
+                for (int b = 0; b < 8; b++) mn[16 * (8 * B + b) + j] = 0.0f;
+                continue;
+            }
+            const uint8_t *blk = w + (o0 + j) * rb + B * bsz;
+            const float dmin = lp_f16_to_f32(*(const uint16_t *)(blk + 2));
+            d[16 * B + j] = lp_f16_to_f32(*(const uint16_t *)blk);
+            for (int b = 0; b < 8; b++) {
+                int scb, m;
+                scale_min_k4(b, blk + 4, &scb, &m);
+                sc[j][b] = (uint8_t)scb;
+                mn[16 * (8 * B + b) + j] = -(dmin * (float)m);
+            }
         }
-        transpose16(ru);
-        transpose16(rv);
-        for (int c = 0; c < 16; c++) {
-            _mm512_store_si512(bu + 4 * k + 16 * c, ru[c]);
-            _mm512_store_si512(bv + 4 * k + 16 * c, rv[c]);
+        for (int p = 0; p < 4; p++) {
+            __m512i ru[16], rv[16];
+            for (int j = 0; j < 16; j++) {
+                if (j >= rows) {
+                    ru[j] = rv[j] = _mm512_setzero_si512();
+                    continue;
+                }
+                const uint8_t *blk = w + (o0 + j) * rb + B * bsz;
+                const __m512i q = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)(blk + qs_at + 32 * p)));
+                __m512i lo = _mm512_and_si512(q, m4), hi = _mm512_srli_epi16(q, 4);
+                if (q5) {
+                    const __m512i h = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)(blk + 16)));
+                    lo = _mm512_or_si512(lo, _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(h, 2 * p), one), 4));
+                    hi = _mm512_or_si512(hi, _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(h, 2 * p + 1), one), 4));
+                }
+                const __m512i w0 = _mm512_mullo_epi16(lo, _mm512_set1_epi16((short)sc[j][2 * p]));
+                const __m512i w1 = _mm512_mullo_epi16(hi, _mm512_set1_epi16((short)sc[j][2 * p + 1]));
+                ru[j] = _mm512_permutexvar_epi64(lanes, _mm512_packus_epi16(_mm512_srli_epi16(w0, sh), _mm512_srli_epi16(w1, sh)));
+                rv[j] = _mm512_permutexvar_epi64(lanes, _mm512_packus_epi16(_mm512_and_si512(w0, mask), _mm512_and_si512(w1, mask)));
+            }
+            transpose16(ru);
+            transpose16(rv);
+            const int64_t k = 256 * B + 64 * p;
+            for (int c = 0; c < 16; c++) {
+                _mm512_store_si512(bu + 4 * k + 16 * c, ru[c]);
+                _mm512_store_si512(bv + 4 * k + 16 * c, rv[c]);
+            }
         }
     }
 }
@@ -235,9 +243,7 @@ LP_INLINE void chunk(const int sh, int type, const uint8_t *w, int64_t o0, int64
     const int64_t ns = n_in / 256, nb = n_in / 32, n = xp->n, gb = group_bytes(n_in) / 4;
     const int ngroups = (int)((o1 - o0 + 15) / 16);
     int32_t *g0 = (int32_t *)(((uintptr_t)scratch + 63) & ~(uintptr_t)63);
-    uint8_t *u8 = (uint8_t *)(g0 + LP_AMX_GROUPS * gb), *sc = u8 + 16 * n_in; /* [16][n_in], [16][n_in / 32] */
-    float *d16 = (float *)(((uintptr_t)(sc + n_in / 2) + 63) & ~(uintptr_t)63), *m16 = d16 + n_in / 16;
-    float *acc = (float *)(((uintptr_t)(m16 + n_in / 16) + 63) & ~(uintptr_t)63); /* [SLAB][LP_AMX_ROWS] */
+    float *acc = (float *)(g0 + LP_AMX_GROUPS * gb); /* [SLAB][LP_AMX_ROWS] */
 #define GROUP(j) (g0 + (j) * gb) /* u, v, d, mn */
 #define GU(j) GROUP(j)
 #define GV(j) (GROUP(j) + 4 * n_in)
@@ -245,7 +251,7 @@ LP_INLINE void chunk(const int sh, int type, const uint8_t *w, int64_t o0, int64
 #define GM(j) (GD(j) + 16 * ns)
     for (int j = 0; j < ngroups; j++) {
         const int64_t a = o0 + 16 * j;
-        pack_group(type, w, a, a + 16 < o1 ? a + 16 : o1, n_in, u8, sc, d16, m16, GU(j), GV(j), GD(j), GM(j));
+        pack_group(type, w, a, a + 16 < o1 ? a + 16 : o1, n_in, GU(j), GV(j), GD(j), GM(j));
     }
     for (int j = ngroups; j < LP_AMX_GROUPS; j++) memset(GM(j), 0, (size_t)(16 * nb) * 4); /* (finish reads all four) */
     const float *mn[LP_AMX_GROUPS];
@@ -259,10 +265,10 @@ LP_INLINE void chunk(const int sh, int type, const uint8_t *w, int64_t o0, int64
         memset(acc, 0, (size_t)(SLAB * LP_AMX_ROWS) * 4);
         int64_t count = 0;
         for (int64_t B = 0; B < ns; B++)
-            for (int64_t m0 = 0; m0 < sn; m0 += 32) {
-                const int8_t *a0 = xp->xhi + (s0 + m0) * n_in + 4096 * B, *a1 = a0 + 16 * n_in;
-                const int two = sn - m0 > 16; /* (else the second row-tile is past the rows: not computed) */
-                for (int j = 0; j < ngroups; j++, count++) {
+            for (int j = 0; j < ngroups; j++)
+                for (int64_t m0 = 0; m0 < sn; m0 += 32, count++) {
+                    const int8_t *a0 = xp->xhi + (s0 + m0) * n_in + 4096 * B, *a1 = a0 + 16 * n_in;
+                    const int two = sn - m0 > 16; /* (else the second row-tile is past the rows: not computed) */
                     const int32_t *bu = GU(j) + 1024 * B, *bv = GV(j) + 1024 * B;
                     _tile_zero(T_0U);
                     _tile_zero(T_0V);
@@ -293,7 +299,6 @@ LP_INLINE void chunk(const int sh, int type, const uint8_t *w, int64_t o0, int64
                     if (count >= LAGK - 1) /* the item LAGK - 1 back: its tiles stored long enough ago */
                         step(sh, t[(count - (LAGK - 1)) % LAGK], &pend[(count - (LAGK - 1)) % LAGK], s, nb, acc);
                 }
-            }
         for (int64_t i = count - (LAGK - 1) > 0 ? count - (LAGK - 1) : 0; i < count; i++) step(sh, t[i % LAGK], &pend[i % LAGK], s, nb, acc);
         for (int64_t m = 0; m < sn; m += 4)
             finish((int)(sn - m < 4 ? sn - m : 4), xp->xr.sum32 + (s0 + m) * nb, nb, mn, acc + m * LP_AMX_ROWS,
