@@ -59,8 +59,9 @@ def _rounded(x: torch.Tensor) -> np.ndarray:
 
 @pytest.mark.parametrize("qtype,rows", [(T.Q4_K, 150), (T.Q5_K, 150), (T.Q4_K, 140)], ids=lambda v: getattr(v, "name", v))
 def test_sums_are_the_rounded_activations(lib, qtype, rows):
-    """The product is the scale part times x rounded per super-block (ggml's Q8_K) plus the minima
-    times x's exact block sums, up to fp32 order (1e-5 of the largest output, measured 1.2-1.4e-7;
+    """The product is the weights times x rounded per super-block (ggml's Q8_K), the minima too
+    (ggml's bsums: the minima then cancel the offset d sc q carries; with x's exact block sums
+    Gemma 3's KLD from llama.cpp's logits was 3x), up to fp32 order (1e-5 of the largest output, measured 1.2-1.4e-7;
     the rounding itself moves the outputs 2e-2, measured below, so a wrong rounding, scale or
     row-tile cannot hide)."""
     shape = (80, 768)  # 3 super-blocks; 5 groups of 16 weight rows (a 64-row task and a tail of 16)
@@ -73,7 +74,7 @@ def test_sums_are_the_rounded_activations(lib, qtype, rows):
     y = _mm(m, x).numpy().astype(np.float64)
     wd, wm = _parts(raw, qtype, shape)
     assert np.abs(wd + wm - ref.numpy()).max() <= 1e-6 * np.abs(ref.numpy()).max()  # the two parts are the weights
-    want = _rounded(x) @ wd.T + x.numpy().astype(np.float64) @ wm.T
+    want = _rounded(x) @ (wd + wm).T
     scale = np.abs(want).max()
     err = np.abs(y - want).max() / scale
     exact = np.abs(y - x.numpy().astype(np.float64) @ ref.numpy().astype(np.float64).T).max() / scale

@@ -9,14 +9,16 @@
  * sum if the weights carry sc_b: w' = sc_b q (at most 63 x 31 = 1953) split into int8 halves,
  * w' = 2^sh u + v (sh = the q's bits: u <= 61, v < 2^sh).  Two int32 tiles a super-block (x.u,
  * x.v over K = 256, each at most 256 x 127 x 61: exact), combined 2^sh xu + xv in int32 (at most
- * 256 x 127 x 1953 < 2^26: exact), times d s in float; the minima from the float sums of x per
- * block: + sum_b (-dmin m_b) sum(x_b) (llama.cpp's: from xq's sums).  The 8 tile registers hold
+ * 256 x 127 x 1953 < 2^26: exact), times d s in float; the minima from xq's block sums, as
+ * llama.cpp's bsums: + sum_b (-dmin m_b) s sum(xq_b), so the product is w . (s xq) whole (with
+ * x's own sums the offset d sc q carries weighted the rounding: 3x llama.cpp's KLD on Gemma 3).
+ * The 8 tile registers hold
  * 2 x 2: two activation row-tiles x the group's u, v (4 int32, 2 A, 2 B tiles), so per 16 x 16
  * outputs and super-block 8 tdpbssd of K = 64, 8 tile loads, 2 tile stores.
  *
  * Precision: xq rounds x to 1/254 of its super-block's largest value, as llama.cpp's (the lanes':
- * int16, 1/65278 of their block's); on Gemma 3 270M twice llama.cpp's KLD against the int16
- * rows (docs/kernels.md).  Not the lanes' sums bit for bit, so deterministic mode
+ * int16, 1/65278 of their block's); Gemma 3 270M's KLD from llama.cpp's logits 0.0053 (the int16
+ * rows: 0.0046; docs/kernels.md).  Not the lanes' sums bit for bit, so deterministic mode
  * (rows_det_x86.c) keeps amx_x86.c. */
 #include "amxk_x86.h"
 
@@ -46,10 +48,13 @@ void lp_amxk_prep_row(const lp_xprep *xp, int64_t r) {
         xp->xr.s[r * nb + k0 / 256] = s;
         for (int64_t k = k0; k < k0 + 256; k += 32) {
             const __m512 a = _mm512_loadu_ps(x + k), b = _mm512_loadu_ps(x + k + 16);
-            xp->xr.sum32[r * nb + k / 32] = _mm512_reduce_add_ps(_mm512_add_ps(a, b));
             /* xq = x / s rounded to nearest even, |xq| <= 127 (the saturation never bites) */
-            const __m128i qa = _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(_mm512_mul_ps(a, inv)));
-            const __m128i qb = _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(_mm512_mul_ps(b, inv)));
+            const __m512i ia = _mm512_cvtps_epi32(_mm512_mul_ps(a, inv)), ib = _mm512_cvtps_epi32(_mm512_mul_ps(b, inv));
+            /* the block's sum for the minima: of xq, times s (ggml's bsums), not of x: the minima
+             * then cancel the offset d sc q carries, and the error is w . (xq s - x) */
+            xp->xr.sum32[r * nb + k / 32] = s * (float)_mm512_reduce_add_epi32(_mm512_add_epi32(ia, ib));
+            const __m128i qa = _mm512_cvtsepi32_epi8(ia);
+            const __m128i qb = _mm512_cvtsepi32_epi8(ib);
             _mm256_storeu_si256((__m256i *)(xp->xhi + LP_AMXK_AT(n_in, r, k)), _mm256_set_m128i(qb, qa));
         }
     }
