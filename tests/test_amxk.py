@@ -1,4 +1,4 @@
-"""Q4_K / Q5_K prompts on AMX tiles with one activation scale per super-block (kernels/c/amxk_x86.c):
+"""Q4_K / Q5_K prompts on AMX tiles with the activations in ggml's Q8_K (kernels/c/amxk_x86.c):
 the sums against numpy's rounding of the same activations with the same weights, each row its own
 at any row count the path takes, accumulation into y, and the switch back to amx_x86.c."""
 from __future__ import annotations
@@ -13,7 +13,7 @@ from llamapy.model.block_matrix import block_matrix
 from test_kernels import _matrix
 
 T = gguf.GGMLQuantizationType
-XQ_MAX = np.float32(32639.0)  # kernels/c/lp.h LP_XQ_MAX
+XQ_MAX = np.float32(127.0)  # kernels/c/amxk_x86.h LP_AMXK_QMAX: ggml's Q8_K
 
 
 @pytest.fixture(scope="module")
@@ -57,26 +57,30 @@ def _rounded(x: torch.Tensor) -> np.ndarray:
     return (q.astype(np.float64) * s).reshape(x.shape)
 
 
-@pytest.mark.parametrize("qtype", [T.Q4_K, T.Q5_K], ids=lambda t: t.name)
-def test_sums_are_the_rounded_activations(lib, qtype):
-    """The product is the scale part times x rounded per super-block plus the minima times x's
-    exact block sums, up to fp32 order (1e-5 of the largest output; the rounding itself moves
-    the outputs 1e-5..1e-4, measured below, so a wrong rounding or scale cannot hide)."""
+@pytest.mark.parametrize("qtype,rows", [(T.Q4_K, 150), (T.Q5_K, 150), (T.Q4_K, 140)], ids=lambda v: getattr(v, "name", v))
+def test_sums_are_the_rounded_activations(lib, qtype, rows):
+    """The product is the weights times x rounded per super-block (ggml's Q8_K), the minima too
+    (ggml's bsums: the minima then cancel the offset d sc q carries; with x's exact block sums
+    Gemma 3's KLD from llama.cpp's logits was 3x), up to fp32 order (1e-5 of the largest output, measured 1.2-1.4e-7;
+    the rounding itself moves the outputs 2e-2, measured below, so a wrong rounding, scale or
+    row-tile cannot hide)."""
     shape = (80, 768)  # 3 super-blocks; 5 groups of 16 weight rows (a 64-row task and a tail of 16)
     raw, ref = _matrix(qtype, shape, seed=3)
     m = block_matrix([(raw, qtype, shape)], lib)
-    x = torch.randn(150, shape[1], generator=torch.Generator().manual_seed(4))  # 9 whole row tiles and a tail of 6
+    # 150 rows: a 128-row slab and one of 22 (two row-tiles, the second past the rows); 140: the last
+    # slab's 12 rows one row-tile
+    x = torch.randn(rows, shape[1], generator=torch.Generator().manual_seed(4))
     x[7, 300] = 40.0  # an outlier: its super-block's step 40x the others'
     y = _mm(m, x).numpy().astype(np.float64)
     wd, wm = _parts(raw, qtype, shape)
     assert np.abs(wd + wm - ref.numpy()).max() <= 1e-6 * np.abs(ref.numpy()).max()  # the two parts are the weights
-    want = _rounded(x) @ wd.T + x.numpy().astype(np.float64) @ wm.T
+    want = _rounded(x) @ (wd + wm).T
     scale = np.abs(want).max()
     err = np.abs(y - want).max() / scale
     exact = np.abs(y - x.numpy().astype(np.float64) @ ref.numpy().astype(np.float64).T).max() / scale
     print(f"{qtype.name}: |y - rounded product| {err:.2e}, |y - exact product| {exact:.2e} of the largest")
     assert err < 1e-5
-    assert exact < 1e-3  # (finer than ggml's Q8_K, one int8 scale per 256: ~4e-3 here)
+    assert exact < 5e-2  # (ggml's Q8_K, one int8 scale per 256, as llama.cpp: 2.1e-2 here, the outlier's row)
 
 
 def test_rows_are_their_own_and_accumulate(lib):

@@ -3,23 +3,27 @@
  * super-block, bound it far below the tile unit's rate).
  *
  * A Q4_K / Q5_K weight is d sc_b q - dmin m_b: q unsigned (4 or 5 bits), sc_b and m_b the
- * block's 6-bit integers, d and dmin the super-block's.  The activations take one scale per
- * super-block, s = max |x| / LP_XQ_MAX (int16, split exactly into int8 hi and lo as amx_x86.c:
- * xq = 256 hi + lo), so a super-block's integer dot sum_b sc_b (q_b . xq_b) is one tile sum if
- * the weights carry sc_b: w' = sc_b q (at most 63 x 31 = 1953) split into int8 halves,
- * w' = 2^sh u + v (sh = the q's bits: u <= 61, v < 2^sh).  Four int32 tiles a super-block
- * (hi.u, hi.v, lo.u, lo.v over K = 256, each at most 256 x 128 x 61: exact), combined as
- * 256 (2^sh hu + hv) + (2^sh lu + lv) in float (2^sh hu + hv < 2^31 exact in int32), times
- * d s; the minima from the float sums of x per block: + sum_b (-dmin m_b) sum(x_b).
+ * block's 6-bit integers, d and dmin the super-block's.  The activations are ggml's Q8_K, which
+ * llama.cpp multiplies Q4_K / Q5_K by: one scale per super-block, s = max |x| / 127, xq = x / s
+ * rounded, int8 (one tile), so a super-block's integer dot sum_b sc_b (q_b . xq_b) is one tile
+ * sum if the weights carry sc_b: w' = sc_b q (at most 63 x 31 = 1953) split into int8 halves,
+ * w' = 2^sh u + v (sh = the q's bits: u <= 61, v < 2^sh).  Two int32 tiles a super-block (x.u,
+ * x.v over K = 256, each at most 256 x 127 x 61: exact), combined 2^sh xu + xv in int32 (at most
+ * 256 x 127 x 1953 < 2^26: exact), times d s in float; the minima from xq's block sums, as
+ * llama.cpp's bsums: + sum_b (-dmin m_b) s sum(xq_b), so the product is w . (s xq) whole (with
+ * x's own sums the offset d sc q carries weighted the rounding: 3x llama.cpp's KLD on Gemma 3).
+ * The 8 tile registers hold
+ * 2 x 2: two activation row-tiles x the group's u, v (4 int32, 2 A, 2 B tiles), so per 16 x 16
+ * outputs and super-block 8 tdpbssd of K = 64, 8 tile loads, 2 tile stores.
  *
- * Precision: xq rounds x to 1/65278 of its super-block's largest value (the lanes': of its
- * block's; ggml's Q8_K, which llama.cpp multiplies Q4_K by: 1/254 of the super-block's).
- * Not the lanes' sums bit for bit, so deterministic mode (rows_det_x86.c) keeps amx_x86.c. */
+ * Precision: xq rounds x to 1/254 of its super-block's largest value, as llama.cpp's (the lanes':
+ * int16, 1/65278 of their block's); Gemma 3 270M's KLD from llama.cpp's logits 0.0053 (the int16
+ * rows: 0.0046; docs/kernels.md).  Not the lanes' sums bit for bit, so deterministic mode
+ * (rows_det_x86.c) keeps amx_x86.c. */
 #include "amxk_x86.h"
 
 #include "amx_x86.h"
 #include "quants.h"
-#include "unpack_x86.h"
 
 static int amxk_on = 1;
 __attribute__((constructor)) static void amxk_init(void) {
@@ -39,20 +43,19 @@ void lp_amxk_prep_row(const lp_xprep *xp, int64_t r) {
     for (int64_t k0 = 0; k0 < n_in; k0 += 256) {
         __m512 amax = _mm512_setzero_ps();
         for (int64_t k = k0; k < k0 + 256; k += 16) amax = _mm512_max_ps(amax, _mm512_abs_ps(_mm512_loadu_ps(x + k)));
-        const float m = _mm512_reduce_max_ps(amax), s = m / LP_XQ_MAX;
-        const __m512 inv = _mm512_set1_ps(m > 0.0f ? LP_XQ_MAX / m : 0.0f);
+        const float m = _mm512_reduce_max_ps(amax), s = m / LP_AMXK_QMAX;
+        const __m512 inv = _mm512_set1_ps(m > 0.0f ? LP_AMXK_QMAX / m : 0.0f);
         xp->xr.s[r * nb + k0 / 256] = s;
         for (int64_t k = k0; k < k0 + 256; k += 32) {
             const __m512 a = _mm512_loadu_ps(x + k), b = _mm512_loadu_ps(x + k + 16);
-            xp->xr.sum32[r * nb + k / 32] = _mm512_reduce_add_ps(_mm512_add_ps(a, b));
-            const __m256i qa = _mm512_cvtepi32_epi16(_mm512_cvtps_epi32(_mm512_mul_ps(a, inv)));
-            const __m256i qb = _mm512_cvtepi32_epi16(_mm512_cvtps_epi32(_mm512_mul_ps(b, inv)));
-            const __m512i v = _mm512_inserti64x4(_mm512_castsi256_si512(qa), qb, 1); /* 32 xq, int16 */
-            const __m512i h = _mm512_srai_epi16(_mm512_add_epi16(v, _mm512_set1_epi16(128)), 8);
-            const __m512i l = _mm512_sub_epi16(v, _mm512_slli_epi16(h, 8));
-            const int64_t at = LP_AMXK_AT(n_in, r, k);
-            _mm256_storeu_si256((__m256i *)(xp->xhi + at), _mm512_cvtepi16_epi8(h));
-            _mm256_storeu_si256((__m256i *)(xp->xlo + at), _mm512_cvtepi16_epi8(l));
+            /* xq = x / s rounded to nearest even, |xq| <= 127 (the saturation never bites) */
+            const __m512i ia = _mm512_cvtps_epi32(_mm512_mul_ps(a, inv)), ib = _mm512_cvtps_epi32(_mm512_mul_ps(b, inv));
+            /* the block's sum for the minima: of xq, times s (ggml's bsums), not of x: the minima
+             * then cancel the offset d sc q carries, and the error is w . (xq s - x) */
+            xp->xr.sum32[r * nb + k / 32] = s * (float)_mm512_reduce_add_epi32(_mm512_add_epi32(ia, ib));
+            const __m128i qa = _mm512_cvtsepi32_epi8(ia);
+            const __m128i qb = _mm512_cvtsepi32_epi8(ib);
+            _mm256_storeu_si256((__m256i *)(xp->xhi + LP_AMXK_AT(n_in, r, k)), _mm256_set_m128i(qb, qa));
         }
     }
 }
@@ -62,8 +65,10 @@ void lp_amxk_prep_row(const lp_xprep *xp, int64_t r) {
  * the blocks' -dmin m. */
 static size_t group_bytes(int64_t n_in) { return 32 * (size_t)n_in + 16 * 4 * (size_t)(n_in / 256 + n_in / 32); }
 
+#define SLAB 128 /* activation rows a pass (chunk): their outputs accumulate in acc [SLAB][LP_AMX_ROWS] */
+
 size_t lp_amxk_scratch_bytes(int64_t n_in) {
-    return LP_AMX_GROUPS * group_bytes(n_in) + 16 * (size_t)n_in + (size_t)(n_in / 2) + 2 * (size_t)(n_in / 16) * 4 + 5 * 64;
+    return LP_AMX_GROUPS * group_bytes(n_in) + SLAB * LP_AMX_ROWS * 4 + 64;
 }
 
 /* ggml's get_scale_min_k4: block j's 6-bit scale and minimum from a super-block's 12 bytes */
@@ -99,56 +104,66 @@ LP_INLINE void transpose16(__m512i *r) {
     }
 }
 
-/* Weight rows o0..o1 (at most 16; the rest zero) as a group (group_bytes): each row decoded to
- * bytes q (lp_unpack_row8, d16 / m16 for its minima) into u8 [16][n_in] with its blocks' scales
- * in sc [16][n_in / 32], then per 64 values the 16 rows' u and v, two 16 x 16 dword transposes
- * (a scatter per row and 64 values was a sixth of the product's time). */
-static void pack_group(int type, const uint8_t *w, int64_t o0, int64_t o1, int64_t n_in, uint8_t *u8, uint8_t *sc,
-                       float *d16, float *m16, int32_t *bu, int32_t *bv, float *d, float *mn) {
-    const int64_t rb = lp_row_bytes(type, n_in), bsz = type == LP_Q4_K ? 144 : 176, nb = n_in / 32;
-    const int sh = type == LP_Q4_K ? 4 : 5;
-    const __m512i mask = _mm512_set1_epi16((short)((1 << sh) - 1));
-    for (int j = 0; j < 16; j++) {
-        uint8_t *uj = u8 + j * n_in, *sj = sc + j * nb;
-        if (o0 + j >= o1) {
-            memset(uj, 0, (size_t)n_in);
-            memset(sj, 0, (size_t)nb);
-            for (int64_t B = 0; B < n_in / 256; B++) d[16 * B + j] = 0.0f;
-            for (int64_t b = 0; b < nb; b++) mn[16 * b + j] = 0.0f;
-            continue;
-        }
-        const uint8_t *row = w + (o0 + j) * rb;
-        lp_unpack_row8(type, row, n_in, 0, uj, d16, m16);
-        for (int64_t b = 0; b < nb; b++) {
-            int scb, m;
-            scale_min_k4((int)(b % 8), row + b / 8 * bsz + 4, &scb, &m);
-            sj[b] = (uint8_t)scb;
-            mn[16 * b + j] = m16[2 * b]; /* (m16: -dmin m, the same for both 16-groups) */
-        }
-        for (int64_t B = 0; B < n_in / 256; B++) d[16 * B + j] = lp_f16_to_f32(*(const uint16_t *)(row + B * bsz));
-    }
-    for (int64_t k = 0; k < n_in; k += 64) {
-        __m512i ru[16], rv[16];
+/* Weight rows o0..o1 (at most 16; the rest zero) as a group (group_bytes): per super-block each
+ * row's scales decoded (sc [16][8], its d and -dmin m into d and mn), then per 64 values (a
+ * pair of blocks: qs's low and high nibbles, Q5_K's qh bits 2p and 2p + 1) each row's
+ * w' = sc q as 32 + 32 int16, their u and v bytes by a vpackuswb and a vpermq each, and the 16
+ * rows' u and v by two 16 x 16 dword transposes into the B tiles' order.  (Decoding straight
+ * from the blocks, not through lp_unpack_row8's bytes and float scales, and vpackuswb for
+ * vpmovwb: the packing had been 22-31% of a 256-row / 160-row product.) */
+static void pack_group(int type, const uint8_t *w, int64_t o0, int64_t o1, int64_t n_in, int32_t *bu, int32_t *bv,
+                       float *d, float *mn) {
+    const int64_t rb = lp_row_bytes(type, n_in), bsz = type == LP_Q4_K ? 144 : 176, qs_at = type == LP_Q4_K ? 16 : 48;
+    const int sh = type == LP_Q4_K ? 4 : 5, q5 = type == LP_Q5_K;
+    const __m512i mask = _mm512_set1_epi16((short)((1 << sh) - 1)), m4 = _mm512_set1_epi16(15), one = _mm512_set1_epi16(1);
+    const __m512i lanes = _mm512_set_epi64(7, 5, 3, 1, 6, 4, 2, 0); /* vpackuswb's qwords back in order */
+    const int rows = (int)(o1 - o0);
+    for (int64_t B = 0; B < n_in / 256; B++) {
+        uint8_t sc[16][8];
         for (int j = 0; j < 16; j++) {
-            const uint8_t *uj = u8 + j * n_in + k, *sj = sc + j * nb + k / 32;
-            const __m512i w0 = _mm512_mullo_epi16(_mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)uj)),
-                                                  _mm512_set1_epi16((short)sj[0]));
-            const __m512i w1 = _mm512_mullo_epi16(_mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)(uj + 32))),
-                                                  _mm512_set1_epi16((short)sj[1]));
-#define HALVES(f) _mm512_inserti64x4(_mm512_castsi256_si512(_mm512_cvtepi16_epi8(f(w0))), _mm512_cvtepi16_epi8(f(w1)), 1)
-#define U(x) _mm512_srli_epi16((x), sh)
-#define V(x) _mm512_and_si512((x), mask)
-            ru[j] = HALVES(U);
-            rv[j] = HALVES(V);
-#undef HALVES
-#undef U
-#undef V
+            if (j >= rows) {
+                memset(sc[j], 0, 8);
+                d[16 * B + j] = 0.0f;
+                for (int b = 0; b < 8; b++) mn[16 * (8 * B + b) + j] = 0.0f;
+                continue;
+            }
+            const uint8_t *blk = w + (o0 + j) * rb + B * bsz;
+            const float dmin = lp_f16_to_f32(*(const uint16_t *)(blk + 2));
+            d[16 * B + j] = lp_f16_to_f32(*(const uint16_t *)blk);
+            for (int b = 0; b < 8; b++) {
+                int scb, m;
+                scale_min_k4(b, blk + 4, &scb, &m);
+                sc[j][b] = (uint8_t)scb;
+                mn[16 * (8 * B + b) + j] = -(dmin * (float)m);
+            }
         }
-        transpose16(ru);
-        transpose16(rv);
-        for (int c = 0; c < 16; c++) {
-            _mm512_store_si512(bu + 4 * k + 16 * c, ru[c]);
-            _mm512_store_si512(bv + 4 * k + 16 * c, rv[c]);
+        for (int p = 0; p < 4; p++) {
+            __m512i ru[16], rv[16];
+            for (int j = 0; j < 16; j++) {
+                if (j >= rows) {
+                    ru[j] = rv[j] = _mm512_setzero_si512();
+                    continue;
+                }
+                const uint8_t *blk = w + (o0 + j) * rb + B * bsz;
+                const __m512i q = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)(blk + qs_at + 32 * p)));
+                __m512i lo = _mm512_and_si512(q, m4), hi = _mm512_srli_epi16(q, 4);
+                if (q5) {
+                    const __m512i h = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)(blk + 16)));
+                    lo = _mm512_or_si512(lo, _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(h, 2 * p), one), 4));
+                    hi = _mm512_or_si512(hi, _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(h, 2 * p + 1), one), 4));
+                }
+                const __m512i w0 = _mm512_mullo_epi16(lo, _mm512_set1_epi16((short)sc[j][2 * p]));
+                const __m512i w1 = _mm512_mullo_epi16(hi, _mm512_set1_epi16((short)sc[j][2 * p + 1]));
+                ru[j] = _mm512_permutexvar_epi64(lanes, _mm512_packus_epi16(_mm512_srli_epi16(w0, sh), _mm512_srli_epi16(w1, sh)));
+                rv[j] = _mm512_permutexvar_epi64(lanes, _mm512_packus_epi16(_mm512_and_si512(w0, mask), _mm512_and_si512(w1, mask)));
+            }
+            transpose16(ru);
+            transpose16(rv);
+            const int64_t k = 256 * B + 64 * p;
+            for (int c = 0; c < 16; c++) {
+                _mm512_store_si512(bu + 4 * k + 16 * c, ru[c]);
+                _mm512_store_si512(bv + 4 * k + 16 * c, rv[c]);
+            }
         }
     }
 }
@@ -156,12 +171,12 @@ static void pack_group(int type, const uint8_t *w, int64_t o0, int64_t o1, int64
 #ifndef LAGK
 #define LAGK 2 /* items in flight: a tile store's bytes are read back this many items later */
 #endif
-#define T_HU 0 /* hi . u: 16 activation rows x 16 weight rows, int32 */
-#define T_HV 1
-#define T_LU 2
-#define T_LV 3
-#define T_AH 4 /* 16 activation rows x 64 int8 */
-#define T_AL 5
+#define T_0U 0 /* activation rows r0..r0 + 15 . u: 16 x 16 weight rows, int32 */
+#define T_0V 1
+#define T_1U 2 /* rows r0 + 16..r0 + 31 . u */
+#define T_1V 3
+#define T_A0 4 /* 16 activation rows x 64 int8 */
+#define T_A1 5
 #define T_BU 6 /* 16 rows of the 16 weight rows' 4 int8 */
 #define T_BV 7
 
@@ -177,48 +192,64 @@ static void configure(void) {
     _tile_loadconfig(&c);
 }
 
-/* One item: super-block B of 16 activation rows (r0..) by a group of 16 weight rows (o..). */
+/* One item: super-block B of up to 32 activation rows (slab rows m0..) by group j of 16 weight rows. */
 typedef struct {
-    int64_t r0, o, B;
-    int mr, nw;
-    const float *d, *mn; /* the group's d of B, -dmin m of B's first block */
+    int64_t m0, B;
+    int mr, j;
+    const float *d; /* the group's d of B */
 } item;
 
-/* An item's float step into y (the accumulator: the first super-block starts it, or adds to y
- * where accumulate): t its four stored tiles [hu, hv, lu, lv][16 x 16]. */
-LP_INLINE void step(const int sh, const int32_t *t, const item *it, const lp_xprep *xp, float *y, int64_t ldy, int start) {
-    const int64_t nb = xp->n_in / 32;
+/* An item's float step into acc [SLAB][LP_AMX_ROWS] (zeroed per slab): t its four stored tiles
+ * [0u, 0v, 1u, 1v][16 x 16], s the slab's first row's scales. */
+LP_INLINE void step(const int sh, const int32_t *t, const item *it, const float *s, int64_t nb, float *acc) {
     const __m512 d = _mm512_load_ps(it->d);
-    const __mmask16 cols = (__mmask16)((1u << it->nw) - 1);
     for (int m = 0; m < it->mr; m++) {
-        const int64_t r = it->r0 + m;
-        float *yr = y + r * ldy + it->o;
-        const __m512i hu = _mm512_load_si512(t + 16 * m), hv = _mm512_load_si512(t + 256 + 16 * m);
-        const __m512i lu = _mm512_load_si512(t + 512 + 16 * m), lv = _mm512_load_si512(t + 768 + 16 * m);
-        const __m512 h = _mm512_cvtepi32_ps(_mm512_add_epi32(_mm512_slli_epi32(hu, sh), hv));
-        const __m512 l = _mm512_cvtepi32_ps(_mm512_add_epi32(_mm512_slli_epi32(lu, sh), lv));
-        const __m512 p = _mm512_fmadd_ps(h, _mm512_set1_ps(256.0f), l);
-        __m512 a = start ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(cols, yr);
-        a = _mm512_fmadd_ps(p, _mm512_mul_ps(d, _mm512_set1_ps(xp->xr.s[r * nb + it->B])), a);
-        const float *xs = xp->xr.sum32 + r * nb + 8 * it->B;
-#pragma GCC unroll 8
-        for (int b = 0; b < 8; b++) a = _mm512_fmadd_ps(_mm512_set1_ps(xs[b]), _mm512_load_ps(it->mn + 16 * b), a);
-        _mm512_mask_storeu_ps(yr, cols, a);
+        const int64_t r = it->m0 + m;
+        float *ar = acc + r * LP_AMX_ROWS + 16 * it->j;
+        const int32_t *tu = t + 512 * (m >> 4) + 16 * (m & 15);
+        const __m512i u = _mm512_load_si512(tu), v = _mm512_load_si512(tu + 256);
+        const __m512 p = _mm512_cvtepi32_ps(_mm512_add_epi32(_mm512_slli_epi32(u, sh), v)); /* (exact in int32) */
+        _mm512_store_ps(ar, _mm512_fmadd_ps(p, _mm512_mul_ps(d, _mm512_set1_ps(s[r * nb + it->B])), _mm512_load_ps(ar)));
     }
 }
 
+/* Slab rows m0..m0+mr-1 (mr <= 4) done: acc's rows plus the minima (sum over blocks b of x's
+ * block sums xs [.][nb] times mn [nb][LP_AMX_ROWS], the four groups' -dmin m) into y's columns
+ * o..o+nw-1.  (Blocked 4 rows x 4 groups: one mn load and one x broadcast a 4 fma.) */
+LP_INLINE void finish(int mr, const float *xs, int64_t nb, const float *const *mn, const float *acc, float *y,
+                      int64_t ldy, int64_t nw, int accumulate) {
+    __m512 a[4][LP_AMX_GROUPS];
+    for (int m = 0; m < 4; m++)
+        for (int j = 0; j < LP_AMX_GROUPS; j++) a[m][j] = _mm512_load_ps(acc + m * LP_AMX_ROWS + 16 * j);
+    for (int64_t b = 0; b < nb; b++) {
+        __m512 w[LP_AMX_GROUPS];
+        for (int j = 0; j < LP_AMX_GROUPS; j++) w[j] = _mm512_load_ps(mn[j] + 16 * b);
+        for (int m = 0; m < 4; m++) {
+            const __m512 x = _mm512_set1_ps(xs[(m < mr ? m : 0) * nb + b]);
+            for (int j = 0; j < LP_AMX_GROUPS; j++) a[m][j] = _mm512_fmadd_ps(x, w[j], a[m][j]);
+        }
+    }
+    for (int m = 0; m < mr; m++)
+        for (int j = 0; j < LP_AMX_GROUPS && 16 * j < nw; j++) {
+            const __mmask16 cols = (__mmask16)(nw - 16 * j >= 16 ? 0xFFFF : (1u << (nw - 16 * j)) - 1);
+            float *yr = y + m * ldy + 16 * j;
+            _mm512_mask_storeu_ps(yr, cols, accumulate ? _mm512_add_ps(a[m][j], _mm512_maskz_loadu_ps(cols, yr)) : a[m][j]);
+        }
+}
+
 /* Output rows o0..o1 (LP_AMX_GROUPS groups of 16 at most): every group packed once, then per
- * super-block, per 16 activation rows, each group's four tiles over the super-block (16
- * tdpbssd), the next item's issued before this one's float step.  A super-block's packed
- * groups (32 KB) stay in L1 across the activation rows, and a row group's activation tiles
- * (8 KB) across the groups; y accumulates across the super-blocks. */
+ * slab of SLAB activation rows, per super-block, per 32 rows, each group's four tiles over the
+ * super-block (two activation row-tiles x the group's u, v: 16 tdpbssd, 16 tile loads), the next
+ * item's issued before this one's float step into acc; after the slab's super-blocks the minima
+ * and y.  A super-block's packed groups (32 KB) stay in L1 across the slab's rows, and a row
+ * pair's activation tiles (8 KB) across the groups.  (acc, not y: y's rows lie ldy apart, the
+ * same L1 sets, 32 rows of them a step.) */
 LP_INLINE void chunk(const int sh, int type, const uint8_t *w, int64_t o0, int64_t o1, int64_t n_in, const lp_xprep *xp,
                      float *y, int64_t ldy, int accumulate, void *scratch) {
-    const int64_t ns = n_in / 256, n = xp->n, gb = group_bytes(n_in) / 4;
+    const int64_t ns = n_in / 256, nb = n_in / 32, n = xp->n, gb = group_bytes(n_in) / 4;
     const int ngroups = (int)((o1 - o0 + 15) / 16);
     int32_t *g0 = (int32_t *)(((uintptr_t)scratch + 63) & ~(uintptr_t)63);
-    uint8_t *u8 = (uint8_t *)(g0 + LP_AMX_GROUPS * gb), *sc = u8 + 16 * n_in; /* [16][n_in], [16][n_in / 32] */
-    float *d16 = (float *)(((uintptr_t)(sc + n_in / 2) + 63) & ~(uintptr_t)63), *m16 = d16 + n_in / 16;
+    float *acc = (float *)(g0 + LP_AMX_GROUPS * gb); /* [SLAB][LP_AMX_ROWS] */
 #define GROUP(j) (g0 + (j) * gb) /* u, v, d, mn */
 #define GU(j) GROUP(j)
 #define GV(j) (GROUP(j) + 4 * n_in)
@@ -226,48 +257,58 @@ LP_INLINE void chunk(const int sh, int type, const uint8_t *w, int64_t o0, int64
 #define GM(j) (GD(j) + 16 * ns)
     for (int j = 0; j < ngroups; j++) {
         const int64_t a = o0 + 16 * j;
-        pack_group(type, w, a, a + 16 < o1 ? a + 16 : o1, n_in, u8, sc, d16, m16, GU(j), GV(j), GD(j), GM(j));
+        pack_group(type, w, a, a + 16 < o1 ? a + 16 : o1, n_in, GU(j), GV(j), GD(j), GM(j));
     }
+    for (int j = ngroups; j < LP_AMX_GROUPS; j++) memset(GM(j), 0, (size_t)(16 * nb) * 4); /* (finish reads all four) */
+    const float *mn[LP_AMX_GROUPS];
+    for (int j = 0; j < LP_AMX_GROUPS; j++) mn[j] = GM(j);
     configure();
-    int32_t t[LAGK][1024] __attribute__((aligned(64))); /* [item % LAGK][hu, hv, lu, lv] */
+    int32_t t[LAGK][1024] __attribute__((aligned(64))); /* [item % LAGK][0u, 0v, 1u, 1v] */
     item pend[LAGK];
-    int64_t count = 0;
-    for (int64_t B = 0; B < ns; B++)
-        for (int64_t r0 = 0; r0 < n; r0 += 16) {
-            const int8_t *ah = xp->xhi + r0 * n_in + 4096 * B, *al = xp->xlo + r0 * n_in + 4096 * B;
-            for (int j = 0; j < ngroups; j++, count++) {
-                const int32_t *bu = GU(j) + 1024 * B, *bv = GV(j) + 1024 * B;
-                _tile_zero(T_HU);
-                _tile_zero(T_HV);
-                _tile_zero(T_LU);
-                _tile_zero(T_LV);
-                for (int c = 0; c < 4; c++) {
-                    _tile_loadd(T_AH, ah + 1024 * c, 64);
-                    _tile_loadd(T_AL, al + 1024 * c, 64);
-                    _tile_loadd(T_BU, bu + 256 * c, 64);
-                    _tile_loadd(T_BV, bv + 256 * c, 64);
-                    _tile_dpbssd(T_HU, T_AH, T_BU);
-                    _tile_dpbssd(T_HV, T_AH, T_BV);
-                    _tile_dpbssd(T_LU, T_AL, T_BU);
-                    _tile_dpbssd(T_LV, T_AL, T_BV);
+    for (int64_t s0 = 0; s0 < n; s0 += SLAB) {
+        const int64_t sn = n - s0 < SLAB ? n - s0 : SLAB;
+        const float *s = xp->xr.s + s0 * nb;
+        memset(acc, 0, (size_t)(SLAB * LP_AMX_ROWS) * 4);
+        int64_t count = 0;
+        for (int64_t B = 0; B < ns; B++)
+            for (int j = 0; j < ngroups; j++)
+                for (int64_t m0 = 0; m0 < sn; m0 += 32, count++) {
+                    const int8_t *a0 = xp->xhi + (s0 + m0) * n_in + 4096 * B, *a1 = a0 + 16 * n_in;
+                    const int two = sn - m0 > 16; /* (else the second row-tile is past the rows: not computed) */
+                    const int32_t *bu = GU(j) + 1024 * B, *bv = GV(j) + 1024 * B;
+                    _tile_zero(T_0U);
+                    _tile_zero(T_0V);
+                    if (two) {
+                        _tile_zero(T_1U);
+                        _tile_zero(T_1V);
+                    }
+                    for (int c = 0; c < 4; c++) {
+                        _tile_loadd(T_A0, a0 + 1024 * c, 64);
+                        _tile_loadd(T_BU, bu + 256 * c, 64);
+                        _tile_loadd(T_BV, bv + 256 * c, 64);
+                        _tile_dpbssd(T_0U, T_A0, T_BU);
+                        _tile_dpbssd(T_0V, T_A0, T_BV);
+                        if (two) {
+                            _tile_loadd(T_A1, a1 + 1024 * c, 64);
+                            _tile_dpbssd(T_1U, T_A1, T_BU);
+                            _tile_dpbssd(T_1V, T_A1, T_BV);
+                        }
+                    }
+                    int32_t *tc = t[count % LAGK];
+                    _tile_stored(T_0U, tc, 64);
+                    _tile_stored(T_0V, tc + 256, 64);
+                    if (two) {
+                        _tile_stored(T_1U, tc + 512, 64);
+                        _tile_stored(T_1V, tc + 768, 64);
+                    }
+                    pend[count % LAGK] = (item){m0, B, (int)(sn - m0 < 32 ? sn - m0 : 32), j, GD(j) + 16 * B};
+                    if (count >= LAGK - 1) /* the item LAGK - 1 back: its tiles stored long enough ago */
+                        step(sh, t[(count - (LAGK - 1)) % LAGK], &pend[(count - (LAGK - 1)) % LAGK], s, nb, acc);
                 }
-                int32_t *tc = t[count % LAGK];
-                _tile_stored(T_HU, tc, 64);
-                _tile_stored(T_HV, tc + 256, 64);
-                _tile_stored(T_LU, tc + 512, 64);
-                _tile_stored(T_LV, tc + 768, 64);
-                const int64_t oj = o0 + 16 * j;
-                pend[count % LAGK] = (item){r0, oj, B, (int)(n - r0 < 16 ? n - r0 : 16), (int)(o1 - oj < 16 ? o1 - oj : 16),
-                              GD(j) + 16 * B, GM(j) + 16 * 8 * B};
-                if (count >= LAGK - 1) { /* the item LAGK - 1 back: its tiles stored long enough ago */
-                    const item *it = &pend[(count - (LAGK - 1)) % LAGK];
-                    step(sh, t[(count - (LAGK - 1)) % LAGK], it, xp, y, ldy, it->B == 0 && !accumulate);
-                }
-            }
-        }
-    for (int64_t i = count - (LAGK - 1) > 0 ? count - (LAGK - 1) : 0; i < count; i++) {
-        const item *it = &pend[i % LAGK];
-        step(sh, t[i % LAGK], it, xp, y, ldy, it->B == 0 && !accumulate);
+        for (int64_t i = count - (LAGK - 1) > 0 ? count - (LAGK - 1) : 0; i < count; i++) step(sh, t[i % LAGK], &pend[i % LAGK], s, nb, acc);
+        for (int64_t m = 0; m < sn; m += 4)
+            finish((int)(sn - m < 4 ? sn - m : 4), xp->xr.sum32 + (s0 + m) * nb, nb, mn, acc + m * LP_AMX_ROWS,
+                   y + (s0 + m) * ldy + o0, ldy, o1 - o0, accumulate);
     }
 #undef GROUP
 #undef GU
