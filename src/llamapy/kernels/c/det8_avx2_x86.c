@@ -27,6 +27,10 @@ static size_t w8_bytes(int64_t n_in) { return (size_t)n_in + (size_t)(n_in / 16)
 /* A weight row as det8 reads it: u [n_in] (lp_det8_bytes; Q4_K / Q5_K their q, 0..15 / 0..31),
  * d and m per block of 32 (the K-quants': d sc and -(dmin m) of the block's sub-block, lp_unpack_row8's) */
 static void unpack(int type, const uint8_t *row, int64_t n_in, uint8_t *u, float *d, float *m) {
+    if (type == LP_Q6_K) { /* q - 32, d sc per 16-group (d [n_in / 16]), no minimum */
+        lp_unpack_row8(type, row, n_in, 0, u, d, d + n_in / 16);
+        return;
+    }
     if (type != LP_Q4_K && type != LP_Q5_K) {
         lp_det8_unpack(type, row, n_in, u, d, m);
         return;
@@ -39,7 +43,7 @@ static void unpack(int type, const uint8_t *row, int64_t n_in, uint8_t *u, float
 size_t lp_det8_scratch256_bytes(int64_t n_in) { return TW * w8_bytes(n_in) + 64; }
 
 /* kinds of weights: their offset taken off (Q4_0, Q5_0, Q8_0 with VNNI), a minimum (Q4_1, Q5_1), signed (Q8_0) */
-enum { K_OFF = 0, K_MIN = 1, K_SIGNED = 2 };
+enum { K_OFF = 0, K_MIN = 1, K_SIGNED = 2, K_G16 = 3 /* Q6_K: signed, a float step per 16-group */ };
 
 /* NH halves (1: rows 16 g .. 16 g + 8 only) x NW weight rows (u[j], wd[j], wm[j]) of lane group g:
  * t[16 j + lane] = lane's output j.  G: quads summed in int16 (no VNNI); sh: log2 of the offset. */
@@ -51,46 +55,57 @@ LP_INLINE void tile(const int NH, const int NW, const int KIND, const int G, con
     __m256 acc[2][TW];
     for (int h = 0; h < NH; h++)
         for (int j = 0; j < NW; j++) acc[h][j] = _mm256_setzero_ps();
+    const int signed_w = KIND == K_SIGNED || KIND == K_G16;
     for (int64_t b = 0; b < nb; b++) {
         __m256i s[2][TW];
 #if defined(LP_AVXVNNI)
-        (void)G;
-        for (int h = 0; h < NH; h++)
-            for (int j = 0; j < NW; j++) s[h][j] = _mm256_setzero_si256();
-        for (int k = 0; k < 8; k++) {
-            __m256i xv[2];
-            for (int h = 0; h < NH; h++) xv[h] = _mm256_load_si256((const __m256i *)(xq + (8 * b + k) * NL8 + 8 * h));
-            for (int j = 0; j < NW; j++) {
-                int32_t wq;
-                memcpy(&wq, u[j] + 32 * b + 4 * k, 4);
-                const __m256i wb = _mm256_set1_epi32(wq);
-                for (int h = 0; h < NH; h++) s[h][j] = _mm256_dpbusd_avx_epi32(s[h][j], wb, xv[h]);
-            }
-        }
-#else
-        const __m256i ones = _mm256_set1_epi16(1);
-        for (int k0 = 0; k0 < 8; k0 += G) {
-            __m256i a[2][TW];
-            for (int k = k0; k < k0 + G; k++) {
+        if (!signed_w) { /* vpdpbusd: u8 x s8 into int32, no int16 step */
+            for (int h = 0; h < NH; h++)
+                for (int j = 0; j < NW; j++) s[h][j] = _mm256_setzero_si256();
+            for (int k = 0; k < 8; k++) {
                 __m256i xv[2];
                 for (int h = 0; h < NH; h++) xv[h] = _mm256_load_si256((const __m256i *)(xq + (8 * b + k) * NL8 + 8 * h));
                 for (int j = 0; j < NW; j++) {
                     int32_t wq;
                     memcpy(&wq, u[j] + 32 * b + 4 * k, 4);
-                    const __m256i wb = _mm256_set1_epi32(wq), wa = KIND == K_SIGNED ? _mm256_abs_epi8(wb) : wb;
-                    for (int h = 0; h < NH; h++) {
-                        const __m256i pr = _mm256_maddubs_epi16(wa, KIND == K_SIGNED ? _mm256_sign_epi8(xv[h], wb) : xv[h]);
-                        a[h][j] = k == k0 ? pr : _mm256_add_epi16(a[h][j], pr);
-                    }
+                    const __m256i wb = _mm256_set1_epi32(wq);
+                    for (int h = 0; h < NH; h++) s[h][j] = _mm256_dpbusd_avx_epi32(s[h][j], wb, xv[h]);
                 }
             }
-            for (int h = 0; h < NH; h++)
-                for (int j = 0; j < NW; j++) {
-                    const __m256i m = _mm256_madd_epi16(a[h][j], ones);
-                    s[h][j] = k0 == 0 ? m : _mm256_add_epi32(s[h][j], m);
-                }
-        }
+        } else
 #endif
+        {
+            const __m256i ones = _mm256_set1_epi16(1);
+            for (int k0 = 0; k0 < 8; k0 += G) {
+                __m256i a[2][TW];
+                for (int k = k0; k < k0 + G; k++) {
+                    __m256i xv[2];
+                    for (int h = 0; h < NH; h++) xv[h] = _mm256_load_si256((const __m256i *)(xq + (8 * b + k) * NL8 + 8 * h));
+                    for (int j = 0; j < NW; j++) {
+                        int32_t wq;
+                        memcpy(&wq, u[j] + 32 * b + 4 * k, 4);
+                        const __m256i wb = _mm256_set1_epi32(wq), wa = signed_w ? _mm256_abs_epi8(wb) : wb;
+                        for (int h = 0; h < NH; h++) {
+                            const __m256i pr = _mm256_maddubs_epi16(wa, signed_w ? _mm256_sign_epi8(xv[h], wb) : xv[h]);
+                            a[h][j] = k == k0 ? pr : _mm256_add_epi16(a[h][j], pr);
+                        }
+                    }
+                }
+                for (int h = 0; h < NH; h++)
+                    for (int j = 0; j < NW; j++) {
+                        const __m256i m = _mm256_madd_epi16(a[h][j], ones);
+                        s[h][j] = k0 == 0 || KIND == K_G16 ? m : _mm256_add_epi32(s[h][j], m);
+                    }
+                if (KIND == K_G16) /* G = 4: quads k0 .. k0 + 3 are 16-group 2 b + k0 / 4, its own float step */
+                    for (int h = 0; h < NH; h++) {
+                        const __m256 dv = _mm256_load_ps(dx + NL8 * b + 8 * h);
+                        for (int j = 0; j < NW; j++)
+                            acc[h][j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[h][j]), _mm256_mul_ps(_mm256_set1_ps(wd[j][2 * b + k0 / 4]), dv),
+                                                        acc[h][j]);
+                    }
+            }
+        }
+        if (KIND == K_G16) continue;
         for (int h = 0; h < NH; h++) {
             const __m256 dv = _mm256_load_ps(dx + NL8 * b + 8 * h);
             if (KIND == K_OFF) { /* off x qs, exact: off is a power of two */
@@ -122,6 +137,7 @@ static void tile_k(int type, int nh, int nw, const uint8_t *const *u, const floa
     const int off = lp_det8_offset(type), sh = off == 8 ? 3 : off == 16 ? 4 : 7;
     if (type == LP_Q4_1 || type == LP_Q4_K) TILE_CASES(K_MIN, 8)
     else if (type == LP_Q5_1 || type == LP_Q5_K) TILE_CASES(K_MIN, 4)
+    else if (type == LP_Q6_K) TILE_CASES(K_G16, 4)
     else if (type == LP_Q4_0) TILE_CASES(K_OFF, 8)
     else if (type == LP_Q5_0) TILE_CASES(K_OFF, 4)
 #if defined(LP_DET8_Q8_SIGNED)
@@ -204,9 +220,55 @@ LP_INLINE void row_k45(const int type, const uint8_t *w, int64_t o0, int64_t o1,
     }
 }
 
+/* one row of Q6_K: per output a super-block half's 8 16-group sums (lane = 16-group) and d sc */
+LP_INLINE __m256i dot_signed(__m256i q, __m256i x) { /* 32 products of signed q, 4 to an int32 lane (|q| <= 32: exact) */
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_abs_epi8(q), _mm256_sign_epi8(x, q)), _mm256_set1_epi16(1));
+}
+
+static void row_q6k(const uint8_t *w, int64_t o0, int64_t o1, int64_t n_out, const lp_x8 *p, float *y, int accumulate) {
+    const int64_t nsb = p->n_in / 256, rb = 210 * nsb;
+    const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+    for (int64_t o = o0; o < o1; o += 8) {
+        const int nw = (int)(o1 - o < 8 ? o1 - o : 8);
+        const uint8_t *rows[8];
+        for (int j = 0; j < 8; j++) rows[j] = w + (o + (j < nw ? j : nw - 1)) * rb;
+        const int64_t pe = o + 16 < n_out ? o + 16 : n_out;
+        const char *pf = (const char *)(((uintptr_t)(w + (o + 8) * rb)) & ~(uintptr_t)63);
+        const int64_t pf_lines = pe > o + 8 ? ((const char *)(w + pe * rb) - pf + 63) / 64 : 0, per = (pf_lines + nsb - 1) / nsb;
+        __m256 acc = _mm256_setzero_ps();
+        for (int64_t sb = 0; sb < nsb; sb++) {
+            for (int64_t i = sb * per; i < (sb + 1) * per && i < pf_lines; i++) LP_PREFETCH_W(pf + 64 * i);
+            for (int n = 0; n < 2; n++) { /* 16-groups 8 n .. 8 n + 7 */
+                const int8_t *xq = p->q + 256 * sb + 128 * n;
+                __m256 g[8], dv[8];
+                for (int j = 0; j < 8; j++) {
+                    const uint8_t *b = rows[j] + sb * 210;
+                    dv[j] = _mm256_mul_ps(_mm256_set1_ps(lp_f16_to_f32(lp_rd16(b + 208))),
+                                          _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(b + 192 + 8 * n)))));
+                    __m256i q[4], v[4];
+                    q6k_half(b + 64 * n, b + 128 + 32 * n, q);
+                    for (int k = 0; k < 4; k++)
+                        v[k] = dot_signed(_mm256_sub_epi8(q[k], _mm256_set1_epi8(32)), _mm256_loadu_si256((const __m256i *)(xq + 32 * k)));
+                    /* lanes 0-3 of v[k]: 16-group 2 k, lanes 4-7: 2 k + 1 -> [g0 g2 g4 g6 | g1 g3 g5 g7] -> in order */
+                    const __m256i h = _mm256_hadd_epi32(_mm256_hadd_epi32(v[0], v[1]), _mm256_hadd_epi32(v[2], v[3]));
+                    g[j] = _mm256_cvtepi32_ps(_mm256_permutevar8x32_epi32(h, order));
+                }
+                tr8(g), tr8(dv);
+                for (int t = 0; t < 8; t++)
+                    acc = _mm256_fmadd_ps(g[t], _mm256_mul_ps(dv[t], _mm256_set1_ps(p->d[8 * sb + 4 * n + t / 2])), acc);
+            }
+        }
+        float t[8];
+        _mm256_storeu_ps(t, acc);
+        for (int j = 0; j < nw; j++) y[o + j] = accumulate ? y[o + j] + t[j] : t[j];
+    }
+}
+
 void lp_det8_row256_k45(int type, const uint8_t *w, int64_t o0, int64_t o1, int64_t n_out, const lp_x8 *p, float *y,
                         int accumulate) {
-    if (type == LP_Q4_K)
+    if (type == LP_Q6_K)
+        row_q6k(w, o0, o1, n_out, p, y, accumulate);
+    else if (type == LP_Q4_K)
         row_k45(LP_Q4_K, w, o0, o1, n_out, p, y, accumulate);
     else
         row_k45(LP_Q5_K, w, o0, o1, n_out, p, y, accumulate);
@@ -215,7 +277,8 @@ void lp_det8_row256_k45(int type, const uint8_t *w, int64_t o0, int64_t o1, int6
 void lp_det8_chunk256(int type, const uint8_t *w, int64_t o0, int64_t o1, const lp_x8 *p, float *y, int64_t ldy,
                       int accumulate, void *scratch) {
     const int64_t n_in = p->n_in, nb = n_in / 32, n = p->n;
-    const int64_t rb = type == LP_Q4_K ? 144 * (n_in / 256) : type == LP_Q5_K ? 176 * (n_in / 256) : bytes32(type) * nb;
+    const int64_t rb = type == LP_Q4_K ? 144 * (n_in / 256) : type == LP_Q5_K ? 176 * (n_in / 256) : type == LP_Q6_K ? 210 * (n_in / 256)
+                                                                                                : bytes32(type) * nb;
     uint8_t *u[TW];
     float *wd[TW], *wm[TW];
     for (int j = 0; j < TW; j++) {

@@ -11,7 +11,7 @@ size_t lp_det8_scratch256_bytes(int64_t n_in);
  * lp_x8_lanes_block), each element det8's sequence (lp_det8_chunk). */
 void lp_det8_chunk256(int type, const uint8_t *w, int64_t o0, int64_t o1, const lp_x8 *p, float *y, int64_t ldy,
                       int accumulate, void *scratch);
-/* One row (p->n == 1) of Q4_K / Q5_K, the sequence of the lanes above: y[o] (+)= x . W_o, o0 .. o1. */
+/* One row (p->n == 1) of Q4_K / Q5_K / Q6_K, the sequence of the lanes above: y[o] (+)= x . W_o, o0 .. o1. */
 void lp_det8_row256_k45(int type, const uint8_t *w, int64_t o0, int64_t o1, int64_t n_out, const lp_x8 *p, float *y,
                         int accumulate);
 #endif

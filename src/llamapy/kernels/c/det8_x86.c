@@ -29,8 +29,8 @@
 static void *al64(void *p) { return (void *)(((uintptr_t)p + 63) & ~(uintptr_t)63); }
 
 int lp_det8_covers(int type) {
-#if !defined(LP_AVX512) /* AVX2: Q8_0 signed (LP_DET8_Q8_SIGNED) or AVX-VNNI's vpdpbusd; Q4_K / Q5_K their q (det8_avx2_x86.c) */
-    if (type == LP_Q8_0 || type == LP_Q4_K || type == LP_Q5_K) return 1;
+#if !defined(LP_AVX512) /* AVX2: Q8_0 signed (LP_DET8_Q8_SIGNED) or AVX-VNNI's vpdpbusd; the K-quants (det8_avx2_x86.c) */
+    if (type == LP_Q8_0 || type == LP_Q4_K || type == LP_Q5_K || type == LP_Q6_K) return 1;
 #elif defined(LP_VNNI)
     if (type == LP_Q8_0) return 1;
 #endif
@@ -296,7 +296,7 @@ void lp_det8_chunk(int type, const uint8_t *w, int64_t o0, int64_t o1, int64_t n
 size_t lp_det8_scratch_bytes(int64_t n_in) { return (void)w8_bytes, lp_det8_scratch256_bytes(n_in); }
 void lp_det8_chunk(int type, const uint8_t *w, int64_t o0, int64_t o1, int64_t n_out, const lp_x8 *p, float *y,
                    int64_t ldy, int accumulate, void *scratch) {
-    if (p->n == 1 && (type == LP_Q4_K || type == LP_Q5_K))
+    if (p->n == 1 && (type == LP_Q4_K || type == LP_Q5_K || type == LP_Q6_K))
         lp_det8_row256_k45(type, w, o0, o1, n_out, p, y, accumulate);
     else if (p->n == 1)
         lp_det8_row(type, w, o0, o1, n_out, p, y, accumulate);
