@@ -45,7 +45,8 @@ def _logits(model: Model, det: bool, one_by_one: bool) -> torch.Tensor:
 
 # At AVX-512 the 32-element types' deterministic products read int8 activations (det8_x86.c: ggml's Q8_0 form,
 # llama.cpp's own; the default's one-row products read int16): on these tiny random models the logits then move
-# 3.0% (phi3, qwen3) and 0.6% (gemma2) of their largest from the default's, top-1 unchanged.
+# 3.0% (phi3, qwen3) and 0.6% (gemma2) of their largest from the default's, top-1 unchanged.  At AVX2 every
+# covered type reads int8 (det8_avx2_x86.c): the tiny llama's Q6_K logits move 4.9% (0.417 of 8.56).
 INT8_TOL = 5e-2
 READS_I8 = 8  # kernels/c/mm.h LP_READS_I8
 
@@ -84,4 +85,4 @@ def test_llama_k_quants_deterministic(tmp_path: Path, wtype: T) -> None:
     assert model.net.fused is not None
     if expected_level() in ("avx2", "avx512"):  # x86's lanes cover the K-quants; elsewhere one-row ubatches
         assert model.net.fused.det_covered
-    _check(model)
+    _check(model, _tol(wtype))  # at AVX2 the K-quants read int8 too (det8_avx2_x86.c): Q6_K 4.9% of the largest

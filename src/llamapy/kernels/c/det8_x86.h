@@ -1,6 +1,7 @@
 /* det8_x86.c: deterministic mode's products of the types of a scale per block of 32 (Q4_0,
  * Q4_1, Q5_0, Q5_1, Q8_0) at the AVX-512 level with int8 activations (vpdpbusd: 64 products an
- * instruction, twice vpdpwssd's), one row or many, the same bits. */
+ * instruction, twice vpdpwssd's), one row or many, the same bits; at the AVX2 level those and the
+ * K-quants (det8_avx2_x86.c: vpmaddubsw, no VNNI needed). */
 #ifndef LP_DET8_X86_H
 #define LP_DET8_X86_H
 
