@@ -45,7 +45,8 @@ def _logits(model: Model, det: bool, one_by_one: bool) -> torch.Tensor:
 
 # At AVX-512 the 32-element types' deterministic products read int8 activations (det8_x86.c: ggml's Q8_0 form,
 # llama.cpp's own; the default's one-row products read int16): on these tiny random models the logits then move
-# 3.0% (phi3, qwen3) and 0.6% (gemma2) of their largest from the default's, top-1 unchanged.
+# 3.0% (phi3, qwen3) and 0.6% (gemma2) of their largest from the default's, top-1 unchanged.  At AVX2 every
+# covered type reads int8 (det8_avx2_x86.c): the tiny llama's Q6_K logits move 4.9% (0.417 of 8.56).
 INT8_TOL = 5e-2
 READS_I8 = 8  # kernels/c/mm.h LP_READS_I8
 
@@ -65,7 +66,11 @@ def _check(model: Model, tol: float = 5e-3) -> None:
     # the kernels' timed choice for a few rows was (bf16 tiles: rounding far past 5e-3 on these files)
     err, scale = (det - plain).abs().max().item(), plain.abs().max().item()
     assert err < tol * scale, (err, scale)
-    assert torch.equal(det.argmax(-1), plain.argmax(-1))
+    same = (det.argmax(-1) == plain.argmax(-1)).sum().item()
+    # int8 reads: two roundings of x apart.  The tiny llama's Q6_K at AVX2: the default's one-row Q8_K
+    # (row1q8k_x86.c) flips 2 of 12 top-1 against the fp32 PyTorch path (LLAMAPY_KERNELS=0; max |diff| 0.32 of
+    # 8.6), --deterministic's int8 per 32 none (0.26): the two agree on 10
+    assert same == len(det) if tol < INT8_TOL else same >= len(det) - 2, same
 
 
 @pytest.mark.parametrize("arch,wtype", FAMILY_CASES, ids=[f"{a}-{t.name}" for a, t in FAMILY_CASES])
@@ -84,4 +89,4 @@ def test_llama_k_quants_deterministic(tmp_path: Path, wtype: T) -> None:
     assert model.net.fused is not None
     if expected_level() in ("avx2", "avx512"):  # x86's lanes cover the K-quants; elsewhere one-row ubatches
         assert model.net.fused.det_covered
-    _check(model)
+    _check(model, _tol(wtype))  # at AVX2 the K-quants read int8 too (det8_avx2_x86.c): Q6_K 4.9% of the largest

@@ -1,8 +1,9 @@
 """Deterministic mode's products (kernels/c/rows_det_x86.c, lp_mm_det) of many rows against each row alone
 (lp_mm_det of one row: det1_x86.c, the kernel of a deterministic decode), bit for bit: every type of the two
 test models (SmolLM2 Q4_1: Q4_1, Q8_0; Gemma 3 Q4_K_M: Q8_0, Q5_0, Q4_K, Q6_K) and the other types the file
-covers, random weights and activations, 1..70 rows (the twin lanes, the lane tiles, their slices), at the x86
-levels this CPU runs.  The lanes (lanes_x86.c) and det1_x86.c write the same order each its own way, so a change
+covers, random weights and activations, 1..70 and 530 rows (the twin lanes, the lane tiles, det8's int8 lanes,
+their slices), at the x86 levels this CPU runs (at AVX2 every covered type takes det8's int8 form:
+det8_avx2_x86.c).  The lanes (lanes_x86.c) and det1_x86.c write the same order each its own way, so a change
 to either fails here; and both stay within rounding of the default product (lp_mm)."""
 from __future__ import annotations
 
@@ -133,12 +134,15 @@ def test_det_accumulate_and_model_shapes(lib, qtype):
 
 def test_det8_takes_the_32_element_types(lib):
     """At the AVX-512 level (with VNNI, as this CPU's build has) every 32-element type reads det8_x86.c's int8
-    form (Q8_0 needs VNNI: its bytes q + 128 would saturate vpmaddubsw); at AVX2 none does (the int16 lanes)."""
-    want = READS_I8 if lib.level == "avx512" and "vnni" in lib.isa else 1
+    form (Q8_0 needs VNNI there: its bytes q + 128 would saturate vpmaddubsw); at AVX2 too, with or without
+    AVX-VNNI (det8_avx2_x86.c: Q8_0 signed, ggml's |w| x sign(x, w), where VNNI is missing)."""
+    want = READS_I8 if lib.level == "avx2" or "vnni" in lib.isa else 1
     for t in (T.Q4_0, T.Q4_1, T.Q5_0, T.Q5_1, T.Q8_0):
         assert lib.fn.lp_det_reads(int(t)) == want, t.name
-    amx = lib.fn.lp_amx_on() == 1  # Q4_K / Q5_K: the int16 rows, split for AMX's tiles from 128 rows
-    assert lib.fn.lp_det_reads(int(T.Q4_K)) == (READS_AMX if amx else 1) and lib.fn.lp_det_reads(int(T.Q6_K)) == 1
+    amx = lib.fn.lp_amx_on() == 1  # Q4_K / Q5_K: the int16 rows, split for AMX's tiles from 128 rows; at AVX2 int8
+    k45 = READS_I8 if lib.level == "avx2" else READS_AMX if amx else 1
+    assert lib.fn.lp_det_reads(int(T.Q4_K)) == k45 and lib.fn.lp_det_reads(int(T.Q5_K)) == k45
+    assert lib.fn.lp_det_reads(int(T.Q6_K)) == (READS_I8 if lib.level == "avx2" else 1)
 
 
 AMX_TYPES = [T.Q4_K, T.Q5_K, T.Q4_0, T.Q4_1, T.Q5_0, T.Q5_1, T.Q8_0]
@@ -184,12 +188,16 @@ def test_uncovered_types_refused_untouched(lib, qtype):
     assert lib.fn.lp_mm_det_covers(int(T.Q4_K), 512 + 32) == 0  # a K-quant row not a whole number of super-blocks
 
 
-@pytest.mark.parametrize("qtype", [T.Q4_1, T.Q5_0, T.Q8_0, T.Q4_K], ids=lambda t: t.name)
+@pytest.mark.parametrize("qtype", COVERED, ids=lambda t: t.name)
 def test_det_slices_equal_one_row(lib, qtype):
     """A prompt-sized product (530 rows: the lanes' slices of 256 and det8's of 512 rows, a last group of 2) row
-    for row equal to each row alone."""
+    for row equal to each row alone, and as y += x W^T (every covered type: at AVX2 all of them take det8's int8
+    form, det8_avx2_x86.c)."""
     n_in = 512
     w = weights(qtype, 21, n_in, seed=9)
     x = activations(530, n_in, seed=13)
     ref = one_row(lib, qtype, w, x, 21)
     assert np.array_equal(det(lib, qtype, w, x, 21).view(np.uint32), ref.view(np.uint32))
+    y0 = np.random.default_rng(29).standard_normal((530, 21)).astype(np.float32)
+    ref_acc = one_row(lib, qtype, w, x, 21, accumulate=True, y0=y0)
+    assert np.array_equal(det(lib, qtype, w, x, 21, accumulate=True, y0=y0).view(np.uint32), ref_acc.view(np.uint32))

@@ -1,4 +1,4 @@
-/* Deterministic mode's one-row products at the AVX-512 level with int8 activations (det8_x86.h:
+/* Deterministic mode's one-row products at the AVX-512 and AVX2 levels with int8 activations (det8_x86.h:
  * the contract; det8_x86.c: two rows or more, the same bits).  8 outputs at once: per block of
  * 32 each output's 32 products one ymm vpdpbusd (the weights as unsigned bytes q + off, the
  * row's int8), the 8 outputs' partials summed into one vector (a transpose-add, exact), less
@@ -7,13 +7,21 @@
  *   acc = fmaf((float)i, d_w * d_x, acc)    and with a minimum    acc = fmaf(sum_x, m_w, acc). */
 #include "det8_row_x86.h"
 
-#if defined(LP_AVX512)
+#if defined(LP_AVX512) || defined(LP_AVX2)
+/* acc + the block's 32 products u s, 4 to an int32 lane (exact) */
 LP_INLINE __m256i dpbusd256(__m256i acc, __m256i u, __m256i s) {
 #if defined(LP_VNNI)
     return _mm256_dpbusd_epi32(acc, u, s);
-#else /* exact for u <= 31 (lp_det8_covers: Q8_0 only with VNNI) */
+#elif defined(LP_AVXVNNI)
+    return _mm256_dpbusd_avx_epi32(acc, u, s);
+#else /* exact for u <= 31 (Q8_0 without VNNI: signed, dpbssd256) */
     return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1)));
 #endif
+}
+
+/* the same for signed weights (LP_DET8_Q8_SIGNED): ggml's AVX2 |w| x sign(x, w), pairs <= 2 128 127 */
+LP_INLINE __m256i dpbssd256(__m256i acc, __m256i w, __m256i s) {
+    return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_abs_epi8(w), _mm256_sign_epi8(s, w)), _mm256_set1_epi16(1)));
 }
 
 /* lane j: the sum of v[j]'s 8 int32 (exact) */
@@ -50,7 +58,15 @@ LP_INLINE void row8(const int type, const uint8_t *w, int64_t o0, int64_t o1, in
             for (int64_t i = b * per; i < (b + 1) * per && i < pf_lines; i++) LP_PREFETCH_W(pf + 64 * i);
             const __m256i xv = _mm256_loadu_si256((const __m256i *)(p->q + 32 * b));
             __m256i ps[8];
-            for (int j = 0; j < 8; j++) ps[j] = dpbusd256(_mm256_setzero_si256(), lp_det8_bytes(type, rows[j] + bb * b), xv);
+            for (int j = 0; j < 8; j++) {
+#if defined(LP_DET8_Q8_SIGNED)
+                if (type == LP_Q8_0) {
+                    ps[j] = dpbssd256(_mm256_setzero_si256(), lp_det8_bytes(type, rows[j] + bb * b), xv);
+                    continue;
+                }
+#endif
+                ps[j] = dpbusd256(_mm256_setzero_si256(), lp_det8_bytes(type, rows[j] + bb * b), xv);
+            }
             __m256i is = sum8x8(ps);
             if (off) is = _mm256_sub_epi32(is, _mm256_set1_epi32(off * p->qs[b]));
             const __m256 dw = f16x8(rows, bb * b);

@@ -16,18 +16,22 @@
  * The int8 rounding of x costs accuracy against the int16 lanes (llama.cpp's own), bounded in
  * the same test. */
 #include "det8_x86.h"
+#include "det8_avx2_x86.h"
 #include "det8_row_x86.h"
+#include "q8_avx2.h"
 
 #define NL8 16   /* rows per lane group */
 #define TW8 4    /* weight rows per tile */
 #define YB8_LD 20 /* a buffered output row's floats (a chunk of 16 and a tile's 4 columns past it) */
 #define YB8_ROWS 512
 
-#if defined(LP_AVX512)
+#if defined(LP_AVX512) || defined(LP_AVX2)
 static void *al64(void *p) { return (void *)(((uintptr_t)p + 63) & ~(uintptr_t)63); }
 
 int lp_det8_covers(int type) {
-#if defined(LP_VNNI)
+#if !defined(LP_AVX512) /* AVX2: Q8_0 signed (LP_DET8_Q8_SIGNED) or AVX-VNNI's vpdpbusd; the K-quants (det8_avx2_x86.c) */
+    if (type == LP_Q8_0 || type == LP_Q4_K || type == LP_Q5_K || type == LP_Q6_K) return 1;
+#elif defined(LP_VNNI)
     if (type == LP_Q8_0) return 1;
 #endif
     return type == LP_Q4_0 || type == LP_Q4_1 || type == LP_Q5_0 || type == LP_Q5_1;
@@ -57,6 +61,7 @@ lp_x8 lp_x8_at(void *buf, int64_t n_in, int64_t n) {
 
 /* As lp_prepare_x_row with 127 for LP_XQ_MAX: per block, d = max |x| / 127, q = x 127 / max |x|
  * rounded to nearest even (vcvtps2dq under the default rounding mode, as rintf). */
+#if defined(LP_AVX512)
 void lp_x8_row(const float *x, const lp_x8 *p, int64_t r) {
     const int64_t n_in = p->n_in, nb = n_in / 32;
     const __m512 abs = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fffffff));
@@ -81,6 +86,29 @@ void lp_x8_row(const float *x, const lp_x8 *p, int64_t r) {
         p->sum[r * nb + b] = d * (float)qs;
     }
 }
+#else /* the same integers and floats on ymm */
+void lp_x8_row(const float *x, const lp_x8 *p, int64_t r) {
+    const int64_t n_in = p->n_in, nb = n_in / 32;
+    const __m256 abs = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+    const __m256i lim = _mm256_set1_epi32(127), nlim = _mm256_set1_epi32(-127);
+    for (int64_t b = 0; b < nb; b++) {
+        const float *xb = x + 32 * b;
+        __m256 xv[4], m = _mm256_setzero_ps();
+        for (int i = 0; i < 4; i++) xv[i] = _mm256_loadu_ps(xb + 8 * i), m = _mm256_max_ps(m, _mm256_and_ps(xv[i], abs));
+        const float mx = q8_hmax(m);
+        const float inv = mx > 0.0f ? 127.0f / mx : 0.0f;
+        const __m256 iv = _mm256_set1_ps(inv);
+        __m256i q[4];
+        for (int i = 0; i < 4; i++) q[i] = _mm256_max_epi32(_mm256_min_epi32(_mm256_cvtps_epi32(_mm256_mul_ps(xv[i], iv)), lim), nlim);
+        q8_store_i8(p->q + r * n_in + 32 * b, q);
+        const float d = mx / 127.0f;
+        p->d[r * nb + b] = d;
+        const int32_t qs = q8_hsum_i(_mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3])));
+        p->qs[r * nb + b] = qs;
+        p->sum[r * nb + b] = d * (float)qs;
+    }
+}
+#endif
 
 void lp_x8_lanes_block(const lp_x8 *p, int64_t b) {
     const int64_t n_in = p->n_in, nb = n_in / 32, nq = n_in / 4;
@@ -112,19 +140,15 @@ lp_x8 lp_x8_slice(const lp_x8 *p, int64_t r0, int64_t n) {
 
 /* a weight row's room in scratch: its nibbles as bytes in element order, d and m per block */
 static size_t w8_bytes(int64_t n_in) { return (size_t)n_in + (size_t)(n_in / 32) * 8 + 128; }
-size_t lp_det8_scratch_bytes(int64_t n_in) { return 8 * w8_bytes(n_in) + (size_t)YB8_ROWS * YB8_LD * 4 + 128; }
-
-int lp_det8_offset(int type) { return type == LP_Q4_0 ? 8 : type == LP_Q5_0 ? 16 : type == LP_Q8_0 ? 128 : 0; }
-
-/* A weight row (blocks of bytes32(type)) into u8 [n_in] (q + off, lp_det8_bytes) and its d, m per block. */
-static void unpack_u8(int type, const uint8_t *row, int64_t n_in, uint8_t *u, float *d, float *m) {
-    const int bb = bytes32(type), has_min = type == LP_Q4_1 || type == LP_Q5_1;
-    for (int64_t b = 0; b < n_in / 32; b++) {
-        const uint8_t *blk = row + bb * b;
-        d[b] = lp_f16_to_f32(lp_rd16(blk)), m[b] = has_min ? lp_f16_to_f32(lp_rd16(blk + 2)) : 0.0f;
-        _mm256_storeu_si256((__m256i *)(u + 32 * b), lp_det8_bytes(type, blk));
-    }
+int lp_det8_offset(int type) {
+#if defined(LP_DET8_Q8_SIGNED)
+    if (type == LP_Q8_0) return 0;
+#endif
+    return type == LP_Q4_0 ? 8 : type == LP_Q5_0 ? 16 : type == LP_Q8_0 ? 128 : 0;
 }
+
+#if defined(LP_AVX512)
+size_t lp_det8_scratch_bytes(int64_t n_in) { return 8 * w8_bytes(n_in) + (size_t)YB8_ROWS * YB8_LD * 4 + 128; }
 
 LP_INLINE __m512i dpbusd512(__m512i acc, __m512i u, __m512i s) {
 #if defined(LP_VNNI)
@@ -243,7 +267,7 @@ void lp_det8_chunk(int type, const uint8_t *w, int64_t o0, int64_t o1, int64_t n
     float t[2 * NL8 * 4];
     for (int64_t o = o0; o < o1; o += TW8) {
         const int nw = (int)(o1 - o < TW8 ? o1 - o : TW8);
-        for (int j = 0; j < nw; j++) unpack_u8(type, w + (o + j) * rb, n_in, u[j], wd[j], wm[j]);
+        for (int j = 0; j < nw; j++) lp_det8_unpack(type, w + (o + j) * rb, n_in, u[j], wd[j], wm[j]);
         for (int64_t g = 0; g < p->n_grp; g += 2) {
             const int ng = g + 1 < p->n_grp ? 2 : 1;
             if (buffered) {
@@ -268,6 +292,18 @@ void lp_det8_chunk(int type, const uint8_t *w, int64_t o0, int64_t o1, int64_t n
         }
     }
 }
+#else /* AVX2: two rows or more take det8_avx2_x86.c's 8-lane tiles */
+size_t lp_det8_scratch_bytes(int64_t n_in) { return (void)w8_bytes, lp_det8_scratch256_bytes(n_in); }
+void lp_det8_chunk(int type, const uint8_t *w, int64_t o0, int64_t o1, int64_t n_out, const lp_x8 *p, float *y,
+                   int64_t ldy, int accumulate, void *scratch) {
+    if (p->n == 1 && (type == LP_Q4_K || type == LP_Q5_K || type == LP_Q6_K))
+        lp_det8_row256_k45(type, w, o0, o1, n_out, p, y, accumulate);
+    else if (p->n == 1)
+        lp_det8_row(type, w, o0, o1, n_out, p, y, accumulate);
+    else
+        lp_det8_chunk256(type, w, o0, o1, p, y, ldy, accumulate, scratch);
+}
+#endif
 #else
 int lp_det8_covers(int type) { return (void)type, 0; }
 int lp_det8_offset(int type) { return (void)type, 0; }

@@ -1,6 +1,7 @@
 /* det8_x86.c: deterministic mode's products of the types of a scale per block of 32 (Q4_0,
  * Q4_1, Q5_0, Q5_1, Q8_0) at the AVX-512 level with int8 activations (vpdpbusd: 64 products an
- * instruction, twice vpdpwssd's), one row or many, the same bits. */
+ * instruction, twice vpdpwssd's), one row or many, the same bits; at the AVX2 level those and the
+ * K-quants (det8_avx2_x86.c: vpmaddubsw, no VNNI needed). */
 #ifndef LP_DET8_X86_H
 #define LP_DET8_X86_H
 
@@ -21,7 +22,7 @@ typedef struct {
 
 /* Does det8 take this type (at this ISA level)?  At AVX-512: Q4_0, Q4_1, Q5_0, Q5_1, and Q8_0
  * where the build has VNNI (its unsigned bytes reach 255: vpmaddubsw's int16 pairs would
- * saturate); otherwise 0. */
+ * saturate); at AVX2 (det8_avx2_x86.c) all five (Q8_0 signed: LP_DET8_Q8_SIGNED); otherwise 0. */
 int lp_det8_covers(int type);
 size_t lp_x8_bytes(int64_t n_in, int64_t n);
 lp_x8 lp_x8_at(void *buf, int64_t n_in, int64_t n);
@@ -29,7 +30,8 @@ void lp_x8_row(const float *x, const lp_x8 *p, int64_t r);  /* row r quantized (
 void lp_x8_lanes_block(const lp_x8 *p, int64_t b);         /* block b of every row into the lanes (tiles: ld, lsum, lqs) */
 lp_x8 lp_x8_slice(const lp_x8 *p, int64_t r0, int64_t n);  /* rows r0 .. r0 + n (r0 a multiple of 16) */
 size_t lp_det8_scratch_bytes(int64_t n_in);
-/* The weights' offset to unsigned bytes (det8 reads q + off): Q4_0 8, Q5_0 16, Q8_0 128, else 0. */
+/* The weights' offset to unsigned bytes (det8 reads q + off): Q4_0 8, Q5_0 16, Q8_0 128 (0 with
+ * LP_DET8_Q8_SIGNED), else 0. */
 int lp_det8_offset(int type);
 /* y[r, o] (+)= x_r . W_o for outputs o0 .. o1 and every row of p, each element one sequence:
  * per block of 32 in order, i = the exact int32 sum of (q_w + off) q_x minus off * qs (= the
@@ -38,14 +40,22 @@ int lp_det8_offset(int type);
 void lp_det8_chunk(int type, const uint8_t *w, int64_t o0, int64_t o1, int64_t n_out, const lp_x8 *p, float *y,
                    int64_t ldy, int accumulate, void *scratch);
 
-#if defined(LP_AVX512)
+#if defined(LP_AVX512) || defined(LP_AVX2)
 #include "blocks_x86.h"
+#if !defined(LP_AVX512) && !defined(LP_AVXVNNI)
+/* The AVX2 level without VNNI reads Q8_0 as its signed int8 (off 0): the products are
+ * vpmaddubsw(|q_w|, sign(q_x, q_w)), whose int16 pairs stay within 2 x 128 x 127 (ggml's AVX2 dot),
+ * where q + 128 would saturate them. */
+#define LP_DET8_Q8_SIGNED 1
+#endif
 /* Block blk of a 32-element type as det8 reads its weights: 32 unsigned bytes q + off in element
- * order (Q4_0 / Q4_1 the nibbles, Q5_0 / Q5_1 with the fifth bits as 16, Q8_0's int8 + 128). */
+ * order (Q4_0 / Q4_1 the nibbles, Q5_0 / Q5_1 with the fifth bits as 16, Q8_0's int8 + 128; with
+ * LP_DET8_Q8_SIGNED Q8_0's int8 as they are). */
 LP_INLINE __m256i lp_det8_bytes(const int type, const uint8_t *blk) {
     switch (type) {
     case LP_Q4_0: return nibbles32(blk + 2);
     case LP_Q4_1: return nibbles32(blk + 4);
+#if defined(LP_AVX512)
     case LP_Q5_0: {
         const __m256i nb = nibbles32(blk + 6);
         return _mm256_mask_add_epi8(nb, (__mmask32)lp_rd32(blk + 2), nb, _mm256_set1_epi8(16));
@@ -54,7 +64,27 @@ LP_INLINE __m256i lp_det8_bytes(const int type, const uint8_t *blk) {
         const __m256i nb = nibbles32(blk + 8);
         return _mm256_mask_add_epi8(nb, (__mmask32)lp_rd32(blk + 4), nb, _mm256_set1_epi8(16));
     }
-    default: return _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(blk + 2)), _mm256_set1_epi8((char)0x80));
+#else /* the fifth bits as 0x10 bytes (ggml's bytes_from_bits_32) */
+    case LP_Q5_0: return _mm256_or_si256(nibbles32(blk + 6), _mm256_and_si256(bits_to_bytes(blk + 2), _mm256_set1_epi8(16)));
+    case LP_Q5_1: return _mm256_or_si256(nibbles32(blk + 8), _mm256_and_si256(bits_to_bytes(blk + 4), _mm256_set1_epi8(16)));
+#endif
+    default:
+#if defined(LP_DET8_Q8_SIGNED)
+        return _mm256_loadu_si256((const __m256i *)(blk + 2));
+#else
+        return _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(blk + 2)), _mm256_set1_epi8((char)0x80));
+#endif
+    }
+}
+
+/* A weight row (blocks of bytes32(type)) into u [n_in] (lp_det8_bytes) and its d, m per block (m 0
+ * without a minimum). */
+LP_INLINE void lp_det8_unpack(int type, const uint8_t *row, int64_t n_in, uint8_t *u, float *d, float *m) {
+    const int bb = bytes32(type), has_min = type == LP_Q4_1 || type == LP_Q5_1;
+    for (int64_t b = 0; b < n_in / 32; b++) {
+        const uint8_t *blk = row + bb * b;
+        d[b] = lp_f16_to_f32(lp_rd16(blk)), m[b] = has_min ? lp_f16_to_f32(lp_rd16(blk + 2)) : 0.0f;
+        _mm256_storeu_si256((__m256i *)(u + 32 * b), lp_det8_bytes(type, blk));
     }
 }
 #endif

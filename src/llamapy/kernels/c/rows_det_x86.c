@@ -15,7 +15,8 @@
  * The output rows split among the threads in chunks of CHUNK (any split gives the same bits:
  * each element is its own sequence).
  * The 32-element types at AVX-512 take det8_x86.c instead (int8 activations, vpdpbusd;
- * lp_det_reads): the same contract, their own order.  From LP_DENSE_ROWS rows Q4_K / Q5_K take
+ * lp_det_reads): the same contract, their own order; at AVX2 every covered type does
+ * (det8_avx2_x86.c: vpmaddubsw + vpmaddwd, the K-quants' d sc and -(dmin m) per sub-block).  From LP_DENSE_ROWS rows Q4_K / Q5_K take
  * AMX's tiles where the CPU has them (amx_x86.c: the lanes' bits, fewer instructions), and so do
  * det8's types (det8_amx_x86.c: det8's bits; lp_x8.tiles, set here for the whole product).
  * Other types (and non-x86 builds) return LP_DET_UNCOVERED: the caller keeps one-row ubatches. */
