@@ -180,15 +180,12 @@ LP_INLINE void row_k45(const int type, const uint8_t *w, int64_t o0, int64_t o1,
     const int bb = type == LP_Q4_K ? 144 : 176;
     const int64_t nsb = p->n_in / 256, rb = bb * nsb;
     for (int64_t o = o0; o < o1; o += 8) {
-        const int nw = (int)(o1 - o < 8 ? o1 - o : 8);
         const uint8_t *rows[8];
-        for (int j = 0; j < 8; j++) rows[j] = w + (o + (j < nw ? j : nw - 1)) * rb;
-        const int64_t pe = o + 16 < n_out ? o + 16 : n_out; /* the next 8 rows' lines, spread over the super-blocks */
-        const char *pf = (const char *)(((uintptr_t)(w + (o + 8) * rb)) & ~(uintptr_t)63);
-        const int64_t pf_lines = pe > o + 8 ? ((const char *)(w + pe * rb) - pf + 63) / 64 : 0, per = (pf_lines + nsb - 1) / nsb;
+        lp_det8_next nx;
+        const int nw = lp_det8_rows8(w, o, o1, n_out, rb, nsb, rows, &nx);
         __m256 acc = _mm256_setzero_ps();
         for (int64_t sb = 0; sb < nsb; sb++) {
-            for (int64_t i = sb * per; i < (sb + 1) * per && i < pf_lines; i++) LP_PREFETCH_W(pf + 64 * i);
+            lp_det8_prefetch(&nx, sb);
             const int8_t *xq = p->q + 256 * sb;
             __m256 g[8], dv[8], mv[8];
             for (int j = 0; j < 8; j++) {
@@ -229,15 +226,12 @@ static void row_q6k(const uint8_t *w, int64_t o0, int64_t o1, int64_t n_out, con
     const int64_t nsb = p->n_in / 256, rb = 210 * nsb;
     const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
     for (int64_t o = o0; o < o1; o += 8) {
-        const int nw = (int)(o1 - o < 8 ? o1 - o : 8);
         const uint8_t *rows[8];
-        for (int j = 0; j < 8; j++) rows[j] = w + (o + (j < nw ? j : nw - 1)) * rb;
-        const int64_t pe = o + 16 < n_out ? o + 16 : n_out;
-        const char *pf = (const char *)(((uintptr_t)(w + (o + 8) * rb)) & ~(uintptr_t)63);
-        const int64_t pf_lines = pe > o + 8 ? ((const char *)(w + pe * rb) - pf + 63) / 64 : 0, per = (pf_lines + nsb - 1) / nsb;
+        lp_det8_next nx;
+        const int nw = lp_det8_rows8(w, o, o1, n_out, rb, nsb, rows, &nx);
         __m256 acc = _mm256_setzero_ps();
         for (int64_t sb = 0; sb < nsb; sb++) {
-            for (int64_t i = sb * per; i < (sb + 1) * per && i < pf_lines; i++) LP_PREFETCH_W(pf + 64 * i);
+            lp_det8_prefetch(&nx, sb);
             for (int n = 0; n < 2; n++) { /* 16-groups 8 n .. 8 n + 7 */
                 const int8_t *xq = p->q + 256 * sb + 128 * n;
                 __m256 g[8], dv[8];

@@ -47,15 +47,12 @@ LP_INLINE void row8(const int type, const uint8_t *w, int64_t o0, int64_t o1, in
     const int bb = bytes32(type), has_min = type == LP_Q4_1 || type == LP_Q5_1, off = lp_det8_offset(type);
     const int64_t nb = p->n_in / 32, rb = bb * nb;
     for (int64_t o = o0; o < o1; o += 8) {
-        const int nw = (int)(o1 - o < 8 ? o1 - o : 8);
         const uint8_t *rows[8];
-        for (int j = 0; j < 8; j++) rows[j] = w + (o + (j < nw ? j : nw - 1)) * rb;
-        const int64_t pe = o + 16 < n_out ? o + 16 : n_out;
-        const char *pf = (const char *)(((uintptr_t)(w + (o + 8) * rb)) & ~(uintptr_t)63);
-        const int64_t pf_lines = pe > o + 8 ? ((const char *)(w + pe * rb) - pf + 63) / 64 : 0, per = (pf_lines + nb - 1) / nb;
+        lp_det8_next nx;
+        const int nw = lp_det8_rows8(w, o, o1, n_out, rb, nb, rows, &nx);
         __m256 acc = _mm256_setzero_ps();
         for (int64_t b = 0; b < nb; b++) {
-            for (int64_t i = b * per; i < (b + 1) * per && i < pf_lines; i++) LP_PREFETCH_W(pf + 64 * i);
+            lp_det8_prefetch(&nx, b);
             const __m256i xv = _mm256_loadu_si256((const __m256i *)(p->q + 32 * b));
             __m256i ps[8];
             for (int j = 0; j < 8; j++) {

@@ -40,6 +40,29 @@ int lp_det8_offset(int type);
 void lp_det8_chunk(int type, const uint8_t *w, int64_t o0, int64_t o1, int64_t n_out, const lp_x8 *p, float *y,
                    int64_t ldy, int accumulate, void *scratch);
 
+/* The one-row kernels' walk: 8 weight rows from o (the last one repeated past o1: rows[8]), and
+ * the next 8 rows' cache lines to prefetch, spread over the n_steps steps of a row's walk. */
+typedef struct {
+    const char *pf;
+    int64_t lines, per;
+} lp_det8_next;
+
+LP_INLINE int lp_det8_rows8(const uint8_t *w, int64_t o, int64_t o1, int64_t n_out, int64_t rb, int64_t n_steps,
+                            const uint8_t **rows, lp_det8_next *nx) {
+    const int nw = (int)(o1 - o < 8 ? o1 - o : 8);
+    for (int j = 0; j < 8; j++) rows[j] = w + (o + (j < nw ? j : nw - 1)) * rb;
+    const int64_t pe = o + 16 < n_out ? o + 16 : n_out;
+    nx->pf = (const char *)(((uintptr_t)(w + (o + 8) * rb)) & ~(uintptr_t)63);
+    nx->lines = pe > o + 8 ? ((const char *)(w + pe * rb) - nx->pf + 63) / 64 : 0;
+    nx->per = (nx->lines + n_steps - 1) / n_steps;
+    return nw;
+}
+
+/* step s's share of the next rows' lines */
+LP_INLINE void lp_det8_prefetch(const lp_det8_next *nx, int64_t s) {
+    for (int64_t i = s * nx->per; i < (s + 1) * nx->per && i < nx->lines; i++) LP_PREFETCH_W(nx->pf + 64 * i);
+}
+
 #if defined(LP_AVX512) || defined(LP_AVX2)
 #include "blocks_x86.h"
 #if !defined(LP_AVX512) && !defined(LP_AVXVNNI)
