@@ -211,9 +211,7 @@ LP_INLINE void row_k45(const int type, const uint8_t *w, int64_t o0, int64_t o1,
                 acc = _mm256_fmadd_ps(_mm256_set1_ps(p->sum[b]), mv[t], acc);
             }
         }
-        float t[8];
-        _mm256_storeu_ps(t, acc);
-        for (int j = 0; j < nw; j++) y[o + j] = accumulate ? y[o + j] + t[j] : t[j];
+        lp_det8_store8(y + o, acc, nw, accumulate);
     }
 }
 
@@ -252,9 +250,7 @@ static void row_q6k(const uint8_t *w, int64_t o0, int64_t o1, int64_t n_out, con
                     acc = _mm256_fmadd_ps(g[t], _mm256_mul_ps(dv[t], _mm256_set1_ps(p->d[8 * sb + 4 * n + t / 2])), acc);
             }
         }
-        float t[8];
-        _mm256_storeu_ps(t, acc);
-        for (int j = 0; j < nw; j++) y[o + j] = accumulate ? y[o + j] + t[j] : t[j];
+        lp_det8_store8(y + o, acc, nw, accumulate);
     }
 }
 

@@ -70,9 +70,7 @@ LP_INLINE void row8(const int type, const uint8_t *w, int64_t o0, int64_t o1, in
             acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is), _mm256_mul_ps(dw, _mm256_set1_ps(p->d[b])), acc);
             if (has_min) acc = _mm256_fmadd_ps(_mm256_set1_ps(p->sum[b]), f16x8(rows, bb * b + 2), acc);
         }
-        float t[8];
-        _mm256_storeu_ps(t, acc);
-        for (int j = 0; j < nw; j++) y[o + j] = accumulate ? y[o + j] + t[j] : t[j];
+        lp_det8_store8(y + o, acc, nw, accumulate);
     }
 }
 

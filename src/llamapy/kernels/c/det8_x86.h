@@ -110,6 +110,13 @@ LP_INLINE void lp_det8_unpack(int type, const uint8_t *row, int64_t n_in, uint8_
         _mm256_storeu_si256((__m256i *)(u + 32 * b), lp_det8_bytes(type, blk));
     }
 }
+
+/* The one-row kernels' end: y[0 .. nw] (+)= the 8 outputs of acc. */
+LP_INLINE void lp_det8_store8(float *y, __m256 acc, int nw, int accumulate) {
+    float t[8];
+    _mm256_storeu_ps(t, acc);
+    for (int j = 0; j < nw; j++) y[j] = accumulate ? y[j] + t[j] : t[j];
+}
 #endif
 
 #endif
