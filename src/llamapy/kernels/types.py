@@ -113,7 +113,7 @@ def lanes_gemm(qtype: T, level: str, cpu_bf16: bool, coarse_many: bool = True) -
 def mm_scratch_bound(n_in: int) -> int:
     """At least lp_mm's scratch per thread for rows of n_in (kernels/c/mm.c
     lp_mm_scratch_bytes: the largest of the fp32 tiles', a lane tile's, a twin tile's and the
-    AMX weight tiles' of a 64-row task: amx_x86.c 100 bytes a value, amxk_x86.c's Q4_K / Q5_K
+    AMX weight tiles' of a 64-row task: amx_x86.c 100 bytes a value, amxk_x86.c's Q4_K / Q5_K / Q6_K
     about 130 and its 128 rows' 64 outputs, 32 KiB), and lp_mm_q8's (a 32-row weight panel with
     its scales: 52 bytes a value); tests/test_kernels.py holds the bound."""
     return 160 * n_in + 32768 + 1024
