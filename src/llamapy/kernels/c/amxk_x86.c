@@ -1,6 +1,6 @@
-/* Prompt-sized products of Q4_K and Q5_K on AMX tiles with a float step per super-block of 256
- * values instead of one per block of 32 (amx_x86.c's, whose tile stores and float steps, 8 a
- * super-block, bound it far below the tile unit's rate).
+/* Prompt-sized products of Q4_K and Q5_K (and Q6_K: pack_group_q6) on AMX tiles with a float
+ * step per super-block of 256 values instead of one per block of 32 (amx_x86.c's, whose tile
+ * stores and float steps, 8 a super-block, bound it far below the tile unit's rate).
  *
  * A Q4_K / Q5_K weight is d sc_b q - dmin m_b: q unsigned (4 or 5 bits), sc_b and m_b the
  * block's 6-bit integers, d and dmin the super-block's.  The activations are ggml's Q8_K, which
