@@ -1,4 +1,4 @@
-"""Q4_K / Q5_K prompts on AMX tiles with the activations in ggml's Q8_K (kernels/c/amxk_x86.c):
+"""Q4_K / Q5_K / Q6_K prompts on AMX tiles with the activations in ggml's Q8_K (kernels/c/amxk_x86.c):
 the sums against numpy's rounding of the same activations with the same weights, each row its own
 at any row count the path takes, accumulation into y, and the switch back to amx_x86.c."""
 from __future__ import annotations
@@ -35,7 +35,11 @@ def _mm(m, x: torch.Tensor, y: torch.Tensor | None = None) -> torch.Tensor:
 
 
 def _parts(raw: torch.Tensor, qtype: T, shape) -> tuple[np.ndarray, np.ndarray]:
-    """The weights' two parts, float64 [n_out, n_in]: d sc q (dmin zeroed) and -dmin m (d zeroed)."""
+    """The weights' two parts, float64 [n_out, n_in]: d sc q (dmin zeroed) and -dmin m (d zeroed);
+    Q6_K, d sc (q - 32) without minima: the weights and zeros."""
+    if qtype == T.Q6_K:
+        w = gguf.quants.dequantize(raw.numpy().reshape(shape[0], -1), qtype).astype(np.float64)
+        return w, np.zeros_like(w)
     bb = gguf.GGML_QUANT_SIZES[qtype][1]
     blocks = raw.numpy().reshape(-1, bb)
     out = []
@@ -57,7 +61,8 @@ def _rounded(x: torch.Tensor) -> np.ndarray:
     return (q.astype(np.float64) * s).reshape(x.shape)
 
 
-@pytest.mark.parametrize("qtype,rows", [(T.Q4_K, 150), (T.Q5_K, 150), (T.Q4_K, 140)], ids=lambda v: getattr(v, "name", v))
+@pytest.mark.parametrize("qtype,rows", [(T.Q4_K, 150), (T.Q5_K, 150), (T.Q4_K, 140), (T.Q6_K, 150), (T.Q6_K, 140)],
+                         ids=lambda v: getattr(v, "name", v))
 def test_sums_are_the_rounded_activations(lib, qtype, rows):
     """The product is the weights times x rounded per super-block (ggml's Q8_K), the minima too
     (ggml's bsums: the minima then cancel the offset d sc q carries; with x's exact block sums
@@ -116,3 +121,38 @@ def test_switch_restores_the_lanes_sums(lib):
     finally:
         lib.fn.lp_amxk_set(1)
     assert not torch.equal(superblock, lanes)
+
+
+def test_q6k_prompts_take_the_tiles(lib):
+    """Q6_K from DENSE_ROWS rows takes amxk's tiles, not lp_mm_q8's int8 panels (which keep 64..127
+    rows): lp_q8mm_takes says no, and the product called as a model calls it (BlockMatrix.__call__,
+    add_into) is lp_mm's, the super-block rounding's sums (with LLAMAPY_AMXK's switch off, the
+    int8 panels' again: their rounding per 32 differs)."""
+    shape = (48, 512)
+    raw, _ = _matrix(T.Q6_K, shape, seed=10)
+    m = block_matrix([(raw, T.Q6_K, shape)], lib)
+    x = torch.randn(130, shape[1], generator=torch.Generator().manual_seed(11))
+    assert lib.fn.lp_q8mm_takes(int(T.Q6_K), x.data_ptr(), shape[1], 130) == 0
+    assert lib.fn.lp_q8mm_takes(int(T.Q6_K), x.data_ptr(), shape[1], 100) != 0
+    tiles = _mm(m, x)
+    assert torch.equal(m(x), tiles)
+    base = torch.randn(130, shape[0], generator=torch.Generator().manual_seed(12))
+    assert (m.add_into(x, base.clone()) - (base + tiles)).abs().max() <= 1e-6 * tiles.abs().max()
+    lib.fn.lp_amxk_set(0)
+    try:
+        assert lib.fn.lp_q8mm_takes(int(T.Q6_K), x.data_ptr(), shape[1], 130) != 0
+        assert not torch.equal(m(x), tiles)
+    finally:
+        lib.fn.lp_amxk_set(1)
+
+
+def test_slices_of_512_rows():
+    """amxk's products run in slices of up to 512 rows at every width of the 8B shape (each call
+    packs the whole matrix: the 14336-wide ffn_down had taken the lanes' 96-row slices), within
+    the lanes' activation budget (1.14 bytes a value: kernels/c/mm_xprep.inc amxk_bytes)."""
+    from llamapy.kernels.types import DEQUANT_CHUNK, amxk_slice_rows
+    for n_in in (2048, 4096, 8192, 14336):
+        rows = amxk_slice_rows(n_in)
+        assert rows == 512, n_in
+        assert rows * (n_in + n_in // 8 + n_in // 64) <= DEQUANT_CHUNK * 4
+    assert amxk_slice_rows(65536) == 112

@@ -135,11 +135,11 @@ def test_matmul_against_exact_product(lib, qtype, rows):
     # part-filled last group at 5, 17 and 127) or exact fp32 (float types); 9-15: fp32; from 5
     # rows bf16 products where the CPU multiplies bf16 natively and the type is a coarse one;
     # the K-quants' 131 rows with AVX512-VNNI int8 activations (one scale per 32: about 1/254
-    # of a block's largest value, test_q8mm.py holds the integers); Q4_K / Q5_K's 131 rows on AMX
-    # ggml's Q8_K (one int8 scale per 256, kernels/c/amxk_x86.c: test_amxk.py holds the sums)
+    # of a block's largest value, test_q8mm.py holds the integers); Q4_K / Q5_K / Q6_K's 131 rows on
+    # AMX ggml's Q8_K (one int8 scale per 256, kernels/c/amxk_x86.c: test_amxk.py holds the sums)
     bf16 = rows >= 5 and dense_dtype(qtype, lib) == torch.bfloat16
     q8 = lib.fn.lp_q8mm_takes(int(qtype), x.data_ptr(), shape[1], rows)
-    amxk = lib.amx and qtype in (T.Q4_K, T.Q5_K) and rows >= DENSE_ROWS
+    amxk = lib.amx and qtype in (T.Q4_K, T.Q5_K, T.Q6_K) and rows >= DENSE_ROWS
     tol = 1e-2 if bf16 or q8 or amxk else 1e-4
     if lib.fn.lp_q8k_takes(int(qtype), x.data_ptr(), shape[1], rows):  # x86 without VNNI, 1-4 rows of Q4_K / Q6_K: x as llama.cpp's Q8_K
         ref, tol = (q8k_rounded(x).double() @ W.double().T).float(), 1e-5

@@ -113,10 +113,19 @@ def lanes_gemm(qtype: T, level: str, cpu_bf16: bool, coarse_many: bool = True) -
 def mm_scratch_bound(n_in: int) -> int:
     """At least lp_mm's scratch per thread for rows of n_in (kernels/c/mm.c
     lp_mm_scratch_bytes: the largest of the fp32 tiles', a lane tile's, a twin tile's and the
-    AMX weight tiles' of a 64-row task: amx_x86.c 100 bytes a value, amxk_x86.c's Q4_K / Q5_K
+    AMX weight tiles' of a 64-row task: amx_x86.c 100 bytes a value, amxk_x86.c's Q4_K / Q5_K / Q6_K
     about 130 and its 128 rows' 64 outputs, 32 KiB), and lp_mm_q8's (a 32-row weight panel with
     its scales: 52 bytes a value); tests/test_kernels.py holds the bound."""
     return 160 * n_in + 32768 + 1024
+
+
+def amxk_slice_rows(n_in: int) -> int:
+    """Rows per kernel call of a product on amxk_x86.c's tiles (Q4_K / Q5_K / Q6_K prompts where the
+    CPU has AMX-INT8): its activation buffer (int8 rows, a scale per 256 and a sum per 32: 1.14
+    bytes a value, kernels/c/mm_xprep.inc amxk_bytes) within the lane slice's budget, at most 512
+    rows.  Each call packs the whole matrix for the tiles once, so a 512-row ubatch in one call:
+    Llama 3.1 8B's ffn_down (14336 wide) had taken the lanes' 96-row slices, six packs."""
+    return max(16, min(512, DEQUANT_CHUNK * 4 // (n_in + n_in // 8 + n_in // 64) // 16 * 16))
 
 
 def q8mm_slice_rows(n_in: int) -> int:

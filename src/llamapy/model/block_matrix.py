@@ -50,8 +50,8 @@ import torch
 import torch.nn.functional as F
 
 from ..kernels import KernelLib
-from ..kernels.types import (BLOCK_TYPES, DENSE_ROWS, DEQUANT_CHUNK, Q8MM_ROWS, bf16_gemm, block_nbytes, blocks_fit,
-                             lanes_gemm, lanes_slice_rows, q8mm_slice_rows)
+from ..kernels.types import (BLOCK_TYPES, DENSE_ROWS, DEQUANT_CHUNK, Q8MM_ROWS, amxk_slice_rows, bf16_gemm, block_nbytes,
+                             blocks_fit, lanes_gemm, lanes_slice_rows, q8mm_slice_rows)
 
 T = gguf.GGMLQuantizationType
 __all__ = ["BLOCK_TYPES", "DENSE_ROWS", "BlockMatrix", "block_matrix", "block_nbytes", "blocks_fit", "dense_dtype"]
@@ -142,7 +142,10 @@ class BlockMatrix:
                                         r1 - r0, y[r0].data_ptr(), y.stride(0), int(accumulate), int(int8 == 1)) != 0:
                     raise MemoryError(f"lp_mm_q8: no scratch memory for {r1 - r0} rows of {self.n_in}")
             return
-        step = lanes_slice_rows(self.n_in) if n >= DENSE_ROWS else n
+        step = n
+        if n >= DENSE_ROWS:
+            amxk = self.lib.fn.lp_amxk_covers(int(self.qtype), self.n_in)
+            step = amxk_slice_rows(self.n_in) if amxk else lanes_slice_rows(self.n_in)
         for r0 in range(0, n, step):
             r1 = min(n, r0 + step)
             rc = self.lib.fn.lp_mm(int(self.qtype), self.blocks.data_ptr(), self.n_out, self.n_in, x[r0].data_ptr(),

@@ -1,6 +1,6 @@
-/* Prompt-sized products of Q4_K and Q5_K on AMX tiles with a float step per super-block of 256
- * values instead of one per block of 32 (amx_x86.c's, whose tile stores and float steps, 8 a
- * super-block, bound it far below the tile unit's rate).
+/* Prompt-sized products of Q4_K and Q5_K (and Q6_K: pack_group_q6) on AMX tiles with a float
+ * step per super-block of 256 values instead of one per block of 32 (amx_x86.c's, whose tile
+ * stores and float steps, 8 a super-block, bound it far below the tile unit's rate).
  *
  * A Q4_K / Q5_K weight is d sc_b q - dmin m_b: q unsigned (4 or 5 bits), sc_b and m_b the
  * block's 6-bit integers, d and dmin the super-block's.  The activations are ggml's Q8_K, which
@@ -33,19 +33,19 @@ __attribute__((constructor)) static void amxk_init(void) {
 int lp_amxk_set(int on) { return amxk_on = on; }
 
 int lp_amxk_covers(int type, int64_t n_in) {
-    return amxk_on && lp_amx_on() && n_in % 256 == 0 && (type == LP_Q4_K || type == LP_Q5_K);
+    return amxk_on && lp_amx_on() && n_in % 256 == 0 && (type == LP_Q4_K || type == LP_Q5_K || type == LP_Q6_K);
 }
 
 #if defined(LP_AMX)
 void lp_amxk_prep_row(const lp_xprep *xp, int64_t r) {
-    const int64_t n_in = xp->n_in, nb = n_in / 32;
+    const int64_t n_in = xp->n_in, nb = n_in / 32, ns = n_in / 256;
     const float *x = xp->x + r * n_in;
     for (int64_t k0 = 0; k0 < n_in; k0 += 256) {
         __m512 amax = _mm512_setzero_ps();
         for (int64_t k = k0; k < k0 + 256; k += 16) amax = _mm512_max_ps(amax, _mm512_abs_ps(_mm512_loadu_ps(x + k)));
         const float m = _mm512_reduce_max_ps(amax), s = m / LP_AMXK_QMAX;
         const __m512 inv = _mm512_set1_ps(m > 0.0f ? LP_AMXK_QMAX / m : 0.0f);
-        xp->xr.s[r * nb + k0 / 256] = s;
+        xp->xr.s[r * ns + k0 / 256] = s;
         for (int64_t k = k0; k < k0 + 256; k += 32) {
             const __m512 a = _mm512_loadu_ps(x + k), b = _mm512_loadu_ps(x + k + 16);
             /* xq = x / s rounded to nearest even, |xq| <= 127 (the saturation never bites) */
@@ -104,6 +104,60 @@ LP_INLINE void transpose16(__m512i *r) {
     }
 }
 
+/* The 16 rows' u and v of 64 values (ru, rv: a row's 64 bytes each, in k order) into the B tiles'
+ * order at value k of bu, bv. */
+LP_INLINE void store_b(__m512i *ru, __m512i *rv, int64_t k, int32_t *bu, int32_t *bv) {
+    transpose16(ru);
+    transpose16(rv);
+    for (int c = 0; c < 16; c++) {
+        _mm512_store_si512(bu + 4 * k + 16 * c, ru[c]);
+        _mm512_store_si512(bv + 4 * k + 16 * c, rv[c]);
+    }
+}
+
+/* pack_group for Q6_K (ggml's block_q6_K: ql [128], qh [64], int8 scales [16] per 16 values, d):
+ * w' = sc (q - 32), |w'| <= 128 x 32 = 4096, split w' = 64 u + v (u = w' >> 6 arithmetic, -64..64;
+ * v = w' & 63), no minima.  Quarter p of a super-block (values 64p .. 64p + 63) is half h = p / 2's
+ * ql [64h ..] low nibbles (p even) or high (p odd), with qh [32h ..] bits 2g, 2g + 1 for its
+ * value groups g = 2 (p & 1) and g + 1 (32 values each), scales 8h + 2g (+1 for the second 16). */
+static void pack_group_q6(const uint8_t *w, int64_t o0, int64_t o1, int64_t n_in, int32_t *bu, int32_t *bv, float *d) {
+    const int64_t rb = lp_row_bytes(LP_Q6_K, n_in);
+    const __m512i m4 = _mm512_set1_epi16(15), m3 = _mm512_set1_epi16(3), m6 = _mm512_set1_epi16(63), off = _mm512_set1_epi16(32);
+    const __m512i lanes = _mm512_set_epi64(7, 5, 3, 1, 6, 4, 2, 0); /* vpacksswb's qwords back in order */
+    const int rows = (int)(o1 - o0);
+    for (int64_t B = 0; B < n_in / 256; B++) {
+        for (int j = 0; j < 16; j++) d[16 * B + j] = j < rows ? lp_f16_to_f32(*(const uint16_t *)(w + (o0 + j) * rb + B * 210 + 208)) : 0.0f;
+        for (int p = 0; p < 4; p++) {
+            const int h = p >> 1, g = 2 * (p & 1);
+            __m512i ru[16], rv[16];
+            for (int j = 0; j < 16; j++) {
+                if (j >= rows) {
+                    ru[j] = rv[j] = _mm512_setzero_si512();
+                    continue;
+                }
+                const uint8_t *blk = w + (o0 + j) * rb + B * 210, *ql = blk + 64 * h, *qh = blk + 128 + 32 * h;
+                const int8_t *sc = (const int8_t *)(blk + 192) + 8 * h + 2 * g;
+                __m512i la = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)ql));
+                __m512i lb = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)(ql + 32)));
+                const __m512i hq = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)qh));
+                la = p & 1 ? _mm512_srli_epi16(la, 4) : _mm512_and_si512(la, m4);
+                lb = p & 1 ? _mm512_srli_epi16(lb, 4) : _mm512_and_si512(lb, m4);
+                /* (shift counts 2g, 2g + 2: constants per p after unrolling) */
+                const __m512i ha = _mm512_and_si512(_mm512_srl_epi16(hq, _mm_cvtsi32_si128(2 * g)), m3);
+                const __m512i hb = _mm512_and_si512(_mm512_srl_epi16(hq, _mm_cvtsi32_si128(2 * g + 2)), m3);
+                const __m512i qa = _mm512_sub_epi16(_mm512_or_si512(la, _mm512_slli_epi16(ha, 4)), off);
+                const __m512i qb = _mm512_sub_epi16(_mm512_or_si512(lb, _mm512_slli_epi16(hb, 4)), off);
+                const __m512i sa = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set1_epi16(sc[0])), _mm256_set1_epi16(sc[1]), 1);
+                const __m512i sb = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set1_epi16(sc[2])), _mm256_set1_epi16(sc[3]), 1);
+                const __m512i w0 = _mm512_mullo_epi16(qa, sa), w1 = _mm512_mullo_epi16(qb, sb);
+                ru[j] = _mm512_permutexvar_epi64(lanes, _mm512_packs_epi16(_mm512_srai_epi16(w0, 6), _mm512_srai_epi16(w1, 6)));
+                rv[j] = _mm512_permutexvar_epi64(lanes, _mm512_packs_epi16(_mm512_and_si512(w0, m6), _mm512_and_si512(w1, m6)));
+            }
+            store_b(ru, rv, 256 * B + 64 * p, bu, bv);
+        }
+    }
+}
+
 /* Weight rows o0..o1 (at most 16; the rest zero) as a group (group_bytes): per super-block each
  * row's scales decoded (sc [16][8], its d and -dmin m into d and mn), then per 64 values (a
  * pair of blocks: qs's low and high nibbles, Q5_K's qh bits 2p and 2p + 1) each row's
@@ -113,6 +167,10 @@ LP_INLINE void transpose16(__m512i *r) {
  * vpmovwb: the packing had been 22-31% of a 256-row / 160-row product.) */
 static void pack_group(int type, const uint8_t *w, int64_t o0, int64_t o1, int64_t n_in, int32_t *bu, int32_t *bv,
                        float *d, float *mn) {
+    if (type == LP_Q6_K) {
+        pack_group_q6(w, o0, o1, n_in, bu, bv, d);
+        return;
+    }
     const int64_t rb = lp_row_bytes(type, n_in), bsz = type == LP_Q4_K ? 144 : 176, qs_at = type == LP_Q4_K ? 16 : 48;
     const int sh = type == LP_Q4_K ? 4 : 5, q5 = type == LP_Q5_K;
     const __m512i mask = _mm512_set1_epi16((short)((1 << sh) - 1)), m4 = _mm512_set1_epi16(15), one = _mm512_set1_epi16(1);
@@ -157,13 +215,7 @@ static void pack_group(int type, const uint8_t *w, int64_t o0, int64_t o1, int64
                 ru[j] = _mm512_permutexvar_epi64(lanes, _mm512_packus_epi16(_mm512_srli_epi16(w0, sh), _mm512_srli_epi16(w1, sh)));
                 rv[j] = _mm512_permutexvar_epi64(lanes, _mm512_packus_epi16(_mm512_and_si512(w0, mask), _mm512_and_si512(w1, mask)));
             }
-            transpose16(ru);
-            transpose16(rv);
-            const int64_t k = 256 * B + 64 * p;
-            for (int c = 0; c < 16; c++) {
-                _mm512_store_si512(bu + 4 * k + 16 * c, ru[c]);
-                _mm512_store_si512(bv + 4 * k + 16 * c, rv[c]);
-            }
+            store_b(ru, rv, 256 * B + 64 * p, bu, bv);
         }
     }
 }
@@ -201,7 +253,7 @@ typedef struct {
 
 /* An item's float step into acc [SLAB][LP_AMX_ROWS] (zeroed per slab): t its four stored tiles
  * [0u, 0v, 1u, 1v][16 x 16], s the slab's first row's scales. */
-LP_INLINE void step(const int sh, const int32_t *t, const item *it, const float *s, int64_t nb, float *acc) {
+LP_INLINE void step(const int sh, const int32_t *t, const item *it, const float *s, int64_t ns, float *acc) {
     const __m512 d = _mm512_load_ps(it->d);
     for (int m = 0; m < it->mr; m++) {
         const int64_t r = it->m0 + m;
@@ -209,7 +261,7 @@ LP_INLINE void step(const int sh, const int32_t *t, const item *it, const float 
         const int32_t *tu = t + 512 * (m >> 4) + 16 * (m & 15);
         const __m512i u = _mm512_load_si512(tu), v = _mm512_load_si512(tu + 256);
         const __m512 p = _mm512_cvtepi32_ps(_mm512_add_epi32(_mm512_slli_epi32(u, sh), v)); /* (exact in int32) */
-        _mm512_store_ps(ar, _mm512_fmadd_ps(p, _mm512_mul_ps(d, _mm512_set1_ps(s[r * nb + it->B])), _mm512_load_ps(ar)));
+        _mm512_store_ps(ar, _mm512_fmadd_ps(p, _mm512_mul_ps(d, _mm512_set1_ps(s[r * ns + it->B])), _mm512_load_ps(ar)));
     }
 }
 
@@ -217,11 +269,11 @@ LP_INLINE void step(const int sh, const int32_t *t, const item *it, const float 
  * block sums xs [.][nb] times mn [nb][LP_AMX_ROWS], the four groups' -dmin m) into y's columns
  * o..o+nw-1.  (Blocked 4 rows x 4 groups: one mn load and one x broadcast a 4 fma.) */
 LP_INLINE void finish(int mr, const float *xs, int64_t nb, const float *const *mn, const float *acc, float *y,
-                      int64_t ldy, int64_t nw, int accumulate) {
+                      int64_t ldy, int64_t nw, int accumulate, const int minima) {
     __m512 a[4][LP_AMX_GROUPS];
     for (int m = 0; m < 4; m++)
         for (int j = 0; j < LP_AMX_GROUPS; j++) a[m][j] = _mm512_load_ps(acc + m * LP_AMX_ROWS + 16 * j);
-    for (int64_t b = 0; b < nb; b++) {
+    for (int64_t b = 0; b < (minima ? nb : 0); b++) {
         __m512 w[LP_AMX_GROUPS];
         for (int j = 0; j < LP_AMX_GROUPS; j++) w[j] = _mm512_load_ps(mn[j] + 16 * b);
         for (int m = 0; m < 4; m++) {
@@ -259,7 +311,9 @@ LP_INLINE void chunk(const int sh, int type, const uint8_t *w, int64_t o0, int64
         const int64_t a = o0 + 16 * j;
         pack_group(type, w, a, a + 16 < o1 ? a + 16 : o1, n_in, GU(j), GV(j), GD(j), GM(j));
     }
-    for (int j = ngroups; j < LP_AMX_GROUPS; j++) memset(GM(j), 0, (size_t)(16 * nb) * 4); /* (finish reads all four) */
+    const int minima = sh != 6; /* (Q6_K: none) */
+    if (minima) /* (finish reads all four) */
+        for (int j = ngroups; j < LP_AMX_GROUPS; j++) memset(GM(j), 0, (size_t)(16 * nb) * 4);
     const float *mn[LP_AMX_GROUPS];
     for (int j = 0; j < LP_AMX_GROUPS; j++) mn[j] = GM(j);
     configure();
@@ -267,7 +321,7 @@ LP_INLINE void chunk(const int sh, int type, const uint8_t *w, int64_t o0, int64
     item pend[LAGK];
     for (int64_t s0 = 0; s0 < n; s0 += SLAB) {
         const int64_t sn = n - s0 < SLAB ? n - s0 : SLAB;
-        const float *s = xp->xr.s + s0 * nb;
+        const float *s = xp->xr.s + s0 * ns;
         memset(acc, 0, (size_t)(SLAB * LP_AMX_ROWS) * 4);
         int64_t count = 0;
         for (int64_t B = 0; B < ns; B++)
@@ -303,12 +357,12 @@ LP_INLINE void chunk(const int sh, int type, const uint8_t *w, int64_t o0, int64
                     }
                     pend[count % LAGK] = (item){m0, B, (int)(sn - m0 < 32 ? sn - m0 : 32), j, GD(j) + 16 * B};
                     if (count >= LAGK - 1) /* the item LAGK - 1 back: its tiles stored long enough ago */
-                        step(sh, t[(count - (LAGK - 1)) % LAGK], &pend[(count - (LAGK - 1)) % LAGK], s, nb, acc);
+                        step(sh, t[(count - (LAGK - 1)) % LAGK], &pend[(count - (LAGK - 1)) % LAGK], s, ns, acc);
                 }
-        for (int64_t i = count - (LAGK - 1) > 0 ? count - (LAGK - 1) : 0; i < count; i++) step(sh, t[i % LAGK], &pend[i % LAGK], s, nb, acc);
+        for (int64_t i = count - (LAGK - 1) > 0 ? count - (LAGK - 1) : 0; i < count; i++) step(sh, t[i % LAGK], &pend[i % LAGK], s, ns, acc);
         for (int64_t m = 0; m < sn; m += 4)
             finish((int)(sn - m < 4 ? sn - m : 4), xp->xr.sum32 + (s0 + m) * nb, nb, mn, acc + m * LP_AMX_ROWS,
-                   y + (s0 + m) * ldy + o0, ldy, o1 - o0, accumulate);
+                   y + (s0 + m) * ldy + o0, ldy, o1 - o0, accumulate, minima);
     }
 #undef GROUP
 #undef GU
@@ -322,7 +376,9 @@ void lp_amxk_chunk(int type, const uint8_t *w, int64_t o0, int64_t o1, int64_t n
                    int64_t ldy, int accumulate, void *scratch) {
     if (type == LP_Q4_K)
         chunk(4, type, w, o0, o1, n_in, xp, y, ldy, accumulate, scratch);
-    else
+    else if (type == LP_Q5_K)
         chunk(5, type, w, o0, o1, n_in, xp, y, ldy, accumulate, scratch);
+    else
+        chunk(6, type, w, o0, o1, n_in, xp, y, ldy, accumulate, scratch);
 }
 #endif

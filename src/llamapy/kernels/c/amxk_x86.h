@@ -1,11 +1,11 @@
-/* amxk_x86.c: the prompt-sized products of Q4_K / Q5_K on AMX tiles, a super-block (256
+/* amxk_x86.c: the prompt-sized products of Q4_K / Q5_K / Q6_K on AMX tiles, a super-block (256
  * values) between float steps (the AVX-512 level, where the CPU has AMX-INT8). */
 #ifndef LP_AMXK_X86_H
 #define LP_AMXK_X86_H
 
 #include "mm.h"
 
-/* 1: Q4_K / Q5_K prompts take these products (the default where AMX is on), 0: amx_x86.c's
+/* 1: Q4_K / Q5_K / Q6_K prompts take these products (the default where AMX is on), 0: amx_x86.c's
  * (the lanes' sums bit for bit), an A/B switch; LLAMAPY_AMXK=0 at load. */
 int lp_amxk_set(int on);
 /* Does a product of this type and row length take them (AMX on; any row count)? */
@@ -16,7 +16,7 @@ int lp_amxk_covers(int type, int64_t n_in);
  * 64 bytes side by side (one AMX tile, 1 KB). */
 #define LP_AMXK_AT(n_in, r, k) ((r) / 16 * 16 * (n_in) + (k) / 64 * 1024 + (r) % 16 * 64 + (k) % 64)
 /* Row r of x [n, n_in] (n_in a multiple of 256) into xp: per super-block s = max |x| /
- * LP_AMXK_QMAX (xp->xr.s[r nb + B]), xq = x / s rounded to nearest even, int8 (xhi at
+ * LP_AMXK_QMAX (xp->xr.s[r (n_in / 256) + B]), xq = x / s rounded to nearest even, int8 (xhi at
  * LP_AMXK_AT; xlo unused), and the float sum of x per block of 32 (xp->xr.sum32[r nb + b]). */
 void lp_amxk_prep_row(const lp_xprep *xp, int64_t r);
 size_t lp_amxk_scratch_bytes(int64_t n_in);

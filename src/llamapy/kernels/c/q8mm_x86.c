@@ -9,6 +9,7 @@
 #include <math.h>
 
 #include "amx_x86.h"
+#include "amxk_x86.h"
 #include "q8mm32_x86.h"
 #include "quants.h"
 #include "unpack_x86.h"
@@ -50,6 +51,7 @@ int lp_q8mm_covers(int type, int64_t n_in, int64_t n_rows) {
      * AMX is on, its tiles keep the types of a scale per 32) */
     if (lp_q8mm32_type(type)) return q8_on && !lp_amx_on() && !lp_has_min(type) && n_in % 32 == 0;
 #endif
+    if (n_rows >= LP_DENSE_ROWS && lp_amxk_covers(type, n_in)) return 0; /* (Q6_K prompts on AMX: amxk_x86.c) */
     return lp_q8mm_covers_type(type, n_in);
 }
 
