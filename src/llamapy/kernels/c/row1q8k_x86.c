@@ -86,7 +86,6 @@ void lp_prepare_q8k_row(const float *x, lp_xrows xr, int64_t r) {
 
 int lp_q8k_takes(int type, const float *x, int64_t n_in, int64_t n_rows) {
     if ((type != LP_Q4_K && type != LP_Q6_K) || !lp_xrows_q8k(n_rows)) return 0;
-    if (type == LP_Q4_K && n_rows >= LP_F32_ROWS) return 0; /* (its int16 lanes: mm.c q8k_chunk) */
     for (int64_t b = 0; b < n_rows * (n_in / 256); b++) {
         float amax, ss;
         first_absmax(x + (b / (n_in / 256)) * n_in + 256 * (b % (n_in / 256)), &amax, &ss);
