@@ -5,9 +5,8 @@
  * rows are interleaved 8 values at a time (a vector: 8 bytes of row 0, of row 1, 2, 3; as
  * llama.cpp's repack.cpp block_q4_Kx8 interleaves 8 rows), so the 8 activation bytes are one
  * vpbroadcastq and the int16 pairs of the vectors of one sub-block add up in int16 (Q4_K: 4
- * vectors, |sum| <= 16 * 15 * 127 = 30480; Q6_K: 2 vectors, 8 * 63 * 127 = 64008 / 2 per lane
- * = 32004) before ONE vpmaddwd by the four rows' scales: 5 multiplies per 128 MACs where
- * q8k_many took 8.  Each super-block of the four rows is interleaved once (a qword transpose:
+ * vectors, a lane |sum| <= 8 * 15 * 127 = 15240; Q6_K: 2 vectors, 4 * 63 * 127 = 32004) before
+ * ONE vpmaddwd by the four rows' scales: 5 multiplies per 128 MACs where q8k_many took 8.  Each super-block of the four rows is interleaved once (a qword transpose:
  * 8 shuffles per 4 vectors) and read from L1 by every activation row, two rows a pass.  The
  * int32 sums keep two lanes per weight row (lanes 2v, 2v + 1), scaled per super-block by that
  * row's d (Q4_K also its dmin times the minimums against bs8's sums per 32; Q6_K's -32 through
