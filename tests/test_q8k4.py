@@ -1,4 +1,4 @@
-"""A batched decode's 5 to 63 rows of Q4_K on x86 without VNNI, read as ggml's Q8_K with four
+"""A batched decode's 5 to 63 rows of Q4_K and Q6_K on x86 without VNNI, read as ggml's Q8_K with four
 weight rows interleaved per vector (kernels/c/q8k4_x86.c, mm.c q8k_chunk): the sums against
 the Q8_K-rounded activations times gguf's dequantized weights, each row its own at any row count,
 a weight-row tail of 1-3 rows, and the outlier rule (a row with an outlier block in int16, more
@@ -31,7 +31,7 @@ def _mm(m, x: torch.Tensor) -> torch.Tensor:
     return y
 
 
-@pytest.mark.parametrize("qtype", [T.Q4_K], ids=lambda t: t.name)
+@pytest.mark.parametrize("qtype", [T.Q4_K, T.Q6_K], ids=lambda t: t.name)
 def test_batched_rows_are_the_q8k_product(lib, qtype):
     """45 weight rows (chunks of 16, 16, 13: a last pass of one weight row) x 2048 (8 super-blocks):
     every row count 5..63 within 1e-5 of the largest output of the Q8_K-rounded product (fp32

@@ -1,12 +1,14 @@
 /* The Q4_K / Q6_K products of a batched decode's 5..63 rows against Q8_K activations (x86 AVX2
- * without VNNI, mm.c q8k_chunk), with fewer multiplies per MAC than row1q8k_x86.c's q8k_many:
- * there each vpmaddubsw (32 MACs) was followed by a vpmaddwd by its sub-block's scale, two
- * multiplies per 32 MACs, no fewer than the int16 lanes' one vpmaddwd per 16.  Here four weight
+ * without VNNI, mm.c q8k_chunk), with fewer multiplies per MAC than the one-row kernels' order
+ * (row1q8k_x86.c), which Q6_K's batched rows took before (each super-block decoded once for all
+ * rows): there each vpmaddubsw (32 MACs) was followed by a vpmaddwd by its sub-block's scale,
+ * two multiplies per 32 MACs, no fewer than the int16 lanes' one vpmaddwd per 16.  Here four weight
  * rows are interleaved 8 values at a time (a vector: 8 bytes of row 0, of row 1, 2, 3; as
  * llama.cpp's repack.cpp block_q4_Kx8 interleaves 8 rows), so the 8 activation bytes are one
  * vpbroadcastq and the int16 pairs of the vectors of one sub-block add up in int16 (Q4_K: 4
  * vectors, a lane |sum| <= 8 * 15 * 127 = 15240; Q6_K: 2 vectors, 4 * 63 * 127 = 32004) before
- * ONE vpmaddwd by the four rows' scales: 5 multiplies per 128 MACs where q8k_many took 8.  Each super-block of the four rows is interleaved once (a qword transpose:
+ * ONE vpmaddwd by the four rows' scales: 5 multiplies per 128 MACs where those took 8.  Each
+ * super-block of the four rows is interleaved once (a qword transpose:
  * 8 shuffles per 4 vectors) and read from L1 by every activation row, two rows a pass.  The
  * int32 sums keep two lanes per weight row (lanes 2v, 2v + 1), scaled per super-block by that
  * row's d (Q4_K also its dmin times the minimums against bs8's sums per 32; Q6_K's -32 through
