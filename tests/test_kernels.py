@@ -199,15 +199,15 @@ def test_q8k_rows_keep_outliers_at_int16(lib, qtype):
         assert ((y - exact).abs().max(-1).values <= 1e-4 * scale[:, 0]).all()
 
 
-def test_q8k_batched_rows_are_the_one_row_products(lib):
+def test_q8k_batched_rows_are_each_their_own(lib):
     """x86 without VNNI reads 5 to Q8MM_ROWS - 1 rows of Q6_K (a batched decode of 16 sequences)
-    as ggml's Q8_K, as llama.cpp's AVX2 build does (kernels/c/mm.c q8k_chunk): each weight row
-    decoded once for all rows, and every row bit for bit its one-row product (the same integers
-    in the same lanes, the same float steps), so a sequence's logits do not depend on the batch
-    around it; within fp32 order of the Q8_K product.  A row with an outlier block takes the
-    int16 form (within 1e-4 of the exact product), the others still Q8_K; more than a quarter
-    such rows send the whole product to int16.  Rows 2048 long: from 17 rows two weight rows a
-    pass (an odd last one alone)."""
+    as ggml's Q8_K, as llama.cpp's AVX2 build does (kernels/c/mm.c q8k_chunk, q8k4_x86.c: four
+    weight rows interleaved a pass): every row bit for bit the same at every row count (its
+    integers and float steps its own, so a sequence's logits do not depend on how many others
+    share its batch), within fp32 order of the Q8_K product, and of its one-row product (the
+    one-row kernel's order: row1q8k_x86.c).  A row with an outlier block takes the int16 form
+    (within 1e-4 of the exact product), the others still Q8_K; more than a quarter such rows
+    send the whole product to int16.  45 weight rows: a last pass of one."""
     shape = (45, 2048)
     raw, W = _matrix(T.Q6_K, shape, seed=11)
     m = block_matrix([(raw, T.Q6_K, shape)], lib)
@@ -216,9 +216,11 @@ def test_q8k_batched_rows_are_the_one_row_products(lib):
         pytest.skip(f"{lib.isa}: several rows of Q6_K in int16 (VNNI, or not x86)")
     one = torch.cat([m(x[r:r + 1]) for r in range(63)])
     q8k = (q8k_rounded(x).double() @ W.double().T).float()
+    y63 = m(x)
+    assert (one - q8k).abs().max().item() <= 1e-5 * q8k.abs().max().item()
     for n in (5, 8, 12, 16, 17, 33, 63):
         y = m(x[:n])
-        assert torch.equal(y, one[:n]), n
+        assert torch.equal(y, y63[:n]), n
         assert (y - q8k[:n]).abs().max().item() <= 1e-5 * q8k.abs().max().item(), n
     x[3, 700] = 60.0  # one value dominating row 3's third block: that row in int16
     assert not lib.fn.lp_q8k_takes(int(T.Q6_K), x.data_ptr(), shape[1], 16)
@@ -226,7 +228,7 @@ def test_q8k_batched_rows_are_the_one_row_products(lib):
     y = m(x[:16])
     assert (y[3] - exact[3]).abs().max().item() <= 1e-4 * exact[3].abs().max().item()
     keep = [r for r in range(16) if r != 3]
-    assert torch.equal(y[keep], one[keep])
+    assert torch.equal(y[keep], y63[keep])
     x[[5, 7, 9, 11], 100] = 60.0  # 5 of 16 rows: the whole product in int16
     exact = (x.double() @ W.double().T).float()
     assert ((m(x[:16]) - exact[:16]).abs().max(-1).values <= 1e-4 * exact[:16].abs().max(-1).values).all()

@@ -15,6 +15,7 @@
 #include "mm.h"
 #include "quants.h"
 #include "row1_x86.h"
+#include "q8k4_x86.h"
 #include "row1q8k_x86.h"
 #include "unpack_x86.h"
 
@@ -104,44 +105,7 @@ static int takes_amx(int type, int64_t n_in, const lp_xprep *xp) {
 }
 #endif
 
-#if defined(LP_Q8K)
-/* Output rows o0..o1 of a Q6_K product of LP_F32_ROWS .. LP_Q8K_ROWS - 1 rows (a batched
- * decode's) on x86 without VNNI, its rows also in ggml's Q8_K (q8on: no outlier block), as
- * llama.cpp's AVX2 build reads them: each weight row's super-blocks decoded
- * once for all rows (row1q8k_x86.c lp_rows_q8k_many), every row's value bit for bit its one-row
- * product.  Two weight rows a pass where the rows' int8 outgrow L1 (each activation load feeds
- * both: 1.10-1.13x at 16 x 8192, 0.94-0.98x at 16 x 2048).  The outputs gathered per chunk (y's
- * rows lie ldy apart, the same cache sets) and written row by row.  A row not in Q8_K (an
- * outlier block: ~half of the Llama 3.2 1B shape's 16-row Q6_K products had one) takes the
- * int16 one-row product; more than a quarter such rows: returns 0 (nothing done), the int16
- * lanes take the whole product.  (Q4_K's 16-row
- * products ran no faster than its int16 lanes, 0.98-1.02x: they keep the lanes' rounding.) */
-static int q8k_chunk(int type, const uint8_t *w, int64_t o0, int64_t o1, int64_t n_out, int64_t n_in, const lp_xprep *xp,
-                     float *y, int64_t ldy, int accumulate) {
-    const int64_t rb = lp_row_bytes(type, n_in), n = xp->n;
-    int64_t on[LP_Q8K_ROWS], off[LP_Q8K_ROWS];
-    int non = 0, noff = 0;
-    for (int64_t r = 0; r < n; r++) {
-        if (xp->xr.q8on[r]) on[non++] = r;
-        else off[noff++] = r;
-    }
-    if (4 * noff > n) return 0;
-    const int pair = non * n_in > 32768;
-    float yb[LP_Q8K_ROWS * CHUNK], t[2 * LP_Q8K_ROWS]; /* yb [row][o - o0] */
-    for (int64_t o = o0; o < o1; o += 1 + pair) {
-        const int nw = pair && o + 1 < o1 ? 2 : 1;
-        prefetch_ahead(w, rb, o, nw, n_out);
-        lp_rows_q8k_many(type, nw, w + o * rb, w + (o + nw - 1) * rb, n_in / 256, &xp->xr, on, non, t);
-        for (int v = 0; v < nw; v++) {
-            for (int i = 0; i < non; i++) yb[on[i] * CHUNK + (o + v - o0)] = t[v * non + i];
-            for (int i = 0; i < noff; i++) lp_dot_row1(type, w + (o + v) * rb, n_in, &xp->xr, off[i], 0, yb + off[i] * CHUNK + (o + v - o0));
-        }
-    }
-    for (int64_t r = 0; r < n; r++)
-        for (int64_t o = o0; o < o1; o++) put(y + r * ldy + o, yb[r * CHUNK + (o - o0)], accumulate);
-    return 1;
-}
-#endif
+#include "mm_q8k.inc"
 
 /* Output rows o0..o1 of the product: each weight row read once and multiplied by every
  * activation row.  Up to LP_FEW_ROWS rows: integer products on the int16 activations (on x86
@@ -167,7 +131,7 @@ static void mm_chunk(int type, const uint8_t *w, int64_t o0, int64_t o1, int64_t
     const int reads = lp_xprep_ints(lp_xprep_reads(type, n_in, n), xp->reads);
     const int ints = (reads & LP_READS_INTS) && (n <= LP_FEW_ROWS || many_ints(n_in, n));
 #if defined(LP_Q8K)
-    if (n >= LP_F32_ROWS && xp->xr.q8 && type == LP_Q6_K && q8k_chunk(type, w, o0, o1, n_out, n_in, xp, y, ldy, accumulate))
+    if (n >= LP_F32_ROWS && xp->xr.q8 && (type == LP_Q6_K || type == LP_Q4_K) && q8k_chunk(type, w, o0, o1, n_out, n_in, xp, y, ldy, accumulate))
         return; /* a batched decode's rows as Q8_K */
 #endif
 #if defined(LP_AMX)

@@ -86,7 +86,6 @@ void lp_prepare_q8k_row(const float *x, lp_xrows xr, int64_t r) {
 
 int lp_q8k_takes(int type, const float *x, int64_t n_in, int64_t n_rows) {
     if ((type != LP_Q4_K && type != LP_Q6_K) || !lp_xrows_q8k(n_rows)) return 0;
-    if (type == LP_Q4_K && n_rows >= LP_F32_ROWS) return 0; /* (its int16 lanes: mm.c q8k_chunk) */
     for (int64_t b = 0; b < n_rows * (n_in / 256); b++) {
         float amax, ss;
         first_absmax(x + (b / (n_in / 256)) * n_in + 256 * (b % (n_in / 256)), &amax, &ss);
@@ -212,140 +211,6 @@ LP_INLINE void q6k_rows(const int nr, const uint8_t *w0, const uint8_t *w1, int6
     for (int t = 0; t < nr; t++) y[t] = hsum8f(acc[t]);
 }
 
-/* A super-block's 256 weight bytes as 8 vectors of 32 (w[j]: values 32 j ..) and their scales
- * as int16 pairs (s[j]: the vpmaddwd factor of w[j]'s vpmaddubsw pairs), decoded once and then
- * read from L1 by every activation row (q8k_many): sum_j vpmaddwd(s[j], vpmaddubsw(w[j], x[j])). */
-typedef struct {
-    __m256i w[8], s[8];
-} q8k_sb;
-
-/* Q4_K super-block b: q4k_rows's operands (sub-block 2j's values the low nibbles of bytes 32 j ..,
- * 2j+1's the high). */
-LP_INLINE void q4k_sb(const uint8_t *b, q8k_sb *o, __m256i *ms) {
-    const __m256i m4 = _mm256_set1_epi8(15);
-    *ms = _mm256_cvtepu8_epi16(lp_k45_sc(b + 4)); /* 8 scales | 8 mins, int16 */
-    const __m256i sc = _mm256_broadcastsi128_si256(_mm256_castsi256_si128(*ms));
-#pragma GCC unroll 4
-    for (int j = 0; j < 4; j++) {
-        const __m256i q = _mm256_loadu_si256((const __m256i *)(b + 16 + 32 * j));
-        o->w[2 * j] = _mm256_and_si256(q, m4);
-        o->w[2 * j + 1] = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
-        o->s[2 * j] = _mm256_shuffle_epi8(sc, LP_REP16(2 * j));
-        o->s[2 * j + 1] = _mm256_shuffle_epi8(sc, LP_REP16(2 * j + 1));
-    }
-}
-
-/* Q6_K super-block b: q6k_rows's operands (values 0..63; scales per 16 in each 128-bit lane). */
-LP_INLINE void q6k_sb(const uint8_t *b, q8k_sb *o, __m256i *s16) {
-    *s16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(b + 192)));
-    const __m256i sc[2] = {_mm256_broadcastsi128_si256(_mm256_castsi256_si128(*s16)),
-                           _mm256_broadcastsi128_si256(_mm256_extracti128_si256(*s16, 1))};
-#pragma GCC unroll 2
-    for (int n = 0; n < 2; n++) {
-        q6k_half(b + 64 * n, b + 128 + 32 * n, o->w + 4 * n);
-#pragma GCC unroll 4
-        for (int j = 0; j < 4; j++) o->s[4 * n + j] = _mm256_shuffle_epi8(sc[n], LP_REP16x2(2 * j, 2 * j + 1));
-    }
-}
-
-/* sum_j s[j] . (w[j] x[j]) of NW (1, 2) weight super-blocks o[0..NW) against four activation rows
- * x[0..4) at once (each weight load feeds four rows, each activation load NW weight rows; a row
- * repeated where fewer are left, its sums dropped): si[4 v + u] weight v, row u. */
-LP_INLINE void q8k_dot4(const int NW, const q8k_sb *o, const int8_t *const *x, __m256i *si) {
-    __m256i a[8];
-#pragma GCC unroll 8
-    for (int u = 0; u < 4 * NW; u++) a[u] = _mm256_setzero_si256();
-#pragma GCC unroll 8
-    for (int j = 0; j < 8; j++) {
-#pragma GCC unroll 4
-        for (int u = 0; u < 4; u++) {
-            const __m256i xv = _mm256_loadu_si256((const __m256i *)(x[u] + 32 * j));
-#pragma GCC unroll 2
-            for (int v = 0; v < NW; v++)
-                a[4 * v + u] = _mm256_add_epi32(a[4 * v + u], _mm256_madd_epi16(o[v].s[j], _mm256_maddubs_epi16(o[v].w[j], xv)));
-        }
-    }
-#pragma GCC unroll 8
-    for (int u = 0; u < 4 * NW; u++) si[u] = a[u];
-}
-
-/* Row t's share of a super-block (its sums so far in acc[t], accm[t]) once q8k_dot4 gave its
- * integer sum si: Q4_K's minimums from bs8's sums per 32 times dmin d8, si times d d8 (dm: the
- * block's d, dmin); Q6_K's si (its -32 folded in, s16 the scales) times d d8. */
-LP_INLINE void q8k_row_done(const int q4, __m128 dm, float d, __m256i ms, const int16_t *bs, float d8, __m256i si, __m256 *acc,
-                            __m128 *accm) {
-    if (q4) {
-        const __m128i q8s = _mm_hadd_epi16(_mm_loadu_si128((const __m128i *)bs), _mm_loadu_si128((const __m128i *)(bs + 8)));
-        const __m128 dd = _mm_mul_ps(dm, _mm_set1_ps(d8)); /* d d8, dmin d8 */
-        *accm = _mm_fmadd_ps(_mm_permute_ps(dd, 0x55), _mm_cvtepi32_ps(_mm_madd_epi16(_mm256_extracti128_si256(ms, 1), q8s)), *accm);
-        *acc = _mm256_fmadd_ps(_mm256_broadcastss_ps(dd), _mm256_cvtepi32_ps(si), *acc);
-    } else {
-        si = _mm256_sub_epi32(si, _mm256_slli_epi32(_mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)bs), ms), 5));
-        *acc = _mm256_fmadd_ps(_mm256_set1_ps(d * d8), _mm256_cvtepi32_ps(si), *acc);
-    }
-}
-
-/* NW (1, 2) weight rows w[0..NW) of Q4_K (q4 1) or Q6_K against the nr activation rows
- * rows[0..nr): each super-block decoded once (q8k_sb), then per row q4k_rows's / q6k_rows's
- * very steps (the same integers in the same int32 lanes, the same float FMAs per super-block,
- * the same final sums), so y[v nr + t] is bit for bit lp_rows_q8k's one-row product of weight
- * row v and activation row rows[t]. */
-LP_INLINE void q8k_many(const int q4, const int NW, const uint8_t *const *w, int64_t nsb, const lp_xrows *xr,
-                        const int64_t *rows, int nr, float *y) {
-    __m256 acc[2][LP_Q8K_TILE];
-    __m128 accm[2][LP_Q8K_TILE];
-    const int8_t *xq[LP_Q8K_TILE];
-    const int16_t *bs[LP_Q8K_TILE];
-    const float *d8[LP_Q8K_TILE];
-    for (int t = 0; t < nr; t++) {
-        for (int v = 0; v < NW; v++) acc[v][t] = _mm256_setzero_ps(), accm[v][t] = _mm_setzero_ps();
-        xq[t] = xr->q8 + rows[t] * xr->n_in, bs[t] = xr->bs8 + rows[t] * nsb * 16, d8[t] = xr->d8 + rows[t] * nsb;
-    }
-    for (int64_t i = 0; i < nsb; i++) {
-        q8k_sb o[2];
-        __m256i ms[2];
-        __m128 dm[2];
-        float d[2];
-        for (int v = 0; v < NW; v++) {
-            const uint8_t *b = w[v] + i * (q4 ? 144 : 210);
-            if (q4) q4k_sb(b, &o[v], &ms[v]);
-            else q6k_sb(b, &o[v], &ms[v]);
-            dm[v] = q4 ? f16x2_ps(b) : _mm_setzero_ps();
-            d[v] = q4 ? 0.0f : lp_f16_to_f32(lp_rd16(b + 208));
-        }
-        for (int t = 0; t < nr; t += 4) {
-            const int k = nr - t < 4 ? nr - t : 4;
-            const int8_t *x4[4];
-            __m256i si[8];
-            for (int u = 0; u < 4; u++) x4[u] = xq[t + (u < k ? u : 0)] + 256 * i;
-            q8k_dot4(NW, o, x4, si);
-            for (int v = 0; v < NW; v++)
-                for (int u = 0; u < k; u++)
-                    q8k_row_done(q4, dm[v], d[v], ms[v], bs[t + u] + 16 * i, d8[t + u][i], si[4 * v + u], &acc[v][t + u],
-                                 &accm[v][t + u]);
-        }
-    }
-    for (int v = 0; v < NW; v++)
-        for (int t = 0; t < nr; t++) y[v * nr + t] = q4 ? hsum8f(acc[v][t]) - hsum4f(accm[v][t]) : hsum8f(acc[v][t]);
-}
-
-void lp_rows_q8k_many(int type, int nw, const uint8_t *w0, const uint8_t *w1, int64_t nsb, const lp_xrows *xr,
-                      const int64_t *rows, int nr, float *y) {
-    const uint8_t *w[2] = {w0, w1};
-    for (int g = 0; g < nr; g += LP_Q8K_TILE) {
-        const int k = nr - g < LP_Q8K_TILE ? nr - g : LP_Q8K_TILE;
-        float t[2 * LP_Q8K_TILE];
-        if (type == LP_Q4_K) {
-            if (nw == 2) q8k_many(1, 2, w, nsb, xr, rows + g, k, t);
-            else q8k_many(1, 1, w, nsb, xr, rows + g, k, t);
-        } else {
-            if (nw == 2) q8k_many(0, 2, w, nsb, xr, rows + g, k, t);
-            else q8k_many(0, 1, w, nsb, xr, rows + g, k, t);
-        }
-        for (int v = 0; v < nw; v++) memcpy(y + v * nr + g, t + v * k, sizeof(float) * (size_t)k);
-    }
-}
-
 void lp_rows_q8k(int type, int nr, const uint8_t *w0, const uint8_t *w1, int64_t nsb, const lp_xrows *xr, int64_t r,
                  int64_t pf, float *y) {
     if (type == LP_Q4_K) {
@@ -358,11 +223,6 @@ void lp_rows_q8k(int type, int nr, const uint8_t *w0, const uint8_t *w1, int64_t
 }
 
 #else
-void lp_rows_q8k_many(int type, int nw, const uint8_t *w0, const uint8_t *w1, int64_t nsb, const lp_xrows *xr,
-                      const int64_t *rows, int nr, float *y) {
-    (void)type, (void)nw, (void)w0, (void)w1, (void)nsb, (void)xr, (void)rows, (void)nr, (void)y;
-}
-
 void lp_rows_q8k(int type, int nr, const uint8_t *w0, const uint8_t *w1, int64_t nsb, const lp_xrows *xr, int64_t r,
                  int64_t pf, float *y) {
     (void)type, (void)nr, (void)w0, (void)w1, (void)nsb, (void)xr, (void)r, (void)pf, (void)y;
