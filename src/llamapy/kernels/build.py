@@ -65,6 +65,7 @@ SIGNATURES: dict[str, tuple] = {  # name -> argument types (all return void unle
     "lp_rope": (P, I64, I64, I64, I64, I64, P, P, I),
     "lp_attn_f16": (P, I64, I64, I64, I64, I64, I64, P, P, I64, P, P, P, F, P),
     "lp_attn_kv": (P, I64, I64, I64, I64, I64, I64, I, P, I, P, I64, P, P, P, F, P),
+    "lp_attn_det_f16": (P, I64, I64, I64, I64, I64, I64, P, P, I64, P, P, P, F, P),
     "lp_attn_kv_sinks": (P, I64, I64, I64, I64, I64, I64, I, P, I, P, I64, P, P, P, F, P, P),
     "lp_kv_quantize": (I, P, I64, I64, P),
     "lp_attn_tiles_f16": (P, I64, I64, I64, I64, I64, I64, P, P, I64, P, F, P, I64),
@@ -88,7 +89,7 @@ RETURNS = {"lp_mm_det": ctypes.c_int, "lp_mm_det_covers": ctypes.c_int, "lp_det_
            "lp_q8mm_flagged": ctypes.c_double, "lp_q8mm32_fixes": ctypes.c_double,
            "lp_abi_version": ctypes.c_int, "lp_isa": ctypes.c_char_p, "lp_mm": ctypes.c_int, "lp_coarse_bf16": ctypes.c_int,
            "lp_amx_on": ctypes.c_int, "lp_amx_set": ctypes.c_int, "lp_amxk_set": ctypes.c_int, "lp_amxk_covers": ctypes.c_int,
-           "lp_attn_f16": ctypes.c_int, "lp_attn_kv": ctypes.c_int, "lp_attn_kv_sinks": ctypes.c_int, "lp_attn_tiles_f16": ctypes.c_int, "lp_layers": ctypes.c_int,
+           "lp_attn_f16": ctypes.c_int, "lp_attn_det_f16": ctypes.c_int, "lp_attn_kv": ctypes.c_int, "lp_attn_kv_sinks": ctypes.c_int, "lp_attn_tiles_f16": ctypes.c_int, "lp_layers": ctypes.c_int,
            "lp_argmax": ctypes.c_int64, "lp_topk": ctypes.c_int64, "lp_moe_row": ctypes.c_int,
            "lp_moe_rows": ctypes.c_int, "lp_moe_rows_bytes": ctypes.c_int64,
            "lp_moe_rows_amx": ctypes.c_int}

@@ -100,6 +100,37 @@ int lp_attn_kv_sinks(const float *q, int64_t n, int64_t ldq, int64_t n_head, int
     return failed ? -1 : 0;
 }
 
+/* lp_attn_f16's inputs under --deterministic (layers.c with lp_dims.det): each row over its
+ * own chunks, lp_attn_chunks of that row alone (lp_attn_det_for), so a row's output is the one
+ * it has in any batch (tests/test_deterministic_attn.py).  Returns 0, -1 without scratch memory. */
+int lp_attn_det_f16(const float *q, int64_t n, int64_t ldq, int64_t n_head, int64_t n_head_kv, int64_t d_k, int64_t d_v,
+                    const uint16_t *k, const uint16_t *v, int64_t n_kv, const float *mask, const int64_t *ptr,
+                    const int64_t *cells, float scale, float *out) {
+    const int64_t hpt = lp_attn_heads_per_task(n_head, n_head_kv), most = lp_most_visible(ptr, n);
+    int64_t *row_chunks = (int64_t *)malloc((size_t)(n + 1) * sizeof(int64_t)), n_chunk = 1;
+    if (!row_chunks) return -1;
+    for (int64_t i = 0; i < n; i++) {
+        row_chunks[i] = lp_attn_chunks(1, n_head, n_head_kv, lp_most_visible(ptr + i, 1), omp_get_max_threads());
+        n_chunk = row_chunks[i] > n_chunk ? row_chunks[i] : n_chunk;
+    }
+    const int64_t n_part = lp_attn_part_floats(n, n_head, d_v, n_chunk);
+    float *part = n_part ? (float *)malloc((size_t)n_part * sizeof(float)) : NULL;
+    int failed = n_part && !part;
+#pragma omp parallel if (!failed)
+    {
+        float *p = (float *)malloc((size_t)(most * hpt) * sizeof(float));
+#pragma omp atomic update
+        failed += p == NULL;
+#pragma omp barrier
+        if (!failed) lp_attn_det_for(q, n, ldq, n_head, n_head_kv, d_k, d_v, LP_F16, k, LP_F16, v, n_kv, mask, ptr, cells,
+                                     scale, out, n_head * d_v, hpt, n_chunk, p, part, NULL, NULL, row_chunks);
+        free(p);
+    }
+    free(part);
+    free(row_chunks);
+    return failed ? -1 : 0;
+}
+
 /* lp_attn_kv_sinks without sinks. */
 int lp_attn_kv(const float *q, int64_t n, int64_t ldq, int64_t n_head, int64_t n_head_kv, int64_t d_k, int64_t d_v,
                int tk, const void *k, int tv, const void *v, int64_t n_kv, const float *mask, const int64_t *ptr,

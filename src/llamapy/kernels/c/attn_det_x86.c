@@ -9,6 +9,7 @@
  *   weighted V: up to 4 heads x 64 dims in registers a pass over the cells.
  * The same scores, softmax and sums as ops.c's attn_group, in another order. */
 #include "attn_det_x86.h"
+#include "attn_det_avx2_x86.h"
 
 #if defined(LP_AVX512)
 #define DET_PF_CELLS 16 /* K rows asked for this many cells ahead */
@@ -135,6 +136,12 @@ int lp_attn_group_det(const float *q0, int64_t hpt, int64_t d_k, int64_t d_v, co
         }
     }
     return 1;
+}
+#elif defined(LP_AVX2) /* the AVX2 level: attn_det_avx2_x86.c */
+int lp_attn_group_det(const float *q0, int64_t hpt, int64_t d_k, int64_t d_v, const uint16_t *k, const uint16_t *v,
+                      int64_t ldk, int64_t ldv, const float *mi, const int64_t *cells, int64_t nc, float scale, float *p,
+                      float *o, float *ms) {
+    return lp_attn_group_det256(q0, hpt, d_k, d_v, k, v, ldk, ldv, mi, cells, nc, scale, p, o, ms);
 }
 #else
 int lp_attn_group_det(const float *q0, int64_t hpt, int64_t d_k, int64_t d_v, const uint16_t *k, const uint16_t *v,
