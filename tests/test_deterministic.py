@@ -79,6 +79,12 @@ def test_long_prompt_rows_keep_their_own_attention_chunks(model):
     """A 130-token prompt: its rows see 1..130 cells, so alone each takes 1 to several attention
     chunks (lp_attn_chunks of one row); in one 130-row ubatch, in 64-row ubatches shared with
     another sequence and chunked 50 + 80, each row keeps its own chunks (lp_attn_det_for)."""
+    _check_long_prompt(model)
+
+
+def _check_long_prompt(model) -> None:
+    """A 130-token target alone, in 64-row ubatches beside a 70-token sequence, and chunked 50 + 80:
+    torch.equal logits (also test_deterministic_avx2.py's, at the AVX2 level)."""
     target, other = _tokens(130, model.n_vocab, 21), _tokens(70, model.n_vocab, 22)
     alone = _decode(_ctx(model, True), {0: target})[0]
     shared = _decode(_ctx(model, True, n_ubatch=64), {0: target, 1: other})[0]

@@ -11,7 +11,7 @@ import torch
 from llamapy.kernels import load_kernels
 from llamapy.kernels.build import IsaError, cpu_features, resolve_level
 from llamapy.model.model import Model
-from test_deterministic import _ctx, _decode, _tokens, _variants
+from test_deterministic import _check_long_prompt, _variants
 
 
 @pytest.fixture(scope="module")
@@ -49,9 +49,4 @@ def test_avx2_rows_are_bit_identical(model):
 
 @pytest.mark.slow
 def test_avx2_long_prompt_keeps_its_rows_attention(model):
-    target, other = _tokens(130, model.n_vocab, 21), _tokens(70, model.n_vocab, 22)
-    alone = _decode(_ctx(model, True), {0: target})[0]
-    shared = _decode(_ctx(model, True, n_ubatch=64), {0: target, 1: other})[0]
-    ctx = _ctx(model, True, n_ubatch=64)
-    chunked = torch.cat([_decode(ctx, {0: target[p0:p1]}, {0: p0})[0] for p0, p1 in ((0, 50), (50, 130))])
-    assert torch.equal(shared, alone) and torch.equal(chunked, alone)
+    _check_long_prompt(model)
