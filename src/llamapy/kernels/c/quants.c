@@ -264,6 +264,8 @@ size_t lp_xrows_bytes(int64_t n_in, int64_t n) {
 int lp_xrows_q8k(int64_t n) {
 #if defined(LP_Q8K)
     return n < LP_Q8K_ROWS;
+#elif defined(LP_Q8K_FEW)
+    return n < LP_F32_ROWS;
 #else
     (void)n;
     return 0;
