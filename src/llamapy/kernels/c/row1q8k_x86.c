@@ -1,5 +1,5 @@
 /* The Q4_K / Q6_K one-row products of a single-sequence decode against activations in ggml's
- * Q8_K form (x86 AVX2): per 256 values one fp32 scale d8, int8 values (|q| <= 127) and int16
+ * Q8_K form (x86: AVX2; the VNNI levels too, their vpmaddwd + vpaddd one vpdpwssd): per 256 values one fp32 scale d8, int8 values (|q| <= 127) and int16
  * sums per 16 (bs8), the activations llama.cpp's ggml_vec_dot_q4_K_q8_K / q6_K_q8_K read.  A
  * super-block of a row: vpmaddubsw of the unsigned weight bytes against the int8 values, the
  * sub-block scales applied as int16 by vpmaddwd, one int32x8 sum, ONE float FMA by d d8; the
