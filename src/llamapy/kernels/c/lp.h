@@ -227,8 +227,8 @@ LP_INLINE __m512 lp_exp16(__m512 x) {
 #if (defined(LP_AVX2) || defined(LP_AVX512)) && !defined(LP_VNNI) && !defined(LP_AVXVNNI)
 #define LP_Q8K 1 /* x86 without VNNI: Q4_K / Q6_K products of fewer than LP_Q8K_ROWS rows read ggml's Q8_K (row1q8k_x86.c) */
 #elif defined(LP_AVX2) || defined(LP_AVX512)
-#define LP_Q8K_FEW 1 /* x86 with VNNI: only their 1-4-row products (row1vnni_x86.c): the split int16 form's ran 1.12-1.21x
-                      * slower a call (Intel Xeon model 207, avx512+vnni, -t 1) */
+#define LP_Q8K_FEW 1 /* x86 with VNNI: only their 1-4-row products (row1q8k_x86.c), and not on AMD Zen 4
+                      * (lp_cpu.h lp_cpu_q8k_few: the measured figures on both CPUs) */
 #endif
 #define LP_Q8K_ROWS 64 /* (q8mm_x86.h LP_Q8MM_ROWS: from there int8 with a scale per 32) */
 #define LP_FEW_ROWS 8 /* products of at most this many rows take the integer products (mm.c); 9..15 rows the fp32 tiles */
