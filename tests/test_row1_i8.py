@@ -61,15 +61,15 @@ def test_one_row_is_the_deterministic_product(lib, qtype):
 
 
 def test_fused_decode_takes_it(tmp_path):
-    """A one-sequence decode through the fused layers (lp_layers) of a Q4_1 model: other logits
-    with the Q8_0 form turned off, the same argmax."""
+    """A one-sequence decode through the fused layers (lp_layers) of a Q4_1 model (its tied output
+    f32: lp_mm's one row not Q8_0): other logits with the Q8_0 form turned off, the same argmax."""
     from llamapy import Model
     from tiny_model import write_tiny_llama
 
     lib = load_kernels()
     if lib is None or lib.level == "scalar":
         pytest.skip("the one-row Q8_0 form is x86's")
-    model = Model.load(write_tiny_llama(tmp_path / "q4_1.gguf", weight_type=T.Q4_1))
+    model = Model.load(write_tiny_llama(tmp_path / "q4_1.gguf", weight_type=T.Q4_1, embd_type=T.F32))
     y8 = _decode_steps(model, 1)
     lib.fn.lp_row1_i8_set(0)
     try:
