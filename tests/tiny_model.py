@@ -82,6 +82,7 @@ def write_tiny_llama(
     weight_type: gguf.GGMLQuantizationType = gguf.GGMLQuantizationType.F32,
     arch: str = "llama",
     extra_control: tuple[str, ...] = (),
+    embd_type: gguf.GGMLQuantizationType | None = None,  # token_embd's (the tied output's) type; None: weight_type
 ) -> Path:
     rng = np.random.default_rng(seed)
     tokens, types, merges = tiny_vocab(extra_control)
@@ -112,7 +113,7 @@ def write_tiny_llama(
             w.add_tensor(name, a)
 
     d = n_embd // n_head
-    add("token_embd.weight", (n_vocab, n_embd), 1.0)
+    add("token_embd.weight", (n_vocab, n_embd), 1.0, weight_type if embd_type is None else embd_type)
     add("output_norm.weight", (n_embd,))
     for il in range(n_layer):
         p = f"blk.{il}."

@@ -23,6 +23,7 @@
 #include "moe.h"
 #include "ops.h"
 #include "rows_det_x86.h"
+#include "row1_x86.h"
 
 typedef struct {
     const float *attn_norm, *ffn_norm;           /* [n_embd] */
@@ -60,24 +61,29 @@ typedef struct {
 static int64_t max3(int64_t a, int64_t b, int64_t c) { return a > b ? (a > c ? a : c) : (b > c ? b : c); }
 
 /* One product of the prepared activations into y (stride ldy), split among the threads;
- * dx (deterministic mode, else NULL): the same rows prepared for lp_mm_det_for, whose every
- * row is the same bits at any row count. */
+ * dx (deterministic mode, or a one-row default ubatch with a type lp_row1_i8 takes; else NULL):
+ * the same rows prepared for lp_mm_det_for, whose every row is the same bits at any row count.
+ * det: every product takes dx; else only lp_row1_i8's types (row1_x86.h: the row in int8). */
 static void product(int64_t type, const uint8_t *w, int64_t n_out, const lp_xprep *xp, float *y, int64_t ldy, int acc,
-                    void *scratch, const lp_xprep *dx) {
-    if (dx) {
+                    void *scratch, const lp_xprep *dx, int det) {
+    if (dx && (det || lp_row1_i8((int)type, xp->n_in))) {
         lp_mm_det_for((int)type, w, n_out, dx, y, ldy, acc, scratch);
         return;
     }
     lp_mm_for((int)type, w, n_out, xp->n_in, xp, y, ldy, acc, scratch);
 }
 
-/* Row r of xp (its fp32 row made) prepared for the products: dx's form (deterministic mode),
- * else xp's. */
-static void prep_row(lp_xprep *xp, const lp_xprep *dx, int64_t r) {
-    if (dx)
-        lp_det_prep_row(dx, r);
-    else
-        lp_prep_row(xp, r);
+/* Row r of xp (its fp32 row made) prepared for the products: dx's form alone (deterministic
+ * mode), else xp's and dx's where given (the forms dx->reads names: none, or int8). */
+static void prep_row(lp_xprep *xp, const lp_xprep *dx, int64_t r, int det) {
+    if (!det) lp_prep_row(xp, r);
+    if (dx) lp_det_prep_row(dx, r);
+}
+
+/* The forms dx's rows take for a product of this type: rows_det_x86.c's (deterministic mode),
+ * else int8 where lp_row1_i8 (one row), else none. */
+static int dx_reads(int64_t type, int64_t n_in, int det) {
+    return det ? lp_det_reads((int)type) : lp_row1_i8((int)type, n_in) ? LP_READS_I8 : 0;
 }
 
 /* x += rms_norm(t) * post (post NULL: x += t), row by row. */
@@ -90,9 +96,10 @@ static void residual_for(float *x, float *t, const float *post, int64_t n, int64
     }
 }
 
-/* The prepared rows laid out in lanes (after the rows' loop): xp's, or dx's (deterministic mode). */
-static void lanes_for(const lp_xprep *xp, const lp_xprep *dx) {
-    if (dx)
+/* The prepared rows laid out in lanes (after the rows' loop): dx's (deterministic mode), else xp's
+ * (a one-row dx has none). */
+static void lanes_for(const lp_xprep *xp, const lp_xprep *dx, int det) {
+    if (det)
         lp_det_lanes_for(dx);
     else
         lp_lanes_for(xp);
@@ -100,14 +107,14 @@ static void lanes_for(const lp_xprep *xp, const lp_xprep *dx) {
 
 /* xp->x = rms_norm(x) * w, row by row, each row prepared for the products as it is normed
  * (prep_row). */
-static void norm_prep_for(const float *x, const float *w, float eps, lp_xprep *xp, const lp_xprep *dx) {
+static void norm_prep_for(const float *x, const float *w, float eps, lp_xprep *xp, const lp_xprep *dx, int det) {
 #pragma omp for schedule(static)
     for (int64_t r = 0; r < xp->n; r++) {
         float *out = (float *)xp->x + r * xp->n_in;
         lp_rms_norm_row(x + r * xp->n_in, w, xp->n_in, eps, out);
-        prep_row(xp, dx, r);
+        prep_row(xp, dx, r, det);
     }
-    lanes_for(xp, dx);
+    lanes_for(xp, dx, det);
 }
 
 /* Has rows_det_x86.c a product for every matrix of the layer (the expert FFN aside: one row,
@@ -169,8 +176,10 @@ int lp_layers(const lp_layer *L, int64_t n_layer, const lp_dims *hp, float *x, i
         n_part = pd > n_part ? pd : n_part;
     }
     float *buf = (float *)malloc(((size_t)(n * (2 * ne + nqkv + nq + 3 * n_ff) + n_part) + moe_shared) * sizeof(float));
-    void *xbuf = malloc(lp_xprep_bytes(wide, n)), *dbuf = hp->det ? malloc(lp_det_xprep_bytes(wide, n)) : NULL;
-    if (!buf || !xbuf || (hp->det && !dbuf)) {
+    /* det: --deterministic; else a one-row ubatch's lp_row1_i8 types read dx's int8 rows (row1_x86.h) */
+    const int det = (int)hp->det, dxs = det || n == 1;
+    void *xbuf = malloc(lp_xprep_bytes(wide, n)), *dbuf = dxs ? malloc(lp_det_xprep_bytes(wide, n)) : NULL;
+    if (!buf || !xbuf || (dxs && !dbuf)) {
         free(buf);
         free(xbuf);
         free(dbuf);
@@ -182,24 +191,25 @@ int lp_layers(const lp_layer *L, int64_t n_layer, const lp_dims *hp, float *x, i
     float *moe_sh = part + n_part;                   /* the MoE layers' shared floats */
     int failed = 0;
     lp_xprep xp_ne = lp_xprep_at(xbuf, ne, n, xn), xp_q = lp_xprep_at(xbuf, nq, n, att), xp_ff = lp_xprep_at(xbuf, n_ff, n, h);
-    /* deterministic mode: the same rows in rows_det_x86.c's forms */
+    /* deterministic mode (one-row ubatches: the lp_row1_i8 types'): the same rows in rows_det_x86.c's forms */
     lp_xprep dx_ne, dx_q, dx_ff;
     if (dbuf) {
         dx_ne = lp_det_xprep_at(dbuf, ne, n, xn), dx_q = lp_det_xprep_at(dbuf, nq, n, att), dx_ff = lp_det_xprep_at(dbuf, n_ff, n, h);
         dx_ne.reads = dx_q.reads = dx_ff.reads = 0; /* the forms the layers' products read (lp_det_reads) */
         for (int64_t il = 0; il < n_layer; il++) {
             const lp_layer *l = L + il;
-            dx_ne.reads |= lp_det_reads((int)l->tq) | lp_det_reads((int)l->tg);
-            if (l->wk) dx_ne.reads |= lp_det_reads((int)l->tk) | lp_det_reads((int)l->tv);
-            if (l->wu) dx_ne.reads |= lp_det_reads((int)l->tu);
-            dx_q.reads |= lp_det_reads((int)l->to), dx_ff.reads |= lp_det_reads((int)l->td);
+            dx_ne.reads |= dx_reads(l->tq, ne, det) | dx_reads(l->tg, ne, det);
+            if (l->wk) dx_ne.reads |= dx_reads(l->tk, ne, det) | dx_reads(l->tv, ne, det);
+            if (l->wu) dx_ne.reads |= dx_reads(l->tu, ne, det);
+            dx_q.reads |= dx_reads(l->to, nq, det), dx_ff.reads |= dx_reads(l->td, n_ff, det);
         }
     }
-    const lp_xprep *dne = dbuf ? &dx_ne : NULL, *dq = dbuf ? &dx_q : NULL, *dff = dbuf ? &dx_ff : NULL;
+    const int any = det || (dbuf && (dx_ne.reads | dx_q.reads | dx_ff.reads));
+    const lp_xprep *dne = any ? &dx_ne : NULL, *dq = any ? &dx_q : NULL, *dff = any ? &dx_ff : NULL;
 #pragma omp parallel
     {
         float *p = (float *)malloc((size_t)(most * hpt) * sizeof(float));
-        const size_t sb = lp_mm_scratch_bytes(wide), sd = hp->det ? lp_det_scratch_bytes(wide) : 0;
+        const size_t sb = lp_mm_scratch_bytes(wide), sd = any ? lp_det_scratch_bytes(wide) : 0;
         void *scratch = malloc(sb > sd ? sb : sd);
         float *kvf = blocks ? (float *)malloc((size_t)lp_attn_kv_floats(most, d, d) * sizeof(float)) : NULL;
         char *own = moe_own ? (char *)malloc(moe_own + 64) : NULL;
@@ -212,13 +222,13 @@ int lp_layers(const lp_layer *L, int64_t n_layer, const lp_dims *hp, float *x, i
             const lp_kv_in *kv = kvs + l->kv_set;
             const lp_rope_in *rp = ropes + l->rope_set;
             /* attention */
-            norm_prep_for(x, l->attn_norm, hp->eps, &xp_ne, dne);
+            norm_prep_for(x, l->attn_norm, hp->eps, &xp_ne, dne, det);
             if (l->wk == NULL) {
-                product(l->tq, l->wq, nqkv, &xp_ne, qkv, nqkv, 0, scratch, dne);
+                product(l->tq, l->wq, nqkv, &xp_ne, qkv, nqkv, 0, scratch, dne, det);
             } else {
-                product(l->tq, l->wq, nq, &xp_ne, qkv, nqkv, 0, scratch, dne);
-                product(l->tk, l->wk, nk, &xp_ne, qkv + nq, nqkv, 0, scratch, dne);
-                product(l->tv, l->wv, nk, &xp_ne, qkv + nq + nk, nqkv, 0, scratch, dne);
+                product(l->tq, l->wq, nq, &xp_ne, qkv, nqkv, 0, scratch, dne, det);
+                product(l->tk, l->wk, nk, &xp_ne, qkv + nq, nqkv, 0, scratch, dne, det);
+                product(l->tv, l->wv, nk, &xp_ne, qkv + nq + nk, nqkv, 0, scratch, dne, det);
             }
 #pragma omp for schedule(static)
             for (int64_t r = 0; r < n; r++) { /* Q and K normed, rotated and scaled; K and V into the row's cell */
@@ -243,18 +253,14 @@ int lp_layers(const lp_layer *L, int64_t n_layer, const lp_dims *hp, float *x, i
                 lp_attn_for(qkv, n, nqkv, hp->n_head, hp->n_head_kv, d, d, (int)l->tck, l->k, (int)l->tcv, l->v, kv->n_kv,
                         kv->mask, kv->ptr, kv->cells, hp->attn_scale, att, nq, hpt, n_chunk[l->kv_set], p, part,
                         kv->cell_off, kvf, NULL);
-            if (dq) {
 #pragma omp for schedule(static)
-                for (int64_t r = 0; r < n; r++) prep_row(&xp_q, dq, r);
-                lp_det_lanes_for(dq);
-            } else {
-                lp_prep_for(&xp_q);
-            }
+            for (int64_t r = 0; r < n; r++) prep_row(&xp_q, dq, r, det);
+            lanes_for(&xp_q, dq, det);
             if (l->attn_post_norm) {
-                product(l->to, l->wo, ne, &xp_q, tmp, ne, 0, scratch, dq);
+                product(l->to, l->wo, ne, &xp_q, tmp, ne, 0, scratch, dq, det);
                 residual_for(x, tmp, l->attn_post_norm, n, ne, hp->eps);
             } else {
-                product(l->to, l->wo, ne, &xp_q, x, ne, 1, scratch, dq);
+                product(l->to, l->wo, ne, &xp_q, x, ne, 1, scratch, dq, det);
             }
             /* feed-forward */
             if (l->moe.n_expert > 0) {
@@ -262,12 +268,12 @@ int lp_layers(const lp_layer *L, int64_t n_layer, const lp_dims *hp, float *x, i
                                NULL, NULL);
                 continue;
             }
-            norm_prep_for(x, l->ffn_norm, hp->eps, &xp_ne, dne);
+            norm_prep_for(x, l->ffn_norm, hp->eps, &xp_ne, dne, det);
             if (l->wu == NULL) {
-                product(l->tg, l->wg, 2 * n_ff, &xp_ne, gu, 2 * n_ff, 0, scratch, dne);
+                product(l->tg, l->wg, 2 * n_ff, &xp_ne, gu, 2 * n_ff, 0, scratch, dne, det);
             } else {
-                product(l->tg, l->wg, n_ff, &xp_ne, gu, 2 * n_ff, 0, scratch, dne);
-                product(l->tu, l->wu, n_ff, &xp_ne, gu + n_ff, 2 * n_ff, 0, scratch, dne);
+                product(l->tg, l->wg, n_ff, &xp_ne, gu, 2 * n_ff, 0, scratch, dne, det);
+                product(l->tu, l->wu, n_ff, &xp_ne, gu + n_ff, 2 * n_ff, 0, scratch, dne, det);
             }
 #pragma omp for schedule(static)
             for (int64_t r = 0; r < n; r++) { /* the activation, each row prepared as it is made */
@@ -276,14 +282,14 @@ int lp_layers(const lp_layer *L, int64_t n_layer, const lp_dims *hp, float *x, i
                     lp_geglu_row(g, g + n_ff, n_ff, h + r * n_ff);
                 else
                     lp_swiglu_row(g, g + n_ff, n_ff, h + r * n_ff);
-                prep_row(&xp_ff, dff, r);
+                prep_row(&xp_ff, dff, r, det);
             }
-            lanes_for(&xp_ff, dff);
+            lanes_for(&xp_ff, dff, det);
             if (l->ffn_post_norm) {
-                product(l->td, l->wd, ne, &xp_ff, tmp, ne, 0, scratch, dff);
+                product(l->td, l->wd, ne, &xp_ff, tmp, ne, 0, scratch, dff, det);
                 residual_for(x, tmp, l->ffn_post_norm, n, ne, hp->eps);
             } else {
-                product(l->td, l->wd, ne, &xp_ff, x, ne, 1, scratch, dff);
+                product(l->td, l->wd, ne, &xp_ff, x, ne, 1, scratch, dff, det);
             }
         }
         free(p);

@@ -17,9 +17,9 @@
  * from memory) is rounded once to int16 with one scale per block of 32 (lp_xrows, quants.h
  * lp_prepare_x_row): x ~ s * xq, |xq| <= LP_XQ_MAX.  The product is then the sum over 16-groups
  * of d16 * s * (q . xq) + m16 * s * sum16(xq): integer dot products, the same integers on every ISA
- * (only the float sums' order differs); but x86 without VNNI reads 1-4 rows of Q4_K / Q6_K as
- * ggml's Q8_K, as llama.cpp does (row1q8k_x86.c; rows with an outlier block excepted), and 5-63 rows
- * of them (mm.c q8k_chunk, q8k4_x86.c: no row with an outlier block).  The same int16 form from 16 rows on (a batched decode of 16
+ * (only the float sums' order differs); but x86 reads 1-4 rows of Q4_K / Q6_K as ggml's Q8_K, as
+ * llama.cpp does (row1q8k_x86.c; rows with an outlier block excepted; with VNNI not on AMD Zen 4,
+ * lp_cpu.h), and without VNNI 5-63 rows of them (mm.c q8k_chunk, q8k4_x86.c: no row with an outlier block).  The same int16 form from 16 rows on (a batched decode of 16
  * sequences; on x86 with the rows in vector lanes, lanes_x86.c); from 5 to 15 rows, fp32:
  * each weight row dequantized once, exact products (mm.c).
  *
@@ -226,6 +226,9 @@ LP_INLINE __m512 lp_exp16(__m512 x) {
                            * chose the integer lanes (model/block_matrix.py), so they take them whatever coarse_bf16 */
 #if (defined(LP_AVX2) || defined(LP_AVX512)) && !defined(LP_VNNI) && !defined(LP_AVXVNNI)
 #define LP_Q8K 1 /* x86 without VNNI: Q4_K / Q6_K products of fewer than LP_Q8K_ROWS rows read ggml's Q8_K (row1q8k_x86.c) */
+#elif defined(LP_AVX2) || defined(LP_AVX512)
+#define LP_Q8K_FEW 1 /* x86 with VNNI: only their 1-4-row products (row1q8k_x86.c), and not on AMD Zen 4
+                      * (lp_cpu.h lp_cpu_q8k_few: the measured figures on both CPUs) */
 #endif
 #define LP_Q8K_ROWS 64 /* (q8mm_x86.h LP_Q8MM_ROWS: from there int8 with a scale per 32) */
 #define LP_FEW_ROWS 8 /* products of at most this many rows take the integer products (mm.c); 9..15 rows the fp32 tiles */

@@ -17,6 +17,7 @@
 #include "row1_x86.h"
 #include "q8k4_x86.h"
 #include "row1q8k_x86.h"
+#include "rows_det_x86.h"
 #include "unpack_x86.h"
 
 #define CHUNK LP_MM_CHUNK /* output rows per task */
@@ -292,6 +293,8 @@ int lp_mm_takes_lanes(int type, int64_t n_in, int64_t n) {
  * lp.h); float types: fp32.  Returns 0, or -1 when scratch memory could not be allocated. */
 int lp_mm(int type, const uint8_t *w, int64_t n_out, int64_t n_in, const float *x, int64_t n_rows, float *y,
           int64_t ldy, int accumulate) {
+    if (n_rows == 1 && lp_row1_i8(type, n_in)) /* one row in int8 (row1_x86.h) */
+        return lp_mm_det(type, w, n_out, n_in, x, n_rows, y, ldy, accumulate);
     const int reads = lp_xprep_reads(type, n_in, n_rows);
     void *xbuf = malloc(xprep_bytes(n_in, n_rows, reads));
     if (!xbuf) return -1;

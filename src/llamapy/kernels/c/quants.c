@@ -4,6 +4,7 @@
  * integer products.  Portable C; the loops are simple enough for the compiler to vectorize
  * for each ISA level it is built for. */
 #include "quants.h"
+#include "lp_cpu.h"
 #include "row1q8k_x86.h"
 #include "quants_iq.h"
 #include "unpack_x86.h"
@@ -264,6 +265,8 @@ size_t lp_xrows_bytes(int64_t n_in, int64_t n) {
 int lp_xrows_q8k(int64_t n) {
 #if defined(LP_Q8K)
     return n < LP_Q8K_ROWS;
+#elif defined(LP_Q8K_FEW)
+    return n < LP_F32_ROWS && lp_cpu_q8k_few();
 #else
     (void)n;
     return 0;

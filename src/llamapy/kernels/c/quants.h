@@ -41,7 +41,8 @@ typedef struct {
 int lp_xrows_split(int64_t n);
 /* ... and also as Q8_K (q8, d8, bs8)?  x86 without VNNI (LP_Q8K), up to LP_Q8K_ROWS - 1 rows:
  * its Q4_K / Q6_K products read them (row1q8k_x86.c; from LP_F32_ROWS rows mm.c q8k_chunk), as
- * llama.cpp's AVX2 build does. */
+ * llama.cpp's AVX2 build does; x86 with VNNI (LP_Q8K_FEW) up to LP_F32_ROWS - 1 rows,
+ * where lp_cpu_q8k_few (not AMD Zen 4). */
 int lp_xrows_q8k(int64_t n);
 
 size_t lp_wrow_bytes(int64_t n_in);

@@ -9,6 +9,11 @@
 #include "row1_x86.h"
 #include "row1k_x86.h"
 #include "row1q8k_x86.h"
+#include "det8_x86.h"
+#include "rows_det_x86.h"
+
+static int row1_i8 = 1; /* lp_row1_i8_set */
+int lp_row1_i8_set(int on) { return row1_i8 = !!on; }
 
 #if defined(LP_AVX2) || defined(LP_AVX512)
 
@@ -284,7 +289,13 @@ int lp_dot_row1(int type, const uint8_t *row, int64_t n_in, const lp_xrows *xr, 
     default: return 0;
     }
 }
+int lp_row1_i8(int type, int64_t n_in) {
+    return __atomic_load_n(&row1_i8, __ATOMIC_RELAXED) && lp_block_elems(type) == 32 && lp_det8_covers(type) &&
+           lp_mm_det_covers(type, n_in);
+}
 #else
+int lp_row1_i8(int type, int64_t n_in) { return (void)type, (void)n_in, 0; }
+
 int lp_dot_row1x2(int type, const uint8_t *w0, const uint8_t *w1, int64_t n_in, const lp_xrows *xr, int64_t r,
                   int64_t pf, float *y) {
     (void)type, (void)w0, (void)w1, (void)n_in, (void)xr, (void)r, (void)pf, (void)y;

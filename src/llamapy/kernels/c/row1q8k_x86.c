@@ -1,5 +1,5 @@
 /* The Q4_K / Q6_K one-row products of a single-sequence decode against activations in ggml's
- * Q8_K form (x86 AVX2): per 256 values one fp32 scale d8, int8 values (|q| <= 127) and int16
+ * Q8_K form (x86: AVX2; the VNNI levels too, their vpmaddwd + vpaddd one vpdpwssd): per 256 values one fp32 scale d8, int8 values (|q| <= 127) and int16
  * sums per 16 (bs8), the activations llama.cpp's ggml_vec_dot_q4_K_q8_K / q6_K_q8_K read.  A
  * super-block of a row: vpmaddubsw of the unsigned weight bytes against the int8 values, the
  * sub-block scales applied as int16 by vpmaddwd, one int32x8 sum, ONE float FMA by d d8; the
@@ -151,11 +151,11 @@ LP_INLINE void q4k_rows(const int nr, const uint8_t *w0, const uint8_t *w1, int6
 #pragma GCC unroll 2
             for (int t = 0; t < nr; t++) {
                 const __m256i q = _mm256_loadu_si256((const __m256i *)(qs[t] + 32 * j));
-                const __m256i pl = _mm256_madd_epi16(_mm256_shuffle_epi8(sc[t], LP_REP16(2 * j)),
-                                                     _mm256_maddubs_epi16(_mm256_and_si256(q, m4), xl));
-                const __m256i ph = _mm256_madd_epi16(_mm256_shuffle_epi8(sc[t], LP_REP16(2 * j + 1)),
-                                                     _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(q, 4), m4), xh));
-                sumi[t] = _mm256_add_epi32(sumi[t], _mm256_add_epi32(pl, ph));
+                /* (VNNI: vpdpwssd adds each product in place, the same int32 sums) */
+                sumi[t] = lp_dpwssd256(sumi[t], _mm256_shuffle_epi8(sc[t], LP_REP16(2 * j)),
+                                       _mm256_maddubs_epi16(_mm256_and_si256(q, m4), xl));
+                sumi[t] = lp_dpwssd256(sumi[t], _mm256_shuffle_epi8(sc[t], LP_REP16(2 * j + 1)),
+                                       _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(q, 4), m4), xh));
             }
         }
 #pragma GCC unroll 2
@@ -197,8 +197,8 @@ LP_INLINE void q6k_rows(const int nr, const uint8_t *w0, const uint8_t *w1, int6
                 q6k_half(b + 64 * n, b + 128 + 32 * n, w);
 #pragma GCC unroll 4
                 for (int j = 0; j < 4; j++) /* sub-blocks 8n + 2j (lane 0), 8n + 2j + 1 (lane 1) */
-                    sumi[t] = _mm256_add_epi32(sumi[t], _mm256_madd_epi16(_mm256_shuffle_epi8(sc[t][n], LP_REP16x2(2 * j, 2 * j + 1)),
-                                                                          _mm256_maddubs_epi16(w[j], x[j])));
+                    sumi[t] = lp_dpwssd256(sumi[t], _mm256_shuffle_epi8(sc[t][n], LP_REP16x2(2 * j, 2 * j + 1)),
+                                           _mm256_maddubs_epi16(w[j], x[j]));
             }
         }
 #pragma GCC unroll 2

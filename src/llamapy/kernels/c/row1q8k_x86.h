@@ -6,9 +6,10 @@
 #include "quants.h"
 
 /* Does the product of this type on the rows x [n_rows, n_in] read them as Q8_K, every row (1),
- * or not (0: another type, other row counts, an ISA with VNNI, a block of outliers)?  1 to
- * LP_Q8K_ROWS - 1 rows (from LP_F32_ROWS rows, mm.c q8k_chunk, a row with an outlier block
- * takes the int16 form, and over a quarter such rows the whole product). */
+ * or not (0: another type, other row counts, not x86, a block of outliers)?  1 to LP_Q8K_ROWS - 1
+ * rows without VNNI (from LP_F32_ROWS rows, mm.c q8k_chunk, a row with an outlier block takes the
+ * int16 form, and over a quarter such rows the whole product); 1-4 rows with VNNI, none on AMD
+ * Zen 4 (lp_xrows_q8k). */
 int lp_q8k_takes(int type, const float *x, int64_t n_in, int64_t n_rows);
 /* Row r of x [n_in] as Q8_K into xr (q8, d8, bs8): ggml's quantize_row_q8_K_ref, per 256. */
 void lp_prepare_q8k_row(const float *x, lp_xrows xr, int64_t r);
