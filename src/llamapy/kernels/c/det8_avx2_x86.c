@@ -279,6 +279,7 @@ void lp_det8_chunk256(int type, const uint8_t *w, int64_t o0, int64_t o1, const 
     for (int64_t o = o0; o < o1; o += TW) {
         const int nw = (int)(o1 - o < TW ? o1 - o : TW);
         for (int j = 0; j < nw; j++) unpack(type, w + (o + j) * rb, n_in, u[j], wd[j], wm[j]);
+        lp_det8_prefetch_rows(w, o + TW, o + 2 * TW < o1 ? o + 2 * TW : o1, rb); /* the next rows come in while these compute */
         for (int64_t g = 0; g < p->n_grp; g++) {
             const int64_t rows = n - NL8 * g < NL8 ? n - NL8 * g : NL8;
             tile_k(type, rows > 8 ? 2 : 1, nw, (const uint8_t *const *)u, (const float *const *)wd, (const float *const *)wm, p,

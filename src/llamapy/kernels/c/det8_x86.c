@@ -268,6 +268,7 @@ void lp_det8_chunk(int type, const uint8_t *w, int64_t o0, int64_t o1, int64_t n
     for (int64_t o = o0; o < o1; o += TW8) {
         const int nw = (int)(o1 - o < TW8 ? o1 - o : TW8);
         for (int j = 0; j < nw; j++) lp_det8_unpack(type, w + (o + j) * rb, n_in, u[j], wd[j], wm[j]);
+        lp_det8_prefetch_rows(w, o + TW8, o + 2 * TW8 < o1 ? o + 2 * TW8 : o1, rb); /* the next rows come in while these compute */
         for (int64_t g = 0; g < p->n_grp; g += 2) {
             const int ng = g + 1 < p->n_grp ? 2 : 1;
             if (buffered) {

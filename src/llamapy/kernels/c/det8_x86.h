@@ -111,6 +111,14 @@ LP_INLINE void lp_det8_unpack(int type, const uint8_t *row, int64_t n_in, uint8_
     }
 }
 
+/* Weight rows o0 .. o1 (rb bytes each) asked into the cache (no effect on any result): the many-row
+ * kernels issue it for their next rows before computing the rows they unpacked, so that a product
+ * of few rows (a batched decode: 16) streams its weights while it computes. */
+LP_INLINE void lp_det8_prefetch_rows(const uint8_t *w, int64_t o0, int64_t o1, int64_t rb) {
+    for (int64_t o = o0; o < o1; o++)
+        for (int64_t b = 0; b < rb; b += 64) _mm_prefetch((const char *)(w + o * rb + b), _MM_HINT_T0);
+}
+
 /* The one-row kernels' end: y[0 .. nw] (+)= the 8 outputs of acc. */
 LP_INLINE void lp_det8_store8(float *y, __m256 acc, int nw, int accumulate) {
     float t[8];
