@@ -11,7 +11,8 @@
  *   out[rows[s]] = sum over slots s of row r, in slot order, of t[s] * w[s];  y += out
  *
  * -- model/moe.py's per-expert loop (index_add_ in expert order, then y += out), with each
- * expert's products the same lp_mm products on the same rows (at the AVX2 level, from
+ * expert's products the same lp_mm products on the same rows (an expert's one row in the int16
+ * lanes, not lp_mm's one-row Q8_0 form of row1_x86.h lp_row1_i8; at the AVX2 level, from
  * MOE_Q8_ROWS rows, lp_mm_q8's instead: below).  Expert e's matrices start at w + e * stride.
  * Six barriers in all, whatever the number of experts (each expert's rows are gathered,
  * prepared and laid out in lanes by one thread; gate and up one task list).  Returns 0, or -1 when scratch memory
