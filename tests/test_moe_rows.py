@@ -7,6 +7,7 @@ from __future__ import annotations
 import gguf
 import pytest
 import torch
+from kernel_level import kernels_at
 from tiny_family import write_tiny_family
 
 from llamapy.batch.batch import Batch
@@ -85,15 +86,7 @@ MOE_Q8_ROWS = 4  # kernels/c/moe_rows.c: an expert's rows from which the AVX2 le
 
 
 def _k_lib(level: str):
-    from llamapy.kernels import load_kernels
-    from llamapy.kernels.build import IsaError
-    try:
-        k = load_kernels(level)
-    except IsaError as e:
-        pytest.skip(f"this CPU does not run the {level} level: {e}")
-    if k is None:
-        pytest.skip("no C compiler: the CPU kernels are off")
-    return k
+    return kernels_at(level)
 
 
 def _expert_product(lib, level: str, qtype: T, w: torch.Tensor, shape, x: torch.Tensor) -> tuple[torch.Tensor, int]:

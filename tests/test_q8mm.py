@@ -8,9 +8,8 @@ import numpy as np
 import pytest
 import torch
 
-from llamapy.kernels import load_kernels
-from llamapy.kernels.build import IsaError
 from llamapy.kernels.types import Q8MM32_MAX_FIXES, Q8MM32_RATIO, Q8MM_MAX_FLAGGED, Q8MM_RATIO, Q8MM_ROWS
+from kernel_level import kernels_at
 from test_kernels import _matrix
 
 T = gguf.GGMLQuantizationType
@@ -22,12 +21,7 @@ BLOCK32 = [T.Q4_0, T.Q4_1, T.Q5_0, T.Q5_1, T.Q8_0]  # kernels/c/q8mm32_x86.c
 @pytest.fixture(scope="module", params=["avx512", "avx2"])
 def lib(request):
     """The AVX512-VNNI products (q8mm_512.inc) and the AVX2 level's (q8mm_256.inc: vpmaddubsw)."""
-    try:
-        k = load_kernels(request.param)
-    except IsaError as e:
-        pytest.skip(f"this CPU does not run the {request.param} level: {e}")
-    if k is None:
-        pytest.skip("no C compiler: the CPU kernels are off")
+    k = kernels_at(request.param)
     if not k.fn.lp_q8mm_covers(int(T.Q4_K), 256, Q8MM_ROWS):
         pytest.skip(f"{k.isa}: no AVX512-VNNI in this avx512 build (or LLAMAPY_Q8MM=0): prompts stay in the int16 lanes")
     yield k

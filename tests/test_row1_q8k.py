@@ -14,9 +14,8 @@ import gguf
 import pytest
 import torch
 
-from llamapy.kernels import load_kernels
-from llamapy.kernels.build import IsaError
 from llamapy.model.block_matrix import block_matrix
+from kernel_level import kernels_at
 from test_kernels import _matrix, q8k_rounded
 
 T = gguf.GGMLQuantizationType
@@ -25,13 +24,7 @@ SHAPE = (37, 2048)  # an odd number of weight rows (the last one alone after the
 
 def level(name: str):
     """The kernels of this level, or a skip saying why this CPU has none."""
-    try:
-        k = load_kernels(name)
-    except IsaError as e:
-        pytest.skip(f"this CPU does not run the {name} level: {e}")
-    if k is None:
-        pytest.skip("no C compiler: the CPU kernels are off")
-    return k
+    return kernels_at(name)
 
 
 @contextlib.contextmanager
