@@ -544,16 +544,8 @@ def test_stacked_matrix_is_the_parts(lib):
     over 2000 activation rows.  The error is the int16 activations' rounding; the minimum's
     term takes the rounded values' sum (ggml's choice), so the errors cancel around the weights'
     centre: mean 2.1e-5 of the largest output, worst 5.4e-5.  With the exact sum(x) they were
-    weighted by the nibbles 0..15, all of one sign: mean 3.3e-5, worst 9.7e-5.  (One row of Q4_1
-    reads x as Q8_0 on x86, lp_row1_i8: turned off here, the int16 form's bounds.)"""
-    lib.fn.lp_row1_i8_set(0)
-    try:
-        _stacked_parts(lib)
-    finally:
-        lib.fn.lp_row1_i8_set(1)
-
-
-def _stacked_parts(lib) -> None:
+    weighted by the nibbles 0..15, all of one sign: mean 3.3e-5, worst 9.7e-5.  (lp_row1_i8, off by
+    default, would read one row of Q4_1 as Q8_0 on x86: not the int16 bounds.)"""
     parts = [_matrix(T.Q4_1, (64, 64), seed=s) for s in range(3)]
     m = block_matrix([(raw, T.Q4_1, (64, 64)) for raw, _ in parts], lib)
     one = [block_matrix([(raw, T.Q4_1, (64, 64))], lib) for raw, _ in parts]

@@ -12,7 +12,6 @@ from tiny_family import write_tiny_family
 
 from llamapy.batch.batch import Batch
 from llamapy.context import Context, ContextParams
-from llamapy.kernels.build import load_kernels
 from llamapy.kernels.moe_row import moe_row_for
 from llamapy.model.layers import rms_norm
 from llamapy.model.model import Model
@@ -24,17 +23,6 @@ T = gguf.GGMLQuantizationType
                                                 ("qwen3moe", 8, 2, T.IQ4_NL)])
 @pytest.mark.parametrize("n_tokens", [2, 7, 40])
 def test_c_rows_equal_the_per_expert_loop(tmp_path, arch, n_expert, k, wt, n_tokens):
-    """An expert with one row: moe_rows.c keeps the int16 lanes, where lp_mm's one row of a 32-element
-    type reads x as Q8_0 on x86 (row1_x86.h lp_row1_i8, a dense decode's form): turned off here."""
-    lib = load_kernels()
-    lib.fn.lp_row1_i8_set(0)
-    try:
-        _check_c_rows(tmp_path, arch, n_expert, k, wt, n_tokens)
-    finally:
-        lib.fn.lp_row1_i8_set(1)
-
-
-def _check_c_rows(tmp_path, arch, n_expert, k, wt, n_tokens) -> None:
     m = Model.load(write_tiny_family(tmp_path / "m.gguf", arch, wt, n_expert=n_expert, n_expert_used=k))
     hp = m.hparams
     g = torch.Generator().manual_seed(n_tokens)
@@ -69,12 +57,7 @@ def _prefill_logits(path, monkeypatch, c_on: bool) -> torch.Tensor:
 
 def test_prefill_with_and_without_the_c_rows(tmp_path, monkeypatch):
     path = write_tiny_family(tmp_path / "m.gguf", "qwen3moe", T.Q8_0, n_expert=16, n_expert_used=4)
-    lib = load_kernels()
-    lib.fn.lp_row1_i8_set(0)  # the loop's one-row experts in int16 as the C rows' (above)
-    try:
-        on, off = _prefill_logits(path, monkeypatch, True), _prefill_logits(path, monkeypatch, False)
-    finally:
-        lib.fn.lp_row1_i8_set(1)
+    on, off = _prefill_logits(path, monkeypatch, True), _prefill_logits(path, monkeypatch, False)
     torch.testing.assert_close(on, off, rtol=1e-4, atol=1e-4)
     assert torch.equal(on.argmax(-1), off.argmax(-1))
 

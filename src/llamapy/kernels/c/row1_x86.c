@@ -12,7 +12,7 @@
 #include "det8_x86.h"
 #include "rows_det_x86.h"
 
-static int row1_i8 = 1; /* lp_row1_i8_set */
+static int row1_i8 = 0; /* lp_row1_i8_set: off by default (row1_x86.h) */
 int lp_row1_i8_set(int on) { return row1_i8 = !!on; }
 
 #if defined(LP_AVX2) || defined(LP_AVX512)
