@@ -176,10 +176,21 @@ int lp_layers(const lp_layer *L, int64_t n_layer, const lp_dims *hp, float *x, i
         n_part = pd > n_part ? pd : n_part;
     }
     float *buf = (float *)malloc(((size_t)(n * (2 * ne + nqkv + nq + 3 * n_ff) + n_part) + moe_shared) * sizeof(float));
-    /* det: --deterministic; else a one-row ubatch's lp_row1_i8 types read dx's int8 rows (row1_x86.h) */
-    const int det = (int)hp->det, dxs = det || n == 1;
-    void *xbuf = malloc(lp_xprep_bytes(wide, n)), *dbuf = dxs ? malloc(lp_det_xprep_bytes(wide, n)) : NULL;
-    if (!buf || !xbuf || (dxs && !dbuf)) {
+    /* det: --deterministic; else a one-row ubatch's lp_row1_i8 types read dx's int8 rows (row1_x86.h):
+     * the forms the layers' products read, asked before dx's buffer is (none: no buffer) */
+    const int det = (int)hp->det;
+    int r_ne = 0, r_q = 0, r_ff = 0;
+    if (det || n == 1)
+        for (int64_t il = 0; il < n_layer; il++) {
+            const lp_layer *l = L + il;
+            r_ne |= dx_reads(l->tq, ne, det) | dx_reads(l->tg, ne, det);
+            if (l->wk) r_ne |= dx_reads(l->tk, ne, det) | dx_reads(l->tv, ne, det);
+            if (l->wu) r_ne |= dx_reads(l->tu, ne, det);
+            r_q |= dx_reads(l->to, nq, det), r_ff |= dx_reads(l->td, n_ff, det);
+        }
+    const int any = det || (r_ne | r_q | r_ff);
+    void *xbuf = malloc(lp_xprep_bytes(wide, n)), *dbuf = any ? malloc(lp_det_xprep_bytes(wide, n)) : NULL;
+    if (!buf || !xbuf || (any && !dbuf)) {
         free(buf);
         free(xbuf);
         free(dbuf);
@@ -193,18 +204,10 @@ int lp_layers(const lp_layer *L, int64_t n_layer, const lp_dims *hp, float *x, i
     lp_xprep xp_ne = lp_xprep_at(xbuf, ne, n, xn), xp_q = lp_xprep_at(xbuf, nq, n, att), xp_ff = lp_xprep_at(xbuf, n_ff, n, h);
     /* deterministic mode (one-row ubatches: the lp_row1_i8 types'): the same rows in rows_det_x86.c's forms */
     lp_xprep dx_ne, dx_q, dx_ff;
-    if (dbuf) {
+    if (any) {
         dx_ne = lp_det_xprep_at(dbuf, ne, n, xn), dx_q = lp_det_xprep_at(dbuf, nq, n, att), dx_ff = lp_det_xprep_at(dbuf, n_ff, n, h);
-        dx_ne.reads = dx_q.reads = dx_ff.reads = 0; /* the forms the layers' products read (lp_det_reads) */
-        for (int64_t il = 0; il < n_layer; il++) {
-            const lp_layer *l = L + il;
-            dx_ne.reads |= dx_reads(l->tq, ne, det) | dx_reads(l->tg, ne, det);
-            if (l->wk) dx_ne.reads |= dx_reads(l->tk, ne, det) | dx_reads(l->tv, ne, det);
-            if (l->wu) dx_ne.reads |= dx_reads(l->tu, ne, det);
-            dx_q.reads |= dx_reads(l->to, nq, det), dx_ff.reads |= dx_reads(l->td, n_ff, det);
-        }
+        dx_ne.reads = r_ne, dx_q.reads = r_q, dx_ff.reads = r_ff;
     }
-    const int any = det || (dbuf && (dx_ne.reads | dx_q.reads | dx_ff.reads));
     const lp_xprep *dne = any ? &dx_ne : NULL, *dq = any ? &dx_q : NULL, *dff = any ? &dx_ff : NULL;
 #pragma omp parallel
     {
