@@ -2,7 +2,9 @@
 """The cost of --deterministic (docs/deterministic.md): pp512 (one 512-token prompt), tg128
 (128 one-token decodes) and B=16 (16 sequences, each step one token per sequence), with and
 without the flag, interleaved rep by rep in one process so that a shared CPU's noise falls on
-both alike.  Prints tokens per second and the ratio deterministic / default.
+both alike, after --warmup untimed runs of each (the first run of a path pays its one-time costs:
+oneDNN's primitives, first-touch pages, the kernels' scratch).  Prints the median tokens per second
+of --reps and the ratio deterministic / default.
 
   PYTHONPATH=src python benchmarks/deterministic.py -m smollm2-135m -m gemma3-270m -t 2 -r 2
 """
@@ -83,7 +85,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("-m", "--model", action="append", help="registered name or .gguf (repeatable)")
     ap.add_argument("-t", "--threads", type=int, default=torch.get_num_threads())
-    ap.add_argument("-r", "--reps", type=int, default=2)
+    ap.add_argument("-r", "--reps", type=int, default=3)
+    ap.add_argument("--warmup", type=int, default=1, help="untimed runs of each test and mode first (default 1)")
     a = ap.parse_args()
     import logging
 
@@ -94,6 +97,9 @@ def main() -> None:
         model = Model.load(pull(name) if not name.endswith(".gguf") else name)
         for test, fn in (("pp512", pp), ("tg128", tg), ("B=16 tg", batched)):
             got = {False: [], True: []}
+            for _ in range(a.warmup):
+                for det in (False, True):
+                    fn(model, det, a.threads)
             for _ in range(a.reps):
                 for det in (False, True):  # interleaved
                     got[det].append(fn(model, det, a.threads))
