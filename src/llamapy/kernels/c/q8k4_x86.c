@@ -172,11 +172,13 @@ LP_INLINE void q8k4_act(const int q4, const int NA, const q8k4_sb *o, const int8
 }
 
 LP_INLINE void q8k4_run(const int q4, const uint8_t *const *w, int64_t nsb, const lp_xrows *xr, const int64_t *rows, int nr,
-                        float *y, int nw) {
+                        float *y, int nw, const uint8_t *pf) {
     __m256 acc[LP_Q8K_ROWS];
     for (int t = 0; t < nr; t++) acc[t] = _mm256_setzero_ps();
     const int64_t bb = q4 ? 144 : 210;
     for (int64_t i = 0; i < nsb; i++) {
+        if (pf) /* the next pass's 4 nsb blocks, 4 bb bytes per super-block of this one */
+            for (const uint8_t *p = pf + 4 * bb * i, *e = p + 4 * bb; p < e; p += 64) LP_PREFETCH_W(p);
         q8k4_sb o;
         const uint8_t *b[4] = {w[0] + i * bb, w[1] + i * bb, w[2] + i * bb, w[3] + i * bb};
         if (q4) q4k4_pack(b, &o);
@@ -202,15 +204,24 @@ LP_INLINE void q8k4_run(const int q4, const uint8_t *const *w, int64_t nsb, cons
     }
 }
 
-void lp_q8k4_rows(int type, int nw, const uint8_t *const *w, int64_t nsb, const lp_xrows *xr, const int64_t *rows, int nr,
-                  float *y) {
+void lp_q8k4_rows_pf(int type, int nw, const uint8_t *const *w, int64_t nsb, const lp_xrows *xr, const int64_t *rows, int nr,
+                     float *y, const uint8_t *pf) {
     const uint8_t *w4[4];
     for (int v = 0; v < 4; v++) w4[v] = w[v < nw ? v : nw - 1]; /* fewer than four: the last repeated, its sums dropped */
-    if (type == LP_Q4_K) q8k4_run(1, w4, nsb, xr, rows, nr, y, nw);
-    else q8k4_run(0, w4, nsb, xr, rows, nr, y, nw);
+    if (type == LP_Q4_K) q8k4_run(1, w4, nsb, xr, rows, nr, y, nw, pf);
+    else q8k4_run(0, w4, nsb, xr, rows, nr, y, nw, pf);
+}
+
+void lp_q8k4_rows(int type, int nw, const uint8_t *const *w, int64_t nsb, const lp_xrows *xr, const int64_t *rows, int nr,
+                  float *y) {
+    lp_q8k4_rows_pf(type, nw, w, nsb, xr, rows, nr, y, NULL);
 }
 
 #else
+void lp_q8k4_rows_pf(int type, int nw, const uint8_t *const *w, int64_t nsb, const lp_xrows *xr, const int64_t *rows, int nr,
+                     float *y, const uint8_t *pf) {
+    (void)type, (void)nw, (void)w, (void)nsb, (void)xr, (void)rows, (void)nr, (void)y, (void)pf;
+}
 void lp_q8k4_rows(int type, int nw, const uint8_t *const *w, int64_t nsb, const lp_xrows *xr, const int64_t *rows, int nr,
                   float *y) {
     (void)type, (void)nw, (void)w, (void)nsb, (void)xr, (void)rows, (void)nr, (void)y;

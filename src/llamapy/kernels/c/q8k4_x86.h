@@ -11,5 +11,11 @@
  * (ggml's Q8_K product up to fp32 order). */
 void lp_q8k4_rows(int type, int nw, const uint8_t *const *w, int64_t nsb, const lp_xrows *xr, const int64_t *rows, int nr,
                   float *y);
+/* ... and while it computes, the 4 nsb blocks from pf on (the next four weight rows: pf = w[0] + 4
+ * row bytes) requested into L2 a super-block's share at a time (NULL: none): 16 activation rows
+ * side by side keep a pass on four rows long enough that the hardware prefetchers lose the
+ * stream, and mm.c's bulk prefetch at a pass's start asked for ~150 lines at once. */
+void lp_q8k4_rows_pf(int type, int nw, const uint8_t *const *w, int64_t nsb, const lp_xrows *xr, const int64_t *rows, int nr,
+                     float *y, const uint8_t *pf);
 
 #endif
