@@ -34,6 +34,13 @@ int lp_q8kz_takes(int64_t n) {
 
 #if defined(LP_Q8KZ)
 
+/* The super-blocks ahead of the one computing whose lines are asked for (a block's lines as it
+ * computes, not mm.c prefetch_ahead's burst before four rows: the burst stalled on full fill
+ * buffers, 5% of the 16-row products' time) */
+#ifndef LP_Q8KZ_PF
+#define LP_Q8KZ_PF 8
+#endif
+
 /* One super-block of four weight rows, row v in 128-bit lane v: Q4_K w[2 s + h] (values
  * 16h .. 16h + 15 of sub-block s of 32), Q6_K w[g] (sub-block g of 16); sc[k]: int16 lanes 0-3
  * of each lane the scale of sub-block 2k (Q6_K; Q4_K k < 4: of 2k too), 4-7 of 2k + 1; m[]: the
@@ -173,6 +180,8 @@ LP_INLINE void q8kz_run(const int q4, const uint8_t *const *w, int64_t nsb, cons
     for (int64_t i = 0; i < nsb; i++) {
         q8kz_sb o;
         const uint8_t *b[4] = {w[0] + i * bb, w[1] + i * bb, w[2] + i * bb, w[3] + i * bb};
+        for (int v = 0; v < 4; v++) /* each row's block LP_Q8KZ_PF ahead (past a row's end: the next rows') */
+            for (int64_t l = 0; l < bb + 63; l += 64) _mm_prefetch((const char *)b[v] + LP_Q8KZ_PF * bb + (l < bb ? l : bb - 1), _MM_HINT_T0);
         if (q4) q4kz_pack(b, &o);
         else q6kz_pack(b, &o);
         int t = 0;
