@@ -174,7 +174,11 @@ def test_few_rows_are_the_integer_products(lib, qtype):
     raw, _ = _matrix(qtype, shape, seed=4)
     m = block_matrix([(raw, qtype, shape)], lib)
     x = torch.randn(16, shape[1], generator=torch.Generator().manual_seed(3))
-    y16 = m(x)
+    was = lib.fn.lp_q8kz_set(0)  # (AVX-512 VNNI: 16+ rows of Q4_K / Q6_K read Q8_K, test_q8kz.py; here the lanes)
+    try:
+        y16 = m(x)
+    finally:
+        lib.fn.lp_q8kz_set(was)
     one = torch.cat([m(x[r:r + 1]) for r in range(16)])
     # one row of Q4_K / Q6_K reads x as Q8_K on x86, one row of the 32-element types as Q8_0
     # (test_matmul_against_exact_product holds them to llama.cpp's products): not the int16
@@ -226,8 +230,8 @@ def test_q8k_batched_rows_are_each_their_own(lib):
     raw, W = _matrix(T.Q6_K, shape, seed=11)
     m = block_matrix([(raw, T.Q6_K, shape)], lib)
     x = torch.randn(63, shape[1], generator=torch.Generator().manual_seed(12))
-    if not lib.fn.lp_q8k_takes(int(T.Q6_K), x.data_ptr(), shape[1], 16):
-        pytest.skip(f"{lib.isa}: several rows of Q6_K in int16 (VNNI, or not x86)")
+    if not lib.fn.lp_q8k_takes(int(T.Q6_K), x.data_ptr(), shape[1], 5):
+        pytest.skip(f"{lib.isa}: several rows of Q6_K in int16 (VNNI: AVX-512's 16+ rows in test_q8kz.py; or not x86)")
     one = torch.cat([m(x[r:r + 1]) for r in range(63)])
     q8k = (q8k_rounded(x).double() @ W.double().T).float()
     y63 = m(x)

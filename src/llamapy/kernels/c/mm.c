@@ -16,6 +16,7 @@
 #include "quants.h"
 #include "row1_x86.h"
 #include "q8k4_x86.h"
+#include "q8kz_x86.h"
 #include "row1q8k_x86.h"
 #include "rows_det_x86.h"
 #include "unpack_x86.h"
@@ -107,6 +108,7 @@ static int takes_amx(int type, int64_t n_in, const lp_xprep *xp) {
 #endif
 
 #include "mm_q8k.inc"
+#include "mm_q8kz.inc"
 
 /* Output rows o0..o1 of the product: each weight row read once and multiplied by every
  * activation row.  Up to LP_FEW_ROWS rows: integer products on the int16 activations (on x86
@@ -134,6 +136,10 @@ static void mm_chunk(int type, const uint8_t *w, int64_t o0, int64_t o1, int64_t
 #if defined(LP_Q8K)
     if (n >= LP_F32_ROWS && xp->xr.q8 && (type == LP_Q6_K || type == LP_Q4_K) && q8k_chunk(type, w, o0, o1, n_out, n_in, xp, y, ldy, accumulate))
         return; /* a batched decode's rows as Q8_K */
+#endif
+#if defined(LP_Q8KZ)
+    if (n >= LP_Q8KZ_MIN && xp->xr.q8 && (type == LP_Q6_K || type == LP_Q4_K) && q8kz_chunk(type, w, o0, o1, n_out, n_in, xp, y, ldy, accumulate))
+        return; /* a batched decode's 16-127 rows as Q8_K, AVX-512 VNNI */
 #endif
 #if defined(LP_AMX)
     if (takes_amx(type, n_in, xp)) { /* a prompt's product on AMX tiles */

@@ -5,6 +5,7 @@
  * for each ISA level it is built for. */
 #include "quants.h"
 #include "lp_cpu.h"
+#include "q8kz_x86.h"
 #include "row1q8k_x86.h"
 #include "quants_iq.h"
 #include "unpack_x86.h"
@@ -266,7 +267,7 @@ int lp_xrows_q8k(int64_t n) {
 #if defined(LP_Q8K)
     return n < LP_Q8K_ROWS;
 #elif defined(LP_Q8K_FEW)
-    return n < LP_F32_ROWS && lp_cpu_q8k_few();
+    return (n < LP_F32_ROWS && lp_cpu_q8k_few()) || lp_q8kz_takes(n); /* (q8kz_x86.c: 16-127 rows at AVX-512 VNNI) */
 #else
     (void)n;
     return 0;

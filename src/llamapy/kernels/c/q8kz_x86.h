@@ -1,0 +1,26 @@
+/* q8kz_x86.c: Q4_K / Q6_K products of a batched decode's LP_Q8KZ_MIN .. LP_DENSE_ROWS - 1 rows
+ * against ggml's Q8_K activations, on AVX-512 VNNI (the native level's 16-127 rows). */
+#ifndef LP_Q8KZ_X86_H
+#define LP_Q8KZ_X86_H
+
+#include "quants.h"
+
+#if defined(LP_AVX512) && defined(LP_VNNI)
+#define LP_Q8KZ 1
+#endif
+#define LP_Q8KZ_MIN 16 /* rows from which the native level's Q4_K / Q6_K products read Q8_K (mm.c) */
+
+/* nw (1..4) weight rows w[0..nw) of Q4_K (type LP_Q4_K) or Q6_K (LP_Q6_K), nsb super-blocks each,
+ * against the nr (<= LP_DENSE_ROWS) activation rows rows[0..nr) of xr's Q8_K form (each with q8on
+ * set): y[v nr + t] the product of weight row v and activation row rows[t], its integers per
+ * super-block exact (ggml's Q8_K product up to fp32 order), each row's sum its own whatever the
+ * rows beside it. */
+void lp_q8kz_rows(int type, int nw, const uint8_t *const *w, int64_t nsb, const lp_xrows *xr, const int64_t *rows, int nr,
+                  float *y);
+
+/* Do n-row products prepare and read the Q8_K form here (on: LP_Q8KZ built and switched on)?
+ * lp_q8kz_set(0|1) switches it, returning the previous setting (tests: the int16 lanes' sums). */
+int lp_q8kz_takes(int64_t n);
+int lp_q8kz_set(int on);
+
+#endif

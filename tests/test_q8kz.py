@@ -1,0 +1,136 @@
+"""A batched decode's 16 to 127 rows of Q4_K and Q6_K at the AVX-512 VNNI level, read as ggml's
+Q8_K, four weight rows a pass (kernels/c/q8kz_x86.c, mm.c q8kz_chunk): the sums against the
+Q8_K-rounded activations times gguf's dequantized weights, each row its own at any row count, a
+weight-row tail of 1-3 rows, the int32 / int16 sums at their largest (the vpackssdw step must
+not saturate), and the outlier rule (a row with an outlier block in int16; more than a quarter
+such rows: the whole product in the int16 lanes)."""
+from __future__ import annotations
+
+import gguf
+import numpy as np
+import pytest
+import torch
+
+from llamapy.kernels import load_kernels
+from llamapy.model.block_matrix import block_matrix
+from test_kernels import _matrix, q8k_rounded
+
+T = gguf.GGMLQuantizationType
+
+
+@pytest.fixture(scope="module")
+def lib():
+    k = load_kernels("native")
+    if k is None:
+        pytest.skip("no C compiler: the CPU kernels are off")
+    if not k.fn.lp_q8kz_takes(16):
+        pytest.skip(f"{k.isa}: no AVX-512 VNNI, the 16+-row products stay in the int16 lanes")
+    return k
+
+
+def _mm(m, x: torch.Tensor) -> torch.Tensor:
+    """lp_mm itself (no int8 panels or dense path)."""
+    y = torch.zeros(x.shape[0], m.n_out)
+    m._mm(x.contiguous(), y, accumulate=False, int8=0)
+    return y
+
+
+def _close(y: torch.Tensor, want: torch.Tensor, tol: float) -> bool:
+    return (y - want).abs().max().item() <= tol * want.abs().max().item()
+
+
+@pytest.mark.parametrize("qtype", [T.Q4_K, T.Q6_K], ids=lambda t: t.name)
+def test_batched_rows_are_the_q8k_product(lib, qtype):
+    """45 weight rows (chunks of 16, 16, 13: a last pass of one weight row) x 2048 (8 super-blocks):
+    every row count 16..127 within 1e-5 of the largest output of the Q8_K-rounded product (fp32
+    order; the rounding moves outputs ~1e-2, so a wrong scale, minimum or lane cannot hide), each
+    row bit for bit the same at every row count, and not the int16 lanes' sums (lp_q8kz_set(0))."""
+    shape = (45, 2048)
+    raw, W = _matrix(qtype, shape, seed=31)
+    m = block_matrix([(raw, qtype, shape)], lib)
+    x = torch.randn(127, shape[1], generator=torch.Generator().manual_seed(32))
+    assert lib.fn.lp_q8k_takes(int(qtype), x.data_ptr(), shape[1], 16)
+    want = (q8k_rounded(x).double() @ W.double().T).float()
+    exact = (x.double() @ W.double().T).float()
+    assert (want - exact).abs().max().item() > 1e-3 * exact.abs().max().item()  # (the rounding shows)
+    y127 = _mm(m, x)
+    for n in (16, 17, 18, 33, 64, 100, 127):
+        y = _mm(m, x[:n])
+        assert _close(y, want[:n], 1e-5), n
+        assert torch.equal(y, y127[:n]), n
+    was = lib.fn.lp_q8kz_set(0)
+    try:
+        lanes = _mm(m, x[:16])
+    finally:
+        lib.fn.lp_q8kz_set(was)
+    assert _close(lanes, exact[:16], 1e-4) and not _close(lanes, want[:16], 1e-5)
+
+
+def _extreme(qtype: T, n_out: int, n_in: int, seed: int) -> np.ndarray:
+    """Blocks whose integer sums reach the bounds: Q4_K every nibble 15, every scale and minimum 63;
+    Q6_K every 6-bit value 63 (or 0: q - 32 = -32) with scales +-127; d and dmin random positive."""
+    rng = np.random.default_rng(seed)
+    nsb = n_in // 256
+    if qtype == T.Q4_K:
+        b = np.zeros((n_out, nsb, 144), np.uint8)
+        b[..., 0:2] = np.frombuffer(np.float16(rng.uniform(1e-3, 2e-3, n_out * nsb)).tobytes(), np.uint8).reshape(n_out, nsb, 2)
+        b[..., 2:4] = np.frombuffer(np.float16(rng.uniform(1e-4, 2e-4, n_out * nsb)).tobytes(), np.uint8).reshape(n_out, nsb, 2)
+        b[..., 4:16] = 0xFF  # scales and minimums all 63
+        b[..., 16:] = 0xFF  # every nibble 15
+    else:
+        b = np.zeros((n_out, nsb, 210), np.uint8)
+        b[..., 0:192] = rng.choice([0x00, 0xFF], size=(n_out, nsb, 1))  # all 63 or all 0 per block
+        b[..., 192:208] = rng.choice([0x7F, 0x81], size=(n_out, nsb, 16)).astype(np.uint8)  # scales +127 / -127
+        b[..., 208:210] = np.frombuffer(np.float16(rng.uniform(1e-3, 2e-3, n_out * nsb)).tobytes(), np.uint8).reshape(n_out, nsb, 2)
+    return b.reshape(n_out, -1)
+
+
+@pytest.mark.parametrize("qtype", [T.Q4_K, T.Q6_K], ids=lambda t: t.name)
+def test_largest_sums_do_not_saturate(lib, qtype):
+    """Every weight at its largest against rows whose Q8_K values are all +-127 (constant sign per
+    row, and alternating): the int32 sums of a sub-block reach 8 * 15 * 127 (Q4_K) and
+    4 * 63 * 127 (Q6_K) before the int16 pack; the outputs stay the Q8_K product's."""
+    shape = (8, 512)
+    q = _extreme(qtype, *shape, seed=33)
+    raw = torch.from_numpy(np.ascontiguousarray(q)).view(torch.uint8).reshape(-1)
+    W = torch.from_numpy(np.ascontiguousarray(gguf.quants.dequantize(q, qtype), dtype=np.float32))
+    m = block_matrix([(raw, qtype, shape)], lib)
+    x = torch.ones(16, shape[1])
+    x[1::2] *= -1.0
+    x[2] = torch.tensor([1.0, -1.0]).repeat(shape[1] // 2)
+    x[3] = torch.tensor([-1.0, 1.0]).repeat(shape[1] // 2)
+    x[4] = -1.0
+    x[4, ::256] = 1.0  # (the first largest positive: the other values' Q8_K all +127)
+    want = (q8k_rounded(x).double() @ W.double().T).float()
+    y = _mm(m, x)
+    assert _close(y, want, 1e-5), (y - want).abs().max().item()
+
+
+def test_outlier_rows_keep_int16(lib):
+    """A row with a block whose max |x| is over 8x its rms takes the int16 one-row product (within
+    1e-4 of the exact product), the others stay Q8_K bit for bit; 5 such rows of 16 send the whole
+    product to the int16 lanes."""
+    shape = (45, 2048)
+    raw, W = _matrix(T.Q6_K, shape, seed=34)
+    m = block_matrix([(raw, T.Q6_K, shape)], lib)
+    x = torch.randn(16, shape[1], generator=torch.Generator().manual_seed(35))
+    clean = _mm(m, x)
+    x[3, 700] = 60.0
+    assert not lib.fn.lp_q8k_takes(int(T.Q6_K), x.data_ptr(), shape[1], 16)
+    exact = (x.double() @ W.double().T).float()
+    want = (q8k_rounded(x).double() @ W.double().T).float()
+    y = _mm(m, x)
+    assert _close(y[3], exact[3], 1e-4)
+    assert not _close(want[3], exact[3], 1e-3)  # (Q8_K would show)
+    keep = [r for r in range(16) if r != 3]
+    assert torch.equal(y[keep], clean[keep])
+    x[[5, 7, 9, 11], 100] = 60.0
+    exact = (x.double() @ W.double().T).float()
+    y = _mm(m, x)
+    assert ((y - exact).abs().max(-1).values <= 1e-4 * exact.abs().max(-1).values).all()
+
+
+def test_fewer_rows_unchanged(lib):
+    """15 rows and 128 keep their forms: no Q8_K prepared, the int16 lanes' / tiles' sums."""
+    assert not lib.fn.lp_q8kz_takes(15) and not lib.fn.lp_q8kz_takes(128)
+    assert lib.fn.lp_q8kz_takes(16) and lib.fn.lp_q8kz_takes(127)
