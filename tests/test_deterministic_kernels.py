@@ -177,6 +177,38 @@ def test_det_amx_rows_equal_one_row(lib, qtype):
         lib.fn.lp_amx_set(1)
 
 
+def aligned_rows(n: int, n_out: int, shift: int) -> np.ndarray:
+    """A float32 [n, n_out] view whose first element sits `shift` floats past a 64-byte boundary."""
+    buf = np.zeros(n * n_out + 32, np.float32)
+    start = (-buf.ctypes.data % 64) // 4 + shift
+    return buf[start : start + n * n_out].reshape(n, n_out)
+
+
+@pytest.mark.parametrize("qtype", [T.Q4_1, T.Q8_0], ids=lambda t: t.name)
+def test_det_amx_whole_lines(lib, qtype):
+    """det8_amx_x86.c writes a chunk's 16 outputs around the cache where they are whole aligned 64-byte lines (y
+    64-byte aligned, ldy a multiple of 16) and nothing is added to y: 48 outputs, 143 and 530 rows into an aligned
+    y and one 4 floats off (the ordinary stores), with and without y +=, row for row equal to each row alone."""
+    if lib.fn.lp_amx_on() != 1:
+        pytest.skip("no AMX tiles at this level / on this CPU")
+    n_in, n_out = 544, 48
+    w = weights(qtype, n_out, n_in, seed=29)
+    x = activations(530, n_in, seed=31)
+    y0 = np.random.default_rng(37).standard_normal((530, n_out)).astype(np.float32)
+    ref = one_row(lib, qtype, w, x, n_out)
+    ref_acc = one_row(lib, qtype, w, x, n_out, accumulate=True, y0=y0)
+    for n in (143, 530):
+        xn = np.ascontiguousarray(x[:n])
+        for shift in (0, 4):
+            for acc, want in ((0, ref), (1, ref_acc)):
+                y = aligned_rows(n, n_out, shift)
+                y[:] = y0[:n] if acc else 7.0
+                assert lib.fn.lp_mm_det(int(qtype), w.ctypes.data, n_out, n_in, xn.ctypes.data, n, y.ctypes.data, n_out,
+                                        acc) == 0
+                bad = np.nonzero((y.view(np.uint32) != want[:n].view(np.uint32)).any(axis=1))[0]
+                assert len(bad) == 0, f"{qtype.name}: {n} rows, shift {shift}, y += {acc}: rows {bad[:8].tolist()} differ"
+
+
 @pytest.mark.parametrize("qtype", [T.Q2_K, T.Q3_K, T.IQ4_NL, T.F16, T.F32], ids=lambda t: t.name)
 def test_uncovered_types_refused_untouched(lib, qtype):
     """A type without a deterministic multi-row path: covers() says 0, lp_mm_det returns -2 and writes nothing

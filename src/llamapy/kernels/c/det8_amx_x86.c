@@ -107,6 +107,8 @@ LP_INLINE void chunk(const int type, const uint8_t *w, int64_t o0, int64_t o1, c
     configure();
     int32_t c[DEPTH][256] __attribute__((aligned(64)));
     const __mmask16 cols = (__mmask16)((1u << (o1 - o0)) - 1);
+    /* whole 64-byte lines written once each and not read here: around the cache (no read for ownership) */
+    const int stream = !accumulate && o1 - o0 == 16 && ((uintptr_t)(y + o0) & 63) == 0 && ldy % 16 == 0;
     for (int64_t r0 = 0; r0 < n; r0 += 16) {
         const int mr = (int)(n - r0 < 16 ? n - r0 : 16);
         const int8_t *a = p->q + r0 * n_in;
@@ -139,9 +141,13 @@ LP_INLINE void chunk(const int type, const uint8_t *w, int64_t o0, int64_t o1, c
         for (int m = 0; m < 16; m++) {
             if (m >= mr) break;
             float *yr = y + (r0 + m) * ldy + o0;
-            _mm512_mask_storeu_ps(yr, cols, accumulate ? _mm512_add_ps(_mm512_maskz_loadu_ps(cols, yr), acc[m]) : acc[m]);
+            if (stream)
+                _mm512_stream_ps(yr, acc[m]);
+            else
+                _mm512_mask_storeu_ps(yr, cols, accumulate ? _mm512_add_ps(_mm512_maskz_loadu_ps(cols, yr), acc[m]) : acc[m]);
         }
     }
+    if (stream) _mm_sfence();
     _tile_release();
 }
 

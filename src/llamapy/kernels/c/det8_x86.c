@@ -62,11 +62,67 @@ lp_x8 lp_x8_at(void *buf, int64_t n_in, int64_t n) {
 /* As lp_prepare_x_row with 127 for LP_XQ_MAX: per block, d = max |x| / 127, q = x 127 / max |x|
  * rounded to nearest even (vcvtps2dq under the default rounding mode, as rintf). */
 #if defined(LP_AVX512)
+/* lane i of the result: v[i]'s 16 lanes reduced by OP (max_ps or add_epi32 on the bits: both exact,
+ * any order the same) */
+#define LP_REDUCE16(NAME, OP)                                                                                           \
+    LP_INLINE __m512 NAME(const __m512 *v) {                                                                           \
+        __m512 a[8], b[4], c[2];                                                                                       \
+        for (int k = 0; k < 8; k++)                                                                                    \
+            a[k] = OP(_mm512_shuffle_f32x4(v[k], v[k + 8], 0x44), _mm512_shuffle_f32x4(v[k], v[k + 8], 0xEE));         \
+        for (int k = 0; k < 4; k++)                                                                                    \
+            b[k] = OP(_mm512_shuffle_f32x4(a[k], a[k + 4], 0x88), _mm512_shuffle_f32x4(a[k], a[k + 4], 0xDD));         \
+        for (int k = 0; k < 2; k++) c[k] = OP(_mm512_unpacklo_ps(b[k], b[k + 2]), _mm512_unpackhi_ps(b[k], b[k + 2])); \
+        const __m512 d = OP(_mm512_shuffle_ps(c[0], c[1], 0x44), _mm512_shuffle_ps(c[0], c[1], 0xEE));                \
+        /* lane 4 L + e held v[(0, 8, 4, 12)[L] + (0, 2, 1, 3)[e]] */                                                  \
+        return _mm512_permutexvar_ps(_mm512_setr_epi32(0, 2, 1, 3, 8, 10, 9, 11, 4, 6, 5, 7, 12, 14, 13, 15), d);      \
+    }
+#define ADD_BITS(a, b) _mm512_castsi512_ps(_mm512_add_epi32(_mm512_castps_si512(a), _mm512_castps_si512(b)))
+LP_REDUCE16(max16, _mm512_max_ps)
+LP_REDUCE16(add16, ADD_BITS)
+#undef ADD_BITS
+#undef LP_REDUCE16
+
+/* Blocks b .. b + 16 of row r: the one-block loop below on 16 blocks at once (the same numbers:
+ * the maxima and integer sums exact, 127 / mx and mx / 127 the same IEEE divisions in lanes). */
+static void x8_row16(const float *x, const lp_x8 *p, int64_t r, int64_t b) {
+    const int64_t n_in = p->n_in, nb = n_in / 32;
+    const __m512 abs = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fffffff));
+    const __m512i lim = _mm512_set1_epi32(127), nlim = _mm512_set1_epi32(-127);
+    __m512 m[16], s[16];
+    for (int i = 0; i < 16; i++) {
+        const float *xb = x + 32 * (b + i);
+        m[i] = _mm512_max_ps(_mm512_max_ps(_mm512_and_ps(_mm512_loadu_ps(xb), abs), _mm512_setzero_ps()),
+                             _mm512_and_ps(_mm512_loadu_ps(xb + 16), abs));
+    }
+    const __m512 mx = max16(m), k127 = _mm512_set1_ps(127.0f);
+    float inv[16] __attribute__((aligned(64)));
+    _mm512_store_ps(inv, _mm512_maskz_div_ps(_mm512_cmp_ps_mask(mx, _mm512_setzero_ps(), _CMP_GT_OQ), k127, mx));
+    for (int i = 0; i < 16; i++) {
+        const float *xb = x + 32 * (b + i);
+        const __m512 iv = _mm512_set1_ps(inv[i]);
+        __m512i q0 = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(xb), iv));
+        __m512i q1 = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(xb + 16), iv));
+        q0 = _mm512_max_epi32(_mm512_min_epi32(q0, lim), nlim);
+        q1 = _mm512_max_epi32(_mm512_min_epi32(q1, lim), nlim);
+        int8_t *qb = p->q + r * n_in + 32 * (b + i);
+        _mm_storeu_si128((__m128i *)qb, _mm512_cvtepi32_epi8(q0));
+        _mm_storeu_si128((__m128i *)(qb + 16), _mm512_cvtepi32_epi8(q1));
+        s[i] = _mm512_castsi512_ps(_mm512_add_epi32(q0, q1));
+    }
+    const __m512 d = _mm512_div_ps(mx, k127);
+    const __m512i qs = _mm512_castps_si512(add16(s));
+    _mm512_storeu_ps(p->d + r * nb + b, d);
+    _mm512_storeu_si512(p->qs + r * nb + b, qs);
+    _mm512_storeu_ps(p->sum + r * nb + b, _mm512_mul_ps(d, _mm512_cvtepi32_ps(qs)));
+}
+
 void lp_x8_row(const float *x, const lp_x8 *p, int64_t r) {
     const int64_t n_in = p->n_in, nb = n_in / 32;
     const __m512 abs = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fffffff));
     const __m512i lim = _mm512_set1_epi32(127), nlim = _mm512_set1_epi32(-127);
-    for (int64_t b = 0; b < nb; b++) {
+    int64_t b0 = 0;
+    for (; b0 + 16 <= nb; b0 += 16) x8_row16(x, p, r, b0);
+    for (int64_t b = b0; b < nb; b++) {
         const float *xb = x + 32 * b;
         const __m512 x0 = _mm512_loadu_ps(xb), x1 = _mm512_loadu_ps(xb + 16);
         const __m512 m = _mm512_max_ps(_mm512_max_ps(_mm512_and_ps(x0, abs), _mm512_setzero_ps()), _mm512_and_ps(x1, abs));
