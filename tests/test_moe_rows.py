@@ -176,7 +176,8 @@ def test_amx_experts_equal_the_lanes(types):
     take amxw_x86.c's tiles from MOE_AMX_ROWS rows: the same integers and float steps, so
     lp_moe_rows' output equals, bit for bit, the same call with the experts' tiles switched off
     (lp_moe_rows_amx(0): the lanes) -- for experts of 16 rows (one group of 16), 17 and 33 (a
-    last group of one row), 47, 3 and 15 (the lanes' bounds: below them other products), none."""
+    last group of one row), 47, 3 and 15 (the lanes' bounds: below them other products), none.
+    The lanes' side with q8kz_x86.c off: off AMX, 16-127 rows of Q4_K / Q6_K read Q8_K."""
     lib = _k_lib("avx512")
     if not lib.fn.lp_amx_on():
         pytest.skip(f"{lib.isa}: no AMX-INT8 tiles (the CPU, the build or Linux): the experts stay in the lanes")
@@ -187,10 +188,12 @@ def test_amx_experts_equal_the_lanes(types):
     try:
         for on in (0, 1):
             assert lib.fn.lp_moe_rows_amx(on) == on
+            lib.fn.lp_q8kz_set(on)  # (the lanes: 16-127 rows of Q4_K / Q6_K read Q8_K at AVX-512 VNNI otherwise)
             out[on] = y0.clone()
             run(out[on])
     finally:
         lib.fn.lp_moe_rows_amx(1)
+        lib.fn.lp_q8kz_set(1)
     assert not torch.equal(out[1], y0), "the experts added something"
     assert torch.equal(out[1], out[0]), f"largest difference {(out[1] - out[0]).abs().max():.3g}"
 
