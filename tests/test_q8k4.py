@@ -11,6 +11,7 @@ import torch
 
 from llamapy.kernels import load_kernels
 from llamapy.model.block_matrix import block_matrix
+from q8k_checks import check_outlier_rows, mm_plain as _mm
 from test_kernels import _matrix, q8k_rounded
 
 T = gguf.GGMLQuantizationType
@@ -22,13 +23,6 @@ def lib(request):
     if k is None:
         pytest.skip("no C compiler: the CPU kernels are off")
     return k
-
-
-def _mm(m, x: torch.Tensor) -> torch.Tensor:
-    """lp_mm itself (no int8 panels or dense path)."""
-    y = torch.zeros(x.shape[0], m.n_out)
-    m._mm(x.contiguous(), y, accumulate=False, int8=0)
-    return y
 
 
 @pytest.mark.parametrize("qtype", [T.Q4_K, T.Q6_K], ids=lambda t: t.name)
@@ -55,26 +49,5 @@ def test_batched_rows_are_the_q8k_product(lib, qtype):
 
 
 def test_outlier_rows_keep_int16(lib):
-    """A row with a block whose max |x| is over 8x its rms takes the int16 one-row product (within
-    1e-4 of the exact product), the others stay Q8_K bit for bit; 5 such rows of 16 send the whole
-    product to the int16 lanes."""
-    shape = (45, 2048)
-    raw, W = _matrix(T.Q4_K, shape, seed=23)
-    m = block_matrix([(raw, T.Q4_K, shape)], lib)
-    x = torch.randn(16, shape[1], generator=torch.Generator().manual_seed(24))
-    if not lib.fn.lp_q8k_takes(int(T.Q4_K), x.data_ptr(), shape[1], 5):
-        pytest.skip(f"{lib.isa}: a batched decode's Q4_K in int16 (VNNI: AVX-512's 16+ rows in test_q8kz.py; or not x86)")
-    clean = _mm(m, x)
-    x[3, 700] = 60.0
-    assert not lib.fn.lp_q8k_takes(int(T.Q4_K), x.data_ptr(), shape[1], 16)
-    exact = (x.double() @ W.double().T).float()
-    want = (q8k_rounded(x).double() @ W.double().T).float()
-    y = _mm(m, x)
-    assert (y[3] - exact[3]).abs().max().item() <= 1e-4 * exact[3].abs().max().item()
-    assert (want[3] - exact[3]).abs().max().item() > 1e-3 * exact[3].abs().max().item()  # (Q8_K would show)
-    keep = [r for r in range(16) if r != 3]
-    assert torch.equal(y[keep], clean[keep])
-    x[[5, 7, 9, 11], 100] = 60.0
-    exact = (x.double() @ W.double().T).float()
-    y = _mm(m, x)
-    assert ((y - exact).abs().max(-1).values <= 1e-4 * exact.abs().max(-1).values).all()
+    """The outlier rule on Q4_K (q8k_checks.check_outlier_rows)."""
+    check_outlier_rows(lib, T.Q4_K, seed=23, rows_taken=5)
