@@ -86,6 +86,9 @@ static int dx_reads(int64_t type, int64_t n_in, int det) {
     return det ? lp_det_reads((int)type) : lp_row1_i8((int)type, n_in) ? LP_READS_I8 : 0;
 }
 
+/* Does a product of this type read the Q8_K rows (xr.q8) where they are prepared? */
+static int q8k_type(int64_t type) { return type == LP_Q4_K || type == LP_Q6_K; }
+
 /* x += rms_norm(t) * post (post NULL: x += t), row by row. */
 static void residual_for(float *x, float *t, const float *post, int64_t n, int64_t ne, float eps) {
 #pragma omp for schedule(static)
@@ -202,6 +205,18 @@ int lp_layers(const lp_layer *L, int64_t n_layer, const lp_dims *hp, float *x, i
     float *moe_sh = part + n_part;                   /* the MoE layers' shared floats */
     int failed = 0;
     lp_xprep xp_ne = lp_xprep_at(xbuf, ne, n, xn), xp_q = lp_xprep_at(xbuf, nq, n, att), xp_ff = lp_xprep_at(xbuf, n_ff, n, h);
+    { /* Q8_K rows (lp_xrows_q8k's row counts) only for an input some Q4_K / Q6_K product reads (mm.c q8k_chunk,
+       * q8kz_chunk, row1q8k_x86.c); the others' rows are not rounded to it (lp_prepare_x_row) */
+        int k_ne = 0, k_q = 0, k_ff = 0;
+        for (int64_t il = 0; il < n_layer; il++) {
+            const lp_layer *l = L + il;
+            k_ne |= q8k_type(l->tq) | q8k_type(l->tk) | q8k_type(l->tv) | q8k_type(l->tg) | q8k_type(l->tu);
+            k_q |= q8k_type(l->to), k_ff |= q8k_type(l->td);
+        }
+        if (!k_ne) xp_ne.xr.q8 = NULL;
+        if (!k_q) xp_q.xr.q8 = NULL;
+        if (!k_ff) xp_ff.xr.q8 = NULL;
+    }
     /* deterministic mode (one-row ubatches: the lp_row1_i8 types'): the same rows in rows_det_x86.c's forms */
     lp_xprep dx_ne, dx_q, dx_ff;
     if (any) {

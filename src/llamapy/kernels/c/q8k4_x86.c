@@ -121,26 +121,33 @@ LP_INLINE __m256i bcast8(const int8_t *p) {
     return _mm256_set1_epi64x(v);
 }
 
-/* NA (1, 2) activation rows x[0..NA) (a super-block's 256 int8 each, bs their sums per 16) against
- * o's four rows: acc[u] += d8[u] (d * isum - dmin * msum) per lane (Q4_K), d8[u] d (isum - 32 corr) (Q6_K). */
-LP_INLINE void q8k4_act(const int q4, const int NA, const q8k4_sb *o, const int8_t *const *x, const int16_t *const *bs,
+/* R (1, 2, 4, 8) activation rows x[0..R) (a super-block's 256 int8 each, bs their sums per 16)
+ * against o's four rows: acc[u] += d8[u] (d * isum - dmin * msum) per lane (Q4_K), d8[u] d (isum -
+ * 32 corr) (Q6_K).  A sub-block's weight vectors and scale are loaded into registers once and
+ * multiplied by all R rows, whose int32 sums is[0..R) stay in registers (4 + 1 + 8 + 2 of the 16
+ * ymm at R = 8): 9 vector ALU uops per 128 MACs (Q4_K) and the activations' vpbroadcastq loads,
+ * where two rows a pass reloaded the weights per row pair and GCC spilled the sums. */
+LP_INLINE void q8k4_act(const int q4, const int R, const q8k4_sb *o, const int8_t *const *x, const int16_t *const *bs,
                         const float *d8, __m256 *acc) {
-    __m256i is[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
-    if (q4) {
+    __m256i is[8];
 #pragma GCC unroll 8
-        for (int s = 0; s < 8; s++) {
-#pragma GCC unroll 2
-            for (int u = 0; u < NA; u++) {
+    for (int u = 0; u < R; u++) is[u] = _mm256_setzero_si256();
+    if (q4) {
+#pragma GCC unroll 1
+        for (int s = 0; s < 8; s++) { /* (not unrolled: GCC would reassociate each row's 8 sums into a tree, spilled) */
+            const __m256i w0 = o->w[4 * s], w1 = o->w[4 * s + 1], w2 = o->w[4 * s + 2], w3 = o->w[4 * s + 3], sc = o->sc[s];
+#pragma GCC unroll 8
+            for (int u = 0; u < R; u++) {
                 const int8_t *xs = x[u] + 32 * s;
-                __m256i p = _mm256_maddubs_epi16(o->w[4 * s], bcast8(xs));
-                p = _mm256_add_epi16(p, _mm256_maddubs_epi16(o->w[4 * s + 1], bcast8(xs + 8)));
-                p = _mm256_add_epi16(p, _mm256_maddubs_epi16(o->w[4 * s + 2], bcast8(xs + 16)));
-                p = _mm256_add_epi16(p, _mm256_maddubs_epi16(o->w[4 * s + 3], bcast8(xs + 24)));
-                is[u] = _mm256_add_epi32(is[u], _mm256_madd_epi16(p, o->sc[s]));
+                __m256i p = _mm256_maddubs_epi16(w0, bcast8(xs));
+                p = _mm256_add_epi16(p, _mm256_maddubs_epi16(w1, bcast8(xs + 8)));
+                p = _mm256_add_epi16(p, _mm256_maddubs_epi16(w2, bcast8(xs + 16)));
+                p = _mm256_add_epi16(p, _mm256_maddubs_epi16(w3, bcast8(xs + 24)));
+                is[u] = _mm256_add_epi32(is[u], _mm256_madd_epi16(p, sc));
             }
         }
-#pragma GCC unroll 2
-        for (int u = 0; u < NA; u++) {
+#pragma GCC unroll 8
+        for (int u = 0; u < R; u++) {
             const __m128i b8 = _mm_hadd_epi16(_mm_loadu_si128((const __m128i *)bs[u]), _mm_loadu_si128((const __m128i *)(bs[u] + 8)));
             const __m256i ms = _mm256_add_epi32(_mm256_madd_epi16(o->m[0], _mm256_broadcastq_epi64(b8)),
                                                 _mm256_madd_epi16(o->m[1], _mm256_broadcastq_epi64(_mm_unpackhi_epi64(b8, b8))));
@@ -148,18 +155,18 @@ LP_INLINE void q8k4_act(const int q4, const int NA, const q8k4_sb *o, const int8
             acc[u] = _mm256_fmadd_ps(t, _mm256_set1_ps(d8[u]), acc[u]);
         }
     } else {
-#pragma GCC unroll 16
+#pragma GCC unroll 1
         for (int g = 0; g < 16; g++) {
-#pragma GCC unroll 2
-            for (int u = 0; u < NA; u++) {
+            const __m256i w0 = o->w[2 * g], w1 = o->w[2 * g + 1], sc = o->sc[g];
+#pragma GCC unroll 8
+            for (int u = 0; u < R; u++) {
                 const int8_t *xs = x[u] + 16 * g;
-                const __m256i p = _mm256_add_epi16(_mm256_maddubs_epi16(o->w[2 * g], bcast8(xs)),
-                                                   _mm256_maddubs_epi16(o->w[2 * g + 1], bcast8(xs + 8)));
-                is[u] = _mm256_add_epi32(is[u], _mm256_madd_epi16(p, o->sc[g]));
+                const __m256i p = _mm256_add_epi16(_mm256_maddubs_epi16(w0, bcast8(xs)), _mm256_maddubs_epi16(w1, bcast8(xs + 8)));
+                is[u] = _mm256_add_epi32(is[u], _mm256_madd_epi16(p, sc));
             }
         }
-#pragma GCC unroll 2
-        for (int u = 0; u < NA; u++) {
+#pragma GCC unroll 8
+        for (int u = 0; u < R; u++) {
             const __m256i b16 = _mm256_loadu_si256((const __m256i *)bs[u]);
             __m256i c = _mm256_madd_epi16(o->m[0], _mm256_permute4x64_epi64(b16, 0x00));
             c = _mm256_add_epi32(c, _mm256_madd_epi16(o->m[1], _mm256_permute4x64_epi64(b16, 0x55)));
@@ -169,6 +176,21 @@ LP_INLINE void q8k4_act(const int q4, const int NA, const q8k4_sb *o, const int8
             acc[u] = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(si), o->d), _mm256_set1_ps(d8[u]), acc[u]);
         }
     }
+}
+
+/* Activation rows rows[t .. t + R) of super-block i against o (q8k4_act). */
+LP_INLINE void q8k4_block(const int q4, const int R, const q8k4_sb *o, const lp_xrows *xr, const int64_t *rows, int64_t i,
+                          int64_t nsb, __m256 *acc) {
+    const int8_t *x[8];
+    const int16_t *bs[8];
+    float d8[8];
+#pragma GCC unroll 8
+    for (int u = 0; u < R; u++) {
+        x[u] = xr->q8 + rows[u] * xr->n_in + 256 * i;
+        bs[u] = xr->bs8 + (rows[u] * nsb + i) * 16;
+        d8[u] = xr->d8[rows[u] * nsb + i];
+    }
+    q8k4_act(q4, R, o, x, bs, d8, acc);
 }
 
 LP_INLINE void q8k4_run(const int q4, const uint8_t *const *w, int64_t nsb, const lp_xrows *xr, const int64_t *rows, int nr,
@@ -183,19 +205,11 @@ LP_INLINE void q8k4_run(const int q4, const uint8_t *const *w, int64_t nsb, cons
         const uint8_t *b[4] = {w[0] + i * bb, w[1] + i * bb, w[2] + i * bb, w[3] + i * bb};
         if (q4) q4k4_pack(b, &o);
         else q6k4_pack(b, &o);
-        int t = 0;
-        for (; t + 2 <= nr; t += 2) {
-            const int8_t *x[2] = {xr->q8 + rows[t] * xr->n_in + 256 * i, xr->q8 + rows[t + 1] * xr->n_in + 256 * i};
-            const int16_t *bs[2] = {xr->bs8 + (rows[t] * nsb + i) * 16, xr->bs8 + (rows[t + 1] * nsb + i) * 16};
-            const float d8[2] = {xr->d8[rows[t] * nsb + i], xr->d8[rows[t + 1] * nsb + i]};
-            q8k4_act(q4, 2, &o, x, bs, d8, acc + t);
-        }
-        if (t < nr) {
-            const int8_t *x[1] = {xr->q8 + rows[t] * xr->n_in + 256 * i};
-            const int16_t *bs[1] = {xr->bs8 + (rows[t] * nsb + i) * 16};
-            const float d8[1] = {xr->d8[rows[t] * nsb + i]};
-            q8k4_act(q4, 1, &o, x, bs, d8, acc + t);
-        }
+        int t = 0; /* rows in blocks of 8, then 4, 2, 1 */
+        for (; t + 8 <= nr; t += 8) q8k4_block(q4, 8, &o, xr, rows + t, i, nsb, acc + t);
+        if (t + 4 <= nr) q8k4_block(q4, 4, &o, xr, rows + t, i, nsb, acc + t), t += 4;
+        if (t + 2 <= nr) q8k4_block(q4, 2, &o, xr, rows + t, i, nsb, acc + t), t += 2;
+        if (t < nr) q8k4_block(q4, 1, &o, xr, rows + t, i, nsb, acc + t);
     }
     for (int t = 0; t < nr; t++) {
         float f[8];
