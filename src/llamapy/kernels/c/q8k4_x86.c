@@ -167,11 +167,11 @@ LP_INLINE void q8k4_act(const int q4, const int R, const q8k4_sb *o, const int8_
         }
 #pragma GCC unroll 8
         for (int u = 0; u < R; u++) {
-            const __m256i b16 = _mm256_loadu_si256((const __m256i *)bs[u]);
-            __m256i c = _mm256_madd_epi16(o->m[0], _mm256_permute4x64_epi64(b16, 0x00));
-            c = _mm256_add_epi32(c, _mm256_madd_epi16(o->m[1], _mm256_permute4x64_epi64(b16, 0x55)));
-            c = _mm256_add_epi32(c, _mm256_madd_epi16(o->m[2], _mm256_permute4x64_epi64(b16, 0xaa)));
-            c = _mm256_add_epi32(c, _mm256_madd_epi16(o->m[3], _mm256_permute4x64_epi64(b16, 0xff)));
+            /* the sums per 16 four at a time, each qword broadcast from memory (a load, no shuffle port) */
+            __m256i c = _mm256_madd_epi16(o->m[0], bcast8((const int8_t *)bs[u]));
+            c = _mm256_add_epi32(c, _mm256_madd_epi16(o->m[1], bcast8((const int8_t *)(bs[u] + 4))));
+            c = _mm256_add_epi32(c, _mm256_madd_epi16(o->m[2], bcast8((const int8_t *)(bs[u] + 8))));
+            c = _mm256_add_epi32(c, _mm256_madd_epi16(o->m[3], bcast8((const int8_t *)(bs[u] + 12))));
             const __m256i si = _mm256_sub_epi32(is[u], _mm256_slli_epi32(c, 5));
             acc[u] = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(si), o->d), _mm256_set1_ps(d8[u]), acc[u]);
         }
@@ -179,17 +179,19 @@ LP_INLINE void q8k4_act(const int q4, const int R, const q8k4_sb *o, const int8_
 }
 
 /* Activation rows rows[t .. t + R) of super-block i against o (q8k4_act). */
-LP_INLINE void q8k4_block(const int q4, const int R, const q8k4_sb *o, const lp_xrows *xr, const int64_t *rows, int64_t i,
-                          int64_t nsb, __m256 *acc) {
+typedef struct {
+    const int8_t *q8;   /* the row's Q8_K values */
+    const int16_t *bs8; /* its sums per 16 */
+    const float *d8;    /* its scales per super-block */
+} q8k4_row;
+
+/* Activation rows xs[0 .. R) of super-block i against o (q8k4_act). */
+LP_INLINE void q8k4_block(const int q4, const int R, const q8k4_sb *o, const q8k4_row *xs, int64_t i, __m256 *acc) {
     const int8_t *x[8];
     const int16_t *bs[8];
     float d8[8];
 #pragma GCC unroll 8
-    for (int u = 0; u < R; u++) {
-        x[u] = xr->q8 + rows[u] * xr->n_in + 256 * i;
-        bs[u] = xr->bs8 + (rows[u] * nsb + i) * 16;
-        d8[u] = xr->d8[rows[u] * nsb + i];
-    }
+    for (int u = 0; u < R; u++) x[u] = xs[u].q8 + 256 * i, bs[u] = xs[u].bs8 + 16 * i, d8[u] = xs[u].d8[i];
     q8k4_act(q4, R, o, x, bs, d8, acc);
 }
 
@@ -198,6 +200,9 @@ LP_INLINE void q8k4_run(const int q4, const uint8_t *const *w, int64_t nsb, cons
     __m256 acc[LP_Q8K_ROWS];
     for (int t = 0; t < nr; t++) acc[t] = _mm256_setzero_ps();
     const int64_t bb = q4 ? 144 : 210;
+    q8k4_row xs[LP_Q8K_ROWS];
+    for (int t = 0; t < nr; t++)
+        xs[t] = (q8k4_row){xr->q8 + rows[t] * xr->n_in, xr->bs8 + rows[t] * nsb * 16, xr->d8 + rows[t] * nsb};
     for (int64_t i = 0; i < nsb; i++) {
         if (pf) /* the next pass's 4 nsb blocks, 4 bb bytes per super-block of this one */
             for (const uint8_t *p = pf + 4 * bb * i, *e = p + 4 * bb; p < e; p += 64) LP_PREFETCH_W(p);
@@ -206,10 +211,10 @@ LP_INLINE void q8k4_run(const int q4, const uint8_t *const *w, int64_t nsb, cons
         if (q4) q4k4_pack(b, &o);
         else q6k4_pack(b, &o);
         int t = 0; /* rows in blocks of 8, then 4, 2, 1 */
-        for (; t + 8 <= nr; t += 8) q8k4_block(q4, 8, &o, xr, rows + t, i, nsb, acc + t);
-        if (t + 4 <= nr) q8k4_block(q4, 4, &o, xr, rows + t, i, nsb, acc + t), t += 4;
-        if (t + 2 <= nr) q8k4_block(q4, 2, &o, xr, rows + t, i, nsb, acc + t), t += 2;
-        if (t < nr) q8k4_block(q4, 1, &o, xr, rows + t, i, nsb, acc + t);
+        for (; t + 8 <= nr; t += 8) q8k4_block(q4, 8, &o, xs + t, i, acc + t);
+        if (t + 4 <= nr) q8k4_block(q4, 4, &o, xs + t, i, acc + t), t += 4;
+        if (t + 2 <= nr) q8k4_block(q4, 2, &o, xs + t, i, acc + t), t += 2;
+        if (t < nr) q8k4_block(q4, 1, &o, xs + t, i, acc + t);
     }
     for (int t = 0; t < nr; t++) {
         float f[8];
