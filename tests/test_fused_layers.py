@@ -227,3 +227,20 @@ def test_fused_family_layers(tmp_path, arch):
         assert calls_op == 0 and calls >= 6 + (n_seq == 1)
         torch.testing.assert_close(y_fused, y_op, rtol=1e-4, atol=3e-4 * y_op.abs().max().item())
         assert torch.equal(y_fused.argmax(-1), y_op.argmax(-1))
+
+
+@pytest.mark.parametrize("qtype", [T.Q4_K, T.Q6_K], ids=lambda t: t.name)
+def test_fused_k_quant_rows_are_the_per_op_path(tmp_path, qtype):
+    """Q4_K / Q6_K weights (256 wide, FFN 512) and 16 sequences: a decode step's 16 rows read the Q8_K
+    rows where the level has them (AVX2 5-63 rows, AVX-512 VNNI 16-127: mm.c q8k_chunk, q8kz_chunk);
+    layers.c prepares them only for an input some such product reads, and every input here has one,
+    so the fused steps are the per-op path's bit for bit."""
+    path = write_tiny_llama(tmp_path / f"{qtype.name}.gguf", n_embd=256, n_head=4, n_head_kv=2, n_ff=512,
+                            weight_type=qtype)
+    m = Model.load(path)
+    assert m.net.fused is not None
+    p = ContextParams(n_ctx=1024, n_seq_max=16, kv_unified=True)
+    y_op, _ = _run(m, False, p, 16, prompt=3, steps=2)
+    y_fused, calls = _run(m, True, p, 16, prompt=3, steps=2)
+    assert calls >= 2  # the steps
+    assert torch.equal(y_fused, y_op)
