@@ -9,7 +9,7 @@
  * vectors, a lane |sum| <= 8 * 15 * 127 = 15240; Q6_K: 2 vectors, 4 * 63 * 127 = 32004) before
  * ONE vpmaddwd by the four rows' scales: 5 multiplies per 128 MACs where those took 8.  Each
  * super-block of the four rows is interleaved once (a qword transpose:
- * 8 shuffles per 4 vectors) and read from L1 by every activation row, two rows a pass.  The
+ * 8 shuffles per 4 vectors) and read from L1 by blocks of 8 activation rows (q8k4_act).  The
  * int32 sums keep two lanes per weight row (lanes 2v, 2v + 1), scaled per super-block by that
  * row's d (Q4_K also its dmin times the minimums against bs8's sums per 32; Q6_K's -32 through
  * bs8's sums per 16) and the activation row's d8, and added up at the end. */
