@@ -239,10 +239,9 @@ def test_det_slices_equal_one_row(lib, qtype):
 
 @pytest.mark.parametrize("qtype", [T.Q8_0, T.Q5_0, T.Q6_K], ids=lambda t: t.name)
 def test_det_long_rows_whole_lines(lib, qtype):
-    """A vocabulary-wide product (y rows of 65536 floats or more: det8_avx2_x86.c writes a chunk's 16 outputs
-    around the cache there where they are whole aligned lines and nothing is added; every chunk's rows from its
-    own buffer): 65576 outputs (a last chunk of 8), 16 and 3 rows, y aligned and 4 floats off, with and without
-    y +=, row for row equal to each row alone."""
+    """A vocabulary-wide product (det8_avx2_x86.c gathers a chunk's 16 outputs in a buffer of rows and writes each
+    y row's strip once): 65576 outputs (a last chunk of 8), 16 and 3 rows, y aligned and 4 floats off, with and
+    without y +=, row for row equal to each row alone."""
     n_in, n_out = (256 if qtype in F16_FIELDS else 64), 65576
     w = weights(qtype, n_out, n_in, seed=41)
     x = activations(16, n_in, seed=43)

@@ -16,7 +16,7 @@
  * quad and row group.  A chunk's outputs gather in a buffer of rows (yb: 16 floats, one line a row),
  * each y row's strip written once at the end (put_rows): a tile's 2 columns straight into y touched
  * rows ldy apart (often a multiple of 4 KiB: the same L1 sets), each line read for ownership again
- * per tile; a vocabulary-wide y (the logits) goes around the cache. */
+ * per tile. */
 #include "det8_avx2_x86.h"
 
 #include "unpack_x86.h"
@@ -26,7 +26,6 @@
 #define TW 2   /* weight rows per tile: 2 halves x 2 weights keep int16, int32 and float sums in 16 ymm */
 #define YB_LD 16     /* a buffered output row: a chunk's 16 floats, one cache line */
 #define YB_ROWS 512  /* rows the buffer holds (rows_det_x86.c's det8 slices: at most 512) */
-#define YB_STREAM 65536 /* y rows this long (a vocabulary's logits: 16 rows 16 MiB) go around the cache */
 
 static void *al32(void *p) { return (void *)(((uintptr_t)p + 31) & ~(uintptr_t)31); }
 /* a weight row's room: its bytes, then d and m per 16-group (the K-quants' lp_unpack_row8; per block after) */
@@ -290,19 +289,17 @@ void lp_det8_row256_k45(int type, const uint8_t *w, int64_t o0, int64_t o1, int6
         row_k45(LP_Q5_K, w, o0, o1, n_out, p, y, accumulate);
 }
 
-/* y rows r0 .. r0 + n, outputs o0 .. o0 + nc (nc <= 16) (+)= yb's rows: each row's strip written once (a
- * strip a tile would leave rows ldy apart in few L1 sets, each line read for ownership per tile); a
- * big y (the output matrix's logits) of whole aligned lines goes around the cache. */
+/* y rows 0 .. n, outputs o0 .. o0 + nc (nc <= 16) (+)= yb's rows: each row's strip written once (a
+ * tile's 2 columns straight into y touched rows ldy apart, often a multiple of 4 KiB: the same L1 sets,
+ * each line read for ownership again per tile).  (Streaming the logits' rows around the cache was
+ * tried: no gain at B=16, -t 1.) */
 static void put_rows(const float *yb, int64_t n, float *y, int64_t ldy, int64_t o0, int64_t nc, int accumulate) {
-    const int stream = !accumulate && nc == 16 && ((uintptr_t)(y + o0) & 31) == 0 && ldy % 8 == 0 && ldy >= YB_STREAM;
     const __m256i k0 = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)nc), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
     const __m256i k1 = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)nc), _mm256_setr_epi32(8, 9, 10, 11, 12, 13, 14, 15));
     for (int64_t r = 0; r < n; r++) {
         float *yr = y + r * ldy + o0;
         __m256 a = _mm256_load_ps(yb + r * YB_LD), b = _mm256_load_ps(yb + r * YB_LD + 8);
-        if (stream) {
-            _mm256_stream_ps(yr, a), _mm256_stream_ps(yr + 8, b);
-        } else if (nc == 16) {
+        if (nc == 16) {
             if (accumulate) a = _mm256_add_ps(a, _mm256_loadu_ps(yr)), b = _mm256_add_ps(b, _mm256_loadu_ps(yr + 8));
             _mm256_storeu_ps(yr, a), _mm256_storeu_ps(yr + 8, b);
         } else {
@@ -310,7 +307,6 @@ static void put_rows(const float *yb, int64_t n, float *y, int64_t ldy, int64_t 
             _mm256_maskstore_ps(yr, k0, a), _mm256_maskstore_ps(yr + 8, k1, b);
         }
     }
-    if (stream) _mm_sfence();
 }
 
 void lp_det8_chunk256(int type, const uint8_t *w, int64_t o0, int64_t o1, const lp_x8 *p, float *y, int64_t ldy,
