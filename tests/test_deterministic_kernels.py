@@ -235,3 +235,26 @@ def test_det_slices_equal_one_row(lib, qtype):
     y0 = np.random.default_rng(29).standard_normal((530, 21)).astype(np.float32)
     ref_acc = one_row(lib, qtype, w, x, 21, accumulate=True, y0=y0)
     assert np.array_equal(det(lib, qtype, w, x, 21, accumulate=True, y0=y0).view(np.uint32), ref_acc.view(np.uint32))
+
+
+@pytest.mark.parametrize("qtype", [T.Q8_0, T.Q5_0, T.Q6_K], ids=lambda t: t.name)
+def test_det_long_rows_whole_lines(lib, qtype):
+    """A vocabulary-wide product (det8_avx2_x86.c gathers a chunk's 16 outputs in a buffer of rows and writes each
+    y row's strip once): 65576 outputs (a last chunk of 8), 16 and 3 rows, y aligned and 4 floats off, with and
+    without y +=, row for row equal to each row alone."""
+    n_in, n_out = (256 if qtype in F16_FIELDS else 64), 65576
+    w = weights(qtype, n_out, n_in, seed=41)
+    x = activations(16, n_in, seed=43)
+    y0 = np.random.default_rng(47).standard_normal((16, n_out)).astype(np.float32)
+    ref = one_row(lib, qtype, w, x, n_out)
+    ref_acc = one_row(lib, qtype, w, x, n_out, accumulate=True, y0=y0)
+    for n in (16, 3):
+        xn = np.ascontiguousarray(x[:n])
+        for shift in (0, 4):
+            for acc, want in ((0, ref), (1, ref_acc)):
+                y = aligned_rows(n, n_out, shift)
+                y[:] = y0[:n] if acc else 7.0
+                assert lib.fn.lp_mm_det(int(qtype), w.ctypes.data, n_out, n_in, xn.ctypes.data, n, y.ctypes.data, n_out,
+                                        acc) == 0
+                bad = np.nonzero((y.view(np.uint32) != want[:n].view(np.uint32)).any(axis=1))[0]
+                assert len(bad) == 0, f"{qtype.name}: {n} rows, shift {shift}, y += {acc}: rows {bad[:8].tolist()} differ"

@@ -11,7 +11,12 @@
  * add in int16 before vpmaddwd widens them: u <= 15 (Q4_0 + 8, Q4_1) 8 quads (8 x 2 x 15 x 127 =
  * 30480), u <= 31 (Q5_0 + 16, Q5_1) 4 quads (31496), Q8_0 signed (LP_DET8_Q8_SIGNED:
  * vpmaddubsw(|q_w|, sign(q_x, q_w)), 2 x 128 x 127 = 32512) one.  With AVX-VNNI one vpdpbusd a
- * quad (Q8_0 then q + 128).  Every route gives the exact integer, so the bits are the sequence's. */
+ * quad (Q8_0 then q + 128).  Every route gives the exact integer, so the bits are the sequence's.
+ * The signed forms' |q_w| (vpmaddubsw's unsigned side) are made once a weight row (ua), not once a
+ * quad and row group.  A chunk's outputs gather in a buffer of rows (yb: 16 floats, one line a row),
+ * each y row's strip written once at the end (put_rows): a tile's 2 columns straight into y touched
+ * rows ldy apart (often a multiple of 4 KiB: the same L1 sets), each line read for ownership again
+ * per tile. */
 #include "det8_avx2_x86.h"
 
 #include "unpack_x86.h"
@@ -19,6 +24,8 @@
 #if defined(LP_AVX2) && !defined(LP_AVX512)
 #define NL8 16 /* rows per lane group (lp_x8) */
 #define TW 2   /* weight rows per tile: 2 halves x 2 weights keep int16, int32 and float sums in 16 ymm */
+#define YB_LD 16     /* a buffered output row: a chunk's 16 floats, one cache line */
+#define YB_ROWS 512  /* rows the buffer holds (rows_det_x86.c's det8 slices: at most 512) */
 
 static void *al32(void *p) { return (void *)(((uintptr_t)p + 31) & ~(uintptr_t)31); }
 /* a weight row's room: its bytes, then d and m per 16-group (the K-quants' lp_unpack_row8; per block after) */
@@ -40,15 +47,16 @@ static void unpack(int type, const uint8_t *row, int64_t n_in, uint8_t *u, float
     for (int64_t b = 0; b < n_in / 32; b++) d[b] = d[2 * b]; /* the two 16-groups of a sub-block share it */
     for (int64_t b = 0; b < n_in / 32; b++) m[b] = m16[2 * b];
 }
-size_t lp_det8_scratch256_bytes(int64_t n_in) { return TW * w8_bytes(n_in) + 64; }
+size_t lp_det8_scratch256_bytes(int64_t n_in) { return TW * (w8_bytes(n_in) + (size_t)n_in) + 64 + (size_t)YB_ROWS * YB_LD * 4 + 64; }
 
 /* kinds of weights: their offset taken off (Q4_0, Q5_0, Q8_0 with VNNI), a minimum (Q4_1, Q5_1), signed (Q8_0) */
 enum { K_OFF = 0, K_MIN = 1, K_SIGNED = 2, K_G16 = 3 /* Q6_K: signed, a float step per 16-group */ };
 
 /* NH halves (1: rows 16 g .. 16 g + 8 only) x NW weight rows (u[j], wd[j], wm[j]) of lane group g:
- * t[16 j + lane] = lane's output j.  G: quads summed in int16 (no VNNI); sh: log2 of the offset. */
-LP_INLINE void tile(const int NH, const int NW, const int KIND, const int G, const uint8_t *const *u,
-                    const float *const *wd, const float *const *wm, const lp_x8 *p, int64_t g, int sh, float *t) {
+ * t[lane ldt + j] = lane's output j (rows 16 g + lane of a row-major buffer, ldt floats a row).  G: quads
+ * summed in int16 (no VNNI); sh: log2 of the offset. */
+LP_INLINE void tile(const int NH, const int NW, const int KIND, const int G, const uint8_t *const *u, const uint8_t *const *ua,
+                    const float *const *wd, const float *const *wm, const lp_x8 *p, int64_t g, int sh, float *t, int64_t ldt) {
     const int64_t nb = p->n_in / 32, nq = p->n_in / 4;
     const int32_t *xq = p->lq + g * NL8 * nq, *qx = p->lqs + g * NL8 * nb;
     const float *dx = p->ld + g * NL8 * nb, *sx = p->lsum + g * NL8 * nb;
@@ -82,9 +90,10 @@ LP_INLINE void tile(const int NH, const int NW, const int KIND, const int G, con
                     __m256i xv[2];
                     for (int h = 0; h < NH; h++) xv[h] = _mm256_load_si256((const __m256i *)(xq + (8 * b + k) * NL8 + 8 * h));
                     for (int j = 0; j < NW; j++) {
-                        int32_t wq;
+                        int32_t wq, wqa;
                         memcpy(&wq, u[j] + 32 * b + 4 * k, 4);
-                        const __m256i wb = _mm256_set1_epi32(wq), wa = signed_w ? _mm256_abs_epi8(wb) : wb;
+                        if (signed_w) memcpy(&wqa, ua[j] + 32 * b + 4 * k, 4);
+                        const __m256i wb = _mm256_set1_epi32(wq), wa = signed_w ? _mm256_set1_epi32(wqa) : wb;
                         for (int h = 0; h < NH; h++) {
                             const __m256i pr = _mm256_maddubs_epi16(wa, signed_w ? _mm256_sign_epi8(xv[h], wb) : xv[h]);
                             a[h][j] = k == k0 ? pr : _mm256_add_epi16(a[h][j], pr);
@@ -120,20 +129,36 @@ LP_INLINE void tile(const int NH, const int NW, const int KIND, const int G, con
             }
         }
     }
+    if (NW == 2 && ldt) { /* t[lane ldt + j]: rows' pairs (unpack: lanes 0 1 4 5 | 2 3 6 7 of output 0 with output 1) */
+        for (int h = 0; h < NH; h++) {
+            const __m256 lo = _mm256_unpacklo_ps(acc[h][0], acc[h][1]), hi = _mm256_unpackhi_ps(acc[h][0], acc[h][1]);
+            float *th = t + 8 * h * ldt;
+            const __m128 l0 = _mm256_castps256_ps128(lo), l1 = _mm256_extractf128_ps(lo, 1);
+            const __m128 h0 = _mm256_castps256_ps128(hi), h1 = _mm256_extractf128_ps(hi, 1);
+            _mm_storel_pi((__m64 *)(th), l0), _mm_storeh_pi((__m64 *)(th + ldt), l0);
+            _mm_storel_pi((__m64 *)(th + 2 * ldt), h0), _mm_storeh_pi((__m64 *)(th + 3 * ldt), h0);
+            _mm_storel_pi((__m64 *)(th + 4 * ldt), l1), _mm_storeh_pi((__m64 *)(th + 5 * ldt), l1);
+            _mm_storel_pi((__m64 *)(th + 6 * ldt), h1), _mm_storeh_pi((__m64 *)(th + 7 * ldt), h1);
+        }
+        return;
+    }
+    float tt[NL8 * TW] __attribute__((aligned(32)));
     for (int h = 0; h < NH; h++)
-        for (int j = 0; j < NW; j++) _mm256_storeu_ps(t + NL8 * j + 8 * h, acc[h][j]);
+        for (int j = 0; j < NW; j++) _mm256_store_ps(tt + NL8 * j + 8 * h, acc[h][j]);
+    for (int i = 0; i < 8 * NH; i++)
+        for (int j = 0; j < NW; j++) t[i * ldt + j] = tt[NL8 * j + i];
 }
 
 /* the type's tile for nh halves and nw weight rows */
 #define TILE_CASES(KIND, G)                                                                                    \
     switch ((nh - 1) * 2 + nw - 1) {                                                                           \
-    case 0: tile(1, 1, KIND, G, u, wd, wm, p, g, sh, t); break;                                               \
-    case 1: tile(1, 2, KIND, G, u, wd, wm, p, g, sh, t); break;                                               \
-    case 2: tile(2, 1, KIND, G, u, wd, wm, p, g, sh, t); break;                                               \
-    default: tile(2, 2, KIND, G, u, wd, wm, p, g, sh, t); break;                                              \
+    case 0: tile(1, 1, KIND, G, u, ua, wd, wm, p, g, sh, t, ldt); break;                                               \
+    case 1: tile(1, 2, KIND, G, u, ua, wd, wm, p, g, sh, t, ldt); break;                                               \
+    case 2: tile(2, 1, KIND, G, u, ua, wd, wm, p, g, sh, t, ldt); break;                                               \
+    default: tile(2, 2, KIND, G, u, ua, wd, wm, p, g, sh, t, ldt); break;                                              \
     }
-static void tile_k(int type, int nh, int nw, const uint8_t *const *u, const float *const *wd, const float *const *wm,
-                   const lp_x8 *p, int64_t g, float *t) {
+static void tile_k(int type, int nh, int nw, const uint8_t *const *u, const uint8_t *const *ua, const float *const *wd, const float *const *wm,
+                   const lp_x8 *p, int64_t g, float *t, int64_t ldt) {
     const int off = lp_det8_offset(type), sh = off == 8 ? 3 : off == 16 ? 4 : 7;
     if (type == LP_Q4_1 || type == LP_Q4_K) TILE_CASES(K_MIN, 8)
     else if (type == LP_Q5_1 || type == LP_Q5_K) TILE_CASES(K_MIN, 4)
@@ -264,32 +289,67 @@ void lp_det8_row256_k45(int type, const uint8_t *w, int64_t o0, int64_t o1, int6
         row_k45(LP_Q5_K, w, o0, o1, n_out, p, y, accumulate);
 }
 
+/* y rows 0 .. n, outputs o0 .. o0 + nc (nc <= 16) (+)= yb's rows: each row's strip written once (a
+ * tile's 2 columns straight into y touched rows ldy apart, often a multiple of 4 KiB: the same L1 sets,
+ * each line read for ownership again per tile).  (Streaming the logits' rows around the cache was
+ * tried: no gain at B=16, -t 1.) */
+static void put_rows(const float *yb, int64_t n, float *y, int64_t ldy, int64_t o0, int64_t nc, int accumulate) {
+    const __m256i k0 = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)nc), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+    const __m256i k1 = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)nc), _mm256_setr_epi32(8, 9, 10, 11, 12, 13, 14, 15));
+    for (int64_t r = 0; r < n; r++) {
+        float *yr = y + r * ldy + o0;
+        __m256 a = _mm256_load_ps(yb + r * YB_LD), b = _mm256_load_ps(yb + r * YB_LD + 8);
+        if (nc == 16) {
+            if (accumulate) a = _mm256_add_ps(a, _mm256_loadu_ps(yr)), b = _mm256_add_ps(b, _mm256_loadu_ps(yr + 8));
+            _mm256_storeu_ps(yr, a), _mm256_storeu_ps(yr + 8, b);
+        } else {
+            if (accumulate) a = _mm256_add_ps(a, _mm256_maskload_ps(yr, k0)), b = _mm256_add_ps(b, _mm256_maskload_ps(yr + 8, k1));
+            _mm256_maskstore_ps(yr, k0, a), _mm256_maskstore_ps(yr + 8, k1, b);
+        }
+    }
+}
+
 void lp_det8_chunk256(int type, const uint8_t *w, int64_t o0, int64_t o1, const lp_x8 *p, float *y, int64_t ldy,
                       int accumulate, void *scratch) {
     const int64_t n_in = p->n_in, nb = n_in / 32, n = p->n;
     const int64_t rb = type == LP_Q4_K ? 144 * (n_in / 256) : type == LP_Q5_K ? 176 * (n_in / 256) : type == LP_Q6_K ? 210 * (n_in / 256)
                                                                                                 : bytes32(type) * nb;
-    uint8_t *u[TW];
+    uint8_t *u[TW], *ua[TW]; /* ua: |u| of the signed forms (Q8_0 signed, Q6_K), vpmaddubsw's unsigned side */
     float *wd[TW], *wm[TW];
     for (int j = 0; j < TW; j++) {
         u[j] = (uint8_t *)al32((char *)scratch + j * w8_bytes(n_in));
         wd[j] = (float *)(u[j] + n_in), wm[j] = wd[j] + nb; /* (unpack: m16 at wd + 2 nb first) */
+        ua[j] = (uint8_t *)scratch + TW * w8_bytes(n_in) + j * n_in;
     }
-    float t[NL8 * TW] __attribute__((aligned(32)));
+    const int signed_w = type == LP_Q6_K || (type == LP_Q8_0 && lp_det8_offset(type) == 0);
+    float *yb = (float *)(((uintptr_t)((char *)scratch + TW * (w8_bytes(n_in) + n_in) + 64) + 63) & ~(uintptr_t)63); /* [YB_ROWS][YB_LD] */
+    const int buffered = p->n_grp * NL8 <= YB_ROWS && o1 - o0 <= YB_LD;
+    float t[NL8 * TW];
     for (int64_t o = o0; o < o1; o += TW) {
         const int nw = (int)(o1 - o < TW ? o1 - o : TW);
-        for (int j = 0; j < nw; j++) unpack(type, w + (o + j) * rb, n_in, u[j], wd[j], wm[j]);
+        for (int j = 0; j < nw; j++) {
+            unpack(type, w + (o + j) * rb, n_in, u[j], wd[j], wm[j]);
+            if (signed_w)
+                for (int64_t k = 0; k < n_in; k += 32)
+                    _mm256_storeu_si256((__m256i *)(ua[j] + k), _mm256_abs_epi8(_mm256_loadu_si256((const __m256i *)(u[j] + k))));
+        }
         lp_det8_prefetch_rows(w, o + TW, o + 2 * TW < o1 ? o + 2 * TW : o1, rb); /* the next rows come in while these compute */
         for (int64_t g = 0; g < p->n_grp; g++) {
             const int64_t rows = n - NL8 * g < NL8 ? n - NL8 * g : NL8;
-            tile_k(type, rows > 8 ? 2 : 1, nw, (const uint8_t *const *)u, (const float *const *)wd, (const float *const *)wm, p,
-                   g, t);
+            if (buffered) {
+                tile_k(type, rows > 8 ? 2 : 1, nw, (const uint8_t *const *)u, (const uint8_t *const *)ua, (const float *const *)wd, (const float *const *)wm, p,
+                       g, yb + NL8 * g * YB_LD + (o - o0), YB_LD);
+                continue;
+            }
+            tile_k(type, rows > 8 ? 2 : 1, nw, (const uint8_t *const *)u, (const uint8_t *const *)ua, (const float *const *)wd, (const float *const *)wm, p,
+                   g, t, TW);
             for (int64_t i = 0; i < rows; i++)
                 for (int j = 0; j < nw; j++) {
                     float *yo = y + (NL8 * g + i) * ldy + o + j;
-                    *yo = accumulate ? *yo + t[NL8 * j + i] : t[NL8 * j + i];
+                    *yo = accumulate ? *yo + t[TW * i + j] : t[TW * i + j];
                 }
         }
     }
+    if (buffered) put_rows(yb, n, y, ldy, o0, o1 - o0, accumulate);
 }
 #endif
