@@ -7,6 +7,7 @@ one product; this times what a user's tokens/s reads, barriers and all.
 
     .venv/bin/python benchmarks/decode_ab.py A.so B.so -m gemma3-270m -r 200
     .venv/bin/python benchmarks/decode_ab.py A.so B.so -m gemma3-270m -B 16 -r 30   # batched decode
+    LLAMAPY_DETERMINISTIC=1 .venv/bin/python benchmarks/decode_ab.py A.so B.so -p 512 --prefill -r 12 -t 1 --cpu-time   # a prompt
 Both libraries must be builds of this tree's ABI (each source tree's `load_kernels()` prints
 its cached library).  Not a test: the numbers depend on the machine.
 """
@@ -33,6 +34,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("-B", type=int, default=1, help="sequences: a step decodes one token of each (unified cache)")
     ap.add_argument("-r", "--reps", type=int, default=100, help="steps of each library")
     ap.add_argument("-t", "--threads", type=int, default=2)
+    ap.add_argument("--prefill", action="store_true",
+                    help="time the prompt's decode (B sequences of -p tokens, the cache emptied after each) instead of a step")
     ap.add_argument("--cpu-time", action="store_true",
                     help="-t 1: time each step as this thread's CPU time (a busy shared machine's waits left out)")
     a = ap.parse_args(argv)
@@ -63,20 +66,27 @@ def main(argv: list[str] | None = None) -> int:
     model = llamapy.Model.load(resolve_model(a.model))
     ctx = llamapy.Context(model, llamapy.ContextParams(n_ctx=a.B * (a.p + 64), n_seq_max=a.B, kv_unified=True,
                                                        n_threads=a.threads))
-    b = llamapy.Batch()
-    for s in range(a.B):
-        for i in range(a.p):
-            b.add((7 + 31 * i + s) % model.n_vocab, i, (s,), logits=i == a.p - 1)
-    ctx.decode(b)
+    def prompt() -> llamapy.Batch:
+        b = llamapy.Batch()
+        for s in range(a.B):
+            for i in range(a.p):
+                b.add((7 + 31 * i + s) % model.n_vocab, i, (s,), logits=i == a.p - 1)
+        return b
+
+    if not a.prefill:
+        ctx.decode(prompt())
     times: list[list[float]] = [[], []]
     diff = 0.0
     for i in range(a.reps + 2):  # the first two rounds warm both
         logits = []
         for k, fn in enumerate(fns):
             object.__setattr__(lib, "fn", fn)
-            step = llamapy.Batch()
-            for s in range(a.B):
-                step.add((5 + i + s) % model.n_vocab, a.p, (s,), logits=True)
+            if a.prefill:
+                step = prompt()
+            else:
+                step = llamapy.Batch()
+                for s in range(a.B):
+                    step.add((5 + i + s) % model.n_vocab, a.p, (s,), logits=True)
             t = clock()
             ctx.decode(step)
             dt = clock() - t
@@ -84,12 +94,13 @@ def main(argv: list[str] | None = None) -> int:
                 times[k].append(dt)
             logits.append(ctx.get_logits_ith(-1).clone())
             for s in range(a.B):
-                ctx.memory.seq_rm(s, a.p, -1)
+                ctx.memory.seq_rm(s, 0 if a.prefill else a.p, -1)
         diff = max(diff, float((logits[0] - logits[1]).abs().max()))
     object.__setattr__(lib, "fn", own)
     med = [statistics.median(t) for t in times]
     best = [min(t) for t in times]
-    print(f"{a.model}, B={a.B}, prompt {a.p}, {a.threads} threads, {a.reps} alternating steps each"
+    print(f"{a.model}, B={a.B}, prompt {a.p}{' (timed: the prompt itself)' if a.prefill else ''}, {a.threads} threads, "
+          f"{a.reps} alternating steps each"
           + (", thread CPU time" if a.cpu_time else ""))
     print(f"  A {med[0] * 1e3:7.3f} ms median {best[0] * 1e3:7.3f} best   B {med[1] * 1e3:7.3f} ms median "
           f"{best[1] * 1e3:7.3f} best   B is {med[0] / med[1]:.3f}x A (median), {best[0] / best[1]:.3f}x (best)   "
