@@ -184,6 +184,24 @@ def aligned_rows(n: int, n_out: int, shift: int) -> np.ndarray:
     return buf[start : start + n * n_out].reshape(n, n_out)
 
 
+def check_rows_alone(lib, qtype, w, x, y0, row_counts) -> None:
+    """lp_mm_det of the first n rows of x (n in row_counts) into y aligned to 64 bytes and 4 floats off, with and
+    without y += (from y0), row for row bit-equal to each row alone."""
+    n_out, n_in = y0.shape[1], x.shape[1]
+    ref = one_row(lib, qtype, w, x, n_out)
+    ref_acc = one_row(lib, qtype, w, x, n_out, accumulate=True, y0=y0)
+    for n in row_counts:
+        xn = np.ascontiguousarray(x[:n])
+        for shift in (0, 4):
+            for acc, want in ((0, ref), (1, ref_acc)):
+                y = aligned_rows(n, n_out, shift)
+                y[:] = y0[:n] if acc else 7.0
+                assert lib.fn.lp_mm_det(int(qtype), w.ctypes.data, n_out, n_in, xn.ctypes.data, n, y.ctypes.data, n_out,
+                                        acc) == 0
+                bad = np.nonzero((y.view(np.uint32) != want[:n].view(np.uint32)).any(axis=1))[0]
+                assert len(bad) == 0, f"{qtype.name}: {n} rows, shift {shift}, y += {acc}: rows {bad[:8].tolist()} differ"
+
+
 @pytest.mark.parametrize("qtype", [T.Q4_1, T.Q8_0], ids=lambda t: t.name)
 def test_det_amx_whole_lines(lib, qtype):
     """det8_amx_x86.c writes a chunk's 16 outputs around the cache where they are whole aligned 64-byte lines (y
@@ -195,18 +213,7 @@ def test_det_amx_whole_lines(lib, qtype):
     w = weights(qtype, n_out, n_in, seed=29)
     x = activations(530, n_in, seed=31)
     y0 = np.random.default_rng(37).standard_normal((530, n_out)).astype(np.float32)
-    ref = one_row(lib, qtype, w, x, n_out)
-    ref_acc = one_row(lib, qtype, w, x, n_out, accumulate=True, y0=y0)
-    for n in (143, 530):
-        xn = np.ascontiguousarray(x[:n])
-        for shift in (0, 4):
-            for acc, want in ((0, ref), (1, ref_acc)):
-                y = aligned_rows(n, n_out, shift)
-                y[:] = y0[:n] if acc else 7.0
-                assert lib.fn.lp_mm_det(int(qtype), w.ctypes.data, n_out, n_in, xn.ctypes.data, n, y.ctypes.data, n_out,
-                                        acc) == 0
-                bad = np.nonzero((y.view(np.uint32) != want[:n].view(np.uint32)).any(axis=1))[0]
-                assert len(bad) == 0, f"{qtype.name}: {n} rows, shift {shift}, y += {acc}: rows {bad[:8].tolist()} differ"
+    check_rows_alone(lib, qtype, w, x, y0, (143, 530))
 
 
 @pytest.mark.parametrize("qtype", [T.Q2_K, T.Q3_K, T.IQ4_NL, T.F16, T.F32], ids=lambda t: t.name)
@@ -246,15 +253,4 @@ def test_det_long_rows_whole_lines(lib, qtype):
     w = weights(qtype, n_out, n_in, seed=41)
     x = activations(16, n_in, seed=43)
     y0 = np.random.default_rng(47).standard_normal((16, n_out)).astype(np.float32)
-    ref = one_row(lib, qtype, w, x, n_out)
-    ref_acc = one_row(lib, qtype, w, x, n_out, accumulate=True, y0=y0)
-    for n in (16, 3):
-        xn = np.ascontiguousarray(x[:n])
-        for shift in (0, 4):
-            for acc, want in ((0, ref), (1, ref_acc)):
-                y = aligned_rows(n, n_out, shift)
-                y[:] = y0[:n] if acc else 7.0
-                assert lib.fn.lp_mm_det(int(qtype), w.ctypes.data, n_out, n_in, xn.ctypes.data, n, y.ctypes.data, n_out,
-                                        acc) == 0
-                bad = np.nonzero((y.view(np.uint32) != want[:n].view(np.uint32)).any(axis=1))[0]
-                assert len(bad) == 0, f"{qtype.name}: {n} rows, shift {shift}, y += {acc}: rows {bad[:8].tolist()} differ"
+    check_rows_alone(lib, qtype, w, x, y0, (16, 3))
