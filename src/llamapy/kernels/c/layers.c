@@ -86,9 +86,6 @@ static int dx_reads(int64_t type, int64_t n_in, int det) {
     return det ? lp_det_reads((int)type) : lp_row1_i8((int)type, n_in) ? LP_READS_I8 : 0;
 }
 
-/* Does a product of this type read the Q8_K rows (xr.q8) where they are prepared? */
-static int q8k_type(int64_t type) { return type == LP_Q4_K || type == LP_Q6_K; }
-
 /* x += rms_norm(t) * post (post NULL: x += t), row by row. */
 static void residual_for(float *x, float *t, const float *post, int64_t n, int64_t ne, float eps) {
 #pragma omp for schedule(static)
@@ -210,8 +207,8 @@ int lp_layers(const lp_layer *L, int64_t n_layer, const lp_dims *hp, float *x, i
         int k_ne = 0, k_q = 0, k_ff = 0;
         for (int64_t il = 0; il < n_layer; il++) {
             const lp_layer *l = L + il;
-            k_ne |= q8k_type(l->tq) | q8k_type(l->tk) | q8k_type(l->tv) | q8k_type(l->tg) | q8k_type(l->tu);
-            k_q |= q8k_type(l->to), k_ff |= q8k_type(l->td);
+            k_ne |= lp_reads_q8k(l->tq) | lp_reads_q8k(l->tk) | lp_reads_q8k(l->tv) | lp_reads_q8k(l->tg) | lp_reads_q8k(l->tu);
+            k_q |= lp_reads_q8k(l->to), k_ff |= lp_reads_q8k(l->td);
         }
         if (!k_ne) xp_ne.xr.q8 = NULL;
         if (!k_q) xp_q.xr.q8 = NULL;

@@ -305,7 +305,7 @@ int lp_mm(int type, const uint8_t *w, int64_t n_out, int64_t n_in, const float *
     void *xbuf = malloc(xprep_bytes(n_in, n_rows, reads));
     if (!xbuf) return -1;
     lp_xprep xp = xprep_at(xbuf, n_in, n_rows, x, reads);
-    if (type != LP_Q4_K && type != LP_Q6_K) xp.xr.q8 = NULL; /* only they read Q8_K rows: none prepared (lp_prepare_x_row) */
+    if (!lp_reads_q8k(type)) xp.xr.q8 = NULL; /* no Q8_K rows prepared (lp_prepare_x_row) */
     int failed = 0;
 #pragma omp parallel
     {

@@ -22,6 +22,9 @@ typedef struct {
 #define LP_READS_AMX 4 /* with LP_READS_INTS: the integer products on AMX tiles (lp_mm's prompt-sized products) */
 #define LP_READS_I8 8  /* deterministic mode: x8 (rows_det_x86.c lp_det_reads) */
 #define LP_READS_AMXK 16 /* alone: Q4_K / Q5_K prompts on AMX tiles a super-block a float step (amxk_x86.c) */
+/* Does a product of this type read xr's Q8_K rows where they are prepared (mm.c q8k_chunk / q8kz_chunk,
+ * row1q8k_x86.c)?  Where none does, the caller drops them (xr.q8 = NULL) and lp_prepare_x_row skips them. */
+static inline int lp_reads_q8k(int64_t type) { return type == LP_Q4_K || type == LP_Q6_K; }
 size_t lp_xprep_bytes(int64_t n_in, int64_t n);
 lp_xprep lp_xprep_at(void *buf, int64_t n_in, int64_t n, const float *x);
 int lp_needs_prep(const lp_xprep *xp);
