@@ -109,7 +109,9 @@ static q8p_w q8p_scales(int type, const uint8_t *w, int64_t o, int nc, int64_t n
 }
 
 #if defined(LP_Q8P)
+#ifndef Q8P_MR
 #define Q8P_MR 4 /* activation rows a tile: 4 int16 + 4 int32 accumulators, 4 float */
+#endif
 
 LP_INLINE __m256i bcast4(const int8_t *p) {
     int32_t v;
@@ -201,6 +203,10 @@ LP_INLINE void q8p_panel_of(const int bits, const uint32_t *pq, const q8p_w *p, 
     case 1: q8p_tile(bits, 1, pq, p, x, rows + t, y, ldy, nc, accumulate); break;
     case 2: q8p_tile(bits, 2, pq, p, x, rows + t, y, ldy, nc, accumulate); break;
     case 3: q8p_tile(bits, 3, pq, p, x, rows + t, y, ldy, nc, accumulate); break;
+#if Q8P_MR > 4
+    case 4: q8p_tile(bits, 4, pq, p, x, rows + t, y, ldy, nc, accumulate); break;
+    case 5: q8p_tile(bits, 5, pq, p, x, rows + t, y, ldy, nc, accumulate); break;
+#endif
     default: break;
     }
 }
