@@ -78,7 +78,8 @@ def test_outlier_rows_take_int8_rows(lib, qtype):
     """A row with a block of 256 whose max |x| is over 8x its rms (x[r, 700] = 60) leaves Q8_K: its
     product is the int8 rows' with the residual pass, bit for bit the product with the switch off
     (lp_q8p_set: every row there), its distance from the exact product under a fifth of Q8_K's; the
-    other rows' bits unchanged by those rows, and their Q8_K product not the switch-off one."""
+    other rows' bits unchanged by those rows, and their Q8_K product not the switch-off one; both kinds
+    added into y with accumulate."""
     shape = (45, 1024)
     raw, W = _matrix(qtype, shape, seed=33)
     x = torch.randn(70, shape[1], generator=torch.Generator().manual_seed(34))
@@ -92,6 +93,8 @@ def test_outlier_rows_take_int8_rows(lib, qtype):
     assert torch.equal(y[keep], clean[keep])
     for r in (3, 41, 69):  # (Q8_K's one scale for the block of 60 would show: ~10x the error)
         assert worst(y[r], exact[r]) <= 0.2 * worst(want[r], exact[r]), r
+    acc = product(lib, qtype, raw, shape, x, accumulate=1)  # (both kinds of rows added into y's ones)
+    assert (acc - 1 - y).abs().max().item() <= 1e-6 * exact.abs().max().item()
     was = lib.fn.lp_q8p_set(0)
     try:
         old = product(lib, qtype, raw, shape, x)

@@ -202,7 +202,7 @@ void lp_q8mm_chunk(int type, const uint8_t *w, int64_t o0, int64_t o1, const lp_
 /* lp_mm_q8 at the AVX2 level without VNNI: every row rounded to ggml's Q8_K (q8p_x86.c), those
  * that pass its outlier rule (no block of 256 with max |x| > LP_Q8K_RATIO x its rms) multiplied
  * there, a super-block a float step; the others gathered into int8 rows with a scale per 32
- * (q8_prep_row, the residual pass as `residual` says), their products into yo, then put into y.
+ * (q8_prep_row, the residual pass as `residual` says), their products written to their rows of y.
  * Each panel packed once for both. */
 static int q8p_mm(int type, const uint8_t *w, int64_t n_out, int64_t n_in, const float *xf, int64_t n_rows, float *y,
                   int64_t ldy, int accumulate, int residual) {
@@ -218,8 +218,7 @@ static int q8p_mm(int type, const uint8_t *w, int64_t n_out, int64_t n_in, const
         else off[noff++] = r;
     }
     void *xbuf = malloc(q8x_bytes(n_in, noff));
-    float *yo = noff ? malloc((size_t)(noff * n_out) * sizeof(float)) : NULL;
-    if (!xbuf || (noff && !yo)) return free(kbuf), free(on), free(xbuf), free(yo), -1;
+    if (!xbuf) return free(kbuf), free(on), -1;
     q8x x = q8x_at(xbuf, n_in, noff, type == LP_Q6_K ? 16 : 32, type == LP_Q6_K ? 32 : 0); /* (offset iff no minima) */
     x.bits = type == LP_Q4_K ? 4 : type == LP_Q5_K ? 5 : 6;
     x.ratio2 = residual ? q8_ratio * q8_ratio : 0.0f;
@@ -239,18 +238,12 @@ static int q8p_mm(int type, const uint8_t *w, int64_t n_out, int64_t n_in, const
                 q8w p;
                 q8_pack(type, w, o, np, &x, scratch, &p);
                 lp_q8p_panel(type, w, o, np, (const uint32_t *)p.q, &xk, on, non, y, ldy, accumulate, (char *)scratch + sb);
-                if (noff) q8_panel(lp_has_min(type), &x, &p, yo + o, n_out, np, 0);
+                if (noff) q8_panel_rows(lp_has_min(type), &x, &p, y + o, ldy, off, np, accumulate);
             }
-#pragma omp for schedule(static)
-            for (int64_t k = 0; k < noff; k++)
-                for (int64_t o = 0; o < n_out; o++) {
-                    float *yr = y + off[k] * ldy + o;
-                    *yr = accumulate ? *yr + yo[k * n_out + o] : yo[k * n_out + o];
-                }
         }
         free(scratch);
     }
-    free(kbuf), free(on), free(xbuf), free(yo);
+    free(kbuf), free(on), free(xbuf);
     return failed ? -1 : 0;
 }
 #endif
