@@ -29,6 +29,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--stream", action="store_true",
                     help="a different copy of the matrix each call (~64 MiB in all): the weights come from memory")
     ap.add_argument("--det", action="store_true", help="time lp_mm_det (--deterministic's products) instead of lp_mm")
+    ap.add_argument("--q8", action="store_true",
+                    help="time lp_mm_q8 (a prompt's 64+ rows, BlockMatrix's int8 path; the residual pass as library A's "
+                         "lp_q8mm_takes says) instead of lp_mm")
     ap.add_argument("--cpu-time", action="store_true",
                     help="-t 1: time each call as this thread's CPU time (a busy shared machine's waits left out)")
     a = ap.parse_args(argv)
@@ -40,7 +43,7 @@ def main(argv: list[str] | None = None) -> int:
     if a.cpu_time and a.threads != 1:
         raise SystemExit(f"--cpu-time times the calling thread only: it needs -t 1 (got -t {a.threads})")
     libs = [ctypes.CDLL(os.path.abspath(p)) for p in (a.a, a.b)]
-    fn = "lp_mm_det" if a.det else "lp_mm"
+    fn = "lp_mm_det" if a.det else "lp_mm_q8" if a.q8 else "lp_mm"
     clock = time.thread_time if a.cpu_time else time.perf_counter
     n_out, n_in = (int(v) for v in a.shape.lower().split("x"))
     rng = np.random.default_rng(0)
@@ -59,12 +62,18 @@ def main(argv: list[str] | None = None) -> int:
         copies = [w] + [w.copy() for _ in range(max(0, (64 << 20) // w.nbytes - 1) if a.stream else 0)]
         ys = [np.zeros((a.rows, n_out), np.float32) for _ in libs]
         best = [float("inf")] * 2
+        tail = ()
+        if a.q8:  # (lp_mm_q8's last argument: 1 with the outlier blocks' residual pass, 0 int8 alone)
+            mode = libs[0].lp_q8mm_takes(I(int(qt)), P(x.ctypes.data), I64(n_in), I64(a.rows))
+            if mode == 0:
+                raise SystemExit(f"lp_q8mm_takes: library A's lp_mm_q8 does not take {name} x {a.rows} rows of {n_in}")
+            tail = (I(int(mode == 1)),)
         for i in range(a.reps):
             for k, lib in enumerate(libs):
                 w = copies[(2 * i + k) % len(copies)]  # from memory: never the copy the other library just read
                 t = clock()
                 rc = getattr(lib, fn)(I(int(qt)), P(w.ctypes.data), I64(n_out), I64(n_in), P(x.ctypes.data), I64(a.rows),
-                               P(ys[k].ctypes.data), I64(n_out), I(0))
+                               P(ys[k].ctypes.data), I64(n_out), I(0), *tail)
                 best[k] = min(best[k], clock() - t)
                 if rc != 0:
                     raise SystemExit(f"{fn} returned {rc} ({'AB'[k]})")

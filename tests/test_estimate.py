@@ -289,7 +289,7 @@ def test_nkvo_keeps_the_kv_cache_out_of_the_device_budget():
 def test_fp32_gemm_temporaries_bound_the_int8_rows(n_t, n_in, n_out):
     """Where the AVX2 level's K-quants take lp_mm_q8 instead of the fp32 GEMM, a matmul's reserved
     temporaries hold its memory: one slice of q8mm_slice_rows activation rows (kernels/c/q8mm_x86.c
-    q8x_bytes, restated) and each thread's panel (q8_scratch_bytes at the AVX-512 level's 32 rows,
+    q8x_bytes, restated, and the same rows in Q8_K with q8p_mm's row lists, q8p_x86.c lp_q8p_x_bytes) and each thread's panel (q8_scratch_bytes at the AVX-512 level's 32 rows,
     the larger), small matrices included (there the fp32 GEMM's own temporaries are the smaller)."""
     from llamapy.kernels.types import q8mm_slice_rows
     from llamapy.memory.op_terms import matmul_terms
@@ -299,5 +299,6 @@ def test_fp32_gemm_temporaries_bound_the_int8_rows(n_t, n_in, n_out):
     temps = next(t.bytes for t in terms if t.name == "mm temporaries")
     rows = min(n_t, q8mm_slice_rows(n_in))
     q8x = rows * (2 * n_in + n_in // 16 * 12 + n_in // 32 * 5 + 4) + 6 * 64
+    q8x += rows * (n_in + n_in // 256 * 4 + n_in // 16 * 2 + n_in // 32 * 2 + 1) + 6 * 64 + (2 * rows + 1) * 8  # (q8p_x86.c's Q8_K rows)
     panel = n_in * 32 + 2 * (n_in // 16) * 32 * 4 + n_in * 3 + (n_in // 16) * 8 + 6 * 64
     assert temps >= q8x + torch_threads() * panel

@@ -79,8 +79,12 @@ def _expert_product(lib, level: str, qtype: T, w: torch.Tensor, shape, x: torch.
     y = torch.empty(x.shape[0], shape[0])
     mode = lib.fn.lp_q8mm_mode(int(qtype), x.data_ptr(), shape[1], x.shape[0])
     if level == "avx2" and x.shape[0] >= MOE_Q8_ROWS and mode:
-        assert lib.fn.lp_mm_q8(int(qtype), w.data_ptr(), *shape, x.data_ptr(), x.shape[0], y.data_ptr(), shape[0], 0,
-                               int(mode == 1)) == 0
+        was = lib.fn.lp_q8p_set(0)  # (the experts keep these int8 rows: no Q8_K panel, q8p_x86.c, in lp_moe_rows yet)
+        try:
+            assert lib.fn.lp_mm_q8(int(qtype), w.data_ptr(), *shape, x.data_ptr(), x.shape[0], y.data_ptr(), shape[0], 0,
+                                   int(mode == 1)) == 0
+        finally:
+            lib.fn.lp_q8p_set(was)
         return y, mode
     assert lib.fn.lp_mm(int(qtype), w.data_ptr(), *shape, x.data_ptr(), x.shape[0], y.data_ptr(), shape[0], 0) == 0
     return y, 0

@@ -20,11 +20,14 @@ BLOCK32 = [T.Q4_0, T.Q4_1, T.Q5_0, T.Q5_1, T.Q8_0]  # kernels/c/q8mm32_x86.c
 
 @pytest.fixture(scope="module", params=["avx512", "avx2"])
 def lib(request):
-    """The AVX512-VNNI products (q8mm_512.inc) and the AVX2 level's (q8mm_256.inc: vpmaddubsw)."""
+    """The AVX512-VNNI products (q8mm_512.inc) and the AVX2 level's (q8mm_256.inc: vpmaddubsw), the
+    latter's Q8_K panel (q8p_x86.c, tests/test_q8p.py) switched off here: every row in these int8 rows."""
     k = kernels_at(request.param)
     if not k.fn.lp_q8mm_covers(int(T.Q4_K), 256, Q8MM_ROWS):
         pytest.skip(f"{k.isa}: no AVX512-VNNI in this avx512 build (or LLAMAPY_Q8MM=0): prompts stay in the int16 lanes")
+    was = k.fn.lp_q8p_set(0)
     yield k
+    k.fn.lp_q8p_set(was)
     k.fn.lp_q8mm_set(1, Q8MM_RATIO, Q8MM_MAX_FLAGGED)
     k.fn.lp_q8mm32_set(Q8MM32_MAX_FIXES, Q8MM32_RATIO[k.level])
 

@@ -57,6 +57,8 @@ SIGNATURES: dict[str, tuple] = {  # name -> argument types (all return void unle
     "lp_q8k_takes": (I, P, I64, I64),
     "lp_mm_q8": (I, P, I64, I64, P, I64, P, I64, I, I),
     "lp_q8mm_flagged": (P, I64, I64),
+    "lp_q8p_set": (I,),
+    "lp_q8p_covers": (I,),
     "lp_q8mm32_set": (F, F),
     "lp_q8mm32_fixes": (P, I64, I64, F, I),
     "lp_rms_norm": (P, P, I64, I64, F, P),
@@ -92,7 +94,7 @@ SIGNATURES: dict[str, tuple] = {  # name -> argument types (all return void unle
 }
 RETURNS = {"lp_mm_det": ctypes.c_int, "lp_mm_det_covers": ctypes.c_int, "lp_det_reads": ctypes.c_int, "lp_q8mm_covers": ctypes.c_int,
            "lp_q8mm_takes": ctypes.c_int, "lp_q8mm_mode": ctypes.c_int, "lp_q8k_takes": ctypes.c_int,
-           "lp_mm_q8": ctypes.c_int,
+           "lp_mm_q8": ctypes.c_int, "lp_q8p_set": ctypes.c_int, "lp_q8p_covers": ctypes.c_int,
            "lp_q8mm_flagged": ctypes.c_double, "lp_q8mm32_fixes": ctypes.c_double,
            "lp_abi_version": ctypes.c_int, "lp_isa": ctypes.c_char_p, "lp_mm": ctypes.c_int, "lp_coarse_bf16": ctypes.c_int,
            "lp_amx_on": ctypes.c_int, "lp_amx_set": ctypes.c_int, "lp_amxk_set": ctypes.c_int, "lp_amxk_covers": ctypes.c_int,

@@ -136,8 +136,11 @@ def q8mm_slice_rows(n_in: int) -> int:
 
 def q8mm_bytes_bound(n_rows: int, n_in: int, n_threads: int) -> int:
     """At least lp_mm_q8's memory for n_rows rows of n_in in BlockMatrix's slices: one slice's
-    activations (kernels/c/q8mm_x86.c q8x_bytes: under 3 bytes a value) and each thread's panel."""
-    return 3 * min(n_rows, q8mm_slice_rows(n_in)) * n_in + 1024 + n_threads * mm_scratch_bound(n_in)
+    activations (kernels/c/q8mm_x86.c q8x_bytes: under 3 bytes a value; at the AVX2 level also the
+    rows in Q8_K, q8p_x86.c lp_q8p_x_bytes: under 1.2, and two row lists of 8 bytes a row) and each
+    thread's panel."""
+    rows = min(n_rows, q8mm_slice_rows(n_in))
+    return (4 * n_in + n_in // 4 + 16) * rows + 2048 + n_threads * mm_scratch_bound(n_in)
 
 
 def lanes_slice_rows(n_in: int) -> int:

@@ -11,6 +11,7 @@
 #include "amx_x86.h"
 #include "amxk_x86.h"
 #include "q8mm32_x86.h"
+#include "q8p_x86.h"
 #include "quants.h"
 #include "unpack_x86.h"
 
@@ -197,10 +198,63 @@ void lp_q8mm_chunk(int type, const uint8_t *w, int64_t o0, int64_t o1, const lp_
 }
 #endif
 
+#if defined(LP_Q8P)
+/* lp_mm_q8 at the AVX2 level without VNNI: every row rounded to ggml's Q8_K (q8p_x86.c), those
+ * that pass its outlier rule (no block of 256 with max |x| > LP_Q8K_RATIO x its rms) multiplied
+ * there, a super-block a float step; the others gathered into int8 rows with a scale per 32
+ * (q8_prep_row, the residual pass as `residual` says), their products written to their rows of y.
+ * Each panel packed once for both. */
+static int q8p_mm(int type, const uint8_t *w, int64_t n_out, int64_t n_in, const float *xf, int64_t n_rows, float *y,
+                  int64_t ldy, int accumulate, int residual) {
+    void *kbuf = malloc(lp_q8p_x_bytes(n_in, n_rows));
+    int64_t *on = malloc((size_t)(2 * n_rows + 1) * sizeof(int64_t)), *off = on ? on + n_rows : NULL;
+    if (!kbuf || !on) return free(kbuf), free(on), -1;
+    lp_q8p_x xk = lp_q8p_x_at(kbuf, n_in, n_rows);
+#pragma omp parallel for schedule(static)
+    for (int64_t r = 0; r < n_rows; r++) lp_q8p_row(&xk, xf + r * n_in, r);
+    int64_t non = 0, noff = 0;
+    for (int64_t r = 0; r < n_rows; r++) {
+        if (xk.on[r]) on[non++] = r;
+        else off[noff++] = r;
+    }
+    void *xbuf = malloc(q8x_bytes(n_in, noff));
+    if (!xbuf) return free(kbuf), free(on), -1;
+    q8x x = q8x_at(xbuf, n_in, noff, type == LP_Q6_K ? 16 : 32, type == LP_Q6_K ? 32 : 0); /* (offset iff no minima) */
+    x.bits = type == LP_Q4_K ? 4 : type == LP_Q5_K ? 5 : 6;
+    x.ratio2 = residual ? q8_ratio * q8_ratio : 0.0f;
+    const size_t sb = q8_scratch_bytes(n_in);
+    int failed = 0;
+#pragma omp parallel
+    {
+        void *scratch = malloc(sb + lp_q8p_scratch_bytes(n_in));
+#pragma omp atomic update
+        failed += scratch == NULL;
+#pragma omp for schedule(static)
+        for (int64_t k = 0; k < noff; k++) q8_prep_row(xf + off[k] * n_in, &x, k);
+        if (!failed) {
+#pragma omp for schedule(static)
+            for (int64_t o = 0; o < n_out; o += Q8MM_NP) {
+                const int np = (int)(n_out - o < Q8MM_NP ? n_out - o : Q8MM_NP);
+                q8w p;
+                q8_pack(type, w, o, np, &x, scratch, &p);
+                lp_q8p_panel(type, w, o, np, (const uint32_t *)p.q, &xk, on, non, y, ldy, accumulate, (char *)scratch + sb);
+                if (noff) q8_panel_rows(lp_has_min(type), &x, &p, y + o, ldy, off, np, accumulate);
+            }
+        }
+        free(scratch);
+    }
+    free(kbuf), free(on), free(xbuf);
+    return failed ? -1 : 0;
+}
+#endif
+
 int lp_mm_q8(int type, const uint8_t *w, int64_t n_out, int64_t n_in, const float *xf, int64_t n_rows, float *y,
              int64_t ldy, int accumulate, int residual) {
 #if defined(LP_Q8MM)
     if (lp_q8mm32_type(type)) return lp_mm_q8_32(type, w, n_out, n_in, xf, n_rows, y, ldy, accumulate, residual);
+#if defined(LP_Q8P)
+    if (lp_q8p_covers(type)) return q8p_mm(type, w, n_out, n_in, xf, n_rows, y, ldy, accumulate, residual);
+#endif
     void *xbuf = malloc(q8x_bytes(n_in, n_rows));
     if (!xbuf) return -1;
     q8x x = q8x_at(xbuf, n_in, n_rows, type == LP_Q6_K ? 16 : 32, type == LP_Q6_K ? 32 : 0); /* (offset iff no minima) */

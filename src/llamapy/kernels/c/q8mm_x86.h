@@ -9,7 +9,10 @@
  * decoded once (lp_unpack_row16) into a thread's buffer as unsigned bytes, four values of a row
  * a dword, the panel's rows side by side, for every activation row of the call; the file's
  * blocks are read as they are, nothing kept.  Both levels compute the same integers, and the
- * same float steps per group (only the activation sums' order differs). */
+ * same float steps per group (only the activation sums' order differs).  At the AVX2 level
+ * without VNNI (q8p_x86.h) Q4_K / Q5_K / Q6_K rows that pass ggml's Q8_K outlier rule
+ * (row1q8k_x86.c) are multiplied in Q8_K on the same packed panel instead, a float step per
+ * super-block (llama.cpp's AVX2 arithmetic); the other rows stay here. */
 #ifndef LP_Q8MM_X86_H
 #define LP_Q8MM_X86_H
 
