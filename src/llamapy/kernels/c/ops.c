@@ -343,24 +343,51 @@ static attn_args attn_at(const float *q, int64_t ldq, int64_t n_head, int64_t n_
  * n_chunk: lp_attn_chunks of that row alone), so that each row's tasks and merge are the ones
  * it has alone, all rows' tasks shared among the threads at once.  lp_attn_for's sinks (NULL,
  * or [n_head]): each head's sink logit in its softmax's sum (gpt-oss). */
+/* Where task (row i, heads h0, chunk ch of the row's nch) writes: o, and ms (NULL: not needed). */
+static float *task_out(const attn_args *a, int64_t i, int64_t h0, int64_t ch, int64_t nch, int64_t n_chunk, float *out,
+                       float *part, float *part_ms, float **ms) {
+    if (nch == 1) return out + i * a->ldo + h0 * a->d_v;
+    *ms = part_ms + ((i * n_chunk + ch) * a->n_head + h0) * 2;
+    return part + ((i * n_chunk + ch) * a->n_head + h0) * a->d_v;
+}
+
+/* --deterministic's rows i and i + 1 (heads h0.., chunk ch of each) as one lp_attn_pair_det where both have that
+ * chunk over one stream's f16 cells and the level has the pair form; 0: run them alone.  p: 2 hpt x most floats. */
+static int pair_task(const attn_args *a, int64_t i, int64_t h0, int64_t ch, int64_t n, int64_t n_chunk, float *out,
+                     float *part, float *part_ms, const int64_t *row_chunks, float *p) {
+    if (i + 1 >= n || ch >= row_chunks[i] || ch >= row_chunks[i + 1]) return 0;
+    const int64_t off = a->cell_off ? a->cell_off[i] : 0, hk = h0 / a->r;
+    if (a->cell_off && a->cell_off[i + 1] != off) return 0;
+    lp_attn_det_row r[2];
+    for (int w = 0; w < 2; w++) {
+        const int64_t j = i + w, nc = a->ptr[j + 1] - a->ptr[j], nch = row_chunks[j];
+        float *ms = NULL, *o = task_out(a, j, h0, ch, nch, n_chunk, out, part, part_ms, &ms);
+        r[w] = (lp_attn_det_row){a->q + j * a->ldq + h0 * a->d_k, a->mask + j * a->n_kv, a->cells + a->ptr[j],
+                                 nc * ch / nch, nc * (ch + 1) / nch, o, ms};
+    }
+    return lp_attn_pair_det(&r[0], &r[1], a->hpt, a->d_k, a->d_v, (const uint16_t *)a->k + off * a->ldk + hk * a->d_k,
+                            (const uint16_t *)a->v + off * a->ldv + hk * a->d_v, a->ldk, a->ldv, a->scale, p);
+}
+
 static void attn_rows_for(const attn_args *a, int64_t n, float *out, int64_t n_chunk, float *p, float *part, float *kvf,
                           const int64_t *row_chunks, const float *sinks) {
     const int64_t n_head = a->n_head, hpt = a->hpt, d_v = a->d_v, ldo = a->ldo, G = n_head / hpt;
     if (n_chunk < 1 || part == NULL) n_chunk = 1;
     float *part_ms = n_chunk > 1 ? part + n * n_chunk * n_head * d_v : NULL; /* [n, n_chunk, n_head, 2] after the outputs */
+    const int64_t two = a->det && a->f16 && row_chunks ? 2 : 1; /* det: rows in twos (pair_task), a task a pair */
+    const int64_t nu = (n + two - 1) / two;
 #pragma omp for schedule(dynamic, 1)
-    for (int64_t t = 0; t < n * G * n_chunk; t++) {
-        const int64_t ch = t % n_chunk, g = t / n_chunk, i = g / G, h0 = g % G * hpt;
-        const int64_t nch = row_chunks ? row_chunks[i] : n_chunk;
-        if (ch >= nch) continue;
-        float *o = out + i * ldo + h0 * d_v, *ms = NULL, ms1[2 * KV_MAX_HPT];
-        if (sinks) ms = ms1; /* one chunk: the sink's share is taken below */
-        if (nch > 1) {
-            o = part + ((i * n_chunk + ch) * n_head + h0) * d_v;
-            ms = part_ms + ((i * n_chunk + ch) * n_head + h0) * 2;
+    for (int64_t t = 0; t < nu * G * n_chunk; t++) {
+        const int64_t ch = t % n_chunk, g = t / n_chunk, u = g / G, h0 = g % G * hpt;
+        if (two == 2 && pair_task(a, 2 * u, h0, ch, n, n_chunk, out, part, part_ms, row_chunks, p)) continue;
+        for (int64_t i = u * two; i < (u + 1) * two && i < n; i++) {
+            const int64_t nch = row_chunks ? row_chunks[i] : n_chunk;
+            if (ch >= nch) continue;
+            float ms1[2 * KV_MAX_HPT], *ms = sinks ? ms1 : NULL; /* sinks, one chunk: the sink's share is taken below */
+            float *o = task_out(a, i, h0, ch, nch, n_chunk, out, part, part_ms, &ms);
+            attn_task(a, i, h0, ch, nch, o, ms, p, kvf);
+            if (sinks && nch == 1) attn_sink_scale(o, hpt, d_v, ms, sinks + h0);
         }
-        attn_task(a, i, h0, ch, nch, o, ms, p, kvf);
-        if (sinks && nch == 1) attn_sink_scale(o, hpt, d_v, ms, sinks + h0);
     }
     if (n_chunk == 1) return;
 #pragma omp for schedule(static)
