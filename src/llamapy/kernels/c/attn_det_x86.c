@@ -141,7 +141,9 @@ int lp_attn_group_det(const float *q0, int64_t hpt, int64_t d_k, int64_t d_v, co
 
 /* ---- two query rows at once (lp_attn_pair_det): every (row, head, cell) score, softmax and (row, head, dim) V sum
  * is the one group4 computes for that row alone; only the loads and f16 conversions of the cells both rows see are
- * shared. ---- */
+ * shared.  Groups of up to 3 heads (SmolLM2's 3: 2 x 3 x 4 score and V accumulators); 4 heads a group (Gemma 3)
+ * as 2 cells a pass and 32 V dims a pass measured 0.80-0.86x of two rows alone (-t 1, Xeon model 207), so those
+ * rows run alone. ---- */
 
 /* The largest of p[0..n) (-inf where n is 0); the same value as scores4's running max (max is exact). */
 static float rowmax16(const float *p, int64_t n) {
@@ -184,40 +186,6 @@ LP_INLINE void scores_pair4(const int NH, const float *qa, const float *qb, int6
         for (int h = 0; h < NH; h++) {
             _mm_mask_storeu_ps(pa + h * lda + c0, valid, _mm_fmadd_ps(hsum4(xa[h][0], xa[h][1], xa[h][2], xa[h][3]), sc, mka));
             _mm_mask_storeu_ps(pb + h * ldb + c0, valid, _mm_fmadd_ps(hsum4(xb[h][0], xb[h][1], xb[h][2], xb[h][3]), sc, mkb));
-        }
-    }
-}
-
-/* scores_pair4 for 4 heads: 2 cells a pass (2 rows x 4 heads x 2 cells accumulators), hsum4 of (h, c), (h, c + 1),
- * (h + 1, c), (h + 1, c + 1) -- hsum4's tree is the same for every slot. */
-LP_INLINE void scores_pair2(const float *qa, const float *qb, int64_t d_k, const uint16_t *k, int64_t ldk, const float *mia,
-                            const float *mib, const int64_t *cells, int64_t nc, float scale, float *pa, int64_t lda,
-                            float *pb, int64_t ldb) {
-    const __m128 sc = _mm_set1_ps(scale);
-    for (int64_t c0 = 0; c0 < nc; c0 += 2) {
-        const int nv = (int)(nc - c0 < 2 ? nc - c0 : 2);
-        const uint16_t *kr[2] = {k + cells[c0] * ldk, k + cells[c0 + nv - 1] * ldk};
-        for (int i = 0; i < 2 && c0 + DET_PF_CELLS + i < nc; i++)
-            for (int64_t b = 0; b < d_k * 2; b += 64) _mm_prefetch((const char *)(k + cells[c0 + DET_PF_CELLS + i] * ldk) + b, _MM_HINT_T0);
-        __m512 xa[4][2], xb[4][2];
-        for (int h = 0; h < 4; h++)
-            for (int i = 0; i < 2; i++) xa[h][i] = _mm512_setzero_ps(), xb[h][i] = _mm512_setzero_ps();
-        for (int64_t j = 0; j < d_k; j += 16) {
-            const __m512 kv0 = ldh16(kr[0] + j), kv1 = ldh16(kr[1] + j);
-            for (int h = 0; h < 4; h++) {
-                const __m512 qva = _mm512_loadu_ps(qa + h * d_k + j), qvb = _mm512_loadu_ps(qb + h * d_k + j);
-                xa[h][0] = _mm512_fmadd_ps(qva, kv0, xa[h][0]), xa[h][1] = _mm512_fmadd_ps(qva, kv1, xa[h][1]);
-                xb[h][0] = _mm512_fmadd_ps(qvb, kv0, xb[h][0]), xb[h][1] = _mm512_fmadd_ps(qvb, kv1, xb[h][1]);
-            }
-        }
-        const __mmask8 valid = (__mmask8)((1u << nv) - 1);
-        const float a1 = nv > 1 ? mia[cells[c0 + 1]] : 0.0f, b1 = nv > 1 ? mib[cells[c0 + 1]] : 0.0f;
-        const __m128 mka = _mm_setr_ps(mia[cells[c0]], a1, mia[cells[c0]], a1), mkb = _mm_setr_ps(mib[cells[c0]], b1, mib[cells[c0]], b1);
-        for (int h = 0; h < 4; h += 2) {
-            const __m128 sa = _mm_fmadd_ps(hsum4(xa[h][0], xa[h][1], xa[h + 1][0], xa[h + 1][1]), sc, mka);
-            const __m128 sb = _mm_fmadd_ps(hsum4(xb[h][0], xb[h][1], xb[h + 1][0], xb[h + 1][1]), sc, mkb);
-            _mm_mask_storeu_ps(pa + h * lda + c0, valid, sa), _mm_mask_storeu_ps(pa + (h + 1) * lda + c0, valid, _mm_movehl_ps(sa, sa));
-            _mm_mask_storeu_ps(pb + h * ldb + c0, valid, sb), _mm_mask_storeu_ps(pb + (h + 1) * ldb + c0, valid, _mm_movehl_ps(sb, sb));
         }
     }
 }
@@ -290,10 +258,7 @@ LP_INLINE void pair4(const int NH, const lp_attn_det_row *ra, const lp_attn_det_
     scores_alone(NH, &a, qa, d_k, k, ldk, ra->c0, lo, scale);
     scores_alone(NH, &b, qb, d_k, k, ldk, rb->c0, lo, scale);
     float *sa = pa + (lo - ra->c0), *sb = pb + (lo - rb->c0);
-    if (NH == 4)
-        scores_pair2(qa, qb, d_k, k, ldk, ra->mi, rb->mi, ra->cells + lo, hi - lo, scale, sa, a.nc, sb, b.nc);
-    else
-        scores_pair4(NH, qa, qb, d_k, k, ldk, ra->mi, rb->mi, ra->cells + lo, hi - lo, scale, sa, a.nc, sb, b.nc);
+    scores_pair4(NH, qa, qb, d_k, k, ldk, ra->mi, rb->mi, ra->cells + lo, hi - lo, scale, sa, a.nc, sb, b.nc);
     scores_alone(NH, &a, qa, d_k, k, ldk, hi, ra->c1, scale);
     scores_alone(NH, &b, qb, d_k, k, ldk, hi, rb->c1, scale);
     const pair_row *rows[2] = {&a, &b};
@@ -304,16 +269,12 @@ LP_INLINE void pair4(const int NH, const lp_attn_det_row *ra, const lp_attn_det_
             if (ms) ms[2 * (h0 + h)] = m, ms[2 * (h0 + h) + 1] = s;
         }
     float *oa = ra->o + h0 * d_v, *ob = rb->o + h0 * d_v;
-    const int JW = NH == 4 ? 2 : 4; /* 2 rows x NH heads x JW vectors of accumulators */
-    for (int64_t j0 = 0; j0 < d_v; j0 += 16 * JW) {
-        if (JW == 2) vsum_pair(NH, 2, &a, &b, lo, hi, v, ldv, d_v, j0, oa, ob);
-        else vsum_pair(NH, 4, &a, &b, lo, hi, v, ldv, d_v, j0, oa, ob);
-    }
+    for (int64_t j0 = 0; j0 < d_v; j0 += 64) vsum_pair(NH, 4, &a, &b, lo, hi, v, ldv, d_v, j0, oa, ob);
 }
 
 int lp_attn_pair_det(const lp_attn_det_row *a, const lp_attn_det_row *b, int64_t hpt, int64_t d_k, int64_t d_v,
                      const uint16_t *k, const uint16_t *v, int64_t ldk, int64_t ldv, float scale, float *p) {
-    if (d_k % 16 || d_v % 64) return 0;
+    if (d_k % 16 || d_v % 64 || hpt > 3) return 0;
     const int64_t lo = a->c0 > b->c0 ? a->c0 : b->c0, end = a->c1 < b->c1 ? a->c1 : b->c1;
     int64_t hi = lo;
     while (hi < end && a->cells[hi] == b->cells[hi]) hi++; /* the cells both see, at the same place in both lists */
@@ -322,15 +283,11 @@ int lp_attn_pair_det(const lp_attn_det_row *a, const lp_attn_det_row *b, int64_t
         lp_attn_group_det(b->q, hpt, d_k, d_v, k, v, ldk, ldv, b->mi, b->cells + b->c0, b->c1 - b->c0, scale, p, b->o, b->ms);
         return 1;
     }
-    for (int64_t h0 = 0; h0 < hpt; h0 += 4) { /* heads in fours as lp_attn_group_det */
-        const int nh = (int)(hpt - h0 < 4 ? hpt - h0 : 4);
-        float *pa = p + h0 * (a->c1 - a->c0), *pb = p + hpt * (a->c1 - a->c0) + h0 * (b->c1 - b->c0);
-        switch (nh) {
-        case 4: pair4(4, a, b, h0, d_k, d_v, k, v, ldk, ldv, lo, hi, scale, pa, pb); break;
-        case 3: pair4(3, a, b, h0, d_k, d_v, k, v, ldk, ldv, lo, hi, scale, pa, pb); break;
-        case 2: pair4(2, a, b, h0, d_k, d_v, k, v, ldk, ldv, lo, hi, scale, pa, pb); break;
-        default: pair4(1, a, b, h0, d_k, d_v, k, v, ldk, ldv, lo, hi, scale, pa, pb); break;
-        }
+    float *pa = p, *pb = p + hpt * (a->c1 - a->c0);
+    switch (hpt) {
+    case 3: pair4(3, a, b, 0, d_k, d_v, k, v, ldk, ldv, lo, hi, scale, pa, pb); break;
+    case 2: pair4(2, a, b, 0, d_k, d_v, k, v, ldk, ldv, lo, hi, scale, pa, pb); break;
+    default: pair4(1, a, b, 0, d_k, d_v, k, v, ldk, ldv, lo, hi, scale, pa, pb); break;
     }
     return 1;
 }
