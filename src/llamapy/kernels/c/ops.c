@@ -3,6 +3,7 @@
 #include <omp.h>
 
 #include "attn_det_x86.h"
+#include "attn_merge.h"
 #include "attn_x86.h"
 #include "kv_quant.h"
 #include "ops.h"
@@ -213,7 +214,7 @@ int64_t lp_attn_kv_floats(int64_t most, int64_t d_k, int64_t d_v) {
  * cells' K and V rows of its KV head (k, v: that head's part of cell 0's row; ldk, ldv: bytes
  * a cell) widened to f32 in scratch KV_WIDEN cells at a time, attn_group on each part, and the
  * parts merged as they come (the running output rescaled by exp(old max - new max), as
- * attn_merge weighs chunks).  One part (nc <= KV_WIDEN) is attn_group's result as it is. */
+ * lp_attn_merge weighs chunks).  One part (nc <= KV_WIDEN) is attn_group's result as it is. */
 static void attn_group_blocks(const float *q, int64_t hpt, int64_t d_k, int64_t d_v, int tk, const uint8_t *k, int64_t ldk,
                               int tv, const uint8_t *v, int64_t ldv, const float *mi, const int64_t *cells, int64_t nc,
                               float scale, float *p, float *o, float *ms, float *kvf) {
@@ -251,43 +252,6 @@ static void attn_group_blocks(const float *q, int64_t hpt, int64_t d_k, int64_t 
     }
     if (ms)
         for (int64_t h = 0; h < hpt; h++) ms[2 * h] = run_m[h], ms[2 * h + 1] = run_s[h];
-}
-
-/* out (d_v floats) = the chunks' outputs o_c merged: sum_c w_c o_c / (sum_c w_c + w_sink),
- * w_c = s_c exp(m_c - M), M the largest m_c (and sink), w_sink = exp(sink - M) (gpt-oss's
- * per-head sink logit, ggml_soft_max_add_sinks; -inf: none); each o_c is its chunk's
- * softmax-weighted mean; zeros if nothing was seen.  o: the first chunk's output, the next ones
- * `step` floats apart; ms likewise (stride mstep). */
-static void attn_merge(const float *o, int64_t step, const float *ms, int64_t mstep, int64_t n_chunk, int64_t d_v,
-                       float sink, float *out) {
-    float m = -INFINITY, w_sum = 0.0f;
-    for (int64_t c = 0; c < n_chunk; c++) m = ms[c * mstep] > m ? ms[c * mstep] : m;
-    memset(out, 0, (size_t)d_v * sizeof(float));
-    if (m == -INFINITY) return;
-    m = sink > m ? sink : m;
-    for (int64_t c = 0; c < n_chunk; c++) {
-        if (ms[c * mstep] == -INFINITY) continue;
-        const float w = ms[c * mstep + 1] * expf(ms[c * mstep] - m), *oc = o + c * step;
-        w_sum += w;
-#pragma omp simd
-        for (int64_t j = 0; j < d_v; j++) out[j] += w * oc[j];
-    }
-    const float inv = 1.0f / (w_sum + (sink == -INFINITY ? 0.0f : expf(sink - m)));
-#pragma omp simd
-    for (int64_t j = 0; j < d_v; j++) out[j] *= inv;
-}
-
-/* The sink's share taken from hpt heads' outputs o (each d_v, its softmax's max and sum in
- * ms [hpt, 2]): o_h *= w / (w + exp(sink_h - M)), w = s_h exp(m_h - M), M = max(m_h, sink_h) --
- * attn_merge's weights for one chunk. */
-static void attn_sink_scale(float *o, int64_t hpt, int64_t d_v, const float *ms, const float *sinks) {
-    for (int64_t h = 0; h < hpt; h++) {
-        const float m = ms[2 * h], s = ms[2 * h + 1], sk = sinks[h];
-        if (m == -INFINITY) continue; /* nothing seen: zeros already */
-        const float mm = sk > m ? sk : m, w = s * expf(m - mm), f = w / (w + expf(sk - mm));
-#pragma omp simd
-        for (int64_t j = 0; j < d_v; j++) o[h * d_v + j] *= f;
-    }
 }
 
 /* The cache and layout lp_attn_for's and lp_attn_det_for's tasks read. */
@@ -386,7 +350,7 @@ static void attn_rows_for(const attn_args *a, int64_t n, float *out, int64_t n_c
             float ms1[2 * KV_MAX_HPT], *ms = sinks ? ms1 : NULL; /* sinks, one chunk: the sink's share is taken below */
             float *o = task_out(a, i, h0, ch, nch, n_chunk, out, part, part_ms, &ms);
             attn_task(a, i, h0, ch, nch, o, ms, p, kvf);
-            if (sinks && nch == 1) attn_sink_scale(o, hpt, d_v, ms, sinks + h0);
+            if (sinks && nch == 1) lp_attn_sink_scale(o, hpt, d_v, ms, sinks + h0);
         }
     }
     if (n_chunk == 1) return;
@@ -394,7 +358,7 @@ static void attn_rows_for(const attn_args *a, int64_t n, float *out, int64_t n_c
     for (int64_t t = 0; t < n * n_head; t++) {
         const int64_t i = t / n_head, h = t % n_head, nch = row_chunks ? row_chunks[i] : n_chunk;
         if (nch == 1) continue;
-        attn_merge(part + (i * n_chunk * n_head + h) * d_v, n_head * d_v, part_ms + (i * n_chunk * n_head + h) * 2,
+        lp_attn_merge(part + (i * n_chunk * n_head + h) * d_v, n_head * d_v, part_ms + (i * n_chunk * n_head + h) * 2,
                    n_head * 2, nch, d_v, sinks ? sinks[h] : -INFINITY, out + i * ldo + h * d_v);
     }
 }
