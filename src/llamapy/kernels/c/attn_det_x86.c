@@ -180,9 +180,9 @@ LP_INLINE void scores_pair4(const int NH, const float *qa, const float *qb, int6
             }
         }
         const __mmask8 valid = (__mmask8)((1u << nv) - 1);
-        float ma[4] = {0, 0, 0, 0}, mb[4] = {0, 0, 0, 0};
-        for (int i = 0; i < nv; i++) ma[i] = mia[cells[c0 + i]], mb[i] = mib[cells[c0 + i]];
-        const __m128 mka = _mm_loadu_ps(ma), mkb = _mm_loadu_ps(mb);
+        const int64_t e1 = cells[c0 + (nv > 1)], e2 = cells[c0 + (nv > 2 ? 2 : 0)], e3 = cells[c0 + (nv > 3 ? 3 : 0)];
+        const __m128 mka = _mm_setr_ps(mia[cells[c0]], nv > 1 ? mia[e1] : 0.0f, nv > 2 ? mia[e2] : 0.0f, nv > 3 ? mia[e3] : 0.0f);
+        const __m128 mkb = _mm_setr_ps(mib[cells[c0]], nv > 1 ? mib[e1] : 0.0f, nv > 2 ? mib[e2] : 0.0f, nv > 3 ? mib[e3] : 0.0f);
         for (int h = 0; h < NH; h++) {
             _mm_mask_storeu_ps(pa + h * lda + c0, valid, _mm_fmadd_ps(hsum4(xa[h][0], xa[h][1], xa[h][2], xa[h][3]), sc, mka));
             _mm_mask_storeu_ps(pb + h * ldb + c0, valid, _mm_fmadd_ps(hsum4(xb[h][0], xb[h][1], xb[h][2], xb[h][3]), sc, mkb));
@@ -276,8 +276,9 @@ int lp_attn_pair_det(const lp_attn_det_row *a, const lp_attn_det_row *b, int64_t
                      const uint16_t *k, const uint16_t *v, int64_t ldk, int64_t ldv, float scale, float *p) {
     if (d_k % 16 || d_v % 64 || hpt > 3) return 0;
     const int64_t lo = a->c0 > b->c0 ? a->c0 : b->c0, end = a->c1 < b->c1 ? a->c1 : b->c1;
-    int64_t hi = lo;
-    while (hi < end && a->cells[hi] == b->cells[hi]) hi++; /* the cells both see, at the same place in both lists */
+    int64_t hi = end; /* the cells both see, at the same place in both lists: [lo, hi) */
+    if (end > lo && memcmp(a->cells + lo, b->cells + lo, (size_t)(end - lo) * sizeof(int64_t)))
+        for (hi = lo; a->cells[hi] == b->cells[hi];) hi++;
     if (hi - lo < LP_ATTN_PAIR_MIN || a->c1 == a->c0 || b->c1 == b->c0) { /* each alone */
         lp_attn_group_det(a->q, hpt, d_k, d_v, k, v, ldk, ldv, a->mi, a->cells + a->c0, a->c1 - a->c0, scale, p, a->o, a->ms);
         lp_attn_group_det(b->q, hpt, d_k, d_v, k, v, ldk, ldv, b->mi, b->cells + b->c0, b->c1 - b->c0, scale, p, b->o, b->ms);
