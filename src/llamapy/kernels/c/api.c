@@ -118,7 +118,7 @@ int lp_attn_det_f16(const float *q, int64_t n, int64_t ldq, int64_t n_head, int6
     int failed = n_part && !part;
 #pragma omp parallel if (!failed)
     {
-        float *p = (float *)malloc((size_t)(most * hpt) * sizeof(float));
+        float *p = (float *)malloc((size_t)(2 * most * hpt) * sizeof(float)); /* 2: lp_attn_pair_det */
 #pragma omp atomic update
         failed += p == NULL;
 #pragma omp barrier

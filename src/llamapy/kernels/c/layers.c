@@ -223,7 +223,7 @@ int lp_layers(const lp_layer *L, int64_t n_layer, const lp_dims *hp, float *x, i
     const lp_xprep *dne = any ? &dx_ne : NULL, *dq = any ? &dx_q : NULL, *dff = any ? &dx_ff : NULL;
 #pragma omp parallel
     {
-        float *p = (float *)malloc((size_t)(most * hpt) * sizeof(float));
+        float *p = (float *)malloc((size_t)(2 * most * hpt) * sizeof(float)); /* 2: lp_attn_pair_det */
         const size_t sb = lp_mm_scratch_bytes(wide), sd = any ? lp_det_scratch_bytes(wide) : 0;
         void *scratch = malloc(sb > sd ? sb : sd);
         float *kvf = blocks ? (float *)malloc((size_t)lp_attn_kv_floats(most, d, d) * sizeof(float)) : NULL;

@@ -3,6 +3,7 @@
 #include <omp.h>
 
 #include "attn_det_x86.h"
+#include "attn_merge.h"
 #include "attn_x86.h"
 #include "kv_quant.h"
 #include "ops.h"
@@ -213,7 +214,7 @@ int64_t lp_attn_kv_floats(int64_t most, int64_t d_k, int64_t d_v) {
  * cells' K and V rows of its KV head (k, v: that head's part of cell 0's row; ldk, ldv: bytes
  * a cell) widened to f32 in scratch KV_WIDEN cells at a time, attn_group on each part, and the
  * parts merged as they come (the running output rescaled by exp(old max - new max), as
- * attn_merge weighs chunks).  One part (nc <= KV_WIDEN) is attn_group's result as it is. */
+ * lp_attn_merge weighs chunks).  One part (nc <= KV_WIDEN) is attn_group's result as it is. */
 static void attn_group_blocks(const float *q, int64_t hpt, int64_t d_k, int64_t d_v, int tk, const uint8_t *k, int64_t ldk,
                               int tv, const uint8_t *v, int64_t ldv, const float *mi, const int64_t *cells, int64_t nc,
                               float scale, float *p, float *o, float *ms, float *kvf) {
@@ -251,43 +252,6 @@ static void attn_group_blocks(const float *q, int64_t hpt, int64_t d_k, int64_t 
     }
     if (ms)
         for (int64_t h = 0; h < hpt; h++) ms[2 * h] = run_m[h], ms[2 * h + 1] = run_s[h];
-}
-
-/* out (d_v floats) = the chunks' outputs o_c merged: sum_c w_c o_c / (sum_c w_c + w_sink),
- * w_c = s_c exp(m_c - M), M the largest m_c (and sink), w_sink = exp(sink - M) (gpt-oss's
- * per-head sink logit, ggml_soft_max_add_sinks; -inf: none); each o_c is its chunk's
- * softmax-weighted mean; zeros if nothing was seen.  o: the first chunk's output, the next ones
- * `step` floats apart; ms likewise (stride mstep). */
-static void attn_merge(const float *o, int64_t step, const float *ms, int64_t mstep, int64_t n_chunk, int64_t d_v,
-                       float sink, float *out) {
-    float m = -INFINITY, w_sum = 0.0f;
-    for (int64_t c = 0; c < n_chunk; c++) m = ms[c * mstep] > m ? ms[c * mstep] : m;
-    memset(out, 0, (size_t)d_v * sizeof(float));
-    if (m == -INFINITY) return;
-    m = sink > m ? sink : m;
-    for (int64_t c = 0; c < n_chunk; c++) {
-        if (ms[c * mstep] == -INFINITY) continue;
-        const float w = ms[c * mstep + 1] * expf(ms[c * mstep] - m), *oc = o + c * step;
-        w_sum += w;
-#pragma omp simd
-        for (int64_t j = 0; j < d_v; j++) out[j] += w * oc[j];
-    }
-    const float inv = 1.0f / (w_sum + (sink == -INFINITY ? 0.0f : expf(sink - m)));
-#pragma omp simd
-    for (int64_t j = 0; j < d_v; j++) out[j] *= inv;
-}
-
-/* The sink's share taken from hpt heads' outputs o (each d_v, its softmax's max and sum in
- * ms [hpt, 2]): o_h *= w / (w + exp(sink_h - M)), w = s_h exp(m_h - M), M = max(m_h, sink_h) --
- * attn_merge's weights for one chunk. */
-static void attn_sink_scale(float *o, int64_t hpt, int64_t d_v, const float *ms, const float *sinks) {
-    for (int64_t h = 0; h < hpt; h++) {
-        const float m = ms[2 * h], s = ms[2 * h + 1], sk = sinks[h];
-        if (m == -INFINITY) continue; /* nothing seen: zeros already */
-        const float mm = sk > m ? sk : m, w = s * expf(m - mm), f = w / (w + expf(sk - mm));
-#pragma omp simd
-        for (int64_t j = 0; j < d_v; j++) o[h * d_v + j] *= f;
-    }
 }
 
 /* The cache and layout lp_attn_for's and lp_attn_det_for's tasks read. */
@@ -343,31 +307,58 @@ static attn_args attn_at(const float *q, int64_t ldq, int64_t n_head, int64_t n_
  * n_chunk: lp_attn_chunks of that row alone), so that each row's tasks and merge are the ones
  * it has alone, all rows' tasks shared among the threads at once.  lp_attn_for's sinks (NULL,
  * or [n_head]): each head's sink logit in its softmax's sum (gpt-oss). */
+/* Where task (row i, heads h0, chunk ch of the row's nch) writes: o, and ms (NULL: not needed). */
+static float *task_out(const attn_args *a, int64_t i, int64_t h0, int64_t ch, int64_t nch, int64_t n_chunk, float *out,
+                       float *part, float *part_ms, float **ms) {
+    if (nch == 1) return out + i * a->ldo + h0 * a->d_v;
+    *ms = part_ms + ((i * n_chunk + ch) * a->n_head + h0) * 2;
+    return part + ((i * n_chunk + ch) * a->n_head + h0) * a->d_v;
+}
+
+/* --deterministic's rows i and i + 1 (heads h0.., chunk ch of each) as one lp_attn_pair_det where both have that
+ * chunk over one stream's f16 cells and the level has the pair form; 0: run them alone.  p: 2 hpt x most floats. */
+static int pair_task(const attn_args *a, int64_t i, int64_t h0, int64_t ch, int64_t n, int64_t n_chunk, float *out,
+                     float *part, float *part_ms, const int64_t *row_chunks, float *p) {
+    if (i + 1 >= n || ch >= row_chunks[i] || ch >= row_chunks[i + 1]) return 0;
+    const int64_t off = a->cell_off ? a->cell_off[i] : 0, hk = h0 / a->r;
+    if (a->cell_off && a->cell_off[i + 1] != off) return 0;
+    lp_attn_det_row r[2];
+    for (int w = 0; w < 2; w++) {
+        const int64_t j = i + w, nc = a->ptr[j + 1] - a->ptr[j], nch = row_chunks[j];
+        float *ms = NULL, *o = task_out(a, j, h0, ch, nch, n_chunk, out, part, part_ms, &ms);
+        r[w] = (lp_attn_det_row){a->q + j * a->ldq + h0 * a->d_k, a->mask + j * a->n_kv, a->cells + a->ptr[j],
+                                 nc * ch / nch, nc * (ch + 1) / nch, o, ms};
+    }
+    return lp_attn_pair_det(&r[0], &r[1], a->hpt, a->d_k, a->d_v, (const uint16_t *)a->k + off * a->ldk + hk * a->d_k,
+                            (const uint16_t *)a->v + off * a->ldv + hk * a->d_v, a->ldk, a->ldv, a->scale, p);
+}
+
 static void attn_rows_for(const attn_args *a, int64_t n, float *out, int64_t n_chunk, float *p, float *part, float *kvf,
                           const int64_t *row_chunks, const float *sinks) {
     const int64_t n_head = a->n_head, hpt = a->hpt, d_v = a->d_v, ldo = a->ldo, G = n_head / hpt;
     if (n_chunk < 1 || part == NULL) n_chunk = 1;
     float *part_ms = n_chunk > 1 ? part + n * n_chunk * n_head * d_v : NULL; /* [n, n_chunk, n_head, 2] after the outputs */
+    const int64_t two = a->det && a->f16 && row_chunks ? 2 : 1; /* det: rows in twos (pair_task), a task a pair */
+    const int64_t nu = (n + two - 1) / two;
 #pragma omp for schedule(dynamic, 1)
-    for (int64_t t = 0; t < n * G * n_chunk; t++) {
-        const int64_t ch = t % n_chunk, g = t / n_chunk, i = g / G, h0 = g % G * hpt;
-        const int64_t nch = row_chunks ? row_chunks[i] : n_chunk;
-        if (ch >= nch) continue;
-        float *o = out + i * ldo + h0 * d_v, *ms = NULL, ms1[2 * KV_MAX_HPT];
-        if (sinks) ms = ms1; /* one chunk: the sink's share is taken below */
-        if (nch > 1) {
-            o = part + ((i * n_chunk + ch) * n_head + h0) * d_v;
-            ms = part_ms + ((i * n_chunk + ch) * n_head + h0) * 2;
+    for (int64_t t = 0; t < nu * G * n_chunk; t++) {
+        const int64_t ch = t % n_chunk, g = t / n_chunk, u = g / G, h0 = g % G * hpt;
+        if (two == 2 && pair_task(a, 2 * u, h0, ch, n, n_chunk, out, part, part_ms, row_chunks, p)) continue;
+        for (int64_t i = u * two; i < (u + 1) * two && i < n; i++) {
+            const int64_t nch = row_chunks ? row_chunks[i] : n_chunk;
+            if (ch >= nch) continue;
+            float ms1[2 * KV_MAX_HPT], *ms = sinks ? ms1 : NULL; /* sinks, one chunk: the sink's share is taken below */
+            float *o = task_out(a, i, h0, ch, nch, n_chunk, out, part, part_ms, &ms);
+            attn_task(a, i, h0, ch, nch, o, ms, p, kvf);
+            if (sinks && nch == 1) lp_attn_sink_scale(o, hpt, d_v, ms, sinks + h0);
         }
-        attn_task(a, i, h0, ch, nch, o, ms, p, kvf);
-        if (sinks && nch == 1) attn_sink_scale(o, hpt, d_v, ms, sinks + h0);
     }
     if (n_chunk == 1) return;
 #pragma omp for schedule(static)
     for (int64_t t = 0; t < n * n_head; t++) {
         const int64_t i = t / n_head, h = t % n_head, nch = row_chunks ? row_chunks[i] : n_chunk;
         if (nch == 1) continue;
-        attn_merge(part + (i * n_chunk * n_head + h) * d_v, n_head * d_v, part_ms + (i * n_chunk * n_head + h) * 2,
+        lp_attn_merge(part + (i * n_chunk * n_head + h) * d_v, n_head * d_v, part_ms + (i * n_chunk * n_head + h) * 2,
                    n_head * 2, nch, d_v, sinks ? sinks[h] : -INFINITY, out + i * ldo + h * d_v);
     }
 }
