@@ -153,6 +153,12 @@ static void mm_chunk(int type, const uint8_t *w, int64_t o0, int64_t o1, int64_t
         return;
     }
 #endif
+#if defined(LP_LANES8)
+    if (ints && lanes_ints(n_in, n) && xp->xl8.n_grp && lp_lanes8_type(type)) { /* AVX2, no VNNI: int8 lanes */
+        lanes8_chunk(type, w, o0, o1, n_out, n_in, xp, y, ldy, accumulate, scratch);
+        return;
+    }
+#endif
 #if defined(LP_LANES)
     if (ints && lanes_ints(n_in, n)) {
         lanes_chunk(type, w, o0, o1, n_out, n_in, xp, y, ldy, accumulate, scratch);
