@@ -101,6 +101,14 @@ void lp_unpack_row8_32(int type, const uint8_t *row, int64_t n_in, uint8_t *u8, 
     }
 }
 
+/* a + t in int16, kept where it stands: GCC otherwise hoisted every vpmaddubsw of the unrolled
+ * quads ahead of their adds and spilled them (lanes_x86.c pair_dot's note; the same integers) */
+LP_INLINE __m256i add16(__m256i a, __m256i t) {
+    __m256i r = _mm256_add_epi16(a, t);
+    __asm__("" : "+x"(r));
+    return r;
+}
+
 /* Four vectors of lanes as rows (lanes_x86.c store_rows4's AVX2 transpose). */
 LP_INLINE void store_rows4(__m256 a0, __m256 a1, __m256 a2, __m256 a3, float *y, int64_t ldy) {
     const __m256 t0 = _mm256_unpacklo_ps(a0, a1), t1 = _mm256_unpackhi_ps(a0, a1);
@@ -147,7 +155,7 @@ LP_INLINE void tile8(const int NG, const int NW, const int SPAN, const int SHIFT
                     const __m256i wv = _mm256_set1_epi32(wq); /* a broadcast load */
                     for (int i = 0; i < NG; i++) {
                         const __m256i t = _mm256_maddubs_epi16(wv, _mm256_load_si256(xq[i] + qk));
-                        s16[i][j] = k == 0 ? t : _mm256_add_epi16(s16[i][j], t);
+                        s16[i][j] = k == 0 ? t : add16(s16[i][j], t);
                     }
                 }
             }
