@@ -300,6 +300,17 @@ int lp_mm_takes_lanes(int type, int64_t n_in, int64_t n) {
 #endif
 }
 
+/* Does a product of n rows of n_in of this type take the AVX2 level's int8 lanes (lanes8_chunk:
+ * x as ggml's Q8_0, tests/test_lanes8.py), as lp_mm and the fused layers give it? */
+int lp_lanes8_takes(int type, int64_t n_in, int64_t n) {
+#if defined(LP_LANES8)
+    return lp_lanes8_type(type) && (lp_xprep_reads(type, n_in, n) & LP_READS_INTS) && lanes_ints(n_in, n);
+#else
+    (void)type, (void)n_in, (void)n;
+    return 0;
+#endif
+}
+
 /* y[r, o] (+)= sum_k x[r, k] W[o, k]: x float [n_rows, n_in], W [n_out, n_in] in blocks of
  * `type`, y float rows of stride ldy.  Block types: integer products on int16 activations (see
  * lp.h); float types: fp32.  Returns 0, or -1 when scratch memory could not be allocated. */

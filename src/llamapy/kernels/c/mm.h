@@ -42,5 +42,6 @@ void lp_mm_chunk(int type, const uint8_t *w, int64_t o0, int64_t o1, int64_t n_o
                  float *y, int64_t ldy, int accumulate, void *scratch);
 
 int lp_mm_takes_lanes(int type, int64_t n_in, int64_t n);
+int lp_lanes8_takes(int type, int64_t n_in, int64_t n);
 
 #endif
