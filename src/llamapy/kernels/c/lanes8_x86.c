@@ -89,8 +89,6 @@ void lp_xlanes8_fill(const float *x, int64_t n, lp_xlanes8 l, int64_t b) {
     }
 }
 
-int lp_lanes8_type(int type) { return type == LP_Q4_0 || type == LP_Q4_1 || type == LP_Q5_0 || type == LP_Q5_1; }
-
 /* the weights' offset to unsigned: Q4_0 8, Q5_0 16, the types with a minimum none */
 LP_INLINE int off8(const int type) { return type == LP_Q4_0 ? 8 : type == LP_Q5_0 ? 16 : 0; }
 

@@ -17,6 +17,12 @@ typedef struct {
     float *sum;          /* [n_grp, n_in / 32, LP_NL] s * isum (Q4_1 / Q5_1's minimum: ggml's Q8_1 s) */
 } lp_xlanes8;
 
+/* Does the int8 lane product take this type (where the level has it)?  The one rule: mm.c's choice, and
+ * which inputs lp_mm and layers.c lay out in int8 lanes at all. */
+static inline int lp_lanes8_type(int64_t type) {
+    return type == LP_Q4_0 || type == LP_Q4_1 || type == LP_Q5_0 || type == LP_Q5_1;
+}
+
 #if defined(LP_AVX2) && !defined(LP_AVX512) && !defined(LP_AVXVNNI)
 #define LP_LANES8 1
 size_t lp_xlanes8_bytes(int64_t n_in, int64_t n);
@@ -24,8 +30,6 @@ lp_xlanes8 lp_xlanes8_at(void *buf, int64_t n_in, int64_t n);
 /* Block b (32 elements) of the n float rows x [n, n_in] rounded and laid out; lanes past the last
  * row hold zeros. */
 void lp_xlanes8_fill(const float *x, int64_t n, lp_xlanes8 l, int64_t b);
-/* Does the int8 lane product take this type? */
-int lp_lanes8_type(int type);
 /* A weight row of such a type as unsigned bytes (q + 8 for Q4_0, q + 16 for Q5_0; Q4_1 / Q5_1
  * their q) in element order, its d and m per block of 32: u8 [n_in], d, m [n_in / 32]. */
 void lp_unpack_row8_32(int type, const uint8_t *row, int64_t n_in, uint8_t *u8, float *d, float *m);

@@ -323,6 +323,7 @@ int lp_mm(int type, const uint8_t *w, int64_t n_out, int64_t n_in, const float *
     if (!xbuf) return -1;
     lp_xprep xp = xprep_at(xbuf, n_in, n_rows, x, reads);
     if (!lp_reads_q8k(type)) xp.xr.q8 = NULL; /* no Q8_K rows prepared (lp_prepare_x_row) */
+    if (!lp_lanes8_type(type)) xp.xl8.n_grp = 0; /* nor int8 lanes (lp_lanes_for) */
     int failed = 0;
 #pragma omp parallel
     {
