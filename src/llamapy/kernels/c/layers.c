@@ -213,6 +213,15 @@ int lp_layers(const lp_layer *L, int64_t n_layer, const lp_dims *hp, float *x, i
         if (!k_ne) xp_ne.xr.q8 = NULL;
         if (!k_q) xp_q.xr.q8 = NULL;
         if (!k_ff) xp_ff.xr.q8 = NULL;
+        int e_ne = 0, e_q = 0, e_ff = 0; /* and the AVX2 level's int8 lanes (mm.c lanes8_chunk) likewise */
+        for (int64_t il = 0; il < n_layer; il++) {
+            const lp_layer *l = L + il;
+            e_ne |= lp_lanes8_type(l->tq) | lp_lanes8_type(l->tk) | lp_lanes8_type(l->tv) | lp_lanes8_type(l->tg) | lp_lanes8_type(l->tu);
+            e_q |= lp_lanes8_type(l->to), e_ff |= lp_lanes8_type(l->td);
+        }
+        if (!e_ne) xp_ne.xl8.n_grp = 0;
+        if (!e_q) xp_q.xl8.n_grp = 0;
+        if (!e_ff) xp_ff.xl8.n_grp = 0;
     }
     /* deterministic mode (one-row ubatches: the lp_row1_i8 types'): the same rows in rows_det_x86.c's forms */
     lp_xprep dx_ne, dx_q, dx_ff;

@@ -19,7 +19,8 @@
  * of d16 * s * (q . xq) + m16 * s * sum16(xq): integer dot products, the same integers on every ISA
  * (only the float sums' order differs); but x86 reads 1-4 rows of Q4_K / Q6_K as ggml's Q8_K, as
  * llama.cpp does (row1q8k_x86.c; rows with an outlier block excepted; with VNNI not on AMD Zen 4,
- * lp_cpu.h), and without VNNI 5-63 rows of them (mm.c q8k_chunk, q8k4_x86.c: no row with an outlier block) and 64+ (q8p_x86.c, Q5_K too).  The same int16 form from 16 rows on (a batched decode of 16
+ * lp_cpu.h), and without VNNI 5-63 rows of them (mm.c q8k_chunk, q8k4_x86.c: no row with an outlier block) and 64+ (q8p_x86.c, Q5_K too),
+ * and at AVX2 without VNNI 5-8 and 16+ rows of Q4_0 / Q4_1 / Q5_0 / Q5_1 as ggml's Q8_0 (lanes8_x86.c).  The same int16 form from 16 rows on (a batched decode of 16
  * sequences; on x86 with the rows in vector lanes, lanes_x86.c); from 5 to 15 rows, fp32:
  * each weight row dequantized once, exact products (mm.c).
  *

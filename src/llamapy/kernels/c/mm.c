@@ -153,6 +153,12 @@ static void mm_chunk(int type, const uint8_t *w, int64_t o0, int64_t o1, int64_t
         return;
     }
 #endif
+#if defined(LP_LANES8)
+    if (ints && lanes_ints(n_in, n) && xp->xl8.n_grp && lp_lanes8_type(type)) { /* AVX2, no VNNI: int8 lanes */
+        lanes8_chunk(type, w, o0, o1, n_out, n_in, xp, y, ldy, accumulate, scratch);
+        return;
+    }
+#endif
 #if defined(LP_LANES)
     if (ints && lanes_ints(n_in, n)) {
         lanes_chunk(type, w, o0, o1, n_out, n_in, xp, y, ldy, accumulate, scratch);
@@ -294,6 +300,17 @@ int lp_mm_takes_lanes(int type, int64_t n_in, int64_t n) {
 #endif
 }
 
+/* Does a product of n rows of n_in of this type take the AVX2 level's int8 lanes (lanes8_chunk:
+ * x as ggml's Q8_0, tests/test_lanes8.py), as lp_mm and the fused layers give it? */
+int lp_lanes8_takes(int type, int64_t n_in, int64_t n) {
+#if defined(LP_LANES8)
+    return lp_lanes8_type(type) && (lp_xprep_reads(type, n_in, n) & LP_READS_INTS) && lanes_ints(n_in, n);
+#else
+    (void)type, (void)n_in, (void)n;
+    return 0;
+#endif
+}
+
 /* y[r, o] (+)= sum_k x[r, k] W[o, k]: x float [n_rows, n_in], W [n_out, n_in] in blocks of
  * `type`, y float rows of stride ldy.  Block types: integer products on int16 activations (see
  * lp.h); float types: fp32.  Returns 0, or -1 when scratch memory could not be allocated. */
@@ -306,6 +323,7 @@ int lp_mm(int type, const uint8_t *w, int64_t n_out, int64_t n_in, const float *
     if (!xbuf) return -1;
     lp_xprep xp = xprep_at(xbuf, n_in, n_rows, x, reads);
     if (!lp_reads_q8k(type)) xp.xr.q8 = NULL; /* no Q8_K rows prepared (lp_prepare_x_row) */
+    if (!lp_lanes8_type(type)) xp.xl8.n_grp = 0; /* nor int8 lanes (lp_lanes_for) */
     int failed = 0;
 #pragma omp parallel
     {

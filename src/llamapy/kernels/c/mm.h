@@ -4,11 +4,13 @@
 
 #include "det8_x86.h"
 #include "lanes_x86.h"
+#include "lanes8_x86.h"
 
 /* The product split among the threads of an enclosing parallel region. */
 typedef struct {
     lp_xrows xr;       /* the integer form */
     lp_xlanes xl;      /* x86, LP_F32_ROWS rows or more (mm.c lanes_bytes): xr's rows in lanes */
+    lp_xlanes8 xl8;    /* LP_LANES8 where the lanes are (mm.c lanes8_bytes): x's rows as int8 in lanes; else n_grp 0 */
     uint16_t *xb;      /* the rows as bf16 (AVX512-BF16 builds, 2 rows or more), else NULL */
     int8_t *xhi, *xlo; /* LP_READS_AMX: xr's int16 rows as 256 hi + lo, [n rounded up to 16, n_in] each; else NULL */
     lp_x8 x8;          /* LP_READS_I8 (deterministic mode's Q4_1 at AVX-512, det8_x86.c): the rows in int8 */
@@ -40,5 +42,6 @@ void lp_mm_chunk(int type, const uint8_t *w, int64_t o0, int64_t o1, int64_t n_o
                  float *y, int64_t ldy, int accumulate, void *scratch);
 
 int lp_mm_takes_lanes(int type, int64_t n_in, int64_t n);
+int lp_lanes8_takes(int type, int64_t n_in, int64_t n);
 
 #endif

@@ -138,4 +138,51 @@ static void lanes_chunk(int type, const uint8_t *w, int64_t o0, int64_t o1, int6
 }
 #endif
 
+#if defined(LP_LANES8)
+/* Output rows o0..o1 from the int8 lanes (lanes8_x86.c; mm.c lanes8_takes): weight rows decoded to
+ * unsigned bytes once (lp_unpack_row8_32), then against every group of LP_NL activation rows, two
+ * groups a pass (2 weight rows a tile: 2 x 2 pairs of int16 and int32 sums, 4 float accumulators
+ * in 16 ymm), a lone group 4; the outputs buffered as lanes_chunk's.  Each weight row's bytes, d
+ * and m in one lanes_row_bytes(n_in) of the scratch (n_in + n_in / 4 + 64 bytes needed). */
+static void lanes8_chunk(int type, const uint8_t *w, int64_t o0, int64_t o1, int64_t n_out, int64_t n_in, const lp_xprep *xp,
+                         float *y, int64_t ldy, int accumulate, void *scratch) {
+    const int64_t rb = lp_row_bytes(type, n_in), n = xp->n, nb = n_in / 32, ng = xp->xl8.n_grp;
+    uint8_t *u8[LANES_NW];
+    float *d[LANES_NW], *m[LANES_NW];
+    for (int j = 0; j < LANES_NW; j++) {
+        u8[j] = (uint8_t *)(((uintptr_t)((char *)scratch + j * lanes_row_bytes(n_in)) + 63) & ~(uintptr_t)63);
+        d[j] = (float *)(u8[j] + n_in);
+        m[j] = d[j] + nb;
+    }
+    float t[2 * LP_NL * 4];
+    float yb[LANES_YB];
+    const int buffered = ng * LP_NL * YB_LD <= LANES_YB;
+    const int tw = ng >= 2 ? 2 : 4;
+    for (int64_t o = o0; o < o1; o += tw) {
+        const int nw = (int)(o1 - o < tw ? o1 - o : tw);
+        for (int j = 0; j < nw; j++) lp_unpack_row8_32(type, w + (o + j) * rb, n_in, u8[j], d[j], m[j]);
+        for (int64_t g = 0; g < ng; g += 2) {
+            const int ngp = g + 1 < ng ? 2 : 1;
+            const char *pf = NULL;
+            const int64_t pf_lines = g == 0 ? tile_prefetch(w, rb, o + 2 * tw, o + 3 * tw, n_out, &pf) : 0;
+            float *yt = buffered ? yb + LP_NL * g * YB_LD + (o - o0) : t;
+            lp_lanes8_tile(type, ngp, nw, (const uint8_t *const *)u8, (const float *const *)d, (const float *const *)m,
+                           &xp->xl8, g, pf, pf_lines, yt, buffered ? YB_LD : 4);
+            if (buffered) continue;
+            for (int64_t i = 0; i < LP_NL * ngp && LP_NL * g + i < n; i++)
+                for (int j = 0; j < nw; j++) put(y + (LP_NL * g + i) * ldy + o + j, t[4 * i + j], accumulate);
+        }
+    }
+    if (buffered)
+        for (int64_t r = 0; r < n; r++) {
+            float *yr = y + r * ldy + o0;
+            const float *br = yb + r * YB_LD;
+            if (accumulate)
+                for (int64_t k = 0; k < o1 - o0; k++) yr[k] += br[k];
+            else
+                memcpy(yr, br, sizeof(float) * (size_t)(o1 - o0));
+        }
+}
+#endif
+
 #endif /* LP_MM_LANES_H */
