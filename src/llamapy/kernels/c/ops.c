@@ -338,7 +338,7 @@ static void attn_rows_for(const attn_args *a, int64_t n, float *out, int64_t n_c
     const int64_t n_head = a->n_head, hpt = a->hpt, d_v = a->d_v, ldo = a->ldo, G = n_head / hpt;
     if (n_chunk < 1 || part == NULL) n_chunk = 1;
     float *part_ms = n_chunk > 1 ? part + n * n_chunk * n_head * d_v : NULL; /* [n, n_chunk, n_head, 2] after the outputs */
-    const int64_t two = a->det && a->f16 && row_chunks ? 2 : 1; /* det: rows in twos (pair_task), a task a pair */
+    const int64_t two = a->det && a->f16 && row_chunks && !sinks ? 2 : 1; /* det: rows in twos (pair_task), a task a pair; sinks: alone */
     const int64_t nu = (n + two - 1) / two;
 #pragma omp for schedule(dynamic, 1)
     for (int64_t t = 0; t < nu * G * n_chunk; t++) {
