@@ -9,17 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from llamapy.kernels import load_kernels
-from test_deterministic_attn import SHAPES, _cache, attend
-from test_deterministic_kernels import x86_levels
-
-
-@pytest.fixture(scope="module", params=x86_levels() + ["scalar"])
-def lib(request):
-    k = load_kernels(request.param)
-    if k is None:
-        pytest.skip("no C compiler: the CPU kernels are off")
-    return k
+from test_deterministic_attn import SHAPES, _cache, attend, lib  # noqa: F401  (lib: the fixture, every level)
 
 
 def _seq_rows(shape, cells: np.ndarray, seed: int, holes: bool):

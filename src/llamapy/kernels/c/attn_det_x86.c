@@ -25,6 +25,17 @@ LP_INLINE __m128 hsum4(__m512 a0, __m512 a1, __m512 a2, __m512 a3) {
     return _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
 }
 
+/* kr[0..4): the K rows of cells[c0 .. c0 + 4) (past nc: the last one again), those DET_PF_CELLS on asked for;
+ * returns how many are real (<= 4). */
+LP_INLINE int k_rows4(const uint16_t *k, int64_t ldk, int64_t d_k, const int64_t *cells, int64_t c0, int64_t nc,
+                      const uint16_t **kr) {
+    const int nv = (int)(nc - c0 < 4 ? nc - c0 : 4);
+    for (int i = 0; i < 4; i++) kr[i] = k + cells[c0 + (i < nv ? i : nv - 1)] * ldk;
+    for (int i = 0; i < 4 && c0 + DET_PF_CELLS + i < nc; i++)
+        for (int64_t b = 0; b < d_k * 2; b += 64) _mm_prefetch((const char *)(k + cells[c0 + DET_PF_CELLS + i] * ldk) + b, _MM_HINT_T0);
+    return nv;
+}
+
 /* Scores of NH heads (q rows q, d_k apart) against cells[0..nc) into p[h ldp + c]; mx[h]: their max.  A cell's
  * score is its own FMA chain over the dims (16 lanes, j ascending) and hsum4's tree, whatever its slot or group. */
 LP_INLINE void scores4(const int NH, const float *q, int64_t d_k, const uint16_t *k, int64_t ldk, const float *mi,
@@ -33,11 +44,8 @@ LP_INLINE void scores4(const int NH, const float *q, int64_t d_k, const uint16_t
     for (int h = 0; h < NH; h++) m4[h] = _mm_set1_ps(-INFINITY);
     const __m128 sc = _mm_set1_ps(scale);
     for (int64_t c0 = 0; c0 < nc; c0 += 4) {
-        const int nv = (int)(nc - c0 < 4 ? nc - c0 : 4);
         const uint16_t *kr[4];
-        for (int i = 0; i < 4; i++) kr[i] = k + cells[c0 + (i < nv ? i : nv - 1)] * ldk;
-        for (int i = 0; i < 4 && c0 + DET_PF_CELLS + i < nc; i++)
-            for (int64_t b = 0; b < d_k * 2; b += 64) _mm_prefetch((const char *)(k + cells[c0 + DET_PF_CELLS + i] * ldk) + b, _MM_HINT_T0);
+        const int nv = k_rows4(k, ldk, d_k, cells, c0, nc, kr);
         __m512 acc[4][4];
         for (int h = 0; h < NH; h++)
             for (int i = 0; i < 4; i++) acc[h][i] = _mm512_setzero_ps();
@@ -162,11 +170,8 @@ LP_INLINE void scores_pair4(const int NH, const float *qa, const float *qb, int6
                             int64_t lda, float *pb, int64_t ldb) {
     const __m128 sc = _mm_set1_ps(scale);
     for (int64_t c0 = 0; c0 < nc; c0 += 4) {
-        const int nv = (int)(nc - c0 < 4 ? nc - c0 : 4);
         const uint16_t *kr[4];
-        for (int i = 0; i < 4; i++) kr[i] = k + cells[c0 + (i < nv ? i : nv - 1)] * ldk;
-        for (int i = 0; i < 4 && c0 + DET_PF_CELLS + i < nc; i++)
-            for (int64_t b = 0; b < d_k * 2; b += 64) _mm_prefetch((const char *)(k + cells[c0 + DET_PF_CELLS + i] * ldk) + b, _MM_HINT_T0);
+        const int nv = k_rows4(k, ldk, d_k, cells, c0, nc, kr);
         __m512 xa[3][4], xb[3][4];
         for (int h = 0; h < NH; h++)
             for (int i = 0; i < 4; i++) xa[h][i] = _mm512_setzero_ps(), xb[h][i] = _mm512_setzero_ps();

@@ -20,6 +20,7 @@
 #include "lanes8_x86.h"
 
 #include "blocks_x86.h"
+#include "q8_avx2.h"
 
 #if defined(LP_LANES8)
 #define NL LP_NL
@@ -39,18 +40,6 @@ lp_xlanes8 lp_xlanes8_at(void *buf, int64_t n_in, int64_t n) {
     l.isum = (int32_t *)(l.s + ng * NL * (n_in / 32));
     l.sum = (float *)(l.isum + ng * NL * (n_in / 32));
     return l;
-}
-
-LP_INLINE float hsum8(__m256 v) {
-    __m128 m = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    m = _mm_add_ps(m, _mm_movehl_ps(m, m));
-    return _mm_cvtss_f32(_mm_add_ss(m, _mm_movehdup_ps(m)));
-}
-
-LP_INLINE int32_t hsum8i(__m256i v) {
-    __m128i m = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
-    m = _mm_add_epi32(m, _mm_shuffle_epi32(m, 0x4e));
-    return _mm_cvtsi128_si32(_mm_add_epi32(m, _mm_shuffle_epi32(m, 0xb1)));
 }
 
 void lp_xlanes8_fill(const float *x, int64_t n, lp_xlanes8 l, int64_t b) {
@@ -82,7 +71,7 @@ void lp_xlanes8_fill(const float *x, int64_t n, lp_xlanes8 l, int64_t b) {
         _mm256_storeu_si256((__m256i *)quads, _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
         for (int k = 0; k < 8; k++) q[NL * k] = quads[k];
         l.s[at] = amax / 127.0f;
-        l.isum[at] = hsum8i(_mm256_add_epi32(_mm256_add_epi32(qv[0], qv[1]), _mm256_add_epi32(qv[2], qv[3])));
+        l.isum[at] = q8_hsum_i(_mm256_add_epi32(_mm256_add_epi32(qv[0], qv[1]), _mm256_add_epi32(qv[2], qv[3])));
         l.sum[at] = l.s[at] * (float)l.isum[at]; /* the rounded values' sum, as ggml's Q8_1 s (not x's exact sum: that left the
             * rounding error of x against d q alone, all of one sign for Q4_1 / Q5_1: 1.6% of the largest output against
             * 0.6% for Q4_0, randn rows of 160) */

@@ -44,6 +44,18 @@ static void lane_rows_at(void *scratch, int64_t n_in, int k, lp_wrow *wr, int16_
     }
 }
 
+/* A chunk's buffered outputs (yb: n rows YB_LD apart, columns o0..o1) into y's rows (+)=. */
+static void put_buffered(const float *yb, int64_t n, int64_t o0, int64_t o1, float *y, int64_t ldy, int accumulate) {
+    for (int64_t r = 0; r < n; r++) {
+        float *yr = y + r * ldy + o0;
+        const float *br = yb + r * YB_LD;
+        if (accumulate)
+            for (int64_t k = 0; k < o1 - o0; k++) yr[k] += br[k];
+        else
+            memcpy(yr, br, sizeof(float) * (size_t)(o1 - o0));
+    }
+}
+
 /* A weight row decoded to int16 once for every activation row: straight from its blocks
  * (lp_unpack_row16), or through the canonical form widened. */
 static void row16(int type, const uint8_t *row, int64_t n_in, lp_wrow *wr, int16_t *w16) {
@@ -126,15 +138,7 @@ static void lanes_chunk(int type, const uint8_t *w, int64_t o0, int64_t o1, int6
                 for (int j = 0; j < nw; j++) put(y + (LP_NL * g + i) * ldy + o + j, t[4 * i + j], accumulate);
         }
     }
-    if (buffered)
-        for (int64_t r = 0; r < n; r++) {
-            float *yr = y + r * ldy + o0;
-            const float *br = yb + r * YB_LD;
-            if (accumulate)
-                for (int64_t k = 0; k < o1 - o0; k++) yr[k] += br[k];
-            else
-                memcpy(yr, br, sizeof(float) * (size_t)(o1 - o0));
-        }
+    if (buffered) put_buffered(yb, n, o0, o1, y, ldy, accumulate);
 }
 #endif
 
@@ -173,15 +177,7 @@ static void lanes8_chunk(int type, const uint8_t *w, int64_t o0, int64_t o1, int
                 for (int j = 0; j < nw; j++) put(y + (LP_NL * g + i) * ldy + o + j, t[4 * i + j], accumulate);
         }
     }
-    if (buffered)
-        for (int64_t r = 0; r < n; r++) {
-            float *yr = y + r * ldy + o0;
-            const float *br = yb + r * YB_LD;
-            if (accumulate)
-                for (int64_t k = 0; k < o1 - o0; k++) yr[k] += br[k];
-            else
-                memcpy(yr, br, sizeof(float) * (size_t)(o1 - o0));
-        }
+    if (buffered) put_buffered(yb, n, o0, o1, y, ldy, accumulate);
 }
 #endif
 
