@@ -18,7 +18,7 @@ from llamapy.kernels import load_kernels
 from llamapy.kernels import ops as kops
 from llamapy.kernels.build import KernelLib, bind_signatures, cpu_features, kernel_level, resolve_level, system_info, IsaError
 from llamapy.kernels.calibrate import CALIBRATION, CoarseChoice, calibrate_coarse_bf16, record_path, recorded_choice
-from llamapy.kernels.types import Q8MM_MAX_FLAGGED, Q8MM_RATIO, Q8MM_ROWS, c_kv_types, mm_scratch_bound
+from llamapy.kernels.types import Q8MM_MAX_FLAGGED, Q8MM_RATIO, Q8MM_ROWS, bf16_gemm, c_kv_types, mm_scratch_bound
 from llamapy.model.block_matrix import DENSE_ROWS, block_matrix, dense_dtype
 from llamapy.model.rope import ROPE_TYPE_NEOX, ROPE_TYPE_NORM, RopeParams, apply_rope, rope_cos_sin
 
@@ -148,7 +148,9 @@ def test_matmul_against_exact_product(lib, qtype, rows):
     # the K-quants' 131 rows with AVX512-VNNI int8 activations (one scale per 32: about 1/254
     # of a block's largest value, test_q8mm.py holds the integers); Q4_K / Q5_K / Q6_K's 131 rows on
     # AMX ggml's Q8_K (one int8 scale per 256, kernels/c/amxk_x86.c: test_amxk.py holds the sums)
-    bf16 = rows >= 5 and dense_dtype(qtype, lib) == torch.bfloat16
+    # (5..DENSE_ROWS - 1 rows follow the calibrated few-row choice, more rows the many-row one: both timed,
+    # kernels/calibrate.py, so either may be bf16 on a given machine)
+    bf16 = rows >= 5 and bf16_gemm(qtype, lib.bf16, lib.coarse_bf16 if rows < DENSE_ROWS else lib.coarse_many_bf16)
     q8 = lib.fn.lp_q8mm_takes(int(qtype), x.data_ptr(), shape[1], rows)
     amxk = lib.amx and qtype in (T.Q4_K, T.Q5_K, T.Q6_K) and rows >= DENSE_ROWS
     # the 4- and 5-bit 32-element types' 5-8 and 16+ rows at AVX2 without VNNI: x as ggml's Q8_0 in int8
