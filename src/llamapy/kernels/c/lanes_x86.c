@@ -53,14 +53,25 @@ typedef __m256 vfl;
 #define VFL_MUL(a, b) _mm256_mul_ps(a, b)
 #define VFL_CVT(a) _mm256_cvtepi32_ps(a)
 LP_INLINE vi pair_dot(vi acc, vi x, vi w) {
-    vi r = lp_dpwssd256(acc, x, w);
-#if !defined(LP_VNNI) && !defined(LP_AVXVNNI)
-    __asm__("" : "+x"(r)); /* vpaddd where its vpmaddwd is: GCC reassociated the unrolled chains' integer adds, hoisting
-                            * every vpmaddwd of the loop and spilling them (the same integers either way) */
+#if defined(LP_VNNI) || defined(LP_AVXVNNI)
+    return lp_dpwssd256(acc, x, w);
+#else
+    const vi m = _mm256_madd_epi16(x, w);
+    __asm__("vpaddd %1, %0, %0" : "+x"(acc) : "x"(m)); /* the add opaque, into acc's own register: GCC reassociated
+        * the unrolled chains' integer adds (hoisting every vpmaddwd of the loop and spilling them), and an empty asm
+        * on the sum left a vmovdqa after every vpaddd (the same integers either way) */
+    return acc;
 #endif
-    return r;
 }
 #endif
+/* a chain's first pair: its products alone (no add to a zero) */
+LP_INLINE vi pair_first(vi x, vi w) {
+#if defined(LP_AVX512) || defined(LP_VNNI) || defined(LP_AVXVNNI)
+    return pair_dot(VI_ZERO(), x, w);
+#else
+    return _mm256_madd_epi16(x, w);
+#endif
+}
 #define NL LP_NL
 /* a weight line for a later tile, requested while this one computes: a tile spreads its
  * requests over its blocks (a burst of them at its start left its loads waiting) */
@@ -188,7 +199,11 @@ LP_INLINE void tile(const int NG, const int NW, const int g16, const int has_min
                 }
                 for (int j = 0; j < NW; j++) p[0][j] = VI_ADD(p[0][j], p2[j]);
             } else {
+#if defined(LP_AVX512)
 #pragma GCC unroll 4
+#else
+#pragma GCC unroll 16
+#endif
                 for (int k = 0; k < kn; k++) {
                     vi xv[2];
                     for (int i = 0; i < NG; i++) xv[i] = VI_LOAD(xq[i] + k0 + k);
@@ -196,7 +211,7 @@ LP_INLINE void tile(const int NG, const int NW, const int g16, const int has_min
                         int32_t wp;
                         memcpy(&wp, w16[j] + 2 * (k0 + k), 4);
                         const vi wv = VI_BCAST(wp); /* a broadcast load */
-                        for (int i = 0; i < NG; i++) p[i][j] = pair_dot(p[i][j], xv[i], wv);
+                        for (int i = 0; i < NG; i++) p[i][j] = k ? pair_dot(p[i][j], xv[i], wv) : pair_first(xv[i], wv);
                     }
                 }
             }
