@@ -184,17 +184,15 @@ LP_INLINE void tile(const int NG, const int NW, const int g16, const int has_min
                             * in two chains each, summed after (the same integers) */
                 vi p2[4];
                 for (int j = 0; j < NW; j++) p2[j] = VI_ZERO();
-#if defined(LP_AVX512)
 #pragma GCC unroll 8 /* unrolled whole: the 8 chains stay in registers (rolled, each vpdpwssd went through a copy) */
-#endif
                 for (int k = 0; k < kn; k += 2) {
                     const vi x0 = VI_LOAD(xq[0] + k0 + k), x1 = VI_LOAD(xq[0] + k0 + k + 1);
                     for (int j = 0; j < NW; j++) {
                         int32_t w0, w1; /* each read on its own: broadcast loads */
                         memcpy(&w0, w16[j] + 2 * (k0 + k), 4);
                         memcpy(&w1, w16[j] + 2 * (k0 + k + 1), 4);
-                        p[0][j] = pair_dot(p[0][j], x0, VI_BCAST(w0));
-                        p2[j] = pair_dot(p2[j], x1, VI_BCAST(w1));
+                        p[0][j] = k ? pair_dot(p[0][j], x0, VI_BCAST(w0)) : pair_first(x0, VI_BCAST(w0));
+                        p2[j] = k ? pair_dot(p2[j], x1, VI_BCAST(w1)) : pair_first(x1, VI_BCAST(w1));
                     }
                 }
                 for (int j = 0; j < NW; j++) p[0][j] = VI_ADD(p[0][j], p2[j]);
