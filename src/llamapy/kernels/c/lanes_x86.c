@@ -22,6 +22,7 @@
  * products up to the order of the float sums (the fp32 tiles multiplied the unrounded
  * activations). */
 #include "lanes_x86.h"
+#include "lp_cpu.h"
 
 #if defined(LP_AVX2) || defined(LP_AVX512)
 
@@ -254,6 +255,17 @@ void lp_lanes_tile(int ng, int nw, int g16, int has_min, const int16_t *const *w
     }
 }
 #undef TILE_K
+
+int lp_lanes_amd(void) {
+    static int amd = -1; /* -1: not asked yet (cpuid traps to the hypervisor under a VM: once, not every product;
+                          * threads racing here store the same answer) */
+    int v = __atomic_load_n(&amd, __ATOMIC_RELAXED);
+    if (v < 0) {
+        v = lp_cpu_amd_family() != 0;
+        __atomic_store_n(&amd, v, __ATOMIC_RELAXED);
+    }
+    return v;
+}
 
 void lp_widen_q(const int8_t *q, int64_t n_in, int16_t *out) {
     for (int64_t k = 0; k + 16 <= n_in; k += 16)

@@ -31,6 +31,7 @@ void lp_xlanes_fill(const lp_xrows *xr, int64_t n, lp_xlanes l, int64_t b, int p
 void lp_lanes_tile(int ng, int nw, int g16, int has_min, const int16_t *const *w16, const lp_wrow *wr,
                    const lp_xlanes *l, int64_t g0, const char *pf, int64_t pf_lines, float *y, int64_t ldy);
 void lp_widen_q(const int8_t *q, int64_t n_in, int16_t *out);
+int lp_lanes_amd(void); /* an AMD CPU (lp_cpu_amd_family, asked once): mm_lanes.h lanes_tile_rows */
 #endif
 #if defined(LP_AVX512)
 /* Twin lanes (lanes_x86.c): LP_F32_ROWS..LP_FEW_ROWS rows, each in two adjacent lanes of one

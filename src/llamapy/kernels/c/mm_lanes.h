@@ -7,18 +7,6 @@
 #define LP_MM_LANES_H
 
 #define LANES_NW 4 /* weight rows per lane tile, at most (lp_lanes_tile writes 4 columns, those past nw zeros) */
-/* A lane tile's weight rows for this type: 4; at AVX2 3 for the types of one scale per block of
- * 32 or 32-group (two groups' 2 x 3 chains and sums, 2 activation vectors and a weight pair fit
- * its 16 ymm registers, where 4 rows spilled: kernel_ab.py --rows 8..32 -t 2, the 2-core Intel
- * Xeon (KVM, family 6 model 167), 1.01-1.15x; the 16-groups' types lost 3-7% at 16-32 rows). */
-static int lanes_tile_rows(int g16) {
-#if defined(LP_AVX512)
-    (void)g16;
-    return 4;
-#else
-    return g16 ? 4 : 3;
-#endif
-}
 #define YB_LD (CHUNK + 4) /* a buffered row's floats: a tile's four columns stay inside it from any column < CHUNK */
 #define LANES_YB (512 * YB_LD) /* floats of a chunk's buffered outputs (512 rows: lanes_slice_rows) */
 static size_t lanes_row_bytes(int64_t n_in) { return lp_wrow_bytes(n_in) + (size_t)n_in * 2 + 128; }
@@ -104,6 +92,21 @@ static void twin_chunk(int type, const uint8_t *w, int64_t o0, int64_t o1, int64
 #endif
 
 #if defined(LP_LANES)
+/* A lane tile's weight rows for this type: 4; at AVX2 on Intel 3 for the types of one scale per
+ * block of 32 or 32-group (two groups' 2 x 3 chains and sums, 2 activation vectors and a weight
+ * pair fit its 16 ymm registers, where 4 rows spilled: kernel_ab.py --rows 8..32 -t 2, the 2-core
+ * Intel Xeon (KVM, family 6 model 167), 1.01-1.15x; the 16-groups' types lost 3-7% at 16-32 rows);
+ * on AMD 4 (lp_lanes_amd: Q8_0 2048x640 -t 1 --cpu-time on the 2-core EPYC Zen 3, family 0x19
+ * model 1: 1.04x at 16 rows, 1.06x at 32, 1.07x at 8; the float sums spilled once a block cost
+ * less than the fourth row's shared activation loads saved). */
+static int lanes_tile_rows(int g16) {
+#if defined(LP_AVX512)
+    (void)g16;
+    return 4;
+#else
+    return g16 || lp_lanes_amd() ? 4 : 3;
+#endif
+}
 /* Output rows o0..o1 from the lanes (lanes_x86.c): lanes_tile_rows weight rows at a time decoded to
  * int16 once (lp_unpack_row16, or the canonical form widened), then against every group of
  * LP_NL activation rows, two groups a pass. */
