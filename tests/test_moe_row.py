@@ -18,10 +18,14 @@ from llamapy.model.model import Model
 T = gguf.GGMLQuantizationType
 
 
-@pytest.mark.parametrize("arch,n_expert,k,wt", [("qwen3moe", 16, 4, T.Q8_0), ("llama", 4, 2, T.F16),
-                                                ("qwen3moe", 8, 2, T.IQ4_NL)])
-def test_c_row_equals_the_per_expert_path(tmp_path, arch, n_expert, k, wt):
-    m = Model.load(write_tiny_family(tmp_path / "m.gguf", arch, wt, n_expert=n_expert, n_expert_used=k))
+# The last two: each thread's share of the (expert, 16 rows) tasks and of the output rows
+# (moe.c) starting inside an expert (3 experts of 6 or 5 chunks), a short last chunk (72 rows).
+@pytest.mark.parametrize("arch,n_expert,k,wt,sizes", [("qwen3moe", 16, 4, T.Q8_0, {}), ("llama", 4, 2, T.F16, {}),
+                                                      ("qwen3moe", 8, 2, T.IQ4_NL, {}),
+                                                      ("qwen3moe", 8, 3, T.Q8_0, {"n_embd": 96, "n_ff_exp": 96}),
+                                                      ("llama", 6, 3, T.F16, {"n_embd": 80, "n_ff": 72})])
+def test_c_row_equals_the_per_expert_path(tmp_path, arch, n_expert, k, wt, sizes):
+    m = Model.load(write_tiny_family(tmp_path / "m.gguf", arch, wt, n_expert=n_expert, n_expert_used=k, **sizes))
     hp = m.hparams
     g = torch.Generator().manual_seed(0)
     for L in m.net.layers:
