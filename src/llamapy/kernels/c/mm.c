@@ -154,7 +154,7 @@ static void mm_chunk(int type, const uint8_t *w, int64_t o0, int64_t o1, int64_t
     }
 #endif
 #if defined(LP_LANES8)
-    if (ints && lanes_ints(n_in, n) && xp->xl8.n_grp && lp_lanes8_type(type)) { /* AVX2, no VNNI: int8 lanes */
+    if ((reads & LP_READS_INTS) && lanes8_rows(n_in, n) && xp->xl8.n_grp && lp_lanes8_type(type)) { /* AVX2, no VNNI: int8 lanes */
         lanes8_chunk(type, w, o0, o1, n_out, n_in, xp, y, ldy, accumulate, scratch);
         return;
     }
@@ -304,7 +304,7 @@ int lp_mm_takes_lanes(int type, int64_t n_in, int64_t n) {
  * x as ggml's Q8_0, tests/test_lanes8.py), as lp_mm and the fused layers give it? */
 int lp_lanes8_takes(int type, int64_t n_in, int64_t n) {
 #if defined(LP_LANES8)
-    return lp_lanes8_type(type) && (lp_xprep_reads(type, n_in, n) & LP_READS_INTS) && lanes_ints(n_in, n);
+    return lp_lanes8_type(type) && (lp_xprep_reads(type, n_in, n) & LP_READS_INTS) && lanes8_rows(n_in, n);
 #else
     (void)type, (void)n_in, (void)n;
     return 0;
