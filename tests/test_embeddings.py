@@ -13,6 +13,7 @@ import pytest
 
 from llamapy.context import Context
 from llamapy.embed import Embedder, EmbeddingError
+from llamapy.kernels.build import load_kernels
 from llamapy.model.model import Model
 from llamapy.params import ContextParams
 
@@ -101,8 +102,13 @@ def test_bert_alone_equals_in_batch_of_16(bert: Model) -> None:
 @pytest.mark.slow
 def test_smollm2_alone_equals_in_batch_of_16(smollm2_path: Path) -> None:
     # alone, a 2-token text goes through the few-row fused C layers (kernels/fused_layers.py), in
-    # the batch through the many-row matmuls: their Q4_1 roundings differ by ~3e-5 in cosine
-    _alone_vs_batch(Model.load(smollm2_path), "last", 0.9999)
+    # the batch through the many-row matmuls: their Q4_1 roundings differ by ~3e-5 in cosine.  At
+    # the AVX2 level without VNNI a text alone reads x as ggml's Q8_1 (int8 per 32, as llama.cpp),
+    # while the batch's 64+ rows take the int8 prompt panels, which also keep the residual of a
+    # block whose largest |x| dominates it (q8mm32_x86.c): SmolLM2's few huge channels make such
+    # blocks, and the texts' cosines read 0.99980 / 0.99978 / 1.0 on an AMD EPYC Zen 3 (2026-12-07)
+    k = load_kernels()
+    _alone_vs_batch(Model.load(smollm2_path), "last", 0.9995 if k is not None and k.level == "avx2" else 0.9999)
 
 
 def test_noncausal_ubatch_below_a_sequence_is_refused(bert: Model) -> None:

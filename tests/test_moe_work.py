@@ -38,7 +38,7 @@ def c_sizes():
     rows.restype = ctypes.c_int64
     rows.argtypes = [ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64]
     scratch.restype, scratch.argtypes = ctypes.c_size_t, [ctypes.c_int64]
-    return xprep, rows, scratch
+    return xprep, rows, scratch, k.level
 
 
 def _routings(n_t: int, n_expert: int, k: int, rng: np.random.Generator) -> list[np.ndarray]:
@@ -69,7 +69,9 @@ def test_moe_rows_bound_holds_every_routing(c_sizes, n_embd, n_ff, n_expert, k, 
         worst = max(worst, rows(n_t, n_expert, counts.ctypes.data, n_embd, n_ff))
     bound = moe_rows_bound(n_t, n_expert, k, n_embd, n_ff)
     assert worst <= bound, (worst, bound)
-    if n_t >= 512:  # not a loose bound at a real prompt's size (1.16-1.21x here)
+    # not a loose bound at a real prompt's size (1.16-1.21x at the AVX-512 level); the scalar
+    # library lays out no lanes, whose bytes the bound (one for every level) includes
+    if n_t >= 512 and c_sizes[3] != "scalar":
         assert bound < 1.25 * worst, (worst, bound)
 
 

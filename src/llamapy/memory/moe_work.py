@@ -13,11 +13,14 @@ rows to k experts each (n_slots = n_t * k slots, at most min(n_expert, n_slots) 
                     prepared twice (lp_xprep_bytes of n_embd and of n_ff for its c rows, each
                     64-aligned plus 64), where lp_xprep_bytes(n_in, c) (kernels/c/mm_xprep.inc)
                     is the int16 rows with scales and sums (2.5 bytes a value, 4.75 where few
-                    rows keep them split too, + 384), a bf16 copy (2, + 64) and the rows in
-                    lanes of up to 16 (2.5 a value of c rounded up to 16, + 128)
+                    rows keep them split too, + 384), a bf16 copy (2, + 64), the rows in
+                    lanes of up to 16 (2.5 a value of c rounded up to 16, + 128), and at the AVX2
+                    level without VNNI the int8 rows its four 32-value types read at every count
+                    (lanes8_x86.c from 5 rows: 1.375 a value of c rounded up to 8, + 128;
+                    det8_row_x86.c's x8 at 2-4 rows: at most 28.5 n_in + 448)
 
-so each expert's part is at most 6.75 n_in c + 2.5 n_in ceil16(c) + 576 bytes per form, and the
-sum of ceil16(c) over the experts at most n_slots + 15 n_act."""
+so each expert's part is at most 6.75 n_in c + (2.5 + 29 / 16) n_in ceil16(c) + 1024 bytes per
+form, and the sum of ceil16(c) over the experts at most n_slots + 15 n_act."""
 from __future__ import annotations
 
 from ..kernels.types import mm_scratch_bound
@@ -25,12 +28,15 @@ from ..kernels.types import mm_scratch_bound
 F32 = 4
 ACTIVE_EXPERT = 512  # bytes: sizeof(active_expert), three int64 and two lp_xprep (about 376 on x86-64)
 XPREP_FIXED = 576  # bytes of one lp_xprep_bytes besides its per-value parts
+INT8_FIXED = 448  # the AVX2 level's int8 rows (lanes8 or x8) besides their per-value parts
 LANE_ROWS = 16  # the lanes' row group (LP_NL: 16 at the AVX-512 level, 8 at AVX2)
 
 
 def xprep_bound(n_in: int, n: int) -> int:
     """At least lp_xprep_bytes(n_in, n) (kernels/c/mm_xprep.inc, see the module docstring)."""
-    return (27 * n_in * n) // 4 + (5 * n_in * (-(-n // LANE_ROWS) * LANE_ROWS)) // 2 + XPREP_FIXED + 2
+    ceil16 = -(-n // LANE_ROWS) * LANE_ROWS
+    int8_rows = (11 * n_in * ceil16) // 8 + 128 if n >= 5 else (57 * n_in) // 2 + INT8_FIXED if n >= 2 else 0
+    return (27 * n_in * n) // 4 + (5 * n_in * ceil16) // 2 + XPREP_FIXED + 2 + int8_rows
 
 
 def moe_rows_bound(n_t: int, n_expert: int, k: int, n_embd: int, n_ff: int) -> int:
@@ -41,8 +47,9 @@ def moe_rows_bound(n_t: int, n_expert: int, k: int, n_embd: int, n_ff: int) -> i
     n_slots = n_t * k
     n_act = min(n_expert, n_slots)
     floats = n_slots * (n_embd + 2 * n_ff) + n_t * n_embd
-    per_value = (27 * n_slots) // 4 + 1 + (5 * (n_slots + (LANE_ROWS - 1) * n_act)) // 2 + 1
-    xbytes = (n_embd + n_ff) * per_value + n_act * (2 * (XPREP_FIXED + 2 + 63 + 64))
+    ceil16_sum = n_slots + (LANE_ROWS - 1) * n_act
+    per_value = (27 * n_slots) // 4 + 1 + (5 * ceil16_sum) // 2 + 1 + (29 * ceil16_sum) // 16 + 1
+    xbytes = (n_embd + n_ff) * per_value + n_act * (2 * (XPREP_FIXED + 2 + 63 + 64 + INT8_FIXED))
     return n_act * ACTIVE_EXPERT + 63 + F32 * floats + 63 + xbytes + 64
 
 
