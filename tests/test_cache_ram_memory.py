@@ -98,7 +98,7 @@ def test_mem_counts_cache_ram() -> None:
     tot = plain["total"] / MiB
     fits = _mem("--cache-ram", "100", "--mem-budget", f"{tot + 101:.2f}")
     assert "with the prompt cache's 100.00 MiB" in fits.stdout and f"with the prompt cache up to {tot + 100:.2f} MiB" in fits.stdout
-    over = _mem("--cache-ram", "100", "--mem-budget", f"{tot + 50:.2f}")
+    over = _mem("--cache-ram", "100", "--mem-budget", f"{tot + 50.5:.2f}")  # (.2f may round a budget of tot + 50 down to 49.99x)
     assert "the prompt cache does NOT" in over.stdout and "lower --cache-ram to 50 or less" in over.stdout
     bad = _mem("--cache-ram", "-2")
     assert bad.returncode != 0 and "--cache-ram (-2) must be >= -1" in bad.stderr

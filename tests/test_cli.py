@@ -66,7 +66,10 @@ def test_pull_list():
 def test_chat_uses_template_and_answers(smollm2_path):
     r = subprocess.run(
         [sys.executable, "-m", "llamapy", "chat", "-m", str(smollm2_path), "--temp", "0", "-n", "24", "-c", "1024"],
-        input="What is the capital of France?\nAnd of Italy?\n",
+        # (SmolLM2 135M Q4_1 answers "What is the capital of France?" with "L'Étoile, la Marseillaise..."
+        # where x is rounded as llama.cpp rounds it, ggml's Q8_1: llama-completion's own greedy reply
+        # on an AMD Zen 3; this wording it answers at every level, int16 (scalar) and int8 (avx2))
+        input="Name the capital of France.\nAnd of Italy?\n",
         capture_output=True, text=True, timeout=300,
     )
     assert r.returncode == 0, r.stderr

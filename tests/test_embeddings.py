@@ -103,10 +103,10 @@ def test_bert_alone_equals_in_batch_of_16(bert: Model) -> None:
 def test_smollm2_alone_equals_in_batch_of_16(smollm2_path: Path) -> None:
     # alone, a 2-token text goes through the few-row fused C layers (kernels/fused_layers.py), in
     # the batch through the many-row matmuls: their Q4_1 roundings differ by ~3e-5 in cosine.  At
-    # the AVX2 level without VNNI a text alone reads x as ggml's Q8_1 (int8 per 32, as llama.cpp),
-    # while the batch's 64+ rows take the int8 prompt panels, which also keep the residual of a
-    # block whose largest |x| dominates it (q8mm32_x86.c): SmolLM2's few huge channels make such
-    # blocks, and the texts' cosines read 0.99980 / 0.99978 / 1.0 on an AMD EPYC Zen 3 (2026-12-07)
+    # the AVX2 level without VNNI the batch's 64+ rows take the int8 prompt panels (ggml's Q8_1
+    # per 32, plus the residual of a block whose largest |x| dominates it, q8mm32_x86.c) while a
+    # short text alone keeps int16 activations: SmolLM2's few huge channels make such blocks, and
+    # text 0's cosine read 0.99956 on an AMD EPYC Zen 3 (2026-12-07)
     k = load_kernels()
     _alone_vs_batch(Model.load(smollm2_path), "last", 0.9995 if k is not None and k.level == "avx2" else 0.9999)
 

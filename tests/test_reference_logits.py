@@ -67,8 +67,13 @@ def test_llama_logits_match_transformers(reference, smollm2, smollm2_path, mode)
             lib.fn.lp_amxk_set(1)
         agree, max_abs = _scores(ours, ref_logits)
         print(f"{mode}, the int8 path off: top-1 agreement {agree:.4f}, max |diff| {max_abs:.4f}")
-    assert agree >= MIN_TOP1[mode]
-    assert max_abs < MAX_ABS[mode]
+    min_top1, most = MIN_TOP1[mode], MAX_ABS[mode]
+    if not exact and level == "avx2" and load_kernels().fn.lp_lanes8_takes(3, 576, 16):  # Q4_1 read as Q8_1 from 16 rows
+        # (the AVX2 level without VNNI, as llama.cpp's build-avx2: 16 rows 96.4% / 1.56, 512 rows with
+        # the int8 panels off 96.7% / 1.27 on an AMD Zen 3): the bar is llama.cpp's own at that level
+        min_top1, most = LLAMACPP["build-avx2"]["top1"], max(most, LLAMACPP["build-avx2"]["max_abs"])
+    assert agree >= min_top1
+    assert max_abs < most
 
 
 def _decode_all(model: llamapy.Model, ids: list[int], n_ubatch: int) -> torch.Tensor:
