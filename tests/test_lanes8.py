@@ -1,5 +1,5 @@
 """The AVX2 level's int8 lanes (kernels/c/lanes8_x86.c; no VNNI): Q4_0 / Q4_1 / Q5_0 / Q5_1 against
-5-8 and 16+ activation rows read x as ggml's Q8_0 (one scale per 32, int8 rounded to nearest
+2 or more activation rows read x as ggml's Q8_0 (one scale per 32, int8 rounded to nearest
 even), as llama.cpp's AVX2 build does.  Held to that rounding's exact product (the integers
 exact, only the float steps' order free), each row the same whatever the batch around it, and
 the unsigned weights' offset at its extremes (every weight -16 / +15, activations +-127: the int16
@@ -48,10 +48,10 @@ def test_only_the_avx2_level_without_vnni_takes_it():
         for qtype in TYPES:
             assert bool(lib.fn.lp_lanes8_takes(int(qtype), 640, 16)) == (level == "avx2"), (level, qtype)
     lib = kernels_at("avx2")
-    for qtype, n_in, n in ((T.Q8_0, 640, 16), (T.Q4_K, 512, 16), (T.Q5_0, 640, 1), (T.Q5_0, 640, 4), (T.Q5_0, 640, 12),
-                           (T.Q5_0, 656, 16)):  # Q8_0 and the K-quants keep their paths, 1-4 and 9-15 rows theirs
+    for qtype, n_in, n in ((T.Q8_0, 640, 16), (T.Q4_K, 512, 16), (T.Q5_0, 640, 1), (T.Q8_0, 640, 4),
+                           (T.Q5_0, 656, 16)):  # Q8_0 and the K-quants keep their paths, one row det8_row_x86.c
         assert not lib.fn.lp_lanes8_takes(int(qtype), n_in, n), (qtype, n_in, n)
-    for n in (5, 8, 16, 17, 40, 63):
+    for n in (2, 4, 5, 8, 12, 16, 17, 40, 63):  # every count from 2 (tests/test_row_counts_i8.py)
         assert lib.fn.lp_lanes8_takes(int(T.Q5_0), 640, n), n
 
 

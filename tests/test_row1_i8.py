@@ -1,4 +1,5 @@
-"""With lp_row1_i8_set(1) (off by default: kernels/c/row1_x86.h says why), one activation row of the
+"""With lp_row1_i8_set(1) (off by default but at the AVX2 level without VNNI for Q4_0 / Q4_1 / Q5_0 /
+Q5_1: kernels/c/row1_x86.h says why), one activation row of the
 32-element types (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0) on x86 reads x as ggml's Q8_0 through
 --deterministic's one-row kernel (det8_row_x86.c), in lp_mm and in the fused layers' one-row
 ubatches: the product is --deterministic's bits, and a one-sequence decode differs from the int16
@@ -36,22 +37,31 @@ def test_one_row_is_the_deterministic_product(lib, qtype):
     raw, W = _matrix(qtype, shape, seed=31)
     m = block_matrix([(raw, qtype, shape)], lib)
     x = torch.randn(2, shape[1], generator=torch.Generator().manual_seed(32))
-    assert not lib.fn.lp_row1_i8(int(qtype), shape[1]), "off by default"
-    y16 = m(x[:1])
+    # off by default but at the AVX2 level without VNNI for the four types lanes8 takes (row1_x86.h)
+    assert bool(lib.fn.lp_row1_i8(int(qtype), shape[1])) == (lib.level == "avx2" and qtype != T.Q8_0), lib.isa
+    lib.fn.lp_row1_i8_set(0)
+    try:
+        y16 = m(x[:1])
+    finally:
+        lib.fn.lp_row1_i8_set(-1)
     lib.fn.lp_row1_i8_set(1)
     try:
         assert bool(lib.fn.lp_row1_i8(int(qtype), shape[1])) == _takes(lib, qtype), lib.isa
         y = m(x[:1])
     finally:
-        lib.fn.lp_row1_i8_set(0)
+        lib.fn.lp_row1_i8_set(-1)
     if not _takes(lib, qtype):
         return
     assert torch.equal(y, m.det(x[:1]))
     ref = (q8_0_rounded(x[:1]).double() @ W.double().T).float()
     assert (y - ref).abs().max().item() <= 1e-5 * ref.abs().max().item()
     assert not torch.equal(y, y16)  # the int16 form: other bits
-    # two rows: the int16 form, row 0 within its rounding of the exact product, not the Q8_0 one
+    # two rows: the int16 form, row 0 within its rounding of the exact product, not the Q8_0 one;
+    # at the AVX2 level the four types' int8 lanes: the one row's bits (tests/test_row_counts_i8.py)
     exact = (x.double() @ W.double().T).float()
+    if lib.level == "avx2" and qtype != T.Q8_0:
+        assert torch.equal(m(x)[:1], y)
+        return
     assert (m(x)[:1] - exact[:1]).abs().max().item() <= 1e-4 * exact.abs().max().item()
 
 
@@ -65,12 +75,16 @@ def test_fused_decode_takes_it(tmp_path):
     if lib is None or lib.level == "scalar":
         pytest.skip("the one-row Q8_0 form is x86's")
     model = Model.load(write_tiny_llama(tmp_path / "q4_1.gguf", weight_type=T.Q4_1, embd_type=T.F32))
-    y16 = _decode_steps(model, 1)
+    lib.fn.lp_row1_i8_set(0)
+    try:
+        y16 = _decode_steps(model, 1)
+    finally:
+        lib.fn.lp_row1_i8_set(-1)
     lib.fn.lp_row1_i8_set(1)
     try:
         y8 = _decode_steps(model, 1)
     finally:
-        lib.fn.lp_row1_i8_set(0)
+        lib.fn.lp_row1_i8_set(-1)
     assert not torch.equal(y8, y16)
     assert torch.equal(y8.argmax(1), y16.argmax(1))
     assert (y8 - y16).abs().max().item() <= 6e-2 * y16.abs().max().item()

@@ -187,9 +187,9 @@ static void check_type(const lib_t *u, const lib_t *r, const type_t *t) {
                          (n >= 16 && n < 128 && strstr(u->isa, "avx512") && strstr(u->isa, "vnni")));
         /* and one row of the 32-element types against ggml's Q8_0 form (row1_x86.h lp_row1_i8) */
         const int q8 = !strncmp(u->isa, "avx", 3) && n == 1 && (t->type == 2 || t->type == 3 || t->type == 6 || t->type == 7 || t->type == 8);
-        /* and at the AVX2 level without VNNI the 4- and 5-bit 32-element types' 5-8 and 16+ rows in int8 lanes
-         * (lanes8_x86.c: Q8_0-form activations, as the one row) */
-        const int l8 = !strcmp(u->isa, "avx2") && n >= 5 && n != 9 && (t->type == 2 || t->type == 3 || t->type == 6 || t->type == 7);
+        /* and at the AVX2 level without VNNI the 4- and 5-bit 32-element types' rows from 2 in int8 lanes
+         * (lanes8_x86.c: Q8_0-form activations, as the one row; mm_xprep.inc lanes8_rows, rows8_few) */
+        const int l8 = !strcmp(u->isa, "avx2") && n >= 2 && (t->type == 2 || t->type == 3 || t->type == 6 || t->type == 7);
         report(what, t->name, ra || rb ? INFINITY : max_diff(ya, yb, n * n_out) / (max_abs(yb, n * n_out) + 1e-30),
                q8k || q8 || l8 ? 2e-2 : bf16 && n >= 5 ? 1e-2 : n <= 8 ? 5e-5 : 2e-5);
         free(x), free(ya), free(yb);

@@ -74,6 +74,54 @@ LP_INLINE void row8(const int type, const uint8_t *w, int64_t o0, int64_t o1, in
     }
 }
 
+/* row8's walk for NX (2..4) activation rows: each block of 8 weight rows decoded once, then per row the
+ * same integers and float steps as row8's (the same bits as each row alone). */
+LP_INLINE void rowsn(const int type, const int NX, const uint8_t *w, int64_t o0, int64_t o1, int64_t n_out, const lp_x8 *p,
+                     float *y, int64_t ldy, int accumulate) {
+    const int bb = bytes32(type), has_min = type == LP_Q4_1 || type == LP_Q5_1, off = lp_det8_offset(type);
+    const int64_t nb = p->n_in / 32, rb = bb * nb;
+    for (int64_t o = o0; o < o1; o += 8) {
+        const uint8_t *rows[8];
+        lp_det8_next nx;
+        const int nw = lp_det8_rows8(w, o, o1, n_out, rb, nb, rows, &nx);
+        __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+        for (int64_t b = 0; b < nb; b++) {
+            lp_det8_prefetch(&nx, b);
+            __m256i wb[8];
+            for (int j = 0; j < 8; j++) wb[j] = lp_det8_bytes(type, rows[j] + bb * b);
+            const __m256 dw = f16x8(rows, bb * b), mw = has_min ? f16x8(rows, bb * b + 2) : _mm256_setzero_ps();
+            for (int i = 0; i < NX; i++) {
+                const __m256i xv = _mm256_loadu_si256((const __m256i *)(p->q + i * p->n_in + 32 * b));
+                __m256i ps[8];
+                for (int j = 0; j < 8; j++) ps[j] = dpbusd256(_mm256_setzero_si256(), wb[j], xv);
+                __m256i is = sum8x8(ps);
+                if (off) is = _mm256_sub_epi32(is, _mm256_set1_epi32(off * p->qs[i * nb + b]));
+                acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is), _mm256_mul_ps(dw, _mm256_set1_ps(p->d[i * nb + b])), acc[i]);
+                if (has_min) acc[i] = _mm256_fmadd_ps(_mm256_set1_ps(p->sum[i * nb + b]), mw, acc[i]);
+            }
+        }
+        for (int i = 0; i < NX; i++) lp_det8_store8(y + i * ldy + o, acc[i], nw, accumulate);
+    }
+}
+
+#define ROWSN(T)                                                                                                       \
+    do {                                                                                                               \
+        if (nx == 2) rowsn(T, 2, w, o0, o1, n_out, p, y, ldy, accumulate);                                             \
+        else if (nx == 3) rowsn(T, 3, w, o0, o1, n_out, p, y, ldy, accumulate);                                        \
+        else rowsn(T, 4, w, o0, o1, n_out, p, y, ldy, accumulate);                                                     \
+    } while (0)
+
+void lp_det8_rows(int type, const uint8_t *w, int64_t o0, int64_t o1, int64_t n_out, const lp_x8 *p, int nx, float *y,
+                  int64_t ldy, int accumulate) {
+    switch (type) {
+    case LP_Q4_0: ROWSN(LP_Q4_0); break;
+    case LP_Q4_1: ROWSN(LP_Q4_1); break;
+    case LP_Q5_0: ROWSN(LP_Q5_0); break;
+    default: ROWSN(LP_Q5_1); break;
+    }
+}
+#undef ROWSN
+
 void lp_det8_row(int type, const uint8_t *w, int64_t o0, int64_t o1, int64_t n_out, const lp_x8 *p, float *y,
                  int accumulate) {
     switch (type) {
@@ -88,5 +136,9 @@ void lp_det8_row(int type, const uint8_t *w, int64_t o0, int64_t o1, int64_t n_o
 void lp_det8_row(int type, const uint8_t *w, int64_t o0, int64_t o1, int64_t n_out, const lp_x8 *p, float *y,
                  int accumulate) {
     (void)type, (void)w, (void)o0, (void)o1, (void)n_out, (void)p, (void)y, (void)accumulate;
+}
+void lp_det8_rows(int type, const uint8_t *w, int64_t o0, int64_t o1, int64_t n_out, const lp_x8 *p, int nx, float *y,
+                  int64_t ldy, int accumulate) {
+    (void)type, (void)w, (void)o0, (void)o1, (void)n_out, (void)p, (void)nx, (void)y, (void)ldy, (void)accumulate;
 }
 #endif

@@ -219,9 +219,9 @@ int lp_layers(const lp_layer *L, int64_t n_layer, const lp_dims *hp, float *x, i
             e_ne |= lp_lanes8_type(l->tq) | lp_lanes8_type(l->tk) | lp_lanes8_type(l->tv) | lp_lanes8_type(l->tg) | lp_lanes8_type(l->tu);
             e_q |= lp_lanes8_type(l->to), e_ff |= lp_lanes8_type(l->td);
         }
-        if (!e_ne) xp_ne.xl8.n_grp = 0;
-        if (!e_q) xp_q.xl8.n_grp = 0;
-        if (!e_ff) xp_ff.xl8.n_grp = 0;
+        if (!e_ne) xp_ne.xl8.n_grp = 0, xp_ne.x8.q = NULL; /* (and 2, 3 rows' int8 rows: mm.c lp_det8_rows) */
+        if (!e_q) xp_q.xl8.n_grp = 0, xp_q.x8.q = NULL;
+        if (!e_ff) xp_ff.xl8.n_grp = 0, xp_ff.x8.q = NULL;
     }
     /* deterministic mode (one-row ubatches: the lp_row1_i8 types'): the same rows in rows_det_x86.c's forms */
     lp_xprep dx_ne, dx_q, dx_ff;

@@ -11,6 +11,7 @@
 
 #include "amx_x86.h"
 #include "amxk_x86.h"
+#include "det8_row_x86.h"
 #include "dot.h"
 #include "mm.h"
 #include "quants.h"
@@ -154,7 +155,11 @@ static void mm_chunk(int type, const uint8_t *w, int64_t o0, int64_t o1, int64_t
     }
 #endif
 #if defined(LP_LANES8)
-    if (ints && lanes_ints(n_in, n) && xp->xl8.n_grp && lp_lanes8_type(type)) { /* AVX2, no VNNI: int8 lanes */
+    if ((reads & LP_READS_INTS) && rows8_few(n_in, n) && xp->x8.q && lp_lanes8_type(type)) { /* 2, 3 rows in int8 */
+        lp_det8_rows(type, w, o0, o1, n_out, &xp->x8, (int)n, y, ldy, accumulate);
+        return;
+    }
+    if ((reads & LP_READS_INTS) && lanes8_rows(n_in, n) && xp->xl8.n_grp && lp_lanes8_type(type)) { /* AVX2, no VNNI: int8 lanes */
         lanes8_chunk(type, w, o0, o1, n_out, n_in, xp, y, ldy, accumulate, scratch);
         return;
     }
@@ -304,7 +309,7 @@ int lp_mm_takes_lanes(int type, int64_t n_in, int64_t n) {
  * x as ggml's Q8_0, tests/test_lanes8.py), as lp_mm and the fused layers give it? */
 int lp_lanes8_takes(int type, int64_t n_in, int64_t n) {
 #if defined(LP_LANES8)
-    return lp_lanes8_type(type) && (lp_xprep_reads(type, n_in, n) & LP_READS_INTS) && lanes_ints(n_in, n);
+    return lp_lanes8_type(type) && (lp_xprep_reads(type, n_in, n) & LP_READS_INTS) && (lanes8_rows(n_in, n) || rows8_few(n_in, n));
 #else
     (void)type, (void)n_in, (void)n;
     return 0;
@@ -323,7 +328,7 @@ int lp_mm(int type, const uint8_t *w, int64_t n_out, int64_t n_in, const float *
     if (!xbuf) return -1;
     lp_xprep xp = xprep_at(xbuf, n_in, n_rows, x, reads);
     if (!lp_reads_q8k(type)) xp.xr.q8 = NULL; /* no Q8_K rows prepared (lp_prepare_x_row) */
-    if (!lp_lanes8_type(type)) xp.xl8.n_grp = 0; /* nor int8 lanes (lp_lanes_for) */
+    if (!lp_lanes8_type(type)) xp.xl8.n_grp = 0, xp.x8.q = NULL; /* nor int8 lanes or rows (lp_lanes_for, lp_prep_row) */
     int failed = 0;
 #pragma omp parallel
     {

@@ -11,9 +11,10 @@
 #include "row1q8k_x86.h"
 #include "det8_x86.h"
 #include "rows_det_x86.h"
+#include "lanes8_x86.h"
 
-static int row1_i8 = 0; /* lp_row1_i8_set: off by default (row1_x86.h) */
-int lp_row1_i8_set(int on) { return row1_i8 = !!on; }
+static int row1_i8 = -1; /* lp_row1_i8_set: -1 the level's default (row1_x86.h) */
+int lp_row1_i8_set(int on) { return row1_i8 = on < 0 ? -1 : !!on; }
 
 #if defined(LP_AVX2) || defined(LP_AVX512)
 
@@ -290,8 +291,11 @@ int lp_dot_row1(int type, const uint8_t *row, int64_t n_in, const lp_xrows *xr, 
     }
 }
 int lp_row1_i8(int type, int64_t n_in) {
-    return __atomic_load_n(&row1_i8, __ATOMIC_RELAXED) && lp_block_elems(type) == 32 && lp_det8_covers(type) &&
-           lp_mm_det_covers(type, n_in);
+    const int on = __atomic_load_n(&row1_i8, __ATOMIC_RELAXED);
+#if defined(LP_LANES8) /* on by default where lanes8 takes the same types' 2+ rows (mm_xprep.inc lanes8_rows) */
+    if (on < 0) return lp_lanes8_type(type) && lp_mm_det_covers(type, n_in);
+#endif
+    return on > 0 && lp_block_elems(type) == 32 && lp_det8_covers(type) && lp_mm_det_covers(type, n_in);
 }
 #else
 int lp_row1_i8(int type, int64_t n_in) { return (void)type, (void)n_in, 0; }

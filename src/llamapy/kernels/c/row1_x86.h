@@ -18,14 +18,15 @@ int lp_dot_row1x2(int type, const uint8_t *w0, const uint8_t *w1, int64_t n_in, 
 /* Does a one-row product of this type read the row in int8 per block of 32 (ggml's Q8_0 / Q8_1,
  * as llama.cpp does), through --deterministic's one-row kernel (det8_row_x86.c: one vpdpbusd a
  * block, where the int16 form here takes two vpdpwssd and the widening)?  The 32-element types
- * det8 covers (Q4_0, Q4_1, Q5_0, Q5_1; Q8_0 with VNNI or at AVX2), on x86, when turned on; 0
- * elsewhere.  The default decode's products then are --deterministic's bits for these types (lp_mm
- * one row, layers.c).  OFF by default: a sequence's one-row steps then round x otherwise than the
- * same rows inside a multi-row ubatch (int16), so speculative verification, a batched server and
- * embeddings in a batch gave other tokens than a plain one-row decode (tests/test_speculative.py
- * greedy-unchanged, test_embeddings alone-vs-batch red); its decode gain (Gemma 3 1.15-1.19x,
- * SmolLM2 1.11x, Intel Xeon model 207, -t 1) waits for int8 reads at 2-4 rows too.
- * lp_row1_i8_set(1) turns it on, (0) off; returns it. */
+ * det8 covers (Q4_0, Q4_1, Q5_0, Q5_1; Q8_0 with VNNI or at AVX2), on x86; 0 elsewhere.  The
+ * default decode's products then are --deterministic's bits for these types (lp_mm one row,
+ * layers.c).  By default (lp_row1_i8_set(-1)) ON at the AVX2 level without VNNI (LP_LANES8) for
+ * Q4_0 / Q4_1 / Q5_0 / Q5_1, whose products of 2 rows or more read the same int8 rows there
+ * (lanes8_x86.c: the same rounding, integers and float steps, so a row's bits do not depend on
+ * the ubatch: tests/test_row_counts_i8.py); OFF elsewhere and for Q8_0, whose products of several
+ * rows keep int16 (a one-row step would round x otherwise than the same row inside a ubatch:
+ * tests/test_speculative.py greedy-unchanged, test_embeddings alone-vs-batch).
+ * lp_row1_i8_set(1) turns it on for every such type, (0) off, (-1) back to the default; returns it. */
 int lp_row1_i8(int type, int64_t n_in);
 int lp_row1_i8_set(int on);
 
