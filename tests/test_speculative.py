@@ -32,18 +32,6 @@ PROMPTS = {
 }
 
 
-def _i8_rows_known_divergence(ub: int) -> pytest.MarkDecorator:
-    """Known, not yet found (2026-12-07, AMD EPYC Zen 3): at the AVX2 level without VNNI, where the
-    32-value types read int8 at every row count (row1_x86.h lp_row1_i8), with ONE OpenMP thread and
-    4-row ubatches the speculative run's token 31 of the code-edit prompt leaves the plain run's
-    (candidates 21.53 / 21.44 apart: a one-row / many-row rounding difference, not a float-order
-    tie; two threads agree).  xfail there, strict=False: a pass is reported as XPASS."""
-    from llamapy.kernels import load_kernels
-    k = load_kernels()
-    on = ub == 4 and k is not None and bool(k.fn.lp_row1_i8(3, 576))
-    return pytest.mark.xfail(on, reason="one-thread int8-row divergence at the AVX2 level (see _i8_rows_known_divergence)", strict=False)
-
-
 def _gen(model: Model, prompt: str, n: int, spec: SpecParams | None, ub: int = 512, temp: float = 0.0,
          seed: int = 7) -> tuple[list[int], Context, Speculator | None]:
     cp = ContextParams(n_ctx=1024, n_ubatch=ub, n_batch=512)
@@ -56,10 +44,8 @@ def _gen(model: Model, prompt: str, n: int, spec: SpecParams | None, ub: int = 5
 
 @pytest.mark.parametrize("ub", [512, 4])
 @pytest.mark.parametrize("kind", list(PROMPTS))
-def test_greedy_output_unchanged_ngram(smollm2, kind, ub, request):
+def test_greedy_output_unchanged_ngram(smollm2, kind, ub):
     """ngram-simple (short n-grams so that drafts happen): the same tokens, drafts verified."""
-    if kind == "code edit":
-        request.applymarker(_i8_rows_known_divergence(ub))
     plain, _, _ = _gen(smollm2, PROMPTS[kind], 40, None, ub)
     spec = SpecParams(type="ngram-simple", ngram_size_n=2, ngram_size_m=6)
     out, ctx, sp = _gen(smollm2, PROMPTS[kind], 40, spec, ub)
@@ -69,10 +55,9 @@ def test_greedy_output_unchanged_ngram(smollm2, kind, ub, request):
 
 
 @pytest.mark.parametrize("ub", [512, 4])
-def test_greedy_output_unchanged_draft_model(smollm2_path, smollm2, ub, request):
+def test_greedy_output_unchanged_draft_model(smollm2_path, smollm2, ub):
     """draft-simple with a draft model sharing the vocabulary (the same file, loaded again):
     the same tokens; drafts that agree are accepted, and the draft cache follows."""
-    request.applymarker(_i8_rows_known_divergence(ub))
     spec = SpecParams(type="draft-simple", draft_model=str(smollm2_path), n_max=4)
     for kind in ("code edit", "prose"):
         plain, _, _ = _gen(smollm2, PROMPTS[kind], 32, None, ub)

@@ -299,17 +299,21 @@ def test_tool_calls_parallel_streamed_and_round_trip(server):
 
 def test_tool_choice_auto_text_or_call(server):
     """tool_choice "auto" lets the model choose, and SmolLM2's greedy choice is pinned: text
-    for both of these (the round trip above pins a call under auto)."""
+    for both of these (the round trip above pins a call under auto).  The weather question's
+    first token is a near tie ("Paris" / "The": 0.002 apart in logprob on an AMD EPYC at one
+    thread, the other way at two), so only its kind is pinned there; the sea's opening is not
+    close (0.28 against 3.6) and is pinned."""
     st, base = server
     client = _client(base)
-    want = [(ASK, "The weather in Paris, in Celsius, is:", "length"),
-            ([{"role": "user", "content": "Write one sentence about the sea."}], "The sea is a vast and mysterious", "stop")]
-    for messages, start, finish in want:
+    want = [(ASK, "", "Paris"),
+            ([{"role": "user", "content": "Write one sentence about the sea."}], "The sea is a vast and mysterious", "sea")]
+    for messages, start, word in want:
         r = client.chat.completions.create(model="m", messages=messages, tools=[WEATHER, TIME], tool_choice="auto",
                                            temperature=0, max_tokens=60)
         c = r.choices[0]
-        assert c.message.tool_calls is None and c.finish_reason == finish, c
-        assert c.message.content.startswith(start), c.message.content
+        assert c.message.tool_calls is None and c.finish_reason in ("stop", "length"), c
+        assert c.message.content.startswith(start) and word in c.message.content, c.message.content
+        assert "<tool_call>" not in c.message.content and not c.message.content.lstrip().startswith("{")
     r = client.chat.completions.create(model="m", messages=ASK, tools=[WEATHER], tool_choice="none", temperature=0, max_tokens=20)
     assert r.choices[0].message.tool_calls is None and r.choices[0].finish_reason in ("stop", "length")
 

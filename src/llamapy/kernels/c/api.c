@@ -92,7 +92,7 @@ int lp_attn_kv_sinks(const float *q, int64_t n, int64_t ldq, int64_t n_head, int
         failed += p == NULL || (n_kvf && kvf == NULL);
 #pragma omp barrier
         if (!failed) lp_attn_for(q, n, ldq, n_head, n_head_kv, d_k, d_v, tk, k, tv, v, n_kv, mask, ptr, cells, scale,
-                                 out, n_head * d_v, hpt, n_chunk, p, part, NULL, kvf, sinks);
+                                 out, n_head * d_v, hpt, n_chunk, p, part, NULL, kvf, NULL, sinks);
         free(p);
         free(kvf);
     }

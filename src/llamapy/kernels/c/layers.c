@@ -134,8 +134,10 @@ int lp_layers(const lp_layer *L, int64_t n_layer, const lp_dims *hp, float *x, i
     const int64_t n_ff = hp->n_ff, half = hp->n_rot / 2, wide = max3(ne, nq, n_ff);
     const int64_t hpt = lp_attn_heads_per_task(hp->n_head, hp->n_head_kv);
     int64_t most = 1, n_part = 0, n_chunk[LP_MAX_KV_SETS];
-    int64_t *row_chunks = hp->det ? (int64_t *)malloc((size_t)(n * n_kv_sets + 1) * sizeof(int64_t)) : NULL;
-    if (hp->det && !row_chunks) return -1;
+    /* each row's attention chunks as it has alone (ops.c attn_rows_for): a row's bits do not depend on
+     * the rows beside it (a speculative verification's, a server step's), --deterministic or not */
+    int64_t *row_chunks = (int64_t *)malloc((size_t)(n * n_kv_sets + 1) * sizeof(int64_t));
+    if (!row_chunks) return -1;
     int blocks = 0; /* some cache in blocks: the attention widens its rows into per-thread scratch */
     size_t moe_own = 0, moe_shared = 0; /* the MoE layers' most, per thread and shared (moe.c) */
     if (n_kv_sets > LP_MAX_KV_SETS) {
@@ -160,13 +162,10 @@ int lp_layers(const lp_layer *L, int64_t n_layer, const lp_dims *hp, float *x, i
         moe_own = lp_moe_own_bytes(&L[il].moe) > moe_own ? lp_moe_own_bytes(&L[il].moe) : moe_own;
         moe_shared = lp_moe_shared_floats(&L[il].moe) > moe_shared ? lp_moe_shared_floats(&L[il].moe) : moe_shared;
     }
-    for (int64_t s = 0; s < n_kv_sets; s++) { /* each set's cells chunked as lp_attn_kv would (the same sums) */
-        const int64_t m = lp_most_visible(kvs[s].ptr, n), np = lp_attn_part_floats(n, hp->n_head, d, n_chunk[s] =
-                                                                   lp_attn_chunks(n, hp->n_head, hp->n_head_kv, m, omp_get_max_threads()));
+    for (int64_t s = 0; s < n_kv_sets; s++) { /* each row's own chunks (as alone), the partials laid out by the most */
+        const int64_t m = lp_most_visible(kvs[s].ptr, n);
         most = m > most ? m : most;
-        n_part = np > n_part ? np : n_part;
-        if (!hp->det) continue;
-        n_chunk[s] = 1; /* deterministic: each row's own chunks (as alone), the partials laid out by the most */
+        n_chunk[s] = 1;
         for (int64_t i = 0; i < n; i++) {
             const int64_t c = lp_attn_chunks(1, hp->n_head, hp->n_head_kv, lp_most_visible(kvs[s].ptr + i, 1), omp_get_max_threads());
             row_chunks[s * n + i] = c;
@@ -276,7 +275,7 @@ int lp_layers(const lp_layer *L, int64_t n_layer, const lp_dims *hp, float *x, i
             else
                 lp_attn_for(qkv, n, nqkv, hp->n_head, hp->n_head_kv, d, d, (int)l->tck, l->k, (int)l->tcv, l->v, kv->n_kv,
                         kv->mask, kv->ptr, kv->cells, hp->attn_scale, att, nq, hpt, n_chunk[l->kv_set], p, part,
-                        kv->cell_off, kvf, NULL);
+                        kv->cell_off, kvf, row_chunks + l->kv_set * n, NULL);
 #pragma omp for schedule(static)
             for (int64_t r = 0; r < n; r++) prep_row(&xp_q, dq, r, det);
             lanes_for(&xp_q, dq, det);

@@ -303,9 +303,10 @@ static attn_args attn_at(const float *q, int64_t ldq, int64_t n_head, int64_t n_
  * i * ldo.  cell_off (NULL: all 0) [n]: where row i's cells start in k and v, in cells (its
  * stream's offset when the ubatch spans several streams).  k, v: cells of tk / tv (f16, or
  * ggml blocks, lp_kv_types_ok); kvf: this thread's lp_attn_kv_floats() where a type is blocks.
- * lp_attn_det_for's row_chunks (NULL: every row n_chunk): --deterministic's own chunk count of each row (<=
- * n_chunk: lp_attn_chunks of that row alone), so that each row's tasks and merge are the ones
- * it has alone, all rows' tasks shared among the threads at once.  lp_attn_for's sinks (NULL,
+ * row_chunks (NULL: every row n_chunk): each row's own chunk count (<= n_chunk: lp_attn_chunks of that
+ * row alone), so that each row's tasks and merge are the ones it has alone, all rows' tasks shared
+ * among the threads at once (lp_layers passes them always: a row's bits do not depend on the
+ * ubatch it is in, so a speculative verification or a server step gives the one-row step's).  lp_attn_for's sinks (NULL,
  * or [n_head]): each head's sink logit in its softmax's sum (gpt-oss). */
 /* Where task (row i, heads h0, chunk ch of the row's nch) writes: o, and ms (NULL: not needed). */
 static float *task_out(const attn_args *a, int64_t i, int64_t h0, int64_t ch, int64_t nch, int64_t n_chunk, float *out,
@@ -375,8 +376,9 @@ void lp_attn_det_for(const float *q, int64_t n, int64_t ldq, int64_t n_head, int
 void lp_attn_for(const float *q, int64_t n, int64_t ldq, int64_t n_head, int64_t n_head_kv, int64_t d_k,
                  int64_t d_v, int tk, const void *k, int tv, const void *v, int64_t n_kv, const float *mask,
                  const int64_t *ptr, const int64_t *cells, float scale, float *out, int64_t ldo, int64_t hpt,
-                 int64_t n_chunk, float *p, float *part, const int64_t *cell_off, float *kvf, const float *sinks) {
+                 int64_t n_chunk, float *p, float *part, const int64_t *cell_off, float *kvf, const int64_t *row_chunks,
+                 const float *sinks) {
     const attn_args a = attn_at(q, ldq, n_head, n_head_kv, d_k, d_v, tk, k, tv, v, n_kv, mask, ptr, cells, scale, ldo, hpt,
                                 cell_off);
-    attn_rows_for(&a, n, out, n_chunk, p, part, kvf, NULL, sinks);
+    attn_rows_for(&a, n, out, n_chunk, p, part, kvf, row_chunks, sinks);
 }
