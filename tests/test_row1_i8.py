@@ -12,7 +12,7 @@ import torch
 
 from llamapy.kernels import load_kernels
 from llamapy.model.block_matrix import block_matrix
-from kernel_level import kernels_at
+from kernel_level import kernels_at, row1_i8
 from test_kernels import _decode_steps, _matrix, q8_0_rounded
 
 T = gguf.GGMLQuantizationType
@@ -39,17 +39,11 @@ def test_one_row_is_the_deterministic_product(lib, qtype):
     x = torch.randn(2, shape[1], generator=torch.Generator().manual_seed(32))
     # off by default but at the AVX2 level without VNNI for the four types lanes8 takes (row1_x86.h)
     assert bool(lib.fn.lp_row1_i8(int(qtype), shape[1])) == (lib.level == "avx2" and qtype != T.Q8_0), lib.isa
-    lib.fn.lp_row1_i8_set(0)
-    try:
+    with row1_i8(lib, 0):
         y16 = m(x[:1])
-    finally:
-        lib.fn.lp_row1_i8_set(-1)
-    lib.fn.lp_row1_i8_set(1)
-    try:
+    with row1_i8(lib, 1):
         assert bool(lib.fn.lp_row1_i8(int(qtype), shape[1])) == _takes(lib, qtype), lib.isa
         y = m(x[:1])
-    finally:
-        lib.fn.lp_row1_i8_set(-1)
     if not _takes(lib, qtype):
         return
     assert torch.equal(y, m.det(x[:1]))
@@ -75,16 +69,10 @@ def test_fused_decode_takes_it(tmp_path):
     if lib is None or lib.level == "scalar":
         pytest.skip("the one-row Q8_0 form is x86's")
     model = Model.load(write_tiny_llama(tmp_path / "q4_1.gguf", weight_type=T.Q4_1, embd_type=T.F32))
-    lib.fn.lp_row1_i8_set(0)
-    try:
+    with row1_i8(lib, 0):
         y16 = _decode_steps(model, 1)
-    finally:
-        lib.fn.lp_row1_i8_set(-1)
-    lib.fn.lp_row1_i8_set(1)
-    try:
+    with row1_i8(lib, 1):
         y8 = _decode_steps(model, 1)
-    finally:
-        lib.fn.lp_row1_i8_set(-1)
     assert not torch.equal(y8, y16)
     assert torch.equal(y8.argmax(1), y16.argmax(1))
     assert (y8 - y16).abs().max().item() <= 6e-2 * y16.abs().max().item()
