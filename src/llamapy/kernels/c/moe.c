@@ -136,7 +136,13 @@ void lp_moe_row_for(const lp_moe *m, const float *x, const float *norm, float ep
         t = te;
     }
 #pragma omp barrier
-    for (int64_t j = 0; j < k; j++) lp_prep_row(&o.xf[j], 0);
+    /* The SwiGLU rows in ggml's Q8_K whatever their largest value, as llama.cpp rounds them
+     * (lp_prepare_q8k_row's outlier rule, made for Gemma 3's hidden state, kept 97% of them in
+     * the int16 form on the qwen3-30b-a3b L8 shape, whose one-row kernels ran slower). */
+    for (int64_t j = 0; j < k; j++) {
+        lp_prep_row(&o.xf[j], 0);
+        if (o.xf[j].xr.q8) o.xf[j].xr.q8on[0] = 1;
+    }
     /* Each thread's share of the output rows (as `omp for schedule(static)` over 16-row chunks):
      * expert by expert, each expert's rows of the share one stream (a 16-row chunk of all k
      * experts in turn had kept k streams of 16 rows each), summed in selection order as before. */
