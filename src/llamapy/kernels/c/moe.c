@@ -17,8 +17,13 @@
  * 2-core AMD EPYC Zen 3 at avx2, the qwen3-30b-a3b L8 shape's decode, -t 1, thread CPU time,
  * decode_ab.py: 1.02x the whole step, same logits).  Only the k selected experts' weights are read.
  * Expert e's matrices start at w + e * stride (the 3-D ffn_*_exps tensors, contiguous per
- * expert).  sel / wsel receive the routing (model/moe.py checks it in the tests).  Returns 0, or
- * -1 when scratch memory is short (y untouched). */
+ * expert).  sel / wsel receive the routing (model/moe.py checks it in the tests).  The h_j are
+ * read in ggml's Q8_K form by the K-quant down products whatever their largest value, as
+ * llama.cpp rounds them (the outlier rule kept 97% of them in int16 on the qwen3-30b-a3b L8
+ * shape: Zen 3 avx2, -t 1, thread CPU time, 1.04x the whole step; on tiny qwen3moe Q4_K_M files
+ * from llama-quantize, KLD to llama.cpp 0.006-0.009 (0.030-0.037 with the rule), to the f32 path
+ * 0.24-0.30 as llama.cpp's own 0.23-0.30; test_moe_row_q8k.py).  Returns 0, or -1 when scratch
+ * memory is short (y untouched). */
 #include <math.h>
 #include <omp.h>
 #include <stdlib.h>
@@ -136,7 +141,12 @@ void lp_moe_row_for(const lp_moe *m, const float *x, const float *norm, float ep
         t = te;
     }
 #pragma omp barrier
-    for (int64_t j = 0; j < k; j++) lp_prep_row(&o.xf[j], 0);
+    /* The SwiGLU rows in Q8_K whatever their largest value (the header; lp_prepare_q8k_row's
+     * outlier rule was made for Gemma 3's hidden state). */
+    for (int64_t j = 0; j < k; j++) {
+        lp_prep_row(&o.xf[j], 0);
+        if (o.xf[j].xr.q8) o.xf[j].xr.q8on[0] = 1;
+    }
     /* Each thread's share of the output rows (as `omp for schedule(static)` over 16-row chunks):
      * expert by expert, each expert's rows of the share one stream (a 16-row chunk of all k
      * experts in turn had kept k streams of 16 rows each), summed in selection order as before. */
