@@ -32,6 +32,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--q8", action="store_true",
                     help="time lp_mm_q8 (a prompt's 64+ rows, BlockMatrix's int8 path; the residual pass as library A's "
                          "lp_q8mm_takes says) instead of lp_mm")
+    ap.add_argument("--outliers", action="store_true",
+                    help="one value of every 256 set to 40 (the rest N(0, 1)) (a SwiGLU row's outlier channels): the K-quants' "
+                         "one-row products then take the int16 form (row1q8k_x86.c's outlier rule), not Q8_K")
     ap.add_argument("--cpu-time", action="store_true",
                     help="-t 1: time each call as this thread's CPU time (a busy shared machine's waits left out)")
     a = ap.parse_args(argv)
@@ -48,9 +51,11 @@ def main(argv: list[str] | None = None) -> int:
     n_out, n_in = (int(v) for v in a.shape.lower().split("x"))
     rng = np.random.default_rng(0)
     x = rng.standard_normal((a.rows, n_in)).astype(np.float32)
+    if a.outliers:
+        x[:, 17::256] = 40.0
     P, I64, I = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int
     print(f"{fn}, {a.shape}, {a.rows} row(s), {a.threads} thread(s), best of {a.reps} alternating calls each"
-          + (" (thread CPU time)" if a.cpu_time else "")
+          + (" (thread CPU time)" if a.cpu_time else "") + (", outliers: the int16 form" if a.outliers else "")
           + (", the weights from memory" if a.stream else ", the weights in cache"))
     for name in a.types.split(","):
         qt = gguf.GGMLQuantizationType[name]
