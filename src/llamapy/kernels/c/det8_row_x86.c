@@ -87,16 +87,35 @@ LP_INLINE __m256i fifth16(__m256i hdr, __m256i shuf) {
     return _mm256_and_si256(_mm256_cmpeq_epi8(b, _mm256_set1_epi64x(-1)), _mm256_set1_epi8(16));
 }
 
+/* weight rows at a (low lane) and c (high lane), block heads: lo = their elements 0..15 as
+ * lp_det8_bytes gives them, hi = 16..31; hd = the heads' first 16 bytes (d, m, qh) */
+LP_INLINE void pair16(const int type, const uint8_t *a, const uint8_t *c, __m256i sl, __m256i sh, __m256i *lo, __m256i *hi,
+                      __m256i *hd) {
+    const int qo = bytes32(type) - 16;
+    const __m256i v = two16(a + qo, c + qo), m4 = _mm256_set1_epi8(15);
+    *hd = two16(a, c);
+    *lo = _mm256_and_si256(v, m4), *hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+    if (type == LP_Q5_0 || type == LP_Q5_1) *lo = _mm256_or_si256(*lo, fifth16(*hd, sl)), *hi = _mm256_or_si256(*hi, fifth16(*hd, sh));
+}
+
+/* the 16 int8 at q in both lanes */
+LP_INLINE __m256i bcast16(const int8_t *q) { return _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)q)); }
+
+/* a pair's 8 partial sums (4 a lane) against x's halves xl, xh (each broadcast to both lanes);
+ * exact: |u x + u x| <= 2 31 127 per maddubs, twice that fits int16 */
+LP_INLINE __m256i pdot(__m256i lo, __m256i hi, __m256i xl, __m256i xh) {
+    return _mm256_madd_epi16(_mm256_add_epi16(_mm256_maddubs_epi16(lo, xl), _mm256_maddubs_epi16(hi, xh)), _mm256_set1_epi16(1));
+}
+
 /* row8's walk for NX (1..4) activation rows, the same integers and float steps: weight rows k and
- * k + 4 in one vector's lanes (lo[k]: elements 0..15 of each, hi[k]: 16..31, as lp_det8_bytes), the
- * row's 16-byte halves broadcast to both lanes, so that 3 hadds leave row j's exact block sum in lane j;
- * the 8 rows' d (and m) from the block heads the pairs load, 3 unpacks and a vpermq. */
+ * k + 4 in one vector's lanes (pair16), the row's 16-byte halves broadcast to both lanes, so that 3
+ * hadds leave row j's exact block sum in lane j; the 8 rows' d (and m) from the block heads the pairs
+ * load, 3 unpacks and a vpermq.  One row: each pair's products as it is decoded (few live registers). */
 LP_INLINE void rowsn(const int type, const int NX, const uint8_t *w, int64_t o0, int64_t o1, int64_t n_out,
                      const lp_x8 *p, float *y, int64_t ldy, int accumulate) {
-    const int bb = bytes32(type), has_min = type == LP_Q4_1 || type == LP_Q5_1, off = lp_det8_offset(type);
-    const int five = type == LP_Q5_0 || type == LP_Q5_1, qo = bb - 16, ho = type == LP_Q5_0 ? 2 : 4;
+    const int bb = bytes32(type), has_min = type == LP_Q4_1 || type == LP_Q5_1;
+    const int off = type == LP_Q4_0 ? 8 : type == LP_Q5_0 ? 16 : 0, ho = type == LP_Q5_0 ? 2 : 4; /* lp_det8_offset */
     const int64_t nb = p->n_in / 32, rb = bb * nb, r1 = 0x0101010101010101;
-    const __m256i m4 = _mm256_set1_epi8(15), one = _mm256_set1_epi16(1);
     const __m256i sl = _mm256_set_epi64x(r1 * (ho + 1), r1 * ho, r1 * (ho + 1), r1 * ho);
     const __m256i sh = _mm256_set_epi64x(r1 * (ho + 3), r1 * (ho + 2), r1 * (ho + 3), r1 * (ho + 2));
     for (int64_t o = o0; o < o1; o += 8) {
@@ -106,13 +125,12 @@ LP_INLINE void rowsn(const int type, const int NX, const uint8_t *w, int64_t o0,
         __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
         for (int64_t b = 0; b < nb; b++) {
             lp_det8_prefetch(&nx, b);
-            __m256i lo[4], hi[4], hd[4]; /* hd: the blocks' first 16 bytes (d, m, qh) */
+            __m256i lo[4], hi[4], hd[4], ps[4];
+            __m256i xl = _mm256_setzero_si256(), xh = xl;
+            if (NX == 1) xl = bcast16(p->q + 32 * b), xh = bcast16(p->q + 32 * b + 16);
             for (int k = 0; k < 4; k++) {
-                const uint8_t *a = rows[k] + bb * b, *c = rows[k + 4] + bb * b;
-                const __m256i v = two16(a + qo, c + qo);
-                hd[k] = two16(a, c);
-                lo[k] = _mm256_and_si256(v, m4), hi[k] = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
-                if (five) lo[k] = _mm256_or_si256(lo[k], fifth16(hd[k], sl)), hi[k] = _mm256_or_si256(hi[k], fifth16(hd[k], sh));
+                pair16(type, rows[k] + bb * b, rows[k + 4] + bb * b, sl, sh, &lo[k], &hi[k], &hd[k]);
+                if (NX == 1) ps[k] = pdot(lo[k], hi[k], xl, xh);
             }
             /* lane h: words d(4h .. 4h+3), then the words at byte 2 (m) of the same rows */
             const __m256i t = _mm256_unpacklo_epi32(_mm256_unpacklo_epi16(hd[0], hd[1]), _mm256_unpacklo_epi16(hd[2], hd[3]));
@@ -120,12 +138,10 @@ LP_INLINE void rowsn(const int type, const int NX, const uint8_t *w, int64_t o0,
             const __m256 dw = _mm256_cvtph_ps(_mm256_castsi256_si128(dm));
             const __m256 mw = has_min ? _mm256_cvtph_ps(_mm256_extracti128_si256(dm, 1)) : _mm256_setzero_ps();
             for (int i = 0; i < NX; i++) {
-                const int8_t *xq = p->q + i * p->n_in + 32 * b;
-                const __m256i xl = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)xq));
-                const __m256i xh = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(xq + 16)));
-                __m256i ps[4]; /* exact: |u x + u x| <= 2 31 127 per maddubs, twice that fits int16 */
-                for (int k = 0; k < 4; k++)
-                    ps[k] = _mm256_madd_epi16(_mm256_add_epi16(_mm256_maddubs_epi16(lo[k], xl), _mm256_maddubs_epi16(hi[k], xh)), one);
+                if (NX > 1) {
+                    xl = bcast16(p->q + i * p->n_in + 32 * b), xh = bcast16(p->q + i * p->n_in + 32 * b + 16);
+                    for (int k = 0; k < 4; k++) ps[k] = pdot(lo[k], hi[k], xl, xh);
+                }
                 __m256i is = _mm256_hadd_epi32(_mm256_hadd_epi32(ps[0], ps[1]), _mm256_hadd_epi32(ps[2], ps[3]));
                 if (off) is = _mm256_sub_epi32(is, _mm256_set1_epi32(off * p->qs[i * nb + b]));
                 acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is), _mm256_mul_ps(dw, _mm256_set1_ps(p->d[i * nb + b])), acc[i]);
