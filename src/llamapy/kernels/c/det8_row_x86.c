@@ -74,6 +74,84 @@ LP_INLINE void row8(const int type, const uint8_t *w, int64_t o0, int64_t o1, in
     }
 }
 
+#if defined(LP_DET8_Q8_SIGNED) /* AVX2 without VNNI: Q4_0 / Q4_1 / Q5_0 / Q5_1 in row pairs (rowsn) */
+/* the 16 bytes at a (low lane) and at c (high lane) */
+LP_INLINE __m256i two16(const uint8_t *a, const uint8_t *c) {
+    return _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)a)),
+                                   _mm_loadu_si128((const __m128i *)c), 1);
+}
+
+/* byte k of each lane: 0x10 where bit k % 8 of the lane's byte shuf[k] is set (ggml's bytes_from_bits_32) */
+LP_INLINE __m256i fifth16(__m256i hdr, __m256i shuf) {
+    const __m256i b = _mm256_or_si256(_mm256_shuffle_epi8(hdr, shuf), _mm256_set1_epi64x(0x7fbfdfeff7fbfdfe));
+    return _mm256_and_si256(_mm256_cmpeq_epi8(b, _mm256_set1_epi64x(-1)), _mm256_set1_epi8(16));
+}
+
+/* weight rows at a (low lane) and c (high lane), block heads: lo = their elements 0..15 as
+ * lp_det8_bytes gives them, hi = 16..31; hd = the heads' first 16 bytes (d, m, qh) */
+LP_INLINE void pair16(const int type, const uint8_t *a, const uint8_t *c, __m256i sl, __m256i sh, __m256i *lo, __m256i *hi,
+                      __m256i *hd) {
+    const int qo = bytes32(type) - 16;
+    const __m256i v = two16(a + qo, c + qo), m4 = _mm256_set1_epi8(15);
+    *hd = two16(a, c);
+    *lo = _mm256_and_si256(v, m4), *hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+    if (type == LP_Q5_0 || type == LP_Q5_1) *lo = _mm256_or_si256(*lo, fifth16(*hd, sl)), *hi = _mm256_or_si256(*hi, fifth16(*hd, sh));
+}
+
+/* the 16 int8 at q in both lanes */
+LP_INLINE __m256i bcast16(const int8_t *q) { return _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)q)); }
+
+/* a pair's 8 partial sums (4 a lane) against x's halves xl, xh (each broadcast to both lanes);
+ * exact: |u x + u x| <= 2 31 127 per maddubs, twice that fits int16 */
+LP_INLINE __m256i pdot(__m256i lo, __m256i hi, __m256i xl, __m256i xh) {
+    return _mm256_madd_epi16(_mm256_add_epi16(_mm256_maddubs_epi16(lo, xl), _mm256_maddubs_epi16(hi, xh)), _mm256_set1_epi16(1));
+}
+
+/* row8's walk for NX (1..4) activation rows, the same integers and float steps: weight rows k and
+ * k + 4 in one vector's lanes (pair16), the row's 16-byte halves broadcast to both lanes, so that 3
+ * hadds leave row j's exact block sum in lane j; the 8 rows' d (and m) from the block heads the pairs
+ * load, 3 unpacks and a vpermq.  One row: each pair's products as it is decoded (few live registers). */
+LP_INLINE void rowsn(const int type, const int NX, const uint8_t *w, int64_t o0, int64_t o1, int64_t n_out,
+                     const lp_x8 *p, float *y, int64_t ldy, int accumulate) {
+    const int bb = bytes32(type), has_min = type == LP_Q4_1 || type == LP_Q5_1;
+    const int off = type == LP_Q4_0 ? 8 : type == LP_Q5_0 ? 16 : 0, ho = type == LP_Q5_0 ? 2 : 4; /* lp_det8_offset */
+    const int64_t nb = p->n_in / 32, rb = bb * nb, r1 = 0x0101010101010101;
+    const __m256i sl = _mm256_set_epi64x(r1 * (ho + 1), r1 * ho, r1 * (ho + 1), r1 * ho);
+    const __m256i sh = _mm256_set_epi64x(r1 * (ho + 3), r1 * (ho + 2), r1 * (ho + 3), r1 * (ho + 2));
+    for (int64_t o = o0; o < o1; o += 8) {
+        const uint8_t *rows[8];
+        lp_det8_next nx;
+        const int nw = lp_det8_rows8(w, o, o1, n_out, rb, nb, rows, &nx);
+        __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+        for (int64_t b = 0; b < nb; b++) {
+            lp_det8_prefetch(&nx, b);
+            __m256i lo[4], hi[4], hd[4], ps[4];
+            __m256i xl = _mm256_setzero_si256(), xh = xl;
+            if (NX == 1) xl = bcast16(p->q + 32 * b), xh = bcast16(p->q + 32 * b + 16);
+            for (int k = 0; k < 4; k++) {
+                pair16(type, rows[k] + bb * b, rows[k + 4] + bb * b, sl, sh, &lo[k], &hi[k], &hd[k]);
+                if (NX == 1) ps[k] = pdot(lo[k], hi[k], xl, xh);
+            }
+            /* lane h: words d(4h .. 4h+3), then the words at byte 2 (m) of the same rows */
+            const __m256i t = _mm256_unpacklo_epi32(_mm256_unpacklo_epi16(hd[0], hd[1]), _mm256_unpacklo_epi16(hd[2], hd[3]));
+            const __m256i dm = _mm256_permute4x64_epi64(t, 0xD8);
+            const __m256 dw = _mm256_cvtph_ps(_mm256_castsi256_si128(dm));
+            const __m256 mw = has_min ? _mm256_cvtph_ps(_mm256_extracti128_si256(dm, 1)) : _mm256_setzero_ps();
+            for (int i = 0; i < NX; i++) {
+                if (NX > 1) {
+                    xl = bcast16(p->q + i * p->n_in + 32 * b), xh = bcast16(p->q + i * p->n_in + 32 * b + 16);
+                    for (int k = 0; k < 4; k++) ps[k] = pdot(lo[k], hi[k], xl, xh);
+                }
+                __m256i is = _mm256_hadd_epi32(_mm256_hadd_epi32(ps[0], ps[1]), _mm256_hadd_epi32(ps[2], ps[3]));
+                if (off) is = _mm256_sub_epi32(is, _mm256_set1_epi32(off * p->qs[i * nb + b]));
+                acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is), _mm256_mul_ps(dw, _mm256_set1_ps(p->d[i * nb + b])), acc[i]);
+                if (has_min) acc[i] = _mm256_fmadd_ps(_mm256_set1_ps(p->sum[i * nb + b]), mw, acc[i]);
+            }
+        }
+        for (int i = 0; i < NX; i++) lp_det8_store8(y + i * ldy + o, acc[i], nw, accumulate);
+    }
+}
+#else
 /* row8's walk for NX (2..4) activation rows: each block of 8 weight rows decoded once, then per row the
  * same integers and float steps as row8's (the same bits as each row alone). */
 LP_INLINE void rowsn(const int type, const int NX, const uint8_t *w, int64_t o0, int64_t o1, int64_t n_out, const lp_x8 *p,
@@ -104,6 +182,8 @@ LP_INLINE void rowsn(const int type, const int NX, const uint8_t *w, int64_t o0,
     }
 }
 
+#endif
+
 #define ROWSN(T)                                                                                                       \
     do {                                                                                                               \
         if (nx == 2) rowsn(T, 2, w, o0, o1, n_out, p, y, ldy, accumulate);                                             \
@@ -125,10 +205,17 @@ void lp_det8_rows(int type, const uint8_t *w, int64_t o0, int64_t o1, int64_t n_
 void lp_det8_row(int type, const uint8_t *w, int64_t o0, int64_t o1, int64_t n_out, const lp_x8 *p, float *y,
                  int accumulate) {
     switch (type) {
+#if defined(LP_DET8_Q8_SIGNED)
+    case LP_Q4_0: rowsn(LP_Q4_0, 1, w, o0, o1, n_out, p, y, 0, accumulate); break;
+    case LP_Q4_1: rowsn(LP_Q4_1, 1, w, o0, o1, n_out, p, y, 0, accumulate); break;
+    case LP_Q5_0: rowsn(LP_Q5_0, 1, w, o0, o1, n_out, p, y, 0, accumulate); break;
+    case LP_Q5_1: rowsn(LP_Q5_1, 1, w, o0, o1, n_out, p, y, 0, accumulate); break;
+#else
     case LP_Q4_0: row8(LP_Q4_0, w, o0, o1, n_out, p, y, accumulate); break;
     case LP_Q4_1: row8(LP_Q4_1, w, o0, o1, n_out, p, y, accumulate); break;
     case LP_Q5_0: row8(LP_Q5_0, w, o0, o1, n_out, p, y, accumulate); break;
     case LP_Q5_1: row8(LP_Q5_1, w, o0, o1, n_out, p, y, accumulate); break;
+#endif
     default: row8(LP_Q8_0, w, o0, o1, n_out, p, y, accumulate); break;
     }
 }
