@@ -80,6 +80,14 @@ static void prep_row(lp_xprep *xp, const lp_xprep *dx, int64_t r, int det) {
     if (dx) lp_det_prep_row(dx, r);
 }
 
+/* Row r of the FFN's activation (SwiGLU / GeGLU) prepared as prep_row does, its Q8_K form read
+ * whatever its largest value (q8on 1, as llama.cpp rounds ffn_down's input and moe.c the experts'
+ * rows): lp_prepare_q8k_row's outlier rule is for the hidden state (Gemma 3's huge channels). */
+static void prep_ff_row(lp_xprep *xp, const lp_xprep *dx, int64_t r, int det) {
+    prep_row(xp, dx, r, det);
+    if (!det && xp->xr.q8 && (xp->reads & LP_READS_INTS) && lp_needs_prep(xp)) xp->xr.q8on[r] = 1;
+}
+
 /* The forms dx's rows take for a product of this type: rows_det_x86.c's (deterministic mode),
  * else int8 where lp_row1_i8 (one row), else none. */
 static int dx_reads(int64_t type, int64_t n_in, int det) {
@@ -305,7 +313,7 @@ int lp_layers(const lp_layer *L, int64_t n_layer, const lp_dims *hp, float *x, i
                     lp_geglu_row(g, g + n_ff, n_ff, h + r * n_ff);
                 else
                     lp_swiglu_row(g, g + n_ff, n_ff, h + r * n_ff);
-                prep_row(&xp_ff, dff, r, det);
+                prep_ff_row(&xp_ff, dff, r, det);
             }
             lanes_for(&xp_ff, dff, det);
             if (l->ffn_post_norm) {
