@@ -70,7 +70,7 @@ class BlockMatrix:
     blocks: torch.Tensor  # uint8 [n_out * row bytes]: the file's rows, stacked
     lib: KernelLib
     kind: str = "blocks"
-    glu_in: bool = False  # ffn_down: its input (SwiGLU / GeGLU rows) in Q8_K whatever its largest value (lp_mm_glu)
+    glu_in: bool = False  # ffn_down: its input (SwiGLU rows) in Q8_K whatever its largest value (lp_mm_glu)
 
     @property
     def nbytes(self) -> int:
@@ -193,9 +193,9 @@ class BlockMatrix:
 
 
 def glu_input(m: object) -> object:
-    """m (an ffn_down) marked, where it is a BlockMatrix, to read its few input rows (the SwiGLU /
-    GeGLU activation) in Q8_K for the Q4_K / Q6_K products whatever their largest value, as
-    llama.cpp rounds them and the fused layers do (kernels/c/layers.c prep_ff_row)."""
+    """m (an ffn_down after SwiGLU) marked, where it is a BlockMatrix, to read its few input rows
+    in Q8_K for the Q4_K / Q6_K products whatever their largest value, as llama.cpp rounds them
+    and the fused layers do (kernels/c/layers.c prep_ff_row; GeGLU rows keep the rule there)."""
     if isinstance(m, BlockMatrix):
         m.glu_in = True
     return m

@@ -23,7 +23,6 @@ from ...memory.factory import Memory, cache_for_layer
 from ..graph import UBatchInputs
 from ..hparams import HParams
 from ..attend import attend
-from ..block_matrix import glu_input
 from ..layers import glu, project, rms_norm
 from ..loader import WeightLoader
 from ..qmatrix import QMatrix
@@ -107,7 +106,7 @@ class Gemma3Model:
             # prompt's GEMM would be cut in two and copied together (~10% of a 270M prefill)
             ffn_gate=w.matrix(p + "ffn_gate.weight"),
             ffn_up=w.matrix(p + "ffn_up.weight"),
-            ffn_down=glu_input(w.matrix(p + "ffn_down.weight")),
+            ffn_down=w.matrix(p + "ffn_down.weight"),  # (GeGLU rows keep the outlier rule: layers.c prep_ff_row)
             ffn_post_norm=w.get(p + "post_ffw_norm.weight"),
         )
 
