@@ -32,7 +32,7 @@ from ..log import logger
 from .calibrate import calibrate_coarse_bf16
 from .lib import KernelLib
 
-ABI_VERSION = 9
+ABI_VERSION = 10
 SOURCE_DIR = Path(__file__).with_name("c")
 LEVELS = ("native", "avx512", "avx2+vnni", "avx2", "neon", "scalar")
 X86_NEEDS = {"avx512": ("avx512f", "avx512bw", "avx512dq", "avx512vl", "avx2", "fma", "f16c"),
@@ -47,6 +47,7 @@ SIGNATURES: dict[str, tuple] = {  # name -> argument types (all return void unle
     "lp_dequant_bf16": (I, P, I64, I64, I64, P),
     "lp_get_rows": (I, P, I64, P, I64, P),
     "lp_mm": (I, P, I64, I64, P, I64, P, I64, I),
+    "lp_mm_glu": (I, P, I64, I64, P, I64, P, I64, I),
     "lp_mm_det": (I, P, I64, I64, P, I64, P, I64, I),
     "lp_mm_det_covers": (I, I64),
     "lp_det_reads": (I,),
@@ -97,7 +98,7 @@ RETURNS = {"lp_mm_det": ctypes.c_int, "lp_mm_det_covers": ctypes.c_int, "lp_det_
            "lp_q8mm_takes": ctypes.c_int, "lp_q8mm_mode": ctypes.c_int, "lp_q8k_takes": ctypes.c_int,
            "lp_mm_q8": ctypes.c_int, "lp_q8p_set": ctypes.c_int, "lp_q8p_covers": ctypes.c_int,
            "lp_q8mm_flagged": ctypes.c_double, "lp_q8mm32_fixes": ctypes.c_double,
-           "lp_abi_version": ctypes.c_int, "lp_isa": ctypes.c_char_p, "lp_mm": ctypes.c_int, "lp_coarse_bf16": ctypes.c_int,
+           "lp_abi_version": ctypes.c_int, "lp_isa": ctypes.c_char_p, "lp_mm": ctypes.c_int, "lp_mm_glu": ctypes.c_int, "lp_coarse_bf16": ctypes.c_int,
            "lp_amx_on": ctypes.c_int, "lp_amx_set": ctypes.c_int, "lp_amxk_set": ctypes.c_int, "lp_amxk_covers": ctypes.c_int,
            "lp_cpu_amd_family": ctypes.c_int, "lp_cpu_q8k_few": ctypes.c_int, "lp_cpu_q8k_few_set": ctypes.c_int,
            "lp_q8kz_takes": ctypes.c_int, "lp_q8kz_set": ctypes.c_int,

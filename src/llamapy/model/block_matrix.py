@@ -70,6 +70,7 @@ class BlockMatrix:
     blocks: torch.Tensor  # uint8 [n_out * row bytes]: the file's rows, stacked
     lib: KernelLib
     kind: str = "blocks"
+    glu_in: bool = False  # ffn_down: its input (SwiGLU rows) in Q8_K whatever its largest value (lp_mm_glu)
 
     @property
     def nbytes(self) -> int:
@@ -148,7 +149,8 @@ class BlockMatrix:
             step = amxk_slice_rows(self.n_in) if amxk else lanes_slice_rows(self.n_in)
         for r0 in range(0, n, step):
             r1 = min(n, r0 + step)
-            rc = self.lib.fn.lp_mm(int(self.qtype), self.blocks.data_ptr(), self.n_out, self.n_in, x[r0].data_ptr(),
+            mm = self.lib.fn.lp_mm_glu if self.glu_in else self.lib.fn.lp_mm
+            rc = mm(int(self.qtype), self.blocks.data_ptr(), self.n_out, self.n_in, x[r0].data_ptr(),
                                    r1 - r0, y[r0].data_ptr(), y.stride(0), int(accumulate))
             if rc != 0:
                 raise MemoryError(f"lp_mm: no scratch memory for {r1 - r0} rows of {self.n_in}")
@@ -188,6 +190,15 @@ class BlockMatrix:
         out = torch.empty(len(ids), self.n_in, dtype=torch.float32)
         self.lib.fn.lp_get_rows(int(self.qtype), self.blocks.data_ptr(), self.n_in, ids.data_ptr(), len(ids), out.data_ptr())
         return out
+
+
+def glu_input(m: object) -> object:
+    """m (an ffn_down after SwiGLU) marked, where it is a BlockMatrix, to read its few input rows
+    in Q8_K for the Q4_K / Q6_K products whatever their largest value, as llama.cpp rounds them
+    and the fused layers do (kernels/c/layers.c prep_ff_row; GeGLU rows keep the rule there)."""
+    if isinstance(m, BlockMatrix):
+        m.glu_in = True
+    return m
 
 
 def block_matrix(parts: list[tuple[torch.Tensor, T, tuple[int, int]]], lib: KernelLib) -> BlockMatrix | None:

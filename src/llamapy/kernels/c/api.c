@@ -5,7 +5,7 @@
 #include "kv_quant.h"
 #include "ops.h"
 
-int lp_abi_version(void) { return 9; }
+int lp_abi_version(void) { return 10; }
 
 /* The ISA level this build runs, in build.py's names, with the extensions it uses. */
 const char *lp_isa(void) {

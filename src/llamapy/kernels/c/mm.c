@@ -1,7 +1,7 @@
 /* The products y (+)= x W^T of few activation rows against a weight matrix kept in its GGUF
  * blocks, and the conversions around them (dequantization, embedding rows).
  *
- * Exported (ctypes, see kernels/build.py): lp_mm, lp_dequant, lp_dequant_bf16, lp_get_rows (and
+ * Exported (ctypes, see kernels/build.py): lp_mm, lp_mm_glu, lp_dequant, lp_dequant_bf16, lp_get_rows (and
  * lp_set_coarse_bf16 / lp_coarse_bf16, mm_xprep.inc).
  * Internal, for a caller's own parallel region (layers.c): lp_prep_for + lp_mm_for.
  * One translation unit with two parts included whole (mm_xprep.inc: the row-count rules and the
@@ -319,8 +319,8 @@ int lp_lanes8_takes(int type, int64_t n_in, int64_t n) {
 /* y[r, o] (+)= sum_k x[r, k] W[o, k]: x float [n_rows, n_in], W [n_out, n_in] in blocks of
  * `type`, y float rows of stride ldy.  Block types: integer products on int16 activations (see
  * lp.h); float types: fp32.  Returns 0, or -1 when scratch memory could not be allocated. */
-int lp_mm(int type, const uint8_t *w, int64_t n_out, int64_t n_in, const float *x, int64_t n_rows, float *y,
-          int64_t ldy, int accumulate) {
+static int mm(int type, const uint8_t *w, int64_t n_out, int64_t n_in, const float *x, int64_t n_rows, float *y,
+              int64_t ldy, int accumulate, int glu) {
     if (n_rows == 1 && lp_row1_i8(type, n_in)) /* one row in int8 (row1_x86.h) */
         return lp_mm_det(type, w, n_out, n_in, x, n_rows, y, ldy, accumulate);
     const int reads = lp_xprep_reads(type, n_in, n_rows);
@@ -334,6 +334,10 @@ int lp_mm(int type, const uint8_t *w, int64_t n_out, int64_t n_in, const float *
     {
         void *scratch = malloc(lp_mm_scratch_bytes(n_in));
         lp_prep_for(&xp);
+        if (glu && xp.xr.q8 && (xp.reads & LP_READS_INTS) && lp_needs_prep(&xp)) {
+#pragma omp single
+            memset(xp.xr.q8on, 1, (size_t)n_rows);
+        }
         if (scratch) {
             lp_mm_for(type, w, n_out, n_in, &xp, y, ldy, accumulate, scratch);
         } else {
@@ -344,6 +348,15 @@ int lp_mm(int type, const uint8_t *w, int64_t n_out, int64_t n_in, const float *
     }
     free(xbuf);
     return failed ? -1 : 0;
+}
+int lp_mm(int type, const uint8_t *w, int64_t n_out, int64_t n_in, const float *x, int64_t n_rows, float *y,
+          int64_t ldy, int accumulate) {
+    return mm(type, w, n_out, n_in, x, n_rows, y, ldy, accumulate, 0);
+}
+/* lp_mm of ffn_down's input (GLU rows): in Q8_K whatever their largest value (layers.c prep_ff_row). */
+int lp_mm_glu(int type, const uint8_t *w, int64_t n_out, int64_t n_in, const float *x, int64_t n_rows, float *y,
+              int64_t ldy, int accumulate) {
+    return mm(type, w, n_out, n_in, x, n_rows, y, ldy, accumulate, 1);
 }
 
 /* Rows r0..r1 of W [n_out, n_in] as float [r1 - r0, n_in]: ggml's dequantization. */

@@ -106,7 +106,7 @@ class Gemma3Model:
             # prompt's GEMM would be cut in two and copied together (~10% of a 270M prefill)
             ffn_gate=w.matrix(p + "ffn_gate.weight"),
             ffn_up=w.matrix(p + "ffn_up.weight"),
-            ffn_down=w.matrix(p + "ffn_down.weight"),
+            ffn_down=w.matrix(p + "ffn_down.weight"),  # (GeGLU rows keep the outlier rule: layers.c prep_ff_row)
             ffn_post_norm=w.get(p + "post_ffw_norm.weight"),
         )
 

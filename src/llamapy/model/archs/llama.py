@@ -17,6 +17,7 @@ from ...memory.kv_cache import KVCache
 from ..graph import UBatchInputs
 from ..hparams import HParams
 from ..attend import attend
+from ..block_matrix import glu_input
 from ..layers import glu_stacked, project, rms_norm
 from ..loader import WeightLoader
 from ..moe import MoeFFN
@@ -90,7 +91,7 @@ class LlamaModel:
             wo=w.matrix(p + "attn_output.weight"),
             ffn_norm=w.get(p + "ffn_norm.weight"),
             ffn_gate_up=None if moe else w.matrix(p + "ffn_gate.weight", p + "ffn_up.weight"),
-            ffn_down=None if moe else w.matrix(p + "ffn_down.weight"),
+            ffn_down=None if moe else glu_input(w.matrix(p + "ffn_down.weight")),
             moe=moe,
             bq=opt("attn_q.bias"), bk=opt("attn_k.bias"), bv=opt("attn_v.bias"),
             attn_q_norm=opt("attn_q_norm.weight"), attn_k_norm=opt("attn_k_norm.weight"),
