@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from ..block_matrix import glu_input
 from ..hparams import HParams
 from ..loader import WeightLoader
 from ..rope import ROPE_TYPE_NEOX, RopeParams
@@ -50,7 +51,7 @@ class Phi3Model(LlamaModel):
             wo=w.matrix(p + "attn_output.weight"),
             ffn_norm=w.get(p + "ffn_norm.weight"),
             ffn_gate_up=w.matrix(p + "ffn_up.weight"),  # [2 n_ff, n_embd]: gate | up
-            ffn_down=w.matrix(p + "ffn_down.weight"),
+            ffn_down=glu_input(w.matrix(p + "ffn_down.weight")),  # SwiGLU rows: Q8_K, as the fused layers
         )
 
 
