@@ -65,11 +65,11 @@ def main(argv: list[str] | None = None) -> int:
     exact = block_matrix.BlockMatrix._mm
     n_vocab = model.n_vocab
 
-    def product(self, x, y, accumulate):
+    def product(self, x, y, accumulate, int8):  # BlockMatrix._mm's signature
         head = self.n_out == n_vocab
         if a.where == "all" or (a.where == "head") == head:
             x = rounded(x.contiguous(), a.bits, a.block, a.keep).contiguous()
-        return exact(self, x, y, accumulate)
+        return exact(self, x, y, accumulate, int8)
 
     block_matrix.BlockMatrix._mm = product
     ctx = llamapy.Context(model, llamapy.ContextParams(n_ctx=2048, n_ubatch=512))
