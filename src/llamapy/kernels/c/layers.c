@@ -87,7 +87,7 @@ static void prep_row(lp_xprep *xp, const lp_xprep *dx, int64_t r, int det) {
  * top-1 0.961; the rule 9.3e-4, 0.979), no closer to llama.cpp, no faster. */
 static void prep_ff_row(lp_xprep *xp, const lp_xprep *dx, int64_t r, int det, int glu) {
     prep_row(xp, dx, r, det);
-    if (glu && !det && xp->xr.q8 && (xp->reads & LP_READS_INTS) && lp_needs_prep(xp)) xp->xr.q8on[r] = 1;
+    if (glu && !det) lp_force_q8k_row(xp, r);
 }
 
 /* The forms dx's rows take for a product of this type: rows_det_x86.c's (deterministic mode),

@@ -334,9 +334,9 @@ static int mm(int type, const uint8_t *w, int64_t n_out, int64_t n_in, const flo
     {
         void *scratch = malloc(lp_mm_scratch_bytes(n_in));
         lp_prep_for(&xp);
-        if (glu && xp.xr.q8 && (xp.reads & LP_READS_INTS) && lp_needs_prep(&xp)) {
+        if (glu) {
 #pragma omp single
-            memset(xp.xr.q8on, 1, (size_t)n_rows);
+            for (int64_t r = 0; r < n_rows; r++) lp_force_q8k_row(&xp, r);
         }
         if (scratch) {
             lp_mm_for(type, w, n_out, n_in, &xp, y, ldy, accumulate, scratch);

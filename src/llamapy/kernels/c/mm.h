@@ -31,6 +31,7 @@ size_t lp_xprep_bytes(int64_t n_in, int64_t n);
 lp_xprep lp_xprep_at(void *buf, int64_t n_in, int64_t n, const float *x);
 int lp_needs_prep(const lp_xprep *xp);
 void lp_prep_row(lp_xprep *xp, int64_t r);
+void lp_force_q8k_row(lp_xprep *xp, int64_t r);
 void lp_prep_for(lp_xprep *xp);
 void lp_lanes_for(const lp_xprep *xp);
 void lp_lanes_all(const lp_xprep *xp);

@@ -145,7 +145,7 @@ void lp_moe_row_for(const lp_moe *m, const float *x, const float *norm, float ep
      * outlier rule was made for Gemma 3's hidden state). */
     for (int64_t j = 0; j < k; j++) {
         lp_prep_row(&o.xf[j], 0);
-        if (o.xf[j].xr.q8) o.xf[j].xr.q8on[0] = 1;
+        lp_force_q8k_row(&o.xf[j], 0);
     }
     /* Each thread's share of the output rows (as `omp for schedule(static)` over 16-row chunks):
      * expert by expert, each expert's rows of the share one stream (a 16-row chunk of all k
