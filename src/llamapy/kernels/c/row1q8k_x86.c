@@ -194,31 +194,41 @@ LP_INLINE __m256i k45_sc2(const uint8_t *sc0, const uint8_t *sc1) {
     return _mm256_or_si256(lo, hi);
 }
 
-/* Block i of two Q4_K rows w0, w1 (row t in lane t): its minimums' term into *accm, its
- * sub-block scales as int16 pairs (s, s) into scw ([row 0 k 0..3 | row 1 k 0..3 | row 0 k 4..7 |
- * row 1 k 4..7]); returns [d0 d8, dmin0 d8, d1 d8, dmin1 d8]. */
-LP_INLINE __m128 q4k_head2(const uint8_t *w0, const uint8_t *w1, int64_t i, const int16_t *bs, const float *xd, int64_t pf,
+/* The sums per 32 of block i's Q8_K values (int16, from bs8's per 16) in both lanes. */
+LP_INLINE __m256i q8k_sums32(const int16_t *bs, int64_t i) {
+    return _mm256_broadcastsi128_si256(
+        _mm_hadd_epi16(_mm_loadu_si128((const __m128i *)(bs + 16 * i)), _mm_loadu_si128((const __m128i *)(bs + 16 * i + 8))));
+}
+
+/* Block i of two Q4_K rows w0, w1 (row t in lane t) against the activations' sums per 32 q8s:
+ * its minimums' term into *accm, its sub-block scales as int16 pairs (s, s) into scw ([row 0
+ * k 0..3 | row 1 k 0..3 | row 0 k 4..7 | row 1 k 4..7], each half one vpshufb of the scales);
+ * returns [d0 d8, dmin0 d8, d1 d8, dmin1 d8] in both lanes (one vcvtph2ps of both rows' d, dmin
+ * twice), so that each row's broadcast is an in-lane vpermilps, where vpermps (Zen 3: latency
+ * 8, one per 1.3 cycles) and vbroadcastss of a register (one a cycle) took the vector pipes. */
+LP_INLINE __m256 q4k_head2(const uint8_t *w0, const uint8_t *w1, int64_t i, __m256i q8s, const float *xd, int64_t pf,
                            int32_t *scw, __m256 *accm) {
     const uint8_t *b0 = w0 + i * 144, *b1 = w1 + i * 144;
     prefetch_block(b0, pf, 144);
     prefetch_block(b1, pf, 144);
-    const __m128i q8s = _mm_hadd_epi16(_mm_loadu_si128((const __m128i *)(bs + 16 * i)),
-                                       _mm_loadu_si128((const __m128i *)(bs + 16 * i + 8))); /* sums per 32 */
     const __m256i sm = k45_sc2(b0 + 4, b1 + 4);
-    const __m256i mins = _mm256_unpackhi_epi8(sm, _mm256_setzero_si256()), sc = _mm256_unpacklo_epi8(sm, _mm256_setzero_si256());
-    const __m128 dd = _mm_mul_ps(_mm_cvtph_ps(_mm_setr_epi32((int)lp_rd32(b0), (int)lp_rd32(b1), 0, 0)), _mm_set1_ps(xd[i]));
-    const __m256i mp = _mm256_madd_epi16(mins, _mm256_broadcastsi128_si256(q8s));
-    *accm = _mm256_fmadd_ps(_mm256_permutevar8x32_ps(_mm256_castps128_ps256(dd), _mm256_setr_epi32(1, 1, 1, 1, 3, 3, 3, 3)),
-                            _mm256_cvtepi32_ps(mp), *accm);
-    _mm256_store_si256((__m256i *)scw, _mm256_unpacklo_epi16(sc, sc));
-    _mm256_store_si256((__m256i *)(scw + 8), _mm256_unpackhi_epi16(sc, sc));
+    const __m256 dd = _mm256_mul_ps(_mm256_cvtph_ps(_mm_set1_epi64x((long long)(lp_rd32(b0) | (uint64_t)lp_rd32(b1) << 32))),
+                                    _mm256_set1_ps(xd[i]));
+    const __m256i mp = _mm256_madd_epi16(_mm256_unpackhi_epi8(sm, _mm256_setzero_si256()), q8s); /* mins . sums per 32 */
+    *accm = _mm256_fmadd_ps(_mm256_permutevar_ps(dd, _mm256_setr_epi32(1, 1, 1, 1, 3, 3, 3, 3)), _mm256_cvtepi32_ps(mp), *accm);
+    const __m256i pairs_lo = _mm256_broadcastsi128_si256(_mm_setr_epi8(0, -1, 0, -1, 1, -1, 1, -1, 2, -1, 2, -1, 3, -1, 3, -1));
+    const __m256i pairs_hi = _mm256_add_epi8(pairs_lo, _mm256_broadcastsi128_si256(_mm_setr_epi8(4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0)));
+    _mm256_store_si256((__m256i *)scw, _mm256_shuffle_epi8(sm, pairs_lo));
+    _mm256_store_si256((__m256i *)(scw + 8), _mm256_shuffle_epi8(sm, pairs_hi));
     return dd;
 }
 
 /* q4k_rows of two rows: each block's scales, minimums and d of both rows in one 256-bit vector
  * (row t in lane t: the same integers and float steps per lane) and taken a block ahead of its
  * products, so that their chain of latencies (scales -> stored -> broadcast -> products) does
- * not hold up the block (Zen 3, L1: that work was 40% of a block's time; the same sums). */
+ * not hold up the block (Zen 3, L1: that work was 40% of a block's time; the same sums).  Each
+ * row's int32 sum is one chain of vpaddd in order (in_reg): GCC had made it a tree, whose
+ * partial sums spilled to the stack (Zen 3: 1.15x with q4k_head2's vpermilps). */
 LP_INLINE void q4k_rows2(const uint8_t *w0, const uint8_t *w1, int64_t nsb, const lp_xrows *xr, int64_t r, int64_t pf,
                          float *y) {
     const int8_t *xq = xr->q8 + r * xr->n_in;
@@ -227,10 +237,10 @@ LP_INLINE void q4k_rows2(const uint8_t *w0, const uint8_t *w1, int64_t nsb, cons
     const __m256i m4 = _mm256_set1_epi8(15);
     __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps(), accm = _mm256_setzero_ps(); /* accm: row t in lane t */
     int32_t scw[2][16] __attribute__((aligned(32)));
-    __m128 dd = q4k_head2(w0, w1, 0, bs, xd, pf, scw[0], &accm);
+    __m256 dd = q4k_head2(w0, w1, 0, q8k_sums32(bs, 0), xd, pf, scw[0], &accm);
     for (int64_t i = 0; i < nsb; i++) {
         const int32_t *sw = scw[i & 1];
-        const __m128 ddn = i + 1 < nsb ? q4k_head2(w0, w1, i + 1, bs, xd, pf, scw[(i + 1) & 1], &accm) : dd;
+        const __m256 ddn = i + 1 < nsb ? q4k_head2(w0, w1, i + 1, q8k_sums32(bs, i + 1), xd, pf, scw[(i + 1) & 1], &accm) : dd;
         __asm__ volatile("" : : "r"(scw) : "memory"); /* the scales read back from memory */
         const uint8_t *q0 = w0 + i * 144 + 16, *q1 = w1 + i * 144 + 16;
         __m256i sumi0 = _mm256_setzero_si256(), sumi1 = _mm256_setzero_si256();
@@ -241,15 +251,15 @@ LP_INLINE void q4k_rows2(const uint8_t *w0, const uint8_t *w1, int64_t nsb, cons
             const __m256i v0 = in_reg(_mm256_loadu_si256((const __m256i *)(q0 + 32 * j)));
             const __m256i v1 = in_reg(_mm256_loadu_si256((const __m256i *)(q1 + 32 * j)));
             const int k = (2 * j) % 4 + 8 * (j >= 2); /* sub-block 2j of row 0 in scw (2j + 1: k + 1; row 1: + 4) */
-            sumi0 = lp_dpwssd256(sumi0, _mm256_set1_epi32(sw[k]), _mm256_maddubs_epi16(_mm256_and_si256(v0, m4), xl));
-            sumi0 = lp_dpwssd256(sumi0, _mm256_set1_epi32(sw[k + 1]),
-                                 _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(v0, 4), m4), xh));
-            sumi1 = lp_dpwssd256(sumi1, _mm256_set1_epi32(sw[k + 4]), _mm256_maddubs_epi16(_mm256_and_si256(v1, m4), xl));
-            sumi1 = lp_dpwssd256(sumi1, _mm256_set1_epi32(sw[k + 5]),
-                                 _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(v1, 4), m4), xh));
+            sumi0 = in_reg(lp_dpwssd256(sumi0, _mm256_set1_epi32(sw[k]), _mm256_maddubs_epi16(_mm256_and_si256(v0, m4), xl)));
+            sumi0 = in_reg(lp_dpwssd256(sumi0, _mm256_set1_epi32(sw[k + 1]),
+                                        _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(v0, 4), m4), xh)));
+            sumi1 = in_reg(lp_dpwssd256(sumi1, _mm256_set1_epi32(sw[k + 4]), _mm256_maddubs_epi16(_mm256_and_si256(v1, m4), xl)));
+            sumi1 = in_reg(lp_dpwssd256(sumi1, _mm256_set1_epi32(sw[k + 5]),
+                                        _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(v1, 4), m4), xh)));
         }
-        acc0 = _mm256_fmadd_ps(_mm256_broadcastss_ps(dd), _mm256_cvtepi32_ps(sumi0), acc0);
-        acc1 = _mm256_fmadd_ps(_mm256_permutevar8x32_ps(_mm256_castps128_ps256(dd), _mm256_set1_epi32(2)), _mm256_cvtepi32_ps(sumi1), acc1);
+        acc0 = _mm256_fmadd_ps(_mm256_permute_ps(dd, 0x00), _mm256_cvtepi32_ps(sumi0), acc0);
+        acc1 = _mm256_fmadd_ps(_mm256_permute_ps(dd, 0xaa), _mm256_cvtepi32_ps(sumi1), acc1);
         dd = ddn;
     }
     y[0] = hsum8f(acc0) - hsum4f(_mm256_castps256_ps128(accm));
