@@ -117,15 +117,15 @@ LP_INLINE __m256i in_reg(__m256i v) {
 }
 
 /* prefetch_block without its loop (n a constant: unrolled, no branch on where the block starts
- * in its line): the lines of bytes b + pf .. b + pf + n - 1, each line start of the block's span
- * and its last byte (a line asked for twice at most).  Zen 3, kernel_ab Q4_K 8192 x 2048 one
- * row, against the loop: 1.03x in L3, 1.14x streamed.  Q6_K keeps the loop: its 210-byte
- * blocks streamed 0.93-0.95x with this. */
+ * in its line): the lines at b + pf, + 64, .. below b + pf + n.  The line of a block's last bytes,
+ * where it is not one of these, is the next block's first (a row's blocks, and its rows, lie end
+ * to end), asked for by that block's call.  Zen 3, kernel_ab Q4_K 8192 x 2048 one row, against
+ * the loop: 1.04x in L3, 1.15x streamed.  Q6_K keeps the loop: its 210-byte blocks, 1.06x in L3
+ * with this, streamed 0.91-0.99x (a loaded machine). */
 LP_INLINE void prefetch_span(const uint8_t *b, int64_t pf, int n) {
     if (!pf) return;
 #pragma GCC unroll 4
     for (int o = 0; o < n; o += 64) LP_PREFETCH_W(b + pf + o);
-    LP_PREFETCH_W(b + pf + n - 1);
 }
 
 /* lane 0: int16 lane a repeated, lane 1: int16 lane b */
