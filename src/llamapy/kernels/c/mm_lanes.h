@@ -32,15 +32,23 @@ static void lane_rows_at(void *scratch, int64_t n_in, int k, lp_wrow *wr, int16_
     }
 }
 
-/* A chunk's buffered outputs (yb: n rows YB_LD apart, columns o0..o1) into y's rows (+)=. */
+/* A chunk's buffered outputs (yb: n rows YB_LD apart, columns o0..o1) into y's rows (+)=, 8 at
+ * a time in registers (a memcpy call a row had been 4-10% of a 16-row product of 640, B=16's
+ * Q8_0 output), and the lines of the chunk after (the same thread's: lp_mm_for's static
+ * schedule) requested: y's rows lie a row of the matrix apart, each line a miss (a hint: a
+ * prefetch past the array's end does not fault). */
 static void put_buffered(const float *yb, int64_t n, int64_t o0, int64_t o1, float *y, int64_t ldy, int accumulate) {
+    const int64_t m = o1 - o0;
     for (int64_t r = 0; r < n; r++) {
         float *yr = y + r * ldy + o0;
         const float *br = yb + r * YB_LD;
-        if (accumulate)
-            for (int64_t k = 0; k < o1 - o0; k++) yr[k] += br[k];
-        else
-            memcpy(yr, br, sizeof(float) * (size_t)(o1 - o0));
+        for (int64_t k = m; k < 2 * m; k += 16) __builtin_prefetch(yr + k, 1, 3);
+        int64_t k = 0;
+        for (; k + 8 <= m; k += 8) {
+            const __m256 v = _mm256_loadu_ps(br + k);
+            _mm256_storeu_ps(yr + k, accumulate ? _mm256_add_ps(_mm256_loadu_ps(yr + k), v) : v);
+        }
+        for (; k < m; k++) yr[k] = accumulate ? yr[k] + br[k] : br[k];
     }
 }
 
