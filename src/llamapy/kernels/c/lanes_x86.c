@@ -153,15 +153,33 @@ LP_INLINE void store_rows4(vfl a0, vfl a1, vfl a2, vfl a3, float *y, int64_t ldy
 #endif
 }
 
+/* Q8_0's block bp as canon16 decodes it (unpack_x86.c): its 32 int8 widened into q16 (64-byte
+ * aligned), d into its first 16-group's d16. */
+#define DEC_AHEAD 1 /* blocks decoded ahead of the products (2: no faster, harness in L1) */
+LP_INLINE void dec_q8_0(const uint8_t *bp, int16_t *q16, float *d16) {
+    d16[0] = lp_f16_to_f32(lp_rd16(bp)); /* (the tile reads a block's first 16-group's d only) */
+    _mm256_store_si256((__m256i *)q16, _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(bp + 2))));
+    _mm256_store_si256((__m256i *)(q16 + 16), _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(bp + 18))));
+}
+
 /* The NW weight rows w16[j] (int16 [n_in], widened from canonical rows wr[j]) against NG (1 or
  * 2) lane groups g0.. of NL rows: row NL i + lane's outputs at y[(NL i + lane) ldy + j]
  * (store_rows4).  Per block of 32 (g16: per 16-group) one integer sum per weight row and lane,
  * NG * NW independent chains of vpdpwssd (2 NW for one group; each weight pair broadcast once
- * for the NG groups), then scaled by d s and the minimum's m sum(x) added, as dot.c does. */
-LP_INLINE void tile(const int NG, const int NW, const int g16, const int has_min, const int16_t *const *w16,
-                    const lp_wrow *wr, const lp_xlanes *l, int64_t g0, const char *pf, int64_t pf_lines, float *y,
-                    int64_t ldy) {
+ * for the NG groups), then scaled by d s and the minimum's m sum(x) added, as dot.c does.
+ * DEC (Q8_0): the rows are decoded here from raw (row j at raw + j rb) into w16 and wr's d16,
+ * block b + 1 while block b computes, where a pass of their own (lp_unpack_row16) had waited on
+ * the blocks' loads and its stores (the same int16 and d). */
+LP_INLINE void tile(const int NG, const int NW, const int g16, const int has_min, const int DEC, const uint8_t *raw,
+                    int64_t rb, const int16_t *const *w16, const lp_wrow *wr, const lp_xlanes *l, int64_t g0,
+                    const char *pf, int64_t pf_lines, float *y, int64_t ldy) {
     const int64_t n_in = l->n_in, nb = n_in / 32, ng16 = n_in / 16, np = n_in / 2, pf_b = (pf_lines + nb - 1) / nb;
+    int16_t *wq[4]; /* DEC's stores go through copies: through w16 and wr each reloaded its pointer */
+    float *wd[4];
+    for (int j = 0; j < NW; j++) wq[j] = (int16_t *)w16[j], wd[j] = wr[j].d16;
+    if (DEC)
+        for (int64_t b = 0; b < DEC_AHEAD && b < nb; b++)
+            for (int j = 0; j < NW; j++) dec_q8_0(raw + j * rb + 34 * b, wq[j] + 32 * b, wd[j] + 2 * b);
     const vi *xq[2];
     const float *s[2], *s32[2], *s16[2];
     for (int i = 0; i < NG; i++) {
@@ -175,6 +193,9 @@ LP_INLINE void tile(const int NG, const int NW, const int g16, const int has_min
         for (int j = 0; j < NW; j++) acc[i][j] = VFL_ZERO();
     for (int64_t b = 0; b < nb; b++) {
         for (int64_t i = b * pf_b; i < (b + 1) * pf_b && i < pf_lines; i++) PF(pf + 64 * i);
+        if (DEC && b + DEC_AHEAD < nb)
+            for (int j = 0; j < NW; j++)
+                dec_q8_0(raw + j * rb + 34 * (b + DEC_AHEAD), wq[j] + 32 * (b + DEC_AHEAD), wd[j] + 2 * (b + DEC_AHEAD));
         for (int h = 0; h < (g16 ? 2 : 1); h++) {
             const int64_t gi = g16 ? 2 * b + h : 2 * b, k0 = 16 * b + 8 * h; /* gi: the 16-group whose d16, m16 apply */
             const int kn = g16 ? 8 : 16; /* pairs of the group (a constant: the unroll annotations need one) */
@@ -190,8 +211,8 @@ LP_INLINE void tile(const int NG, const int NW, const int g16, const int has_min
                     const vi x0 = VI_LOAD(xq[0] + k0 + k), x1 = VI_LOAD(xq[0] + k0 + k + 1);
                     for (int j = 0; j < NW; j++) {
                         int32_t w0, w1; /* each read on its own: broadcast loads */
-                        memcpy(&w0, w16[j] + 2 * (k0 + k), 4);
-                        memcpy(&w1, w16[j] + 2 * (k0 + k + 1), 4);
+                        memcpy(&w0, wq[j] + 2 * (k0 + k), 4);
+                        memcpy(&w1, wq[j] + 2 * (k0 + k + 1), 4);
                         p[0][j] = k ? pair_dot(p[0][j], x0, VI_BCAST(w0)) : pair_first(x0, VI_BCAST(w0));
                         p2[j] = k ? pair_dot(p2[j], x1, VI_BCAST(w1)) : pair_first(x1, VI_BCAST(w1));
                     }
@@ -208,7 +229,7 @@ LP_INLINE void tile(const int NG, const int NW, const int g16, const int has_min
                     for (int i = 0; i < NG; i++) xv[i] = VI_LOAD(xq[i] + k0 + k);
                     for (int j = 0; j < NW; j++) {
                         int32_t wp;
-                        memcpy(&wp, w16[j] + 2 * (k0 + k), 4);
+                        memcpy(&wp, wq[j] + 2 * (k0 + k), 4);
                         const vi wv = VI_BCAST(wp); /* a broadcast load */
                         for (int i = 0; i < NG; i++) p[i][j] = k ? pair_dot(p[i][j], xv[i], wv) : pair_first(xv[i], wv);
                     }
@@ -217,7 +238,7 @@ LP_INLINE void tile(const int NG, const int NW, const int g16, const int has_min
             for (int i = 0; i < NG; i++) {
                 const vfl sv = VFL_LOAD(s[i] + NL * b);
                 for (int j = 0; j < NW; j++) {
-                    acc[i][j] = VFL_FMA(VFL_CVT(p[i][j]), VFL_MUL(VFL_SET1(wr[j].d16[gi]), sv), acc[i][j]);
+                    acc[i][j] = VFL_FMA(VFL_CVT(p[i][j]), VFL_MUL(VFL_SET1(wd[j][gi]), sv), acc[i][j]);
                     if (has_min)
                         acc[i][j] = VFL_FMA(VFL_LOAD(g16 ? s16[i] + NL * gi : s32[i] + NL * b), VFL_SET1(wr[j].m16[gi]), acc[i][j]);
                 }
@@ -231,18 +252,21 @@ LP_INLINE void tile(const int NG, const int NW, const int g16, const int has_min
 
 #define TILE_K(NG, NW)                                                                                                 \
     do {                                                                                                               \
-        if (g16 && has_min)                                                                                            \
-            tile(NG, NW, 1, 1, w16, wr, l, g0, pf, pf_lines, y, ldy);                                                  \
+        if (raw)                                                                                                       \
+            tile(NG, NW, 0, 0, 1, raw, rb, w16, wr, l, g0, pf, pf_lines, y, ldy);                                      \
+        else if (g16 && has_min)                                                                                       \
+            tile(NG, NW, 1, 1, 0, raw, rb, w16, wr, l, g0, pf, pf_lines, y, ldy);                                      \
         else if (g16)                                                                                                  \
-            tile(NG, NW, 1, 0, w16, wr, l, g0, pf, pf_lines, y, ldy);                                                  \
+            tile(NG, NW, 1, 0, 0, raw, rb, w16, wr, l, g0, pf, pf_lines, y, ldy);                                      \
         else if (has_min)                                                                                              \
-            tile(NG, NW, 0, 1, w16, wr, l, g0, pf, pf_lines, y, ldy);                                                  \
+            tile(NG, NW, 0, 1, 0, raw, rb, w16, wr, l, g0, pf, pf_lines, y, ldy);                                      \
         else                                                                                                           \
-            tile(NG, NW, 0, 0, w16, wr, l, g0, pf, pf_lines, y, ldy);                                                  \
+            tile(NG, NW, 0, 0, 0, raw, rb, w16, wr, l, g0, pf, pf_lines, y, ldy);                                      \
     } while (0)
 
-void lp_lanes_tile(int ng, int nw, int g16, int has_min, const int16_t *const *w16, const lp_wrow *wr,
-                   const lp_xlanes *l, int64_t g0, const char *pf, int64_t pf_lines, float *y, int64_t ldy) {
+void lp_lanes_tile(int ng, int nw, int g16, int has_min, const uint8_t *raw, int64_t rb, const int16_t *const *w16,
+                   const lp_wrow *wr, const lp_xlanes *l, int64_t g0, const char *pf, int64_t pf_lines, float *y,
+                   int64_t ldy) {
     switch (ng * 8 + nw) {
     case 17: TILE_K(2, 1); break;
     case 18: TILE_K(2, 2); break;

@@ -27,9 +27,14 @@ void lp_xlanes_fill(const lp_xrows *xr, int64_t n, lp_xlanes l, int64_t b, int p
 /* nw (1..4) weight rows (w16: their canonical q widened to int16, lp_widen_q; wr: their d16,
  * m16) against the LP_NL rows of each of ng (1, 2) lane groups from g0, in rows: activation row
  * LP_NL i + lane's outputs at y[(LP_NL i + lane) ldy + j], j < 4 (four written whatever nw: the
- * columns past nw hold zeros). */
-void lp_lanes_tile(int ng, int nw, int g16, int has_min, const int16_t *const *w16, const lp_wrow *wr,
-                   const lp_xlanes *l, int64_t g0, const char *pf, int64_t pf_lines, float *y, int64_t ldy);
+ * columns past nw hold zeros).  raw (Q8_0 only; else NULL): the rows' blocks, rb bytes apart,
+ * decoded into w16 and wr's d16 as the tile goes (LP_LANES_DEC). */
+void lp_lanes_tile(int ng, int nw, int g16, int has_min, const uint8_t *raw, int64_t rb, const int16_t *const *w16,
+                   const lp_wrow *wr, const lp_xlanes *l, int64_t g0, const char *pf, int64_t pf_lines, float *y,
+                   int64_t ldy);
+#if !defined(LP_AVX512)
+#define LP_LANES_DEC 1 /* AVX2: Q8_0's rows decoded inside the lane tile (lp_lanes_tile's raw) */
+#endif
 void lp_widen_q(const int8_t *q, int64_t n_in, int16_t *out);
 int lp_lanes_amd(void); /* an AMD CPU (lp_cpu_amd_family, asked once): mm_lanes.h lanes_tile_rows */
 #endif
