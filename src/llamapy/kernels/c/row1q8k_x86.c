@@ -278,7 +278,15 @@ LP_INLINE void q4k_rows2(const uint8_t *w0, const uint8_t *w1, int64_t nsb, cons
     y[1] = hsum8f(acc1) - hsum4f(_mm256_extractf128_ps(accm, 1));
 }
 
-/* nr Q6_K rows: q6k_half's values 0..63 (the -32 applied through bs8), sub-block scales int8. */
+/* nr Q6_K rows: q6k_half's values 0..63 (the -32 applied through bs8), sub-block scales int8.
+ * Zen 3 (AMD EPYC family 25 model 1, avx2, kernel_ab 8192 x 2048 -t 1 --cpu-time, L3; wrong-sum
+ * probes): without the scales' vpshufb 1.11x, without q6k_half's bit assembly 1.38x, without the
+ * prefetch 0.76x (streamed 0.36x).  Tried, slower (the same sums): the scales as (s, s) dwords
+ * stored a block ahead, each multiplier two vpbroadcastd loads + vpblendd 0.82x; the 8 multipliers
+ * of each row stored a block ahead, read as vpmaddwd's memory operand 0.87-0.92x; the int8 scales
+ * widened in-lane (vbroadcasti128 + vpcmpgtb + vpunpck*bw, no vpermq / vinserti128) 1.001x; each
+ * row's whole block before the other's 0.99-1.01x (streamed 0.95x); the
+ * prefetch at 2 pf 0.90-0.95x streamed, at pf / 2 0.98-0.99x streamed, as T0 0.94-0.98x streamed. */
 LP_INLINE void q6k_rows(const int nr, const uint8_t *w0, const uint8_t *w1, int64_t nsb, const lp_xrows *xr, int64_t r,
                         int64_t pf, float *y) {
     const int8_t *xq = xr->q8 + r * xr->n_in;
