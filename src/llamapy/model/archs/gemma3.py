@@ -121,7 +121,7 @@ class Gemma3Model:
 
     def embed(self, inp: UBatchInputs) -> torch.Tensor:
         """The ubatch's scaled token embeddings [n_tokens, n_embd] (the first stage's part)."""
-        return self.tok_embd.get_rows(inp.tokens) * math.sqrt(self.hp.n_embd)
+        return self.tok_embd.get_rows(inp.tokens).mul_(math.sqrt(self.hp.n_embd))  # get_rows: a new tensor
 
     def forward_layers(self, inp: UBatchInputs, kv: Memory, x: torch.Tensor) -> torch.Tensor:
         """x [n_tokens, n_embd] through this stage's layers, in place; returns x."""
