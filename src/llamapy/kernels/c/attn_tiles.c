@@ -29,11 +29,12 @@
  * benchmarks/attn_tiles.py, Gemma 3's heads (4 x 256, one KV head), a causal 512-row prompt, 2
  * threads on a 2-core Intel Xeon (KVM, family 6 model 167): at the AVX-512 level 16 x 16 2.92
  * ms, 32 x 16 2.47, 32 x 32 2.35; at the AVX2 level 16 x 32 3.89 ms, 16 x 16 3.65 (tiles of
- * one).  On a 2-core AMD EPYC (Zen 3, family 25 model 1; AVX2), one thread, thread CPU time,
- * median of 30 alternating calls: 4 tiles a task (each widened K and V value serving 64 query
- * vectors, not 16) and 6 rows a micro-kernel call 7.44 ms against 8.78 (1.18x), the same bits;
- * 2 tiles 1.05x less than 4, 8 no better; 32-cell blocks 0.97x.  AVX-512 keeps tiles of one
- * (not measured there). */
+ * one).  On a 2-core AMD EPYC (Zen 3, family 25 model 1; AVX2), the same shape at one thread,
+ * thread CPU time, medians of 30 alternating calls: 4 tiles a task (each widened K and V value
+ * serving 64 query vectors, not 16), 6 rows a micro-kernel call and 8 x 8 transposes 7.18 ms
+ * against 8.88 (1.23x), the same bits; 2 tiles 1.05x slower than 4, 8 no faster; 32-cell
+ * blocks 0.97x.  The products then run at ~88% of the FMA peak (fma_peak.py: 51.3 G a second),
+ * the rest ~1.2 ms (exp 0.45, widening 0.35).  AVX-512 keeps tiles of one (not measured there). */
 #if defined(LP_AVX512)
 #define AT_Q 32
 #define AT_C 32
