@@ -371,6 +371,32 @@ def test_apply_ubatch_purges_overwritten_prefix():
     assert (cells.seq_pos_min(0), cells.seq_pos_max(0)) == (3, 4)
 
 
+@pytest.mark.parametrize("mixed", [False, True])
+def test_apply_ubatch_of_a_prompt_is_set_cell_row_by_row(mixed):
+    """FILL_ROWS rows or more into empty cells are written at once (_fill): the same cells,
+    sequences, positions, counts and heads as set_cell row by row -- one sequence's prompt, and
+    rows of several sequences (one twice in a row's set) beside cells already held."""
+    from llamapy.memory.cells import FILL_ROWS
+
+    rng = np.random.default_rng(5)
+    n, size = FILL_ROWS + 37, 2 * FILL_ROWS + 100
+    ref, got = filled(20, size=size, n_seq=3), filled(20, size=size, n_seq=3)
+    idxs = sorted(rng.choice(np.arange(20, size), n, replace=False).tolist())
+    pos = rng.integers(0, 500, n).tolist()
+    sids = [tuple(int(s) for s in rng.choice(3, rng.integers(1, 3))) + ((0,) if k == 7 else ()) if mixed else (1,)
+            for k in range(n)]
+    got.apply_ubatch(idxs, pos, sids)
+    for i, p, s in zip(idxs, pos, sids):
+        ref.set_cell(i, p, s)
+    ref.head = idxs[-1] + 1
+    assert got == ref and got.used() == ref.used() == 20 + n
+    for s in range(3):
+        assert (got.seq_pos_min(s), got.seq_pos_max(s)) == (ref.seq_pos_min(s), ref.seq_pos_max(s))
+        got.seq_rm(s, -1, 250)
+        ref.seq_rm(s, -1, 250)
+        assert (got.seq_pos_min(s), got.seq_pos_max(s), got.used()) == (ref.seq_pos_min(s), ref.seq_pos_max(s), ref.used())
+
+
 def test_set_cell_errors():
     cells = filled(1, n_seq=2)
     with pytest.raises(ValueError, match=r"cell 0 is not empty"):

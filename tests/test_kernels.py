@@ -841,6 +841,40 @@ def test_tile_attention_matches_reference(lib, n_head, n_head_kv, d, mask_kind):
                                v[:, : 6 * n_head_kv].contiguous(), n_kv, n_head_kv, mask, 0.3) is None  # d % 4: declined
 
 
+@pytest.mark.parametrize("mask_kind", ["causal", "window"])
+def test_tile_attention_bits_do_not_depend_on_the_tasks(lib, mask_kind):
+    """A task of attn_tiles.c widens each block of cells once for up to AT_G tiles of rows (4
+    below AVX-512; fewer where the threads would get under 4 tasks each), and its blocks start
+    at multiples of AT_C whatever the task's first visible cell: at 1, 5 and 19 threads (4, 3
+    and 1 tiles a task for these 300 rows) the same bits, within 2e-5 of a float64 softmax --
+    under a causal mask after 13 held cells and a sliding window of 37 (tiles' first cells off
+    the blocks' edges), with a row that sees nothing."""
+    g = torch.Generator().manual_seed(3)
+    n, held, n_head, d = 300, 13, 4, 256
+    n_kv = held + n + 5
+    q = torch.randn(n, n_head, d, generator=g)
+    k, v = (torch.randn(n_kv, d, generator=g).half() for _ in range(2))
+    pos, qpos = torch.arange(n_kv), held + torch.arange(n)
+    visible = pos[None] <= qpos[:, None]
+    if mask_kind == "window":
+        visible &= qpos[:, None] - pos[None] < 37
+    visible[100] = False
+    mask = torch.zeros(n, n_kv).masked_fill_(~visible, float("-inf"))
+    threads = torch.get_num_threads()
+    try:
+        outs = []
+        for t in (1, 5, 19):
+            torch.set_num_threads(t)
+            outs.append(kops.attn_tiles_f16(lib, q, k, v, n_kv, 1, mask, 0.1))
+    finally:
+        torch.set_num_threads(threads)
+    assert torch.equal(outs[0], outs[1]) and torch.equal(outs[0], outs[2])
+    s = torch.einsum("thd,kd->htk", q.double(), k.double()) * 0.1 + mask.double()[None]
+    ref = torch.einsum("htk,kd->thd", s.softmax(-1), v.double()).reshape(n, -1)
+    ref[100] = 0.0
+    torch.testing.assert_close(outs[0].double(), ref, rtol=0, atol=2e-5)
+
+
 def _decode_steps(model, n_seq: int) -> torch.Tensor:
     """A 40-token prompt per sequence, then 4 steps of one token each; the last logits."""
     from llamapy import Batch, Context, ContextParams

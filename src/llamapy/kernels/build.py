@@ -32,7 +32,7 @@ from ..log import logger
 from .calibrate import calibrate_coarse_bf16
 from .lib import KernelLib
 
-ABI_VERSION = 10
+ABI_VERSION = 11
 SOURCE_DIR = Path(__file__).with_name("c")
 LEVELS = ("native", "avx512", "avx2+vnni", "avx2", "neon", "scalar")
 X86_NEEDS = {"avx512": ("avx512f", "avx512bw", "avx512dq", "avx512vl", "avx2", "fma", "f16c"),
@@ -66,6 +66,8 @@ SIGNATURES: dict[str, tuple] = {  # name -> argument types (all return void unle
     "lp_glu": (P, I64, I64, I, P),
     "lp_glu_rows": (P, I64, P, I64, I64, I64, I, P),
     "lp_rope": (P, I64, I64, I64, I64, I64, P, P, I),
+    "lp_qk_norm_rope": (P, I64, I64, P, I64, I64, I64, I64, P, P, F, I64, P, P, I),
+    "lp_rms_norm_add": (P, I64, P, I64, I64, F, P),
     "lp_attn_f16": (P, I64, I64, I64, I64, I64, I64, P, P, I64, P, P, P, F, P),
     "lp_attn_kv": (P, I64, I64, I64, I64, I64, I64, I, P, I, P, I64, P, P, P, F, P),
     "lp_attn_det_f16": (P, I64, I64, I64, I64, I64, I64, P, P, I64, P, P, P, F, P),

@@ -58,6 +58,29 @@ def rope_(lib: KernelLib, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
     lib.fn.lp_rope(x.data_ptr(), n, x.stride(0), n_head, d, n_rot, cos.data_ptr(), sin.data_ptr(), int(neox))
 
 
+def qk_norm_rope_(lib: KernelLib, q: torch.Tensor, k: torch.Tensor, qw: torch.Tensor | None, kw: torch.Tensor | None,
+                  eps: float, cos: torch.Tensor, sin: torch.Tensor, n_rot: int, neox: bool) -> None:
+    """q [n, n_head, d], k [n, n_head_kv, d] float32 (heads contiguous; rows may be strided, as
+    views of the QKV product): each head RMS-normed by qw / kw [d] (None: not normed), then
+    rotated; in place, one call.  cos, sin: [n, 1, n_rot/2]."""
+    n, n_head, d = q.shape
+    assert all(t.stride(2) == 1 and t.stride(1) == d for t in (q, k)), "qk_norm_rope_: heads must be contiguous"
+    cos, sin = cos.contiguous(), sin.contiguous()
+    qw, kw = (None if w is None else w.contiguous() for w in (qw, kw))
+    lib.fn.lp_qk_norm_rope(q.data_ptr(), q.stride(0), n_head, k.data_ptr(), k.stride(0), k.shape[1], n, d,
+                           None if qw is None else qw.data_ptr(), None if kw is None else kw.data_ptr(), eps, n_rot,
+                           cos.data_ptr(), sin.data_ptr(), int(neox))
+
+
+def rms_norm_add_(lib: KernelLib, x: torch.Tensor, w: torch.Tensor | None, eps: float, acc: torch.Tensor) -> torch.Tensor:
+    """acc [n, n_embd] (contiguous) += rms_norm(x) * w; x [n, n_embd] (rows contiguous) is
+    overwritten by its norm.  Returns acc."""
+    assert x.stride(1) == 1 and acc.is_contiguous() and x.shape == acc.shape
+    lib.fn.lp_rms_norm_add(x.data_ptr(), x.stride(0), None if w is None else w.contiguous().data_ptr(), x.shape[0],
+                           x.shape[1], eps, acc.data_ptr())
+    return acc
+
+
 def visible_cells(mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """The cells each row of a KQ mask [n, n_kv] can see, as (ptr [n + 1], cells [nnz]) int64:
     row i's are cells[ptr[i]:ptr[i + 1]], ascending.  Built once per ubatch."""

@@ -77,7 +77,7 @@ def flash_tile_bytes(n_t: int, n_kv: int, n_threads: int) -> int:
 
 def attn_tiles_ws_bytes(d_k: int, d_v: int) -> int:
     """One thread's workspace of the many-row attention kernel (kernels/c/attn_tiles.c
-    ws_floats: its tiles of AT_Q query vectors against blocks of AT_C cells, at most 32 and 32,
-    the AVX-512 level's)."""
-    at_q, at_c = 32, 32
-    return 4 * ((at_q + at_c) * (d_k + d_v) + at_c * at_q + 4 * at_q)
+    ws_floats: AT_G tiles of AT_Q query vectors against a block of AT_C cells), the larger of
+    the AVX-512 level's (32, 32, one tile) and the others' (16, 16, four tiles)."""
+    return 4 * max(at_c * (d_k + d_v) + at_c * at_q + 2 * at_q + at_g * (at_q * (d_k + d_v) + 2 * at_q)
+                   for at_q, at_c, at_g in ((32, 32, 1), (16, 16, 4)))

@@ -3,8 +3,8 @@ into its cells, then attend per stream group (model/graph.py AttnGroup): over th
 cells through the KQ mask, or over the gathered cells each sequence can see (the same mask,
 compressed).  Flash: the CPU kernels -- few rows over an f16 cache or one in ggml's blocks of 32
 (q8_0, q4_0, q4_1, q5_0, q5_1): one softmax pass over the cells the mask lets each row see; many
-rows over an f16 cache: tiles of 32 query vectors (16 below AVX-512), each K and V row widened
-once for all of them, kernels/c/attn_tiles.c -- else fused SDPA; otherwise the KQ matrix is materialized, as llama.cpp's -fa off.  A cache in host memory under a CUDA model (-nkvo)
+rows over an f16 cache: tiles of 32 query vectors (16 below AVX-512, and there up to 4 tiles a
+task), each K and V row widened once for all of them, kernels/c/attn_tiles.c -- else fused SDPA; otherwise the KQ matrix is materialized, as llama.cpp's -fa off.  A cache in host memory under a CUDA model (-nkvo)
 gets q, k, v copied to it, attention runs there, and the output is copied back: llama.cpp
 runs the KQ and KQV ops of -nkvo on the CPU the same way."""
 from __future__ import annotations

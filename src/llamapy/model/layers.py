@@ -8,6 +8,7 @@ import torch.nn.functional as F
 from ..kernels import ops as kops
 from ..kernels.ops import row_lib
 from .block_matrix import BlockMatrix
+from .qmatrix import StackedMatrix
 
 
 def project(m, x: torch.Tensor, out: torch.Tensor | None, deterministic: bool = False) -> torch.Tensor:
@@ -27,6 +28,26 @@ def rms_norm(x: torch.Tensor, w: torch.Tensor | None, eps: float) -> torch.Tenso
     if lib is not None:
         return kops.rms_norm(lib, x.reshape(-1, x.shape[-1]), w, eps).view(x.shape)
     return F.rms_norm(x, (x.shape[-1],), w, eps)
+
+
+def rms_norm_add_(x: torch.Tensor, w: torch.Tensor | None, eps: float, acc: torch.Tensor) -> torch.Tensor:
+    """acc += rms_norm(x, w, eps) in place (Gemma's post-norms and their residual add; x, a
+    temporary, may be overwritten): on the CPU one kernel pass, the same values.  Returns acc."""
+    lib = row_lib(x)
+    if lib is not None and x.dim() == 2 and x.stride(1) == 1 and acc.is_contiguous() and acc.dtype == torch.float32:
+        return kops.rms_norm_add_(lib, x, w, eps, acc)
+    return acc.add_(rms_norm(x, w, eps))
+
+
+def qkv_split(m, x: torch.Tensor, n_q: int, n_k: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The Q|K|V product m(x) as (q [n, n_q], k [n, n_k], v [n, rest]): a StackedMatrix of
+    the three (Q, K, V of different types) gives its parts' products as they are (no
+    concatenation, each contiguous), one matrix column views of its product."""
+    if isinstance(m, StackedMatrix) and [p.n_out for p in m.parts[:2]] == [n_q, n_k] and len(m.parts) == 3:
+        q, k, v = (p(x) for p in m.parts)
+        return q, k, v
+    y = m(x)
+    return y[:, :n_q], y[:, n_q : n_q + n_k], y[:, n_q + n_k :]
 
 
 FLASH_SCORE_BYTES = 4 * 1024 * 1024  # flash: query rows per SDPA call keep its scores under this

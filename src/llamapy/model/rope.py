@@ -20,6 +20,7 @@ import torch
 
 from ..kernels import ops as kops
 from ..kernels.ops import row_lib
+from .layers import rms_norm
 
 ROPE_TYPE_NORM = 0
 ROPE_TYPE_NEOX = 2
@@ -118,3 +119,19 @@ def apply_rope_(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, p: RopePa
         kops.rope_(lib, x, cos, sin, p.n_rot, p.rope_type == ROPE_TYPE_NEOX)
         return x
     return x.copy_(apply_rope(x, cos, sin, p))
+
+
+def norm_rope_qk_(q: torch.Tensor, k: torch.Tensor, qw: torch.Tensor | None, kw: torch.Tensor | None, eps: float,
+                  cos: torch.Tensor, sin: torch.Tensor, p: RopeParams) -> tuple[torch.Tensor, torch.Tensor]:
+    """q [n, n_head, d], k [n, n_head_kv, d] (views into the QKV product may be strided): each
+    head RMS-normed by qw / kw [d] where given (Gemma 3's, Qwen 3's Q/K norms), then rotated.
+    On the CPU one kernel call in place (no copy of the strided views); elsewhere new normed
+    tensors, rotated.  Returns (q, k)."""
+    lib = row_lib(q)
+    if (lib is not None and (qw is None) == (kw is None) and q.shape[2] == k.shape[2]
+            and all(t.stride(2) == 1 and t.stride(1) == t.shape[2] for t in (q, k))):
+        kops.qk_norm_rope_(lib, q, k, qw, kw, eps, cos, sin, p.n_rot, p.rope_type == ROPE_TYPE_NEOX)
+        return q, k
+    if qw is not None:
+        q, k = rms_norm(q, qw, eps), rms_norm(k, kw, eps)
+    return apply_rope_(q, cos, sin, p), apply_rope_(k, cos, sin, p)

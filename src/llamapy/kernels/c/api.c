@@ -5,7 +5,7 @@
 #include "kv_quant.h"
 #include "ops.h"
 
-int lp_abi_version(void) { return 10; }
+int lp_abi_version(void) { return 11; }
 
 /* The ISA level this build runs, in build.py's names, with the extensions it uses. */
 const char *lp_isa(void) {
@@ -62,6 +62,37 @@ void lp_rope(float *x, int64_t n_rows, int64_t ldx, int64_t n_head, int64_t d, i
 #pragma omp parallel for schedule(static) if (n_rows * n_head * d >= 8192)
     for (int64_t r = 0; r < n_rows; r++)
         lp_rope_row(x + r * ldx, n_head, d, n_rot, cos_ + r * (n_rot / 2), sin_ + r * (n_rot / 2), neox);
+}
+
+/* Per-head RMSNorm (weights qw, kw; NULL: none) then RoPE, in place, on each row's Q and K heads
+ * (Gemma 3's and Qwen 3's attention inputs): q [n_rows, ldq] with n_head heads of d contiguous,
+ * k [n_rows, ldk] with n_head_kv; cos, sin [n_rows, n_rot/2].  lp_rms_norm's and lp_rope's
+ * values, in one pass over rows read where the product wrote them (strided: no copy). */
+void lp_qk_norm_rope(float *q, int64_t ldq, int64_t n_head, float *k, int64_t ldk, int64_t n_head_kv, int64_t n_rows,
+                     int64_t d, const float *qw, const float *kw, float eps, int64_t n_rot, const float *cos_,
+                     const float *sin_, int neox) {
+#pragma omp parallel for schedule(static) if (n_rows * (n_head + n_head_kv) * d >= 8192)
+    for (int64_t r = 0; r < n_rows; r++) {
+        float *qr = q + r * ldq, *kr = k + r * ldk;
+        const float *c = cos_ + r * (n_rot / 2), *s = sin_ + r * (n_rot / 2);
+        for (int64_t h = 0; qw && h < n_head; h++) lp_rms_norm_row(qr + h * d, qw, d, eps, qr + h * d);
+        for (int64_t h = 0; kw && h < n_head_kv; h++) lp_rms_norm_row(kr + h * d, kw, d, eps, kr + h * d);
+        lp_rope_row(qr, n_head, d, n_rot, c, s, neox);
+        lp_rope_row(kr, n_head_kv, d, n_rot, c, s, neox);
+    }
+}
+
+/* acc[r] += rms_norm(x[r]) w over rows of n (x rows ldx apart, overwritten by their norms; acc
+ * contiguous): Gemma's post-attention and post-FFN norms with the residual add, lp_rms_norm's
+ * values then one float add each. */
+void lp_rms_norm_add(float *x, int64_t ldx, const float *w, int64_t n_rows, int64_t n, float eps, float *acc) {
+#pragma omp parallel for schedule(static) if (n_rows * n >= 8192)
+    for (int64_t r = 0; r < n_rows; r++) {
+        float *xr = x + r * ldx, *ar = acc + r * n;
+        lp_rms_norm_row(xr, w, n, eps, xr);
+#pragma omp simd
+        for (int64_t i = 0; i < n; i++) ar[i] += xr[i];
+    }
 }
 
 /* Attention of few query rows over a KV cache through the KQ mask, reading only the cells

@@ -23,10 +23,10 @@ from ...memory.factory import Memory, cache_for_layer
 from ..graph import UBatchInputs
 from ..hparams import HParams
 from ..attend import attend
-from ..layers import glu, project, rms_norm
+from ..layers import glu, project, qkv_split, rms_norm, rms_norm_add_
 from ..loader import WeightLoader
 from ..qmatrix import QMatrix
-from ..rope import ROPE_TYPE_NEOX, RopeParams, apply_rope, apply_rope_, rope_cos_sin
+from ..rope import ROPE_TYPE_NEOX, RopeParams, apply_rope, norm_rope_qk_, rope_cos_sin
 from ..stage import StageLayers
 
 
@@ -121,7 +121,7 @@ class Gemma3Model:
 
     def embed(self, inp: UBatchInputs) -> torch.Tensor:
         """The ubatch's scaled token embeddings [n_tokens, n_embd] (the first stage's part)."""
-        return self.tok_embd.get_rows(inp.tokens) * math.sqrt(self.hp.n_embd)
+        return self.tok_embd.get_rows(inp.tokens).mul_(math.sqrt(self.hp.n_embd))  # get_rows: a new tensor
 
     def forward_layers(self, inp: UBatchInputs, kv: Memory, x: torch.Tensor) -> torch.Tensor:
         """x [n_tokens, n_embd] through this stage's layers, in place; returns x."""
@@ -136,20 +136,17 @@ class Gemma3Model:
         for il, L in zip(self.layer_ids, self.layers):  # x updated in place, as the fused path does
             rope = self.rope_for_layer(il)
             cos, sin = ropes[rope]
-            qkv = L.wqkv(rms_norm(x, L.attn_norm, eps))  # [n_tokens, n_q + 2 n_k]
-            q = qkv[:, :n_q].view(n_tokens, hp.n_head, d)  # [n_tokens, n_head, d]
-            k = qkv[:, n_q : n_q + n_k].view(n_tokens, hp.n_head_kv, d)
-            if L.attn_q_norm is not None:  # Gemma 3's per-head norms (new tensors)
-                q, k = rms_norm(q, L.attn_q_norm, eps), rms_norm(k, L.attn_k_norm, eps)
-            apply_rope_(q, cos, sin, rope)
-            apply_rope_(k, cos, sin, rope)
+            q, k, v = qkv_split(L.wqkv, rms_norm(x, L.attn_norm, eps), n_q, n_k)  # [n_tokens, n_q], .. (views or parts)
+            # Gemma 3's per-head norms (Gemma 2: none) and RoPE, in place where the product wrote q and k
+            q, k = norm_rope_qk_(q.view(n_tokens, hp.n_head, d), k.view(n_tokens, hp.n_head_kv, d), L.attn_q_norm,
+                                 L.attn_k_norm, eps, cos, sin, rope)
             # the attention scale on the scores (llama.cpp and the fused path scale q: the same to
             # rounding); Gemma 2 soft-caps the scaled scores
-            attn = attend(inp, cache_for_layer(kv, il), il, q, k, qkv[:, n_q + n_k :], self.f_attention_scale,
-                          hp.is_swa(il), self.f_attn_logit_softcapping)
-            x.add_(rms_norm(L.wo(attn), L.attn_post_norm, eps))
+            attn = attend(inp, cache_for_layer(kv, il), il, q, k, v, self.f_attention_scale, hp.is_swa(il),
+                          self.f_attn_logit_softcapping)
+            rms_norm_add_(L.wo(attn), L.attn_post_norm, eps, x)  # x += post-norm(attention's output)
             h = rms_norm(x, L.ffn_norm, eps)
-            x.add_(rms_norm(L.ffn_down(glu(L.ffn_gate(h), L.ffn_up(h), gelu=True)), L.ffn_post_norm, eps))
+            rms_norm_add_(L.ffn_down(glu(L.ffn_gate(h), L.ffn_up(h), gelu=True)), L.ffn_post_norm, eps, x)
         return x
 
     def logits(self, inp: UBatchInputs, x: torch.Tensor) -> torch.Tensor:

@@ -18,11 +18,11 @@ from ..graph import UBatchInputs
 from ..hparams import HParams
 from ..attend import attend
 from ..block_matrix import glu_input
-from ..layers import glu_stacked, project, rms_norm
+from ..layers import glu_stacked, project, qkv_split, rms_norm
 from ..loader import WeightLoader
 from ..moe import MoeFFN
 from ..qmatrix import QMatrix
-from ..rope import ROPE_TYPE_NORM, RopeParams, apply_rope, apply_rope_, rope_cos_sin
+from ..rope import ROPE_TYPE_NORM, RopeParams, apply_rope, norm_rope_qk_, rope_cos_sin
 from ..stage import StageLayers
 
 
@@ -139,19 +139,15 @@ class LlamaModel:
         hp = self.hp
         n_tokens, d = x.shape[0], hp.n_embd_head_k
         n_q, n_k = hp.n_head * d, hp.n_head_kv * d
-        qkv = L.wqkv(rms_norm(x, L.attn_norm, hp.f_norm_rms_eps))  # [n_tokens, (n_head + 2 n_head_kv) * d]
-        for b, lo, hi in ((L.bq, 0, n_q), (L.bk, n_q, n_q + n_k), (L.bv, n_q + n_k, qkv.shape[1])):
+        # [n_tokens, n_q], [n_tokens, n_k], [n_tokens, n_v]: views of one product, or a stack's parts
+        q, k, v = qkv_split(L.wqkv, rms_norm(x, L.attn_norm, hp.f_norm_rms_eps), n_q, n_k)
+        for b, t in ((L.bq, q), (L.bk, k), (L.bv, v)):
             if b is not None:
-                qkv[:, lo:hi].add_(b)
-        if L.attn_q_norm is None:  # Q and K rotated together, in place: [n_tokens, n_head + n_head_kv, d]
-            qk = apply_rope_(qkv[:, : n_q + n_k].view(n_tokens, hp.n_head + hp.n_head_kv, d), cos, sin, self.rope)
-            q, k = qk[:, : hp.n_head], qk[:, hp.n_head :]
-        else:  # per-head RMSNorm first (new tensors), then RoPE in place
-            q = rms_norm(qkv[:, :n_q].view(n_tokens, hp.n_head, d), L.attn_q_norm, hp.f_norm_rms_eps)
-            k = rms_norm(qkv[:, n_q : n_q + n_k].view(n_tokens, hp.n_head_kv, d), L.attn_k_norm, hp.f_norm_rms_eps)
-            apply_rope_(q, cos, sin, self.rope)
-            apply_rope_(k, cos, sin, self.rope)
-        o = attend(inp, kv, il, q, k, qkv[:, n_q + n_k :], 1.0 / d**0.5)
+                t.add_(b)
+        # Qwen 3's per-head RMSNorm (the others: none), then RoPE; in place on the CPU
+        q, k = norm_rope_qk_(q.view(n_tokens, hp.n_head, d), k.view(n_tokens, hp.n_head_kv, d), L.attn_q_norm,
+                             L.attn_k_norm, hp.f_norm_rms_eps, cos, sin, self.rope)
+        o = attend(inp, kv, il, q, k, v, 1.0 / d**0.5)
         L.wo.add_into(o, x)
 
     def _ffn(self, L: LlamaLayer, x: torch.Tensor) -> None:
