@@ -68,18 +68,22 @@ int lp_q8mm32_takes(const float *x, int64_t n_in, int64_t n_rows) {
 typedef struct {
     int64_t n, n_in, nb; /* rows, row length, blocks a row */
     int off;             /* the weights' offset (their bytes are q + off, unsigned) */
-    int8_t *q, *rq;      /* [n, n_in] int8, and the residual (zero where the block is not flagged) */
+    int8_t *q, *rq;      /* [n, n_in] int8, and the residual (zero where the block is not flagged; P32_COLS: below) */
     float *s;            /* [n, nb] the block's scale (max |x| / 127) */
     float *sum;          /* [n, nb] the exact float sum of the block (the minima's factor) */
-    int32_t *qo, *ro;    /* [n, nb] off x the sum of q (of rq) over the block */
+    int32_t *qo, *ro;    /* [n, nb] off x the sum of q (of rq) over the block (ro: P32_COLS below) */
     uint8_t *flag;       /* [n, nb] 1: the block's residual is in rq */
     int32_t *col;        /* [nb, n] per block column, the rows with that block flagged (ncol[b] of them) */
     int32_t *ncol;       /* [nb] */
+    float *rs;           /* P32_COLS: [nb, n] the flagged blocks' s / 254, column b's ncol[b] first */
 } x32;
+/* P32_COLS (the level's p32_row and p32_fix): rq [nb, n, 32] and ro [nb, n] by block column, the
+ * flagged blocks only, which p32_column moves to the front of their column (the order of col):
+ * a residual tile reads its rows' blocks one after another, not 4 rows of a 320 KiB rq. */
 
 static size_t x32_bytes(int64_t n_in, int64_t n) {
     const int64_t nb = n_in / 32;
-    return (size_t)n * ((size_t)n_in * 2 + (size_t)nb * 21) + (size_t)nb * 4 + 2 * 64;
+    return (size_t)n * ((size_t)n_in * 2 + (size_t)nb * 25) + (size_t)nb * 4 + 3 * 64;
 }
 
 static x32 x32_at(void *buf, int64_t n_in, int64_t n, int off) {
@@ -93,16 +97,9 @@ static x32 x32_at(void *buf, int64_t n_in, int64_t n, int off) {
     x.ro = (int32_t *)p, p += n * x.nb * 4;
     x.col = (int32_t *)p, p += n * x.nb * 4;
     x.ncol = (int32_t *)p, p += x.nb * 4;
+    x.rs = (float *)(((uintptr_t)p + 63) & ~(uintptr_t)63), p = (char *)x.rs + n * x.nb * 4;
     x.flag = (uint8_t *)p;
     return x;
-}
-
-/* Block column b's list of flagged rows. */
-static void p32_column(x32 *x, int64_t b) {
-    int32_t c = 0, *col = x->col + b * x->n;
-    for (int64_t r = 0; r < x->n; r++)
-        if (x->flag[r * x->nb + b]) col[c++] = (int32_t)r;
-    x->ncol[b] = c;
 }
 
 /* A panel: q [n_in / 4][Q8MM32_NP] dwords (4 values of a row, each q + off), d and m
@@ -117,6 +114,28 @@ typedef struct {
 #else
 #include "q8mm32_256.inc"
 #endif
+#ifndef P32_COLS
+#define P32_COLS 0 /* the level's residuals by row: rq [n, n_in], ro [n, nb] */
+#endif
+
+/* Block column b's list of flagged rows (P32_COLS: their residuals moved up to the list's places). */
+static void p32_column(x32 *x, int64_t b) {
+    const int64_t n = x->n;
+    int32_t c = 0, *col = x->col + b * n;
+    for (int64_t r = 0; r < n; r++) {
+        if (!x->flag[r * x->nb + b]) continue;
+#if P32_COLS
+        const int64_t to = b * n + c, from = b * n + r;
+        if (to != from) {
+            memcpy(x->rq + to * 32, x->rq + from * 32, 32);
+            x->ro[to] = x->ro[from];
+        }
+        x->rs[to] = x->s[r * x->nb + b] / 254.0f;
+#endif
+        col[c++] = (int32_t)r;
+    }
+    x->ncol[b] = c;
+}
 
 static size_t p32_scratch_bytes(int64_t n_in) {
     return (size_t)n_in * Q8MM32_NP + 2 * (size_t)(n_in / 32) * Q8MM32_NP * 4 + (size_t)n_in * 3 + (size_t)(n_in / 16) * 8 +
