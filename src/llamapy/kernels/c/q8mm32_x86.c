@@ -234,7 +234,7 @@ static void p32_panel_to(int type, const x32 *x, const w32 *p, float *y, int64_t
 }
 
 /* The panel's products into y [x->n, nc] (ldy apart).  With yb (P32_YBUF, a product with residuals:
- * x->n x Q8MM32_NP floats, 16 KiB at 512 rows) the tiles and the residual tiles write yb, and out
+ * x->n x Q8MM32_NP floats, 32 KiB at 512 rows) the tiles and the residual tiles write yb, and out
  * takes it to y during the next panel's tiles (p32_drain): y's rows 8 KiB apart (a 2048-wide
  * product) share a few L1 and L2 sets, and each residual tile had read its rows back from L3.
  * The same sums in the same order (yb starts as y's rows where accumulating). */
