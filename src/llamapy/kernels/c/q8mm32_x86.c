@@ -181,11 +181,14 @@ typedef struct {
     int nc;
 } p32_out;
 
-/* Up to rows more of o's rows to y. */
+/* Up to rows more of o's rows to y, and the lines of the next as many asked for (a store to a line
+ * not in cache waited for it: 6% of a 2048x640 product's time). */
 static void p32_drain(p32_out *o, int64_t rows) {
     const int64_t e = o->done + rows < o->n ? o->done + rows : o->n;
 #if P32_YBUF
     if (e > o->done) p32_ybuf(o->y + o->done * o->ldy, o->ldy, (float *)o->yb + o->done * Q8MM32_NP, e - o->done, o->nc, 0);
+    for (int64_t r = e; r < e + rows && r < o->n; r++)
+        for (int c = 0; c < o->nc; c += 16) __builtin_prefetch(o->y + r * o->ldy + c, 1, 3);
 #endif
     o->done = e;
 }
