@@ -68,18 +68,22 @@ int lp_q8mm32_takes(const float *x, int64_t n_in, int64_t n_rows) {
 typedef struct {
     int64_t n, n_in, nb; /* rows, row length, blocks a row */
     int off;             /* the weights' offset (their bytes are q + off, unsigned) */
-    int8_t *q, *rq;      /* [n, n_in] int8, and the residual (zero where the block is not flagged) */
+    int8_t *q, *rq;      /* [n, n_in] int8, and the residual (zero where the block is not flagged; P32_COLS: below) */
     float *s;            /* [n, nb] the block's scale (max |x| / 127) */
     float *sum;          /* [n, nb] the exact float sum of the block (the minima's factor) */
-    int32_t *qo, *ro;    /* [n, nb] off x the sum of q (of rq) over the block */
+    int32_t *qo, *ro;    /* [n, nb] off x the sum of q (of rq) over the block (ro: P32_COLS below) */
     uint8_t *flag;       /* [n, nb] 1: the block's residual is in rq */
     int32_t *col;        /* [nb, n] per block column, the rows with that block flagged (ncol[b] of them) */
     int32_t *ncol;       /* [nb] */
+    float *rs;           /* P32_COLS: [nb, n] the flagged blocks' s / 254, column b's ncol[b] first */
 } x32;
+/* P32_COLS (the level's p32_row and p32_fix): rq [nb, n, 32] and ro [nb, n] by block column, the
+ * flagged blocks only, which p32_column moves to the front of their column (the order of col):
+ * a residual tile reads its rows' blocks one after another, not 4 rows of a 320 KiB rq. */
 
 static size_t x32_bytes(int64_t n_in, int64_t n) {
     const int64_t nb = n_in / 32;
-    return (size_t)n * ((size_t)n_in * 2 + (size_t)nb * 21) + (size_t)nb * 4 + 2 * 64;
+    return (size_t)n * ((size_t)n_in * 2 + (size_t)nb * 25) + (size_t)nb * 4 + 3 * 64;
 }
 
 static x32 x32_at(void *buf, int64_t n_in, int64_t n, int off) {
@@ -93,16 +97,9 @@ static x32 x32_at(void *buf, int64_t n_in, int64_t n, int off) {
     x.ro = (int32_t *)p, p += n * x.nb * 4;
     x.col = (int32_t *)p, p += n * x.nb * 4;
     x.ncol = (int32_t *)p, p += x.nb * 4;
+    x.rs = (float *)(((uintptr_t)p + 63) & ~(uintptr_t)63), p = (char *)x.rs + n * x.nb * 4;
     x.flag = (uint8_t *)p;
     return x;
-}
-
-/* Block column b's list of flagged rows. */
-static void p32_column(x32 *x, int64_t b) {
-    int32_t c = 0, *col = x->col + b * x->n;
-    for (int64_t r = 0; r < x->n; r++)
-        if (x->flag[r * x->nb + b]) col[c++] = (int32_t)r;
-    x->ncol[b] = c;
 }
 
 /* A panel: q [n_in / 4][Q8MM32_NP] dwords (4 values of a row, each q + off), d and m
@@ -116,6 +113,31 @@ typedef struct {
 #include "q8mm32_512.inc"
 #else
 #include "q8mm32_256.inc"
+#endif
+#ifndef P32_COLS
+#define P32_COLS 0 /* the level's residuals by row: rq [n, n_in], ro [n, nb] */
+#endif
+
+/* Block column b's list of flagged rows (P32_COLS: their residuals moved up to the list's places). */
+static void p32_column(x32 *x, int64_t b) {
+    const int64_t n = x->n;
+    int32_t c = 0, *col = x->col + b * n;
+    for (int64_t r = 0; r < n; r++) {
+        if (!x->flag[r * x->nb + b]) continue;
+#if P32_COLS
+        const int64_t to = b * n + c, from = b * n + r;
+        if (to != from) {
+            memcpy(x->rq + to * 32, x->rq + from * 32, 32);
+            x->ro[to] = x->ro[from];
+        }
+        x->rs[to] = x->s[r * x->nb + b] / 254.0f;
+#endif
+        col[c++] = (int32_t)r;
+    }
+    x->ncol[b] = c;
+}
+#ifndef P32_YBUF
+#define P32_YBUF 0 /* the level's tiles write y's rows themselves */
 #endif
 
 static size_t p32_scratch_bytes(int64_t n_in) {
@@ -151,12 +173,38 @@ static void p32_pack(int type, const uint8_t *w, int64_t o, int np, const x32 *x
     }
 }
 
+/* The previous panel's outputs on their way from its buffer (P32_YBUF) to y: rows done .. n. */
+typedef struct {
+    float *y;
+    const float *yb;
+    int64_t ldy, done, n;
+    int nc;
+} p32_out;
+
+/* Up to rows more of o's rows to y, and the lines of the next as many asked for (a store to a line
+ * not in cache waited for it: 6% of a 2048x640 product's time). */
+static void p32_drain(p32_out *o, int64_t rows) {
+    const int64_t e = o->done + rows < o->n ? o->done + rows : o->n;
+#if P32_YBUF
+    if (e > o->done) p32_ybuf(o->y + o->done * o->ldy, o->ldy, (float *)o->yb + o->done * Q8MM32_NP, e - o->done, o->nc, 0);
+    for (int64_t r = e; r < e + rows && r < o->n; r++)
+        for (int c = 0; c < o->nc; c += 16) __builtin_prefetch(o->y + r * o->ldy + c, 1, 3);
+#endif
+    o->done = e;
+}
+
 /* Every activation row against one packed panel: P32_MR rows a tile, the last its own size;
- * then each block column's flagged rows, P32_MR at a time (one type: its minima and bits). */
+ * then each block column's flagged rows, P32_MR at a time (one type: its minima and bits).
+ * With out (P32_YBUF), P32_MR rows of the last panel's buffer go to y after each tile (its
+ * stores, 8 KiB apart in a 2048-wide y, spread over the tiles as the tiles' own were). */
 LP_INLINE void p32_panel_of(const int has_min, const int bits, const x32 *x, const w32 *p, float *y, int64_t ldy, int nc,
-                            int accumulate) {
+                            int accumulate, p32_out *out) {
     int64_t m0 = 0;
-    for (; m0 + P32_MR <= x->n; m0 += P32_MR) p32_tile(P32_MR, has_min, bits, x, m0, p, y, ldy, nc, accumulate);
+    for (; m0 + P32_MR <= x->n; m0 += P32_MR) {
+        p32_tile(P32_MR, has_min, bits, x, m0, p, y, ldy, nc, accumulate);
+        if (out) p32_drain(out, P32_MR);
+    }
+    if (out) p32_drain(out, x->n);
     switch ((int)(x->n - m0)) {
 #define P32_TAIL(k)                                                                \
     case k: p32_tile(k, has_min, bits, x, m0, p, y, ldy, nc, accumulate); break;
@@ -178,14 +226,33 @@ LP_INLINE void p32_panel_of(const int has_min, const int bits, const x32 *x, con
     }
 }
 
-static void p32_panel(int type, const x32 *x, const w32 *p, float *y, int64_t ldy, int nc, int accumulate) {
+static void p32_panel_to(int type, const x32 *x, const w32 *p, float *y, int64_t ldy, int nc, int accumulate, p32_out *out) {
     switch (type) {
-    case LP_Q4_0: p32_panel_of(0, 4, x, p, y, ldy, nc, accumulate); break;
-    case LP_Q4_1: p32_panel_of(1, 4, x, p, y, ldy, nc, accumulate); break;
-    case LP_Q5_0: p32_panel_of(0, 5, x, p, y, ldy, nc, accumulate); break;
-    case LP_Q5_1: p32_panel_of(1, 5, x, p, y, ldy, nc, accumulate); break;
-    default: p32_panel_of(0, 8, x, p, y, ldy, nc, accumulate); break; /* Q8_0 */
+    case LP_Q4_0: p32_panel_of(0, 4, x, p, y, ldy, nc, accumulate, out); break;
+    case LP_Q4_1: p32_panel_of(1, 4, x, p, y, ldy, nc, accumulate, out); break;
+    case LP_Q5_0: p32_panel_of(0, 5, x, p, y, ldy, nc, accumulate, out); break;
+    case LP_Q5_1: p32_panel_of(1, 5, x, p, y, ldy, nc, accumulate, out); break;
+    default: p32_panel_of(0, 8, x, p, y, ldy, nc, accumulate, out); break; /* Q8_0 */
     }
+}
+
+/* The panel's products into y [x->n, nc] (ldy apart).  With yb (P32_YBUF, a product with residuals:
+ * x->n x Q8MM32_NP floats, 32 KiB at 512 rows) the tiles and the residual tiles write yb, and out
+ * takes it to y during the next panel's tiles (p32_drain): y's rows 8 KiB apart (a 2048-wide
+ * product) share a few L1 and L2 sets, and each residual tile had read its rows back from L3.
+ * The same sums in the same order (yb starts as y's rows where accumulating). */
+static void p32_panel(int type, const x32 *x, const w32 *p, float *y, int64_t ldy, int nc, int accumulate, float *yb,
+                      p32_out *out) {
+#if P32_YBUF
+    if (yb) {
+        if (accumulate) p32_ybuf(y, ldy, yb, x->n, nc, 1);
+        p32_panel_to(type, x, p, yb, Q8MM32_NP, Q8MM32_NP, accumulate, out);
+        *out = (p32_out){.y = y, .yb = yb, .ldy = ldy, .done = 0, .n = x->n, .nc = nc};
+        return;
+    }
+#endif
+    (void)yb, (void)out;
+    p32_panel_to(type, x, p, y, ldy, nc, accumulate, NULL);
 }
 
 /* The weights' offset to unsigned bytes: the signed types' -min q (Q8_0's -128 .. 127: 128, or
@@ -211,24 +278,36 @@ int lp_mm_q8_32(int type, const uint8_t *w, int64_t n_out, int64_t n_in, const f
     int failed = 0;
 #pragma omp parallel
     {
-        void *scratch = malloc(p32_scratch_bytes(n_in));
+        /* (two panels' outputs, P32_YBUF: the one being computed and the one going to y) */
+        const int ybuf_on = P32_YBUF && ratio > 0.0f;
+        void *scratch = malloc(p32_scratch_bytes(n_in)), *ybuf = ybuf_on ? malloc((size_t)n_rows * Q8MM32_NP * 8 + 64) : NULL;
 #pragma omp atomic update
-        failed += scratch == NULL;
+        failed += scratch == NULL || (ybuf_on && ybuf == NULL);
 #pragma omp for schedule(static)
         for (int64_t r = 0; r < n_rows; r++) p32_row(xf + r * n_in, &x, r, ratio);
 #pragma omp for schedule(static)
         for (int64_t b = 0; b < nb; b++) p32_column(&x, b);
         /* (the loops' implied barriers: every thread's malloc counted; all skip the products together) */
         if (!failed) {
-#pragma omp for schedule(static)
+            /* the panels through ybuf where the residual tiles are 1/32 of the tiles' blocks or more (a
+             * 2048x640 Q5_0 product of random rows, no residuals to speak of, took 1.02x longer so) */
+            int64_t fixes = 0;
+            for (int64_t b = 0; b < nb; b++) fixes += (x.ncol[b] + P32_MR - 1) / P32_MR;
+            const int many = 32 * fixes >= (n_rows + P32_MR - 1) / P32_MR * nb;
+            float *yb = ybuf && many ? (float *)(((uintptr_t)ybuf + 63) & ~(uintptr_t)63) : NULL;
+            p32_out out = {.y = NULL};
+            int64_t k = 0;
+#pragma omp for schedule(static) nowait
             for (int64_t o = 0; o < n_out; o += Q8MM32_NP) {
                 const int np = (int)(n_out - o < Q8MM32_NP ? n_out - o : Q8MM32_NP);
                 w32 p;
                 p32_pack(type, w, o, np, &x, scratch, &p);
-                p32_panel(type, &x, &p, y + o, ldy, np, accumulate);
+                p32_panel(type, &x, &p, y + o, ldy, np, accumulate, yb ? yb + (k++ & 1) * n_rows * Q8MM32_NP : NULL, &out);
             }
+            if (out.y) p32_drain(&out, out.n);
         }
         free(scratch);
+        free(ybuf);
     }
     free(xbuf);
     return failed ? -1 : 0;

@@ -17,7 +17,7 @@
 
 #include "lp.h"
 
-#define Q8MM32_MR 6 /* the rule's tile: rows (q8mm32_512.inc's; the AVX2 level's 4 count alike) */
+#define Q8MM32_MR 6 /* the rule's tile: rows (q8mm32_512.inc's; the AVX2 level's 3 count alike) */
 
 /* the most residual tiles per int8 tile a product still takes int8 at: the speed crossover
  * (benchmarks/q8mm32_rule.py --cpu-time: int8 / lanes 0.54 at 0, 0.96 at 0.6, 1.07 at 0.8 on
