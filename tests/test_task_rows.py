@@ -15,7 +15,7 @@ from test_kernels import _matrix
 from test_lanes8 import avx2  # noqa: F401  (the module's AVX2 kernels)
 
 T = gguf.GGMLQuantizationType
-N_OUT, N_IN, SLICE = 2084, 640, 96  # 2084 = 32 x 64 + 36; a 96-row slice stays in 16-row tasks at any thread count
+N_OUT, N_IN, SLICE = 2084, 640, 96  # 2084 = 16 x 128 + 36 (2 threads: 8 tasks each); a 96-row slice stays in 16-row tasks at any thread count
 
 
 @pytest.mark.parametrize("threads", [1, 2])

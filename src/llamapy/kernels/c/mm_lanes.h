@@ -10,7 +10,7 @@
 #define YB_LD (CHUNK + 4) /* a buffered row's floats: a tile's four columns stay inside it from any column < CHUNK */
 #define LANES_YB (512 * YB_LD) /* floats of a chunk's buffered outputs (512 rows: lanes_slice_rows) */
 #ifndef LANES_WIDE
-#define LANES_WIDE 64 /* output rows per task of a wide product in lanes (lp_mm_for: task_rows) */
+#define LANES_WIDE 128 /* output rows per task of a wide product in lanes (lp_mm_for: task_rows) */
 #endif
 static size_t lanes_row_bytes(int64_t n_in) { return lp_wrow_bytes(n_in) + (size_t)n_in * 2 + 128; }
 #define TWIN_NP 4 /* weight-row pairs per twin tile */
