@@ -281,11 +281,11 @@ void lp_mm_for(int type, const uint8_t *w, int64_t n_out, int64_t n_in, const lp
         return;
     }
 #endif
+    const int64_t ch = task_rows(type, n_out, n_in, xp->n); /* mm_lanes.h: CHUNK, wider for a wide product in lanes */
 #pragma omp for schedule(static)
-    for (int64_t o0 = 0; o0 < n_out; o0 += CHUNK)
-        mm_chunk(type, w, o0, o0 + CHUNK < n_out ? o0 + CHUNK : n_out, n_out, n_in, xp, y, ldy, accumulate, scratch);
+    for (int64_t o0 = 0; o0 < n_out; o0 += ch)
+        mm_chunk(type, w, o0, o0 + ch < n_out ? o0 + ch : n_out, n_out, n_in, xp, y, ldy, accumulate, scratch);
 }
-
 /* Output rows o0..o1 (o1 - o0 <= LP_MM_CHUNK, o0 a multiple of it) of lp_mm_for's product, for a
  * caller that hands out its own tasks (moe_rows.c: (expert, chunk) pairs). */
 void lp_mm_chunk(int type, const uint8_t *w, int64_t o0, int64_t o1, int64_t n_out, int64_t n_in, const lp_xprep *xp,

@@ -9,6 +9,9 @@
 #define LANES_NW 4 /* weight rows per lane tile, at most (lp_lanes_tile writes 4 columns, those past nw zeros) */
 #define YB_LD (CHUNK + 4) /* a buffered row's floats: a tile's four columns stay inside it from any column < CHUNK */
 #define LANES_YB (512 * YB_LD) /* floats of a chunk's buffered outputs (512 rows: lanes_slice_rows) */
+#ifndef LANES_WIDE
+#define LANES_WIDE 128 /* output rows per task of a wide product in lanes (lp_mm_for: task_rows) */
+#endif
 static size_t lanes_row_bytes(int64_t n_in) { return lp_wrow_bytes(n_in) + (size_t)n_in * 2 + 128; }
 #define TWIN_NP 4 /* weight-row pairs per twin tile */
 /* a twin pair: ab int32 [n_in] and dm float [4 n_in / 16] (lp_twin_pair), 64-byte aligned */
@@ -32,16 +35,17 @@ static void lane_rows_at(void *scratch, int64_t n_in, int k, lp_wrow *wr, int16_
     }
 }
 
-/* A chunk's buffered outputs (yb: n rows YB_LD apart, columns o0..o1) into y's rows (+)=, 8 at
+/* A chunk's buffered outputs (yb: n rows ybld apart, columns o0..o1) into y's rows (+)=, 8 at
  * a time in registers (a memcpy call a row had been 4-10% of a 16-row product of 640, B=16's
  * Q8_0 output), and the lines of the chunk after (the same thread's: lp_mm_for's static
  * schedule) requested: y's rows lie a row of the matrix apart, each line a miss (a hint: a
  * prefetch past the array's end does not fault). */
-static void put_buffered(const float *yb, int64_t n, int64_t o0, int64_t o1, float *y, int64_t ldy, int accumulate) {
+static void put_buffered(const float *yb, int64_t ybld, int64_t n, int64_t o0, int64_t o1, float *y, int64_t ldy,
+                         int accumulate) {
     const int64_t m = o1 - o0;
     for (int64_t r = 0; r < n; r++) {
         float *yr = y + r * ldy + o0;
-        const float *br = yb + r * YB_LD;
+        const float *br = yb + r * ybld;
         for (int64_t k = m; k < 2 * m; k += 16) __builtin_prefetch(yr + k, 1, 3);
         int64_t k = 0;
         for (; k + 8 <= m; k += 8) {
@@ -126,10 +130,10 @@ static void lanes_chunk(int type, const uint8_t *w, int64_t o0, int64_t o1, int6
     int16_t *w16[LANES_NW];
     lane_rows_at(scratch, n_in, LANES_NW, wr, w16);
     float t[2 * LP_NL * 4];
-    float yb[LANES_YB]; /* the chunk's outputs in rows [n_pad][YB_LD]: y's rows lie ldy apart (often a multiple of
+    float yb[LANES_YB]; /* the chunk's outputs in rows [n_pad][ybld]: y's rows lie ldy apart (often a multiple of
                          * 4 KiB: the same cache sets), so each row's part is written once, in one piece */
-    const int64_t n_pad = xp->xl.n_grp * LP_NL;
-    const int buffered = n_pad * YB_LD <= LANES_YB;
+    const int64_t n_pad = xp->xl.n_grp * LP_NL, ybld = o1 - o0 + 4; /* a buffered row: the chunk's columns and a tile's 4 */
+    const int buffered = n_pad * ybld <= LANES_YB;
     const int tw = lanes_tile_rows(g16);
 #if defined(LP_LANES_DEC)
     const int dec = type == LP_Q8_0; /* the first pass decodes the rows (lp_lanes_tile's raw) */
@@ -147,7 +151,7 @@ static void lanes_chunk(int type, const uint8_t *w, int64_t o0, int64_t o1, int6
             if (buffered) { /* rows LP_NL g .., columns o - o0 .. o - o0 + 3 of the chunk (a column past nw: the next
                              * tile's, written after, or the row's padding) */
                 lp_lanes_tile(ng, nw, g16, has_min, raw, rb, (const int16_t *const *)w16, wr, &xp->xl, g, pf, pf_lines,
-                              yb + LP_NL * g * YB_LD + (o - o0), YB_LD);
+                              yb + LP_NL * g * ybld + (o - o0), ybld);
                 continue;
             }
             lp_lanes_tile(ng, nw, g16, has_min, raw, rb, (const int16_t *const *)w16, wr, &xp->xl, g, pf, pf_lines, t, 4);
@@ -155,7 +159,7 @@ static void lanes_chunk(int type, const uint8_t *w, int64_t o0, int64_t o1, int6
                 for (int j = 0; j < nw; j++) put(y + (LP_NL * g + i) * ldy + o + j, t[4 * i + j], accumulate);
         }
     }
-    if (buffered) put_buffered(yb, n, o0, o1, y, ldy, accumulate);
+    if (buffered) put_buffered(yb, ybld, n, o0, o1, y, ldy, accumulate);
 }
 #endif
 
@@ -177,7 +181,8 @@ static void lanes8_chunk(int type, const uint8_t *w, int64_t o0, int64_t o1, int
     }
     float t[2 * LP_NL * 4];
     float yb[LANES_YB];
-    const int buffered = ng * LP_NL * YB_LD <= LANES_YB;
+    const int64_t ybld = o1 - o0 + 4;
+    const int buffered = ng * LP_NL * ybld <= LANES_YB;
     const int tw = ng >= 2 ? 2 : 4;
     for (int64_t o = o0; o < o1; o += tw) {
         const int nw = (int)(o1 - o < tw ? o1 - o : tw);
@@ -186,16 +191,33 @@ static void lanes8_chunk(int type, const uint8_t *w, int64_t o0, int64_t o1, int
             const int ngp = g + 1 < ng ? 2 : 1;
             const char *pf = NULL;
             const int64_t pf_lines = g == 0 ? tile_prefetch(w, rb, o + 2 * tw, o + 3 * tw, n_out, &pf) : 0;
-            float *yt = buffered ? yb + LP_NL * g * YB_LD + (o - o0) : t;
+            float *yt = buffered ? yb + LP_NL * g * ybld + (o - o0) : t;
             lp_lanes8_tile(type, ngp, nw, (const uint8_t *const *)u8, (const float *const *)d, (const float *const *)m,
-                           &xp->xl8, g, pf, pf_lines, yt, buffered ? YB_LD : 4);
+                           &xp->xl8, g, pf, pf_lines, yt, buffered ? ybld : 4);
             if (buffered) continue;
             for (int64_t i = 0; i < LP_NL * ngp && LP_NL * g + i < n; i++)
                 for (int j = 0; j < nw; j++) put(y + (LP_NL * g + i) * ldy + o + j, t[4 * i + j], accumulate);
         }
     }
-    if (buffered) put_buffered(yb, n, o0, o1, y, ldy, accumulate);
+    if (buffered) put_buffered(yb, ybld, n, o0, o1, y, ldy, accumulate);
 }
 #endif
+
+/* lp_mm_for's output rows per task: CHUNK, or LANES_WIDE for a product of n >= LP_F32_ROWS rows in
+ * lanes (Q8_0's int16: lanes_chunk; the 32-blocks' int8: lanes8_chunk; both take any o1 - o0, no
+ * other path of these types at these rows keeps a CHUNK-wide buffer) that is wide (8 tasks a
+ * thread or more) and whose buffered outputs fit: a chunk's setup (the path's choice, the scratch's
+ * rows) paid once per LANES_WIDE rows, and each y row's part written as 4 lines, not 1 (Gemma 3's
+ * tied 262144 x 640 output at B=16: 16384 tasks of 16).  The sums do not depend on it. */
+static int64_t task_rows(int type, int64_t n_out, int64_t n_in, int64_t n) {
+#if defined(LP_LANES) && !defined(LP_AVX512) /* (AVX2; AVX-512's twin lanes and AMX not measured) */
+    const int64_t n_pad = (n + LP_NL - 1) / LP_NL * LP_NL;
+    if ((type == LP_Q8_0 || lp_lanes8_type(type)) && n >= LP_F32_ROWS && n_in % 32 == 0 && n_pad * (LANES_WIDE + 4) <= LANES_YB &&
+        n_out >= (int64_t)LANES_WIDE * 8 * omp_get_num_threads())
+        return LANES_WIDE;
+#endif
+    (void)type, (void)n_out, (void)n_in, (void)n;
+    return CHUNK;
+}
 
 #endif /* LP_MM_LANES_H */
