@@ -233,8 +233,8 @@ static void mm_chunk(int type, const uint8_t *w, int64_t o0, int64_t o1, int64_t
         }
         return;
     }
-    int64_t o = o0;
-    const int self_pf = lp_row1_prefetches(type, &xp->xr);
+    const int self_pf = lp_row1_prefetches(type, &xp->xr); /* x86: one row's Q4_K / Q6_K in Q8_K, the task's pairs first */
+    int64_t o = o0 + (n == 1 && self_pf ? lp_rows_q8k_run(type, w, rb, o0, o1, n_out, &xp->xr, y, accumulate) : 0);
     for (; n == 1 && o + 2 <= o1; o += 2) { /* two weight rows per pass where the type has such a path */
         if (!self_pf) prefetch_ahead(w, rb, o, 2, n_out);
         if (!lp_dot_row1x2(type, w + o * rb, w + (o + 1) * rb, n_in, &xp->xr, 0, self_pf ? pass_ahead(rb, o, 2, n_out) : 0, acc))

@@ -235,47 +235,63 @@ LP_INLINE __m256 q4k_head2(const uint8_t *w0, const uint8_t *w1, int64_t i, __m2
     return dd;
 }
 
-/* q4k_rows of two rows: each block's scales, minimums and d of both rows in one 256-bit vector
- * (row t in lane t: the same integers and float steps per lane) and taken a block ahead of its
- * products, so that their chain of latencies (scales -> stored -> broadcast -> products) does
- * not hold up the block (Zen 3, L1: that work was 40% of a block's time; the same sums).  Each
- * row's int32 sum is one chain of vpaddd in order (in_reg): GCC had made it a tree, whose
- * partial sums spilled to the stack (Zen 3: 1.15x with q4k_head2's vpermilps). */
-LP_INLINE void q4k_rows2(const uint8_t *w0, const uint8_t *w1, int64_t nsb, const lp_xrows *xr, int64_t r, int64_t pf,
-                         float *y) {
+/* q4k_rows of npair pairs of rows: pair p the rows at w + p rb and d1 bytes on (row t of a pair in
+ * lane t of each block's scales, minimums and d: the same integers and float steps per lane),
+ * y[p] and y[p + yd1] (+)= their products (acc_y: add).  Each block's head is taken a block ahead
+ * of its products -- the next pair's first block's during a pair's last -- so that its chain of
+ * latencies (scales -> stored -> broadcast -> products) holds up no block, nor a pair's first
+ * (Zen 3, L1: that work was 40% of a block's time).  Each row's int32 sum is one chain of vpaddd
+ * in order (in_reg): GCC had made it a tree, whose partial sums spilled to the stack (Zen 3:
+ * 1.15x with q4k_head2's vpermilps).  Pair p prefetches pf ahead where p < npf. */
+LP_INLINE void q4k_run2(const uint8_t *w, int64_t rb, int64_t d1, int64_t yd1, int64_t npair, int64_t npf, int64_t nsb,
+                        const lp_xrows *xr, int64_t r, int64_t pf, float *y, int acc_y) {
     const int8_t *xq = xr->q8 + r * xr->n_in;
     const float *xd = xr->d8 + r * nsb;
     const int16_t *bs = xr->bs8 + r * nsb * 16;
-    const __m256i m4 = _mm256_set1_epi8(15);
-    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps(), accm = _mm256_setzero_ps(); /* accm: row t in lane t */
+    const __m256i m4 = _mm256_set1_epi8(15), q8s0 = q8k_sums32(bs, 0);
     int32_t scw[2][16] __attribute__((aligned(32)));
-    __m256 dd = q4k_head2(w0, w1, 0, q8k_sums32(bs, 0), xd, pf, scw[0], &accm);
-    for (int64_t i = 0; i < nsb; i++) {
-        const int32_t *sw = scw[i & 1];
-        const __m256 ddn = i + 1 < nsb ? q4k_head2(w0, w1, i + 1, q8k_sums32(bs, i + 1), xd, pf, scw[(i + 1) & 1], &accm) : dd;
-        __asm__ volatile("" : : "r"(scw) : "memory"); /* the scales read back from memory */
-        const uint8_t *q0 = w0 + i * 144 + 16, *q1 = w1 + i * 144 + 16;
-        __m256i sumi0 = _mm256_setzero_si256(), sumi1 = _mm256_setzero_si256();
+    __m256 accm = _mm256_setzero_ps(), accn = _mm256_setzero_ps(); /* row t in lane t: this pair's, the next's */
+    __m256 dd = q4k_head2(w, w + d1, 0, q8s0, xd, npf > 0 ? pf : 0, scw[0], &accm);
+    int64_t k = 0; /* blocks done: scw[k & 1] holds the next one's scales */
+    for (int64_t p = 0; p < npair; p++) {
+        const uint8_t *w0 = w + p * rb, *w1 = w0 + d1;
+        __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+        for (int64_t i = 0; i < nsb; i++, k++) {
+            const int32_t *sw = scw[k & 1];
+            __m256 ddn = dd;
+            if (i + 1 < nsb)
+                ddn = q4k_head2(w0, w1, i + 1, q8k_sums32(bs, i + 1), xd, p < npf ? pf : 0, scw[(k + 1) & 1], &accm);
+            else if (p + 1 < npair) {
+                accn = _mm256_setzero_ps();
+                ddn = q4k_head2(w0 + rb, w1 + rb, 0, q8s0, xd, p + 1 < npf ? pf : 0, scw[(k + 1) & 1], &accn);
+            }
+            __asm__ volatile("" : : "r"(scw) : "memory"); /* the scales read back from memory */
+            const uint8_t *q0 = w0 + i * 144 + 16, *q1 = w1 + i * 144 + 16;
+            __m256i sumi0 = _mm256_setzero_si256(), sumi1 = _mm256_setzero_si256();
 #pragma GCC unroll 4
-        for (int j = 0; j < 4; j++) {
-            const __m256i xl = _mm256_loadu_si256((const __m256i *)(xq + 256 * i + 64 * j)); /* (folded: fewer instructions) */
-            const __m256i xh = _mm256_loadu_si256((const __m256i *)(xq + 256 * i + 64 * j + 32));
-            const __m256i v0 = in_reg(_mm256_loadu_si256((const __m256i *)(q0 + 32 * j)));
-            const __m256i v1 = in_reg(_mm256_loadu_si256((const __m256i *)(q1 + 32 * j)));
-            const int k = (2 * j) % 4 + 8 * (j >= 2); /* sub-block 2j of row 0 in scw (2j + 1: k + 1; row 1: + 4) */
-            sumi0 = in_reg(lp_dpwssd256(sumi0, _mm256_set1_epi32(sw[k]), _mm256_maddubs_epi16(_mm256_and_si256(v0, m4), xl)));
-            sumi0 = in_reg(lp_dpwssd256(sumi0, _mm256_set1_epi32(sw[k + 1]),
-                                        _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(v0, 4), m4), xh)));
-            sumi1 = in_reg(lp_dpwssd256(sumi1, _mm256_set1_epi32(sw[k + 4]), _mm256_maddubs_epi16(_mm256_and_si256(v1, m4), xl)));
-            sumi1 = in_reg(lp_dpwssd256(sumi1, _mm256_set1_epi32(sw[k + 5]),
-                                        _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(v1, 4), m4), xh)));
+            for (int j = 0; j < 4; j++) {
+                const __m256i xl = _mm256_loadu_si256((const __m256i *)(xq + 256 * i + 64 * j)); /* (folded: fewer instructions) */
+                const __m256i xh = _mm256_loadu_si256((const __m256i *)(xq + 256 * i + 64 * j + 32));
+                const __m256i v0 = in_reg(_mm256_loadu_si256((const __m256i *)(q0 + 32 * j)));
+                const __m256i v1 = in_reg(_mm256_loadu_si256((const __m256i *)(q1 + 32 * j)));
+                const int c = (2 * j) % 4 + 8 * (j >= 2); /* sub-block 2j of row 0 in scw (2j + 1: c + 1; row 1: + 4) */
+                sumi0 = in_reg(lp_dpwssd256(sumi0, _mm256_set1_epi32(sw[c]), _mm256_maddubs_epi16(_mm256_and_si256(v0, m4), xl)));
+                sumi0 = in_reg(lp_dpwssd256(sumi0, _mm256_set1_epi32(sw[c + 1]),
+                                            _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(v0, 4), m4), xh)));
+                sumi1 = in_reg(lp_dpwssd256(sumi1, _mm256_set1_epi32(sw[c + 4]), _mm256_maddubs_epi16(_mm256_and_si256(v1, m4), xl)));
+                sumi1 = in_reg(lp_dpwssd256(sumi1, _mm256_set1_epi32(sw[c + 5]),
+                                            _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(v1, 4), m4), xh)));
+            }
+            acc0 = _mm256_fmadd_ps(_mm256_permute_ps(dd, 0x00), _mm256_cvtepi32_ps(sumi0), acc0);
+            acc1 = _mm256_fmadd_ps(_mm256_permute_ps(dd, 0xaa), _mm256_cvtepi32_ps(sumi1), acc1);
+            dd = ddn;
         }
-        acc0 = _mm256_fmadd_ps(_mm256_permute_ps(dd, 0x00), _mm256_cvtepi32_ps(sumi0), acc0);
-        acc1 = _mm256_fmadd_ps(_mm256_permute_ps(dd, 0xaa), _mm256_cvtepi32_ps(sumi1), acc1);
-        dd = ddn;
+        const float y0 = hsum8f(acc0) - hsum4f(_mm256_castps256_ps128(accm));
+        const float y1 = hsum8f(acc1) - hsum4f(_mm256_extractf128_ps(accm, 1));
+        y[p] = acc_y ? y[p] + y0 : y0;
+        y[p + yd1] = acc_y ? y[p + yd1] + y1 : y1;
+        accm = accn;
     }
-    y[0] = hsum8f(acc0) - hsum4f(_mm256_castps256_ps128(accm));
-    y[1] = hsum8f(acc1) - hsum4f(_mm256_extractf128_ps(accm, 1));
 }
 
 /* nr Q6_K rows: q6k_half's values 0..63 (the -32 applied through bs8), sub-block scales int8.
@@ -335,7 +351,7 @@ LP_INLINE void q6k_rows(const int nr, const uint8_t *w0, const uint8_t *w1, int6
 void lp_rows_q8k(int type, int nr, const uint8_t *w0, const uint8_t *w1, int64_t nsb, const lp_xrows *xr, int64_t r,
                  int64_t pf, float *y) {
     if (type == LP_Q4_K) {
-        if (nr == 2) q4k_rows2(w0, w1, nsb, xr, r, pf, y);
+        if (nr == 2) q4k_run2(w0, 0, w1 - w0, 1, 1, 1, nsb, xr, r, pf, y, 0);
         else q4k_rows(1, w0, w0, nsb, xr, r, pf, y);
     } else {
         if (nr == 2) q6k_rows(2, w0, w1, nsb, xr, r, pf, y);
@@ -343,7 +359,29 @@ void lp_rows_q8k(int type, int nr, const uint8_t *w0, const uint8_t *w1, int64_t
     }
 }
 
+int64_t lp_rows_q8k_run(int type, const uint8_t *w, int64_t rb, int64_t o0, int64_t o1, int64_t n_out, const lp_xrows *xr,
+                        float *y, int acc_y) {
+    if ((type != LP_Q4_K && type != LP_Q6_K) || !xr->q8 || !xr->q8on[0] || o1 - o0 < 2) return 0;
+    const int64_t h = (o1 - o0) / 2, nsb = xr->n_in / 256, pf = 2 * h * rb;
+    const int64_t npf = n_out - o0 - 3 * h > 0 ? n_out - o0 - 3 * h : 0; /* pairs p: row p + 3 h within the matrix */
+    w += o0 * rb, y += o0;
+    if (type == LP_Q4_K) q4k_run2(w, rb, h * rb, h, h, npf, nsb, xr, 0, pf, y, acc_y);
+    else
+        for (int64_t p = 0; p < h; p++) { /* (y2: the rows' float steps do not depend on acc_y) */
+            float y2[2];
+            q6k_rows(2, w + p * rb, w + (p + h) * rb, nsb, xr, 0, p < npf ? pf : 0, y2);
+            y[p] = acc_y ? y[p] + y2[0] : y2[0];
+            y[p + h] = acc_y ? y[p + h] + y2[1] : y2[1];
+        }
+    return 2 * h;
+}
+
 #else
+int64_t lp_rows_q8k_run(int type, const uint8_t *w, int64_t rb, int64_t o0, int64_t o1, int64_t n_out, const lp_xrows *xr,
+                        float *y, int acc_y) {
+    (void)type, (void)w, (void)rb, (void)o0, (void)o1, (void)n_out, (void)xr, (void)y, (void)acc_y;
+    return 0;
+}
 void lp_rows_q8k(int type, int nr, const uint8_t *w0, const uint8_t *w1, int64_t nsb, const lp_xrows *xr, int64_t r,
                  int64_t pf, float *y) {
     (void)type, (void)nr, (void)w0, (void)w1, (void)nsb, (void)xr, (void)r, (void)pf, (void)y;
