@@ -233,7 +233,7 @@ static void mm_chunk(int type, const uint8_t *w, int64_t o0, int64_t o1, int64_t
         }
         return;
     }
-    const int self_pf = lp_row1_prefetches(type, &xp->xr); /* x86: one row's Q4_K / Q6_K in Q8_K, the task's pairs first */
+    const int self_pf = lp_row1_prefetches(type, &xp->xr); /* x86 K-quants: the task's pairs first (lp_rows_q8k_run) */
     int64_t o = o0 + (n == 1 && self_pf ? lp_rows_q8k_run(type, w, rb, o0, o1, n_out, &xp->xr, y, accumulate) : 0);
     for (; n == 1 && o + 2 <= o1; o += 2) { /* two weight rows per pass where the type has such a path */
         if (!self_pf) prefetch_ahead(w, rb, o, 2, n_out);

@@ -11,6 +11,7 @@
 #include "row1q8k_x86.h"
 
 #include "blocks_x86.h"
+#include "row1k_x86.h"
 
 /* The index of the first of xb[0..256) of the largest |x| (a NaN never is one), that |x| into
  * *amax and the sum of x^2 into *ss. */
@@ -361,15 +362,18 @@ void lp_rows_q8k(int type, int nr, const uint8_t *w0, const uint8_t *w1, int64_t
 
 int64_t lp_rows_q8k_run(int type, const uint8_t *w, int64_t rb, int64_t o0, int64_t o1, int64_t n_out, const lp_xrows *xr,
                         float *y, int acc_y) {
-    if ((type != LP_Q4_K && type != LP_Q6_K) || !xr->q8 || !xr->q8on[0] || o1 - o0 < 2) return 0;
+    const int q8 = (type == LP_Q4_K || type == LP_Q6_K) && xr->q8 && xr->q8on[0];
+    const int split = !q8 && (type == LP_Q4_K || type == LP_Q5_K) && xr->qh; /* (an outlier block: row1k_x86.c's pairs) */
+    if ((!q8 && !split) || o1 - o0 < 2) return 0;
     const int64_t h = (o1 - o0) / 2, nsb = xr->n_in / 256, pf = 2 * h * rb;
     const int64_t npf = n_out - o0 - 3 * h > 0 ? n_out - o0 - 3 * h : 0; /* pairs p: row p + 3 h within the matrix */
     w += o0 * rb, y += o0;
-    if (type == LP_Q4_K) q4k_run2(w, rb, h * rb, h, h, npf, nsb, xr, 0, pf, y, acc_y);
+    if (q8 && type == LP_Q4_K) q4k_run2(w, rb, h * rb, h, h, npf, nsb, xr, 0, pf, y, acc_y);
     else
         for (int64_t p = 0; p < h; p++) { /* (y2: the rows' float steps do not depend on acc_y) */
             float y2[2];
-            q6k_rows(2, w + p * rb, w + (p + h) * rb, nsb, xr, 0, p < npf ? pf : 0, y2);
+            if (split) lp_row1x2_k45_split(type, w + p * rb, w + (p + h) * rb, nsb, xr, 0, p < npf ? pf : 0, y2);
+            else q6k_rows(2, w + p * rb, w + (p + h) * rb, nsb, xr, 0, p < npf ? pf : 0, y2);
             y[p] = acc_y ? y[p] + y2[0] : y2[0];
             y[p + h] = acc_y ? y[p + h] + y2[1] : y2[1];
         }
