@@ -20,9 +20,9 @@ void lp_rows_q8k(int type, int nr, const uint8_t *w0, const uint8_t *w1, int64_t
 /* Rows o0..o1 of w (rb bytes a row, n_out rows in all) of Q4_K / Q6_K against activation row 0
  * in Q8_K (lp_rows_q8k), or of Q4_K / Q5_K in the int16 split form (lp_row1x2_k45_split), all but
  * an odd last one: y[o] = (acc_y: +=) row o's product, each row's bits those of its one-row
- * product; returns the rows done (0: no such path, one row).  With h = (o1 -
- * o0) / 2, rows o0 + j and o0 + h + j in one pass (two ascending streams, far enough apart to lie
- * in other pages), each block prefetching its row's bytes o1 - o0 rows on (the next task's). */
+ * product; returns the rows done (0: no such path, one row).  With h = (o1 - o0) / 2, rows
+ * o0 + j and o0 + h + j in one pass (two ascending streams: a task of LP_MM_CHUNK rows of 2048,
+ * 8 rows apart, in other pages), each block prefetching its row's bytes o1 - o0 rows on. */
 int64_t lp_rows_q8k_run(int type, const uint8_t *w, int64_t rb, int64_t o0, int64_t o1, int64_t n_out, const lp_xrows *xr,
                         float *y, int acc_y);
 
