@@ -3,7 +3,7 @@
  * over the K rows (each K row widened once for them; 8 accumulators: 1 head x 8 cells .. 4 x 2,
  * reduced together), the softmax's exponentials 8 at a time (lp.h lp_exp8), and the
  * softmax-weighted sum of V rows with the output dims of up to 4 heads in registers per pass (4
- * heads x 16 dims, else up to 3 x 32).  K and V rows are f16 (the cache's own), or f32 (a
+ * heads x 24 dims, else up to 3 x 32).  K and V rows are f16 (the cache's own), or f32 (a
  * block-typed cache's rows dequantized by ops.c).
  * The same scores, softmax and sums as ops.c's generic attn_group, in another order; each
  * (head, cell) score and output value the same bits however many heads share a pass. */
@@ -206,9 +206,12 @@ LP_INLINE void group(const float *q0, int64_t hpt, int64_t d_k, int64_t d_v, con
         const int64_t nh = heads_pass(hpt, h0);
         const float *ph = p + h0 * nc;
         float *oh = o + h0 * d_v;
-        if (nh == 4)
-            for (int64_t j0 = 0; j0 < d_v; j0 += 16) weighted_v(4, 2, ph, nc, v, ldv, cells, d_v, j0, oh, f32);
-        else
+        if (nh == 4) { /* 4 heads x 24 dims (12 accumulators: 8 had left the FMAs' latency no slack), then 16 or 8 */
+            int64_t j0 = 0;
+            for (; j0 + 24 <= d_v; j0 += 24) weighted_v(4, 3, ph, nc, v, ldv, cells, d_v, j0, oh, f32);
+            if (d_v - j0 == 16) weighted_v(4, 2, ph, nc, v, ldv, cells, d_v, j0, oh, f32);
+            else if (d_v - j0 == 8) weighted_v(4, 1, ph, nc, v, ldv, cells, d_v, j0, oh, f32);
+        } else
             for (int64_t j0 = 0; j0 < d_v; j0 += 32) {
                 if (nh == 3) weighted_v(3, 4, ph, nc, v, ldv, cells, d_v, j0, oh, f32);
                 else if (nh == 2) weighted_v(2, 4, ph, nc, v, ldv, cells, d_v, j0, oh, f32);
