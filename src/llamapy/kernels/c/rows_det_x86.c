@@ -81,6 +81,46 @@ static int det_amx_type(int type) {
 #endif
 }
 
+/* Does a product of this type read xp's int16 lanes made from det8's int8 rows (x8_lanes16), not
+ * det8's own tiles?  At AVX2, Q8_0 from 2 rows: det8's order per (row, output) is the lanes' float
+ * step (lanes_x86.c tile: acc = fmaf((float)isum, d_w * d_x, acc) per block of 32 in block order,
+ * isum exact), so fed det8's int8 x widened to int16 and det8's d_x, the default's Q8_0 lanes
+ * (lanes_chunk: 4 weight rows a tile on AMD, the rows decoded in the tile, buffered puts) give
+ * det8's bits, in less time than det8_avx2_x86.c's 2-row int8 tile (vpmaddubsw on signed Q8_0
+ * needs a vpsignb and a vpmaddwd per quad).  Not where xl holds xr's rows (LP_READS_INTS / AMX). */
+static int det_q8_lanes(int type, const lp_xprep *xp) {
+#if !defined(LP_AVX512)
+    return type == LP_Q8_0 && xp->n >= 2 && (xp->reads & LP_READS_I8) && !(xp->reads & (LP_READS_INTS | LP_READS_AMX)) &&
+           !xp->x8.tiles;
+#else
+    (void)type, (void)xp;
+    return 0;
+#endif
+}
+
+/* Block b of x8's rows (x8.n >= 2) into the int16 lanes l (lanes_x86.c's layout): each row's int8
+ * widened, in pairs, its d as the lane's s and d * qs as sum32 (sum16 zeros: only Q8_0 reads these
+ * lanes, det_q8_lanes); the lanes past the rows zeros, as lp_xlanes_fill. */
+static void x8_lanes16(const lp_x8 *p, lp_xlanes l, int64_t b) {
+    const int64_t n_in = p->n_in, nb = n_in / 32, ng16 = n_in / 16;
+    for (int64_t li = 0; li < l.n_grp * LP_NL; li++) {
+        const int64_t g = li / LP_NL, lane = li % LP_NL, at = (g * nb + b) * LP_NL + lane;
+        int32_t *q = l.q + g * LP_NL * (n_in / 2) + 16 * b * LP_NL + lane; /* [pair k][lane] */
+        int32_t v[16]; /* the block's 16 pairs of int16 (0 past the rows) */
+        if (li < p->n) {
+            const int8_t *xq = p->q + li * n_in + 32 * b;
+            _mm256_storeu_si256((__m256i *)v, _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)xq)));
+            _mm256_storeu_si256((__m256i *)(v + 8), _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(xq + 16))));
+            l.s[at] = p->d[li * nb + b], l.sum32[at] = p->sum[li * nb + b];
+        } else {
+            memset(v, 0, sizeof v);
+            l.s[at] = l.sum32[at] = 0.0f;
+        }
+        for (int k = 0; k < 16; k++) q[LP_NL * k] = v[k];
+        l.sum16[(g * ng16 + 2 * b) * LP_NL + lane] = l.sum16[(g * ng16 + 2 * b + 1) * LP_NL + lane] = 0.0f;
+    }
+}
+
 /* The forms a product of this type reads: LP_READS_I8 (det8_x86.c), LP_READS_AMX (the int16 rows,
  * from LP_DENSE_ROWS rows split for AMX, else in lanes) or LP_READS_INTS (the int16 rows, lanes). */
 int lp_det_reads(int type) { return lp_det8_covers(type) ? LP_READS_I8 : det_amx_type(type) ? LP_READS_AMX : LP_READS_INTS; }
@@ -131,6 +171,7 @@ void lp_det_lanes_for(const lp_xprep *xp) {
     for (int64_t b = 0; b < xp->n_in / 32; b++) {
         if (lanes) lp_xlanes_fill(&xp->xr, xp->n, xp->xl, b, det_twin(xp->n) ? 2 : 1);
         if (xp->reads & LP_READS_I8) lp_x8_lanes_block(&xp->x8, b);
+        if (det_q8_lanes(LP_Q8_0, xp)) x8_lanes16(&xp->x8, xp->xl, b); /* (for any Q8_0 product of the rows) */
     }
 }
 
@@ -181,6 +222,17 @@ static lp_xprep det_slice(const lp_xprep *xp, int64_t r0, int64_t n) {
 void lp_mm_det_for(int type, const uint8_t *w, int64_t n_out, const lp_xprep *xp, float *y, int64_t ldy, int accumulate,
                    void *scratch) {
     const int64_t n = xp->n, n_in = xp->n_in;
+    if (det_q8_lanes(type, xp)) { /* the default's Q8_0 lanes on det8's rows (x8_lanes16), det8's bits */
+        for (int64_t r0 = 0; r0 < n; r0 += DET_SLICE) {
+            const lp_xprep s = det_slice(xp, r0, n - r0 < DET_SLICE ? n - r0 : DET_SLICE);
+            const int64_t ch = task_rows(type, n_out, n_in, s.n); /* mm_lanes.h: LANES_WIDE for a wide one, as lp_mm_for */
+#pragma omp for schedule(static) nowait
+            for (int64_t o0 = 0; o0 < n_out; o0 += ch)
+                lanes_chunk(type, w, o0, o0 + ch < n_out ? o0 + ch : n_out, n_out, n_in, &s, y + r0 * ldy, ldy, accumulate, scratch);
+        }
+#pragma omp barrier
+        return;
+    }
     if (lp_det8_covers(type)) { /* xp->reads has LP_READS_I8 (lp_det_reads) */
 #if defined(LP_AMX)
         if (xp->x8.tiles) { /* LP_DENSE_ROWS rows or more: all of them against 16 weight rows a task */
