@@ -16,7 +16,8 @@
  * each element is its own sequence).
  * The 32-element types at AVX-512 take det8_x86.c instead (int8 activations, vpdpbusd;
  * lp_det_reads): the same contract, their own order; at AVX2 every covered type does
- * (det8_avx2_x86.c: vpmaddubsw + vpmaddwd, the K-quants' d sc and -(dmin m) per sub-block).  From LP_DENSE_ROWS rows Q4_K / Q5_K take
+ * (det8_avx2_x86.c: vpmaddubsw + vpmaddwd, the K-quants' d sc and -(dmin m) per sub-block), but from
+ * 2 rows Q8_0 and Q6_K run det8's order in the int16 lanes (det_lanes16).  From LP_DENSE_ROWS rows Q4_K / Q5_K take
  * AMX's tiles where the CPU has them (amx_x86.c: the lanes' bits, fewer instructions), and so do
  * det8's types (det8_amx_x86.c: det8's bits; lp_x8.tiles, set here for the whole product).
  * Other types (and non-x86 builds) return LP_DET_UNCOVERED: the caller keeps one-row ubatches. */
@@ -82,15 +83,22 @@ static int det_amx_type(int type) {
 }
 
 /* Does a product of this type read xp's int16 lanes made from det8's int8 rows (x8_lanes16), not
- * det8's own tiles?  At AVX2, Q8_0 from 2 rows: det8's order per (row, output) is the lanes' float
- * step (lanes_x86.c tile: acc = fmaf((float)isum, d_w * d_x, acc) per block of 32 in block order,
- * isum exact), so fed det8's int8 x widened to int16 and det8's d_x, the default's Q8_0 lanes
- * (lanes_chunk: 4 weight rows a tile on AMD, the rows decoded in the tile, buffered puts) give
- * det8's bits, in less time than det8_avx2_x86.c's 2-row int8 tile (vpmaddubsw on signed Q8_0
- * needs a vpsignb and a vpmaddwd per quad).  Not where xl holds xr's rows (LP_READS_INTS / AMX). */
-static int det_q8_lanes(int type, const lp_xprep *xp) {
+ * det8's own tiles?  At AVX2, from 2 rows: det8's order per (row, output) is the lanes' float step
+ * (lanes_x86.c tile: acc = fmaf((float)isum, d_w * d_x, acc) per block of 32 -- Q6_K per 16-group,
+ * d_x its block's -- in block order, then fmaf(sum_x, m_w, acc) with a minimum; isum exact), so fed
+ * det8's int8 x widened to int16, det8's d_x and sum_x (d_x * qs), the default's lanes (lanes_chunk:
+ * 4 weight rows a tile on AMD, Q8_0 decoded in the tile, buffered puts) give det8's bits.  det8's
+ * d_w, m_w are the canonical rows' d16, m16 (unpack_x86.c: the same float products).  Not where xl
+ * holds xr's rows (LP_READS_INTS / AMX).  Against det8_avx2_x86.c's tile, -t 1 thread CPU time on the
+ * 2-core EPYC Zen 3 (AVX2): Q8_0 2048 x 640 1.28x at 2 rows .. 1.27x at 32, 1.11x at 512, Gemma 3's
+ * 262144 x 640 output 1.31x at 16 (the default's time); Q6_K 640 x 2048 1.04x at 2, 1.17x at 32. */
+static int det_lanes16_type(int type) { /* (Q4_K, Q5_K in these lanes: no faster at 2-16 rows, slower from 32; the 4-
+    * and 5-bit 32-element types: det8's tile is the default's int8 lanes8 tile already) */
+    return type == LP_Q8_0 || type == LP_Q6_K;
+}
+static int det_lanes16(int type, const lp_xprep *xp) {
 #if !defined(LP_AVX512)
-    return type == LP_Q8_0 && xp->n >= 2 && (xp->reads & LP_READS_I8) && !(xp->reads & (LP_READS_INTS | LP_READS_AMX)) &&
+    return det_lanes16_type(type) && xp->n >= 2 && (xp->reads & LP_READS_I8) && !(xp->reads & (LP_READS_INTS | LP_READS_AMX)) &&
            !xp->x8.tiles;
 #else
     (void)type, (void)xp;
@@ -99,8 +107,8 @@ static int det_q8_lanes(int type, const lp_xprep *xp) {
 }
 
 /* Block b of x8's rows (x8.n >= 2) into the int16 lanes l (lanes_x86.c's layout): each row's int8
- * widened, in pairs, its d as the lane's s and d * qs as sum32 (sum16 zeros: only Q8_0 reads these
- * lanes, det_q8_lanes); the lanes past the rows zeros, as lp_xlanes_fill. */
+ * widened, in pairs, its d as the lane's s and d * qs as sum32 (sum16 zeros: no g16 type with a
+ * minimum reads these lanes, det_lanes16); the lanes past the rows zeros, as lp_xlanes_fill. */
 static void x8_lanes16(const lp_x8 *p, lp_xlanes l, int64_t b) {
     const int64_t n_in = p->n_in, nb = n_in / 32, ng16 = n_in / 16;
     for (int64_t li = 0; li < l.n_grp * LP_NL; li++) {
@@ -171,7 +179,7 @@ void lp_det_lanes_for(const lp_xprep *xp) {
     for (int64_t b = 0; b < xp->n_in / 32; b++) {
         if (lanes) lp_xlanes_fill(&xp->xr, xp->n, xp->xl, b, det_twin(xp->n) ? 2 : 1);
         if (xp->reads & LP_READS_I8) lp_x8_lanes_block(&xp->x8, b);
-        if (det_q8_lanes(LP_Q8_0, xp)) x8_lanes16(&xp->x8, xp->xl, b); /* (for any Q8_0 product of the rows) */
+        if (det_lanes16(LP_Q8_0, xp)) x8_lanes16(&xp->x8, xp->xl, b); /* (for any such product of the rows) */
     }
 }
 
@@ -222,7 +230,7 @@ static lp_xprep det_slice(const lp_xprep *xp, int64_t r0, int64_t n) {
 void lp_mm_det_for(int type, const uint8_t *w, int64_t n_out, const lp_xprep *xp, float *y, int64_t ldy, int accumulate,
                    void *scratch) {
     const int64_t n = xp->n, n_in = xp->n_in;
-    if (det_q8_lanes(type, xp)) { /* the default's Q8_0 lanes on det8's rows (x8_lanes16), det8's bits */
+    if (det_lanes16(type, xp)) { /* the default's lanes on det8's rows (x8_lanes16), det8's bits */
         for (int64_t r0 = 0; r0 < n; r0 += DET_SLICE) {
             const lp_xprep s = det_slice(xp, r0, n - r0 < DET_SLICE ? n - r0 : DET_SLICE);
             const int64_t ch = task_rows(type, n_out, n_in, s.n); /* mm_lanes.h: LANES_WIDE for a wide one, as lp_mm_for */
