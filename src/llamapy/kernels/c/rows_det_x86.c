@@ -92,14 +92,12 @@ static int det_amx_type(int type) {
  * holds xr's rows (LP_READS_INTS / AMX).  Against det8_avx2_x86.c's tile, -t 1 thread CPU time on the
  * 2-core EPYC Zen 3 (AVX2): Q8_0 2048 x 640 1.28x at 2 rows .. 1.27x at 32, 1.11x at 512, Gemma 3's
  * 262144 x 640 output 1.31x at 16 (the default's time); Q6_K 640 x 2048 1.04x at 2, 1.17x at 32. */
-static int det_lanes16_type(int type) { /* (Q4_K, Q5_K in these lanes: no faster at 2-16 rows, slower from 32; the 4-
-    * and 5-bit 32-element types: det8's tile is the default's int8 lanes8 tile already) */
-    return type == LP_Q8_0 || type == LP_Q6_K;
-}
 static int det_lanes16(int type, const lp_xprep *xp) {
-#if !defined(LP_AVX512)
-    return det_lanes16_type(type) && xp->n >= 2 && (xp->reads & LP_READS_I8) && !(xp->reads & (LP_READS_INTS | LP_READS_AMX)) &&
-           !xp->x8.tiles;
+#if !defined(LP_AVX512) && !defined(LP_AVXVNNI) /* (AVX-VNNI's det8 tile, vpdpbusd a quad: not measured against these) */
+    /* (Q4_K, Q5_K in these lanes: no faster at 2-16 rows, slower from 32; the 4- and 5-bit 32-element
+     * types: det8's tile is the default's int8 lanes8 tile already) */
+    return (type == LP_Q8_0 || type == LP_Q6_K) && xp->n >= 2 && (xp->reads & LP_READS_I8) &&
+           !(xp->reads & (LP_READS_INTS | LP_READS_AMX)) && !xp->x8.tiles;
 #else
     (void)type, (void)xp;
     return 0;
