@@ -95,8 +95,10 @@ static int det_amx_type(int type) {
 static int det_lanes16(int type, const lp_xprep *xp) {
 #if !defined(LP_AVX512) && !defined(LP_AVXVNNI) /* (AVX-VNNI's det8 tile, vpdpbusd a quad: not measured against these) */
     /* (Q4_K, Q5_K in these lanes: no faster at 2-16 rows, slower from 32; the 4- and 5-bit 32-element
-     * types: det8's tile is the default's int8 lanes8 tile already) */
-    return (type == LP_Q8_0 || type == LP_Q6_K) && xp->n >= 2 && (xp->reads & LP_READS_I8) &&
+     * types: det8's tile is the default's int8 lanes8 tile already; prompts, LP_DENSE_ROWS rows on: the
+     * products 1.08-1.11x at 512 rows, but every input's lanes filled, read or not -- Gemma 3 270M
+     * Q4_K_M's pp512 0.99x, decode_ab.py -t 1 --cpu-time) */
+    return (type == LP_Q8_0 || type == LP_Q6_K) && xp->n >= 2 && xp->n < LP_DENSE_ROWS && (xp->reads & LP_READS_I8) &&
            !(xp->reads & (LP_READS_INTS | LP_READS_AMX)) && !xp->x8.tiles;
 #else
     (void)type, (void)xp;
@@ -104,28 +106,50 @@ static int det_lanes16(int type, const lp_xprep *xp) {
 #endif
 }
 
-/* Block b of x8's rows (x8.n >= 2) into the int16 lanes l (lanes_x86.c's layout): each row's int8
- * widened, in pairs, its d as the lane's s and d * qs as sum32 (sum16 zeros: no g16 type with a
- * minimum reads these lanes, det_lanes16); the lanes past the rows zeros, as lp_xlanes_fill. */
+#if !defined(LP_AVX512) /* (det_lanes16: AVX2's 8-lane groups) */
+/* The 8 x 8 int32 v[i] lane k -> v[k] lane i. */
+static inline void tr8x8(__m256i v[8]) {
+    __m256i t[8], u[8];
+    for (int i = 0; i < 4; i++)
+        t[2 * i] = _mm256_unpacklo_epi32(v[2 * i], v[2 * i + 1]), t[2 * i + 1] = _mm256_unpackhi_epi32(v[2 * i], v[2 * i + 1]);
+    for (int i = 0; i < 2; i++) {
+        u[4 * i] = _mm256_unpacklo_epi64(t[4 * i], t[4 * i + 2]), u[4 * i + 1] = _mm256_unpackhi_epi64(t[4 * i], t[4 * i + 2]);
+        u[4 * i + 2] = _mm256_unpacklo_epi64(t[4 * i + 1], t[4 * i + 3]), u[4 * i + 3] = _mm256_unpackhi_epi64(t[4 * i + 1], t[4 * i + 3]);
+    }
+    for (int i = 0; i < 4; i++)
+        v[i] = _mm256_permute2x128_si256(u[i], u[4 + i], 0x20), v[4 + i] = _mm256_permute2x128_si256(u[i], u[4 + i], 0x31);
+}
+
+/* Block b of x8's rows (x8.n >= 2) into the int16 lanes l (lanes_x86.c's layout, 8 lanes a group): each
+ * row's int8 widened, in pairs, its d as the lane's s and d * qs as sum32 (sum16 zeros: no g16 type
+ * with a minimum reads these lanes, det_lanes16); the lanes past the rows zeros, as lp_xlanes_fill.
+ * A group's 8 rows a pass, transposed in registers: its 16 pairs' vectors stored whole (a row's 16
+ * pairs stored one by one, 32 bytes apart, cost a 512-row product of 640 a millisecond). */
 static void x8_lanes16(const lp_x8 *p, lp_xlanes l, int64_t b) {
     const int64_t n_in = p->n_in, nb = n_in / 32, ng16 = n_in / 16;
-    for (int64_t li = 0; li < l.n_grp * LP_NL; li++) {
-        const int64_t g = li / LP_NL, lane = li % LP_NL, at = (g * nb + b) * LP_NL + lane;
-        int32_t *q = l.q + g * LP_NL * (n_in / 2) + 16 * b * LP_NL + lane; /* [pair k][lane] */
-        int32_t v[16]; /* the block's 16 pairs of int16 (0 past the rows) */
-        if (li < p->n) {
-            const int8_t *xq = p->q + li * n_in + 32 * b;
-            _mm256_storeu_si256((__m256i *)v, _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)xq)));
-            _mm256_storeu_si256((__m256i *)(v + 8), _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(xq + 16))));
-            l.s[at] = p->d[li * nb + b], l.sum32[at] = p->sum[li * nb + b];
-        } else {
-            memset(v, 0, sizeof v);
-            l.s[at] = l.sum32[at] = 0.0f;
+    for (int64_t g = 0; g < l.n_grp; g++) {
+        __m256i v[2][8]; /* v[h][i]: row 8 g + i's pairs 8 h .. 8 h + 7 of the block */
+        for (int i = 0; i < 8; i++) {
+            const int64_t r = 8 * g + i, at = (g * nb + b) * 8 + i;
+            if (r < p->n) {
+                const int8_t *xq = p->q + r * n_in + 32 * b;
+                v[0][i] = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)xq));
+                v[1][i] = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(xq + 16)));
+                l.s[at] = p->d[r * nb + b], l.sum32[at] = p->sum[r * nb + b];
+            } else {
+                v[0][i] = v[1][i] = _mm256_setzero_si256();
+                l.s[at] = l.sum32[at] = 0.0f;
+            }
+            l.sum16[(g * ng16 + 2 * b) * 8 + i] = l.sum16[(g * ng16 + 2 * b + 1) * 8 + i] = 0.0f;
         }
-        for (int k = 0; k < 16; k++) q[LP_NL * k] = v[k];
-        l.sum16[(g * ng16 + 2 * b) * LP_NL + lane] = l.sum16[(g * ng16 + 2 * b + 1) * LP_NL + lane] = 0.0f;
+        __m256i *q = (__m256i *)(l.q + g * 8 * (n_in / 2) + 16 * b * 8); /* [pair k][lane]: 64-byte aligned (lp_xlanes_at) */
+        for (int h = 0; h < 2; h++) {
+            tr8x8(v[h]);
+            for (int k = 0; k < 8; k++) _mm256_store_si256(q + 8 * h + k, v[h][k]);
+        }
     }
 }
+#endif
 
 /* The forms a product of this type reads: LP_READS_I8 (det8_x86.c), LP_READS_AMX (the int16 rows,
  * from LP_DENSE_ROWS rows split for AMX, else in lanes) or LP_READS_INTS (the int16 rows, lanes). */
@@ -177,7 +201,9 @@ void lp_det_lanes_for(const lp_xprep *xp) {
     for (int64_t b = 0; b < xp->n_in / 32; b++) {
         if (lanes) lp_xlanes_fill(&xp->xr, xp->n, xp->xl, b, det_twin(xp->n) ? 2 : 1);
         if (xp->reads & LP_READS_I8) lp_x8_lanes_block(&xp->x8, b);
+#if !defined(LP_AVX512)
         if (det_lanes16(LP_Q8_0, xp)) x8_lanes16(&xp->x8, xp->xl, b); /* (for any such product of the rows) */
+#endif
     }
 }
 
