@@ -17,7 +17,8 @@
  * The 32-element types at AVX-512 take det8_x86.c instead (int8 activations, vpdpbusd;
  * lp_det_reads): the same contract, their own order; at AVX2 every covered type does
  * (det8_avx2_x86.c: vpmaddubsw + vpmaddwd, the K-quants' d sc and -(dmin m) per sub-block), but from
- * 2 rows Q8_0 and Q6_K run det8's order in the int16 lanes (det_lanes16).  From LP_DENSE_ROWS rows Q4_K / Q5_K take
+ * 2 rows Q8_0 and Q6_K run det8's order in the int16 lanes (det_lanes16), and 2..DET_ALONE rows each
+ * row its one-row kernel (det8_row_x86.c).  From LP_DENSE_ROWS rows Q4_K / Q5_K take
  * AMX's tiles where the CPU has them (amx_x86.c: the lanes' bits, fewer instructions), and so do
  * det8's types (det8_amx_x86.c: det8's bits; lp_x8.tiles, set here for the whole product).
  * Other types (and non-x86 builds) return LP_DET_UNCOVERED: the caller keeps one-row ubatches. */
@@ -28,10 +29,15 @@
 #include "amx_x86.h"
 #include "det1_x86.h"
 #include "det8_amx_x86.h"
+#include "det8_row_x86.h"
+#include "lanes8_x86.h"
 #include "quants.h"
 #include "unpack_x86.h"
 
 #define CHUNK LP_MM_CHUNK /* output rows per task */
+#ifndef DET_ALONE
+#define DET_ALONE 4 /* AVX2: up to this many rows each take the one-row kernel (Q6_K 2; 5 not measured) */
+#endif
 #define DET_SLICE 256     /* rows per pass of the lanes over a chunk (their lanes stay in L2: mm.c's slices) */
 /* the same for det8's int8 lanes: up to 384 KiB of them (512 rows of 576, 256 of 1536), at most 512 rows */
 static int64_t det8_slice(int64_t n_in) {
@@ -254,6 +260,26 @@ static lp_xprep det_slice(const lp_xprep *xp, int64_t r0, int64_t n) {
 void lp_mm_det_for(int type, const uint8_t *w, int64_t n_out, const lp_xprep *xp, float *y, int64_t ldy, int accumulate,
                    void *scratch) {
     const int64_t n = xp->n, n_in = xp->n_in;
+#if !defined(LP_AVX512)
+    if (n >= 2 && n <= (type == LP_Q6_K ? 2 : DET_ALONE) && lp_det8_covers(type) && !xp->x8.tiles) { /* each row its one-row
+        * kernel, its bits by definition: against det8's tile and the lanes, -t 1 thread CPU time on the Zen 3, Q8_0 2048 x 640
+        * 2.0x / 1.4x / 1.1x at 2 / 3 / 4 rows, Q4_K 640 x 1024 1.9x / 1.4x / 1.09x, Q5_0 2.2x / 1.9x / 1.6x (lp_det8_rows);
+        * Q6_K 640 x 2048 1.36x at 2, 0.94x at 3 */
+#pragma omp for schedule(static)
+        for (int64_t o0 = 0; o0 < n_out; o0 += CHUNK) {
+            const int64_t o1 = o0 + CHUNK < n_out ? o0 + CHUNK : n_out;
+            if (lp_lanes8_type(type)) { /* det8_row_x86.c: 2..4 rows, each block of 8 weight rows decoded once */
+                lp_det8_rows(type, w, o0, o1, n_out, &xp->x8, (int)n, y, ldy, accumulate);
+                continue;
+            }
+            for (int64_t r = 0; r < n; r++) {
+                const lp_x8 one = lp_x8_slice(&xp->x8, r, 1); /* (its lanes unread: one row) */
+                lp_det8_chunk(type, w, o0, o1, n_out, &one, y + r * ldy, ldy, accumulate, scratch);
+            }
+        }
+        return;
+    }
+#endif
     if (det_lanes16(type, xp)) { /* the default's lanes on det8's rows (x8_lanes16), det8's bits */
         for (int64_t r0 = 0; r0 < n; r0 += DET_SLICE) {
             const lp_xprep s = det_slice(xp, r0, n - r0 < DET_SLICE ? n - r0 : DET_SLICE);
