@@ -16,7 +16,9 @@
  * each element is its own sequence).
  * The 32-element types at AVX-512 take det8_x86.c instead (int8 activations, vpdpbusd;
  * lp_det_reads): the same contract, their own order; at AVX2 every covered type does
- * (det8_avx2_x86.c: vpmaddubsw + vpmaddwd, the K-quants' d sc and -(dmin m) per sub-block).  From LP_DENSE_ROWS rows Q4_K / Q5_K take
+ * (det8_avx2_x86.c: vpmaddubsw + vpmaddwd, the K-quants' d sc and -(dmin m) per sub-block), but from
+ * 2 rows Q8_0 and Q6_K run det8's order in the int16 lanes (det_lanes16), and 2..DET_ALONE rows each
+ * row its one-row kernel (det8_row_x86.c).  From LP_DENSE_ROWS rows Q4_K / Q5_K take
  * AMX's tiles where the CPU has them (amx_x86.c: the lanes' bits, fewer instructions), and so do
  * det8's types (det8_amx_x86.c: det8's bits; lp_x8.tiles, set here for the whole product).
  * Other types (and non-x86 builds) return LP_DET_UNCOVERED: the caller keeps one-row ubatches. */
@@ -27,10 +29,15 @@
 #include "amx_x86.h"
 #include "det1_x86.h"
 #include "det8_amx_x86.h"
+#include "det8_row_x86.h"
+#include "lanes8_x86.h"
 #include "quants.h"
 #include "unpack_x86.h"
 
 #define CHUNK LP_MM_CHUNK /* output rows per task */
+#ifndef DET_ALONE
+#define DET_ALONE 4 /* AVX2: up to this many rows each take the one-row kernel (Q6_K 2; 5 not measured) */
+#endif
 #define DET_SLICE 256     /* rows per pass of the lanes over a chunk (their lanes stay in L2: mm.c's slices) */
 /* the same for det8's int8 lanes: up to 384 KiB of them (512 rows of 576, 256 of 1536), at most 512 rows */
 static int64_t det8_slice(int64_t n_in) {
@@ -80,6 +87,75 @@ static int det_amx_type(int type) {
     return 0;
 #endif
 }
+
+/* Does a product of this type read xp's int16 lanes made from det8's int8 rows (x8_lanes16), not
+ * det8's own tiles?  At AVX2, from 2 rows: det8's order per (row, output) is the lanes' float step
+ * (lanes_x86.c tile: acc = fmaf((float)isum, d_w * d_x, acc) per block of 32 -- Q6_K per 16-group,
+ * d_x its block's -- in block order, then fmaf(sum_x, m_w, acc) with a minimum; isum exact), so fed
+ * det8's int8 x widened to int16, det8's d_x and sum_x (d_x * qs), the default's lanes (lanes_chunk:
+ * 4 weight rows a tile on AMD, Q8_0 decoded in the tile, buffered puts) give det8's bits.  det8's
+ * d_w, m_w are the canonical rows' d16, m16 (unpack_x86.c: the same float products).  Not where xl
+ * holds xr's rows (LP_READS_INTS / AMX).  Against det8_avx2_x86.c's tile, -t 1 thread CPU time on the
+ * 2-core EPYC Zen 3 (AVX2): Q8_0 2048 x 640 1.28x at 2 rows .. 1.27x at 32, 1.11x at 512, Gemma 3's
+ * 262144 x 640 output 1.31x at 16 (the default's time); Q6_K 640 x 2048 1.04x at 2, 1.17x at 32. */
+static int det_lanes16(int type, const lp_xprep *xp) {
+#if !defined(LP_AVX512) && !defined(LP_AVXVNNI) /* (AVX-VNNI's det8 tile, vpdpbusd a quad: not measured against these) */
+    /* (Q4_K, Q5_K in these lanes: no faster at 2-16 rows, slower from 32; the 4- and 5-bit 32-element
+     * types: det8's tile is the default's int8 lanes8 tile already; prompts, LP_DENSE_ROWS rows on: the
+     * products 1.08-1.11x at 512 rows, but every input's lanes filled, read or not -- Gemma 3 270M
+     * Q4_K_M's pp512 0.99x, decode_ab.py -t 1 --cpu-time) */
+    return (type == LP_Q8_0 || type == LP_Q6_K) && xp->n >= 2 && xp->n < LP_DENSE_ROWS && (xp->reads & LP_READS_I8) &&
+           !(xp->reads & (LP_READS_INTS | LP_READS_AMX)) && !xp->x8.tiles;
+#else
+    (void)type, (void)xp;
+    return 0;
+#endif
+}
+
+#if !defined(LP_AVX512) /* (det_lanes16: AVX2's 8-lane groups) */
+/* The 8 x 8 int32 v[i] lane k -> v[k] lane i. */
+static inline void tr8x8(__m256i v[8]) {
+    __m256i t[8], u[8];
+    for (int i = 0; i < 4; i++)
+        t[2 * i] = _mm256_unpacklo_epi32(v[2 * i], v[2 * i + 1]), t[2 * i + 1] = _mm256_unpackhi_epi32(v[2 * i], v[2 * i + 1]);
+    for (int i = 0; i < 2; i++) {
+        u[4 * i] = _mm256_unpacklo_epi64(t[4 * i], t[4 * i + 2]), u[4 * i + 1] = _mm256_unpackhi_epi64(t[4 * i], t[4 * i + 2]);
+        u[4 * i + 2] = _mm256_unpacklo_epi64(t[4 * i + 1], t[4 * i + 3]), u[4 * i + 3] = _mm256_unpackhi_epi64(t[4 * i + 1], t[4 * i + 3]);
+    }
+    for (int i = 0; i < 4; i++)
+        v[i] = _mm256_permute2x128_si256(u[i], u[4 + i], 0x20), v[4 + i] = _mm256_permute2x128_si256(u[i], u[4 + i], 0x31);
+}
+
+/* Block b of x8's rows (x8.n >= 2) into the int16 lanes l (lanes_x86.c's layout, 8 lanes a group): each
+ * row's int8 widened, in pairs, its d as the lane's s and d * qs as sum32 (sum16 zeros: no g16 type
+ * with a minimum reads these lanes, det_lanes16); the lanes past the rows zeros, as lp_xlanes_fill.
+ * A group's 8 rows a pass, transposed in registers: its 16 pairs' vectors stored whole (a row's 16
+ * pairs stored one by one, 32 bytes apart, cost a 512-row product of 640 a millisecond). */
+static void x8_lanes16(const lp_x8 *p, lp_xlanes l, int64_t b) {
+    const int64_t n_in = p->n_in, nb = n_in / 32, ng16 = n_in / 16;
+    for (int64_t g = 0; g < l.n_grp; g++) {
+        __m256i v[2][8]; /* v[h][i]: row 8 g + i's pairs 8 h .. 8 h + 7 of the block */
+        for (int i = 0; i < 8; i++) {
+            const int64_t r = 8 * g + i, at = (g * nb + b) * 8 + i;
+            if (r < p->n) {
+                const int8_t *xq = p->q + r * n_in + 32 * b;
+                v[0][i] = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)xq));
+                v[1][i] = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(xq + 16)));
+                l.s[at] = p->d[r * nb + b], l.sum32[at] = p->sum[r * nb + b];
+            } else {
+                v[0][i] = v[1][i] = _mm256_setzero_si256();
+                l.s[at] = l.sum32[at] = 0.0f;
+            }
+            l.sum16[(g * ng16 + 2 * b) * 8 + i] = l.sum16[(g * ng16 + 2 * b + 1) * 8 + i] = 0.0f;
+        }
+        __m256i *q = (__m256i *)(l.q + g * 8 * (n_in / 2) + 16 * b * 8); /* [pair k][lane]: 64-byte aligned (lp_xlanes_at) */
+        for (int h = 0; h < 2; h++) {
+            tr8x8(v[h]);
+            for (int k = 0; k < 8; k++) _mm256_store_si256(q + 8 * h + k, v[h][k]);
+        }
+    }
+}
+#endif
 
 /* The forms a product of this type reads: LP_READS_I8 (det8_x86.c), LP_READS_AMX (the int16 rows,
  * from LP_DENSE_ROWS rows split for AMX, else in lanes) or LP_READS_INTS (the int16 rows, lanes). */
@@ -131,6 +207,9 @@ void lp_det_lanes_for(const lp_xprep *xp) {
     for (int64_t b = 0; b < xp->n_in / 32; b++) {
         if (lanes) lp_xlanes_fill(&xp->xr, xp->n, xp->xl, b, det_twin(xp->n) ? 2 : 1);
         if (xp->reads & LP_READS_I8) lp_x8_lanes_block(&xp->x8, b);
+#if !defined(LP_AVX512)
+        if (det_lanes16(LP_Q8_0, xp)) x8_lanes16(&xp->x8, xp->xl, b); /* (for any such product of the rows) */
+#endif
     }
 }
 
@@ -181,6 +260,37 @@ static lp_xprep det_slice(const lp_xprep *xp, int64_t r0, int64_t n) {
 void lp_mm_det_for(int type, const uint8_t *w, int64_t n_out, const lp_xprep *xp, float *y, int64_t ldy, int accumulate,
                    void *scratch) {
     const int64_t n = xp->n, n_in = xp->n_in;
+#if !defined(LP_AVX512)
+    if (n >= 2 && n <= (type == LP_Q6_K ? 2 : DET_ALONE) && lp_det8_covers(type) && !xp->x8.tiles) { /* each row its one-row
+        * kernel, its bits by definition: against det8's tile and the lanes, -t 1 thread CPU time on the Zen 3, Q8_0 2048 x 640
+        * 2.0x / 1.4x / 1.1x at 2 / 3 / 4 rows, Q4_K 640 x 1024 1.9x / 1.4x / 1.09x, Q5_0 2.2x / 1.9x / 1.6x (lp_det8_rows);
+        * Q6_K 640 x 2048 1.36x at 2, 0.94x at 3 */
+#pragma omp for schedule(static)
+        for (int64_t o0 = 0; o0 < n_out; o0 += CHUNK) {
+            const int64_t o1 = o0 + CHUNK < n_out ? o0 + CHUNK : n_out;
+            if (lp_lanes8_type(type)) { /* det8_row_x86.c: 2..4 rows, each block of 8 weight rows decoded once */
+                lp_det8_rows(type, w, o0, o1, n_out, &xp->x8, (int)n, y, ldy, accumulate);
+                continue;
+            }
+            for (int64_t r = 0; r < n; r++) {
+                const lp_x8 one = lp_x8_slice(&xp->x8, r, 1); /* (its lanes unread: one row) */
+                lp_det8_chunk(type, w, o0, o1, n_out, &one, y + r * ldy, ldy, accumulate, scratch);
+            }
+        }
+        return;
+    }
+#endif
+    if (det_lanes16(type, xp)) { /* the default's lanes on det8's rows (x8_lanes16), det8's bits */
+        for (int64_t r0 = 0; r0 < n; r0 += DET_SLICE) {
+            const lp_xprep s = det_slice(xp, r0, n - r0 < DET_SLICE ? n - r0 : DET_SLICE);
+            const int64_t ch = task_rows(type, n_out, n_in, s.n); /* mm_lanes.h: LANES_WIDE for a wide one, as lp_mm_for */
+#pragma omp for schedule(static) nowait
+            for (int64_t o0 = 0; o0 < n_out; o0 += ch)
+                lanes_chunk(type, w, o0, o0 + ch < n_out ? o0 + ch : n_out, n_out, n_in, &s, y + r0 * ldy, ldy, accumulate, scratch);
+        }
+#pragma omp barrier
+        return;
+    }
     if (lp_det8_covers(type)) { /* xp->reads has LP_READS_I8 (lp_det_reads) */
 #if defined(LP_AMX)
         if (xp->x8.tiles) { /* LP_DENSE_ROWS rows or more: all of them against 16 weight rows a task */
