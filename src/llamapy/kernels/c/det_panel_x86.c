@@ -44,7 +44,11 @@ int lp_det_panel_for(int type, const uint8_t *w, int64_t n_out, const lp_x8 *x8,
     if (type == LP_Q6_K) {
 #pragma omp single copyprivate(qo16)
         qo16 = malloc((size_t)(n * (n_in / 16)) * sizeof(int32_t));
-        if (!qo16) return -1;
+        if (!qo16) { /* det8's tiles then: the lanes lp_det_lanes_for left (lp_det_panel_all) */
+#pragma omp for schedule(static)
+            for (int64_t b = 0; b < n_in / 32; b++) lp_x8_lanes_block(x8, b);
+            return -1;
+        }
 #pragma omp for schedule(static)
         for (int64_t r = 0; r < n; r++) qo16_row(x8, r, qo16 + r * (n_in / 16));
     }

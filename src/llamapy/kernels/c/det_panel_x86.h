@@ -28,7 +28,8 @@ int lp_det_panel_covers(int type, int64_t n_in, int64_t n);
 int lp_det_panel_all(int64_t n);
 size_t lp_det_panel_scratch_bytes(int64_t n_in);
 /* Inside a parallel region, every thread: y (+)= x8's rows W^T, the output rows split among the
- * threads (lp_mm_det_for's contract).  0, or -1 (every thread alike, nothing written) without memory. */
+ * threads (lp_mm_det_for's contract).  0, or -1 (every thread alike, nothing written, x8's lanes
+ * filled for det8's tiles) without memory. */
 int lp_det_panel_for(int type, const uint8_t *w, int64_t n_out, const lp_x8 *x8, float *y, int64_t ldy, int accumulate,
                      void *scratch);
 
