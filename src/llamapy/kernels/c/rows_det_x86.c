@@ -27,6 +27,7 @@
 #include "amx_x86.h"
 #include "det1_x86.h"
 #include "det8_amx_x86.h"
+#include "det_panel_x86.h"
 #include "quants.h"
 #include "unpack_x86.h"
 
@@ -130,7 +131,7 @@ void lp_det_lanes_for(const lp_xprep *xp) {
 #pragma omp for schedule(static)
     for (int64_t b = 0; b < xp->n_in / 32; b++) {
         if (lanes) lp_xlanes_fill(&xp->xr, xp->n, xp->xl, b, det_twin(xp->n) ? 2 : 1);
-        if (xp->reads & LP_READS_I8) lp_x8_lanes_block(&xp->x8, b);
+        if ((xp->reads & LP_READS_I8) && !lp_det_panel_all(xp->n)) lp_x8_lanes_block(&xp->x8, b); /* (the panels read q) */
     }
 }
 
@@ -157,6 +158,7 @@ size_t lp_det_scratch_bytes(int64_t n_in) {
     const size_t i8 = lp_det8_scratch_bytes(n_in);
     most = most > one ? most : one;
     most = most > i8 ? most : i8;
+    most = most > lp_det_panel_scratch_bytes(n_in) ? most : lp_det_panel_scratch_bytes(n_in);
 #if defined(LP_AMX)
     most = most > lp_amx_scratch_bytes(n_in) ? most : lp_amx_scratch_bytes(n_in);
     most = most > lp_det8_amx_scratch_bytes(n_in) ? most : lp_det8_amx_scratch_bytes(n_in);
@@ -181,6 +183,9 @@ static lp_xprep det_slice(const lp_xprep *xp, int64_t r0, int64_t n) {
 void lp_mm_det_for(int type, const uint8_t *w, int64_t n_out, const lp_xprep *xp, float *y, int64_t ldy, int accumulate,
                    void *scratch) {
     const int64_t n = xp->n, n_in = xp->n_in;
+    if (lp_det8_covers(type) && lp_det_panel_covers(type, n_in, n) && /* det8's bits on the prompt's panels */
+        lp_det_panel_for(type, w, n_out, &xp->x8, y, ldy, accumulate, scratch) == 0)
+        return;
     if (lp_det8_covers(type)) { /* xp->reads has LP_READS_I8 (lp_det_reads) */
 #if defined(LP_AMX)
         if (xp->x8.tiles) { /* LP_DENSE_ROWS rows or more: all of them against 16 weight rows a task */
