@@ -287,6 +287,7 @@ static int p32_offset(int type) {
 #if !defined(P32_DET)
 #error "det_panel_x86.h's level has no det tile here"
 #endif
+_Static_assert(P32_Q8_0_OFF == 0, "p32_tile_as's det step: Q4_0's offset 8, Q5_0's 16, Q8_0 none");
 size_t lp_q8mm32_det_scratch_bytes(int64_t n_in) { return p32_scratch_bytes(n_in); }
 
 /* x8's rows as x32 (qo: the blocks' sums of q, det's tile multiplies by off), outputs o0 .. o1. */
