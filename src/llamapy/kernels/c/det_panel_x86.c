@@ -12,14 +12,15 @@
 int lp_det_panel_covers(int type, int64_t n_in, int64_t n) {
     if (n_in <= 0) return 0;
     switch (type) {
-    case LP_Q4_0: case LP_Q4_1: case LP_Q5_0: case LP_Q5_1: return n >= LP_DET_PANEL_ROWS_32 && n_in % 32 == 0;
+    case LP_Q4_0: case LP_Q4_1: return n >= LP_DET_PANEL_ROWS_4 && n_in % 32 == 0;
+    case LP_Q5_0: case LP_Q5_1: return n >= LP_DET_PANEL_ROWS_5 && n_in % 32 == 0;
     case LP_Q8_0: return n >= LP_DET_PANEL_ROWS_Q8 && n_in % 32 == 0;
     case LP_Q4_K: case LP_Q5_K: case LP_Q6_K: return n >= LP_DET_PANEL_ROWS_K && n_in % 256 == 0;
     default: return 0;
     }
 }
 
-int lp_det_panel_all(int64_t n) { return n >= LP_DET_PANEL_ROWS_Q8 && n >= LP_DET_PANEL_ROWS_32 && n >= LP_DET_PANEL_ROWS_K; }
+int lp_det_panel_all(int64_t n) { return n >= LP_DET_PANEL_ROWS_Q8 && n >= LP_DET_PANEL_ROWS_4 && n >= LP_DET_PANEL_ROWS_5 && n >= LP_DET_PANEL_ROWS_K; }
 
 size_t lp_det_panel_scratch_bytes(int64_t n_in) {
     const size_t a = lp_q8mm32_det_scratch_bytes(n_in), b = lp_q8mm_scratch_bytes(n_in);
