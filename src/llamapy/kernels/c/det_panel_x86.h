@@ -42,12 +42,6 @@ size_t lp_det_panel_scratch_bytes(int64_t n_in);
 int lp_det_panel_for(int type, const uint8_t *w, int64_t n_out, const lp_x8 *x8, float *y, int64_t ldy, int accumulate,
                      void *scratch);
 
-/* The panels' det entries (q8mm32_x86.c, q8mm_x86.c): outputs o0 .. o1 (o0 a multiple of the panel).
- * qo16: Q6_K's 32 x the sum of q_x per 16-group [n, n_in / 16]. */
-size_t lp_q8mm32_det_scratch_bytes(int64_t n_in);
-void lp_q8mm32_det(int type, const uint8_t *w, int64_t o0, int64_t o1, const lp_x8 *x8, float *y, int64_t ldy,
-                   int accumulate, void *scratch);
-void lp_q8mm_det(int type, const uint8_t *w, int64_t o0, int64_t o1, const lp_x8 *x8, const int32_t *qo16, float *y,
-                 int64_t ldy, int accumulate, void *scratch);
+/* (the panels' det entries: q8mm32_x86.h lp_q8mm32_det, q8mm_x86.h lp_q8mm_det) */
 
 #endif
