@@ -23,12 +23,12 @@
  * -t 1 --cpu-time, Zen 3 AVX2): Q4_K / Q6_K 640x2048 faster from 2 rows (1.77x / 1.56x at 2, 1.2x / 1.09x
  * at 16, 1.39x / 1.30x at 512: det8's 16-lane groups idle at few rows); Q4_0 / Q4_1 1536x576 0.93x /
  * 0.97x at 16, 1.16x / 1.18x at 32, 1.72x / 1.66x at 512; Q5_0 2048x640 0.93x at 32, 1.06x at 48, 1.16x
- * at 512 (Q5_1 1536x576 0.99x at 32, 1.05x at 48); Q8_0 (signed: vpsignb a step) 0.97-1.04x at 128,
- * 1.02x / 1.10x at 512 (2048x640 / 256x640). */
+ * at 512 (Q5_1 1536x576 0.99x at 32, 1.05x at 48); Q8_0 (signed: vpsignb a step; 2048x640 / 256x640)
+ * 0.95x / 0.97x at 32, 1.02x / 1.04x at 64, 1.06x / 1.08x at 128, 1.08x / 1.11x at 512. */
 #define LP_DET_PANEL_ROWS_K 2     /* Q4_K, Q5_K, Q6_K */
 #define LP_DET_PANEL_ROWS_4 24    /* Q4_0, Q4_1 */
 #define LP_DET_PANEL_ROWS_5 48    /* Q5_0, Q5_1 */
-#define LP_DET_PANEL_ROWS_Q8 256  /* Q8_0 */
+#define LP_DET_PANEL_ROWS_Q8 64   /* Q8_0 */
 
 /* Does a det product of this type, row length and n rows take the panels? */
 int lp_det_panel_covers(int type, int64_t n_in, int64_t n);
