@@ -6,6 +6,7 @@
  * q8mm32_256.inc (AVX2). */
 #include "q8mm32_x86.h"
 
+#include "det_panel_x86.h"
 #include "q8_avx2.h"
 #include "q8mm_x86.h"
 #include "quants.h"
@@ -255,6 +256,21 @@ static void p32_panel(int type, const x32 *x, const w32 *p, float *y, int64_t ld
     p32_panel_to(type, x, p, y, ldy, nc, accumulate, NULL);
 }
 
+#if defined(P32_DET)
+/* det's tiles only (p32_tile_as with det: det8's float step on det8's rows; no residuals). */
+LP_INLINE void p32_det_of(const int has_min, const int bits, const x32 *x, const w32 *p, float *y, int64_t ldy, int nc, int accumulate) {
+    int64_t m0 = 0;
+    for (; m0 + P32_MR <= x->n; m0 += P32_MR) p32_tile_as(1, P32_MR, has_min, bits, x, m0, p, y, ldy, nc, accumulate);
+    switch ((int)(x->n - m0)) {
+#define P32_TAIL(k)                                                                \
+    case k: p32_tile_as(1, k, has_min, bits, x, m0, p, y, ldy, nc, accumulate); break;
+        P32_LAST(P32_TAIL)
+#undef P32_TAIL
+    default: break;
+    }
+}
+#endif
+
 /* The weights' offset to unsigned bytes: the signed types' -min q (Q8_0's -128 .. 127: 128, or
  * 0 where its bytes stay signed: q8mm32_256.inc). */
 static int p32_offset(int type) {
@@ -263,6 +279,33 @@ static int p32_offset(int type) {
     case LP_Q5_0: return 16;
     case LP_Q8_0: return P32_Q8_0_OFF;
     default: return 0; /* Q4_1, Q5_1: q >= 0 */
+    }
+}
+#endif
+
+#if defined(LP_DET_PANEL)
+#if !defined(P32_DET)
+#error "det_panel_x86.h's level has no det tile here"
+#endif
+_Static_assert(P32_Q8_0_OFF == 0, "p32_tile_as's det step: Q4_0's offset 8, Q5_0's 16, Q8_0 none");
+size_t lp_q8mm32_det_scratch_bytes(int64_t n_in) { return p32_scratch_bytes(n_in); }
+
+/* x8's rows as x32 (qo: the blocks' sums of q, det's tile multiplies by off), outputs o0 .. o1. */
+void lp_q8mm32_det(int type, const uint8_t *w, int64_t o0, int64_t o1, const lp_x8 *x8, float *y, int64_t ldy,
+                   int accumulate, void *scratch) {
+    const x32 x = {.n = x8->n, .n_in = x8->n_in, .nb = x8->n_in / 32, .off = p32_offset(type), .q = x8->q, .s = x8->d,
+                   .sum = x8->sum, .qo = x8->qs};
+    for (int64_t o = o0; o < o1; o += Q8MM32_NP) {
+        const int np = (int)(o1 - o < Q8MM32_NP ? o1 - o : Q8MM32_NP);
+        w32 p;
+        p32_pack(type, w, o, np, &x, scratch, &p);
+        switch (type) {
+        case LP_Q4_0: p32_det_of(0, 4, &x, &p, y + o, ldy, np, accumulate); break;
+        case LP_Q4_1: p32_det_of(1, 4, &x, &p, y + o, ldy, np, accumulate); break;
+        case LP_Q5_0: p32_det_of(0, 5, &x, &p, y + o, ldy, np, accumulate); break;
+        case LP_Q5_1: p32_det_of(1, 5, &x, &p, y + o, ldy, np, accumulate); break;
+        default: p32_det_of(0, 8, &x, &p, y + o, ldy, np, accumulate); break; /* Q8_0 */
+        }
     }
 }
 #endif

@@ -10,6 +10,7 @@
 
 #include "amx_x86.h"
 #include "amxk_x86.h"
+#include "det_panel_x86.h"
 #include "q8mm32_x86.h"
 #include "q8p_x86.h"
 #include "quants.h"
@@ -194,6 +195,26 @@ void lp_q8mm_chunk(int type, const uint8_t *w, int64_t o0, int64_t o1, const lp_
         q8w p;
         q8_pack(type, w, o, np, &xt, scratch, &p);
         q8_panel(has_min, &xt, &p, y + o, ldy, np, accumulate);
+    }
+}
+#endif
+
+#if defined(LP_DET_PANEL)
+#if !defined(Q8MM_DET)
+#error "det_panel_x86.h's level has no det tile here"
+#endif
+/* x8's rows as q8x (Q6_K: its 16-groups' offset parts qo16), outputs o0 .. o1: det's tiles only. */
+void lp_q8mm_det(int type, const uint8_t *w, int64_t o0, int64_t o1, const lp_x8 *x8, const int32_t *qo16, float *y,
+                 int64_t ldy, int accumulate, void *scratch) {
+    const int g16 = type == LP_Q6_K;
+    const q8x x = {.n = x8->n, .n_in = x8->n_in, .ng = x8->n_in / (g16 ? 16 : 32), .g = g16 ? 16 : 32, .off = g16 ? 32 : 0,
+                   .bits = type == LP_Q4_K ? 4 : type == LP_Q5_K ? 5 : 6, .q = x8->q, .s = x8->d, .sum = x8->sum,
+                   .qo = (int32_t *)qo16};
+    for (int64_t o = o0; o < o1; o += Q8MM_NP) {
+        const int np = (int)(o1 - o < Q8MM_NP ? o1 - o : Q8MM_NP);
+        q8w p;
+        q8_pack(type, w, o, np, &x, scratch, &p);
+        q8_det_panel(&x, &p, y + o, ldy, np, accumulate);
     }
 }
 #endif

@@ -16,6 +16,7 @@
 #ifndef LP_Q8MM_X86_H
 #define LP_Q8MM_X86_H
 
+#include "det8_x86.h"
 #include "lp.h"
 
 #if defined(LP_VNNI) || (defined(LP_AVX2) && !defined(LP_AVX512))
@@ -89,5 +90,11 @@ void lp_q8mm_chunk(int type, const uint8_t *w, int64_t o0, int64_t o1, const lp_
                    int accumulate, void *scratch);
 /* Does the int8 product take this type and row length (the switch on; any row count)? */
 int lp_q8mm_covers_type(int type, int64_t n_in);
+
+/* det_panel_x86.c's entry for Q4_K / Q5_K / Q6_K (where LP_DET_PANEL): outputs o0 .. o1 (o0 a multiple
+ * of LP_Q8MM_NP) in det8's sequence, in lp_q8mm_scratch_bytes(n_in); qo16: Q6_K's 32 x the sum of q_x
+ * per 16-group [n, n_in / 16] (else unread). */
+void lp_q8mm_det(int type, const uint8_t *w, int64_t o0, int64_t o1, const lp_x8 *x8, const int32_t *qo16, float *y,
+                 int64_t ldy, int accumulate, void *scratch);
 
 #endif

@@ -31,6 +31,7 @@
 #include "det8_amx_x86.h"
 #include "det8_row_x86.h"
 #include "lanes8_x86.h"
+#include "det_panel_x86.h"
 #include "quants.h"
 #include "unpack_x86.h"
 
@@ -206,9 +207,9 @@ void lp_det_lanes_for(const lp_xprep *xp) {
 #pragma omp for schedule(static)
     for (int64_t b = 0; b < xp->n_in / 32; b++) {
         if (lanes) lp_xlanes_fill(&xp->xr, xp->n, xp->xl, b, det_twin(xp->n) ? 2 : 1);
-        if (xp->reads & LP_READS_I8) lp_x8_lanes_block(&xp->x8, b);
+        if ((xp->reads & LP_READS_I8) && !lp_det_panel_all(xp->n)) lp_x8_lanes_block(&xp->x8, b); /* (the panels read q) */
 #if !defined(LP_AVX512)
-        if (det_lanes16(LP_Q8_0, xp)) x8_lanes16(&xp->x8, xp->xl, b); /* (for any such product of the rows) */
+        if (det_lanes16(LP_Q8_0, xp) && !lp_det_panel_all(xp->n)) x8_lanes16(&xp->x8, xp->xl, b); /* (for any such product of the rows) */
 #endif
     }
 }
@@ -236,6 +237,7 @@ size_t lp_det_scratch_bytes(int64_t n_in) {
     const size_t i8 = lp_det8_scratch_bytes(n_in);
     most = most > one ? most : one;
     most = most > i8 ? most : i8;
+    most = most > lp_det_panel_scratch_bytes(n_in) ? most : lp_det_panel_scratch_bytes(n_in);
 #if defined(LP_AMX)
     most = most > lp_amx_scratch_bytes(n_in) ? most : lp_amx_scratch_bytes(n_in);
     most = most > lp_det8_amx_scratch_bytes(n_in) ? most : lp_det8_amx_scratch_bytes(n_in);
@@ -280,7 +282,10 @@ void lp_mm_det_for(int type, const uint8_t *w, int64_t n_out, const lp_xprep *xp
         return;
     }
 #endif
-    if (det_lanes16(type, xp)) { /* the default's lanes on det8's rows (x8_lanes16), det8's bits */
+    const int panel = lp_det8_covers(type) && lp_det_panel_covers(type, n_in, n); /* det8's bits on the prompt's panels */
+    if (panel && lp_det_panel_for(type, w, n_out, &xp->x8, y, ldy, accumulate, scratch) == 0) return;
+    if (!panel && det_lanes16(type, xp)) { /* the default's lanes on det8's rows (x8_lanes16), det8's bits
+        * (not after a panel that fell back: it refilled det8's lanes, not these) */
         for (int64_t r0 = 0; r0 < n; r0 += DET_SLICE) {
             const lp_xprep s = det_slice(xp, r0, n - r0 < DET_SLICE ? n - r0 : DET_SLICE);
             const int64_t ch = task_rows(type, n_out, n_in, s.n); /* mm_lanes.h: LANES_WIDE for a wide one, as lp_mm_for */

@@ -1,0 +1,47 @@
+/* det_panel_x86.c: deterministic mode's many-row products at the AVX2 level (no AVX-512, no
+ * AVX512-VNNI) on the default prompt's int8 panels (q8mm32_x86.c for the types of a scale per
+ * 32, q8mm_x86.c for Q4_K / Q5_K / Q6_K) instead of det8's lane tiles (det8_avx2_x86.c).
+ *
+ * "The order of the fastest path, the others following it": det8's sequence per (row, output) is
+ *   i   = the exact int32 sum of q_w q_x over the block of 32 (Q6_K: 16-group)
+ *   acc = fmaf((float)i, d_w * d_x, acc)      (+ fmaf(sum_x, m_w, acc) with a minimum)
+ * in block order, x rounded per row (lp_x8_row).  A panel tile computes the same exact integers
+ * (any instruction order: integer sums are associative; its int16 steps stay exact as det8's)
+ * and, in its det form (p32_tile_as / q8_tile_as with det = 1), the same float step on the same
+ * operands in the same order, reading det8's own rows (lp_x8: q, d, sum, qs) and no residuals.
+ * So every element has det8's bits whichever path its row count takes
+ * (tests/test_deterministic_kernels.py: 1..70 and 530 rows against each row alone). */
+#ifndef LP_DET_PANEL_X86_H
+#define LP_DET_PANEL_X86_H
+
+#include "det8_x86.h"
+
+#if defined(LP_AVX2) && !defined(LP_AVX512) && !defined(LP_VNNI)
+#define LP_DET_PANEL 1
+#endif
+/* The rows from which a product takes the panels: the crossover with det8's tiles (kernel_ab.py --det
+ * -t 1 --cpu-time, Zen 3 AVX2): Q4_K / Q6_K 640x2048 faster from 2 rows (1.77x / 1.56x at 2, 1.2x / 1.09x
+ * at 16, 1.39x / 1.30x at 512: det8's 16-lane groups idle at few rows); Q4_0 / Q4_1 1536x576 0.93x /
+ * 0.97x at 16, 1.16x / 1.18x at 32, 1.72x / 1.66x at 512; Q5_0 2048x640 0.93x at 32, 1.06x at 48, 1.16x
+ * at 512 (Q5_1 1536x576 0.99x at 32, 1.05x at 48); Q8_0 (signed: vpsignb a step; 2048x640 / 256x640)
+ * 0.95x / 0.97x at 32, 1.02x / 1.04x at 64, 1.06x / 1.08x at 128, 1.08x / 1.11x at 512. */
+#define LP_DET_PANEL_ROWS_K 2     /* Q4_K, Q5_K, Q6_K */
+#define LP_DET_PANEL_ROWS_4 24    /* Q4_0, Q4_1 */
+#define LP_DET_PANEL_ROWS_5 48    /* Q5_0, Q5_1 */
+#define LP_DET_PANEL_ROWS_Q8 64   /* Q8_0 */
+
+/* Does a det product of this type, row length and n rows take the panels? */
+int lp_det_panel_covers(int type, int64_t n_in, int64_t n);
+/* Does every det8 product of n rows (lp_det8_covers' types, lp_mm_det_covers' row lengths) take
+ * them?  Then x8's lanes (lp_x8_lanes_block) go unread. */
+int lp_det_panel_all(int64_t n);
+size_t lp_det_panel_scratch_bytes(int64_t n_in);
+/* Inside a parallel region, every thread: y (+)= x8's rows W^T, the output rows split among the
+ * threads (lp_mm_det_for's contract).  0, or -1 (every thread alike, nothing written, x8's lanes
+ * filled for det8's tiles) without memory. */
+int lp_det_panel_for(int type, const uint8_t *w, int64_t n_out, const lp_x8 *x8, float *y, int64_t ldy, int accumulate,
+                     void *scratch);
+
+/* (the panels' det entries: q8mm32_x86.h lp_q8mm32_det, q8mm_x86.h lp_q8mm_det) */
+
+#endif
