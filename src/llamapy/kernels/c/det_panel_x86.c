@@ -15,7 +15,9 @@ int lp_det_panel_covers(int type, int64_t n_in, int64_t n) {
     case LP_Q4_0: case LP_Q4_1: return n >= LP_DET_PANEL_ROWS_4 && n_in % 32 == 0;
     case LP_Q5_0: case LP_Q5_1: return n >= LP_DET_PANEL_ROWS_5 && n_in % 32 == 0;
     case LP_Q8_0: return n >= LP_DET_PANEL_ROWS_Q8 && n_in % 32 == 0;
-    case LP_Q4_K: case LP_Q5_K: case LP_Q6_K: return n >= LP_DET_PANEL_ROWS_K && n_in % 256 == 0;
+    case LP_Q4_K: case LP_Q5_K: return n >= LP_DET_PANEL_ROWS_K && n_in % 256 == 0;
+    case LP_Q6_K: return n >= LP_DET_PANEL_ROWS_K && n_in % 256 == 0 && (n < LP_DET_LANES_Q6K_LO || n >= LP_DET_LANES_Q6K_HI
+                                                                        || !LP_DET_LANES_Q6K);
     default: return 0;
     }
 }

@@ -26,6 +26,15 @@
  * at 512 (Q5_1 1536x576 0.99x at 32, 1.05x at 48); Q8_0 (signed: vpsignb a step; 2048x640 / 256x640)
  * 0.95x / 0.97x at 32, 1.02x / 1.04x at 64, 1.06x / 1.08x at 128, 1.08x / 1.11x at 512. */
 #define LP_DET_PANEL_ROWS_K 2     /* Q4_K, Q5_K, Q6_K */
+/* Q6_K from 8 to 31 rows takes rows_det_x86.c's int16 lanes instead where the build has them (det_lanes16:
+ * 640x2048 -t 1 --cpu-time, panels / lanes: 3 rows 1.32x, 4 1.22x, 8 0.93x, 16 0.92x, 32 0.99x, 64 1.16x) */
+#define LP_DET_LANES_Q6K_LO 8
+#define LP_DET_LANES_Q6K_HI 32
+#if defined(LP_AVXVNNI)
+#define LP_DET_LANES_Q6K 0 /* (rows_det_x86.c's det_lanes16 is off there) */
+#else
+#define LP_DET_LANES_Q6K 1
+#endif
 #define LP_DET_PANEL_ROWS_4 24    /* Q4_0, Q4_1 */
 #define LP_DET_PANEL_ROWS_5 48    /* Q5_0, Q5_1 */
 #define LP_DET_PANEL_ROWS_Q8 64   /* Q8_0 */

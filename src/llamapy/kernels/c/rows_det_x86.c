@@ -263,10 +263,11 @@ void lp_mm_det_for(int type, const uint8_t *w, int64_t n_out, const lp_xprep *xp
                    void *scratch) {
     const int64_t n = xp->n, n_in = xp->n_in;
 #if !defined(LP_AVX512)
-    if (n >= 2 && n <= (type == LP_Q6_K ? 2 : DET_ALONE) && lp_det8_covers(type) && !xp->x8.tiles) { /* each row its one-row
+    const int alone = type == LP_Q6_K ? 1 : type == LP_Q4_K || type == LP_Q5_K ? 2 : DET_ALONE;
+    if (n >= 2 && n <= alone && lp_det8_covers(type) && !xp->x8.tiles) { /* each row its one-row
         * kernel, its bits by definition: against det8's tile and the lanes, -t 1 thread CPU time on the Zen 3, Q8_0 2048 x 640
-        * 2.0x / 1.4x / 1.1x at 2 / 3 / 4 rows, Q4_K 640 x 1024 1.9x / 1.4x / 1.09x, Q5_0 2.2x / 1.9x / 1.6x (lp_det8_rows);
-        * Q6_K 640 x 2048 1.36x at 2, 0.94x at 3 */
+        * 2.0x / 1.4x / 1.1x at 2 / 3 / 4 rows, Q5_0 2.2x / 1.9x / 1.6x (lp_det8_rows); against the panels (det_panel_x86.c)
+        * Q4_K 640 x 2048 1.27x at 2, 0.93x / 0.77x at 3 / 4, Q6_K 0.97x at 2 */
 #pragma omp for schedule(static)
         for (int64_t o0 = 0; o0 < n_out; o0 += CHUNK) {
             const int64_t o1 = o0 + CHUNK < n_out ? o0 + CHUNK : n_out;
