@@ -16,9 +16,10 @@
  * each element is its own sequence).
  * The 32-element types at AVX-512 take det8_x86.c instead (int8 activations, vpdpbusd;
  * lp_det_reads): the same contract, their own order; at AVX2 every covered type does
- * (det8_avx2_x86.c: vpmaddubsw + vpmaddwd, the K-quants' d sc and -(dmin m) per sub-block), but from
- * 2 rows Q8_0 and Q6_K run det8's order in the int16 lanes (det_lanes16), and 2..DET_ALONE rows each
- * row its one-row kernel (det8_row_x86.c).  From LP_DENSE_ROWS rows Q4_K / Q5_K take
+ * (det8_avx2_x86.c: vpmaddubsw + vpmaddwd, the K-quants' d sc and -(dmin m) per sub-block), but a
+ * few rows each take their one-row kernel (det8_row_x86.c), more rows det8's order in the prompt's
+ * int8 panels (det_panel_x86.c, from per-type row counts) or in the int16 lanes (det_lanes16: Q8_0
+ * below the panels, Q6_K at 8-31 rows).  From LP_DENSE_ROWS rows Q4_K / Q5_K take
  * AMX's tiles where the CPU has them (amx_x86.c: the lanes' bits, fewer instructions), and so do
  * det8's types (det8_amx_x86.c: det8's bits; lp_x8.tiles, set here for the whole product).
  * Other types (and non-x86 builds) return LP_DET_UNCOVERED: the caller keeps one-row ubatches. */
