@@ -198,22 +198,22 @@ static void p32_drain(p32_out *o, int64_t rows) {
  * then each block column's flagged rows, P32_MR at a time (one type: its minima and bits).
  * With out (P32_YBUF), P32_MR rows of the last panel's buffer go to y after each tile (its
  * stores, 8 KiB apart in a 2048-wide y, spread over the tiles as the tiles' own were). */
-LP_INLINE void p32_panel_of(const int has_min, const int bits, const x32 *x, const w32 *p, float *y, int64_t ldy, int nc,
-                            int accumulate, p32_out *out) {
+LP_INLINE void p32_panel_as(const int det, const int has_min, const int bits, const x32 *x, const w32 *p, float *y, int64_t ldy,
+                            int nc, int accumulate, p32_out *out) {
     int64_t m0 = 0;
     for (; m0 + P32_MR <= x->n; m0 += P32_MR) {
-        p32_tile(P32_MR, has_min, bits, x, m0, p, y, ldy, nc, accumulate);
+        p32_tile_as(det, P32_MR, has_min, bits, x, m0, p, y, ldy, nc, accumulate);
         if (out) p32_drain(out, P32_MR);
     }
     if (out) p32_drain(out, x->n);
     switch ((int)(x->n - m0)) {
 #define P32_TAIL(k)                                                                \
-    case k: p32_tile(k, has_min, bits, x, m0, p, y, ldy, nc, accumulate); break;
+    case k: p32_tile_as(det, k, has_min, bits, x, m0, p, y, ldy, nc, accumulate); break;
         P32_LAST(P32_TAIL)
 #undef P32_TAIL
     default: break;
     }
-    for (int64_t b = 0; b < x->nb; b++) {
+    for (int64_t b = 0; !det && b < x->nb; b++) { /* (det: no residuals) */
         const int32_t *rows = x->col + b * x->n;
         int64_t i = 0;
         for (; i + P32_MR <= x->ncol[b]; i += P32_MR) p32_fix(P32_MR, bits, x, b, rows + i, p, y, ldy, nc);
@@ -225,6 +225,10 @@ LP_INLINE void p32_panel_of(const int has_min, const int bits, const x32 *x, con
         default: break;
         }
     }
+}
+LP_INLINE void p32_panel_of(const int has_min, const int bits, const x32 *x, const w32 *p, float *y, int64_t ldy, int nc,
+                            int accumulate, p32_out *out) {
+    p32_panel_as(0, has_min, bits, x, p, y, ldy, nc, accumulate, out);
 }
 
 static void p32_panel_to(int type, const x32 *x, const w32 *p, float *y, int64_t ldy, int nc, int accumulate, p32_out *out) {
@@ -256,21 +260,6 @@ static void p32_panel(int type, const x32 *x, const w32 *p, float *y, int64_t ld
     p32_panel_to(type, x, p, y, ldy, nc, accumulate, NULL);
 }
 
-#if defined(P32_DET)
-/* det's tiles only (p32_tile_as with det: det8's float step on det8's rows; no residuals). */
-LP_INLINE void p32_det_of(const int has_min, const int bits, const x32 *x, const w32 *p, float *y, int64_t ldy, int nc, int accumulate) {
-    int64_t m0 = 0;
-    for (; m0 + P32_MR <= x->n; m0 += P32_MR) p32_tile_as(1, P32_MR, has_min, bits, x, m0, p, y, ldy, nc, accumulate);
-    switch ((int)(x->n - m0)) {
-#define P32_TAIL(k)                                                                \
-    case k: p32_tile_as(1, k, has_min, bits, x, m0, p, y, ldy, nc, accumulate); break;
-        P32_LAST(P32_TAIL)
-#undef P32_TAIL
-    default: break;
-    }
-}
-#endif
-
 /* The weights' offset to unsigned bytes: the signed types' -min q (Q8_0's -128 .. 127: 128, or
  * 0 where its bytes stay signed: q8mm32_256.inc). */
 static int p32_offset(int type) {
@@ -300,11 +289,11 @@ void lp_q8mm32_det(int type, const uint8_t *w, int64_t o0, int64_t o1, const lp_
         w32 p;
         p32_pack(type, w, o, np, &x, scratch, &p);
         switch (type) {
-        case LP_Q4_0: p32_det_of(0, 4, &x, &p, y + o, ldy, np, accumulate); break;
-        case LP_Q4_1: p32_det_of(1, 4, &x, &p, y + o, ldy, np, accumulate); break;
-        case LP_Q5_0: p32_det_of(0, 5, &x, &p, y + o, ldy, np, accumulate); break;
-        case LP_Q5_1: p32_det_of(1, 5, &x, &p, y + o, ldy, np, accumulate); break;
-        default: p32_det_of(0, 8, &x, &p, y + o, ldy, np, accumulate); break; /* Q8_0 */
+        case LP_Q4_0: p32_panel_as(1, 0, 4, &x, &p, y + o, ldy, np, accumulate, NULL); break;
+        case LP_Q4_1: p32_panel_as(1, 1, 4, &x, &p, y + o, ldy, np, accumulate, NULL); break;
+        case LP_Q5_0: p32_panel_as(1, 0, 5, &x, &p, y + o, ldy, np, accumulate, NULL); break;
+        case LP_Q5_1: p32_panel_as(1, 1, 5, &x, &p, y + o, ldy, np, accumulate, NULL); break;
+        default: p32_panel_as(1, 0, 8, &x, &p, y + o, ldy, np, accumulate, NULL); break; /* Q8_0 */
         }
     }
 }
