@@ -53,7 +53,10 @@
  * Q4_0 Q5_0 Q8_0 / Q4_0 Q4_1 Q5_1 Q8_0): 2048x640 at 64 rows 0.95 0.92 0.88, 96 1.07 1.03 1.04, 128 1.06 1.07
  * 1.01, 512 1.14 1.14 1.15; 1536x576 at 64 0.87-0.92, 96 1.01-1.02, 128 1.03-1.08, 512 1.09 1.30 1.25 1.09.
  * Longer rows later: 640x2048 (Q5_0 Q8_0 Q4_1) at 128 rows 0.83-0.87, 192 0.92-1.02, 256 1.05-1.08, 512 1.23
- * 1.15 1.26 (the likely cause: p32_pack's panel, 32 rows of 2048 = 64 KiB, past L1 while it is written) */
+ * 1.15 1.26 (the likely cause: p32_pack's panel, 32 rows of 2048 = 64 KiB, past L1 while it is written).
+ * (A second run, these thresholds: at 128 rows 0.98-1.10, at 512 1.17-1.36; shared machine.)  Prompts at
+ * one thread (decode_ab.py --prefill -p 512 -t 1 --cpu-time, LLAMAPY_DETERMINISTIC=1): Gemma 3 270M 1.04x
+ * (1.06x best), SmolLM2 135M 1.18x (1.15x), logits the same bits. */
 #define LP_DET_PANEL_ROWS_4 128
 #define LP_DET_PANEL_ROWS_5 128
 #define LP_DET_PANEL_ROWS_Q8 128
