@@ -6,29 +6,40 @@
 #include "q8mm32_x86.h"
 #include "q8mm_x86.h"
 
-#define TASK 16 /* output rows a task of the 32-element types: one q8mm32_256.inc panel */
+#define TASK LP_Q8MM32_NP /* output rows a task of the 32-element types: one panel */
 
-#if defined(LP_DET_PANEL)
+#if defined(LP_DET_PANEL32)
 int lp_det_panel_covers(int type, int64_t n_in, int64_t n) {
     if (n_in <= 0) return 0;
+    if (LP_DET_PANEL_WIDE_IN && n_in > LP_DET_PANEL_WIDE_IN && n < LP_DET_PANEL_ROWS_WIDE) return 0;
     switch (type) {
     case LP_Q4_0: case LP_Q4_1: return n >= LP_DET_PANEL_ROWS_4 && n_in % 32 == 0;
     case LP_Q5_0: case LP_Q5_1: return n >= LP_DET_PANEL_ROWS_5 && n_in % 32 == 0;
     case LP_Q8_0: return n >= LP_DET_PANEL_ROWS_Q8 && n_in % 32 == 0;
+#if defined(LP_DET_PANEL)
     case LP_Q4_K: case LP_Q5_K: return n >= LP_DET_PANEL_ROWS_K && n_in % 256 == 0;
     case LP_Q6_K: return n >= LP_DET_PANEL_ROWS_K && n_in % 256 == 0 && (n < LP_DET_LANES_Q6K_LO || n >= LP_DET_LANES_Q6K_HI
                                                                         || !LP_DET_LANES_Q6K);
+#endif
     default: return 0;
     }
 }
 
+#if defined(LP_DET_PANEL)
 int lp_det_panel_all(int64_t n) { return n >= LP_DET_PANEL_ROWS_Q8 && n >= LP_DET_PANEL_ROWS_4 && n >= LP_DET_PANEL_ROWS_5 && n >= LP_DET_PANEL_ROWS_K; }
 
 size_t lp_det_panel_scratch_bytes(int64_t n_in) {
     const size_t a = lp_q8mm32_det_scratch_bytes(n_in), b = lp_q8mm_scratch_bytes(n_in);
     return a > b ? a : b;
 }
+#else /* (the K-quants read no x8 at this level) */
+int lp_det_panel_all(int64_t n) {
+    return n >= LP_DET_PANEL_ROWS_Q8 && n >= LP_DET_PANEL_ROWS_4 && n >= LP_DET_PANEL_ROWS_5 && n >= LP_DET_PANEL_ROWS_WIDE;
+}
+size_t lp_det_panel_scratch_bytes(int64_t n_in) { return lp_q8mm32_det_scratch_bytes(n_in); }
+#endif
 
+#if defined(LP_DET_PANEL)
 /* Q6_K's offset part per (row, 16-group): 32 x the exact sum of the group's 16 q_x. */
 static void qo16_row(const lp_x8 *x8, int64_t r, int32_t *qo) {
     const int8_t *q = x8->q + r * x8->n_in;
@@ -41,8 +52,11 @@ static void qo16_row(const lp_x8 *x8, int64_t r, int32_t *qo) {
     }
 }
 
+#endif
+
 int lp_det_panel_for(int type, const uint8_t *w, int64_t n_out, const lp_x8 *x8, float *y, int64_t ldy, int accumulate,
                      void *scratch) {
+#if defined(LP_DET_PANEL)
     const int64_t n = x8->n, n_in = x8->n_in;
     int32_t *qo16 = NULL;
     if (type == LP_Q6_K) {
@@ -56,19 +70,20 @@ int lp_det_panel_for(int type, const uint8_t *w, int64_t n_out, const lp_x8 *x8,
 #pragma omp for schedule(static)
         for (int64_t r = 0; r < n; r++) qo16_row(x8, r, qo16 + r * (n_in / 16));
     }
-    if (lp_q8mm32_type(type)) {
-#pragma omp for schedule(static)
-        for (int64_t o = 0; o < n_out; o += TASK)
-            lp_q8mm32_det(type, w, o, o + TASK < n_out ? o + TASK : n_out, x8, y, ldy, accumulate, scratch);
-    } else {
+    if (!lp_q8mm32_type(type)) {
 #pragma omp for schedule(static)
         for (int64_t o = 0; o < n_out; o += LP_Q8MM_NP)
             lp_q8mm_det(type, w, o, o + LP_Q8MM_NP < n_out ? o + LP_Q8MM_NP : n_out, x8, qo16, y, ldy, accumulate, scratch);
-    }
-    if (qo16) {
+        if (qo16) {
 #pragma omp single
-        free(qo16);
+            free(qo16);
+        }
+        return 0;
     }
+#endif
+#pragma omp for schedule(static)
+    for (int64_t o = 0; o < n_out; o += TASK)
+        lp_q8mm32_det(type, w, o, o + TASK < n_out ? o + TASK : n_out, x8, y, ldy, accumulate, scratch);
     return 0;
 }
 #else

@@ -1,6 +1,10 @@
-/* det_panel_x86.c: deterministic mode's many-row products at the AVX2 level (no AVX-512, no
- * AVX512-VNNI) on the default prompt's int8 panels (q8mm32_x86.c for the types of a scale per
- * 32, q8mm_x86.c for Q4_K / Q5_K / Q6_K) instead of det8's lane tiles (det8_avx2_x86.c).
+/* det_panel_x86.c: deterministic mode's many-row products on the default prompt's int8 panels
+ * instead of det8's lane tiles: at the AVX2 level (no AVX-512, no AVX512-VNNI) the types of a
+ * scale per 32 (q8mm32_x86.c) and Q4_K / Q5_K / Q6_K (q8mm_x86.c) instead of det8_avx2_x86.c's
+ * tiles; at the AVX512-VNNI level (without AMX: its tiles, det8_amx_x86.c, untouched) the types
+ * of a scale per 32 (q8mm32_512.inc) instead of det8_x86.c's 16-row lanes.  (The K-quants at
+ * AVX-512 are the int16 lanes' order, lanes_x86.c / det1_x86.c, on int16 activations: an int8
+ * panel would change their bits at every row count.)
  *
  * "The order of the fastest path, the others following it": det8's sequence per (row, output) is
  *   i   = the exact int32 sum of q_w q_x over the block of 32 (Q6_K: 16-group)
@@ -17,7 +21,10 @@
 #include "det8_x86.h"
 
 #if defined(LP_AVX2) && !defined(LP_AVX512) && !defined(LP_VNNI)
-#define LP_DET_PANEL 1
+#define LP_DET_PANEL 1   /* every det8 type (q8mm_x86.c's det tiles too) */
+#define LP_DET_PANEL32 1 /* the types of a scale per 32 (q8mm32_x86.c lp_q8mm32_det) */
+#elif defined(LP_AVX512) && defined(LP_VNNI) && !defined(LP_AMX)
+#define LP_DET_PANEL32 1
 #endif
 /* The rows from which a product takes the panels: the crossover with det8's tiles (kernel_ab.py --det
  * -t 1 --cpu-time, Zen 3 AVX2): Q4_K / Q6_K 640x2048 faster from 2 rows (1.77x / 1.56x at 2, 1.2x / 1.09x
@@ -35,9 +42,27 @@
 #else
 #define LP_DET_LANES_Q6K 1
 #endif
+#if defined(LP_DET_PANEL)
 #define LP_DET_PANEL_ROWS_4 24    /* Q4_0, Q4_1 */
 #define LP_DET_PANEL_ROWS_5 48    /* Q5_0, Q5_1 */
 #define LP_DET_PANEL_ROWS_Q8 64   /* Q8_0 */
+#define LP_DET_PANEL_WIDE_IN 0     /* (no row length of its own) */
+#define LP_DET_PANEL_ROWS_WIDE 0
+#else
+/* AVX512-VNNI: against det8_x86.c's 16-row lanes (kernel_ab.py --det -t 1 --cpu-time, Zen 5, panels / lanes,
+ * Q4_0 Q5_0 Q8_0 / Q4_0 Q4_1 Q5_1 Q8_0): 2048x640 at 64 rows 0.95 0.92 0.88, 96 1.07 1.03 1.04, 128 1.06 1.07
+ * 1.01, 512 1.14 1.14 1.15; 1536x576 at 64 0.87-0.92, 96 1.01-1.02, 128 1.03-1.08, 512 1.09 1.30 1.25 1.09.
+ * Longer rows later: 640x2048 (Q5_0 Q8_0 Q4_1) at 128 rows 0.83-0.87, 192 0.92-1.02, 256 1.05-1.08, 512 1.23
+ * 1.15 1.26 (the likely cause: p32_pack's panel, 32 rows of 2048 = 64 KiB, past L1 while it is written).
+ * (A second run, these thresholds: at 128 rows 0.98-1.10, at 512 1.17-1.36; shared machine.)  Prompts at
+ * one thread (decode_ab.py --prefill -p 512 -t 1 --cpu-time, LLAMAPY_DETERMINISTIC=1): Gemma 3 270M 1.04x
+ * (1.06x best), SmolLM2 135M 1.18x (1.15x), logits the same bits. */
+#define LP_DET_PANEL_ROWS_4 128
+#define LP_DET_PANEL_ROWS_5 128
+#define LP_DET_PANEL_ROWS_Q8 128
+#define LP_DET_PANEL_WIDE_IN 1024  /* rows longer than this take the panels only */
+#define LP_DET_PANEL_ROWS_WIDE 256 /* from this many rows */
+#endif
 
 /* Does a det product of this type, row length and n rows take the panels? */
 int lp_det_panel_covers(int type, int64_t n_in, int64_t n);

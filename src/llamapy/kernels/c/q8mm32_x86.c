@@ -118,6 +118,9 @@ typedef struct {
 #ifndef P32_COLS
 #define P32_COLS 0 /* the level's residuals by row: rq [n, n_in], ro [n, nb] */
 #endif
+#ifndef P32_DET_ANY_OFF
+#define P32_DET_ANY_OFF 0 /* the level's det step takes off Q4_0's and Q5_0's offsets only */
+#endif
 
 /* Block column b's list of flagged rows (P32_COLS: their residuals moved up to the list's places). */
 static void p32_column(x32 *x, int64_t b) {
@@ -272,14 +275,22 @@ static int p32_offset(int type) {
 }
 #endif
 
-#if defined(LP_DET_PANEL)
+#if defined(LP_Q8MM)
+_Static_assert(Q8MM32_NP == LP_Q8MM32_NP, "q8mm32_x86.h's panel rows are the included products'");
+#endif
+#if defined(LP_DET_PANEL32)
 #if !defined(P32_DET)
 #error "det_panel_x86.h's level has no det tile here"
 #endif
-_Static_assert(P32_Q8_0_OFF == 0, "p32_tile_as's det step: Q4_0's offset 8, Q5_0's 16, Q8_0 none");
+/* p32_tile_as's det step takes the weights' offset off as det8 does, off x qs: q8mm32_256.inc's as a
+ * shift (Q4_0's 8, Q5_0's 16) and none for Q8_0 (its bytes signed there: P32_DET_ANY_OFF 0);
+ * q8mm32_512.inc's as x->off x qs, any offset (Q8_0's 128 there: P32_DET_ANY_OFF 1).  (The exact
+ * integer sum of q_w q_x is det8's whatever offset either one reads the weights with.) */
+_Static_assert(P32_DET_ANY_OFF || P32_Q8_0_OFF == 0, "p32_tile_as's det step: Q4_0's offset 8, Q5_0's 16, Q8_0 none");
 size_t lp_q8mm32_det_scratch_bytes(int64_t n_in) { return p32_scratch_bytes(n_in); }
 
-/* x8's rows as x32 (qo: the blocks' sums of q, det's tile multiplies by off), outputs o0 .. o1. */
+/* x8's rows as x32 (qo: the blocks' sums of q, det's tile multiplies by off), outputs o0 .. o1
+ * (o0 a multiple of Q8MM32_NP: whole panels but the last). */
 void lp_q8mm32_det(int type, const uint8_t *w, int64_t o0, int64_t o1, const lp_x8 *x8, float *y, int64_t ldy,
                    int accumulate, void *scratch) {
     const x32 x = {.n = x8->n, .n_in = x8->n_in, .nb = x8->n_in / 32, .off = p32_offset(type), .q = x8->q, .s = x8->d,

@@ -53,8 +53,14 @@ int lp_q8mm32_takes(const float *x, int64_t n_in, int64_t n_rows);
 int lp_mm_q8_32(int type, const uint8_t *w, int64_t n_out, int64_t n_in, const float *x, int64_t n_rows, float *y,
                 int64_t ldy, int accumulate, int residual);
 
-/* det_panel_x86.c's entry (where LP_DET_PANEL): outputs o0 .. o1 (o0 a multiple of 16) of y (+)= x8's
- * rows W^T in det8's sequence (det_panel_x86.h), in a thread's lp_q8mm32_det_scratch_bytes(n_in). */
+/* weight rows a panel (q8mm32_512.inc, q8mm32_256.inc: Q8MM32_NP) */
+#if defined(LP_VNNI)
+#define LP_Q8MM32_NP 32
+#else
+#define LP_Q8MM32_NP 16
+#endif
+/* det_panel_x86.c's entry (where LP_DET_PANEL32): outputs o0 .. o1 (o0 a multiple of LP_Q8MM32_NP) of
+ * y (+)= x8's rows W^T in det8's sequence (det_panel_x86.h), in a thread's lp_q8mm32_det_scratch_bytes(n_in). */
 size_t lp_q8mm32_det_scratch_bytes(int64_t n_in);
 void lp_q8mm32_det(int type, const uint8_t *w, int64_t o0, int64_t o1, const lp_x8 *x8, float *y, int64_t ldy,
                    int accumulate, void *scratch);
