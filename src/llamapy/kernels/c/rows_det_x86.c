@@ -15,7 +15,8 @@
  * The output rows split among the threads in chunks of CHUNK (any split gives the same bits:
  * each element is its own sequence).
  * The 32-element types at AVX-512 take det8_x86.c instead (int8 activations, vpdpbusd;
- * lp_det_reads): the same contract, their own order; at AVX2 every covered type does
+ * lp_det_reads): the same contract, their own order, with VNNI and no AMX from 128 rows on the
+ * prompt's int8 panels (det_panel_x86.c, LP_DET_PANEL32); at AVX2 every covered type does
  * (det8_avx2_x86.c: vpmaddubsw + vpmaddwd, the K-quants' d sc and -(dmin m) per sub-block), but a
  * few rows each take their one-row kernel (det8_row_x86.c), more rows det8's order in the prompt's
  * int8 panels (det_panel_x86.c, from per-type row counts) or in the int16 lanes (det_lanes16: Q8_0
