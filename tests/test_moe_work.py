@@ -69,10 +69,12 @@ def test_moe_rows_bound_holds_every_routing(c_sizes, n_embd, n_ff, n_expert, k, 
         worst = max(worst, rows(n_t, n_expert, counts.ctypes.data, n_embd, n_ff))
     bound = moe_rows_bound(n_t, n_expert, k, n_embd, n_ff)
     assert worst <= bound, (worst, bound)
-    # not a loose bound at a real prompt's size (1.16-1.21x at the AVX-512 level); the scalar
-    # library lays out no lanes, whose bytes the bound (one for every level) includes
+    # not a loose bound at a real prompt's size.  The bound is one for every level, so it holds
+    # the widest level's rows: at 512 rows 1.20-1.24x the AVX2 level's bytes (its int8 rows:
+    # lanes8, det8's x8), 1.31-1.36x the AVX-512 level's (no int8 rows there; AMD Zen 5); the
+    # scalar library lays out no lanes at all (1.59-1.86x)
     if n_t >= 512 and c_sizes[3] != "scalar":
-        assert bound < 1.25 * worst, (worst, bound)
+        assert bound < (1.25 if c_sizes[3] == "avx2" else 1.4) * worst, (worst, bound, c_sizes[3])
 
 
 @pytest.mark.slow
