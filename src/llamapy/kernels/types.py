@@ -115,7 +115,8 @@ def mm_scratch_bound(n_in: int) -> int:
     lp_mm_scratch_bytes: the largest of the fp32 tiles', a lane tile's, a twin tile's and the
     AMX weight tiles' of a 64-row task: amx_x86.c 100 bytes a value, amxk_x86.c's Q4_K / Q5_K / Q6_K
     about 130 and its 128 rows' 64 outputs, 32 KiB), and lp_mm_q8's (a 32-row weight panel with
-    its scales: 52 bytes a value); tests/test_kernels.py holds the bound."""
+    its scales and, at the AVX512-VNNI level, the 16 rows decoded before their transpose: 66.5 bytes
+    a value); tests/test_kernels.py holds the bound."""
     return 160 * n_in + 32768 + 1024
 
 
