@@ -25,19 +25,21 @@ int lp_det_panel_covers(int type, int64_t n_in, int64_t n) {
     }
 }
 
-#if defined(LP_DET_PANEL)
-int lp_det_panel_all(int64_t n) { return n >= LP_DET_PANEL_ROWS_Q8 && n >= LP_DET_PANEL_ROWS_4 && n >= LP_DET_PANEL_ROWS_5 && n >= LP_DET_PANEL_ROWS_K; }
+/* (ROWS_WIDE is 0 at AVX2; ROWS_K, 2, is below every other count at AVX-512, where the K-quants read no x8) */
+int lp_det_panel_all(int64_t n) {
+    return n >= LP_DET_PANEL_ROWS_Q8 && n >= LP_DET_PANEL_ROWS_4 && n >= LP_DET_PANEL_ROWS_5 && n >= LP_DET_PANEL_ROWS_K &&
+           n >= LP_DET_PANEL_ROWS_WIDE;
+}
 
 size_t lp_det_panel_scratch_bytes(int64_t n_in) {
-    const size_t a = lp_q8mm32_det_scratch_bytes(n_in), b = lp_q8mm_scratch_bytes(n_in);
+    const size_t a = lp_q8mm32_det_scratch_bytes(n_in);
+#if defined(LP_DET_PANEL) /* (the K-quants' panels too) */
+    const size_t b = lp_q8mm_scratch_bytes(n_in);
     return a > b ? a : b;
-}
-#else /* (the K-quants read no x8 at this level) */
-int lp_det_panel_all(int64_t n) {
-    return n >= LP_DET_PANEL_ROWS_Q8 && n >= LP_DET_PANEL_ROWS_4 && n >= LP_DET_PANEL_ROWS_5 && n >= LP_DET_PANEL_ROWS_WIDE;
-}
-size_t lp_det_panel_scratch_bytes(int64_t n_in) { return lp_q8mm32_det_scratch_bytes(n_in); }
+#else
+    return a;
 #endif
+}
 
 #if defined(LP_DET_PANEL)
 /* Q6_K's offset part per (row, 16-group): 32 x the exact sum of the group's 16 q_x. */
