@@ -268,6 +268,19 @@ def expected_level() -> str | None:
         return None
 
 
+def int8_rows_expected() -> bool:
+    """Will the kernels lay out the AVX2 level's int8 activation rows (lanes8_x86.h LP_LANES8:
+    x86-64-v3 without AVX-VNNI, the lanes8 and det8 x8 rows of the 32-value types)?  Answered
+    like expected_level (nothing built or loaded); memory/moe_work.py's bound counts them only then."""
+    if os.environ.get("LLAMAPY_KERNELS", "1") == "0":
+        return False
+    machine, feats = cpu_features()
+    try:
+        return resolve_level(requested_isa(), machine, feats) == "avx2"
+    except IsaError:
+        return False
+
+
 def expected_library() -> Path | None:
     """Where load_kernels() finds (or builds) its library, None when the kernels are off or the
     level cannot run here; without building or loading anything (and without torch)."""

@@ -20,9 +20,12 @@ rows to k experts each (n_slots = n_t * k slots, at most min(n_expert, n_slots) 
                     det8_row_x86.c's x8 at 2-4 rows: at most 28.5 n_in + 448)
 
 so each expert's part is at most 6.75 n_in c + (2.5 + 29 / 16) n_in ceil16(c) + 1024 bytes per
-form, and the sum of ceil16(c) over the experts at most n_slots + 15 n_act."""
+form, and the sum of ceil16(c) over the experts at most n_slots + 15 n_act.  The int8 rows are
+counted only where the kernels lay them out (`int8_rows`: kernels/build.py int8_rows_expected);
+elsewhere they would overstate the buffer by about a third at a 512-row ubatch."""
 from __future__ import annotations
 
+from ..kernels.build import int8_rows_expected
 from ..kernels.types import mm_scratch_bound
 
 F32 = 4
@@ -32,35 +35,37 @@ INT8_FIXED = 448  # the AVX2 level's int8 rows (lanes8 or x8) besides their per-
 LANE_ROWS = 16  # the lanes' row group (LP_NL: 16 at the AVX-512 level, 8 at AVX2)
 
 
-def xprep_bound(n_in: int, n: int) -> int:
-    """At least lp_xprep_bytes(n_in, n) (kernels/c/mm_xprep.inc, see the module docstring)."""
+def xprep_bound(n_in: int, n: int, int8_rows: bool = True) -> int:
+    """At least lp_xprep_bytes(n_in, n) (kernels/c/mm_xprep.inc, see the module docstring);
+    int8_rows: the AVX2 level's int8 rows counted (False: a level without them)."""
     ceil16 = -(-n // LANE_ROWS) * LANE_ROWS
-    int8_rows = (11 * n_in * ceil16) // 8 + 128 if n >= 5 else (57 * n_in) // 2 + INT8_FIXED if n >= 2 else 0
-    return (27 * n_in * n) // 4 + (5 * n_in * ceil16) // 2 + XPREP_FIXED + 2 + int8_rows
+    int8 = 0 if not int8_rows else (11 * n_in * ceil16) // 8 + 128 if n >= 5 else (57 * n_in) // 2 + INT8_FIXED if n >= 2 else 0
+    return (27 * n_in * n) // 4 + (5 * n_in * ceil16) // 2 + XPREP_FIXED + 2 + int8
 
 
-def moe_rows_bound(n_t: int, n_expert: int, k: int, n_embd: int, n_ff: int) -> int:
+def moe_rows_bound(n_t: int, n_expert: int, k: int, n_embd: int, n_ff: int, int8_rows: bool = True) -> int:
     """At least lp_moe_rows_bytes for n_t rows routed to k of n_expert experts each, whatever the
-    routing (the module docstring)."""
+    routing (the module docstring); int8_rows as xprep_bound's."""
     if n_t < 1 or k < 1:
         return 0
     n_slots = n_t * k
     n_act = min(n_expert, n_slots)
     floats = n_slots * (n_embd + 2 * n_ff) + n_t * n_embd
     ceil16_sum = n_slots + (LANE_ROWS - 1) * n_act
-    per_value = (27 * n_slots) // 4 + 1 + (5 * ceil16_sum) // 2 + 1 + (29 * ceil16_sum) // 16 + 1
-    xbytes = (n_embd + n_ff) * per_value + n_act * (2 * (XPREP_FIXED + 2 + 63 + 64 + INT8_FIXED))
+    int8_value, int8_fixed = ((29 * ceil16_sum) // 16 + 1, INT8_FIXED) if int8_rows else (0, 0)
+    per_value = (27 * n_slots) // 4 + 1 + (5 * ceil16_sum) // 2 + 1 + int8_value
+    xbytes = (n_embd + n_ff) * per_value + n_act * (2 * (XPREP_FIXED + 2 + 63 + 64 + int8_fixed))
     return n_act * ACTIVE_EXPERT + 63 + F32 * floats + 63 + xbytes + 64
 
 
 def moe_work_bytes(n_ubatch: int, n_threads: int, n_expert_used: int, n_ff_exp: int, n_embd: int,
-                   n_expert: int) -> tuple[int, int]:
+                   n_expert: int, int8_rows: bool = True) -> tuple[int, int]:
     """(MoeWork's buffer for one calling thread after a ubatch of n_ubatch rows, the kernel's
     threads' lp_mm scratch during its call: n_threads x mm_scratch_bound of the wider of n_embd
     and n_ff_exp); (0, 0) below 2 rows (one row takes lp_moe_row, no MoeWork)."""
     if n_ubatch < 2 or not n_expert:
         return 0, 0
-    return (moe_rows_bound(n_ubatch, n_expert, n_expert_used, n_embd, n_ff_exp),
+    return (moe_rows_bound(n_ubatch, n_expert, n_expert_used, n_embd, n_ff_exp, int8_rows),
             n_threads * mm_scratch_bound(max(n_embd, n_ff_exp)))
 
 
@@ -70,7 +75,8 @@ def moe_work_terms(hp, n_t: int, blocks: bool, n_threads: int) -> list[tuple]:
     only during the FFN's call; none where the path does not run."""
     if not (blocks and hp.n_expert) or getattr(hp, "arch", "") == "gpt-oss":
         return []
-    work, scratch = moe_work_bytes(n_t, n_threads, hp.n_expert_used, hp.n_ff_exp, hp.n_embd, hp.n_expert)
+    work, scratch = moe_work_bytes(n_t, n_threads, hp.n_expert_used, hp.n_ff_exp, hp.n_embd, hp.n_expert,
+                                   int8_rows_expected())
     if not work:
         return []
     return [("ffn_moe_work (MoeWork: lp_moe_rows' bytes, kept)", (work,), "persistent", 1, ""),
