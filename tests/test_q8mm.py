@@ -18,10 +18,11 @@ QUANT_BYTES = {T.Q4_K: (16, 144), T.Q5_K: (16, 176), T.Q4_1: (4, 20), T.Q5_1: (4
 BLOCK32 = [T.Q4_0, T.Q4_1, T.Q5_0, T.Q5_1, T.Q8_0]  # kernels/c/q8mm32_x86.c
 
 
-@pytest.fixture(scope="module", params=["avx512", "avx2"])
+@pytest.fixture(scope="module", params=["avx512", "avx2+vnni", "avx2"])
 def lib(request):
-    """The AVX512-VNNI products (q8mm_512.inc) and the AVX2 level's (q8mm_256.inc: vpmaddubsw), the
-    latter's Q8_K panel (q8p_x86.c, tests/test_q8p.py) switched off here: every row in these int8 rows."""
+    """The AVX512-VNNI products (q8mm_512.inc) and the AVX2 level's (q8mm_256.inc: vpdpbusd with
+    AVX-VNNI, its tiles of 6 rows for Q4_K / Q5_K, else vpmaddubsw), the latter's Q8_K panel
+    (q8p_x86.c, tests/test_q8p.py) switched off here: every row in these int8 rows."""
     k = kernels_at(request.param)
     if not k.fn.lp_q8mm_covers(int(T.Q4_K), 256, Q8MM_ROWS):
         pytest.skip(f"{k.isa}: no AVX512-VNNI in this avx512 build (or LLAMAPY_Q8MM=0): prompts stay in the int16 lanes")
@@ -78,9 +79,9 @@ def product(lib, qtype: T, raw: torch.Tensor, shape, x: torch.Tensor, accumulate
 
 @pytest.mark.parametrize("qtype", [T.Q4_K, T.Q5_K, T.Q6_K] + BLOCK32, ids=lambda t: t.name)
 @pytest.mark.parametrize("rows,shape", [(64, (72, 512)), (67, (45, 768)), (130, (33, 256)), (101, (96, 1024)),
-                                        (71, (40, 352))])
+                                        (71, (40, 352)), (68, (40, 512)), (69, (24, 256))])
 def test_int8_products_are_the_rounded_activations(lib, qtype, rows, shape):
-    """Every row count (a last tile of 1..5 rows), weight rows past whole panels of 32, and the
+    """Every row count (a last tile of 1..5 rows, tiles of 4 and 6), weight rows past whole panels of 32, and the
     residual add: the kernel's result is the rounded activations' exact product with the
     weights' scaled quants plus the minima's with the exact activations (the blocks' float
     sums), to fp32 order; without outliers (ratio 0), with every block's residual (a tiny
