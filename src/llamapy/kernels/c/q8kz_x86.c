@@ -3,7 +3,7 @@
  * MACs.  Sixteen weight rows a pass, one per int32 lane: each super-block of the sixteen is
  * transposed once (q8kz_tr16: 4 bytes of each row a vector, nibbles / 6-bit values into bytes;
  * the scales and minimums likewise, a row's in its lane) and read from L1 by every activation
- * row, two rows a pass; an activation row's 4 bytes are vpdpbusd's embedded broadcast, so the
+ * row, four rows a pass; an activation row's 4 bytes are vpdpbusd's embedded broadcast, so the
  * only shuffles are the transpose's (the 4-rows-a-pass form of before spent a vbroadcasti32x4 per
  * vpdpbusd and a vpackssdw per two, on the vector pipes the vpdpbusd shares).  The integers are
  * those of that form, lane for lane: each weight row keeps four int32 sums per super-block
@@ -273,8 +273,11 @@ LP_INLINE void q8kz_run(const int q4, const uint8_t *const *w, int64_t nsb, int6
         q8kz_sb o;
         const uint8_t *b[16];
         for (int v = 0; v < 16; v++) b[v] = w[v] + i * bb;
-        for (int v = 0; pf && v < 16; v++) /* each row's block pf ahead, its lines as it computes */
-            for (int64_t l = 0; l < bb + 63; l += 64) _mm_prefetch((const char *)b[v] + pf + (l < bb ? l : bb - 1), _MM_HINT_T0);
+        if (pf) { /* the next pass's lines (pf past these rows, its rows' bytes contiguous), 1 / nsb of them a super-block */
+            const char *p0 = (const char *)w[0] + pf, *e = p0 + LP_Q8KZ_W * nsb * bb;
+            const char *p = (const char *)((uintptr_t)(p0 + LP_Q8KZ_W * bb * i) & ~(uintptr_t)63), *pe = p0 + LP_Q8KZ_W * bb * (i + 1);
+            for (; p < pe && p < e; p += 64) _mm_prefetch(p, _MM_HINT_T0);
+        }
         if (q4) q4kz_pack(b, &o);
         else q6kz_pack(b, &o);
         for (int t = 0; t < nr; t += 4) { /* four activation rows a pass (the last 1..4) */

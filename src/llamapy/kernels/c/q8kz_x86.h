@@ -16,8 +16,9 @@
  * super-blocks each, against the nr (<= LP_DENSE_ROWS) activation rows rows[0..nr) of xr's Q8_K
  * form (each with q8on set): y[LP_Q8KZ_W t + v] (v < nw; the rest written, not the product) the
  * product of weight row v and activation row rows[t], its integers per super-block exact (ggml's
- * Q8_K product up to fp32 order), each row's sum its own whatever the rows beside it.  pf: the
- * distance (bytes) past each row's block at which its lines are asked for as it computes (0: none). */
+ * Q8_K product up to fp32 order), each row's sum its own whatever the rows beside it.  pf: where
+ * the next pass's rows lie, bytes past w[0] (the 16 rows' bytes contiguous; 0: no prefetch), their
+ * lines asked for as these compute. */
 void lp_q8kz_rows(int type, int nw, const uint8_t *const *w, int64_t nsb, int64_t pf, const lp_xrows *xr, const int64_t *rows,
                   int nr, float *y);
 
