@@ -281,9 +281,9 @@ LP_INLINE void q8kz_run(const int q4, const uint8_t *const *w, int64_t nsb, int6
         if (q4) q4kz_pack(b, &o);
         else q6kz_pack(b, &o);
         for (int t = 0; t < nr; t += 4) { /* four activation rows a pass (the last 1..4) */
-            const int8_t *x[4];
-            const int16_t *bs[4];
-            float d8[4];
+            const int8_t *x[4] = {NULL, NULL, NULL, NULL};
+            const int16_t *bs[4] = {NULL, NULL, NULL, NULL};
+            float d8[4] = {0.0f, 0.0f, 0.0f, 0.0f};
             for (int u = 0; u < 4 && t + u < nr; u++) {
                 const int64_t r = rows[t + u];
                 x[u] = xr->q8 + r * xr->n_in + 256 * i, bs[u] = xr->bs8 + (r * nsb + i) * 16, d8[u] = xr->d8[r * nsb + i];
