@@ -1,7 +1,7 @@
 """A batched decode's 16 to 127 rows of Q4_K and Q6_K at the AVX-512 VNNI level, read as ggml's
-Q8_K, four weight rows a pass (kernels/c/q8kz_x86.c, mm.c q8kz_chunk): the sums against the
+Q8_K, sixteen weight rows a pass (kernels/c/q8kz_x86.c, mm.c q8kz_chunk): the sums against the
 Q8_K-rounded activations times gguf's dequantized weights, each row its own at any row count, a
-weight-row tail of 1-3 rows, the int32 / int16 sums at their largest (the vpackssdw step must
+last pass of 1-15 weight rows, the int32 / int16 sums at their largest (the vpackssdw step must
 not saturate), and the outlier rule (a row with an outlier block in int16; more than a quarter
 such rows: the whole product in the int16 lanes)."""
 from __future__ import annotations
@@ -30,12 +30,14 @@ def lib():
 
 
 @pytest.mark.parametrize("qtype", [T.Q4_K, T.Q6_K], ids=lambda t: t.name)
-def test_batched_rows_are_the_q8k_product(lib, qtype):
-    """45 weight rows (chunks of 16, 16, 13: a last pass of one weight row) x 2048 (8 super-blocks):
-    every row count 16..127 within 1e-5 of the largest output of the Q8_K-rounded product (fp32
-    order; the rounding moves outputs ~1e-2, so a wrong scale, minimum or lane cannot hide), each
-    row bit for bit the same at every row count, and not the int16 lanes' sums (lp_q8kz_set(0))."""
-    shape = (45, 2048)
+@pytest.mark.parametrize("n_out", [45, 17, 31])
+def test_batched_rows_are_the_q8k_product(lib, qtype, n_out):
+    """45 / 17 / 31 weight rows (chunks of 16, a last one of 13 / 1 / 15: a pass of 16 rows with
+    3 / 15 / 1 of them repeats whose sums are dropped) x 2048 (8 super-blocks): every row count
+    16..127 within 1e-5 of the largest output of the Q8_K-rounded product (fp32 order; the rounding
+    moves outputs ~1e-2, so a wrong scale, minimum or lane cannot hide), each row bit for bit the
+    same at every row count, and not the int16 lanes' sums (lp_q8kz_set(0))."""
+    shape = (n_out, 2048)
     raw, W = _matrix(qtype, shape, seed=31)
     m = block_matrix([(raw, qtype, shape)], lib)
     x = torch.randn(127, shape[1], generator=torch.Generator().manual_seed(32))

@@ -1,16 +1,19 @@
 /* The Q4_K / Q6_K products of a batched decode's 16..127 rows against ggml's Q8_K activations on
  * AVX-512 VNNI (mm.c q8kz_chunk), in place of the int16 lanes' one vpmaddwd (32 MACs) per 32
- * MACs.  Four weight rows a pass, one per 128-bit lane: a vector holds 16 values of each row, so
- * an activation row's 16 bytes are one vbroadcasti32x4, and vpdpbusd (64 MACs) sums them into
- * int32 lanes of 4 (Q6_K: 4 products, |s| <= 4 * 63 * 127 = 32004) or 8 (Q4_K: two vectors of a
- * sub-block, 8 * 15 * 127 = 15240) products; two sub-blocks' lanes packed to int16 (vpackssdw,
- * never saturating at those bounds) and ONE vpdpwssd by the sub-blocks' scales: Q4_K 5
- * multiplies per 256 MACs, Q6_K 3 per 128, where the lanes took 8 and 4.  Each super-block of
- * the four rows is unpacked once (nibbles / 6-bit values into bytes, the scales into int16 pairs)
- * and read from L1 by every activation row, two rows a pass.  The int32 sums keep four lanes per
- * weight row (lanes 4v .. 4v + 3), scaled per super-block by that row's d (Q4_K also its dmin
- * times the minimums against bs8's sums per 32; Q6_K's -32 through bs8's sums per 16) and the
- * activation row's d8, and added up at the end. */
+ * MACs.  Sixteen weight rows a pass, one per int32 lane: each super-block of the sixteen is
+ * transposed once (q8kz_tr16: 4 bytes of each row a vector, nibbles / 6-bit values into bytes;
+ * the scales and minimums likewise, a row's in its lane) and read from L1 by every activation
+ * row, four rows a pass; an activation row's 4 bytes are vpdpbusd's embedded broadcast, so the
+ * only shuffles are the transpose's (the 4-rows-a-pass form of before spent a vbroadcasti32x4 per
+ * vpdpbusd and a vpackssdw per two, on the vector pipes the vpdpbusd shares).  The integers are
+ * those of that form, lane for lane: each weight row keeps four int32 sums per super-block
+ * (vector j of the four: Q4_K j = 0, 1 the even sub-blocks' values {0..7, 16..23} and
+ * {8..15, 24..31} of 32, j = 2, 3 the odd ones'; Q6_K the same of 16: {0..7}, {8..15}), each a
+ * chain of vpdpbusd (Q4_K 16 products, |s| <= 16 * 15 * 128 = 30720: one vpdpwssd by (scale, 0)
+ * int16 pairs; Q6_K 8 products, 64512: vpmulld by the int8 scale), scaled per super-block by the
+ * row's d (Q4_K also its dmin times the minimums against bs8's sums per 32; Q6_K's -32 through
+ * bs8's sums per 16) and the activation row's d8, in the same float steps, and the four added up
+ * at the end as (s0 + s1) + (s2 + s3). */
 #include "q8kz_x86.h"
 
 #include "blocks_x86.h"
@@ -34,24 +37,40 @@ int lp_q8kz_takes(int64_t n) {
 
 #if defined(LP_Q8KZ)
 
-/* The super-blocks ahead of the one computing whose lines are asked for (a block's lines as it
- * computes, not mm.c prefetch_ahead's burst before four rows: the burst stalled on full fill
- * buffers, 5% of the 16-row products' time) */
-#ifndef LP_Q8KZ_PF
-#define LP_Q8KZ_PF 8
-#endif
-
-/* One super-block of four weight rows, row v in 128-bit lane v: Q4_K w[2 s + h] (values
- * 16h .. 16h + 15 of sub-block s of 32), Q6_K w[g] (sub-block g of 16); sc[k]: int16 lanes 0-3
- * of each lane the scale of sub-block 2k (Q6_K; Q4_K k < 4: of 2k too), 4-7 of 2k + 1; m[]: the
- * corrections' factors in int16 (Q4_K m[0]: the 8 minimums; Q6_K: scales 0-7, 8-15); d, dm:
- * each row's d and dmin (Q4_K) in its four float lanes. */
+/* One super-block of the 16 weight rows, row v in int32 lane v: t[q] values 4q .. 4q + 3 (bytes,
+ * Q6_K's before its -32); sc[s] sub-block s's scale: Q4_K (scale, 0) int16 pairs, Q6_K int32;
+ * m[j]: int16 pairs, Q4_K minimums (2j, 2j + 1), Q6_K scales (2j, 2j + 1) and m[4 + j] (8 + 2j,
+ * 9 + 2j); d, dm: each row's d and dmin (Q4_K). */
 typedef struct {
-    __m512i w[16], sc[8], m[2];
+    __m512i t[64], sc[16], m[8];
     __m512 d, dm;
 } q8kz_sb;
 
-/* 16 bytes at p[v] into lane v */
+/* r[d] <- dword d of r[0..16) (a 16 x 16 transpose of int32: lane v of the result row v's) */
+LP_INLINE void q8kz_tr16(__m512i *r) {
+    __m512i t[16], u[16];
+#pragma GCC unroll 8
+    for (int i = 0; i < 8; i++) {
+        t[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
+    }
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; i++) { /* u[4i + k], 128-bit lane L: rows 4i .. 4i + 3's dword 4L + k */
+        u[4 * i] = _mm512_unpacklo_epi64(t[4 * i], t[4 * i + 2]);
+        u[4 * i + 1] = _mm512_unpackhi_epi64(t[4 * i], t[4 * i + 2]);
+        u[4 * i + 2] = _mm512_unpacklo_epi64(t[4 * i + 1], t[4 * i + 3]);
+        u[4 * i + 3] = _mm512_unpackhi_epi64(t[4 * i + 1], t[4 * i + 3]);
+    }
+#pragma GCC unroll 4
+    for (int k = 0; k < 4; k++) {
+        const __m512i a0 = _mm512_shuffle_i32x4(u[k], u[4 + k], 0x88), a1 = _mm512_shuffle_i32x4(u[k], u[4 + k], 0xdd);
+        const __m512i a2 = _mm512_shuffle_i32x4(u[8 + k], u[12 + k], 0x88), a3 = _mm512_shuffle_i32x4(u[8 + k], u[12 + k], 0xdd);
+        r[k] = _mm512_shuffle_i32x4(a0, a2, 0x88), r[8 + k] = _mm512_shuffle_i32x4(a0, a2, 0xdd);
+        r[4 + k] = _mm512_shuffle_i32x4(a1, a3, 0x88), r[12 + k] = _mm512_shuffle_i32x4(a1, a3, 0xdd);
+    }
+}
+
+/* 16 bytes at p[v] into 128-bit lane v */
 LP_INLINE __m512i lanes4(const uint8_t *p0, const uint8_t *p1, const uint8_t *p2, const uint8_t *p3) {
     __m512i z = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)p0));
     z = _mm512_inserti32x4(z, _mm_loadu_si128((const __m128i *)p1), 1);
@@ -59,163 +78,239 @@ LP_INLINE __m512i lanes4(const uint8_t *p0, const uint8_t *p1, const uint8_t *p2
     return _mm512_inserti32x4(z, _mm_loadu_si128((const __m128i *)p3), 3);
 }
 
-/* vpshufb control (every lane alike): int16 lanes 0-3 from byte a, 4-7 from byte b (run: lanes
- * i from byte a + i), zero-extended, or (hi) in the high byte for a sign-extending shift */
-LP_INLINE __m512i ctl16(int a, int b, int run, int hi) {
-    char c[16];
-    for (int i = 0; i < 8; i++) {
-        const int byte = run ? a + i : (i < 4 ? a : b);
-        c[2 * i] = (char)(hi ? 0x80 : byte), c[2 * i + 1] = (char)(hi ? byte : 0x80);
+/* e[k] <- dword k (< 4) of each row's 16 bytes at b[v] + off, row v in lane v */
+LP_INLINE void dwords16(const uint8_t *const *b, int off, __m512i *e) {
+    __m512i z[4];
+#pragma GCC unroll 4
+    for (int g = 0; g < 4; g++) z[g] = lanes4(b[4 * g] + off, b[4 * g + 1] + off, b[4 * g + 2] + off, b[4 * g + 3] + off);
+#pragma GCC unroll 4
+    for (int k = 0; k < 4; k++) { /* lanes 0-7: rows 0-7 (of z[0], z[1]) / 8-15 (z[2], z[3]), dword k */
+        const __m512i idx = _mm512_setr_epi32(k, 4 + k, 8 + k, 12 + k, 16 + k, 20 + k, 24 + k, 28 + k, k, 4 + k, 8 + k, 12 + k, 16 + k,
+                                              20 + k, 24 + k, 28 + k);
+        e[k] = _mm512_shuffle_i64x2(_mm512_permutex2var_epi32(z[0], idx, z[1]), _mm512_permutex2var_epi32(z[2], idx, z[3]), 0x44);
     }
-    return _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)c));
 }
 
-LP_INLINE __m512i spread16(__m512i b, __m512i ctl, int sign) {
-    const __m512i t = _mm512_shuffle_epi8(b, ctl);
-    return sign ? _mm512_srai_epi16(t, 8) : t;
+/* vpshufb control: each dword's bytes (a, b, c, e) of itself (< 0: zero) */
+LP_INLINE __m512i ctl4(int a, int b, int c, int e) {
+    char t[16];
+    for (int i = 0; i < 4; i++) {
+        const int s[4] = {a, b, c, e};
+        for (int k = 0; k < 4; k++) t[4 * i + k] = (char)(s[k] < 0 ? 0x80 : 4 * i + s[k]);
+    }
+    return _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)t));
 }
 
-/* each row's half at byte offset `off` of its block, 4 times in its lane */
-LP_INLINE __m512 halves4(const uint8_t *const *b, int off) {
-    uint16_t h[4];
-    for (int v = 0; v < 4; v++) memcpy(&h[v], b[v] + off, 2);
-    const __m256i x = _mm256_setr_epi16((short)h[0], (short)h[0], (short)h[0], (short)h[0], (short)h[1], (short)h[1], (short)h[1],
-                                        (short)h[1], (short)h[2], (short)h[2], (short)h[2], (short)h[2], (short)h[3], (short)h[3],
-                                        (short)h[3], (short)h[3]);
-    return _mm512_cvtph_ps(x);
-}
+/* f16 word h (0, 1) of each lane of e as float */
+LP_INLINE __m512 half16(__m512i e, int h) { return _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(e, 16 * h))); }
 
 LP_INLINE void q4kz_pack(const uint8_t *const *b, q8kz_sb *o) {
     const __m512i m4 = _mm512_set1_epi8(15);
-    __m512i a = _mm512_castsi128_si512(lp_k45_sc(b[0] + 4)); /* 8 scales | 8 mins per lane */
-    a = _mm512_inserti32x4(a, lp_k45_sc(b[1] + 4), 1);
-    a = _mm512_inserti32x4(a, lp_k45_sc(b[2] + 4), 2);
-    a = _mm512_inserti32x4(a, lp_k45_sc(b[3] + 4), 3);
-#pragma GCC unroll 4
-    for (int k = 0; k < 4; k++) o->sc[k] = spread16(a, ctl16(2 * k, 2 * k + 1, 0, 0), 0);
-    o->m[0] = spread16(a, ctl16(8, 0, 1, 0), 0);
-    o->d = halves4(b, 0), o->dm = halves4(b, 2);
-#pragma GCC unroll 8
-    for (int j = 0; j < 8; j++) { /* bytes 32 (j / 2) + 16 (j % 2): sub-block j & ~1 the low nibbles, | 1 the high */
-        const int off = 16 + 16 * j, s = 2 * (j / 2), h = j % 2;
-        const __m512i q = lanes4(b[0] + off, b[1] + off, b[2] + off, b[3] + off);
-        o->w[2 * s + h] = _mm512_and_si512(q, m4);
-        o->w[2 * s + 2 + h] = _mm512_and_si512(_mm512_srli_epi16(q, 4), m4);
+#pragma GCC unroll 2
+    for (int half = 0; half < 2; half++) { /* qs dword 16 half + k: sub-blocks 2 (dw / 8) (low nibbles), + 1 (high) */
+        __m512i r[16];
+#pragma GCC unroll 16
+        for (int v = 0; v < 16; v++) r[v] = _mm512_loadu_si512(b[v] + 16 + 64 * half);
+        q8kz_tr16(r);
+#pragma GCC unroll 16
+        for (int k = 0; k < 16; k++) {
+            const int dw = 16 * half + k, q = 16 * (dw / 8) + dw % 8;
+            o->t[q] = _mm512_and_si512(r[k], m4);
+            o->t[q + 8] = _mm512_and_si512(_mm512_srli_epi16(r[k], 4), m4);
+        }
     }
+    __m512i e[4], s[4];
+    dwords16(b, 0, e); /* d | dmin, scale bytes 0..11 */
+    o->d = half16(e[0], 0), o->dm = half16(e[0], 1);
+    /* ggml's get_scale_min_k4 per lane: bytes b0..b11 = e[1], e[2], e[3] */
+    s[0] = _mm512_and_si512(e[1], _mm512_set1_epi8(63));                                                   /* scales 0-3 */
+    s[2] = _mm512_and_si512(e[2], _mm512_set1_epi8(63));                                                   /* mins 0-3 */
+    s[1] = _mm512_or_si512(_mm512_and_si512(e[3], _mm512_set1_epi8(15)),                                   /* scales 4-7 */
+                           _mm512_and_si512(_mm512_srli_epi16(e[1], 2), _mm512_set1_epi8(0x30)));
+    s[3] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(e[3], 4), _mm512_set1_epi8(15)),             /* mins 4-7 */
+                           _mm512_and_si512(_mm512_srli_epi16(e[2], 2), _mm512_set1_epi8(0x30)));
+#pragma GCC unroll 8
+    for (int q = 0; q < 8; q++) o->sc[q] = _mm512_shuffle_epi8(s[q / 4], ctl4(q % 4, -1, -1, -1));
+#pragma GCC unroll 4
+    for (int j = 0; j < 4; j++) o->m[j] = _mm512_shuffle_epi8(s[2 + j / 2], ctl4(2 * (j % 2), -1, 2 * (j % 2) + 1, -1));
 }
 
 LP_INLINE void q6kz_pack(const uint8_t *const *b, q8kz_sb *o) {
-    const __m512i s = lanes4(b[0] + 192, b[1] + 192, b[2] + 192, b[3] + 192);
-#pragma GCC unroll 8
-    for (int k = 0; k < 8; k++) o->sc[k] = spread16(s, ctl16(2 * k, 2 * k + 1, 0, 1), 1);
-    o->m[0] = spread16(s, ctl16(0, 0, 1, 1), 1), o->m[1] = spread16(s, ctl16(8, 0, 1, 1), 1);
-    o->d = halves4(b, 208), o->dm = _mm512_setzero_ps();
+    const __m512i m4 = _mm512_set1_epi8(15), m30 = _mm512_set1_epi8(0x30);
+    __m512i ql[32], qh[16];
 #pragma GCC unroll 2
-    for (int n = 0; n < 2; n++) {
-        __m256i h[4][4];
-        for (int v = 0; v < 4; v++) q6k_half(b[v] + 64 * n, b[v] + 128 + 32 * n, h[v]);
-#pragma GCC unroll 4
-        for (int j = 0; j < 4; j++) { /* values 128n + 32j ..: sub-blocks 8n + 2j (each row's low 16), 8n + 2j + 1 */
-            const __m512i a = _mm512_inserti64x4(_mm512_castsi256_si512(h[0][j]), h[1][j], 1);
-            const __m512i c = _mm512_inserti64x4(_mm512_castsi256_si512(h[2][j]), h[3][j], 1);
-            o->w[8 * n + 2 * j] = _mm512_shuffle_i64x2(a, c, 0x88);
-            o->w[8 * n + 2 * j + 1] = _mm512_shuffle_i64x2(a, c, 0xdd);
+    for (int half = 0; half < 2; half++) {
+#pragma GCC unroll 16
+        for (int v = 0; v < 16; v++) ql[16 * half + v] = _mm512_loadu_si512(b[v] + 64 * half);
+        q8kz_tr16(ql + 16 * half);
+    }
+#pragma GCC unroll 16
+    for (int v = 0; v < 16; v++) qh[v] = _mm512_loadu_si512(b[v] + 128);
+    q8kz_tr16(qh);
+#pragma GCC unroll 2
+    for (int n = 0; n < 2; n++) /* values 128 n + 4 L .. (blocks_x86.h q6k_half's four vectors, 4 bytes each) */
+#pragma GCC unroll 8
+        for (int L = 0; L < 8; L++) {
+            const __m512i a = ql[16 * n + L], c = ql[16 * n + 8 + L], h = qh[8 * n + L];
+            __m512i *t = o->t + 32 * n + L;
+            t[0] = _mm512_or_si512(_mm512_and_si512(a, m4), _mm512_and_si512(_mm512_slli_epi16(h, 4), m30));
+            t[8] = _mm512_or_si512(_mm512_and_si512(c, m4), _mm512_and_si512(_mm512_slli_epi16(h, 2), m30));
+            t[16] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(a, 4), m4), _mm512_and_si512(h, m30));
+            t[24] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(c, 4), m4), _mm512_and_si512(_mm512_srli_epi16(h, 2), m30));
         }
+    __m512i e[4], f[4];
+    dwords16(b, 192, e); /* the 16 int8 scales */
+    dwords16(b, 194, f); /* f[3]'s high word: d (bytes 208, 209; the block's last) */
+    o->d = half16(f[3], 1), o->dm = _mm512_setzero_ps();
+#pragma GCC unroll 16
+    for (int q = 0; q < 16; q++) o->sc[q] = _mm512_srai_epi32(_mm512_slli_epi32(e[q / 4], 24 - 8 * (q % 4)), 24);
+#pragma GCC unroll 8
+    for (int j = 0; j < 8; j++) { /* scales 2j', 2j' + 1 (j' = j < 4 ? j : j + 0 .. : m[4 + j] scales 8 + 2j ..) */
+        const int s0 = j < 4 ? 2 * j : 8 + 2 * (j - 4);
+        o->m[j] = _mm512_srai_epi16(_mm512_shuffle_epi8(e[s0 / 4], ctl4(-1, s0 % 4, -1, s0 % 4 + 1)), 8);
     }
 }
 
-LP_INLINE __m512i bx16(const int8_t *p) { return _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)p)); }
+/* acc + vpdpbusd(w as u8, the 4 bytes at p as s8 in every lane): the instruction itself, p its
+ * embedded broadcast (GCC 12 loaded _mm512_set1_epi32 apart and sank the chains' vpdpwssd below
+ * every chain, spilling them) */
+LP_INLINE __m512i dpx(__m512i acc, __m512i w, const int8_t *p) {
+    __asm__("vpdpbusd %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(w), "m"(*(const int32_t *)p));
+    return acc;
+}
 
-/* NA (1, 2) activation rows x[0..NA) (a super-block's 256 int8 each, bs their sums per 16) against
- * o's four rows: acc[u] += d8[u] (d * isum - dmin * msum) per lane (Q4_K), d8[u] d (isum - 32 corr) (Q6_K). */
+/* acc + vpdpwssd(a, b) (q8mm_512.inc q8_dp's reason) */
+LP_INLINE __m512i dpw(__m512i acc, __m512i a, __m512i b) {
+    __asm__("vpdpwssd %2, %1, %0" : "+v"(acc) : "v"(a), "v"(b));
+    return acc;
+}
+
+/* acc + a b (int32 lanes): vpmulld + vpaddd as written (GCC 12 reassociated the adds of
+ * _mm512_add_epi32 / _mm512_mullo_epi32 into a tree, every chain's sum spilled before it) */
+LP_INLINE __m512i mla(__m512i acc, __m512i a, __m512i b) {
+    __m512i t;
+    __asm__("vpmulld %3, %2, %1\n\tvpaddd %1, %0, %0" : "+v"(acc), "=&v"(t) : "v"(a), "v"(b));
+    return acc;
+}
+
+/* NA (1..4) activation rows x[0..NA) (a super-block's 256 int8 each, bs their sums per 16) against
+ * o's sixteen rows: acc[4u + j] += d8[u] (d * isum - dmin * msum) (Q4_K), d8[u] d (isum - 32 corr)
+ * (Q6_K), vector j of each row's four sums. */
 LP_INLINE void q8kz_act(const int q4, const int NA, const q8kz_sb *o, const int8_t *const *x, const int16_t *const *bs,
                         const float *d8, __m512 *acc) {
     const __m512i z = _mm512_setzero_si512();
-    __m512i is[2] = {z, z};
+    __m512i is[4][4];
+    for (int u = 0; u < NA; u++)
+        for (int j = 0; j < 4; j++) is[u][j] = z;
     if (q4) {
+#pragma GCC unroll 8
+        for (int s = 0; s < 8; s++)
+#pragma GCC unroll 2
+            for (int h = 0; h < 2; h++) { /* h 0: values {0..7, 16..23} of sub-block s, 1: {8..15, 24..31} */
+                const int q0 = 8 * s + 2 * h;
+                __m512i w0 = o->t[q0], w1 = o->t[q0 + 1], w2 = o->t[q0 + 4], w3 = o->t[q0 + 5], sc = o->sc[s];
+                LP_IN_REG(w0);
+                LP_IN_REG(w1);
+                LP_IN_REG(w2);
+                LP_IN_REG(w3);
+                LP_IN_REG(sc);
 #pragma GCC unroll 4
-        for (int k = 0; k < 4; k++) {
-#pragma GCC unroll 2
-            for (int u = 0; u < NA; u++) {
-                const int8_t *xs = x[u] + 64 * k;
-                const __m512i p0 = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(z, o->w[4 * k], bx16(xs)), o->w[4 * k + 1], bx16(xs + 16));
-                const __m512i p1 =
-                    _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(z, o->w[4 * k + 2], bx16(xs + 32)), o->w[4 * k + 3], bx16(xs + 48));
-                is[u] = _mm512_dpwssd_epi32(is[u], _mm512_packs_epi32(p0, p1), o->sc[k]);
+                for (int u = 0; u < NA; u++) {
+                    const int8_t *xs = x[u] + 4 * q0;
+                    const __m512i a = dpx(dpx(dpx(dpx(z, w0, xs), w1, xs + 4), w2, xs + 16), w3, xs + 20);
+                    is[u][2 * (s % 2) + h] = dpw(is[u][2 * (s % 2) + h], a, sc);
+                }
             }
-        }
-#pragma GCC unroll 2
+#pragma GCC unroll 4
         for (int u = 0; u < NA; u++) {
-            const __m128i b8 = _mm_hadd_epi16(_mm_loadu_si128((const __m128i *)bs[u]), _mm_loadu_si128((const __m128i *)(bs[u] + 8)));
-            const __m512i ms = _mm512_madd_epi16(o->m[0], _mm512_broadcast_i32x4(b8));
-            const __m512 t = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(ms), o->dm, _mm512_mul_ps(_mm512_cvtepi32_ps(is[u]), o->d));
-            acc[u] = _mm512_fmadd_ps(t, _mm512_set1_ps(d8[u]), acc[u]);
+            int32_t b8[4]; /* sums per 32, pairs (2j, 2j + 1) */
+            _mm_storeu_si128((__m128i *)b8, _mm_hadd_epi16(_mm_loadu_si128((const __m128i *)bs[u]), _mm_loadu_si128((const __m128i *)(bs[u] + 8))));
+#pragma GCC unroll 4
+            for (int j = 0; j < 4; j++) {
+                const __m512i ms = _mm512_madd_epi16(o->m[j], _mm512_set1_epi32(b8[j]));
+                const __m512 t = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(ms), o->dm, _mm512_mul_ps(_mm512_cvtepi32_ps(is[u][j]), o->d));
+                acc[4 * u + j] = _mm512_fmadd_ps(t, _mm512_set1_ps(d8[u]), acc[4 * u + j]);
+            }
         }
     } else {
-#pragma GCC unroll 8
-        for (int k = 0; k < 8; k++) {
+#pragma GCC unroll 16
+        for (int s = 0; s < 16; s++)
 #pragma GCC unroll 2
-            for (int u = 0; u < NA; u++) {
-                const int8_t *xs = x[u] + 32 * k;
-                const __m512i p0 = _mm512_dpbusd_epi32(z, o->w[2 * k], bx16(xs));
-                const __m512i p1 = _mm512_dpbusd_epi32(z, o->w[2 * k + 1], bx16(xs + 16));
-                is[u] = _mm512_dpwssd_epi32(is[u], _mm512_packs_epi32(p0, p1), o->sc[k]);
+            for (int h = 0; h < 2; h++) { /* h 0: values 0..7 of sub-block s, 1: 8..15 */
+                const int q0 = 4 * s + 2 * h;
+                __m512i w0 = o->t[q0], w1 = o->t[q0 + 1], sc = o->sc[s];
+                LP_IN_REG(w0);
+                LP_IN_REG(w1);
+                LP_IN_REG(sc);
+#pragma GCC unroll 4
+                for (int u = 0; u < NA; u++) {
+                    const int8_t *xs = x[u] + 4 * q0;
+                    const __m512i a = dpx(dpx(z, w0, xs), w1, xs + 4);
+                    is[u][2 * (s % 2) + h] = mla(is[u][2 * (s % 2) + h], a, sc);
+                }
             }
-        }
-#pragma GCC unroll 2
+#pragma GCC unroll 4
         for (int u = 0; u < NA; u++) {
-            __m512i c = _mm512_madd_epi16(o->m[0], _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)bs[u])));
-            c = _mm512_add_epi32(c, _mm512_madd_epi16(o->m[1], _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(bs[u] + 8)))));
-            const __m512i si = _mm512_sub_epi32(is[u], _mm512_slli_epi32(c, 5));
-            acc[u] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(si), o->d), _mm512_set1_ps(d8[u]), acc[u]);
+            int32_t p[8]; /* bs8's pairs (2j, 2j + 1) */
+            memcpy(p, bs[u], 32);
+#pragma GCC unroll 4
+            for (int j = 0; j < 4; j++) {
+                const __m512i c = _mm512_add_epi32(_mm512_madd_epi16(o->m[j], _mm512_set1_epi32(p[j])),
+                                                   _mm512_madd_epi16(o->m[4 + j], _mm512_set1_epi32(p[4 + j])));
+                const __m512i si = _mm512_sub_epi32(is[u][j], _mm512_slli_epi32(c, 5));
+                acc[4 * u + j] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(si), o->d), _mm512_set1_ps(d8[u]), acc[4 * u + j]);
+            }
         }
     }
 }
 
-LP_INLINE void q8kz_run(const int q4, const uint8_t *const *w, int64_t nsb, const lp_xrows *xr, const int64_t *rows, int nr,
-                        float *y, int nw) {
-    __m512 acc[LP_DENSE_ROWS];
-    for (int t = 0; t < nr; t++) acc[t] = _mm512_setzero_ps();
+LP_INLINE void q8kz_run(const int q4, const uint8_t *const *w, int64_t nsb, int64_t pf, const lp_xrows *xr, const int64_t *rows,
+                        int nr, float *y) {
+    __m512 acc[4 * LP_DENSE_ROWS];
+    for (int t = 0; t < 4 * nr; t++) acc[t] = _mm512_setzero_ps();
     const int64_t bb = q4 ? 144 : 210;
     for (int64_t i = 0; i < nsb; i++) {
         q8kz_sb o;
-        const uint8_t *b[4] = {w[0] + i * bb, w[1] + i * bb, w[2] + i * bb, w[3] + i * bb};
-        for (int v = 0; v < 4; v++) /* each row's block LP_Q8KZ_PF ahead (past a row's end: the next rows') */
-            for (int64_t l = 0; l < bb + 63; l += 64) _mm_prefetch((const char *)b[v] + LP_Q8KZ_PF * bb + (l < bb ? l : bb - 1), _MM_HINT_T0);
+        const uint8_t *b[16];
+        for (int v = 0; v < 16; v++) b[v] = w[v] + i * bb;
+        if (pf) { /* the next pass's lines (pf past these rows, its rows' bytes contiguous), 1 / nsb of them a super-block */
+            const char *p0 = (const char *)w[0] + pf, *e = p0 + LP_Q8KZ_W * nsb * bb;
+            const char *p = (const char *)((uintptr_t)(p0 + LP_Q8KZ_W * bb * i) & ~(uintptr_t)63), *pe = p0 + LP_Q8KZ_W * bb * (i + 1);
+            for (; p < pe && p < e; p += 64) _mm_prefetch(p, _MM_HINT_T0);
+        }
         if (q4) q4kz_pack(b, &o);
         else q6kz_pack(b, &o);
-        int t = 0;
-        for (; t + 2 <= nr; t += 2) {
-            const int8_t *x[2] = {xr->q8 + rows[t] * xr->n_in + 256 * i, xr->q8 + rows[t + 1] * xr->n_in + 256 * i};
-            const int16_t *bs[2] = {xr->bs8 + (rows[t] * nsb + i) * 16, xr->bs8 + (rows[t + 1] * nsb + i) * 16};
-            const float d8[2] = {xr->d8[rows[t] * nsb + i], xr->d8[rows[t + 1] * nsb + i]};
-            q8kz_act(q4, 2, &o, x, bs, d8, acc + t);
-        }
-        if (t < nr) {
-            const int8_t *x[1] = {xr->q8 + rows[t] * xr->n_in + 256 * i};
-            const int16_t *bs[1] = {xr->bs8 + (rows[t] * nsb + i) * 16};
-            const float d8[1] = {xr->d8[rows[t] * nsb + i]};
-            q8kz_act(q4, 1, &o, x, bs, d8, acc + t);
+        for (int t = 0; t < nr; t += 4) { /* four activation rows a pass (the last 1..4) */
+            const int8_t *x[4] = {NULL, NULL, NULL, NULL};
+            const int16_t *bs[4] = {NULL, NULL, NULL, NULL};
+            float d8[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+            for (int u = 0; u < 4 && t + u < nr; u++) {
+                const int64_t r = rows[t + u];
+                x[u] = xr->q8 + r * xr->n_in + 256 * i, bs[u] = xr->bs8 + (r * nsb + i) * 16, d8[u] = xr->d8[r * nsb + i];
+            }
+            switch (nr - t) {
+            case 1: q8kz_act(q4, 1, &o, x, bs, d8, acc + 4 * t); break;
+            case 2: q8kz_act(q4, 2, &o, x, bs, d8, acc + 4 * t); break;
+            case 3: q8kz_act(q4, 3, &o, x, bs, d8, acc + 4 * t); break;
+            default: q8kz_act(q4, 4, &o, x, bs, d8, acc + 4 * t);
+            }
         }
     }
-    for (int t = 0; t < nr; t++) {
-        float f[16];
-        _mm512_storeu_ps(f, acc[t]);
-        for (int v = 0; v < nw; v++) y[v * nr + t] = (f[4 * v] + f[4 * v + 1]) + (f[4 * v + 2] + f[4 * v + 3]);
-    }
+    for (int t = 0; t < nr; t++)
+        _mm512_storeu_ps(y + LP_Q8KZ_W * t, _mm512_add_ps(_mm512_add_ps(acc[4 * t], acc[4 * t + 1]), _mm512_add_ps(acc[4 * t + 2], acc[4 * t + 3])));
 }
 
-void lp_q8kz_rows(int type, int nw, const uint8_t *const *w, int64_t nsb, const lp_xrows *xr, const int64_t *rows, int nr,
-                  float *y) {
-    const uint8_t *w4[4];
-    for (int v = 0; v < 4; v++) w4[v] = w[v < nw ? v : nw - 1]; /* fewer than four: the last repeated, its sums dropped */
-    if (type == LP_Q4_K) q8kz_run(1, w4, nsb, xr, rows, nr, y, nw);
-    else q8kz_run(0, w4, nsb, xr, rows, nr, y, nw);
+void lp_q8kz_rows(int type, int nw, const uint8_t *const *w, int64_t nsb, int64_t pf, const lp_xrows *xr, const int64_t *rows,
+                  int nr, float *y) {
+    const uint8_t *w16[LP_Q8KZ_W];
+    for (int v = 0; v < LP_Q8KZ_W; v++) w16[v] = w[v < nw ? v : nw - 1]; /* fewer than 16: the last repeated, its sums dropped */
+    if (type == LP_Q4_K) q8kz_run(1, w16, nsb, pf, xr, rows, nr, y);
+    else q8kz_run(0, w16, nsb, pf, xr, rows, nr, y);
 }
 
 #else
-void lp_q8kz_rows(int type, int nw, const uint8_t *const *w, int64_t nsb, const lp_xrows *xr, const int64_t *rows, int nr,
-                  float *y) {
-    (void)type, (void)nw, (void)w, (void)nsb, (void)xr, (void)rows, (void)nr, (void)y;
+void lp_q8kz_rows(int type, int nw, const uint8_t *const *w, int64_t nsb, int64_t pf, const lp_xrows *xr, const int64_t *rows,
+                  int nr, float *y) {
+    (void)type, (void)nw, (void)w, (void)nsb, (void)pf, (void)xr, (void)rows, (void)nr, (void)y;
 }
 #endif

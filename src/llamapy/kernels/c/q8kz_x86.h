@@ -10,13 +10,17 @@
 #endif
 #define LP_Q8KZ_MIN 16 /* rows from which the native level's Q4_K / Q6_K products read Q8_K (mm.c) */
 
-/* nw (1..4) weight rows w[0..nw) of Q4_K (type LP_Q4_K) or Q6_K (LP_Q6_K), nsb super-blocks each,
- * against the nr (<= LP_DENSE_ROWS) activation rows rows[0..nr) of xr's Q8_K form (each with q8on
- * set): y[v nr + t] the product of weight row v and activation row rows[t], its integers per
- * super-block exact (ggml's Q8_K product up to fp32 order), each row's sum its own whatever the
- * rows beside it. */
-void lp_q8kz_rows(int type, int nw, const uint8_t *const *w, int64_t nsb, const lp_xrows *xr, const int64_t *rows, int nr,
-                  float *y);
+#define LP_Q8KZ_W 16  /* weight rows a pass (one per int32 lane) */
+
+/* nw (1..LP_Q8KZ_W) weight rows w[0..nw) of Q4_K (type LP_Q4_K) or Q6_K (LP_Q6_K), nsb
+ * super-blocks each, against the nr (<= LP_DENSE_ROWS) activation rows rows[0..nr) of xr's Q8_K
+ * form (each with q8on set): y[LP_Q8KZ_W t + v] (v < nw; the rest written, not the product) the
+ * product of weight row v and activation row rows[t], its integers per super-block exact (ggml's
+ * Q8_K product up to fp32 order), each row's sum its own whatever the rows beside it.  pf: where
+ * the next pass's rows lie, bytes past w[0] (the 16 rows' bytes contiguous; 0: no prefetch), their
+ * lines asked for as these compute. */
+void lp_q8kz_rows(int type, int nw, const uint8_t *const *w, int64_t nsb, int64_t pf, const lp_xrows *xr, const int64_t *rows,
+                  int nr, float *y);
 
 /* Do n-row products prepare and read the Q8_K form here (on: LP_Q8KZ built and switched on)?
  * lp_q8kz_set(0|1) switches it, returning the previous setting (tests: the int16 lanes' sums). */
