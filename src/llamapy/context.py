@@ -16,6 +16,7 @@ from .memory.heap import auto_tune_heap
 from .memory.kv_log import buffer_name
 from .model.cuda_graphs import CudaGraphs
 from .model.graph import GraphCache, make_inputs
+from .model.work import ComputeWork
 from .model.model import Model
 from .params import ContextParams
 
@@ -64,6 +65,8 @@ class Context:
         self.alloc = BatchAllocator(hp.n_vocab, c.n_batch, c.n_seq_max)
         self.stats = DecodeStats()
         self.graphs = GraphCache(model.device)  # input buffers per (n_tokens, n_kv) shape
+        # the kept compute buffer: the FFN's gate|up product where glibc would map it afresh (model/work.py)
+        self.work = ComputeWork() if model.device.type == "cpu" else None
         # decode replayed as CUDA graphs (None on the CPU, and under -nkvo: attention copies to the host)
         self.cuda_graphs = CudaGraphs.for_device(model.device) if c.offload_kqv and model.lora is None else None
         # LoRA (model.lora): the scales of sequences without their own (llama_set_adapters_lora's),
@@ -214,7 +217,8 @@ class Context:
     def _begin_ubatch(self, ub: UBatch, sinfo, memory: Memory):
         """Occupy the ubatch's cells in `memory` and build its graph inputs; (inputs, graph key)."""
         memory.begin_ubatch(ub, sinfo)
-        inp = make_inputs(ub, self.model.device, self.cparams.flash_attn != "off", self.graphs, self.cparams.deterministic)
+        inp = make_inputs(ub, self.model.device, self.cparams.flash_attn != "off", self.graphs, self.cparams.deterministic,
+                          self.work)
         bind_slot_info(inp, memory, sinfo)
         if self.model.lora is not None:  # each row: its sequence's adapter scales
             get = self.seq_lora_scales.get

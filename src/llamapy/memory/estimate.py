@@ -234,7 +234,7 @@ def compute_terms(hp: HParams, c: CParams, caches: tuple[CacheEstimate, ...], n_
     terms += att
     terms += [ComputeTerm("kqv_out", (n_t, hp.n_head * dv), "attention", F32, "attention"),
               *matmul_terms("wo", n_t, hp.n_head * dv, hp.n_embd, "attention", "kqv_out (heads merged)", blocks, dense),
-              *matmul_terms("ffn_gate|up", n_t, hp.n_embd, 2 * ffn_width(hp), "ffn", "ffn_norm", blocks, dense),
+              *matmul_terms("ffn_gate|up", n_t, hp.n_embd, 2 * ffn_width(hp), "ffn", "ffn_norm", blocks, dense, kept=True),
               ComputeTerm("ffn_gate (act)", (n_t, ffn_width(hp)), "ffn"),
               # PyTorch's GLU makes a second tensor; the kernels' one pass does not, but the term
               # stays as room: on a GEMM path for the library's packing buffers (without it a

@@ -16,7 +16,10 @@ heap from one ubatch to the next, as llama.cpp keeps its reserved compute buffer
 native level, avx512+vnni+bf16).  (The server's 1 MiB threshold of before ran a Gemma 3 prefill
 of 8 prompts 1.6x slower and a decode step of 8 slots 1.15x slower, AMD EPYC Zen 4, 2 threads:
 benchmarks/server_heap.py.)
-Larger blocks (a perplexity run's logits, the KV cache) are still mapped."""
+Larger blocks (a perplexity run's logits, the KV cache) are still mapped; the one per-layer
+product past the threshold (a dense FFN's gate|up, from Llama 3.2 1B at -ub 512) goes into the
+context's kept buffer instead (model/work.py: 448 MiB of page faults per 512-token prompt of
+Llama 3.1 8B's first 8 layers before it)."""
 from __future__ import annotations
 
 import ctypes

@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..kernels.types import DENSE_ROWS, DEQUANT_CHUNK, QMATRIX_DENSE_ROWS, lanes_slice_rows, mm_scratch_bound, q8mm_bytes_bound
+from .heap import MMAP_THRESHOLD
 from .host import torch_threads
 
 F32 = 4  # activations and logits are float32
@@ -34,7 +35,7 @@ class ComputeTerm:
 
 
 def matmul_terms(name: str, n_t: int, n_in: int, n_out: int, phase: str, input_name: str = "",
-                 blocks: bool = False, dense: str = "bf16") -> list[ComputeTerm]:
+                 blocks: bool = False, dense: str = "bf16", kept: bool = False) -> list[ComputeTerm]:
     """A matrix product on [n_t, n_in] -> float32 [n_t, n_out]: the float32 result (lasting), and during the call:
     the float32 input when it is a temporary (input_name), its bf16 copy, and from DENSE_ROWS rows on (blocks;
     QMATRIX_DENSE_ROWS for a QMatrix) the largest of: the weights dequantized to bf16 with the bf16 product, the
@@ -46,7 +47,8 @@ def matmul_terms(name: str, n_t: int, n_in: int, n_out: int, phase: str, input_n
     the kernels' integer lanes (dense "lanes": kernels/types.py lanes_gemm): lp_mm's prepared activations for one
     slice of lanes_slice_rows rows (kernels/c/mm.c lp_xprep_bytes: the int16 rows with their scales and sums, the
     same in lanes, a bf16 copy: at most 7 bytes a value), and each thread's scratch (mm_scratch_bound: from the
-    threads' own heaps)."""
+    threads' own heaps).  kept: the result is the context's kept buffer (model/work.py) where the blocks'
+    products reach glibc's mmap threshold: then a persistent term."""
     w = n_out * n_in if n_t >= (DENSE_ROWS if blocks else QMATRIX_DENSE_ROWS) else 0
     out_b = n_t * n_out * 2
     if blocks and w and dense == "lanes":
@@ -62,8 +64,9 @@ def matmul_terms(name: str, n_t: int, n_in: int, n_out: int, phase: str, input_n
         work = max(2 * w + out_b, out_b) if blocks else max(3 * w, 2 * w + out_b, out_b)
         temps = n_t * n_in * 2 + work
     terms = [ComputeTerm(input_name, (n_t, n_in), phase, F32, name)] if input_name else []
+    kept = kept and blocks and F32 * n_t * n_out >= MMAP_THRESHOLD
     terms += [ComputeTerm(f"{name} temporaries", (temps,), phase, 1, name),
-              ComputeTerm(f"{name} output", (n_t, n_out), phase)]
+              ComputeTerm(f"{name} output", (n_t, n_out), "persistent" if kept else phase)]
     return terms
 
 

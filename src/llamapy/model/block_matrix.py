@@ -81,14 +81,14 @@ class BlockMatrix:
         return n >= DENSE_ROWS and not lanes_gemm(self.qtype, self.lib.level, self.lib.bf16, self.lib.coarse_many_bf16)
 
     def __call__(self, x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
-        """x: [n, n_in] float32 -> [n, n_out] float32, written into `out` (contiguous, that
-        shape) when given and the kernels take the product, else a new tensor."""
+        """x: [n, n_in] float32 -> [n, n_out] float32, written into `out` when given (contiguous,
+        that shape; whichever path takes the product), else a new tensor."""
         n = x.shape[0]
         x = x.contiguous() if x.dtype == torch.float32 else x.float().contiguous()
         int8 = self._int8(x)
-        if not int8 and self._dense(n):
-            return self._dense_rows(x)
         usable = out is not None and out.is_contiguous() and tuple(out.shape) == (n, self.n_out) and out.dtype == torch.float32
+        if not int8 and self._dense(n):
+            return self._dense_rows(x, out if usable else None)
         y = out if usable else torch.empty(n, self.n_out, dtype=torch.float32)
         if n:
             self._mm(x, y, False, int8)
@@ -155,15 +155,20 @@ class BlockMatrix:
             if rc != 0:
                 raise MemoryError(f"lp_mm: no scratch memory for {r1 - r0} rows of {self.n_in}")
 
-    def _dense_rows(self, x: torch.Tensor) -> torch.Tensor:
+    def _dense_rows(self, x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+        """x [n, n_in] float32 -> [n, n_out] float32 by dequantize + GEMM; chunk by chunk into
+        `out` (contiguous, that shape) when given, a whole product copied into it."""
         dtype = dense_dtype(self.qtype, self.lib)
         xs = x.to(dtype)
-        if self.qtype == T.F32:  # the file's own floats: no copy
-            return F.linear(xs, self.blocks.view(torch.float32).view(self.n_out, self.n_in))
         step = max(64, DEQUANT_CHUNK // self.n_in // 64 * 64)
-        if step >= self.n_out:
-            return F.linear(xs, self.dequant(dtype)).float()
-        out = torch.empty(x.shape[0], self.n_out, dtype=torch.float32)
+        if self.qtype == T.F32 or step >= self.n_out:  # one product (F32: the file's own floats, no copy)
+            w = self.blocks.view(torch.float32).view(self.n_out, self.n_in) if self.qtype == T.F32 else self.dequant(dtype)
+            if out is None:
+                return F.linear(xs, w).float()
+            if dtype == torch.float32:  # F.linear's own GEMM (mm of w transposed), into out
+                return torch.mm(xs, w.t(), out=out)
+            return out.copy_(F.linear(xs, w))  # the bf16 product widened into out, no fp32 copy of it
+        out = torch.empty(x.shape[0], self.n_out, dtype=torch.float32) if out is None else out
         for r0 in range(0, self.n_out, step):
             r1 = min(self.n_out, r0 + step)
             out[:, r0:r1] = F.linear(xs, self.dequant(dtype, r0, r1))

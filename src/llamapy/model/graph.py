@@ -11,6 +11,7 @@ import torch
 from ..batch.allocator import UBatch
 from ..kernels.ops import visible_cells_np
 from ..memory.kv_cache import KVCache, SlotInfo
+from .work import ComputeWork
 
 
 @dataclass(slots=True)
@@ -82,6 +83,7 @@ class UBatchInputs:
     plans: dict[int, list] = field(default_factory=dict)  # id(cache) -> KVCache.store_plan()
     masks: dict[tuple[int, bool, bool, bool], list[AttnGroup]] = field(default_factory=dict)
     logits_out: torch.Tensor | None = None  # [n_outputs, n_vocab] float32 the logits may be written into
+    work: ComputeWork | None = None  # the context's kept buffer for products glibc would map afresh (model/work.py)
 
     def store_plan(self, cache: KVCache) -> list:
         key = id(cache)
@@ -159,7 +161,7 @@ class GraphCache:
 
 
 def make_inputs(ub: UBatch, device: torch.device, flash_attn: bool = True, graphs: GraphCache | None = None,
-                deterministic: bool = False) -> UBatchInputs:
+                deterministic: bool = False, work: ComputeWork | None = None) -> UBatchInputs:
     out_rows = np.nonzero(np.array(ub.output, dtype=bool))[0]
     return UBatchInputs(
         ubatch=ub,
@@ -169,4 +171,5 @@ def make_inputs(ub: UBatch, device: torch.device, flash_attn: bool = True, graph
         flash_attn=flash_attn,
         graphs=graphs,
         deterministic=deterministic,
+        work=work,
     )

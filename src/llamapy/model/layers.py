@@ -11,13 +11,18 @@ from .block_matrix import BlockMatrix
 from .qmatrix import StackedMatrix
 
 
+def takes_out(m) -> bool:
+    """Does m(x, out) write its product into a given `out` (contiguous float32 [n, n_out])?"""
+    return isinstance(m, (BlockMatrix, StackedMatrix))
+
+
 def project(m, x: torch.Tensor, out: torch.Tensor | None, deterministic: bool = False) -> torch.Tensor:
-    """The product m(x) [n, n_out], written into `out` where m is a BlockMatrix that can (a
-    caller's reused logits buffer), else a new tensor.  deterministic: every row the one-row
-    product's (BlockMatrix.det; only asked where det_covered, Context._det_rows)."""
+    """The product m(x) [n, n_out], written into `out` where m can (takes_out: a caller's reused
+    logits buffer, the context's kept gate|up buffer), else a new tensor.  deterministic: every row
+    the one-row product's (BlockMatrix.det; only asked where det_covered, Context._det_rows)."""
     if deterministic and isinstance(m, BlockMatrix) and m.det_covered:
         return m.det(x, out)
-    return m(x, out) if out is not None and isinstance(m, BlockMatrix) else m(x)
+    return m(x, out) if out is not None and takes_out(m) else m(x)
 
 
 def rms_norm(x: torch.Tensor, w: torch.Tensor | None, eps: float) -> torch.Tensor:

@@ -231,8 +231,9 @@ class StackedMatrix:
     def nbytes(self) -> int:
         return sum(p.nbytes for p in self.parts)
 
-    def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.cat([p(x) for p in self.parts], dim=1)
+    def __call__(self, x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+        """The parts' products side by side [n, n_out], concatenated into `out` when given."""
+        return torch.cat([p(x) for p in self.parts], dim=1, out=out)
 
     def add_into(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         return y.add_(self(x))

@@ -18,7 +18,7 @@ from ..graph import UBatchInputs
 from ..hparams import HParams
 from ..attend import attend
 from ..block_matrix import glu_input
-from ..layers import glu_stacked, project, qkv_split, rms_norm
+from ..layers import glu_stacked, project, qkv_split, rms_norm, takes_out
 from ..loader import WeightLoader
 from ..moe import MoeFFN
 from ..qmatrix import QMatrix
@@ -120,7 +120,7 @@ class LlamaModel:
         if self.fused is None or not self.fused.run(inp, [kv] * len(self.layers), x, [(cos, sin)]):  # few rows: one C call
             for il, L in zip(self.layer_ids, self.layers):  # each block's temporaries die when it returns
                 self._attention(inp, kv, il, L, x, cos, sin)
-                self._ffn(L, x)
+                self._ffn(L, x, inp)
         return x
 
     def logits(self, inp: UBatchInputs, x: torch.Tensor) -> torch.Tensor:
@@ -150,12 +150,15 @@ class LlamaModel:
         o = attend(inp, kv, il, q, k, v, 1.0 / d**0.5)
         L.wo.add_into(o, x)
 
-    def _ffn(self, L: LlamaLayer, x: torch.Tensor) -> None:
-        """x [n_tokens, n_embd] += the SwiGLU block's output (or the experts', model/moe.py)."""
+    def _ffn(self, L: LlamaLayer, x: torch.Tensor, inp: UBatchInputs | None = None) -> None:
+        """x [n_tokens, n_embd] += the SwiGLU block's output (or the experts', model/moe.py).  The
+        gate|up product goes into the context's kept buffer where it is one (inp.work: model/work.py)."""
         if L.moe is not None:
             L.moe.add_into(rms_norm(x, L.ffn_norm, self.hp.f_norm_rms_eps), x)
             return
-        gu = L.ffn_gate_up(rms_norm(x, L.ffn_norm, self.hp.f_norm_rms_eps))  # [n_tokens, 2 n_ff]: gate | up
+        m = L.ffn_gate_up
+        kept = inp.work.take(x.shape[0], m.n_out) if inp is not None and inp.work is not None and takes_out(m) else None
+        gu = project(m, rms_norm(x, L.ffn_norm, self.hp.f_norm_rms_eps), kept)  # [n_tokens, 2 n_ff]: gate | up
         L.ffn_down.add_into(glu_stacked(gu), x)  # SwiGLU
 
     def rotate_k(self, il: int, k: torch.Tensor, delta: torch.Tensor, n_ctx_seq: int) -> torch.Tensor:
