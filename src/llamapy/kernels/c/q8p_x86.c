@@ -109,6 +109,15 @@ static q8p_w q8p_scales(int type, const uint8_t *w, int64_t o, int nc, int64_t n
 }
 
 #if defined(LP_Q8P)
+/* Where the 4 x 8 tile stands (Zen 5, one thread, Q4_K 4096x4096 at 512 rows): the tiles take ~57 of 61 ms, ~24 cycles
+ * a sub-block (32 vpmaddubsw) against bounds of ~20.5 (41 loads at 2 a cycle), 18 (36 multiplies at 2), 17 (68 vector
+ * ops at 4).  Tried and not faster (kernel_ab --q8, max diff 0 each): the sub-block loop unrolled 2 (0.98-1.00x) or fully
+ * (0.73-0.78x); 5 rows (0.94-0.97x; 6: 0.87-0.92x); a row's dwords from one vbroadcasti128 + vpshufd instead of
+ * vpbroadcastd (every row 0.89x, 1 or 2 rows of 4 0.94-0.95x: the shuffles cost more than the loads they save);
+ * two int16 chains a row (0.97x).  The float step is ~4% (Q4_K); all the broadcasts' loads dropped (wrong sums) ~9%.
+ * What would gain: a tile of 3 activation rows x TWO panels (16 weight rows, 2 ymm a broadcast: 6 + 6 accumulators),
+ * prototyped on Q4_K with one panel's bytes twice: ~1.13x the tile time a MAC (~1.12x the product); it needs
+ * q8mm_x86.c's q8p_mm to pack and hand over two panels a call. */
 #ifndef Q8P_MR
 #define Q8P_MR 4 /* activation rows a tile: 4 int16 + 4 int32 accumulators, 4 float */
 #endif
