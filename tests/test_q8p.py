@@ -102,3 +102,22 @@ def test_outlier_rows_take_int8_rows(lib, qtype):
         lib.fn.lp_q8p_set(was)
     assert torch.equal(old[[3, 41, 69]], y[[3, 41, 69]])
     assert worst(old[keep], want[keep]) > 1e-4  # (the int8 rows per 32 are not Q8_K's)
+
+
+@pytest.mark.parametrize("qtype", TYPES, ids=lambda t: t.name)
+@pytest.mark.parametrize("n_out", [40, 29, 21, 8])
+def test_two_panel_tiles_and_their_tails(lib, qtype, n_out):
+    """q8mm_x86.c hands lp_q8p_panel two panels (16 weight rows) a call, Q4_K / Q5_K taking them 3
+    activation rows x 16 at a time: n_out 40 (a last odd panel of 8), 29 (a second panel of 5), 21
+    (a last single panel of 5), 8 (one panel only), at 64 / 65 / 66 rows (last tiles of 1, 2, 3 rows):
+    every row within 1e-5 of the Q8_K-rounded exact product and bit for bit the same at every row count."""
+    shape = (n_out, 512)
+    raw, W = _matrix(qtype, shape, seed=35)
+    x = torch.randn(130, shape[1], generator=torch.Generator().manual_seed(36))
+    want = (q8k_rounded(x).double() @ W.double().T).float()
+    y130 = product(lib, qtype, raw, shape, x)
+    assert worst(y130, want) <= 1e-5
+    for n in (64, 65, 66, 67, 68):
+        y = product(lib, qtype, raw, shape, x[:n].contiguous())
+        assert worst(y, want[:n]) <= 1e-5, n
+        assert torch.equal(y, y130[:n]), n

@@ -276,19 +276,23 @@ static int q8p_mm(int type, const uint8_t *w, int64_t n_out, int64_t n_in, const
     int failed = 0;
 #pragma omp parallel
     {
-        void *scratch = malloc(sb + lp_q8p_scratch_bytes(n_in));
+        void *scratch = malloc(2 * sb + lp_q8p_scratch_bytes(n_in)); /* (two panels, their Q8_K scales) */
 #pragma omp atomic update
         failed += scratch == NULL;
 #pragma omp for schedule(static)
         for (int64_t k = 0; k < noff; k++) q8_prep_row(xf + off[k] * n_in, &x, k);
         if (!failed) {
 #pragma omp for schedule(static)
-            for (int64_t o = 0; o < n_out; o += Q8MM_NP) {
-                const int np = (int)(n_out - o < Q8MM_NP ? n_out - o : Q8MM_NP);
-                q8w p;
-                q8_pack(type, w, o, np, &x, scratch, &p);
-                lp_q8p_panel(type, w, o, np, (const uint32_t *)p.q, &xk, on, non, y, ldy, accumulate, (char *)scratch + sb);
-                if (noff) q8_panel_rows(lp_has_min(type), &x, &p, y + o, ldy, off, np, accumulate);
+            for (int64_t o = 0; o < n_out; o += 2 * Q8MM_NP) { /* (two panels a pass: lp_q8p_panel's 3 x 16 tile) */
+                const int nc = (int)(n_out - o < 2 * Q8MM_NP ? n_out - o : 2 * Q8MM_NP);
+                q8w p[2];
+                for (int j = 0; j * Q8MM_NP < nc; j++) {
+                    const int np = nc - j * Q8MM_NP < Q8MM_NP ? nc - j * Q8MM_NP : Q8MM_NP;
+                    q8_pack(type, w, o + j * Q8MM_NP, np, &x, (char *)scratch + j * sb, &p[j]);
+                    if (noff) q8_panel_rows(lp_has_min(type), &x, &p[j], y + o + j * Q8MM_NP, ldy, off, np, accumulate);
+                }
+                lp_q8p_panel(type, w, o, nc, (const uint32_t *)p[0].q, nc > Q8MM_NP ? (const uint32_t *)p[1].q : NULL, &xk, on, non,
+                             y, ldy, accumulate, (char *)scratch + 2 * sb);
             }
         }
         free(scratch);

@@ -70,7 +70,14 @@ typedef struct {
     float *d, *dm;
 } q8p_w;
 
-size_t lp_q8p_scratch_bytes(int64_t n_in) { return (size_t)(n_in / 256) * (16 + 8) * 32 + 2 * (size_t)(n_in / 256) * 32 + 4 * 64; }
+static size_t q8p_scratch1(int64_t n_in) { return (size_t)(n_in / 256) * (16 + 8) * 32 + 2 * (size_t)(n_in / 256) * 32 + 4 * 64; }
+size_t lp_q8p_scratch_bytes(int64_t n_in) {
+#if defined(LP_Q8P)
+    return 2 * q8p_scratch1(n_in); /* (two panels a call) */
+#else
+    return q8p_scratch1(n_in);
+#endif
+}
 
 static q8p_w q8p_scales(int type, const uint8_t *w, int64_t o, int nc, int64_t n_in, void *scratch) {
     const int64_t nsb = n_in / 256, rb = lp_row_bytes(type, n_in), bb = lp_block_bytes(type);
@@ -115,9 +122,11 @@ static q8p_w q8p_scales(int type, const uint8_t *w, int64_t o, int nc, int64_t n
  * (0.73-0.78x); 5 rows (0.94-0.97x; 6: 0.87-0.92x); a row's dwords from one vbroadcasti128 + vpshufd instead of
  * vpbroadcastd (every row 0.89x, 1 or 2 rows of 4 0.94-0.95x: the shuffles cost more than the loads they save);
  * two int16 chains a row (0.97x).  The float step is ~4% (Q4_K); all the broadcasts' loads dropped (wrong sums) ~9%.
- * What would gain: a tile of 3 activation rows x TWO panels (16 weight rows, 2 ymm a broadcast: 6 + 6 accumulators),
- * prototyped on Q4_K with one panel's bytes twice: ~1.13x the tile time a MAC (~1.12x the product); it needs
- * q8mm_x86.c's q8p_mm to pack and hand over two panels a call. */
+ * Taken (Q4_K, Q5_K): a tile of 3 activation rows x TWO panels (16 weight rows, a broadcast feeding 2 ymm: 6 + 6
+ * accumulators), q8mm_x86.c's q8p_mm packing two panels a call: Q4_K 4096x4096 1.06x, 14336x4096 1.06x, 4096x14336
+ * 1.04x, Q5_K 1.04x (the prototype, one panel's bytes twice, ~1.12x: the real one's float step, 6 sums a super-block,
+ * spills, ~15% of the panel's time against ~4%).  Q6_K's 3 x 16 tile was 0.90x (its two scale registers a group
+ * spill the int32 sums): its tile stays 4 x 8, a panel at a time. */
 #ifndef Q8P_MR
 #define Q8P_MR 4 /* activation rows a tile: 4 int16 + 4 int32 accumulators, 4 float */
 #endif
@@ -140,97 +149,142 @@ LP_INLINE void q8p_store(float *y, __m256 v, int nc, int accumulate) {
     _mm256_maskstore_ps(y, k, v);
 }
 
-/* The int32 sums a[i] += sub-block sums x scale, over steps t0 .. t0 + steps (of 4 values),
- * int16 for `depth` steps at a time. */
-LP_INLINE void q8p_sub(const int mr, const int steps, const int depth, const uint32_t *wq, const int8_t *const *xs, int64_t k,
-                       __m256i sc, __m256i *a) {
+/* The int32 sums a[j][i] += sub-block sums x scale (panel j < np, activation row i < mr), over
+ * steps 0 .. steps (of 4 values), int16 for `depth` steps at a time: a broadcast feeds np panels. */
+LP_INLINE void q8p_sub(const int np, const int mr, const int steps, const int depth, const uint32_t *wq0, const uint32_t *wq1,
+                       const int8_t *const *xs, int64_t k, const __m256i *sc, __m256i (*a)[Q8P_MR]) {
     for (int t0 = 0; t0 < steps; t0 += depth) {
-        __m256i h[Q8P_MR];
-        for (int i = 0; i < mr; i++) h[i] = _mm256_setzero_si256();
+        __m256i h[2][Q8P_MR];
+        for (int j = 0; j < np; j++)
+            for (int i = 0; i < mr; i++) h[j][i] = _mm256_setzero_si256();
         for (int t = t0; t < t0 + depth; t++) {
-            const __m256i w = _mm256_load_si256((const __m256i *)(wq + t * 8));
+            __m256i w[2];
+            w[0] = _mm256_load_si256((const __m256i *)(wq0 + t * 8));
+            if (np > 1) w[1] = _mm256_load_si256((const __m256i *)(wq1 + t * 8));
             for (int i = 0; i < mr; i++) {
-                h[i] = _mm256_add_epi16(h[i], _mm256_maddubs_epi16(w, bcast4(xs[i] + k + 4 * t)));
-                __asm__("" : "+x"(h[i])); /* a chain (q8mm_256.inc's reason) */
+                const __m256i v = bcast4(xs[i] + k + 4 * t);
+                for (int j = 0; j < np; j++) {
+                    h[j][i] = _mm256_add_epi16(h[j][i], _mm256_maddubs_epi16(w[j], v));
+                    __asm__("" : "+x"(h[j][i])); /* a chain (q8mm_256.inc's reason) */
+                }
             }
         }
-        for (int i = 0; i < mr; i++) a[i] = _mm256_add_epi32(a[i], _mm256_madd_epi16(h[i], sc));
+        for (int j = 0; j < np; j++)
+            for (int i = 0; i < mr; i++) a[j][i] = _mm256_add_epi32(a[j][i], _mm256_madd_epi16(h[j][i], sc[j]));
     }
 }
 
-/* Activation rows rows[m0 .. m0 + mr) against the panel. */
-LP_INLINE void q8p_tile(const int bits, const int mr, const uint32_t *pq, const q8p_w *p, const lp_q8p_x *x, const int64_t *rows,
-                        float *y, int64_t ldy, int nc, int accumulate) {
+/* Activation rows rows[0 .. mr) against np panels (panel j: pq[j], p[j], outputs y + 8 j, nc[j] of them). */
+LP_INLINE void q8p_tile(const int bits, const int np, const int mr, const uint32_t *const *pq, const q8p_w *p, const lp_q8p_x *x,
+                        const int64_t *rows, float *y, int64_t ldy, const int *nc, int accumulate) {
     const int64_t n_in = x->n_in, nsb = n_in / 256;
     const int8_t *xs[Q8P_MR];
-    __m256 f[Q8P_MR];
-    for (int i = 0; i < mr; i++) xs[i] = x->q + rows[i] * n_in, f[i] = _mm256_setzero_ps();
+    __m256 f[2][Q8P_MR];
+    for (int i = 0; i < mr; i++) xs[i] = x->q + rows[i] * n_in;
+    for (int j = 0; j < np; j++)
+        for (int i = 0; i < mr; i++) f[j][i] = _mm256_setzero_ps();
     for (int64_t sb = 0; sb < nsb; sb++) {
-        __m256i a[Q8P_MR];
-        for (int i = 0; i < mr; i++) a[i] = _mm256_setzero_si256();
-        const uint32_t *wq = pq + sb * 64 * 8;
+        __m256i a[2][Q8P_MR], sc[2];
+        const uint32_t *wq0 = pq[0] + sb * 64 * 8, *wq1 = np > 1 ? pq[1] + sb * 64 * 8 : wq0;
+        for (int j = 0; j < np; j++)
+            for (int i = 0; i < mr; i++) a[j][i] = _mm256_setzero_si256();
         if (bits == 6) {
 #pragma GCC unroll 1
-            for (int g = 0; g < 16; g++)
-                q8p_sub(mr, 4, 2, wq + 4 * g * 8, xs, 256 * sb + 16 * g, _mm256_load_si256((const __m256i *)(p->sc + (sb * 16 + g) * 16)), a);
-        } else {
-#pragma GCC unroll 1
-            for (int s = 0; s < 8; s++)
-                q8p_sub(mr, 8, bits == 4 ? 8 : 4, wq + 8 * s * 8, xs, 256 * sb + 32 * s,
-                        _mm256_load_si256((const __m256i *)(p->sc + (sb * 8 + s) * 16)), a);
-        }
-        const __m256 d = _mm256_load_ps(p->d + sb * 8);
-        if (bits == 6) {
-            for (int i = 0; i < mr; i++) {
-                const int8_t *b16 = (const int8_t *)(x->bs16 + rows[i] * (n_in / 16) + sb * 16);
-                __m256i c = _mm256_setzero_si256();
-                for (int k = 0; k < 8; k++)
-                    c = _mm256_add_epi32(c, _mm256_madd_epi16(_mm256_load_si256((const __m256i *)(p->mp + (sb * 8 + k) * 16)), bcast4(b16 + 4 * k)));
-                const __m256i si = _mm256_sub_epi32(a[i], _mm256_slli_epi32(c, 5));
-                f[i] = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(si), d), _mm256_set1_ps(x->d[rows[i] * nsb + sb]), f[i]);
+            for (int g = 0; g < 16; g++) {
+                for (int j = 0; j < np; j++) sc[j] = _mm256_load_si256((const __m256i *)(p[j].sc + (sb * 16 + g) * 16));
+                q8p_sub(np, mr, 4, 2, wq0 + 4 * g * 8, wq1 + 4 * g * 8, xs, 256 * sb + 16 * g, sc, a);
             }
         } else {
-            const __m256 dm = _mm256_load_ps(p->dm + sb * 8);
-            for (int i = 0; i < mr; i++) {
-                const int8_t *b32 = (const int8_t *)(x->bs32 + rows[i] * (n_in / 32) + sb * 8);
-                __m256i ms = _mm256_setzero_si256();
-                for (int k = 0; k < 4; k++)
-                    ms = _mm256_add_epi32(ms, _mm256_madd_epi16(_mm256_load_si256((const __m256i *)(p->mp + (sb * 4 + k) * 16)), bcast4(b32 + 4 * k)));
-                const __m256 t = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(ms), dm, _mm256_mul_ps(_mm256_cvtepi32_ps(a[i]), d));
-                f[i] = _mm256_fmadd_ps(t, _mm256_set1_ps(x->d[rows[i] * nsb + sb]), f[i]);
+#pragma GCC unroll 1
+            for (int s = 0; s < 8; s++) {
+                for (int j = 0; j < np; j++) sc[j] = _mm256_load_si256((const __m256i *)(p[j].sc + (sb * 8 + s) * 16));
+                q8p_sub(np, mr, 8, bits == 4 ? 8 : 4, wq0 + 8 * s * 8, wq1 + 8 * s * 8, xs, 256 * sb + 32 * s, sc, a);
+            }
+        }
+        for (int j = 0; j < np; j++) {
+            const __m256 d = _mm256_load_ps(p[j].d + sb * 8);
+            if (bits == 6) {
+                for (int i = 0; i < mr; i++) {
+                    const int8_t *b16 = (const int8_t *)(x->bs16 + rows[i] * (n_in / 16) + sb * 16);
+                    __m256i c = _mm256_setzero_si256();
+                    for (int k = 0; k < 8; k++)
+                        c = _mm256_add_epi32(c, _mm256_madd_epi16(_mm256_load_si256((const __m256i *)(p[j].mp + (sb * 8 + k) * 16)), bcast4(b16 + 4 * k)));
+                    const __m256i si = _mm256_sub_epi32(a[j][i], _mm256_slli_epi32(c, 5));
+                    f[j][i] = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(si), d), _mm256_set1_ps(x->d[rows[i] * nsb + sb]), f[j][i]);
+                }
+            } else {
+                const __m256 dm = _mm256_load_ps(p[j].dm + sb * 8);
+                for (int i = 0; i < mr; i++) {
+                    const int8_t *b32 = (const int8_t *)(x->bs32 + rows[i] * (n_in / 32) + sb * 8);
+                    __m256i ms = _mm256_setzero_si256();
+                    for (int k = 0; k < 4; k++)
+                        ms = _mm256_add_epi32(ms, _mm256_madd_epi16(_mm256_load_si256((const __m256i *)(p[j].mp + (sb * 4 + k) * 16)), bcast4(b32 + 4 * k)));
+                    const __m256 t = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(ms), dm, _mm256_mul_ps(_mm256_cvtepi32_ps(a[j][i]), d));
+                    f[j][i] = _mm256_fmadd_ps(t, _mm256_set1_ps(x->d[rows[i] * nsb + sb]), f[j][i]);
+                }
             }
         }
     }
-    for (int i = 0; i < mr; i++) q8p_store(y + rows[i] * ldy, f[i], nc, accumulate);
+    for (int j = 0; j < np; j++)
+        for (int i = 0; i < mr; i++) q8p_store(y + rows[i] * ldy + 8 * j, f[j][i], nc[j], accumulate);
 }
 
-LP_INLINE void q8p_panel_of(const int bits, const uint32_t *pq, const q8p_w *p, const lp_q8p_x *x, const int64_t *rows, int64_t nr,
-                            float *y, int64_t ldy, int nc, int accumulate) {
+/* One panel: tiles of Q8P_MR rows, the last 1..3 rows a tile of theirs.  Two: tiles of 3 rows x 16
+ * weight rows (each broadcast feeding both panels' registers: 6 int16 + 6 int32 sums), the last
+ * 1..2 rows a tile of theirs. */
+LP_INLINE void q8p_panel_of(const int bits, const int np, const uint32_t *const *pq, const q8p_w *p, const lp_q8p_x *x,
+                            const int64_t *rows, int64_t nr, float *y, int64_t ldy, const int *nc, int accumulate) {
     int64_t t = 0;
-    for (; t + Q8P_MR <= nr; t += Q8P_MR) q8p_tile(bits, Q8P_MR, pq, p, x, rows + t, y, ldy, nc, accumulate);
+    if (np == 2) {
+        for (; t + 3 <= nr; t += 3) q8p_tile(bits, 2, 3, pq, p, x, rows + t, y, ldy, nc, accumulate);
+        if (nr - t == 1) q8p_tile(bits, 2, 1, pq, p, x, rows + t, y, ldy, nc, accumulate);
+        if (nr - t == 2) q8p_tile(bits, 2, 2, pq, p, x, rows + t, y, ldy, nc, accumulate);
+        return;
+    }
+    for (; t + Q8P_MR <= nr; t += Q8P_MR) q8p_tile(bits, 1, Q8P_MR, pq, p, x, rows + t, y, ldy, nc, accumulate);
     switch ((int)(nr - t)) {
-    case 1: q8p_tile(bits, 1, pq, p, x, rows + t, y, ldy, nc, accumulate); break;
-    case 2: q8p_tile(bits, 2, pq, p, x, rows + t, y, ldy, nc, accumulate); break;
-    case 3: q8p_tile(bits, 3, pq, p, x, rows + t, y, ldy, nc, accumulate); break;
+    case 1: q8p_tile(bits, 1, 1, pq, p, x, rows + t, y, ldy, nc, accumulate); break;
+    case 2: q8p_tile(bits, 1, 2, pq, p, x, rows + t, y, ldy, nc, accumulate); break;
+    case 3: q8p_tile(bits, 1, 3, pq, p, x, rows + t, y, ldy, nc, accumulate); break;
 #if Q8P_MR > 4
-    case 4: q8p_tile(bits, 4, pq, p, x, rows + t, y, ldy, nc, accumulate); break;
-    case 5: q8p_tile(bits, 5, pq, p, x, rows + t, y, ldy, nc, accumulate); break;
+    case 4: q8p_tile(bits, 1, 4, pq, p, x, rows + t, y, ldy, nc, accumulate); break;
+    case 5: q8p_tile(bits, 1, 5, pq, p, x, rows + t, y, ldy, nc, accumulate); break;
 #endif
     default: break;
     }
 }
 
-void lp_q8p_panel(int type, const uint8_t *w, int64_t o, int nc, const uint32_t *pq, const lp_q8p_x *x, const int64_t *rows,
-                  int64_t nr, float *y, int64_t ldy, int accumulate, void *scratch) {
-    const q8p_w p = q8p_scales(type, w, o, nc, x->n_in, scratch);
-    if (type == LP_Q4_K) q8p_panel_of(4, pq, &p, x, rows, nr, y + o, ldy, nc, accumulate);
-    else if (type == LP_Q5_K) q8p_panel_of(5, pq, &p, x, rows, nr, y + o, ldy, nc, accumulate);
-    else q8p_panel_of(6, pq, &p, x, rows, nr, y + o, ldy, nc, accumulate);
+/* (which types take two panels a tile: Q8P_TWO's bit 1 << bits; Q6_K's 3 x 16 tile measured 0.90x) */
+#ifndef Q8P_TWO
+#define Q8P_TWO ((1 << 4) | (1 << 5))
+#endif
+
+/* nc[1] > 0: a second panel (pq[1], p[1], outputs y + 8). */
+LP_INLINE void q8p_run(const int bits, const uint32_t *const *pq, const q8p_w *p, const lp_q8p_x *x, const int64_t *rows, int64_t nr,
+                       float *y, int64_t ldy, const int *nc, int accumulate) {
+    if (nc[1] > 0 && ((Q8P_TWO >> bits) & 1)) {
+        q8p_panel_of(bits, 2, pq, p, x, rows, nr, y, ldy, nc, accumulate);
+        return;
+    }
+    for (int j = 0; j < 1 + (nc[1] > 0); j++) /* (one copy of the tiles: two inlined copies spilled in one) */
+        q8p_panel_of(bits, 1, pq + j, p + j, x, rows, nr, y + LP_Q8P_NP * j, ldy, nc + j, accumulate);
+}
+
+void lp_q8p_panel(int type, const uint8_t *w, int64_t o, int nc, const uint32_t *pq, const uint32_t *pq2, const lp_q8p_x *x,
+                  const int64_t *rows, int64_t nr, float *y, int64_t ldy, int accumulate, void *scratch) {
+    const int two = nc > LP_Q8P_NP, ncs[2] = {two ? LP_Q8P_NP : nc, two ? nc - LP_Q8P_NP : 0};
+    const uint32_t *pqs[2] = {pq, two ? pq2 : pq};
+    q8p_w p[2];
+    p[0] = q8p_scales(type, w, o, ncs[0], x->n_in, scratch);
+    p[1] = two ? q8p_scales(type, w, o + LP_Q8P_NP, ncs[1], x->n_in, (char *)scratch + q8p_scratch1(x->n_in)) : p[0];
+    if (type == LP_Q4_K) q8p_run(4, pqs, p, x, rows, nr, y + o, ldy, ncs, accumulate);
+    else if (type == LP_Q5_K) q8p_run(5, pqs, p, x, rows, nr, y + o, ldy, ncs, accumulate);
+    else q8p_run(6, pqs, p, x, rows, nr, y + o, ldy, ncs, accumulate);
 }
 #else
-void lp_q8p_panel(int type, const uint8_t *w, int64_t o, int nc, const uint32_t *pq, const lp_q8p_x *x, const int64_t *rows,
-                  int64_t nr, float *y, int64_t ldy, int accumulate, void *scratch) {
-    (void)type, (void)w, (void)o, (void)nc, (void)pq, (void)x, (void)rows, (void)nr, (void)y, (void)ldy, (void)accumulate;
+void lp_q8p_panel(int type, const uint8_t *w, int64_t o, int nc, const uint32_t *pq, const uint32_t *pq2, const lp_q8p_x *x,
+                  const int64_t *rows, int64_t nr, float *y, int64_t ldy, int accumulate, void *scratch) {
+    (void)type, (void)w, (void)o, (void)nc, (void)pq, (void)pq2, (void)x, (void)rows, (void)nr, (void)y, (void)ldy, (void)accumulate;
     (void)scratch;
     (void)q8p_scales;
 }

@@ -29,12 +29,13 @@ size_t lp_q8p_x_bytes(int64_t n_in, int64_t n);
 lp_q8p_x lp_q8p_x_at(void *buf, int64_t n_in, int64_t n);
 /* Row r of x [n_in] rounded to Q8_K; returns x->on[r]. */
 int lp_q8p_row(lp_q8p_x *x, const float *xr, int64_t r);
-/* A thread's room for one panel's integer scales. */
+/* A thread's room for two panels' integer scales. */
 size_t lp_q8p_scratch_bytes(int64_t n_in);
-/* Weight rows o .. o + nc (nc <= 8) of W (type, rows of n_in), their bytes packed by q8mm_x86.c
- * (pq: [n_in / 4][8] dwords, 4 values of a row each, q + 32 for Q6_K, q for Q4_K / Q5_K, rows
- * past nc zero), against x's rows rows[0 .. nr): y[rows[t] ldy + o + v] (+)= the product. */
-void lp_q8p_panel(int type, const uint8_t *w, int64_t o, int nc, const uint32_t *pq, const lp_q8p_x *x, const int64_t *rows,
-                  int64_t nr, float *y, int64_t ldy, int accumulate, void *scratch);
+/* Weight rows o .. o + nc (nc <= 16) of W (type, rows of n_in), their bytes packed by q8mm_x86.c in
+ * panels of 8 (pq: rows o .. o + 8, pq2: rows o + 8 .. o + 16, read iff nc > 8; each [n_in / 4][8]
+ * dwords, 4 values of a row each, q + 32 for Q6_K, q for Q4_K / Q5_K, rows past nc zero), against
+ * x's rows rows[0 .. nr): y[rows[t] ldy + o + v] (+)= the product. */
+void lp_q8p_panel(int type, const uint8_t *w, int64_t o, int nc, const uint32_t *pq, const uint32_t *pq2, const lp_q8p_x *x,
+                  const int64_t *rows, int64_t nr, float *y, int64_t ldy, int accumulate, void *scratch);
 
 #endif
