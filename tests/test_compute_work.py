@@ -1,6 +1,7 @@
 """The context's kept compute buffer (model/work.py): the FFN's gate|up product written into it
 instead of a fresh mapping per layer per ubatch, the same bits; the products' `out` on every
-path of BlockMatrix; the estimate counting it as persistent; a prompt no longer faulting it in."""
+path of BlockMatrix; the estimate counting it as persistent; a prompt no longer faulting it in;
+the fused C layers' working region (a --deterministic prompt) carved from it, the same bits."""
 from __future__ import annotations
 
 import resource
@@ -146,3 +147,42 @@ def test_long_ubatch_faults_no_gate_up_pages(smollm2_path):
     per_layer = n * width * 4 // 4096
     print(f"faults per decode {faults}, gate|up pages {per_layer} x {model.hparams.n_layer} layers")
     assert max(faults[1:]) < 4 * per_layer, (faults, per_layer)  # was up to n_layer (30) x per_layer
+
+
+def test_deterministic_fused_layers_keep_their_working_bytes(gemma3_path):
+    """A --deterministic prompt goes through the fused C layers (kernels/c/layers.c lp_layers), whose
+    working floats alone [n, 2 ne + nqkv + nq + 3 n_ff] pass glibc's mmap threshold here: carved from
+    the context's kept buffer (lp_layers_work_bytes), a prompt after the first faults few pages, not the
+    region's every page; the logits are the bits of a context that keeps none (its own malloc'd ones),
+    the kept bytes filled with NaN between prompts (nothing read before it is written)."""
+    model = llamapy.Model.load(gemma3_path)
+    hp, fused = model.hparams, model.net.fused
+    assert fused is not None and fused.det_covered
+    d = hp.n_embd_head_k
+    nq, nqkv = hp.n_head * d, (hp.n_head + 2 * hp.n_head_kv) * d
+    per_row = 4 * (2 * hp.n_embd + nqkv + nq + 3 * hp.n_ff)  # layers.c's floats a row (the partials aside)
+    n = MMAP_THRESHOLD // per_row + 1
+    floats = n * per_row
+    assert floats >= MMAP_THRESHOLD  # malloc'd, each call a fresh mapping
+    p = llamapy.ContextParams(n_ctx=1024, n_batch=1024, n_ubatch=1024, n_threads=2, deterministic=True)
+    ref, kept = llamapy.Context(model, p), llamapy.Context(model, p)
+    ref.work = None
+    faults, calls0 = [], fused.calls
+    for rep in range(2):  # the second prompt over the first's NaN: the ref context decodes that one only
+        for ctx in (ref, kept) if rep else (kept,):
+            b = llamapy.Batch()
+            for i in range(n):
+                b.add((7 + 31 * i + rep) % model.n_vocab, i, (0,), logits=i == n - 1)
+            f0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+            ctx.decode(b)
+            if ctx is kept:
+                faults.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - f0)
+        assert kept.work.nbytes >= floats  # the region came from the kept buffer
+        with torch.inference_mode():  # stale bytes for the next prompt
+            kept.work.take_bytes(kept.work.nbytes).fill_(float("nan"))
+        kept.memory.seq_rm(0, 0, -1)
+    assert torch.equal(ref.get_logits(), kept.get_logits())
+    assert fused.calls - calls0 == 3  # every prompt took the fused layers
+    pages = floats // 4096
+    print(f"{n} rows, faults per prompt {faults}, the region's floats {pages} pages")
+    assert faults[1] < pages // 4, (faults, pages)

@@ -74,7 +74,8 @@ SIGNATURES: dict[str, tuple] = {  # name -> argument types (all return void unle
     "lp_attn_kv_sinks": (P, I64, I64, I64, I64, I64, I64, I, P, I, P, I64, P, P, P, F, P, P),
     "lp_kv_quantize": (I, P, I64, I64, P),
     "lp_attn_tiles_f16": (P, I64, I64, I64, I64, I64, I64, P, P, I64, P, F, P, I64),
-    "lp_layers": (P, I64, P, P, I64, P, P, I64),
+    "lp_layers": (P, I64, P, P, I64, P, P, I64, P, I64),
+    "lp_layers_work_bytes": (P, I64, P, I64, P, I64),
     "lp_argmax": (P, I64),
     "lp_topk": (P, I64, I64, P, P),
     "lp_set_coarse_bf16": (I,),
@@ -106,6 +107,7 @@ RETURNS = {"lp_mm_det": ctypes.c_int, "lp_mm_det_covers": ctypes.c_int, "lp_det_
            "lp_q8kz_takes": ctypes.c_int, "lp_q8kz_set": ctypes.c_int,
            "lp_row1_i8": ctypes.c_int, "lp_lanes8_takes": ctypes.c_int, "lp_row1_i8_set": ctypes.c_int,
            "lp_attn_f16": ctypes.c_int, "lp_attn_det_f16": ctypes.c_int, "lp_attn_kv": ctypes.c_int, "lp_attn_kv_sinks": ctypes.c_int, "lp_attn_tiles_f16": ctypes.c_int, "lp_layers": ctypes.c_int,
+           "lp_layers_work_bytes": ctypes.c_int64,
            "lp_argmax": ctypes.c_int64, "lp_topk": ctypes.c_int64, "lp_moe_row": ctypes.c_int,
            "lp_moe_rows": ctypes.c_int, "lp_moe_rows_bytes": ctypes.c_int64,
            "lp_moe_rows_amx": ctypes.c_int}

@@ -207,8 +207,10 @@ class FusedLayers:
             keep += [cos, sin]
             rope_arr[i] = RopeC(cos.data_ptr(), sin.data_ptr())
         kv_arr = (KvC * len(kvs))(*kvs)
+        work = self._work(inp, n, kv_arr, len(kvs))
         rc = self.lib.fn.lp_layers(self.layers, self.n_layer, ctypes.byref(self.dims), x.data_ptr(), n, rope_arr,
-                                   kv_arr, len(kvs))
+                                   kv_arr, len(kvs), None if work is None else work.data_ptr(),
+                                   0 if work is None else work.numel() * 4)
         if rc == -3:
             raise ValueError(f"lp_layers: a ubatch of {n} rows through expert layers (one row only)")
         if rc == -2:
@@ -220,6 +222,16 @@ class FusedLayers:
             raise MemoryError(f"lp_layers: no scratch memory for a ubatch of {n} rows")
         self.calls += 1
         return True
+
+    def _work(self, inp, n: int, kv_arr: ctypes.Array, n_sets: int) -> torch.Tensor | None:
+        """The call's working region (lp_layers_work_bytes: its floats, prepared rows) from the
+        context's kept buffer (model/work.py) where it reaches glibc's mmap threshold, else None (the
+        C code mallocs it: the heap reuses those bytes).  Asked in the calling thread: the sizes
+        depend on its OpenMP thread count."""
+        if inp.work is None:
+            return None
+        need = self.lib.fn.lp_layers_work_bytes(self.layers, self.n_layer, ctypes.byref(self.dims), n, kv_arr, n_sets)
+        return inp.work.take_bytes(need) if need > 0 else None  # need < 0: lp_layers reports the error
 
     @staticmethod
     def _declined(inp, n: int) -> bool:

@@ -10,8 +10,11 @@ kernel's page zeroing: 448 MiB of faults per prompt of the 8B's first 8 layers).
 its compute buffer for the context's lifetime; this keeps that one product's bytes the same way:
 grown to the largest ubatch's need, then reused by every layer of every ubatch.  Products below
 the threshold stay PyTorch's own (the tuned heap reuses them).  memory/estimate.py counts the
-kept product as persistent (memory/op_terms.py matmul_terms, kept=True).  One per Context: a
-context decodes one ubatch at a time."""
+kept product as persistent (memory/op_terms.py matmul_terms, kept=True).  The fused C layers
+(kernels/fused_layers.py, every --deterministic prompt) take their working region from it too
+(take_bytes: layers.c lp_layers_work_bytes, one region a ubatch, its malloc'd buffers before: a
+fresh mapping each ubatch past the threshold); `mem` does not model that path.  One per Context:
+a context decodes one ubatch at a time."""
 from __future__ import annotations
 
 import torch
@@ -44,3 +47,9 @@ class ComputeWork:
             self._buf = None  # the old bytes go back before the larger buffer is mapped
             self._buf = torch.empty(need, dtype=torch.float32)
         return self._buf[:need].view(n, width)
+
+    def take_bytes(self, nbytes: int) -> torch.Tensor | None:
+        """take() for a byte count: a float32 [ceil(nbytes / 4)] view (64-byte aligned: PyTorch's CPU
+        allocator) when nbytes >= min_bytes, else None."""
+        view = self.take(1, -(-nbytes // 4))
+        return None if view is None else view.view(-1)

@@ -138,69 +138,106 @@ static int det_covered(const lp_layer *l, const lp_dims *hp) {
     return ok && lp_mm_det_covers((int)l->tg, ne) && lp_mm_det_covers((int)l->td, hp->n_ff);
 }
 
+/* What a call sizes before its parallel region: each KV set's attention chunks and partials, the
+ * MoE layers' bytes, the forms dx's rows take, and the three working buffers' bytes. */
+typedef struct {
+    int64_t most, n_part, n_chunk[LP_MAX_KV_SETS];
+    size_t moe_own, moe_shared;
+    int blocks, r_ne, r_q, r_ff, any;
+    size_t buf, xbuf, dbuf; /* the floats (xn .. moe_sh), xp's rows, dx's rows (0: none) */
+} lp_plan;
+
+#define LP_ALIGN64(b) (((size_t)(b) + 63) & ~(size_t)63)
+
+/* The working bytes in one region: buf, xbuf, dbuf, each from a 64-byte boundary. */
+static size_t plan_region(const lp_plan *pl) { return LP_ALIGN64(pl->buf) + LP_ALIGN64(pl->xbuf) + LP_ALIGN64(pl->dbuf); }
+
+/* The plan of a call (row_chunks [n_kv_sets * n] filled, or NULL: the sizes alone): 0, or lp_layers'
+ * error (-1 too many KV sets, -2 a cache type not read, -3 experts on several rows, -4 --deterministic
+ * products of a type rows_det_x86.c lacks). */
+static int plan_for(const lp_layer *L, int64_t n_layer, const lp_dims *hp, int64_t n, const lp_kv_in *kvs,
+                    int64_t n_kv_sets, int64_t *row_chunks, lp_plan *pl) {
+    const int64_t ne = hp->n_embd, d = hp->d, nq = hp->n_head * d, nqkv = nq + 2 * hp->n_head_kv * d;
+    const int64_t n_ff = hp->n_ff, wide = max3(ne, nq, n_ff);
+    const int det = (int)hp->det;
+    memset(pl, 0, sizeof *pl);
+    pl->most = 1;
+    if (n_kv_sets > LP_MAX_KV_SETS) return -1;
+    for (int64_t il = 0; il < n_layer; il++) {
+        if (!lp_kv_types_ok((int)L[il].tck, (int)L[il].tcv, d, d)) return -2;
+        if (det && !det_covered(L + il, hp)) return -4;
+        pl->blocks |= L[il].tck != LP_F16 || L[il].tcv != LP_F16;
+        if (L[il].moe.n_expert == 0) continue;
+        if (n != 1 || L[il].moe.k < 1 || L[il].moe.k > LP_MOE_MAX_K || L[il].moe.k > L[il].moe.n_expert) return -3;
+        const size_t own = lp_moe_own_bytes(&L[il].moe), sh = lp_moe_shared_floats(&L[il].moe);
+        pl->moe_own = own > pl->moe_own ? own : pl->moe_own;
+        pl->moe_shared = sh > pl->moe_shared ? sh : pl->moe_shared;
+    }
+    for (int64_t s = 0; s < n_kv_sets; s++) { /* each row's own chunks (as alone), the partials laid out by the most */
+        const int64_t m = lp_most_visible(kvs[s].ptr, n);
+        pl->most = m > pl->most ? m : pl->most;
+        pl->n_chunk[s] = 1;
+        for (int64_t i = 0; i < n; i++) {
+            const int64_t c = lp_attn_chunks(1, hp->n_head, hp->n_head_kv, lp_most_visible(kvs[s].ptr + i, 1), omp_get_max_threads());
+            if (row_chunks) row_chunks[s * n + i] = c;
+            pl->n_chunk[s] = c > pl->n_chunk[s] ? c : pl->n_chunk[s];
+        }
+        const int64_t pd = lp_attn_part_floats(n, hp->n_head, d, pl->n_chunk[s]);
+        pl->n_part = pd > pl->n_part ? pd : pl->n_part;
+    }
+    /* det: --deterministic; else a one-row ubatch's lp_row1_i8 types read dx's int8 rows (row1_x86.h):
+     * the forms the layers' products read, asked before dx's buffer is (none: no buffer) */
+    if (det || n == 1)
+        for (int64_t il = 0; il < n_layer; il++) {
+            const lp_layer *l = L + il;
+            pl->r_ne |= dx_reads(l->tq, ne, det) | dx_reads(l->tg, ne, det);
+            if (l->wk) pl->r_ne |= dx_reads(l->tk, ne, det) | dx_reads(l->tv, ne, det);
+            if (l->wu) pl->r_ne |= dx_reads(l->tu, ne, det);
+            pl->r_q |= dx_reads(l->to, nq, det), pl->r_ff |= dx_reads(l->td, n_ff, det);
+        }
+    pl->any = det || (pl->r_ne | pl->r_q | pl->r_ff);
+    pl->buf = ((size_t)(n * (2 * ne + nqkv + nq + 3 * n_ff) + pl->n_part) + pl->moe_shared) * sizeof(float);
+    pl->xbuf = lp_xprep_bytes(wide, n);
+    pl->dbuf = pl->any ? lp_det_xprep_bytes(wide, n) : 0;
+    return 0;
+}
+
+/* The bytes of lp_layers' working region for this call (its `work`), or its error code (< 0).  Asked
+ * from the thread that calls lp_layers, with the same thread count: the attention's partials grow with it. */
+int64_t lp_layers_work_bytes(const lp_layer *L, int64_t n_layer, const lp_dims *hp, int64_t n, const lp_kv_in *kvs,
+                             int64_t n_kv_sets) {
+    lp_plan pl;
+    const int rc = plan_for(L, n_layer, hp, n, kvs, n_kv_sets, NULL, &pl);
+    return rc ? rc : (int64_t)plan_region(&pl);
+}
+
+/* work: the caller's kept region (lp_layers_work_bytes; 64-byte aligned) for the ubatch's working
+ * buffers, reused from call to call; NULL, too small or misaligned: they are malloc'd and freed here
+ * (glibc maps those of 32 MiB or more afresh each call, its pages faulted in again: model/work.py). */
 int lp_layers(const lp_layer *L, int64_t n_layer, const lp_dims *hp, float *x, int64_t n, const lp_rope_in *ropes,
-              const lp_kv_in *kvs, int64_t n_kv_sets) {
+              const lp_kv_in *kvs, int64_t n_kv_sets, void *work, int64_t work_bytes) {
     const int64_t ne = hp->n_embd, d = hp->d, nq = hp->n_head * d, nk = hp->n_head_kv * d, nqkv = nq + 2 * nk;
     const int64_t n_ff = hp->n_ff, half = hp->n_rot / 2, wide = max3(ne, nq, n_ff);
     const int64_t hpt = lp_attn_heads_per_task(hp->n_head, hp->n_head_kv);
-    int64_t most = 1, n_part = 0, n_chunk[LP_MAX_KV_SETS];
     /* each row's attention chunks as it has alone (ops.c attn_rows_for): a row's bits do not depend on
      * the rows beside it (a speculative verification's, a server step's), --deterministic or not */
     int64_t *row_chunks = (int64_t *)malloc((size_t)(n * n_kv_sets + 1) * sizeof(int64_t));
     if (!row_chunks) return -1;
-    int blocks = 0; /* some cache in blocks: the attention widens its rows into per-thread scratch */
-    size_t moe_own = 0, moe_shared = 0; /* the MoE layers' most, per thread and shared (moe.c) */
-    if (n_kv_sets > LP_MAX_KV_SETS) {
+    lp_plan pl;
+    const int rc = plan_for(L, n_layer, hp, n, kvs, n_kv_sets, row_chunks, &pl);
+    if (rc) {
         free(row_chunks);
-        return -1;
+        return rc;
     }
-    for (int64_t il = 0; il < n_layer; il++) {
-        if (!lp_kv_types_ok((int)L[il].tck, (int)L[il].tcv, d, d)) {
-            free(row_chunks);
-            return -2;
-        }
-        if (hp->det && !det_covered(L + il, hp)) {
-            free(row_chunks);
-            return -4;
-        }
-        blocks |= L[il].tck != LP_F16 || L[il].tcv != LP_F16;
-        if (L[il].moe.n_expert == 0) continue;
-        if (n != 1 || L[il].moe.k < 1 || L[il].moe.k > LP_MOE_MAX_K || L[il].moe.k > L[il].moe.n_expert) {
-            free(row_chunks);
-            return -3;
-        }
-        moe_own = lp_moe_own_bytes(&L[il].moe) > moe_own ? lp_moe_own_bytes(&L[il].moe) : moe_own;
-        moe_shared = lp_moe_shared_floats(&L[il].moe) > moe_shared ? lp_moe_shared_floats(&L[il].moe) : moe_shared;
-    }
-    for (int64_t s = 0; s < n_kv_sets; s++) { /* each row's own chunks (as alone), the partials laid out by the most */
-        const int64_t m = lp_most_visible(kvs[s].ptr, n);
-        most = m > most ? m : most;
-        n_chunk[s] = 1;
-        for (int64_t i = 0; i < n; i++) {
-            const int64_t c = lp_attn_chunks(1, hp->n_head, hp->n_head_kv, lp_most_visible(kvs[s].ptr + i, 1), omp_get_max_threads());
-            row_chunks[s * n + i] = c;
-            n_chunk[s] = c > n_chunk[s] ? c : n_chunk[s];
-        }
-        const int64_t pd = lp_attn_part_floats(n, hp->n_head, d, n_chunk[s]);
-        n_part = pd > n_part ? pd : n_part;
-    }
-    float *buf = (float *)malloc(((size_t)(n * (2 * ne + nqkv + nq + 3 * n_ff) + n_part) + moe_shared) * sizeof(float));
-    /* det: --deterministic; else a one-row ubatch's lp_row1_i8 types read dx's int8 rows (row1_x86.h):
-     * the forms the layers' products read, asked before dx's buffer is (none: no buffer) */
-    const int det = (int)hp->det;
-    int r_ne = 0, r_q = 0, r_ff = 0;
-    if (det || n == 1)
-        for (int64_t il = 0; il < n_layer; il++) {
-            const lp_layer *l = L + il;
-            r_ne |= dx_reads(l->tq, ne, det) | dx_reads(l->tg, ne, det);
-            if (l->wk) r_ne |= dx_reads(l->tk, ne, det) | dx_reads(l->tv, ne, det);
-            if (l->wu) r_ne |= dx_reads(l->tu, ne, det);
-            r_q |= dx_reads(l->to, nq, det), r_ff |= dx_reads(l->td, n_ff, det);
-        }
-    const int any = det || (r_ne | r_q | r_ff);
-    void *xbuf = malloc(lp_xprep_bytes(wide, n)), *dbuf = any ? malloc(lp_det_xprep_bytes(wide, n)) : NULL;
+    const int64_t most = pl.most, n_part = pl.n_part, *n_chunk = pl.n_chunk;
+    const int det = (int)hp->det, any = pl.any, blocks = pl.blocks;
+    const size_t moe_own = pl.moe_own;
+    const int kept = work && !((uintptr_t)work & 63) && work_bytes >= (int64_t)plan_region(&pl);
+    float *buf = kept ? (float *)work : (float *)malloc(pl.buf);
+    void *xbuf = kept ? (char *)work + LP_ALIGN64(pl.buf) : malloc(pl.xbuf);
+    void *dbuf = !any ? NULL : kept ? (char *)xbuf + LP_ALIGN64(pl.xbuf) : malloc(pl.dbuf);
     if (!buf || !xbuf || (any && !dbuf)) {
-        free(buf);
+        free(buf); /* (not kept: kept ones are never NULL) */
         free(xbuf);
         free(dbuf);
         free(row_chunks);
@@ -236,7 +273,7 @@ int lp_layers(const lp_layer *L, int64_t n_layer, const lp_dims *hp, float *x, i
     lp_xprep dx_ne, dx_q, dx_ff;
     if (any) {
         dx_ne = lp_det_xprep_at(dbuf, ne, n, xn), dx_q = lp_det_xprep_at(dbuf, nq, n, att), dx_ff = lp_det_xprep_at(dbuf, n_ff, n, h);
-        dx_ne.reads = r_ne, dx_q.reads = r_q, dx_ff.reads = r_ff;
+        dx_ne.reads = pl.r_ne, dx_q.reads = pl.r_q, dx_ff.reads = pl.r_ff;
     }
     const lp_xprep *dne = any ? &dx_ne : NULL, *dq = any ? &dx_q : NULL, *dff = any ? &dx_ff : NULL;
 #pragma omp parallel
@@ -330,9 +367,11 @@ int lp_layers(const lp_layer *L, int64_t n_layer, const lp_dims *hp, float *x, i
         free(kvf);
         free(own);
     }
-    free(buf);
-    free(xbuf);
-    free(dbuf);
+    if (!kept) {
+        free(buf);
+        free(xbuf);
+        free(dbuf);
+    }
     free(row_chunks);
     return failed ? -1 : 0;
 }
