@@ -26,7 +26,9 @@ def lib():
         pytest.skip("no C compiler: the CPU kernels are off")
     if not k.fn.lp_q8kz_takes(16):
         pytest.skip(f"{k.isa}: no AVX-512 VNNI, the 16+-row products stay in the int16 lanes")
-    return k
+    k.fn.lp_cpu_q8k_few_set(1)  # (2-4 rows take q8kz where the one-row kernels read Q8_K: not on Zen 4 by default)
+    yield k
+    k.fn.lp_cpu_q8k_few_set(-1)
 
 
 @pytest.mark.parametrize("qtype", [T.Q4_K, T.Q6_K], ids=lambda t: t.name)
@@ -137,6 +139,13 @@ def test_few_rows_outlier_rule(lib, qtype):
 
 def test_row_counts_taken(lib):
     """1 row keeps row1q8k_x86.c's path and 128 the prompt's: no q8kz; 2..127 rows prepare Q8_K
-    and take it for Q4_K / Q6_K alone."""
+    and take it for Q4_K / Q6_K alone -- 2-4 rows only where lp_cpu_q8k_few (on Zen 4 they keep
+    the split int16 form)."""
     assert not lib.fn.lp_q8kz_takes(1) and not lib.fn.lp_q8kz_takes(128)
     assert all(lib.fn.lp_q8kz_takes(n) for n in (2, 3, 4, 5, 8, 9, 15, 16, 127))
+    lib.fn.lp_cpu_q8k_few_set(0)
+    try:
+        assert not any(lib.fn.lp_q8kz_takes(n) for n in (1, 2, 3, 4))
+        assert all(lib.fn.lp_q8kz_takes(n) for n in (5, 15, 16))
+    finally:
+        lib.fn.lp_cpu_q8k_few_set(1)

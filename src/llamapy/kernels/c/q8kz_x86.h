@@ -26,7 +26,7 @@ void lp_q8kz_rows(int type, int nw, const uint8_t *const *w, int64_t nsb, int64_
                   int nr, float *y);
 
 /* Do n-row products prepare and read the Q8_K form here (on: LP_Q8KZ built and switched on;
- * LP_Q8KZ_FEW .. LP_DENSE_ROWS - 1 rows)?  lp_q8kz_routes: does a product of this type and n rows
+ * LP_Q8KZ_FEW .. LP_DENSE_ROWS - 1 rows, below LP_F32_ROWS only where lp_cpu_q8k_few)?  lp_q8kz_routes: does a product of this type and n rows
  * whose rows are prepared so take q8kz (mm.c; the one-row path stays row1q8k's)?
  * lp_q8kz_set(0|1) switches both, returning the previous setting (tests: the int16 paths' sums). */
 int lp_q8kz_takes(int64_t n);
