@@ -181,10 +181,10 @@ static void check_type(const lib_t *u, const lib_t *r, const type_t *t) {
         /* x86 reads Q4_K / Q6_K's 1-4 rows (with VNNI: not on AMD Zen 4, a looser bound there) and
          * without VNNI their 5-63 rows (row1q8k_x86.c; mm.c q8k_chunk, q8k4_x86.c) against Q8_K
          * activations (as llama.cpp's ggml_vec_dot_q4_K_q8_K): int8 rounding of x, ~0.3-0.9% of the result here;
-         * and with AVX-512 VNNI their 16-127 rows (q8kz_x86.c) */
+         * and with AVX-512 VNNI their 2-127 rows (q8kz_x86.c) */
         const int q8k = !strncmp(u->isa, "avx", 3) && (t->type == 12 || t->type == 14) &&
                         (n <= 4 || (n < 64 && !strstr(u->isa, "vnni")) ||
-                         (n >= 16 && n < 128 && strstr(u->isa, "avx512") && strstr(u->isa, "vnni")));
+                         (n >= 2 && n < 128 && strstr(u->isa, "avx512") && strstr(u->isa, "vnni")));
         /* and one row of the 32-element types against ggml's Q8_0 form (row1_x86.h lp_row1_i8) */
         const int q8 = !strncmp(u->isa, "avx", 3) && n == 1 && (t->type == 2 || t->type == 3 || t->type == 6 || t->type == 7 || t->type == 8);
         /* and at the AVX2 level without VNNI the 4- and 5-bit 32-element types' rows from 2 in int8 lanes

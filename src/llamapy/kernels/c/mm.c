@@ -139,8 +139,8 @@ static void mm_chunk(int type, const uint8_t *w, int64_t o0, int64_t o1, int64_t
         return; /* a batched decode's rows as Q8_K */
 #endif
 #if defined(LP_Q8KZ)
-    if (n >= LP_Q8KZ_MIN && xp->xr.q8 && (type == LP_Q6_K || type == LP_Q4_K) && q8kz_chunk(type, w, o0, o1, n_out, n_in, xp, y, ldy, accumulate))
-        return; /* a batched decode's 16-127 rows as Q8_K, AVX-512 VNNI */
+    if (xp->xr.q8 && lp_q8kz_routes(type, n) && q8kz_chunk(type, w, o0, o1, n_out, n_in, xp, y, ldy, accumulate))
+        return; /* a verification's or a batched decode's 2-127 rows as Q8_K, AVX-512 VNNI */
 #endif
 #if defined(LP_AMX)
     if (takes_amx(type, n_in, xp)) { /* a prompt's product on AMX tiles */

@@ -1,4 +1,4 @@
-/* The Q4_K / Q6_K products of a batched decode's 16..127 rows against ggml's Q8_K activations on
+/* The Q4_K / Q6_K products of a batched decode's 2..127 rows against ggml's Q8_K activations on
  * AVX-512 VNNI (mm.c q8kz_chunk), in place of the int16 lanes' one vpmaddwd (32 MACs) per 32
  * MACs.  Sixteen weight rows a pass, one per int32 lane: each super-block of the sixteen is
  * transposed once (q8kz_tr16: 4 bytes of each row a vector, nibbles / 6-bit values into bytes;
@@ -17,6 +17,7 @@
 #include "q8kz_x86.h"
 
 #include "blocks_x86.h"
+#include "lp_cpu.h"
 
 static int q8kz_on = 1; /* lp_q8kz_set */
 
@@ -28,11 +29,18 @@ int lp_q8kz_set(int on) {
 
 int lp_q8kz_takes(int64_t n) {
 #if defined(LP_Q8KZ)
-    return q8kz_on && n >= LP_Q8KZ_MIN && n < LP_DENSE_ROWS;
+    /* 2-4 rows only where their one-row kernels read Q8_K too (lp_cpu_q8k_few: not on AMD Zen 4,
+     * whose split int16 form they keep; q8kz's few rows there unmeasured) */
+    return q8kz_on && n >= LP_Q8KZ_FEW && n < LP_DENSE_ROWS && (n >= LP_F32_ROWS || lp_cpu_q8k_few());
 #else
     (void)n;
     return 0;
 #endif
+}
+
+int lp_q8kz_routes(int type, int64_t n) {
+    const int64_t least = type == LP_Q4_K ? LP_Q8KZ_Q4K : type == LP_Q6_K ? LP_Q8KZ_Q6K : LP_DENSE_ROWS;
+    return lp_q8kz_takes(n) && n >= least;
 }
 
 #if defined(LP_Q8KZ)

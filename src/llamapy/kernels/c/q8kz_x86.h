@@ -1,5 +1,5 @@
-/* q8kz_x86.c: Q4_K / Q6_K products of a batched decode's LP_Q8KZ_MIN .. LP_DENSE_ROWS - 1 rows
- * against ggml's Q8_K activations, on AVX-512 VNNI (the native level's 16-127 rows). */
+/* q8kz_x86.c: Q4_K / Q6_K products of a batched decode's 2 .. LP_DENSE_ROWS - 1 rows (a verification,
+ * a few sequences) against ggml's Q8_K activations, on AVX-512 VNNI (the native level). */
 #ifndef LP_Q8KZ_X86_H
 #define LP_Q8KZ_X86_H
 
@@ -8,7 +8,10 @@
 #if defined(LP_AVX512) && defined(LP_VNNI)
 #define LP_Q8KZ 1
 #endif
-#define LP_Q8KZ_MIN 16 /* rows from which the native level's Q4_K / Q6_K products read Q8_K (mm.c) */
+#define LP_Q8KZ_MIN 16 /* rows from which both types' products take q8kz (before: only from here) */
+#define LP_Q8KZ_Q4K 2 /* rows from which Q4_K's products take q8kz (mm.c q8kz_chunk; lp_q8kz_routes) */
+#define LP_Q8KZ_Q6K 2 /* ... and Q6_K's */
+#define LP_Q8KZ_FEW (LP_Q8KZ_Q4K < LP_Q8KZ_Q6K ? LP_Q8KZ_Q4K : LP_Q8KZ_Q6K) /* the fewest rows prepared as Q8_K here */
 
 #define LP_Q8KZ_W 16  /* weight rows a pass (one per int32 lane) */
 
@@ -22,9 +25,12 @@
 void lp_q8kz_rows(int type, int nw, const uint8_t *const *w, int64_t nsb, int64_t pf, const lp_xrows *xr, const int64_t *rows,
                   int nr, float *y);
 
-/* Do n-row products prepare and read the Q8_K form here (on: LP_Q8KZ built and switched on)?
- * lp_q8kz_set(0|1) switches it, returning the previous setting (tests: the int16 lanes' sums). */
+/* Do n-row products prepare and read the Q8_K form here (on: LP_Q8KZ built and switched on;
+ * LP_Q8KZ_FEW .. LP_DENSE_ROWS - 1 rows, below LP_F32_ROWS only where lp_cpu_q8k_few)?  lp_q8kz_routes: does a product of this type and n rows
+ * whose rows are prepared so take q8kz (mm.c; the one-row path stays row1q8k's)?
+ * lp_q8kz_set(0|1) switches both, returning the previous setting (tests: the int16 paths' sums). */
 int lp_q8kz_takes(int64_t n);
+int lp_q8kz_routes(int type, int64_t n);
 int lp_q8kz_set(int on);
 
 #endif

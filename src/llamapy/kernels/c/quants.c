@@ -267,7 +267,7 @@ int lp_xrows_q8k(int64_t n) {
 #if defined(LP_Q8K)
     return n < LP_Q8K_ROWS;
 #elif defined(LP_Q8K_FEW)
-    return (n < LP_F32_ROWS && lp_cpu_q8k_few()) || lp_q8kz_takes(n); /* (q8kz_x86.c: 16-127 rows at AVX-512 VNNI) */
+    return (n < LP_F32_ROWS && lp_cpu_q8k_few()) || lp_q8kz_takes(n); /* (q8kz_x86.c: 2-127 rows at AVX-512 VNNI) */
 #else
     (void)n;
     return 0;
