@@ -3,7 +3,9 @@
 (128 one-token decodes) and B=16 (16 sequences, each step one token per sequence), with and
 without the flag, interleaved rep by rep in one process so that a shared CPU's noise falls on
 both alike, after --warmup untimed runs of each (the first run of a path pays its one-time costs:
-oneDNN's primitives, first-touch pages, the kernels' scratch).  Prints the median tokens per second
+oneDNN's primitives, first-touch pages, the kernels' scratch).  As llama-bench, each (test, mode)
+keeps one context, its memory cleared before each run (a context's kept compute buffer, model/work.py,
+is grown by its first ubatch, as llama.cpp reserves its compute buffer when the context is made).  Prints the median tokens per second
 of --reps and the ratio deterministic / default.
 
   PYTHONPATH=src python benchmarks/deterministic.py -m smollm2-135m -m gemma3-270m -t 2 -r 2
@@ -32,8 +34,9 @@ def _toks(n: int, n_vocab: int, seed: int) -> list[int]:
     return random.Random(seed).choices(range(1000, min(n_vocab, 20000)), k=n)
 
 
-def pp(model: Model, det: bool, threads: int, n: int = 512) -> float:
-    ctx, b = _ctx(model, det, threads), Batch()
+def pp(ctx: Context, model: Model, n: int = 512) -> float:
+    ctx.memory.clear()
+    b = Batch()
     for i, t in enumerate(_toks(n, model.n_vocab, 1)):
         b.add(t, i, [0], logits=i == n - 1)
     t0 = time.perf_counter()
@@ -41,8 +44,8 @@ def pp(model: Model, det: bool, threads: int, n: int = 512) -> float:
     return n / (time.perf_counter() - t0)
 
 
-def tg(model: Model, det: bool, threads: int, n: int = 128) -> float:
-    ctx = _ctx(model, det, threads)
+def tg(ctx: Context, model: Model, n: int = 128) -> float:
+    ctx.memory.clear()
     toks = _toks(n, model.n_vocab, 2)
     t0 = time.perf_counter()
     for i, t in enumerate(toks):
@@ -52,9 +55,9 @@ def tg(model: Model, det: bool, threads: int, n: int = 128) -> float:
     return n / (time.perf_counter() - t0)
 
 
-def batched(model: Model, det: bool, threads: int, n_seq: int = 16, n_prompt: int = 32, n_gen: int = 32) -> float:
+def batched(ctx: Context, model: Model, n_seq: int = 16, n_prompt: int = 32, n_gen: int = 32) -> float:
     """B=n_seq: prompts of n_prompt each (not timed), then n_gen steps of one token per sequence."""
-    ctx = _ctx(model, det, threads, n_seq)
+    ctx.memory.clear()
     b = Batch()
     for s in range(n_seq):
         for i, t in enumerate(_toks(n_prompt, model.n_vocab, 10 + s)):
@@ -95,14 +98,17 @@ def main() -> None:
     print("| model | test | default t/s | deterministic t/s | ratio |\n|---|---|---:|---:|---:|")
     for name in a.model or ["smollm2-135m", "gemma3-270m"]:
         model = Model.load(pull(name) if not name.endswith(".gguf") else name)
-        for test, fn in (("pp512", pp), ("tg128", tg), ("B=16 tg", batched)):
+        for test, fn, n_seq in (("pp512", pp, 1), ("tg128", tg, 1), ("B=16 tg", batched, 16)):
             got = {False: [], True: []}
+            ctxs = {det: _ctx(model, det, a.threads, n_seq) for det in (False, True)}
             for _ in range(a.warmup):
                 for det in (False, True):
-                    fn(model, det, a.threads)
+                    fn(ctxs[det], model)
             for _ in range(a.reps):
                 for det in (False, True):  # interleaved
-                    got[det].append(fn(model, det, a.threads))
+                    got[det].append(fn(ctxs[det], model))
+            for ctx in ctxs.values():
+                ctx.close()
             d0, d1 = statistics.median(got[False]), statistics.median(got[True])
             print(f"| {name} | {test} | {d0:.1f} | {d1:.1f} | {d1 / d0:.2f} |", flush=True)
 

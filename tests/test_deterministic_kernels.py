@@ -67,6 +67,8 @@ def activations(n: int, n_in: int, seed: int) -> np.ndarray:
 
 READS_AMX = 4  # mm.h LP_READS_AMX: lp_det_reads's answer for Q4_K / Q5_K where AMX is on
 READS_I8 = 8  # mm.h LP_READS_I8: lp_det_reads's answer for a type det8_x86.c takes (the 32-element types at AVX-512)
+READS_KZ = 33  # mm.h LP_READS_Q8K | LP_READS_INTS: Q4_K / Q6_K at AVX-512 VNNI without AMX (det_kz_x86.c: a row without
+# an outlier block in ggml's Q8_K, q8kz's order; a row with one in the int16 lanes')
 
 
 def dequantized(qtype, w: np.ndarray, n_out: int, n_in: int) -> np.ndarray:
@@ -110,7 +112,7 @@ def test_det_rows_equal_one_row(lib, qtype):
     elif lib.fn.lp_det_reads(int(qtype)) == READS_I8:  # det8_x86.c: int8 activations (ggml's Q8_1), not the int16
         exact = x.astype(np.float64) @ dequantized(qtype, w, N_OUT, n_in).T
         assert rms_rel(ref, exact) < 2e-2 and rms_rel(default, exact) < 1e-4, (rms_rel(ref, exact), rms_rel(default, exact))
-    else:
+    else:  # (det_kz_x86.c's rows too: these all have an outlier block, the int16 lanes' order)
         np.testing.assert_allclose(ref, default, rtol=1e-4, atol=1e-4 * float(np.abs(default).max()))
     for n in range(1, MAX_ROWS + 1):
         got = det(lib, qtype, w, np.ascontiguousarray(x[:n]), N_OUT)
@@ -143,8 +145,46 @@ def test_det8_takes_the_32_element_types(lib):
         assert lib.fn.lp_det_reads(int(t)) == want, t.name
     amx = lib.fn.lp_amx_on() == 1  # Q4_K / Q5_K: the int16 rows, split for AMX's tiles from 128 rows; at AVX2 int8
     k45 = READS_I8 if lib.level == "avx2" else READS_AMX if amx else 1
-    assert lib.fn.lp_det_reads(int(T.Q4_K)) == k45 and lib.fn.lp_det_reads(int(T.Q5_K)) == k45
-    assert lib.fn.lp_det_reads(int(T.Q6_K)) == (READS_I8 if lib.level == "avx2" else 1)
+    kz = lib.level != "avx2" and "vnni" in lib.isa and not lib.amx  # Q4_K / Q6_K: det_kz_x86.c there
+    assert lib.fn.lp_det_reads(int(T.Q4_K)) == (READS_KZ if kz else k45) and lib.fn.lp_det_reads(int(T.Q5_K)) == k45
+    assert lib.fn.lp_det_reads(int(T.Q6_K)) == (READS_I8 if lib.level == "avx2" else READS_KZ if kz else 1)
+
+
+@pytest.mark.parametrize("qtype", [T.Q4_K, T.Q6_K], ids=lambda t: t.name)
+def test_det_kz_rows_by_their_own_values(lib, qtype):
+    """Where --deterministic's Q4_K / Q6_K read both forms (det_kz_x86.c), a row without an outlier block takes
+    q8kz's order -- 16-127 such rows give the default's bits (mm_q8kz.inc), and Q8_K's accuracy -- and a row with
+    one the int16 lanes'; in a batch mixing both, of 1..40, 255-258 and 530 rows (DET_SLICE 256: a slice with
+    no outlier row), each row equals itself alone, y = and y +=; 37 outputs (a partial pass of 5)."""
+    if lib.fn.lp_det_reads(int(qtype)) != READS_KZ:
+        pytest.skip("--deterministic's K-quants take another order at this level (the int16 lanes, AMX, or int8 at AVX2)")
+    n_in = 768
+    w = weights(qtype, N_OUT, n_in, seed=29)
+    rng = np.random.default_rng(31)
+    x = rng.standard_normal((530, n_in)).astype(np.float32)
+    exact = x.astype(np.float64) @ dequantized(qtype, w, N_OUT, n_in).T
+    for n in (16, 40):  # no outliers: q8kz's rows, the default's bits
+        xs = np.ascontiguousarray(x[:n])
+        y = np.zeros((n, N_OUT), np.float32)
+        assert lib.fn.lp_mm(int(qtype), w.ctypes.data, N_OUT, n_in, xs.ctypes.data, n, y.ctypes.data, N_OUT, 0) == 0
+        assert np.array_equal(det(lib, qtype, w, xs, N_OUT).view(np.uint32), y.view(np.uint32)), f"{n} rows"
+        assert rms_rel(y, exact[:n]) < 2e-2, rms_rel(y, exact[:n])  # Q8_K: measured 7e-3
+    odd = np.r_[rng.choice(256, 40, replace=False), 300 + rng.choice(230, 30, replace=False)]
+    x[odd, rng.integers(0, n_in)] *= 60.0  # an outlier block in these rows only (none in rows 256-299)
+    blocks = x.reshape(530, -1, 256).astype(np.float64)  # row1q8k_x86.c's rule, LP_Q8K_RATIO 8: a block is an outlier one
+    off = ((np.abs(blocks).max(-1) ** 2 * 256 > 64 * (blocks**2).sum(-1)).any(-1))  # where max^2 256 > 8^2 sum(x^2)
+    assert 0 < off[:256].sum() < 256 and not off[256:300].any() and 0 < off[300:].sum() < 230  # both kinds of row
+    y0 = rng.standard_normal((530, N_OUT)).astype(np.float32)
+    ref, ref_acc = one_row(lib, qtype, w, x, N_OUT), one_row(lib, qtype, w, x, N_OUT, accumulate=True, y0=y0)
+    for n in (*range(1, 41), 255, 256, 257, 258, 530):
+        xs = np.ascontiguousarray(x[:n])
+        got = det(lib, qtype, w, xs, N_OUT)
+        bad = np.nonzero((got.view(np.uint32) != ref[:n].view(np.uint32)).any(axis=1))[0]
+        assert len(bad) == 0, f"{qtype.name}: {n} rows, rows {bad[:8].tolist()} differ from the one-row product"
+    got = det(lib, qtype, w, x, N_OUT, accumulate=True, y0=y0)
+    assert np.array_equal(got.view(np.uint32), ref_acc.view(np.uint32)), "y += x W^T"
+    tail = np.ascontiguousarray(x[256:300])  # rows 256-299 alone: no outlier row, all q8kz
+    assert np.array_equal(det(lib, qtype, w, tail, N_OUT).view(np.uint32), ref[256:300].view(np.uint32))
 
 
 AMX_TYPES = [T.Q4_K, T.Q5_K, T.Q4_0, T.Q4_1, T.Q5_0, T.Q5_1, T.Q8_0]

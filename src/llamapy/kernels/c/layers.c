@@ -22,6 +22,7 @@
 #include "mm.h"
 #include "moe.h"
 #include "ops.h"
+#include "det_kz_x86.h"
 #include "rows_det_x86.h"
 #include "row1_x86.h"
 
@@ -88,6 +89,7 @@ static void prep_row(lp_xprep *xp, const lp_xprep *dx, int64_t r, int det) {
 static void prep_ff_row(lp_xprep *xp, const lp_xprep *dx, int64_t r, int det, int glu) {
     prep_row(xp, dx, r, det);
     if (glu && !det) lp_force_q8k_row(xp, r);
+    if (glu && det) lp_det_kz_force(dx, r); /* (det_kz_x86.c's Q4_K / Q6_K) */
 }
 
 /* The forms dx's rows take for a product of this type: rows_det_x86.c's (deterministic mode),

@@ -23,6 +23,7 @@ typedef struct {
 #define LP_READS_BF16 2
 #define LP_READS_AMX 4 /* with LP_READS_INTS: the integer products on AMX tiles (lp_mm's prompt-sized products) */
 #define LP_READS_I8 8  /* deterministic mode: x8 (rows_det_x86.c lp_det_reads) */
+#define LP_READS_Q8K 32 /* deterministic mode: xr's Q8_K rows alone (det_kz_x86.c) */
 #define LP_READS_AMXK 16 /* alone: Q4_K / Q5_K prompts on AMX tiles a super-block a float step (amxk_x86.c) */
 /* Does a product of this type read xr's Q8_K rows where they are prepared (mm.c q8k_chunk / q8kz_chunk,
  * row1q8k_x86.c)?  Where none does, the caller drops them (xr.q8 = NULL) and lp_prepare_x_row skips them. */

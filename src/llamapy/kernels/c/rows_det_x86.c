@@ -10,10 +10,10 @@
  *   otherwise the 16- (AVX2: 8-) lane tiles (lanes_chunk), in slices of DET_SLICE rows.
  * Integer addition is associative, so how a kernel orders the integers does not matter;
  * which kernel a row count takes does not change a bit (tests/test_deterministic_kernels.py:
- * many rows against each row alone, both levels).  Unlike the default products, no path here
- * chooses by the data (q8mm_x86.c) or rounds the activations otherwise (AMX, bf16, fp32 tiles).
- * The output rows split among the threads in chunks of CHUNK (any split gives the same bits:
- * each element is its own sequence).
+ * many rows against each row alone, both levels).  No path here chooses by the batch's data
+ * (q8mm_x86.c) or rounds the activations otherwise (AMX, bf16, fp32 tiles); the output rows split
+ * among the threads in chunks of CHUNK (any split: the same bits).  Q4_K / Q6_K at AVX-512 VNNI
+ * without AMX choose per row by its own values (kz_chunk, det_kz_x86.c): q8kz's order in Q8_K.
  * The 32-element types at AVX-512 take det8_x86.c instead (int8 activations, vpdpbusd;
  * lp_det_reads): the same contract, their own order, with VNNI and no AMX from 128 rows on the
  * prompt's int8 panels (det_panel_x86.c, LP_DET_PANEL32); at AVX2 every covered type does
@@ -32,6 +32,9 @@
 #include "det1_x86.h"
 #include "det8_amx_x86.h"
 #include "det8_row_x86.h"
+#include "det_kz_x86.h"
+#include "x8_lanes16_x86.h"
+#include "row1q8k_x86.h"
 #include "lanes8_x86.h"
 #include "det_panel_x86.h"
 #include "quants.h"
@@ -115,54 +118,12 @@ static int det_lanes16(int type, const lp_xprep *xp) {
 #endif
 }
 
-#if !defined(LP_AVX512) /* (det_lanes16: AVX2's 8-lane groups) */
-/* The 8 x 8 int32 v[i] lane k -> v[k] lane i. */
-static inline void tr8x8(__m256i v[8]) {
-    __m256i t[8], u[8];
-    for (int i = 0; i < 4; i++)
-        t[2 * i] = _mm256_unpacklo_epi32(v[2 * i], v[2 * i + 1]), t[2 * i + 1] = _mm256_unpackhi_epi32(v[2 * i], v[2 * i + 1]);
-    for (int i = 0; i < 2; i++) {
-        u[4 * i] = _mm256_unpacklo_epi64(t[4 * i], t[4 * i + 2]), u[4 * i + 1] = _mm256_unpackhi_epi64(t[4 * i], t[4 * i + 2]);
-        u[4 * i + 2] = _mm256_unpacklo_epi64(t[4 * i + 1], t[4 * i + 3]), u[4 * i + 3] = _mm256_unpackhi_epi64(t[4 * i + 1], t[4 * i + 3]);
-    }
-    for (int i = 0; i < 4; i++)
-        v[i] = _mm256_permute2x128_si256(u[i], u[4 + i], 0x20), v[4 + i] = _mm256_permute2x128_si256(u[i], u[4 + i], 0x31);
-}
-
-/* Block b of x8's rows (x8.n >= 2) into the int16 lanes l (lanes_x86.c's layout, 8 lanes a group): each
- * row's int8 widened, in pairs, its d as the lane's s and d * qs as sum32 (sum16 zeros: no g16 type
- * with a minimum reads these lanes, det_lanes16); the lanes past the rows zeros, as lp_xlanes_fill.
- * A group's 8 rows a pass, transposed in registers: its 16 pairs' vectors stored whole (a row's 16
- * pairs stored one by one, 32 bytes apart, cost a 512-row product of 640 a millisecond). */
-static void x8_lanes16(const lp_x8 *p, lp_xlanes l, int64_t b) {
-    const int64_t n_in = p->n_in, nb = n_in / 32, ng16 = n_in / 16;
-    for (int64_t g = 0; g < l.n_grp; g++) {
-        __m256i v[2][8]; /* v[h][i]: row 8 g + i's pairs 8 h .. 8 h + 7 of the block */
-        for (int i = 0; i < 8; i++) {
-            const int64_t r = 8 * g + i, at = (g * nb + b) * 8 + i;
-            if (r < p->n) {
-                const int8_t *xq = p->q + r * n_in + 32 * b;
-                v[0][i] = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)xq));
-                v[1][i] = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(xq + 16)));
-                l.s[at] = p->d[r * nb + b], l.sum32[at] = p->sum[r * nb + b];
-            } else {
-                v[0][i] = v[1][i] = _mm256_setzero_si256();
-                l.s[at] = l.sum32[at] = 0.0f;
-            }
-            l.sum16[(g * ng16 + 2 * b) * 8 + i] = l.sum16[(g * ng16 + 2 * b + 1) * 8 + i] = 0.0f;
-        }
-        __m256i *q = (__m256i *)(l.q + g * 8 * (n_in / 2) + 16 * b * 8); /* [pair k][lane]: 64-byte aligned (lp_xlanes_at) */
-        for (int h = 0; h < 2; h++) {
-            tr8x8(v[h]);
-            for (int k = 0; k < 8; k++) _mm256_store_si256(q + 8 * h + k, v[h][k]);
-        }
-    }
-}
-#endif
 
 /* The forms a product of this type reads: LP_READS_I8 (det8_x86.c), LP_READS_AMX (the int16 rows,
  * from LP_DENSE_ROWS rows split for AMX, else in lanes) or LP_READS_INTS (the int16 rows, lanes). */
-int lp_det_reads(int type) { return lp_det8_covers(type) ? LP_READS_I8 : det_amx_type(type) ? LP_READS_AMX : LP_READS_INTS; }
+int lp_det_reads(int type) {
+    return lp_det8_covers(type) ? LP_READS_I8 : lp_det_kz_type(type) ? LP_READS_Q8K | LP_READS_INTS : det_amx_type(type) ? LP_READS_AMX : LP_READS_INTS;
+}
 
 /* AMX's hi / lo rows (16-row tiles) for a product of n rows: LP_DENSE_ROWS or more, else none. */
 static size_t det_amx_bytes(int64_t n_in, int64_t n) {
@@ -175,7 +136,7 @@ static size_t det_amx_bytes(int64_t n_in, int64_t n) {
 }
 
 static size_t det_head_bytes(int64_t n_in, int64_t n) {
-    return lp_xrows_bytes(n_in, n) + (n > 1 ? lp_xlanes_bytes(n_in, n) : 0) + 64 + lp_x8_bytes(n_in, n) + 64;
+    return lp_xrows_bytes(n_in, n) + (n > 1 ? lp_xlanes_bytes(n_in, n) : 0) + 64 + lp_x8_bytes(n_in, n) + 64 + lp_det_kz_bytes(n_in, n);
 }
 
 size_t lp_det_xprep_bytes(int64_t n_in, int64_t n) { return det_head_bytes(n_in, n) + det_amx_bytes(n_in, n); }
@@ -186,6 +147,7 @@ lp_xprep lp_det_xprep_at(void *buf, int64_t n_in, int64_t n, const float *x) {
     p.xr = lp_xrows_at(buf, n_in, n);
     if (n > 1) p.xl = lp_xlanes_at((char *)buf + lp_xrows_bytes(n_in, n), n_in, n);
     p.x8 = lp_x8_at((char *)buf + lp_xrows_bytes(n_in, n) + (n > 1 ? lp_xlanes_bytes(n_in, n) : 0) + 64, n_in, n);
+    lp_det_kz_at(&p.xr, (char *)buf + det_head_bytes(n_in, n) - lp_det_kz_bytes(n_in, n)); /* (Q8_K rows: LP_READS_Q8K) */
     p.xhi = p.xlo = NULL;
 #if defined(LP_AMX)
     p.x8.tiles = n >= LP_DENSE_ROWS && lp_amx_on(); /* det8's types on AMX's tiles: no int8 lanes */
@@ -211,14 +173,17 @@ void lp_det_lanes_for(const lp_xprep *xp) {
         if (lanes) lp_xlanes_fill(&xp->xr, xp->n, xp->xl, b, det_twin(xp->n) ? 2 : 1);
         if ((xp->reads & LP_READS_I8) && !lp_det_panel_all(xp->n)) lp_x8_lanes_block(&xp->x8, b); /* (the panels read q) */
 #if !defined(LP_AVX512)
-        if (det_lanes16(LP_Q8_0, xp) && !lp_det_panel_all(xp->n)) x8_lanes16(&xp->x8, xp->xl, b); /* (for any such product of the rows) */
+        if (det_lanes16(LP_Q8_0, xp) && !lp_det_panel_all(xp->n)) lp_x8_lanes16(&xp->x8, xp->xl, b); /* (for any such product of the rows) */
 #endif
     }
 }
 
 /* Row r of xp (its fp32 row made) in the forms xp->reads names. */
 void lp_det_prep_row(const lp_xprep *xp, int64_t r) {
-    if (xp->reads & (LP_READS_INTS | LP_READS_AMX)) lp_prepare_x_row(xp->x + r * xp->n_in, xp->xr, r);
+    lp_xrows xr = xp->xr;
+    if (!(xp->reads & LP_READS_Q8K)) xr.q8 = NULL; /* (Q8_K only where a product reads it) */
+    if (xp->reads & (LP_READS_INTS | LP_READS_AMX)) lp_prepare_x_row(xp->x + r * xp->n_in, xr, r);
+    else if (xr.q8) lp_prepare_q8k_row(xp->x + r * xp->n_in, xr, r);
 #if defined(LP_AMX)
     if ((xp->reads & LP_READS_AMX) && xp->xhi)
         lp_amx_split_row(xp->xr.q + r * xp->n_in, xp->n_in, r, xp->xhi, xp->xlo);
@@ -261,9 +226,48 @@ static lp_xprep det_slice(const lp_xprep *xp, int64_t r0, int64_t n) {
     return s;
 }
 
+/* Output rows o0..o1 of a Q4_K / Q6_K product (lp_det_kz_type): each row with q8on (no outlier block, or a
+ * SwiGLU row: lp_det_kz_force) in q8kz's order (det_kz_x86.c), each other row (noff of them) in the int16
+ * lanes' (one row det1, a few the twins, more the lanes: one sequence), so a row's bits depend on its own
+ * values alone.  The int16 kernels run on every row of a slice into yb, their rows with q8on dropped. */
+static void kz_chunk(int type, const uint8_t *w, int64_t o0, int64_t o1, int64_t n_out, const lp_xprep *xp, int64_t noff,
+                     float *y, int64_t ldy, int accumulate, void *scratch) {
+    const int64_t n = xp->n, n_in = xp->n_in, rb = lp_row_bytes(type, n_in), no = o1 - o0;
+    lp_det_kz_chunk(type, w, o0, o1, n_out, n_in, &xp->xr, n, y, ldy, accumulate);
+    float yb[DET_SLICE * CHUNK]; /* [row of the slice][o - o0] */
+    const uint8_t *wo = w + o0 * rb; /* (the kernels see outputs 0..no of n_out - o0) */
+    for (int64_t r0 = 0; r0 < n && noff; r0 += DET_SLICE) {
+        const int64_t m = n - r0 < DET_SLICE ? n - r0 : DET_SLICE;
+        int any = 0;
+        for (int64_t i = 0; i < m; i++) any |= !xp->xr.q8on[r0 + i];
+        if (!any) continue;
+        if (n == 1) lp_det1_chunk(type, wo, 0, no, n_out - o0, n_in, &xp->xr, yb, 0, scratch);
+#if defined(LP_TWIN)
+        else if (det_twin(n)) twin_chunk(type, wo, 0, no, n_out - o0, n_in, xp, yb, CHUNK, 0, scratch);
+#endif
+        else {
+            const lp_xprep s = det_slice(xp, r0, m);
+            lanes_chunk(type, wo, 0, no, n_out - o0, n_in, &s, yb, CHUNK, 0, scratch);
+        }
+        for (int64_t i = 0; i < m; i++)
+            if (!xp->xr.q8on[r0 + i])
+                for (int64_t o = 0; o < no; o++) put(y + (r0 + i) * ldy + o0 + o, yb[i * CHUNK + o], accumulate);
+    }
+}
+
 void lp_mm_det_for(int type, const uint8_t *w, int64_t n_out, const lp_xprep *xp, float *y, int64_t ldy, int accumulate,
                    void *scratch) {
     const int64_t n = xp->n, n_in = xp->n_in;
+    if (lp_det_kz_type(type)) { /* Q4_K / Q6_K at AVX-512 VNNI without AMX: each row by its own q8on */
+        int64_t noff = 0;
+        for (int64_t r = 0; r < n; r++) noff += !xp->xr.q8on[r];
+        if (noff < n) {
+#pragma omp for schedule(static)
+            for (int64_t o0 = 0; o0 < n_out; o0 += CHUNK)
+                kz_chunk(type, w, o0, o0 + CHUNK < n_out ? o0 + CHUNK : n_out, n_out, xp, noff, y, ldy, accumulate, scratch);
+            return;
+        } /* (every row with an outlier block: the int16 lanes' paths below, straight into y) */
+    }
 #if !defined(LP_AVX512)
     const int alone = type == LP_Q6_K ? 1 : type == LP_Q4_K || type == LP_Q5_K ? 2 : DET_ALONE;
     if (n >= 2 && n <= alone && lp_det8_covers(type) && !xp->x8.tiles) { /* each row its one-row
