@@ -8,7 +8,6 @@
 #if defined(LP_AVX512) && defined(LP_VNNI)
 #define LP_Q8KZ 1
 #endif
-#define LP_Q8KZ_MIN 16 /* rows from which both types' products take q8kz (before: only from here) */
 #define LP_Q8KZ_Q4K 2 /* rows from which Q4_K's products take q8kz (mm.c q8kz_chunk; lp_q8kz_routes) */
 #define LP_Q8KZ_Q6K 2 /* ... and Q6_K's */
 #define LP_Q8KZ_FEW (LP_Q8KZ_Q4K < LP_Q8KZ_Q6K ? LP_Q8KZ_Q4K : LP_Q8KZ_Q6K) /* the fewest rows prepared as Q8_K here */
