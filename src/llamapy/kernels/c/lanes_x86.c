@@ -218,12 +218,10 @@ LP_INLINE void tile(const int NG, const int NW, const int g16, const int has_min
                     }
                 }
                 for (int j = 0; j < NW; j++) p[0][j] = VI_ADD(p[0][j], p2[j]);
-            } else {
-#if defined(LP_AVX512)
-#pragma GCC unroll 4
-#else
+            } else { /* unrolled whole (a constant k: no pair_first branch, no copies between the chains): at
+                      * AVX-512 an unroll of 4 ran 512-row det Q4_K / Q6_K 1.08x / 1.11x and 32-row Q8_0 / Q4_0
+                      * 1.23x / 1.19x slower (Zen 5, -t 1, kernel_ab.py; the same integers) */
 #pragma GCC unroll 16
-#endif
                 for (int k = 0; k < kn; k++) {
                     vi xv[2];
                     for (int i = 0; i < NG; i++) xv[i] = VI_LOAD(xq[i] + k0 + k);
