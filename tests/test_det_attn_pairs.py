@@ -1,4 +1,4 @@
-"""--deterministic's attention takes a call's rows in twos (ops.c pair_task -> attn_det_x86.c lp_attn_pair_det at
+"""--deterministic's attention takes a call's rows in twos (attn.c pair_task -> attn_det_x86.c lp_attn_pair_det at
 the AVX-512 level: the cells both rows see are loaded and converted once for both).  A row's output must stay the
 one it gets alone (a decode: one row a call), bit for bit, whatever its partner: here odd row counts, rows of two
 sequences mixed (so pairs straddle sequences), masks with holes (a cell one row sees and its partner does not),

@@ -1,6 +1,6 @@
-"""--deterministic's attention (ops.c lp_attn_det_for through api.c lp_attn_det_f16: each row over its own
+"""--deterministic's attention (attn.c lp_attn_det_for through api.c lp_attn_det_f16: each row over its own
 cells, chunks and merge; over an f16 cache attn_det_x86.c at the AVX-512 level, attn_det_avx2_x86.c at AVX2,
-ops.c's attn_group at the scalar level): a sequence's rows alone, all in one call, and in calls of 2..64 rows
+attn.c's attn_group at the scalar level): a sequence's rows alone, all in one call, and in calls of 2..64 rows
 shared with another sequence's rows, bit for bit (np.array_equal); and every row within float rounding of the
 float64 softmax(q k * scale + mask) v.  SmolLM2's heads (9 over 3 KV heads of 64), Gemma 3's (4 over 1 of 256),
 and 8 over 1 of 32 (two groups of 4 heads, the smallest head the AVX2 kernel reads); rows see 1..150 cells

@@ -122,7 +122,7 @@ def test_sinks_attention():
 @pytest.mark.parametrize("cache", ["f16", "q8_0"])
 @pytest.mark.parametrize("n,n_kv", [(3, 40), (1, 3000)])
 def test_sinks_c_kernel(cache, n, n_kv):
-    """The few-row C attention with sinks (kernels/c/ops.c: one chunk scaled by attn_sink_scale,
+    """The few-row C attention with sinks (kernels/c/attn.c: one chunk scaled by attn_sink_scale,
     several merged by attn_merge with the sink in the sum; a block cache widened 256 cells at a
     time) against the materialized softmax with sinks over the same cache values: within float
     rounding; a row that sees nothing gets zeros, a sink above every score takes most of the

@@ -685,7 +685,7 @@ def test_rope_in_place_matches_torch(lib, rope_type):
                                                  (4, 1, 256, 3), (4, 1, 256, 1), (9, 3, 64, 2)])
 def test_attention_matches_sdpa(lib, n_head, n_head_kv, d, n, n_kv):
     """700 cells: few (row, KV head) groups split their cells into chunks among the threads,
-    whose softmax partials are merged (ops.c lp_attn_chunks); a row seeing one cell leaves
+    whose softmax partials are merged (attn.c lp_attn_chunks); a row seeing one cell leaves
     chunks empty."""
     g = torch.Generator().manual_seed(0)
     n_cells = n_kv + 16

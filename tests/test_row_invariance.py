@@ -5,7 +5,7 @@ at 2-4 rows (where every product reads x as at one row: row1_x86.h lp_row1_i8, t
 and at 7 within 5e-6 of the largest logit with the same argmax (the tied Q8_0 output's int16 lanes
 from 5 rows sum in another float order: 1.8e-5 of a logit; the layers' Q4_1 rows are still exact,
 or the int8 rounding would carry a difference to tenths, as below).  What this pins beyond the products: each row's attention is split into
-the chunks it has alone (ops.c lp_attn_chunks of that row), not a count that depends on how many
+the chunks it has alone (attn.c lp_attn_chunks of that row), not a count that depends on how many
 rows share the call; with the count of the call, a one-row step merged two chunks where a 2-row
 step took one, and SmolLM2's int8 rounding carried the float-order difference to 0.3 of a logit
 (the speculative test's one-thread divergence, 2026-12-07).  Skipped where the CPU has no AVX2."""

@@ -116,7 +116,7 @@ def attn_kv(lib: KernelLib, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, t
     uint8 blocks: row bytes), `types` their GGML types, d_v the V head size; mask [n, n_kv]
     float32 -> [n, n_head * d_v].  The C attention over the visible cells (visible_cells(mask),
     computed here unless given); a block-typed cache has each visible cell's rows widened to
-    f32 (kernels/c/ops.c attn_group_blocks).  sinks [n_head] (gpt-oss): each head's sink logit
+    f32 (kernels/c/attn.c attn_group_blocks).  sinks [n_head] (gpt-oss): each head's sink logit
     in its softmax's sum (ggml_soft_max_add_sinks)."""
     q, mask, out = _attn_args(q, k, v, n_head_kv, mask, d_v)
     n, n_head, d_k = q.shape

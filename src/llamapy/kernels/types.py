@@ -41,7 +41,7 @@ Q8MM32_RATIO = {"avx512": 3.0, "avx2": 4.0}
 # KV cache types the C attention and the fused layers read (-ctk / -ctv), by their GGML type:
 # f16 and ggml's blocks of 32 (kernels/c/kv_quant.c); f32, bf16 and iq4_nl take PyTorch's path.
 C_KV_TYPES = {"f16": 1, "q4_0": 2, "q4_1": 3, "q5_0": 6, "q5_1": 7, "q8_0": 8}
-KV_WIDEN = 256  # cells of a block-typed cache an attention task widens to f32 at a time (kernels/c/ops.c)
+KV_WIDEN = 256  # cells of a block-typed cache an attention task widens to f32 at a time (kernels/c/attn.c)
 
 
 def c_kv_types(type_k: str, type_v: str, d_k: int, d_v: int) -> tuple[int, int] | None:
@@ -54,7 +54,7 @@ def c_kv_types(type_k: str, type_v: str, d_k: int, d_v: int) -> tuple[int, int] 
 
 
 def attn_kv_scratch_bytes(d_k: int, d_v: int) -> int:
-    """One thread's scratch of the few-row attention over a block-typed cache (kernels/c/ops.c
+    """One thread's scratch of the few-row attention over a block-typed cache (kernels/c/attn.c
     lp_attn_kv_floats at its KV_WIDEN cells): the widened K and V rows, their mask values and
     indices, a part's outputs for up to 64 heads, and a row's canonical form."""
     d = max(d_k, d_v)

@@ -25,7 +25,7 @@ def attend(inp: UBatchInputs, cache: KVCache, il: int, q: torch.Tensor, k: torch
     -> [n_tokens, n_head * d_v].  swa selects the sliding-window mask.  softcap > 0 (Gemma 2):
     KQ soft-capped before the mask, which only the materialized KQ does (no C kernel, no SDPA);
     sinks [n_head] (gpt-oss): one more logit per head in the softmax, which the few-row C kernel
-    (kernels/c/ops.c attn_merge / attn_sink_scale) and PyTorch's CPU flash kernel also take,
+    (kernels/c/attn_merge.c lp_attn_merge / lp_attn_sink_scale) and PyTorch's CPU flash kernel also take,
     not the tiles."""
     if q.device != cache.device:  # -nkvo: attention where the cache is
         return attend(inp, cache, il, q.to(cache.device), k.to(cache.device), v.to(cache.device), scale, swa,

@@ -2,6 +2,7 @@
  * picks over a row of logits (one thread), and what the library was built for. */
 #include <omp.h>
 
+#include "attn.h"
 #include "kv_quant.h"
 #include "ops.h"
 

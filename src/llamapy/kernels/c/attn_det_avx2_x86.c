@@ -1,6 +1,6 @@
 /* --deterministic's attention of one query row's group of hpt heads over its visible cells, f16
  * cache, 256-bit vectors (the AVX2 level): attn_det_x86.c's contract and plan on 16 ymm
- * registers.  A row's attention under the flag is this function of that row alone (ops.c
+ * registers.  A row's attention under the flag is this function of that row alone (attn.c
  * lp_attn_det_for: its own cells, chunks and merge), so any order inside it is the row's own
  * whatever the batch (the AVX2 level is its own deterministic world: not the AVX-512 order):
  *   scores: heads in fours, 4 heads x 3 cells a pass (3 heads or fewer: 4 cells), each K row's
@@ -9,7 +9,7 @@
  *   softmax: 8 exponentials at a time (lp_exp8), the tail masked (its lanes add 0);
  *   weighted V: 4 heads x 16 dims (3 heads or fewer: 32) in registers a pass over the cells,
  *     each V row's 8 dims converted once for the heads.
- * The same scores, softmax and sums as ops.c's attn_group, in another order. */
+ * The same scores, softmax and sums as attn.c's attn_group, in another order. */
 #include "attn_det_avx2_x86.h"
 
 #if defined(LP_AVX2) && !defined(LP_AVX512)

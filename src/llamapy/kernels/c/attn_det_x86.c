@@ -1,13 +1,13 @@
 /* --deterministic's attention of one query row's group of hpt heads (sharing a KV head) over
  * its visible cells, f16 cache, 512-bit vectors.  A row's attention under the flag is this
- * function of that row alone (ops.c lp_attn_det_for: its own cells, chunks and merge), so any
+ * function of that row alone (attn.c lp_attn_det_for: its own cells, chunks and merge), so any
  * order inside it is the row's own whatever the batch; this one is chosen for speed:
  *   scores: up to 4 heads x 4 cells a pass, each K row's 16 dims converted once for the 4
  *     heads (the one-row kernel attn_x86.c converts them per head, 8 at a time), the 16
  *     accumulators reduced by a transpose-add to 4 x 4 scores;
  *   softmax: 16 exponentials at a time (lp_exp16);
  *   weighted V: up to 4 heads x 64 dims in registers a pass over the cells.
- * The same scores, softmax and sums as ops.c's attn_group, in another order. */
+ * The same scores, softmax and sums as attn.c's attn_group, in another order. */
 #include "attn_det_x86.h"
 #include "attn_det_avx2_x86.h"
 

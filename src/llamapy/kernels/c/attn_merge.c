@@ -1,4 +1,4 @@
-/* The attention's chunk merge and gpt-oss's sink share (ops.c's tasks' partials into a row's output). */
+/* The attention's chunk merge and gpt-oss's sink share (attn.c's tasks' partials into a row's output). */
 #include "attn_merge.h"
 
 /* out (d_v floats) = the chunks' outputs o_c merged: sum_c w_c o_c / (sum_c w_c + w_sink),

@@ -1,4 +1,4 @@
-/* attn_merge.c: how ops.c's attention merges a row's chunks (each its softmax's max and sum) and takes a
+/* attn_merge.c: how attn.c's attention merges a row's chunks (each its softmax's max and sum) and takes a
  * sink's share. */
 #ifndef LP_ATTN_MERGE_H
 #define LP_ATTN_MERGE_H

@@ -18,7 +18,7 @@
  * and writes out[row(i)][head(i) d_v + j] = OT[j][i] / l_i (zeros for a row that sees nothing).
  * Both products are one micro-kernel, C[R][AT_Q] += A (broadcast) x B[k][AT_Q] (vectors): the
  * query vectors are the lanes, so the softmax's maxima and sums are taken lane by lane.  fp32
- * throughout; the same softmax as the few-row kernel (ops.c) up to the order of its sums. */
+ * throughout; the same softmax as the few-row kernel (attn.c) up to the order of its sums. */
 #include <omp.h>
 
 #include "lp.h"

@@ -4,8 +4,8 @@
  * reduced together), the softmax's exponentials 8 at a time (lp.h lp_exp8), and the
  * softmax-weighted sum of V rows with the output dims of up to 4 heads in registers per pass (4
  * heads x 24 dims, else up to 3 x 32).  K and V rows are f16 (the cache's own), or f32 (a
- * block-typed cache's rows dequantized by ops.c).
- * The same scores, softmax and sums as ops.c's generic attn_group, in another order; each
+ * block-typed cache's rows dequantized by attn.c).
+ * The same scores, softmax and sums as attn.c's generic attn_group, in another order; each
  * (head, cell) score and output value the same bits however many heads share a pass. */
 #include "attn_x86.h"
 
@@ -21,7 +21,7 @@ LP_INLINE __m256 hsum8x(const __m256 *a) { /* [sum a[0], ..., sum a[7]] */
 LP_INLINE __m256 loadh8(const uint16_t *p) { return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p)); }
 
 /* 8 K or V values from element i of a cache row: f16, or f32 (f32: rows of a block-typed cache
- * dequantized by ops.c) */
+ * dequantized by attn.c) */
 LP_INLINE __m256 load8(const void *base, int64_t i, const int f32) {
     return f32 ? _mm256_loadu_ps((const float *)base + i) : loadh8((const uint16_t *)base + i);
 }

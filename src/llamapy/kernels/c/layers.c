@@ -11,13 +11,14 @@
  *   x += wd act(wg h) * (wu h)             (act silu or gelu; gemma3: post-norm as above)
  *   (qwen3moe, Mixtral-style llama: x += the MoE FFN of h, moe.c lp_moe_row_for; one row only)
  *
- * The steps and arithmetic are the per-op path's with the same kernels (mm.c, ops.c).  Each
+ * The steps and arithmetic are the per-op path's with the same kernels (mm.c, ops.c, attn.c).  Each
  * layer names its KV set (the cache it stores into and reads: the window cache or the global
  * one of an iSWA model) and its RoPE set (cos/sin of each row for its base frequency).  The rows
  * of a ubatch may lie in different streams of the cache (llama-server's -np layout): each row
  * carries its stream's offset, and its mask row and visible cells are its own stream's. */
 #include <omp.h>
 
+#include "attn.h"
 #include "kv_quant.h"
 #include "mm.h"
 #include "moe.h"
@@ -54,7 +55,7 @@ typedef struct {
     const int64_t *cell_off;    /* [n] where each row's stream starts in every layer's k and v, in cells */
     const float *mask;          /* [n, n_kv] */
     int64_t n_kv;
-    const int64_t *ptr, *cells; /* the visible cells of each row (ops.c lp_attn_for) */
+    const int64_t *ptr, *cells; /* the visible cells of each row (attn.c lp_attn_for) */
 } lp_kv_in;
 
 #define LP_MAX_KV_SETS 8 /* KV sets of one call (an iSWA model has 2) */
@@ -221,7 +222,7 @@ int lp_layers(const lp_layer *L, int64_t n_layer, const lp_dims *hp, float *x, i
     const int64_t ne = hp->n_embd, d = hp->d, nq = hp->n_head * d, nk = hp->n_head_kv * d, nqkv = nq + 2 * nk;
     const int64_t n_ff = hp->n_ff, half = hp->n_rot / 2, wide = max3(ne, nq, n_ff);
     const int64_t hpt = lp_attn_heads_per_task(hp->n_head, hp->n_head_kv);
-    /* each row's attention chunks as it has alone (ops.c attn_rows_for): a row's bits do not depend on
+    /* each row's attention chunks as it has alone (attn.c attn_rows_for): a row's bits do not depend on
      * the rows beside it (a speculative verification's, a server step's), --deterministic or not */
     int64_t *row_chunks = (int64_t *)malloc((size_t)(n * n_kv_sets + 1) * sizeof(int64_t));
     if (!row_chunks) return -1;
