@@ -78,54 +78,6 @@ LP_INLINE vi pair_first(vi x, vi w) {
  * requests over its blocks (a burst of them at its start left its loads waiting) */
 #define PF(p) LP_PREFETCH_W(p)
 
-size_t lp_xlanes_bytes(int64_t n_in, int64_t n) {
-    const int64_t ng = (n + NL - 1) / NL;
-    return (size_t)(ng * NL) * ((size_t)n_in * 2 + (size_t)(n_in / 32) * 8 + (size_t)(n_in / 16) * 4) + 128;
-}
-
-lp_xlanes lp_xlanes_at(void *buf, int64_t n_in, int64_t n) {
-    lp_xlanes l;
-    const int64_t ng = (n + NL - 1) / NL;
-    l.n_in = n_in;
-    l.n_grp = ng;
-    l.q = (int32_t *)(((uintptr_t)buf + 63) & ~(uintptr_t)63);
-    l.s = (float *)(l.q + ng * NL * (n_in / 2));
-    l.sum32 = l.s + ng * NL * (n_in / 32);
-    l.sum16 = l.sum32 + ng * NL * (n_in / 32);
-    return l;
-}
-
-/* Block b (32 elements) of the n rows of xr (prepared: lp_prepare_x_row) into the lanes, each
- * row in `per` adjacent lanes: per 1, row r in lane r % NL of group r / NL; per 2 (the twin
- * lanes below, n <= LP_FEW_ROWS), row r in lanes 2r and 2r + 1 of the one group.  A group's
- * lanes past the last row hold zeros (their outputs are never read). */
-void lp_xlanes_fill(const lp_xrows *xr, int64_t n, lp_xlanes l, int64_t b, int per) {
-    const int64_t n_in = l.n_in, nb = n_in / 32, ng16 = n_in / 16;
-    for (int64_t r = 0; r < n; r++) {
-        const int64_t g = r * per / NL, lane = r * per % NL;
-        const int32_t *src = (const int32_t *)(xr->q + r * n_in);
-        int32_t *q = l.q + g * NL * (n_in / 2) + lane;
-        float *s = l.s + (g * nb + b) * NL + lane, *s32 = l.sum32 + (g * nb + b) * NL + lane;
-        float *s16 = l.sum16 + (g * ng16 + 2 * b) * NL + lane;
-        for (int h = 0; h < per; h++) {
-            for (int64_t k = 16 * b; k < 16 * b + 16; k++) q[NL * k + h] = src[k];
-            s[h] = xr->s[r * nb + b];
-            s32[h] = xr->sum32[r * nb + b];
-            s16[h] = xr->sum16[r * ng16 + 2 * b];
-            s16[NL + h] = xr->sum16[r * ng16 + 2 * b + 1];
-        }
-    }
-    for (int64_t li = n * per; li < l.n_grp * NL; li++) { /* a last group's lanes past the rows: zeros, for garbage
-        * scales can be subnormal, whose float steps cost a microcode assist each on Intel cores (a 17-row product
-        * of SmolLM2's 3072 x 576 Q8_0 took 605-804 us against 174 at 16 rows and 288 zeroed) */
-        const int64_t g = li / NL, lane = li % NL;
-        int32_t *q = l.q + g * NL * (n_in / 2) + lane;
-        for (int64_t k = 16 * b; k < 16 * b + 16; k++) q[NL * k] = 0;
-        l.s[(g * nb + b) * NL + lane] = l.sum32[(g * nb + b) * NL + lane] = 0.0f;
-        l.sum16[(g * ng16 + 2 * b) * NL + lane] = l.sum16[(g * ng16 + 2 * b + 1) * NL + lane] = 0.0f;
-    }
-}
-
 /* Four vectors of lanes, a0..a3 (output columns 0..3, lane r: activation row r), as rows: row
  * r's four at y[r ldy]: a 4 x 4 transpose in each 128-bit lane, then a 16-byte store per row.
  * (Stored as columns, the chunk transposed them through memory a float at a time.) */
