@@ -125,6 +125,16 @@ static int lanes_tile_rows(int g16) {
     return g16 || lp_lanes_amd() ? 4 : 3;
 #endif
 }
+/* Lane groups in a tile's pass with `left` groups to go: 2 where there are two, at AVX-512 3 for the
+ * types of a scale per block of 32 (LP_LANES_NG3), except from 4 left (2 + 2, not 3 + a lone group
+ * of one: its chains wait on their latency).  The sums do not depend on it. */
+static int lanes_pass_groups(int64_t left, int g16) {
+#if defined(LP_LANES_NG3)
+    if (!g16 && left >= 3 && left != 4) return 3;
+#endif
+    (void)g16;
+    return left >= 2 ? 2 : 1;
+}
 /* Output rows o0..o1 from the lanes (lanes_x86.c): lanes_tile_rows weight rows at a time decoded to
  * int16 once (lp_unpack_row16, or the canonical form widened), then against every group of
  * LP_NL activation rows, two groups a pass. */
@@ -135,7 +145,7 @@ static void lanes_chunk(int type, const uint8_t *w, int64_t o0, int64_t o1, int6
     lp_wrow wr[LANES_NW];
     int16_t *w16[LANES_NW];
     lane_rows_at(scratch, n_in, LANES_NW, wr, w16);
-    float t[2 * LP_NL * 4];
+    float t[3 * LP_NL * 4];
     float yb[LANES_YB]; /* the chunk's outputs in rows [n_pad][ybld]: y's rows lie ldy apart (often a multiple of
                          * 4 KiB: the same cache sets), so each row's part is written once, in one piece */
     const int64_t n_pad = xp->xl.n_grp * LP_NL, ybld = o1 - o0 + 4; /* a buffered row: the chunk's columns and a tile's 4 */
@@ -149,8 +159,8 @@ static void lanes_chunk(int type, const uint8_t *w, int64_t o0, int64_t o1, int6
     for (int64_t o = o0; o < o1; o += tw) {
         const int nw = (int)(o1 - o < tw ? o1 - o : tw);
         for (int j = 0; j < nw && !dec; j++) row16(type, w + (o + j) * rb, n_in, &wr[j], w16[j]);
-        for (int64_t g = 0; g < xp->xl.n_grp; g += 2) { /* two groups of LP_NL rows a pass where there are */
-            const int ng = g + 1 < xp->xl.n_grp ? 2 : 1;
+        for (int64_t g = 0, ng; g < xp->xl.n_grp; g += ng) { /* two or three groups of LP_NL rows a pass */
+            ng = lanes_pass_groups(xp->xl.n_grp - g, g16);
             const char *pf = NULL; /* the weight rows two tiles ahead on their way while the first pass computes */
             const int64_t pf_lines = g == 0 ? tile_prefetch(w, rb, o + 2 * tw, o + 3 * tw, n_out, &pf) : 0;
             const uint8_t *raw = dec && g == 0 ? w + o * rb : NULL;
