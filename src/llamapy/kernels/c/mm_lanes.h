@@ -6,7 +6,8 @@
 #ifndef LP_MM_LANES_H
 #define LP_MM_LANES_H
 
-#define LANES_NW 4 /* weight rows per lane tile, at most (lp_lanes_tile writes 4 columns, those past nw zeros) */
+#define LANES_TW 4 /* weight rows per lane tile, at most (lp_lanes_tile writes 4 columns, those past nw zeros) */
+#define LANES_NW 16 /* weight rows a lane chunk holds decoded at once (its scratch: LANES_NW lanes_row_bytes) */
 #define YB_LD (CHUNK + 4) /* a buffered row's floats: a tile's four columns stay inside it from any column < CHUNK */
 #define LANES_YB (512 * YB_LD) /* floats of a chunk's buffered outputs (512 rows: lanes_slice_rows) */
 #ifndef LANES_WIDE
@@ -135,12 +136,14 @@ static int lanes_pass_groups(int64_t left, int g16) {
     (void)g16;
     return left >= 2 ? 2 : 1;
 }
-/* Output rows o0..o1 from the lanes (lanes_x86.c): lanes_tile_rows weight rows at a time decoded to
- * int16 once (lp_unpack_row16, or the canonical form widened), then against every group of
- * LP_NL activation rows, two groups a pass. */
+/* Output rows o0..o1 from the lanes (lanes_x86.c): up to LANES_NW weight rows at a time decoded to
+ * int16 once (lp_unpack_row16, or the canonical form widened), then each pass of two or three
+ * groups of LP_NL activation rows against all of them, lanes_tile_rows a tile: a pass's lanes
+ * (2-3 x 64 KiB at 2048 a row) read from memory once for the LANES_NW rows, not once per tile (a
+ * slice's 256 rows of 2048 fill a 1 MiB L2: each tile's sweep over them had come from L3). */
 static void lanes_chunk(int type, const uint8_t *w, int64_t o0, int64_t o1, int64_t n_out, int64_t n_in, const lp_xprep *xp,
                         float *y, int64_t ldy, int accumulate, void *scratch) {
-    const int64_t rb = lp_row_bytes(type, n_in), n = xp->n;
+    const int64_t rb = lp_row_bytes(type, n_in), n = xp->n, n_grp = xp->xl.n_grp;
     const int g16 = lp_g16(type), has_min = lp_has_min(type);
     lp_wrow wr[LANES_NW];
     int16_t *w16[LANES_NW];
@@ -148,7 +151,7 @@ static void lanes_chunk(int type, const uint8_t *w, int64_t o0, int64_t o1, int6
     float t[3 * LP_NL * 4];
     float yb[LANES_YB]; /* the chunk's outputs in rows [n_pad][ybld]: y's rows lie ldy apart (often a multiple of
                          * 4 KiB: the same cache sets), so each row's part is written once, in one piece */
-    const int64_t n_pad = xp->xl.n_grp * LP_NL, ybld = o1 - o0 + 4; /* a buffered row: the chunk's columns and a tile's 4 */
+    const int64_t n_pad = n_grp * LP_NL, ybld = o1 - o0 + 4; /* a buffered row: the chunk's columns and a tile's 4 */
     const int buffered = n_pad * ybld <= LANES_YB;
     const int tw = lanes_tile_rows(g16);
 #if defined(LP_LANES_DEC)
@@ -156,23 +159,28 @@ static void lanes_chunk(int type, const uint8_t *w, int64_t o0, int64_t o1, int6
 #else
     const int dec = 0;
 #endif
-    for (int64_t o = o0; o < o1; o += tw) {
-        const int nw = (int)(o1 - o < tw ? o1 - o : tw);
-        for (int j = 0; j < nw && !dec; j++) row16(type, w + (o + j) * rb, n_in, &wr[j], w16[j]);
-        for (int64_t g = 0, ng; g < xp->xl.n_grp; g += ng) { /* two or three groups of LP_NL rows a pass */
-            ng = lanes_pass_groups(xp->xl.n_grp - g, g16);
-            const char *pf = NULL; /* the weight rows two tiles ahead on their way while the first pass computes */
-            const int64_t pf_lines = g == 0 ? tile_prefetch(w, rb, o + 2 * tw, o + 3 * tw, n_out, &pf) : 0;
-            const uint8_t *raw = dec && g == 0 ? w + o * rb : NULL;
-            if (buffered) { /* rows LP_NL g .., columns o - o0 .. o - o0 + 3 of the chunk (a column past nw: the next
-                             * tile's, written after, or the row's padding) */
-                lp_lanes_tile(ng, nw, g16, has_min, raw, rb, (const int16_t *const *)w16, wr, &xp->xl, g, pf, pf_lines,
-                              yb + LP_NL * g * ybld + (o - o0), ybld);
-                continue;
+    for (int64_t os = o0; os < o1; os += LANES_NW) { /* rows os..oe decoded (dec: by the first pass) */
+        const int64_t oe = o1 - os < LANES_NW ? o1 : os + LANES_NW;
+        for (int64_t o = os; o < oe && !dec; o++) row16(type, w + o * rb, n_in, &wr[o - os], w16[o - os]);
+        for (int64_t g = 0, ng; g < n_grp; g += ng) { /* two or three groups of LP_NL rows a pass */
+            ng = lanes_pass_groups(n_grp - g, g16);
+            for (int64_t o = os; o < oe; o += tw) { /* (a column past nw: the next tile's, written after, or padding) */
+                const int nw = (int)(oe - o < tw ? oe - o : tw), j0 = (int)(o - os);
+                const char *pf = NULL; /* weight rows on their way while a pass computes: dec's first pass decodes
+                                        * them two tiles ahead; else the last pass requests the next rows' */
+                const int64_t pf_lines = dec ? (g == 0 ? tile_prefetch(w, rb, o + 2 * tw, o + 3 * tw, n_out, &pf) : 0)
+                                             : (g + ng >= n_grp ? tile_prefetch(w, rb, o + LANES_NW, o + LANES_NW + tw, n_out, &pf) : 0);
+                const uint8_t *raw = dec && g == 0 ? w + o * rb : NULL;
+                const int16_t *const *wt = (const int16_t *const *)w16 + j0;
+                if (buffered) { /* rows LP_NL g .., columns o - o0 .. o - o0 + 3 of the chunk */
+                    lp_lanes_tile(ng, nw, g16, has_min, raw, rb, wt, wr + j0, &xp->xl, g, pf, pf_lines,
+                                  yb + LP_NL * g * ybld + (o - o0), ybld);
+                    continue;
+                }
+                lp_lanes_tile(ng, nw, g16, has_min, raw, rb, wt, wr + j0, &xp->xl, g, pf, pf_lines, t, 4);
+                for (int64_t i = 0; i < LP_NL * ng && LP_NL * g + i < n; i++)
+                    for (int j = 0; j < nw; j++) put(y + (LP_NL * g + i) * ldy + o + j, t[4 * i + j], accumulate);
             }
-            lp_lanes_tile(ng, nw, g16, has_min, raw, rb, (const int16_t *const *)w16, wr, &xp->xl, g, pf, pf_lines, t, 4);
-            for (int64_t i = 0; i < LP_NL * ng && LP_NL * g + i < n; i++)
-                for (int j = 0; j < nw; j++) put(y + (LP_NL * g + i) * ldy + o + j, t[4 * i + j], accumulate);
         }
     }
     if (buffered) put_buffered(yb, ybld, n, o0, o1, y, ldy, accumulate);
@@ -188,9 +196,9 @@ static void lanes_chunk(int type, const uint8_t *w, int64_t o0, int64_t o1, int6
 static void lanes8_chunk(int type, const uint8_t *w, int64_t o0, int64_t o1, int64_t n_out, int64_t n_in, const lp_xprep *xp,
                          float *y, int64_t ldy, int accumulate, void *scratch) {
     const int64_t rb = lp_row_bytes(type, n_in), n = xp->n, nb = n_in / 32, ng = xp->xl8.n_grp;
-    uint8_t *u8[LANES_NW];
-    float *d[LANES_NW], *m[LANES_NW];
-    for (int j = 0; j < LANES_NW; j++) {
+    uint8_t *u8[LANES_TW];
+    float *d[LANES_TW], *m[LANES_TW];
+    for (int j = 0; j < LANES_TW; j++) {
         u8[j] = (uint8_t *)(((uintptr_t)((char *)scratch + j * lanes_row_bytes(n_in)) + 63) & ~(uintptr_t)63);
         d[j] = (float *)(u8[j] + n_in);
         m[j] = d[j] + nb;
