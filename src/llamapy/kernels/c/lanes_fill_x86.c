@@ -72,13 +72,25 @@ LP_INLINE void fill_group(const int32_t *src, int64_t ld, int32_t *q) {
 #endif
 }
 
+/* NL floats ld apart (a row's scale each) as one vector of lanes at dst. */
+LP_INLINE void gather_lanes(const float *src, int64_t ld, float *dst) {
+#if defined(LP_AVX512)
+    const __m512i at = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                          _mm512_set1_epi32((int)ld));
+    _mm512_storeu_ps(dst, _mm512_i32gather_ps(at, src, 4));
+#else
+    const __m256i at = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32((int)ld));
+    _mm256_storeu_ps(dst, _mm256_i32gather_ps(src, at, 4));
+#endif
+}
+
 /* Block b (32 elements) of the n rows of xr (prepared: lp_prepare_x_row) into the lanes, each
  * row in `per` adjacent lanes: per 1, row r in lane r % NL of group r / NL; per 2 (the twin
  * lanes below, n <= LP_FEW_ROWS), row r in lanes 2r and 2r + 1 of the one group.  A group's
  * lanes past the last row hold zeros (their outputs are never read). */
 void lp_xlanes_fill(const lp_xrows *xr, int64_t n, lp_xlanes l, int64_t b, int per) {
     const int64_t n_in = l.n_in, nb = n_in / 32, ng16 = n_in / 16;
-    const int64_t full = per == 1 ? n / NL : 0; /* whole groups: a transpose and gathers each */
+    const int64_t full = per == 1 ? n / NL : 0; /* whole groups: a transpose and four gathers each */
     for (int64_t g = 0; g < full; g++) {
         const int64_t r = g * NL;
         if (b + 1 < nb) /* the rows' next block (the next call's, this thread's: the callers' static schedule): the
@@ -86,21 +98,10 @@ void lp_xlanes_fill(const lp_xrows *xr, int64_t n, lp_xlanes l, int64_t b, int p
                          * 512 rows: 4% of the det product here, its loads' misses) */
             for (int i = 0; i < NL; i++) _mm_prefetch((const char *)(xr->q + (r + i) * n_in + 32 * (b + 1)), _MM_HINT_T0);
         fill_group((const int32_t *)(xr->q + r * n_in) + 16 * b, n_in / 2, l.q + g * NL * (n_in / 2) + NL * 16 * b);
-#if defined(LP_AVX512)
-        const __m512i i32 = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
-                                               _mm512_set1_epi32((int)nb));
-        const __m512i i16 = _mm512_add_epi32(i32, i32); /* (ng16 = 2 nb) */
-#define GATHER(dst, base, idx) _mm512_storeu_ps(dst, _mm512_i32gather_ps(idx, base, 4))
-#else
-        const __m256i i32 = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32((int)nb));
-        const __m256i i16 = _mm256_add_epi32(i32, i32);
-#define GATHER(dst, base, idx) _mm256_storeu_ps(dst, _mm256_i32gather_ps(base, idx, 4))
-#endif
-        GATHER(l.s + (g * nb + b) * NL, xr->s + r * nb + b, i32);
-        GATHER(l.sum32 + (g * nb + b) * NL, xr->sum32 + r * nb + b, i32);
-        GATHER(l.sum16 + (g * ng16 + 2 * b) * NL, xr->sum16 + r * ng16 + 2 * b, i16);
-        GATHER(l.sum16 + (g * ng16 + 2 * b + 1) * NL, xr->sum16 + r * ng16 + 2 * b + 1, i16);
-#undef GATHER
+        gather_lanes(xr->s + r * nb + b, nb, l.s + (g * nb + b) * NL);
+        gather_lanes(xr->sum32 + r * nb + b, nb, l.sum32 + (g * nb + b) * NL);
+        gather_lanes(xr->sum16 + r * ng16 + 2 * b, ng16, l.sum16 + (g * ng16 + 2 * b) * NL);
+        gather_lanes(xr->sum16 + r * ng16 + 2 * b + 1, ng16, l.sum16 + (g * ng16 + 2 * b + 1) * NL);
     }
     for (int64_t r = full * NL; r < n; r++) {
         const int64_t g = r * per / NL, lane = r * per % NL;

@@ -22,6 +22,7 @@ typedef struct {
 #else
 #define LP_NL 8
 #endif
+/* the layout's size, place and fill: lanes_fill_x86.c */
 size_t lp_xlanes_bytes(int64_t n_in, int64_t n);
 lp_xlanes lp_xlanes_at(void *buf, int64_t n_in, int64_t n);
 void lp_xlanes_fill(const lp_xrows *xr, int64_t n, lp_xlanes l, int64_t b, int per); /* per: lanes a row (1, 2: twin) */
