@@ -145,23 +145,23 @@ static void lanes_chunk(int type, const uint8_t *w, int64_t o0, int64_t o1, int6
                         float *y, int64_t ldy, int accumulate, void *scratch) {
     const int64_t rb = lp_row_bytes(type, n_in), n = xp->n, n_grp = xp->xl.n_grp;
     const int g16 = lp_g16(type), has_min = lp_has_min(type);
+    const int tw = lanes_tile_rows(g16);
+    /* rows decoded at once: one pass over the groups reads each row's int16 right after its decode (16 of them,
+     * 64 KiB at 2048, had left L1: 16-row Q8_0 / Q4_0 1-2% slower) */
+    const int64_t sub = lanes_pass_groups(n_grp, g16) >= n_grp ? tw : LANES_NW, ahead = sub > 2 * tw ? sub : 2 * tw;
     lp_wrow wr[LANES_NW];
     int16_t *w16[LANES_NW];
-    lane_rows_at(scratch, n_in, LANES_NW, wr, w16);
+    lane_rows_at(scratch, n_in, (int)(o1 - o0 < sub ? o1 - o0 : sub), wr, w16); /* (a call each: only those read) */
     float t[3 * LP_NL * 4];
     float yb[LANES_YB]; /* the chunk's outputs in rows [n_pad][ybld]: y's rows lie ldy apart (often a multiple of
                          * 4 KiB: the same cache sets), so each row's part is written once, in one piece */
     const int64_t n_pad = n_grp * LP_NL, ybld = o1 - o0 + 4; /* a buffered row: the chunk's columns and a tile's 4 */
     const int buffered = n_pad * ybld <= LANES_YB;
-    const int tw = lanes_tile_rows(g16);
 #if defined(LP_LANES_DEC)
     const int dec = type == LP_Q8_0; /* the first pass decodes the rows (lp_lanes_tile's raw) */
 #else
     const int dec = 0;
 #endif
-    /* rows decoded at once: one pass over the groups reads each row's int16 right after its decode (16 of them,
-     * 64 KiB at 2048, had left L1: 16-row Q8_0 / Q4_0 1-2% slower) */
-    const int64_t sub = lanes_pass_groups(n_grp, g16) >= n_grp ? tw : LANES_NW, ahead = sub > 2 * tw ? sub : 2 * tw;
     for (int64_t os = o0; os < o1; os += sub) { /* rows os..oe decoded (dec: by the first pass) */
         const int64_t oe = o1 - os < sub ? o1 : os + sub;
         for (int64_t o = os; o < oe && !dec; o++) row16(type, w + o * rb, n_in, &wr[o - os], w16[o - os]);
