@@ -8,6 +8,9 @@
 
 #define LANES_TW 4 /* weight rows per lane tile, at most (lp_lanes_tile writes 4 columns, those past nw zeros) */
 #define LANES_NW 16 /* weight rows a lane chunk holds decoded at once (its scratch: LANES_NW lanes_row_bytes) */
+#ifndef LANES_L2_BYTES
+#define LANES_L2_BYTES (512 << 10) /* a chunk's lanes past which they take LANES_NW rows a pass (lanes_chunk) */
+#endif
 #define YB_LD (CHUNK + 4) /* a buffered row's floats: a tile's four columns stay inside it from any column < CHUNK */
 #define LANES_YB (512 * YB_LD) /* floats of a chunk's buffered outputs (512 rows: lanes_slice_rows) */
 #ifndef LANES_WIDE
@@ -146,9 +149,10 @@ static void lanes_chunk(int type, const uint8_t *w, int64_t o0, int64_t o1, int6
     const int64_t rb = lp_row_bytes(type, n_in), n = xp->n, n_grp = xp->xl.n_grp;
     const int g16 = lp_g16(type), has_min = lp_has_min(type);
     const int tw = lanes_tile_rows(g16);
-    /* rows decoded at once: one pass over the groups reads each row's int16 right after its decode (16 of them,
-     * 64 KiB at 2048, had left L1: 16-row Q8_0 / Q4_0 1-2% slower) */
-    const int64_t sub = lanes_pass_groups(n_grp, g16) >= n_grp ? tw : LANES_NW, ahead = sub > 2 * tw ? sub : 2 * tw;
+    /* rows decoded at once: LANES_NW where the lanes outgrow L2 (LANES_L2_BYTES), each pass's from memory once;
+     * else a tile's, each row's int16 staying in L1 (16 rows, 64 KiB at 2048, had left it: 96-row Q4_0 0.96x) */
+    const int64_t sub = n_grp * LP_NL * n_in * 2 > LANES_L2_BYTES && lanes_pass_groups(n_grp, g16) < n_grp ? LANES_NW : tw;
+    const int64_t ahead = sub > 2 * tw ? sub : 2 * tw;
     lp_wrow wr[LANES_NW];
     int16_t *w16[LANES_NW];
     lane_rows_at(scratch, n_in, (int)(o1 - o0 < sub ? o1 - o0 : sub), wr, w16); /* (a call each: only those read) */
