@@ -284,6 +284,31 @@ def test_det_slices_equal_one_row(lib, qtype):
     assert np.array_equal(det(lib, qtype, w, x, 21, accumulate=True, y0=y0).view(np.uint32), ref_acc.view(np.uint32))
 
 
+@pytest.mark.parametrize("qtype", [T.Q4_K, T.Q5_K, T.Q6_K], ids=lambda t: t.name)
+def test_det_lane_passes_equal_one_row(lib, qtype):
+    """The lane tiles' passes over the groups of 16 rows (mm_lanes.h lanes_pass_groups: at AVX-512 three groups a
+    pass for the types of one scale per 32, two from four groups left, else two) at 47-49, 95-97, 143 and 161 rows
+    (3, 4, 6, 7, 9, 11 groups), y aligned and 4 floats off, with and without y +=, row for row equal to each row
+    alone (every row with an outlier block: the int16 lanes' order)."""
+    n_in, n_out = 256, 21
+    w = weights(qtype, n_out, n_in, seed=53)
+    x = activations(161, n_in, seed=59)
+    y0 = np.random.default_rng(61).standard_normal((161, n_out)).astype(np.float32)
+    check_rows_alone(lib, qtype, w, x, y0, (47, 48, 49, 95, 96, 97, 143, 161))
+
+
+@pytest.mark.parametrize("qtype", [T.Q4_K, T.Q6_K], ids=lambda t: t.name)
+def test_det_lanes_past_l2_equal_one_row(lib, qtype):
+    """A slice whose lanes outgrow mm_lanes.h LANES_L2_BYTES (256 rows of 1280: 640 KiB) takes LANES_NW weight rows a
+    pass (lanes_chunk), a last chunk of 5 and a last slice of 44 rows; y aligned and 4 floats off, with and without
+    y +=, row for row equal to each row alone."""
+    n_in, n_out = 1280, 37
+    w = weights(qtype, n_out, n_in, seed=67)
+    x = activations(300, n_in, seed=71)
+    y0 = np.random.default_rng(73).standard_normal((300, n_out)).astype(np.float32)
+    check_rows_alone(lib, qtype, w, x, y0, (300,))
+
+
 @pytest.mark.parametrize("qtype", [T.Q8_0, T.Q5_0, T.Q6_K], ids=lambda t: t.name)
 def test_det_long_rows_whole_lines(lib, qtype):
     """A vocabulary-wide product (det8_avx2_x86.c gathers a chunk's 16 outputs in a buffer of rows and writes each

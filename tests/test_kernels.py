@@ -264,7 +264,8 @@ def test_lane_tail_rows(lib, qtype):
     """Rows past whole lane groups (a verification of 16 drafts: 17 rows; a 130-row ubatch) take
     a last group whose other lanes are zeros (lanes_x86.c lp_xlanes_fill).  Every row is bit for
     bit its row of 16-row products (each row's integers and float steps are its own), so no row
-    count changes another row's sums."""
+    count changes another row's sums; 40-49, 130, 143 rows: at AVX-512 passes of three lane groups and
+    tails of 2 + 2 (mm_lanes.h lanes_pass_groups)."""
     old = lib.fn.lp_coarse_bf16()
     lib.fn.lp_set_coarse_bf16(0)  # the coarse types in integers too, whatever this CPU's timed choice
     try:
@@ -283,7 +284,7 @@ def test_lane_tail_rows(lib, qtype):
         q8k = bool(lib.fn.lp_q8k_takes(int(qtype), x.data_ptr(), shape[1], 16))
         with lanes_only(lib):
             lanes = mm(x) if q8k else ref
-            for n in (17, 20, 24, 25, 31, 40, 130):
+            for n in (17, 20, 24, 25, 31, 40, 47, 48, 49, 130, 143):
                 assert torch.equal(mm(x[:n]), (lanes if n >= Q8MM_ROWS else ref)[:n]), n
     finally:
         lib.fn.lp_set_coarse_bf16(old)

@@ -78,54 +78,6 @@ LP_INLINE vi pair_first(vi x, vi w) {
  * requests over its blocks (a burst of them at its start left its loads waiting) */
 #define PF(p) LP_PREFETCH_W(p)
 
-size_t lp_xlanes_bytes(int64_t n_in, int64_t n) {
-    const int64_t ng = (n + NL - 1) / NL;
-    return (size_t)(ng * NL) * ((size_t)n_in * 2 + (size_t)(n_in / 32) * 8 + (size_t)(n_in / 16) * 4) + 128;
-}
-
-lp_xlanes lp_xlanes_at(void *buf, int64_t n_in, int64_t n) {
-    lp_xlanes l;
-    const int64_t ng = (n + NL - 1) / NL;
-    l.n_in = n_in;
-    l.n_grp = ng;
-    l.q = (int32_t *)(((uintptr_t)buf + 63) & ~(uintptr_t)63);
-    l.s = (float *)(l.q + ng * NL * (n_in / 2));
-    l.sum32 = l.s + ng * NL * (n_in / 32);
-    l.sum16 = l.sum32 + ng * NL * (n_in / 32);
-    return l;
-}
-
-/* Block b (32 elements) of the n rows of xr (prepared: lp_prepare_x_row) into the lanes, each
- * row in `per` adjacent lanes: per 1, row r in lane r % NL of group r / NL; per 2 (the twin
- * lanes below, n <= LP_FEW_ROWS), row r in lanes 2r and 2r + 1 of the one group.  A group's
- * lanes past the last row hold zeros (their outputs are never read). */
-void lp_xlanes_fill(const lp_xrows *xr, int64_t n, lp_xlanes l, int64_t b, int per) {
-    const int64_t n_in = l.n_in, nb = n_in / 32, ng16 = n_in / 16;
-    for (int64_t r = 0; r < n; r++) {
-        const int64_t g = r * per / NL, lane = r * per % NL;
-        const int32_t *src = (const int32_t *)(xr->q + r * n_in);
-        int32_t *q = l.q + g * NL * (n_in / 2) + lane;
-        float *s = l.s + (g * nb + b) * NL + lane, *s32 = l.sum32 + (g * nb + b) * NL + lane;
-        float *s16 = l.sum16 + (g * ng16 + 2 * b) * NL + lane;
-        for (int h = 0; h < per; h++) {
-            for (int64_t k = 16 * b; k < 16 * b + 16; k++) q[NL * k + h] = src[k];
-            s[h] = xr->s[r * nb + b];
-            s32[h] = xr->sum32[r * nb + b];
-            s16[h] = xr->sum16[r * ng16 + 2 * b];
-            s16[NL + h] = xr->sum16[r * ng16 + 2 * b + 1];
-        }
-    }
-    for (int64_t li = n * per; li < l.n_grp * NL; li++) { /* a last group's lanes past the rows: zeros, for garbage
-        * scales can be subnormal, whose float steps cost a microcode assist each on Intel cores (a 17-row product
-        * of SmolLM2's 3072 x 576 Q8_0 took 605-804 us against 174 at 16 rows and 288 zeroed) */
-        const int64_t g = li / NL, lane = li % NL;
-        int32_t *q = l.q + g * NL * (n_in / 2) + lane;
-        for (int64_t k = 16 * b; k < 16 * b + 16; k++) q[NL * k] = 0;
-        l.s[(g * nb + b) * NL + lane] = l.sum32[(g * nb + b) * NL + lane] = 0.0f;
-        l.sum16[(g * ng16 + 2 * b) * NL + lane] = l.sum16[(g * ng16 + 2 * b + 1) * NL + lane] = 0.0f;
-    }
-}
-
 /* Four vectors of lanes, a0..a3 (output columns 0..3, lane r: activation row r), as rows: row
  * r's four at y[r ldy]: a 4 x 4 transpose in each 128-bit lane, then a 16-byte store per row.
  * (Stored as columns, the chunk transposed them through memory a float at a time.) */
@@ -162,8 +114,8 @@ LP_INLINE void dec_q8_0(const uint8_t *bp, int16_t *q16, float *d16) {
     _mm256_store_si256((__m256i *)(q16 + 16), _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(bp + 18))));
 }
 
-/* The NW weight rows w16[j] (int16 [n_in], widened from canonical rows wr[j]) against NG (1 or
- * 2) lane groups g0.. of NL rows: row NL i + lane's outputs at y[(NL i + lane) ldy + j]
+/* The NW weight rows w16[j] (int16 [n_in], widened from canonical rows wr[j]) against NG (1, 2;
+ * 3: LP_LANES_NG3) lane groups g0.. of NL rows: row NL i + lane's outputs at y[(NL i + lane) ldy + j]
  * (store_rows4).  Per block of 32 (g16: per 16-group) one integer sum per weight row and lane,
  * NG * NW independent chains of vpdpwssd (2 NW for one group; each weight pair broadcast once
  * for the NG groups), then scaled by d s and the minimum's m sum(x) added, as dot.c does.
@@ -180,15 +132,15 @@ LP_INLINE void tile(const int NG, const int NW, const int g16, const int has_min
     if (DEC)
         for (int64_t b = 0; b < DEC_AHEAD && b < nb; b++)
             for (int j = 0; j < NW; j++) dec_q8_0(raw + j * rb + 34 * b, wq[j] + 32 * b, wd[j] + 2 * b);
-    const vi *xq[2];
-    const float *s[2], *s32[2], *s16[2];
+    const vi *xq[3];
+    const float *s[3], *s32[3], *s16[3];
     for (int i = 0; i < NG; i++) {
         xq[i] = (const vi *)(l->q + (g0 + i) * NL * np);
         s[i] = l->s + (g0 + i) * NL * nb;
         s32[i] = l->sum32 + (g0 + i) * NL * nb;
         s16[i] = l->sum16 + (g0 + i) * NL * ng16;
     }
-    vfl acc[2][4];
+    vfl acc[3][4];
     for (int i = 0; i < NG; i++)
         for (int j = 0; j < NW; j++) acc[i][j] = VFL_ZERO();
     for (int64_t b = 0; b < nb; b++) {
@@ -199,7 +151,7 @@ LP_INLINE void tile(const int NG, const int NW, const int g16, const int has_min
         for (int h = 0; h < (g16 ? 2 : 1); h++) {
             const int64_t gi = g16 ? 2 * b + h : 2 * b, k0 = 16 * b + 8 * h; /* gi: the 16-group whose d16, m16 apply */
             const int kn = g16 ? 8 : 16; /* pairs of the group (a constant: the unroll annotations need one) */
-            vi p[2][4];
+            vi p[3][4];
             for (int i = 0; i < NG; i++)
                 for (int j = 0; j < NW; j++) p[i][j] = VI_ZERO();
             if (NG == 1) { /* one group: its NW chains of vpdpwssd waited on their latency; even and odd pairs
@@ -223,7 +175,7 @@ LP_INLINE void tile(const int NG, const int NW, const int g16, const int has_min
                       * 1.23x / 1.19x slower (Zen 5, -t 1, kernel_ab.py; the same integers) */
 #pragma GCC unroll 16
                 for (int k = 0; k < kn; k++) {
-                    vi xv[2];
+                    vi xv[3];
                     for (int i = 0; i < NG; i++) xv[i] = VI_LOAD(xq[i] + k0 + k);
                     for (int j = 0; j < NW; j++) {
                         int32_t wp;
@@ -262,10 +214,31 @@ LP_INLINE void tile(const int NG, const int NW, const int g16, const int has_min
             tile(NG, NW, 0, 0, 0, raw, rb, w16, wr, l, g0, pf, pf_lines, y, ldy);                                      \
     } while (0)
 
+#define TILE3_K(NW)                                                                                                    \
+    do {                                                                                                               \
+        if (has_min)                                                                                                   \
+            tile(3, NW, 0, 1, 0, NULL, rb, w16, wr, l, g0, pf, pf_lines, y, ldy);                                      \
+        else                                                                                                           \
+            tile(3, NW, 0, 0, 0, NULL, rb, w16, wr, l, g0, pf, pf_lines, y, ldy);                                      \
+    } while (0)
+
 void lp_lanes_tile(int ng, int nw, int g16, int has_min, const uint8_t *raw, int64_t rb, const int16_t *const *w16,
                    const lp_wrow *wr, const lp_xlanes *l, int64_t g0, const char *pf, int64_t pf_lines, float *y,
                    int64_t ldy) {
+#if defined(LP_LANES_NG3)
+    if (ng == 3 && (g16 || raw)) { /* (three groups built for the types of one scale per 32 only: 2 + 1) */
+        lp_lanes_tile(2, nw, g16, has_min, raw, rb, w16, wr, l, g0, pf, pf_lines, y, ldy);
+        lp_lanes_tile(1, nw, g16, has_min, NULL, rb, w16, wr, l, g0 + 2, NULL, 0, y + 2 * NL * ldy, ldy);
+        return;
+    }
+#endif
     switch (ng * 8 + nw) {
+#if defined(LP_LANES_NG3)
+    case 25: TILE3_K(1); break;
+    case 26: TILE3_K(2); break;
+    case 27: TILE3_K(3); break;
+    case 28: TILE3_K(4); break;
+#endif
     case 17: TILE_K(2, 1); break;
     case 18: TILE_K(2, 2); break;
     case 19: TILE_K(2, 3); break;
@@ -277,6 +250,7 @@ void lp_lanes_tile(int ng, int nw, int g16, int has_min, const uint8_t *raw, int
     }
 }
 #undef TILE_K
+#undef TILE3_K
 
 int lp_lanes_amd(void) {
     static int amd = -1; /* -1: not asked yet (cpuid traps to the hypervisor under a VM: once, not every product;

@@ -18,14 +18,16 @@ typedef struct {
 #define LP_LANES 1
 #if defined(LP_AVX512)
 #define LP_NL 16 /* rows per lane group: a zmm of int32 */
+#define LP_LANES_NG3 1 /* lp_lanes_tile takes 3 groups (12 integer and 12 float accumulators in 32 zmm) */
 #else
 #define LP_NL 8
 #endif
+/* the layout's size, place and fill: lanes_fill_x86.c */
 size_t lp_xlanes_bytes(int64_t n_in, int64_t n);
 lp_xlanes lp_xlanes_at(void *buf, int64_t n_in, int64_t n);
 void lp_xlanes_fill(const lp_xrows *xr, int64_t n, lp_xlanes l, int64_t b, int per); /* per: lanes a row (1, 2: twin) */
 /* nw (1..4) weight rows (w16: their canonical q widened to int16, lp_widen_q; wr: their d16,
- * m16) against the LP_NL rows of each of ng (1, 2) lane groups from g0, in rows: activation row
+ * m16) against the LP_NL rows of each of ng (1, 2; 3 with LP_LANES_NG3) lane groups from g0, in rows: activation row
  * LP_NL i + lane's outputs at y[(LP_NL i + lane) ldy + j], j < 4 (four written whatever nw: the
  * columns past nw hold zeros).  raw (Q8_0 only; else NULL): the rows' blocks, rb bytes apart,
  * decoded into w16 and wr's d16 as the tile goes (LP_LANES_DEC). */

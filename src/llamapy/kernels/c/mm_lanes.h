@@ -6,7 +6,11 @@
 #ifndef LP_MM_LANES_H
 #define LP_MM_LANES_H
 
-#define LANES_NW 4 /* weight rows per lane tile, at most (lp_lanes_tile writes 4 columns, those past nw zeros) */
+#define LANES_TW 4 /* weight rows per lane tile, at most (lp_lanes_tile writes 4 columns, those past nw zeros) */
+#define LANES_NW 16 /* weight rows a lane chunk holds decoded at once (its scratch: LANES_NW lanes_row_bytes) */
+#ifndef LANES_L2_BYTES
+#define LANES_L2_BYTES (512 << 10) /* a chunk's lanes past which they take LANES_NW rows a pass (lanes_chunk) */
+#endif
 #define YB_LD (CHUNK + 4) /* a buffered row's floats: a tile's four columns stay inside it from any column < CHUNK */
 #define LANES_YB (512 * YB_LD) /* floats of a chunk's buffered outputs (512 rows: lanes_slice_rows) */
 #ifndef LANES_WIDE
@@ -48,11 +52,24 @@ static void put_buffered(const float *yb, int64_t ybld, int64_t n, int64_t o0, i
         const float *br = yb + r * ybld;
         for (int64_t k = m; k < 2 * m; k += 16) __builtin_prefetch(yr + k, 1, 3);
         int64_t k = 0;
+#if defined(LP_AVX512)
+        for (; k + 16 <= m; k += 16) { /* a line a store (two halves: a 16-row Q8_0 product 5% slower than memcpy) */
+            __m512 v = _mm512_loadu_ps(br + k);
+            __asm__("" : "+v"(v)); /* opaque: GCC made y = yb's rows a memcpy call each again (3% of a 512-row det
+                                    * Q4_K product of 640 x 1024) */
+            _mm512_storeu_ps(yr + k, accumulate ? _mm512_add_ps(_mm512_loadu_ps(yr + k), v) : v);
+        }
+#endif
         for (; k + 8 <= m; k += 8) {
-            const __m256 v = _mm256_loadu_ps(br + k);
+            __m256 v = _mm256_loadu_ps(br + k);
+            __asm__("" : "+x"(v)); /* (as above) */
             _mm256_storeu_ps(yr + k, accumulate ? _mm256_add_ps(_mm256_loadu_ps(yr + k), v) : v);
         }
-        for (; k < m; k++) yr[k] = accumulate ? yr[k] + br[k] : br[k];
+        for (; k < m; k++) {
+            float v = br[k];
+            __asm__("" : "+x"(v));
+            yr[k] = accumulate ? yr[k] + v : v;
+        }
     }
 }
 
@@ -119,44 +136,65 @@ static int lanes_tile_rows(int g16) {
     return g16 || lp_lanes_amd() ? 4 : 3;
 #endif
 }
-/* Output rows o0..o1 from the lanes (lanes_x86.c): lanes_tile_rows weight rows at a time decoded to
- * int16 once (lp_unpack_row16, or the canonical form widened), then against every group of
- * LP_NL activation rows, two groups a pass. */
+/* Lane groups in a tile's pass with `left` groups to go: 2 where there are two, at AVX-512 3 for the
+ * types of a scale per block of 32 (LP_LANES_NG3), except from 4 left (2 + 2, not 3 + a lone group
+ * of one: its chains wait on their latency).  The sums do not depend on it. */
+static int lanes_pass_groups(int64_t left, int g16) {
+#if defined(LP_LANES_NG3)
+    if (!g16 && left >= 3 && left != 4) return 3;
+#endif
+    (void)g16;
+    return left >= 2 ? 2 : 1;
+}
+/* Output rows o0..o1 from the lanes (lanes_x86.c): up to LANES_NW weight rows at a time decoded to
+ * int16 once (lp_unpack_row16, or the canonical form widened), then each pass of two or three
+ * groups of LP_NL activation rows against all of them, lanes_tile_rows a tile: a pass's lanes
+ * (2-3 x 64 KiB at 2048 a row) read from memory once for the LANES_NW rows, not once per tile (a
+ * slice's 256 rows of 2048 fill a 1 MiB L2: each tile's sweep over them had come from L3). */
 static void lanes_chunk(int type, const uint8_t *w, int64_t o0, int64_t o1, int64_t n_out, int64_t n_in, const lp_xprep *xp,
                         float *y, int64_t ldy, int accumulate, void *scratch) {
-    const int64_t rb = lp_row_bytes(type, n_in), n = xp->n;
+    const int64_t rb = lp_row_bytes(type, n_in), n = xp->n, n_grp = xp->xl.n_grp;
     const int g16 = lp_g16(type), has_min = lp_has_min(type);
+    const int tw = lanes_tile_rows(g16);
+    /* rows decoded at once: LANES_NW where the lanes outgrow L2 (LANES_L2_BYTES), each pass's from memory once;
+     * else a tile's, each row's int16 staying in L1 (16 rows, 64 KiB at 2048, had left it: 96-row Q4_0 0.96x) */
+    const int64_t sub = n_grp * LP_NL * n_in * 2 > LANES_L2_BYTES && lanes_pass_groups(n_grp, g16) < n_grp ? LANES_NW : tw;
+    const int64_t ahead = sub > 2 * tw ? sub : 2 * tw;
     lp_wrow wr[LANES_NW];
     int16_t *w16[LANES_NW];
-    lane_rows_at(scratch, n_in, LANES_NW, wr, w16);
-    float t[2 * LP_NL * 4];
+    lane_rows_at(scratch, n_in, (int)(o1 - o0 < sub ? o1 - o0 : sub), wr, w16); /* (a call each: only those read) */
+    float t[3 * LP_NL * 4];
     float yb[LANES_YB]; /* the chunk's outputs in rows [n_pad][ybld]: y's rows lie ldy apart (often a multiple of
                          * 4 KiB: the same cache sets), so each row's part is written once, in one piece */
-    const int64_t n_pad = xp->xl.n_grp * LP_NL, ybld = o1 - o0 + 4; /* a buffered row: the chunk's columns and a tile's 4 */
+    const int64_t n_pad = n_grp * LP_NL, ybld = o1 - o0 + 4; /* a buffered row: the chunk's columns and a tile's 4 */
     const int buffered = n_pad * ybld <= LANES_YB;
-    const int tw = lanes_tile_rows(g16);
 #if defined(LP_LANES_DEC)
     const int dec = type == LP_Q8_0; /* the first pass decodes the rows (lp_lanes_tile's raw) */
 #else
     const int dec = 0;
 #endif
-    for (int64_t o = o0; o < o1; o += tw) {
-        const int nw = (int)(o1 - o < tw ? o1 - o : tw);
-        for (int j = 0; j < nw && !dec; j++) row16(type, w + (o + j) * rb, n_in, &wr[j], w16[j]);
-        for (int64_t g = 0; g < xp->xl.n_grp; g += 2) { /* two groups of LP_NL rows a pass where there are */
-            const int ng = g + 1 < xp->xl.n_grp ? 2 : 1;
-            const char *pf = NULL; /* the weight rows two tiles ahead on their way while the first pass computes */
-            const int64_t pf_lines = g == 0 ? tile_prefetch(w, rb, o + 2 * tw, o + 3 * tw, n_out, &pf) : 0;
-            const uint8_t *raw = dec && g == 0 ? w + o * rb : NULL;
-            if (buffered) { /* rows LP_NL g .., columns o - o0 .. o - o0 + 3 of the chunk (a column past nw: the next
-                             * tile's, written after, or the row's padding) */
-                lp_lanes_tile(ng, nw, g16, has_min, raw, rb, (const int16_t *const *)w16, wr, &xp->xl, g, pf, pf_lines,
-                              yb + LP_NL * g * ybld + (o - o0), ybld);
-                continue;
+    for (int64_t os = o0; os < o1; os += sub) { /* rows os..oe decoded (dec: by the first pass) */
+        const int64_t oe = o1 - os < sub ? o1 : os + sub;
+        for (int64_t o = os; o < oe && !dec; o++) row16(type, w + o * rb, n_in, &wr[o - os], w16[o - os]);
+        for (int64_t g = 0, ng; g < n_grp; g += ng) { /* two or three groups of LP_NL rows a pass */
+            ng = lanes_pass_groups(n_grp - g, g16);
+            for (int64_t o = os; o < oe; o += tw) { /* (a column past nw: the next tile's, written after, or padding) */
+                const int nw = (int)(oe - o < tw ? oe - o : tw), j0 = (int)(o - os);
+                const char *pf = NULL; /* weight rows on their way while a pass computes: dec's first pass decodes
+                                        * them two tiles ahead; else the last pass requests the rows `ahead` */
+                const int64_t pf_lines = dec ? (g == 0 ? tile_prefetch(w, rb, o + 2 * tw, o + 3 * tw, n_out, &pf) : 0)
+                                             : (g + ng >= n_grp ? tile_prefetch(w, rb, o + ahead, o + ahead + tw, n_out, &pf) : 0);
+                const uint8_t *raw = dec && g == 0 ? w + o * rb : NULL;
+                const int16_t *const *wt = (const int16_t *const *)w16 + j0;
+                if (buffered) { /* rows LP_NL g .., columns o - o0 .. o - o0 + 3 of the chunk */
+                    lp_lanes_tile(ng, nw, g16, has_min, raw, rb, wt, wr + j0, &xp->xl, g, pf, pf_lines,
+                                  yb + LP_NL * g * ybld + (o - o0), ybld);
+                    continue;
+                }
+                lp_lanes_tile(ng, nw, g16, has_min, raw, rb, wt, wr + j0, &xp->xl, g, pf, pf_lines, t, 4);
+                for (int64_t i = 0; i < LP_NL * ng && LP_NL * g + i < n; i++)
+                    for (int j = 0; j < nw; j++) put(y + (LP_NL * g + i) * ldy + o + j, t[4 * i + j], accumulate);
             }
-            lp_lanes_tile(ng, nw, g16, has_min, raw, rb, (const int16_t *const *)w16, wr, &xp->xl, g, pf, pf_lines, t, 4);
-            for (int64_t i = 0; i < LP_NL * ng && LP_NL * g + i < n; i++)
-                for (int j = 0; j < nw; j++) put(y + (LP_NL * g + i) * ldy + o + j, t[4 * i + j], accumulate);
         }
     }
     if (buffered) put_buffered(yb, ybld, n, o0, o1, y, ldy, accumulate);
@@ -172,9 +210,9 @@ static void lanes_chunk(int type, const uint8_t *w, int64_t o0, int64_t o1, int6
 static void lanes8_chunk(int type, const uint8_t *w, int64_t o0, int64_t o1, int64_t n_out, int64_t n_in, const lp_xprep *xp,
                          float *y, int64_t ldy, int accumulate, void *scratch) {
     const int64_t rb = lp_row_bytes(type, n_in), n = xp->n, nb = n_in / 32, ng = xp->xl8.n_grp;
-    uint8_t *u8[LANES_NW];
-    float *d[LANES_NW], *m[LANES_NW];
-    for (int j = 0; j < LANES_NW; j++) {
+    uint8_t *u8[LANES_TW];
+    float *d[LANES_TW], *m[LANES_TW];
+    for (int j = 0; j < LANES_TW; j++) {
         u8[j] = (uint8_t *)(((uintptr_t)((char *)scratch + j * lanes_row_bytes(n_in)) + 63) & ~(uintptr_t)63);
         d[j] = (float *)(u8[j] + n_in);
         m[j] = d[j] + nb;
