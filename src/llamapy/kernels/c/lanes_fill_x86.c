@@ -1,6 +1,6 @@
 /* The activation rows' lane layout for x86's int16 lanes (lanes_x86.h lp_xlanes): its size, its
  * place in a buffer, and the rows' blocks written into it (lp_xlanes_fill). */
-#include "lanes_x86.h"
+#include "lanes_fill_x86.h"
 
 #if defined(LP_LANES)
 #define NL LP_NL

@@ -3,29 +3,12 @@
 #ifndef LP_LANES_X86_H
 #define LP_LANES_X86_H
 
-#include "quants.h"
+#include "lanes_fill_x86.h"
 
-/* Activation rows laid out "rows in lanes" for x86's integer products of LP_F32_ROWS rows or
- * more (lanes_x86.c; mm.c decides which): per group of LP_NL rows, lane r of each vector is row
- * r's (the twin lanes: row r in lanes 2r and 2r + 1). */
-typedef struct {
-    int64_t n_in, n_grp; /* row length, groups of LP_NL rows */
-    int32_t *q;          /* [n_grp, n_in / 2, LP_NL] each lane's pair of int16 (xrows' q) */
-    float *s, *sum32;    /* [n_grp, n_in / 32, LP_NL] */
-    float *sum16;        /* [n_grp, n_in / 16, LP_NL] */
-} lp_xlanes;
-#if defined(LP_AVX2) || defined(LP_AVX512)
-#define LP_LANES 1
+#if defined(LP_LANES)
 #if defined(LP_AVX512)
-#define LP_NL 16 /* rows per lane group: a zmm of int32 */
 #define LP_LANES_NG3 1 /* lp_lanes_tile takes 3 groups (12 integer and 12 float accumulators in 32 zmm) */
-#else
-#define LP_NL 8
 #endif
-/* the layout's size, place and fill: lanes_fill_x86.c */
-size_t lp_xlanes_bytes(int64_t n_in, int64_t n);
-lp_xlanes lp_xlanes_at(void *buf, int64_t n_in, int64_t n);
-void lp_xlanes_fill(const lp_xrows *xr, int64_t n, lp_xlanes l, int64_t b, int per); /* per: lanes a row (1, 2: twin) */
 /* nw (1..4) weight rows (w16: their canonical q widened to int16, lp_widen_q; wr: their d16,
  * m16) against the LP_NL rows of each of ng (1, 2; 3 with LP_LANES_NG3) lane groups from g0, in rows: activation row
  * LP_NL i + lane's outputs at y[(LP_NL i + lane) ldy + j], j < 4 (four written whatever nw: the
