@@ -3,7 +3,8 @@ cells, chunks and merge; over an f16 cache attn_det_x86.c at the AVX-512 level, 
 attn.c's attn_group at the scalar level): a sequence's rows alone, all in one call, and in calls of 2..64 rows
 shared with another sequence's rows, bit for bit (np.array_equal); and every row within float rounding of the
 float64 softmax(q k * scale + mask) v.  SmolLM2's heads (9 over 3 KV heads of 64), Gemma 3's (4 over 1 of 256),
-and 8 over 1 of 32 (two groups of 4 heads, the smallest head the AVX2 kernel reads); rows see 1..150 cells
+8 over 1 of 32 (two groups of 4 heads, the smallest head the AVX2 kernel reads), and 4 over 1 of 96 (the AVX2
+kernel's 4-head weighted sums: 24 dims a pass, 32 and 256 leaving 8 and 16 over, 96 none); rows see 1..150 cells
 (the kernels' 3-, 4- and 8-cell tails; from 64 cells a row alone takes several chunks, merged)."""
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from test_deterministic_kernels import x86_levels
 
 N_CELLS = 400  # the cache: the target's cells at every third slot after a shuffle, another sequence's between
 T = 150  # the target sequence's rows: row i sees its first i + 1 cells
-SHAPES = {"smollm2": (9, 3, 64), "gemma3": (4, 1, 256), "hpt8": (8, 1, 32)}  # n_head, n_head_kv, d
+SHAPES = {"smollm2": (9, 3, 64), "gemma3": (4, 1, 256), "hpt8": (8, 1, 32), "hpt4x96": (4, 1, 96)}  # n_head, n_head_kv, d
 
 
 @pytest.fixture(scope="module", params=x86_levels() + ["scalar"])
