@@ -23,7 +23,8 @@
  * below the panels, Q6_K at 8-31 rows).  From LP_DENSE_ROWS rows Q4_K / Q5_K take
  * AMX's tiles where the CPU has them (amx_x86.c: the lanes' bits, fewer instructions), and so do
  * det8's types (det8_amx_x86.c: det8's bits; lp_x8.tiles, set here for the whole product).
- * Other types (and non-x86 builds) return LP_DET_UNCOVERED: the caller keeps one-row ubatches. */
+ * Other types (and non-x86 builds) return LP_DET_UNCOVERED (mm_det_x86.c, lp_mm_det and which types
+ * this file covers): the caller keeps one-row ubatches. */
 #include <omp.h>
 
 #include "rows_det_x86.h"
@@ -50,25 +51,10 @@ static int64_t det8_slice(int64_t n_in) {
     const int64_t r = (393216 / n_in) & ~(int64_t)15;
     return r < 16 ? 16 : r > 512 ? 512 : r;
 }
-#define LP_DET_UNCOVERED -2
 
 static inline void put(float *y, float v, int accumulate) { *y = accumulate ? *y + v : v; }
 
 #include "mm_lanes.h"
-
-/* Does this file cover the type at this row length? */
-int lp_mm_det_covers(int type, int64_t n_in) {
-#if defined(LP_LANES)
-    switch (type) {
-    case LP_Q4_0: case LP_Q4_1: case LP_Q5_0: case LP_Q5_1: case LP_Q8_0: return n_in > 0 && n_in % 32 == 0;
-    case LP_Q4_K: case LP_Q5_K: case LP_Q6_K: return n_in > 0 && n_in % 256 == 0;
-    default: return 0;
-    }
-#else
-    (void)type, (void)n_in;
-    return 0;
-#endif
-}
 
 #if defined(LP_LANES)
 /* n rows take the twin lanes (one row in two lanes of one group)? */
@@ -371,30 +357,3 @@ void lp_mm_det_for(int type, const uint8_t *w, int64_t n_out, const lp_xprep *xp
     (void)type, (void)w, (void)n_out, (void)xp, (void)y, (void)ldy, (void)accumulate, (void)scratch;
 }
 #endif
-
-/* y[r, o] (+)= sum_k x[r, k] W[o, k], every element the same bits at any row count (each row
- * alone included).  Returns 0; -1 without scratch memory; LP_DET_UNCOVERED (-2) where the
- * type / row length has no such path (lp_mm_det_covers): nothing written. */
-int lp_mm_det(int type, const uint8_t *w, int64_t n_out, int64_t n_in, const float *x, int64_t n_rows, float *y,
-              int64_t ldy, int accumulate) {
-    if (!lp_mm_det_covers(type, n_in)) return LP_DET_UNCOVERED;
-    void *buf = malloc(lp_det_xprep_bytes(n_in, n_rows));
-    if (!buf) return -1;
-    lp_xprep xp = lp_det_xprep_at(buf, n_in, n_rows, x);
-    xp.reads = lp_det_reads(type);
-    int failed = 0;
-#pragma omp parallel
-    {
-        void *scratch = malloc(lp_det_scratch_bytes(n_in));
-        lp_det_prep_for(&xp);
-        if (scratch) {
-            lp_mm_det_for(type, w, n_out, &xp, y, ldy, accumulate, scratch);
-        } else {
-#pragma omp atomic write
-            failed = 1;
-        }
-        free(scratch);
-    }
-    free(buf);
-    return failed ? -1 : 0;
-}
