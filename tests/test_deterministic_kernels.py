@@ -67,7 +67,8 @@ def activations(n: int, n_in: int, seed: int) -> np.ndarray:
 
 READS_AMX = 4  # mm.h LP_READS_AMX: lp_det_reads's answer for Q4_K / Q5_K where AMX is on
 READS_I8 = 8  # mm.h LP_READS_I8: lp_det_reads's answer for a type det8_x86.c takes (the 32-element types at AVX-512)
-READS_L8 = 64  # rows_det_x86.h LP_READS_L8: with READS_I8 at AVX2 for Q4_0 .. Q5_1, the default's int8 lanes too
+READS_L8 = {T.Q4_0: 64, T.Q4_1: 64, T.Q5_0: 128, T.Q5_1: 128}  # rows_det_x86.h LP_READS_L8_4 / _5: at AVX2 without
+# VNNI these types' answer (the default's int8 lanes at some row counts, det8's x8 at the others)
 READS_KZ = 33  # mm.h LP_READS_Q8K | LP_READS_INTS: Q4_K / Q6_K at AVX-512 VNNI without AMX (det_kz_x86.c: a row without
 # an outlier block in ggml's Q8_K, q8kz's order; a row with one in the int16 lanes')
 
@@ -143,8 +144,8 @@ def test_det8_takes_the_32_element_types(lib):
     AVX-VNNI (det8_avx2_x86.c: Q8_0 signed, ggml's |w| x sign(x, w), where VNNI is missing)."""
     want = READS_I8 if lib.level == "avx2" or "vnni" in lib.isa else 1
     for t in (T.Q4_0, T.Q4_1, T.Q5_0, T.Q5_1, T.Q8_0):  # (AVX2 without VNNI: the 4- and 5-bit ones lanes8's lanes too)
-        l8 = READS_L8 if lib.level == "avx2" and "vnni" not in lib.isa and t != T.Q8_0 else 0
-        assert lib.fn.lp_det_reads(int(t)) == want | l8, t.name
+        l8 = lib.level == "avx2" and "vnni" not in lib.isa and t != T.Q8_0
+        assert lib.fn.lp_det_reads(int(t)) == (READS_L8[t] if l8 else want), t.name
     amx = lib.fn.lp_amx_on() == 1  # Q4_K / Q5_K: the int16 rows, split for AMX's tiles from 128 rows; at AVX2 int8
     k45 = READS_I8 if lib.level == "avx2" else READS_AMX if amx else 1
     kz = lib.level != "avx2" and "vnni" in lib.isa and not lib.amx  # Q4_K / Q6_K: det_kz_x86.c there
