@@ -67,6 +67,8 @@ def activations(n: int, n_in: int, seed: int) -> np.ndarray:
 
 READS_AMX = 4  # mm.h LP_READS_AMX: lp_det_reads's answer for Q4_K / Q5_K where AMX is on
 READS_I8 = 8  # mm.h LP_READS_I8: lp_det_reads's answer for a type det8_x86.c takes (the 32-element types at AVX-512)
+READS_L8 = {T.Q4_0: 64, T.Q4_1: 64, T.Q5_0: 128, T.Q5_1: 128}  # rows_det_x86.h LP_READS_L8_4 / _5: at AVX2 without
+# VNNI these types' answer (the default's int8 lanes at some row counts, det8's x8 at the others)
 READS_KZ = 33  # mm.h LP_READS_Q8K | LP_READS_INTS: Q4_K / Q6_K at AVX-512 VNNI without AMX (det_kz_x86.c: a row without
 # an outlier block in ggml's Q8_K, q8kz's order; a row with one in the int16 lanes')
 
@@ -141,8 +143,9 @@ def test_det8_takes_the_32_element_types(lib):
     form (Q8_0 needs VNNI there: its bytes q + 128 would saturate vpmaddubsw); at AVX2 too, with or without
     AVX-VNNI (det8_avx2_x86.c: Q8_0 signed, ggml's |w| x sign(x, w), where VNNI is missing)."""
     want = READS_I8 if lib.level == "avx2" or "vnni" in lib.isa else 1
-    for t in (T.Q4_0, T.Q4_1, T.Q5_0, T.Q5_1, T.Q8_0):
-        assert lib.fn.lp_det_reads(int(t)) == want, t.name
+    for t in (T.Q4_0, T.Q4_1, T.Q5_0, T.Q5_1, T.Q8_0):  # (AVX2 without VNNI: the 4- and 5-bit ones lanes8's lanes too)
+        l8 = lib.level == "avx2" and "vnni" not in lib.isa and t != T.Q8_0
+        assert lib.fn.lp_det_reads(int(t)) == (READS_L8[t] if l8 else want), t.name
     amx = lib.fn.lp_amx_on() == 1  # Q4_K / Q5_K: the int16 rows, split for AMX's tiles from 128 rows; at AVX2 int8
     k45 = READS_I8 if lib.level == "avx2" else READS_AMX if amx else 1
     kz = lib.level != "avx2" and "vnni" in lib.isa and not lib.amx  # Q4_K / Q6_K: det_kz_x86.c there
@@ -319,3 +322,29 @@ def test_det_long_rows_whole_lines(lib, qtype):
     x = activations(16, n_in, seed=43)
     y0 = np.random.default_rng(47).standard_normal((16, n_out)).astype(np.float32)
     check_rows_alone(lib, qtype, w, x, y0, (16, 3))
+
+
+@pytest.mark.parametrize("qtype", [T.Q4_0, T.Q4_1, T.Q5_0, T.Q5_1], ids=lambda t: t.name)
+def test_det_lanes8_rows_equal_one_row(lib, qtype):
+    """5..41 rows of the 4- and 5-bit 32-element types (at AVX2 without VNNI the default's int8 lanes from 5 rows,
+    lanes8_x86.c, up to det_lanes8_rows: 23 / 40; det8's tile past them) against each row alone, on SmolLM2's
+    gate shape (1536 outputs: LANES_WIDE tasks at one thread), y += as well; and at that level the default
+    product (lp_mm) of those rows the same bits (its lanes8 order is det8's)."""
+    n_in, n_out = 576, 1536
+    w = weights(qtype, n_out, n_in, seed=int(qtype) + 40)
+    x = activations(41, n_in, seed=13)
+    y0 = np.random.default_rng(9).standard_normal((41, n_out)).astype(np.float32)
+    ref = one_row(lib, qtype, w, x, n_out)
+    ref_acc = one_row(lib, qtype, w, x, n_out, accumulate=True, y0=y0)
+    lanes8 = lib.level == "avx2" and "vnni" not in lib.isa
+    for n in list(range(5, 33)) + [40, 41]:
+        xn = np.ascontiguousarray(x[:n])
+        got = det(lib, qtype, w, xn, n_out)
+        bad = np.nonzero((got.view(np.uint32) != ref[:n].view(np.uint32)).any(axis=1))[0]
+        assert len(bad) == 0, f"{qtype.name}: {n} rows, rows {bad[:8].tolist()} differ from the one-row product"
+        acc = det(lib, qtype, w, xn, n_out, accumulate=True, y0=np.ascontiguousarray(y0[:n]))
+        assert np.array_equal(acc.view(np.uint32), ref_acc[:n].view(np.uint32)), f"{qtype.name}: {n} rows, y +="
+        if lanes8:
+            y = np.zeros((n, n_out), np.float32)
+            assert lib.fn.lp_mm(int(qtype), w.ctypes.data, n_out, n_in, xn.ctypes.data, n, y.ctypes.data, n_out, 0) == 0
+            assert np.array_equal(y.view(np.uint32), got.view(np.uint32)), f"{qtype.name}: {n} rows, lp_mm"

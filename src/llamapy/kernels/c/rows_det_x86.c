@@ -23,7 +23,8 @@
  * below the panels, Q6_K at 8-31 rows).  From LP_DENSE_ROWS rows Q4_K / Q5_K take
  * AMX's tiles where the CPU has them (amx_x86.c: the lanes' bits, fewer instructions), and so do
  * det8's types (det8_amx_x86.c: det8's bits; lp_x8.tiles, set here for the whole product).
- * Other types (and non-x86 builds) return LP_DET_UNCOVERED: the caller keeps one-row ubatches. */
+ * Other types (and non-x86 builds) return LP_DET_UNCOVERED (mm_det_x86.c, lp_mm_det and which types
+ * this file covers): the caller keeps one-row ubatches. */
 #include <omp.h>
 
 #include "rows_det_x86.h"
@@ -50,25 +51,11 @@ static int64_t det8_slice(int64_t n_in) {
     const int64_t r = (393216 / n_in) & ~(int64_t)15;
     return r < 16 ? 16 : r > 512 ? 512 : r;
 }
-#define LP_DET_UNCOVERED -2
 
 static inline void put(float *y, float v, int accumulate) { *y = accumulate ? *y + v : v; }
 
 #include "mm_lanes.h"
-
-/* Does this file cover the type at this row length? */
-int lp_mm_det_covers(int type, int64_t n_in) {
-#if defined(LP_LANES)
-    switch (type) {
-    case LP_Q4_0: case LP_Q4_1: case LP_Q5_0: case LP_Q5_1: case LP_Q8_0: return n_in > 0 && n_in % 32 == 0;
-    case LP_Q4_K: case LP_Q5_K: case LP_Q6_K: return n_in > 0 && n_in % 256 == 0;
-    default: return 0;
-    }
-#else
-    (void)type, (void)n_in;
-    return 0;
-#endif
-}
+#include "det_lanes8_x86.h"
 
 #if defined(LP_LANES)
 /* n rows take the twin lanes (one row in two lanes of one group)? */
@@ -118,10 +105,10 @@ static int det_lanes16(int type, const lp_xprep *xp) {
 #endif
 }
 
-
 /* The forms a product of this type reads: LP_READS_I8 (det8_x86.c), LP_READS_AMX (the int16 rows,
  * from LP_DENSE_ROWS rows split for AMX, else in lanes) or LP_READS_INTS (the int16 rows, lanes). */
 int lp_det_reads(int type) {
+    if (det_lanes8_rows(type)) return type == LP_Q4_0 || type == LP_Q4_1 ? LP_READS_L8_4 : LP_READS_L8_5;
     return lp_det8_covers(type) ? LP_READS_I8 : lp_det_kz_type(type) ? LP_READS_Q8K | LP_READS_INTS : det_amx_type(type) ? LP_READS_AMX : LP_READS_INTS;
 }
 
@@ -139,7 +126,7 @@ static size_t det_head_bytes(int64_t n_in, int64_t n) {
     return lp_xrows_bytes(n_in, n) + (n > 1 ? lp_xlanes_bytes(n_in, n) : 0) + 64 + lp_x8_bytes(n_in, n) + 64 + lp_det_kz_bytes(n_in, n);
 }
 
-size_t lp_det_xprep_bytes(int64_t n_in, int64_t n) { return det_head_bytes(n_in, n) + det_amx_bytes(n_in, n); }
+size_t lp_det_xprep_bytes(int64_t n_in, int64_t n) { return det_head_bytes(n_in, n) + det_amx_bytes(n_in, n) + det_l8_bytes(n_in, n); }
 
 lp_xprep lp_det_xprep_at(void *buf, int64_t n_in, int64_t n, const float *x) {
     lp_xprep p;
@@ -156,6 +143,9 @@ lp_xprep lp_det_xprep_at(void *buf, int64_t n_in, int64_t n, const float *x) {
         p.xlo = p.xhi + (n + 15) / 16 * 16 * n_in;
     }
 #endif
+#if defined(LP_LANES8) /* (after the AMX rows: none at these counts) */
+    if (det_l8_bytes(n_in, n)) p.xl8 = lp_xlanes8_at((char *)buf + det_head_bytes(n_in, n) + det_amx_bytes(n_in, n), n_in, n);
+#endif
     p.x = x;
     p.n = n;
     p.n_in = n_in;
@@ -171,7 +161,10 @@ void lp_det_lanes_for(const lp_xprep *xp) {
 #pragma omp for schedule(static)
     for (int64_t b = 0; b < xp->n_in / 32; b++) {
         if (lanes) lp_xlanes_fill(&xp->xr, xp->n, xp->xl, b, det_twin(xp->n) ? 2 : 1);
-        if ((xp->reads & LP_READS_I8) && !lp_det_panel_all(xp->n)) lp_x8_lanes_block(&xp->x8, b); /* (the panels read q) */
+        if (det_reads_x8(xp) && !lp_det_panel_all(xp->n)) lp_x8_lanes_block(&xp->x8, b); /* (the panels read q) */
+#if defined(LP_LANES8)
+        if (det_reads_l8(xp)) lp_xlanes8_fill(xp->x, xp->n, xp->xl8, b); /* (det_lanes8_rows) */
+#endif
 #if !defined(LP_AVX512)
         if (det_lanes16(LP_Q8_0, xp) && !lp_det_panel_all(xp->n)) lp_x8_lanes16(&xp->x8, xp->xl, b); /* (for any such product of the rows) */
 #endif
@@ -188,7 +181,7 @@ void lp_det_prep_row(const lp_xprep *xp, int64_t r) {
     if ((xp->reads & LP_READS_AMX) && xp->xhi)
         lp_amx_split_row(xp->xr.q + r * xp->n_in, xp->n_in, r, xp->xhi, xp->xlo);
 #endif
-    if (xp->reads & LP_READS_I8) lp_x8_row(xp->x + r * xp->n_in, &xp->x8, r);
+    if (det_reads_x8(xp)) lp_x8_row(xp->x + r * xp->n_in, &xp->x8, r);
 }
 
 void lp_det_prep_for(lp_xprep *xp) {
@@ -289,6 +282,15 @@ void lp_mm_det_for(int type, const uint8_t *w, int64_t n_out, const lp_xprep *xp
         return;
     }
 #endif
+#if defined(LP_LANES8)
+    if (n > DET_ALONE && n <= det_lanes8_rows(type) && det_reads_l8(xp)) { /* det8's bits */
+        const int64_t ch = task_rows(type, n_out, n_in, n); /* (as lp_mm_for) */
+#pragma omp for schedule(static)
+        for (int64_t o0 = 0; o0 < n_out; o0 += ch)
+            lanes8_chunk(type, w, o0, o0 + ch < n_out ? o0 + ch : n_out, n_out, n_in, xp, y, ldy, accumulate, scratch);
+        return;
+    }
+#endif
     const int panel = lp_det8_covers(type) && lp_det_panel_covers(type, n_in, n); /* det8's bits on the prompt's panels */
     if (panel && lp_det_panel_for(type, w, n_out, &xp->x8, y, ldy, accumulate, scratch) == 0) return;
     if (!panel && det_lanes16(type, xp)) { /* the default's lanes on det8's rows (x8_lanes16), det8's bits
@@ -303,7 +305,7 @@ void lp_mm_det_for(int type, const uint8_t *w, int64_t n_out, const lp_xprep *xp
 #pragma omp barrier
         return;
     }
-    if (lp_det8_covers(type)) { /* xp->reads has LP_READS_I8 (lp_det_reads) */
+    if (lp_det8_covers(type)) { /* xp->reads has LP_READS_I8 (lp_det_reads), or its L8 bit past det_lanes8_rows */
 #if defined(LP_AMX)
         if (xp->x8.tiles) { /* LP_DENSE_ROWS rows or more: all of them against 16 weight rows a task */
 #pragma omp for schedule(static)
@@ -371,30 +373,3 @@ void lp_mm_det_for(int type, const uint8_t *w, int64_t n_out, const lp_xprep *xp
     (void)type, (void)w, (void)n_out, (void)xp, (void)y, (void)ldy, (void)accumulate, (void)scratch;
 }
 #endif
-
-/* y[r, o] (+)= sum_k x[r, k] W[o, k], every element the same bits at any row count (each row
- * alone included).  Returns 0; -1 without scratch memory; LP_DET_UNCOVERED (-2) where the
- * type / row length has no such path (lp_mm_det_covers): nothing written. */
-int lp_mm_det(int type, const uint8_t *w, int64_t n_out, int64_t n_in, const float *x, int64_t n_rows, float *y,
-              int64_t ldy, int accumulate) {
-    if (!lp_mm_det_covers(type, n_in)) return LP_DET_UNCOVERED;
-    void *buf = malloc(lp_det_xprep_bytes(n_in, n_rows));
-    if (!buf) return -1;
-    lp_xprep xp = lp_det_xprep_at(buf, n_in, n_rows, x);
-    xp.reads = lp_det_reads(type);
-    int failed = 0;
-#pragma omp parallel
-    {
-        void *scratch = malloc(lp_det_scratch_bytes(n_in));
-        lp_det_prep_for(&xp);
-        if (scratch) {
-            lp_mm_det_for(type, w, n_out, &xp, y, ldy, accumulate, scratch);
-        } else {
-#pragma omp atomic write
-            failed = 1;
-        }
-        free(scratch);
-    }
-    free(buf);
-    return failed ? -1 : 0;
-}

@@ -13,6 +13,10 @@ int lp_mm_det(int type, const uint8_t *w, int64_t n_out, int64_t n_in, const flo
  * (lp_det_scratch_bytes). */
 size_t lp_det_xprep_bytes(int64_t n_in, int64_t n);
 lp_xprep lp_det_xprep_at(void *buf, int64_t n_in, int64_t n, const float *x);
+/* deterministic mode at AVX2 without VNNI, for x8 (LP_READS_I8) where det_lanes8_rows leaves them: a Q4_0 / Q4_1
+ * product's (_4), a Q5_0 / Q5_1 product's (_5), which read the int8 lanes xl8 at their row counts (rows_det_x86.c) */
+#define LP_READS_L8_4 64
+#define LP_READS_L8_5 128
 int lp_det_reads(int type); /* the form a product of the type reads: set xp->reads to the union of a row's products' */
 void lp_det_prep_row(const lp_xprep *xp, int64_t r);
 void lp_det_lanes_for(const lp_xprep *xp);
