@@ -54,6 +54,7 @@ def _logits(model: Model, det: bool, one_by_one: bool) -> torch.Tensor:
 INT8_TOL = 7.5e-2
 READS_I8 = 8  # kernels/c/mm.h LP_READS_I8
 READS_KZ = 33  # kernels/c/mm.h LP_READS_Q8K | LP_READS_INTS (det_kz_x86.c: ggml's Q8_K for a row without an outlier block)
+READS_L8 = (64, 128)  # kernels/c/rows_det_x86.h LP_READS_L8_4 / _5: AVX2's 32-element types, int8 (x8 or the int8 lanes)
 
 
 def _tol(wtype: T) -> float:
@@ -64,7 +65,7 @@ def _tol(wtype: T) -> float:
         return 5e-3
     x = torch.ones(256)  # no outlier block: does the default's one row of this type read Q8_K here?
     q8k = lib.fn.lp_q8k_takes(int(wtype), x.data_ptr(), 256, 1)
-    return INT8_TOL if lib.fn.lp_det_reads(int(wtype)) in (READS_I8, READS_KZ) or q8k else 5e-3
+    return INT8_TOL if lib.fn.lp_det_reads(int(wtype)) in (READS_I8, READS_KZ, *READS_L8) or q8k else 5e-3
 
 
 def _check(model: Model, tol: float = 5e-3) -> None:
