@@ -4,6 +4,7 @@
 #include <omp.h>
 #include <stdlib.h>
 
+#include "mm_det_x86.h"
 #include "rows_det_x86.h"
 
 #define LP_DET_UNCOVERED -2

@@ -3,10 +3,8 @@
 #define LP_ROWS_DET_X86_H
 
 #include "mm.h"
+#include "mm_det_x86.h"
 
-int lp_mm_det_covers(int type, int64_t n_in);
-int lp_mm_det(int type, const uint8_t *w, int64_t n_out, int64_t n_in, const float *x, int64_t n_rows, float *y,
-              int64_t ldy, int accumulate);
 /* For a caller's own parallel region (layers.c): the rows' forms in buf (lp_det_xprep_bytes)
  * for the fp32 rows x [n, n_in], prepared by lp_det_prep_for (or lp_det_prep_row per row, then
  * lp_det_lanes_for; threads meet after), then the product with this thread's scratch
