@@ -9,7 +9,7 @@ from __future__ import annotations
 import gguf
 import numpy as np
 import pytest
-from test_deterministic_kernels import activations, det, lib, one_row, weights  # noqa: F401  (lib: the fixture)
+from test_deterministic_kernels import activations, lib, rows_as_alone, weights  # noqa: F401  (lib: the fixture)
 
 T = gguf.GGMLQuantizationType
 N_OUT = 75
@@ -24,12 +24,4 @@ def test_det_panels_equal_one_row(lib, qtype, n_in):  # noqa: F811
     w = weights(qtype, N_OUT, n_in, seed=53 + int(qtype))
     x = activations(max(ROWS[n_in]), n_in, seed=59)
     y0 = np.random.default_rng(61).standard_normal((max(ROWS[n_in]), N_OUT)).astype(np.float32)
-    ref = one_row(lib, qtype, w, x, N_OUT)
-    ref_acc = one_row(lib, qtype, w, x, N_OUT, accumulate=True, y0=y0)
-    for n in ROWS[n_in]:
-        xs = np.ascontiguousarray(x[:n])
-        got = det(lib, qtype, w, xs, N_OUT)
-        bad = np.nonzero((got.view(np.uint32) != ref[:n].view(np.uint32)).any(axis=1))[0]
-        assert len(bad) == 0, f"{qtype.name}: {n} rows, rows {bad[:8].tolist()} differ from the one-row product"
-        acc = det(lib, qtype, w, xs, N_OUT, accumulate=True, y0=np.ascontiguousarray(y0[:n]))
-        assert np.array_equal(acc.view(np.uint32), ref_acc[:n].view(np.uint32)), f"{qtype.name}: {n} rows, y +="
+    rows_as_alone(lib, qtype, w, x, N_OUT, ROWS[n_in], y0)

@@ -101,6 +101,22 @@ def det(lib, qtype, w, x, n_out, accumulate=False, y0=None):
     return y
 
 
+def rows_as_alone(lib, qtype, w, x, n_out, counts, y0, extra=None) -> None:
+    """lp_mm_det of the first n rows of x, for each n in counts, bit for bit each row's one-row product, y = and
+    y += (y0's rows); extra(n, xn, got): a further check of those n rows."""
+    ref = one_row(lib, qtype, w, x, n_out)
+    ref_acc = one_row(lib, qtype, w, x, n_out, accumulate=True, y0=y0)
+    for n in counts:
+        xn = np.ascontiguousarray(x[:n])
+        got = det(lib, qtype, w, xn, n_out)
+        bad = np.nonzero((got.view(np.uint32) != ref[:n].view(np.uint32)).any(axis=1))[0]
+        assert len(bad) == 0, f"{qtype.name}: {n} rows, rows {bad[:8].tolist()} differ from the one-row product"
+        acc = det(lib, qtype, w, xn, n_out, accumulate=True, y0=np.ascontiguousarray(y0[:n]))
+        assert np.array_equal(acc.view(np.uint32), ref_acc[:n].view(np.uint32)), f"{qtype.name}: {n} rows, y +="
+        if extra is not None:
+            extra(n, xn, got)
+
+
 @pytest.mark.parametrize("qtype", COVERED, ids=lambda t: t.name)
 def test_det_rows_equal_one_row(lib, qtype):
     n_in = 512
@@ -334,17 +350,11 @@ def test_det_lanes8_rows_equal_one_row(lib, qtype):
     w = weights(qtype, n_out, n_in, seed=int(qtype) + 40)
     x = activations(41, n_in, seed=13)
     y0 = np.random.default_rng(9).standard_normal((41, n_out)).astype(np.float32)
-    ref = one_row(lib, qtype, w, x, n_out)
-    ref_acc = one_row(lib, qtype, w, x, n_out, accumulate=True, y0=y0)
+
+    def default_equal(n, xn, got):  # at plain AVX2 the default's lanes8 order is det8's
+        y = np.zeros((n, n_out), np.float32)
+        assert lib.fn.lp_mm(int(qtype), w.ctypes.data, n_out, n_in, xn.ctypes.data, n, y.ctypes.data, n_out, 0) == 0
+        assert np.array_equal(y.view(np.uint32), got.view(np.uint32)), f"{qtype.name}: {n} rows, lp_mm"
+
     lanes8 = lib.level == "avx2" and "vnni" not in lib.isa
-    for n in list(range(5, 33)) + [40, 41]:
-        xn = np.ascontiguousarray(x[:n])
-        got = det(lib, qtype, w, xn, n_out)
-        bad = np.nonzero((got.view(np.uint32) != ref[:n].view(np.uint32)).any(axis=1))[0]
-        assert len(bad) == 0, f"{qtype.name}: {n} rows, rows {bad[:8].tolist()} differ from the one-row product"
-        acc = det(lib, qtype, w, xn, n_out, accumulate=True, y0=np.ascontiguousarray(y0[:n]))
-        assert np.array_equal(acc.view(np.uint32), ref_acc[:n].view(np.uint32)), f"{qtype.name}: {n} rows, y +="
-        if lanes8:
-            y = np.zeros((n, n_out), np.float32)
-            assert lib.fn.lp_mm(int(qtype), w.ctypes.data, n_out, n_in, xn.ctypes.data, n, y.ctypes.data, n_out, 0) == 0
-            assert np.array_equal(y.view(np.uint32), got.view(np.uint32)), f"{qtype.name}: {n} rows, lp_mm"
+    rows_as_alone(lib, qtype, w, x, n_out, list(range(5, 33)) + [40, 41], y0, default_equal if lanes8 else None)
