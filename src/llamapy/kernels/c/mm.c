@@ -235,12 +235,11 @@ static void mm_chunk(int type, const uint8_t *w, int64_t o0, int64_t o1, int64_t
     }
     const int self_pf = lp_row1_prefetches(type, &xp->xr); /* x86 K-quants: the task's pairs first (lp_rows_q8k_run) */
     int64_t o = o0 + (n == 1 && self_pf ? lp_rows_q8k_run(type, w, rb, o0, o1, n_out, &xp->xr, y, accumulate) : 0);
-    for (; n == 1 && o + 2 <= o1; o += 2) { /* two weight rows per pass where the type has such a path */
-        if (!self_pf) prefetch_ahead(w, rb, o, 2, n_out);
-        if (!lp_dot_row1x2(type, w + o * rb, w + (o + 1) * rb, n_in, &xp->xr, 0, self_pf ? pass_ahead(rb, o, 2, n_out) : 0, acc))
+    for (const int k = lp_row1_pass(type); n == 1 && o + k <= o1; o += k) { /* k weight rows a pass where the type has such a path */
+        if (!self_pf) prefetch_ahead(w, rb, o, k, n_out);
+        if (!lp_dot_row1xk(type, k, w + o * rb, rb, n_in, &xp->xr, 0, self_pf ? pass_ahead(rb, o, k, n_out) : 0, acc))
             break;
-        put(y + o, acc[0], accumulate);
-        put(y + o + 1, acc[1], accumulate);
+        for (int j = 0; j < k; j++) put(y + o + j, acc[j], accumulate);
     }
     for (; o < o1; o++) { /* each weight row against the n activation rows */
         const uint8_t *row = w + o * rb;

@@ -9,6 +9,7 @@
 #include "row1_x86.h"
 #include "row1k_x86.h"
 #include "row1q8k_x86.h"
+#include "row1z_x86.h"
 #include "det8_x86.h"
 #include "rows_det_x86.h"
 #include "lanes8_x86.h"
@@ -141,6 +142,7 @@ LP_INLINE void xrows_32(const int type, const int NX, const uint8_t *w, int64_t 
     }
 
 int lp_dot_rows_x(int type, const uint8_t *row, int64_t n_in, const lp_xrows *xr, int64_t r0, int nx, float *y) {
+    if (lp_row1z_rows(type, row, n_in, xr, r0, nx, y)) return 1; /* AVX-512: 512-bit blocks */
     switch (type) {
     case LP_Q4_0: XROWS(LP_Q4_0)
     case LP_Q4_1: XROWS(LP_Q4_1)
@@ -236,11 +238,20 @@ LP_INLINE float row1_q6_k(const uint8_t *row, int64_t nsb, const lp_xrows *xr, i
     return hsum(_mm256_add_ps(a0, a1));
 }
 
-/* Weight rows w0 and w1 against activation row r, read together (each activation load feeds
- * both) where that pays: the 4- and 5-bit types.  Q8_0's rows are read one at a time: two
- * interleaved streams of its 34-byte blocks halve the bandwidth the prefetchers reach. */
-int lp_dot_row1x2(int type, const uint8_t *w0, const uint8_t *w1, int64_t n_in, const lp_xrows *xr, int64_t r,
+/* Weight rows per pass of lp_dot_row1xk: 4 for the 32-element types at the AVX-512 level
+ * (row1z_x86.c), else 2. */
+int lp_row1_pass(int type) { return lp_row1z_covers(type) ? 4 : 2; }
+
+/* k (lp_row1_pass) consecutive weight rows from w0 (rb bytes each) against activation row r,
+ * read together (each activation load feeds all) where that pays: the 32-element types at the
+ * AVX-512 level, four rows; elsewhere two, the 4- and 5-bit types (Q8_0's rows are read one at
+ * a time at AVX2: two interleaved streams of its 34-byte blocks halved the bandwidth the
+ * prefetchers reached there). */
+int lp_dot_row1xk(int type, int k, const uint8_t *w0, int64_t rb, int64_t n_in, const lp_xrows *xr, int64_t r,
                   int64_t pf, float *y) {
+    if (lp_row1z(type, k, w0, rb, n_in, xr, r, y)) return 1; /* AVX-512: 512-bit blocks */
+    const uint8_t *w1 = w0 + rb;
+    if (k != 2) return 0;
     switch (type) {
     case LP_Q4_0: rows_32(LP_Q4_0, 2, w0, w1, n_in / 32, xr, r, y); return 1;
     case LP_Q4_1: rows_32(LP_Q4_1, 2, w0, w1, n_in / 32, xr, r, y); return 1;
@@ -261,7 +272,7 @@ int lp_dot_row1x2(int type, const uint8_t *w0, const uint8_t *w1, int64_t n_in, 
 }
 
 /* The K-quants' one-row kernels on the split activations prefetch their weights themselves,
- * a block's lines as it computes (the pf of lp_dot_row1 / lp_dot_row1x2): a row's lines asked
+ * a block's lines as it computes (the pf of lp_dot_row1 / lp_dot_row1xk): a row's lines asked
  * for in one burst before the row (mm.c prefetch_ahead) left memory idle while a long row
  * computed (Q4_K 2048 x 8192, 4.6 KB rows read two a pass, streamed at 17 GB/s where
  * 16384 x 2048 streamed at 30). */
@@ -270,6 +281,7 @@ int lp_row1_prefetches(int type, const lp_xrows *xr) {
 }
 
 int lp_dot_row1(int type, const uint8_t *row, int64_t n_in, const lp_xrows *xr, int64_t r, int64_t pf, float *y) {
+    if (lp_row1z(type, 1, row, 0, n_in, xr, r, y)) return 1; /* AVX-512: 512-bit blocks */
     switch (type) {
     case LP_Q4_0: rows_32(LP_Q4_0, 1, row, row, n_in / 32, xr, r, y); return 1;
     case LP_Q4_1: rows_32(LP_Q4_1, 1, row, row, n_in / 32, xr, r, y); return 1;
@@ -300,9 +312,11 @@ int lp_row1_i8(int type, int64_t n_in) {
 #else
 int lp_row1_i8(int type, int64_t n_in) { return (void)type, (void)n_in, 0; }
 
-int lp_dot_row1x2(int type, const uint8_t *w0, const uint8_t *w1, int64_t n_in, const lp_xrows *xr, int64_t r,
+int lp_row1_pass(int type) { return (void)type, 2; }
+
+int lp_dot_row1xk(int type, int k, const uint8_t *w0, int64_t rb, int64_t n_in, const lp_xrows *xr, int64_t r,
                   int64_t pf, float *y) {
-    (void)type, (void)w0, (void)w1, (void)n_in, (void)xr, (void)r, (void)pf, (void)y;
+    (void)type, (void)k, (void)w0, (void)rb, (void)n_in, (void)xr, (void)r, (void)pf, (void)y;
     return 0;
 }
 
