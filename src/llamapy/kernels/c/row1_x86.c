@@ -249,7 +249,7 @@ int lp_row1_pass(int type) { return lp_row1z_covers(type) ? 4 : 2; }
  * prefetchers reached there). */
 int lp_dot_row1xk(int type, int k, const uint8_t *w0, int64_t rb, int64_t n_in, const lp_xrows *xr, int64_t r,
                   int64_t pf, float *y) {
-    if (lp_row1z(type, k, w0, rb, n_in, xr, r, y)) return 1; /* AVX-512: 512-bit blocks */
+    if (lp_row1z(type, k, w0, rb, n_in, xr, r, pf, y)) return 1; /* AVX-512: 512-bit blocks */
     const uint8_t *w1 = w0 + rb;
     if (k != 2) return 0;
     switch (type) {
@@ -275,13 +275,14 @@ int lp_dot_row1xk(int type, int k, const uint8_t *w0, int64_t rb, int64_t n_in, 
  * a block's lines as it computes (the pf of lp_dot_row1 / lp_dot_row1xk): a row's lines asked
  * for in one burst before the row (mm.c prefetch_ahead) left memory idle while a long row
  * computed (Q4_K 2048 x 8192, 4.6 KB rows read two a pass, streamed at 17 GB/s where
- * 16384 x 2048 streamed at 30). */
+ * 16384 x 2048 streamed at 30).  So do row1z_x86.c's passes of four rows for one activation
+ * row (a burst of four 4 KB rows: Q4_0 4096 x 4096 streamed 0.70x the 256-bit form's pairs). */
 int lp_row1_prefetches(int type, const lp_xrows *xr) {
-    return (type == LP_Q4_K || type == LP_Q5_K || type == LP_Q6_K) && xr->qh;
+    return ((type == LP_Q4_K || type == LP_Q5_K || type == LP_Q6_K) && xr->qh) || (lp_row1z_covers(type) && xr->n == 1);
 }
 
 int lp_dot_row1(int type, const uint8_t *row, int64_t n_in, const lp_xrows *xr, int64_t r, int64_t pf, float *y) {
-    if (lp_row1z(type, 1, row, 0, n_in, xr, r, y)) return 1; /* AVX-512: 512-bit blocks */
+    if (lp_row1z(type, 1, row, 0, n_in, xr, r, pf, y)) return 1; /* AVX-512: 512-bit blocks */
     switch (type) {
     case LP_Q4_0: rows_32(LP_Q4_0, 1, row, row, n_in / 32, xr, r, y); return 1;
     case LP_Q4_1: rows_32(LP_Q4_1, 1, row, row, n_in / 32, xr, r, y); return 1;

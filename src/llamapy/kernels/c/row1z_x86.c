@@ -65,7 +65,7 @@ LP_INLINE __m128 reduce4(__m512 a, __m512 b, __m512 c, __m512 d) {
  * the NW rows times s, or d times the NX rows' s); reduced by reduce4, the minimums' sum added:
  * a pair's bits the same whatever NW and NX. */
 LP_INLINE void rows_z(const int type, const int NW, const int NX, const uint8_t *const *w, int64_t nb,
-                      const lp_xrows *xr, int64_t r0, float *y) {
+                      const lp_xrows *xr, int64_t r0, int64_t pf, float *y) {
     const int bb = bytes32(type), mins = type == LP_Q4_1 || type == LP_Q5_1;
     const int64_t n_in = xr->n_in;
     const float *s = xr->s + r0 * nb, *sum = xr->sum32 + r0 * nb;
@@ -90,6 +90,7 @@ LP_INLINE void rows_z(const int type, const int NW, const int NX, const uint8_t 
         }
 #pragma GCC unroll 4
         for (int j = 0; j < NW; j++) {
+            if (pf) LP_PREFETCH_W(w[j] + o + pf + bb - 1); /* (every line holds a block's last byte) */
             const __m512i wz = block_z(type, w[j] + o, sh);
 #pragma GCC unroll 4
             for (int i = 0; i < NX; i++) {
@@ -108,11 +109,11 @@ LP_INLINE void rows_z(const int type, const int NW, const int NX, const uint8_t 
 
 #define LP_Z_TYPES(NW, NX)                                                                                             \
     switch (type) {                                                                                                    \
-    case LP_Q4_0: rows_z(LP_Q4_0, NW, NX, w, nb, xr, r0, y); return 1;                                                \
-    case LP_Q4_1: rows_z(LP_Q4_1, NW, NX, w, nb, xr, r0, y); return 1;                                                \
-    case LP_Q5_0: rows_z(LP_Q5_0, NW, NX, w, nb, xr, r0, y); return 1;                                                \
-    case LP_Q5_1: rows_z(LP_Q5_1, NW, NX, w, nb, xr, r0, y); return 1;                                                \
-    case LP_Q8_0: rows_z(LP_Q8_0, NW, NX, w, nb, xr, r0, y); return 1;                                                \
+    case LP_Q4_0: rows_z(LP_Q4_0, NW, NX, w, nb, xr, r0, pf, y); return 1;                                                \
+    case LP_Q4_1: rows_z(LP_Q4_1, NW, NX, w, nb, xr, r0, pf, y); return 1;                                                \
+    case LP_Q5_0: rows_z(LP_Q5_0, NW, NX, w, nb, xr, r0, pf, y); return 1;                                                \
+    case LP_Q5_1: rows_z(LP_Q5_1, NW, NX, w, nb, xr, r0, pf, y); return 1;                                                \
+    case LP_Q8_0: rows_z(LP_Q8_0, NW, NX, w, nb, xr, r0, pf, y); return 1;                                                \
     default: return 0;                                                                                                 \
     }
 
@@ -120,7 +121,8 @@ int lp_row1z_covers(int type) {
     return type == LP_Q4_0 || type == LP_Q4_1 || type == LP_Q5_0 || type == LP_Q5_1 || type == LP_Q8_0;
 }
 
-int lp_row1z(int type, int nw, const uint8_t *w0, int64_t rb, int64_t n_in, const lp_xrows *xr, int64_t r, float *y) {
+int lp_row1z(int type, int nw, const uint8_t *w0, int64_t rb, int64_t n_in, const lp_xrows *xr, int64_t r, int64_t pf,
+             float *y) {
     const uint8_t *w[4] = {w0, w0 + rb, w0 + 2 * rb, w0 + 3 * rb};
     const int64_t nb = n_in / 32, r0 = r;
     if (nw == 4) LP_Z_TYPES(4, 1)
@@ -129,7 +131,7 @@ int lp_row1z(int type, int nw, const uint8_t *w0, int64_t rb, int64_t n_in, cons
 
 int lp_row1z_rows(int type, const uint8_t *row, int64_t n_in, const lp_xrows *xr, int64_t r0, int nx, float *y) {
     const uint8_t *w[4] = {row, row, row, row};
-    const int64_t nb = n_in / 32;
+    const int64_t nb = n_in / 32, pf = 0;
     switch (nx) {
     case 2: LP_Z_TYPES(1, 2)
     case 3: LP_Z_TYPES(1, 3)
@@ -142,8 +144,9 @@ int lp_row1z_rows(int type, const uint8_t *row, int64_t n_in, const lp_xrows *xr
 #else
 int lp_row1z_covers(int type) { return (void)type, 0; }
 
-int lp_row1z(int type, int nw, const uint8_t *w0, int64_t rb, int64_t n_in, const lp_xrows *xr, int64_t r, float *y) {
-    (void)type, (void)nw, (void)w0, (void)rb, (void)n_in, (void)xr, (void)r, (void)y;
+int lp_row1z(int type, int nw, const uint8_t *w0, int64_t rb, int64_t n_in, const lp_xrows *xr, int64_t r, int64_t pf,
+             float *y) {
+    (void)type, (void)nw, (void)w0, (void)rb, (void)n_in, (void)xr, (void)r, (void)pf, (void)y;
     return 0;
 }
 
