@@ -25,6 +25,11 @@ LP_INLINE __m256i dot32(__m256i wl, __m256i wh, const int16_t *xq) {
     return lp_dot32x(wl, wh, _mm256_loadu_si256((const __m256i *)xq), _mm256_loadu_si256((const __m256i *)(xq + 16)));
 }
 
+/* The 32-element block types with a path here (rows_32). */
+LP_INLINE int types32(const int type) {
+    return type == LP_Q4_0 || type == LP_Q4_1 || type == LP_Q5_0 || type == LP_Q5_1 || type == LP_Q8_0;
+}
+
 /* Whether a 32-element block type has a minimum (Q4_0 counts: its -8 is read as a minimum of
  * -8 d, block16). */
 LP_INLINE int mins32(const int type) { return type == LP_Q4_0 || type == LP_Q4_1 || type == LP_Q5_1; }
@@ -57,7 +62,7 @@ LP_INLINE __m128 dm_ss(const uint8_t *bp, __m128 ss) { return _mm_mul_ps(f16x2_p
  * order as the scalar form (bit for bit), 6-12% faster a call on a Zen 4 at both x86 levels;
  * for Q4_0, Q5_0 and Q8_0, whose blocks hold d alone, the scalar form is the faster. */
 LP_INLINE void rows_32(const int type, const int nr, const uint8_t *w0, const uint8_t *w1, int64_t nb,
-                       const lp_xrows *xr, int64_t r, float *y) {
+                       const lp_xrows *xr, int64_t r, int64_t pf, float *y) {
     const int bb = bytes32(type), mins = mins32(type), vec = type == LP_Q4_1 || type == LP_Q5_1;
     const int16_t *xq = xr->q + r * xr->n_in;
     const float *s = xr->s + r * nb, *sum = xr->sum32 + r * nb;
@@ -67,6 +72,10 @@ LP_INLINE void rows_32(const int type, const int nr, const uint8_t *w0, const ui
     for (int64_t b = 0; b < nb; b++) {
         __m256i ul, uh, vl = _mm256_setzero_si256(), vh = vl;
         float d0, m0, d1 = 0.0f, m1 = 0.0f;
+        if (pf) { /* (every line holds a block's last byte) */
+            LP_PREFETCH_W(w0 + b * bb + pf + bb - 1);
+            if (nr == 2) LP_PREFETCH_W(w1 + b * bb + pf + bb - 1);
+        }
         block16(type, w0 + b * bb, &ul, &uh, &d0, &m0);
         if (nr == 2) block16(type, w1 + b * bb, &vl, &vh, &d1, &m1);
         const __m256i x0 = _mm256_loadu_si256((const __m256i *)(xq + 32 * b));
@@ -253,10 +262,10 @@ int lp_dot_row1xk(int type, int k, const uint8_t *w0, int64_t rb, int64_t n_in, 
     const uint8_t *w1 = w0 + rb;
     if (k != 2) return 0;
     switch (type) {
-    case LP_Q4_0: rows_32(LP_Q4_0, 2, w0, w1, n_in / 32, xr, r, y); return 1;
-    case LP_Q4_1: rows_32(LP_Q4_1, 2, w0, w1, n_in / 32, xr, r, y); return 1;
-    case LP_Q5_0: rows_32(LP_Q5_0, 2, w0, w1, n_in / 32, xr, r, y); return 1;
-    case LP_Q5_1: rows_32(LP_Q5_1, 2, w0, w1, n_in / 32, xr, r, y); return 1;
+    case LP_Q4_0: rows_32(LP_Q4_0, 2, w0, w1, n_in / 32, xr, r, pf, y); return 1;
+    case LP_Q4_1: rows_32(LP_Q4_1, 2, w0, w1, n_in / 32, xr, r, pf, y); return 1;
+    case LP_Q5_0: rows_32(LP_Q5_0, 2, w0, w1, n_in / 32, xr, r, pf, y); return 1;
+    case LP_Q5_1: rows_32(LP_Q5_1, 2, w0, w1, n_in / 32, xr, r, pf, y); return 1;
     case LP_Q4_K:
     case LP_Q5_K:
         if (!xr->qh) return 0;
@@ -276,19 +285,20 @@ int lp_dot_row1xk(int type, int k, const uint8_t *w0, int64_t rb, int64_t n_in, 
  * for in one burst before the row (mm.c prefetch_ahead) left memory idle while a long row
  * computed (Q4_K 2048 x 8192, 4.6 KB rows read two a pass, streamed at 17 GB/s where
  * 16384 x 2048 streamed at 30).  So do row1z_x86.c's passes of four rows for one activation
- * row (a burst of four 4 KB rows: Q4_0 4096 x 4096 streamed 0.70x the 256-bit form's pairs). */
+ * row (a burst of four 4 KB rows: Q4_0 4096 x 4096 streamed 0.70x the 256-bit form's pairs),
+ * and the 256-bit form's rows (rows_32) where AVX2 reads them. */
 int lp_row1_prefetches(int type, const lp_xrows *xr) {
-    return ((type == LP_Q4_K || type == LP_Q5_K || type == LP_Q6_K) && xr->qh) || (lp_row1z_covers(type) && xr->n == 1);
+    return ((type == LP_Q4_K || type == LP_Q5_K || type == LP_Q6_K) && xr->qh) || (types32(type) && xr->n == 1);
 }
 
 int lp_dot_row1(int type, const uint8_t *row, int64_t n_in, const lp_xrows *xr, int64_t r, int64_t pf, float *y) {
     if (lp_row1z(type, 1, row, 0, n_in, xr, r, pf, y)) return 1; /* AVX-512: 512-bit blocks */
     switch (type) {
-    case LP_Q4_0: rows_32(LP_Q4_0, 1, row, row, n_in / 32, xr, r, y); return 1;
-    case LP_Q4_1: rows_32(LP_Q4_1, 1, row, row, n_in / 32, xr, r, y); return 1;
-    case LP_Q5_0: rows_32(LP_Q5_0, 1, row, row, n_in / 32, xr, r, y); return 1;
-    case LP_Q5_1: rows_32(LP_Q5_1, 1, row, row, n_in / 32, xr, r, y); return 1;
-    case LP_Q8_0: rows_32(LP_Q8_0, 1, row, row, n_in / 32, xr, r, y); return 1;
+    case LP_Q4_0: rows_32(LP_Q4_0, 1, row, row, n_in / 32, xr, r, pf, y); return 1;
+    case LP_Q4_1: rows_32(LP_Q4_1, 1, row, row, n_in / 32, xr, r, pf, y); return 1;
+    case LP_Q5_0: rows_32(LP_Q5_0, 1, row, row, n_in / 32, xr, r, pf, y); return 1;
+    case LP_Q5_1: rows_32(LP_Q5_1, 1, row, row, n_in / 32, xr, r, pf, y); return 1;
+    case LP_Q8_0: rows_32(LP_Q8_0, 1, row, row, n_in / 32, xr, r, pf, y); return 1;
     case LP_Q4_K:
         if (xr->q8 && xr->q8on[r]) lp_rows_q8k(LP_Q4_K, 1, row, row, n_in / 256, xr, r, pf, y);
         else *y = xr->qh ? lp_row1_k45_split(LP_Q4_K, row, n_in / 256, xr, r, pf) : row1_k45(LP_Q4_K, row, n_in / 256, xr, r);
