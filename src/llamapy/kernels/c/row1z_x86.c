@@ -1,13 +1,13 @@
 /* The 32-element block types (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0) against one to four int16
  * activation rows on 512-bit vectors (the AVX-512 level): a block's 32 weights widened to one
- * zmm of int16, its dot with the row's 32 int16 in one vpdpwssd (vpmaddwd without VNNI), and
- * the block's d * s in one FMA into one of four accumulators a row (blocks b, b+4, .. share
- * one), so a row's FMA chain no longer waits on itself: row1_x86.c's 256-bit form took two
- * dot instructions a block and one accumulator, 7 cycles a Q8_0 block on a Zen 5 (the Gemma 3
- * 262144 x 640 output product compute-bound at 20 GB/s on one thread).  The same integers,
- * scales and minimums as row1_x86.c (lp.h's canonical products); the fp32 sums in another
- * order.  One activation row or several (lp_row1z_rows): each row's sums in the same order,
- * so a row's bits do not depend on how many rows share the weights. */
+ * zmm of int16, its dot with the row's 32 int16 in one vpmaddwd, the block's d * s in one FMA;
+ * one activation row reads four weight rows a pass, each with its own accumulator, so no FMA
+ * chain waits on itself (row1_x86.c's 256-bit form took two dot instructions a block and one
+ * accumulator: 7 cycles a Q8_0 block on a Zen 5, Gemma 3's 262144 x 640 output product
+ * compute-bound at 20 GB/s on one thread).  The same integers, scales and minimums as
+ * row1_x86.c (lp.h's canonical products); the fp32 sums in another order.  Two to four
+ * activation rows (lp_row1z_rows): each row's sums in the same order as alone, so a row's bits
+ * do not depend on how many rows share the weights (tests/test_row1z.py). */
 #include "row1z_x86.h"
 
 #if defined(LP_AVX512)
@@ -19,7 +19,7 @@ LP_INLINE __m512i nib_shifts(void) {
 }
 
 /* Block bp of a 32-element type as 32 int16 (element order); its d (and Q4_1 / Q5_1's m) are
- * read by scales_z.  Q4_0's values as q - 8, with no minimum: the same integer sum as
+ * read by halves_z.  Q4_0's values as q - 8, with no minimum: the same integer sum as
  * row1_x86.c's q with its minimum of -8 d. */
 LP_INLINE __m512i block_z(const int type, const uint8_t *bp, __m512i sh) {
     if (type == LP_Q8_0) return _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)(bp + 2)));
@@ -34,8 +34,8 @@ LP_INLINE __m512i block_z(const int type, const uint8_t *bp, __m512i sh) {
     return w;
 }
 
-/* The f16 at byte `at` of block b of rows w[0..n) as floats in lanes 0..n-1: the halves
- * gathered in a general register, one conversion. */
+/* The f16 at byte off of rows w[0..n) as floats in lanes 0..n-1: the halves gathered in a
+ * general register, one conversion. */
 LP_INLINE __m128 halves_z(const int n, const uint8_t *const *w, int64_t off) {
     uint64_t u = 0;
 #pragma GCC unroll 4
@@ -109,11 +109,11 @@ LP_INLINE void rows_z(const int type, const int NW, const int NX, const uint8_t 
 
 #define LP_Z_TYPES(NW, NX)                                                                                             \
     switch (type) {                                                                                                    \
-    case LP_Q4_0: rows_z(LP_Q4_0, NW, NX, w, nb, xr, r0, pf, y); return 1;                                                \
-    case LP_Q4_1: rows_z(LP_Q4_1, NW, NX, w, nb, xr, r0, pf, y); return 1;                                                \
-    case LP_Q5_0: rows_z(LP_Q5_0, NW, NX, w, nb, xr, r0, pf, y); return 1;                                                \
-    case LP_Q5_1: rows_z(LP_Q5_1, NW, NX, w, nb, xr, r0, pf, y); return 1;                                                \
-    case LP_Q8_0: rows_z(LP_Q8_0, NW, NX, w, nb, xr, r0, pf, y); return 1;                                                \
+    case LP_Q4_0: rows_z(LP_Q4_0, NW, NX, w, nb, xr, r0, pf, y); return 1;                                             \
+    case LP_Q4_1: rows_z(LP_Q4_1, NW, NX, w, nb, xr, r0, pf, y); return 1;                                             \
+    case LP_Q5_0: rows_z(LP_Q5_0, NW, NX, w, nb, xr, r0, pf, y); return 1;                                             \
+    case LP_Q5_1: rows_z(LP_Q5_1, NW, NX, w, nb, xr, r0, pf, y); return 1;                                             \
+    case LP_Q8_0: rows_z(LP_Q8_0, NW, NX, w, nb, xr, r0, pf, y); return 1;                                             \
     default: return 0;                                                                                                 \
     }
 
