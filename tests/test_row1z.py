@@ -1,10 +1,11 @@
-"""At the AVX-512 level one to four activation rows of the 32-element types (Q4_0, Q4_1, Q5_0,
-Q5_1, Q8_0) take kernels/c/row1z_x86.c's int16 products on 512-bit vectors (one row: four weight
-rows a pass, a chunk's tail of one to three rows in passes of two and one): within fp32 order of
-the exact product of the int16-rounded x, and each of 2-4 rows bit for bit the same row alone
-(the same integers, scales and float steps whatever the rows beside it, whatever the pass a
-weight row falls in).  (The AVX2 levels keep row1_x86.c's 256-bit form, whose Q4_1 / Q5_1 rows
-sum their minimums otherwise alone than beside others.)"""
+"""On x86 one to four activation rows of the 32-element types (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0)
+take kernels/c/row1z_x86.c's int16 products (512-bit vectors at the AVX-512 level, 256-bit at
+AVX2; one row: four weight rows a pass, a chunk's tail of one to three rows one at a time):
+within fp32 order of the exact product of the int16-rounded x, and each of 2-4 rows bit for bit
+the same row alone (the same integers, scales and float steps whatever the rows beside it,
+whatever the pass a weight row falls in).  At AVX2 without VNNI the 4- and 5-bit types' one row
+reads int8 by default and their 2+ rows take the int8 lanes (test_row_counts_i8.py): their
+int16 one row is checked here, forced."""
 from __future__ import annotations
 
 import gguf
@@ -19,9 +20,9 @@ T = gguf.GGMLQuantizationType
 TYPES = [T.Q4_0, T.Q4_1, T.Q5_0, T.Q5_1, T.Q8_0]
 
 
-@pytest.fixture(scope="module")
-def lib():
-    return kernels_at("avx512")
+@pytest.fixture(scope="module", params=["avx512", "avx2+vnni", "avx2"])
+def lib(request):
+    return kernels_at(request.param)
 
 
 def _int16_rounded(x: torch.Tensor) -> torch.Tensor:
@@ -47,5 +48,7 @@ def test_few_rows_each_as_alone(lib, qtype, n_out):
         ref = (_int16_rounded(x) @ W.double().T).float()
         scale = ref.abs().max().item()
         assert (one - ref).abs().max().item() <= 2e-6 * scale, "one row: not the int16 products"
+        if lib.fn.lp_lanes8_takes(int(qtype), n_in, 2):
+            return  # (AVX2 without VNNI: 2+ rows of the 4- and 5-bit types in int8 lanes, test_row_counts_i8.py)
         for rows in (2, 3, 4):
             assert torch.equal(m(x[:rows]), one[:rows]), f"{rows} rows: not each row's bits alone"

@@ -16,6 +16,7 @@
 #include "mm.h"
 #include "quants.h"
 #include "row1_x86.h"
+#include "row1z_x86.h"
 #include "q8k4_x86.h"
 #include "q8kz_x86.h"
 #include "row1q8k_x86.h"
@@ -244,7 +245,7 @@ static void mm_chunk(int type, const uint8_t *w, int64_t o0, int64_t o1, int64_t
     for (; o < o1; o++) { /* each weight row against the n activation rows */
         const uint8_t *row = w + o * rb;
         if (!self_pf) prefetch_ahead(w, rb, o, 1, n_out);
-        if (n > 1 && lp_dot_rows_x(type, row, n_in, &xp->xr, 0, (int)n, acc)) { /* decoded once for all rows */
+        if (n > 1 && lp_row1z_rows(type, row, n_in, &xp->xr, 0, (int)n, acc)) { /* decoded once for all rows */
             for (int64_t r = 0; r < n; r++) put(y + r * ldy + o, acc[r], accumulate);
             continue;
         }

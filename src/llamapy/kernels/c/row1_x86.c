@@ -1,10 +1,12 @@
-/* One activation row against one weight row, straight from the GGUF blocks (x86, 256-bit
- * vectors: AVX2, with AVX-VNNI's vpdpwssd at avx2+vnni, and the AVX-512 level with its VNNI
- * vpdpwssd on ymm registers): the decode ubatch of a single sequence, where the weights
- * stream from memory and every instruction per block counts.  The same integers and scales as dot.c's canonical path (lp.h): per block
- * of 32 the int16 dot of the weights' integers with the activations' int16, times d * s, plus
- * m * sum(x) where the type has a minimum; the fp32 sums are taken in another order.
- * Types without a path here (Q2_K, Q3_K, IQ4_NL, IQ4_XS, MXFP4, float types) return 0 and take the canonical path. */
+/* One activation row against weight rows straight from the GGUF blocks (x86): the decode
+ * ubatch of a single sequence, where the weights stream from memory and every instruction per
+ * block counts.  The 32-element types (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0) in row1z_x86.c; the
+ * K-quants here on 256-bit vectors (AVX2, with AVX-VNNI's vpdpwssd at avx2+vnni, and the
+ * AVX-512 level's VNNI on ymm registers) or in row1k_x86.c / row1q8k_x86.c.  The same integers
+ * and scales as dot.c's canonical path (lp.h): per block of 32 the int16 dot of the weights'
+ * integers with the activations' int16, times d * s, plus m * sum(x) where the type has a
+ * minimum; the fp32 sums are taken in another order.  Types without a path here (Q2_K, Q3_K,
+ * IQ4_NL, IQ4_XS, MXFP4, float types) return 0 and take the canonical path. */
 #include "blocks_x86.h"
 #include "row1_x86.h"
 #include "row1k_x86.h"
@@ -18,21 +20,10 @@ static int row1_i8 = -1; /* lp_row1_i8_set: -1 the level's default (row1_x86.h) 
 int lp_row1_i8_set(int on) { return row1_i8 = on < 0 ? -1 : !!on; }
 
 #if defined(LP_AVX2) || defined(LP_AVX512)
-
-
-/* ... with the activations read from xq[0..32). */
+/* The int32x8 dot of a sub-block's 32 int16 weights (wl, wh) with the activations at xq[0..32). */
 LP_INLINE __m256i dot32(__m256i wl, __m256i wh, const int16_t *xq) {
     return lp_dot32x(wl, wh, _mm256_loadu_si256((const __m256i *)xq), _mm256_loadu_si256((const __m256i *)(xq + 16)));
 }
-
-/* The 32-element block types with a path here (rows_32). */
-LP_INLINE int types32(const int type) {
-    return type == LP_Q4_0 || type == LP_Q4_1 || type == LP_Q5_0 || type == LP_Q5_1 || type == LP_Q8_0;
-}
-
-/* Whether a 32-element block type has a minimum (Q4_0 counts: its -8 is read as a minimum of
- * -8 d, block16). */
-LP_INLINE int mins32(const int type) { return type == LP_Q4_0 || type == LP_Q4_1 || type == LP_Q5_1; }
 
 LP_INLINE float hsum(__m256 v) {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
@@ -40,128 +31,6 @@ LP_INLINE float hsum(__m256 v) {
     s = _mm_add_ss(s, _mm_movehdup_ps(s));
     return _mm_cvtss_f32(s);
 }
-
-/* Two horizontal sums at once: (sum a, sum b). */
-LP_INLINE void hsum2(__m256 a, __m256 b, float *ya, float *yb) {
-    const __m256 h = _mm256_hadd_ps(a, b); /* a01 a23 b01 b23 | a45 a67 b45 b67 */
-    const __m128 s = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
-    const __m128 t = _mm_hadd_ps(s, s); /* a, b, a, b */
-    *ya = _mm_cvtss_f32(t);
-    *yb = _mm_cvtss_f32(_mm_movehdup_ps(t));
-}
-
-/* [d s, m sum(x), 0, 0] of the block at bp of Q4_1 / Q5_1 (its first 4 bytes: the halves d and m)
- * and the activations' ss = [s, sum(x), 0, 0]: one F16C conversion and one product. */
-LP_INLINE __m128 dm_ss(const uint8_t *bp, __m128 ss) { return _mm_mul_ps(f16x2_ps(bp), ss); }
-
-/* nr (1 or 2) weight rows (w0, w1) of a 32-element block type against one activation row:
- * each activation load feeds both rows; per block the int16 dot and one FMA per row, plus the
- * minimum's m * sum(x) where the type has one (Q5_0, Q8_0: values signed, none).  Q4_1 and
- * Q5_1 keep their scales in vector registers (dm_ss: [d s, m sum(x)] in one product, d s
- * broadcast for the FMA, m sum(x) summed in lane 1): the same products and sums in the same
- * order as the scalar form (bit for bit), 6-12% faster a call on a Zen 4 at both x86 levels;
- * for Q4_0, Q5_0 and Q8_0, whose blocks hold d alone, the scalar form is the faster. */
-LP_INLINE void rows_32(const int type, const int nr, const uint8_t *w0, const uint8_t *w1, int64_t nb,
-                       const lp_xrows *xr, int64_t r, int64_t pf, float *y) {
-    const int bb = bytes32(type), mins = mins32(type), vec = type == LP_Q4_1 || type == LP_Q5_1;
-    const int16_t *xq = xr->q + r * xr->n_in;
-    const float *s = xr->s + r * nb, *sum = xr->sum32 + r * nb;
-    __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
-    __m128 m0v = _mm_setzero_ps(), m1v = _mm_setzero_ps();
-    float m0s = 0.0f, m1s = 0.0f;
-    for (int64_t b = 0; b < nb; b++) {
-        __m256i ul, uh, vl = _mm256_setzero_si256(), vh = vl;
-        float d0, m0, d1 = 0.0f, m1 = 0.0f;
-        if (pf) { /* (every line holds a block's last byte) */
-            LP_PREFETCH_W(w0 + b * bb + pf + bb - 1);
-            if (nr == 2) LP_PREFETCH_W(w1 + b * bb + pf + bb - 1);
-        }
-        block16(type, w0 + b * bb, &ul, &uh, &d0, &m0);
-        if (nr == 2) block16(type, w1 + b * bb, &vl, &vh, &d1, &m1);
-        const __m256i x0 = _mm256_loadu_si256((const __m256i *)(xq + 32 * b));
-        const __m256i x1 = _mm256_loadu_si256((const __m256i *)(xq + 32 * b + 16));
-        const __m256 p0 = _mm256_cvtepi32_ps(lp_dot32x(ul, uh, x0, x1));
-        const __m256 p1 = nr == 2 ? _mm256_cvtepi32_ps(lp_dot32x(vl, vh, x0, x1)) : _mm256_setzero_ps();
-        if (vec) {
-            const __m128 ss = _mm_unpacklo_ps(_mm_load_ss(s + b), _mm_load_ss(sum + b)); /* [s, sum(x), 0, 0] */
-            const __m128 t0 = dm_ss(w0 + b * bb, ss);
-            a0 = _mm256_fmadd_ps(p0, _mm256_broadcastss_ps(t0), a0);
-            m0v = _mm_add_ps(m0v, t0);
-            if (nr == 2) {
-                const __m128 t1 = dm_ss(w1 + b * bb, ss);
-                a1 = _mm256_fmadd_ps(p1, _mm256_broadcastss_ps(t1), a1);
-                m1v = _mm_add_ps(m1v, t1);
-            }
-            continue;
-        }
-        const float sb = s[b];
-        a0 = _mm256_fmadd_ps(p0, _mm256_set1_ps(d0 * sb), a0);
-        if (nr == 2) a1 = _mm256_fmadd_ps(p1, _mm256_set1_ps(d1 * sb), a1);
-        if (mins) {
-            m0s += m0 * sum[b];
-            m1s += m1 * sum[b];
-        }
-    }
-    if (vec) {
-        m0s = _mm_cvtss_f32(_mm_movehdup_ps(m0v));
-        m1s = _mm_cvtss_f32(_mm_movehdup_ps(m1v));
-    }
-    if (nr == 2) {
-        hsum2(a0, a1, y, y + 1);
-        y[1] += m1s;
-    } else {
-        y[0] = hsum(a0);
-    }
-    y[0] += m0s;
-}
-
-/* One weight row of a 32-element block type against NX (2..4) activation rows r0..r0+NX-1:
- * each block decoded once, then per row rows_32's arithmetic (its int16 dot, one FMA, the
- * minimum's m * sum(x) in scalar), so a few rows cost little more than one. */
-LP_INLINE void xrows_32(const int type, const int NX, const uint8_t *w, int64_t nb, const lp_xrows *xr, int64_t r0,
-                        float *y) {
-    const int bb = bytes32(type), mins = mins32(type);
-    const int64_t n_in = xr->n_in;
-    __m256 a[4];
-    float ms[4];
-#pragma GCC unroll 4
-    for (int i = 0; i < NX; i++) a[i] = _mm256_setzero_ps(), ms[i] = 0.0f;
-    for (int64_t b = 0; b < nb; b++) {
-        __m256i ul, uh;
-        float d, m;
-        block16(type, w + b * bb, &ul, &uh, &d, &m);
-#pragma GCC unroll 4
-        for (int i = 0; i < NX; i++) {
-            const int64_t r = r0 + i;
-            const __m256i p = dot32(ul, uh, xr->q + r * n_in + 32 * b);
-            a[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(d * xr->s[r * nb + b]), a[i]);
-            if (mins) ms[i] += m * xr->sum32[r * nb + b];
-        }
-    }
-#pragma GCC unroll 4
-    for (int i = 0; i < NX; i++) y[i] = hsum(a[i]) + ms[i];
-}
-
-#define XROWS(T)                                                                                                       \
-    switch (nx) {                                                                                                      \
-    case 2: xrows_32(T, 2, row, n_in / 32, xr, r0, y); return 1;                                                      \
-    case 3: xrows_32(T, 3, row, n_in / 32, xr, r0, y); return 1;                                                      \
-    case 4: xrows_32(T, 4, row, n_in / 32, xr, r0, y); return 1;                                                      \
-    default: return 0;                                                                                                 \
-    }
-
-int lp_dot_rows_x(int type, const uint8_t *row, int64_t n_in, const lp_xrows *xr, int64_t r0, int nx, float *y) {
-    if (lp_row1z_rows(type, row, n_in, xr, r0, nx, y)) return 1; /* AVX-512: 512-bit blocks */
-    switch (type) {
-    case LP_Q4_0: XROWS(LP_Q4_0)
-    case LP_Q4_1: XROWS(LP_Q4_1)
-    case LP_Q5_0: XROWS(LP_Q5_0)
-    case LP_Q5_1: XROWS(LP_Q5_1)
-    case LP_Q8_0: XROWS(LP_Q8_0)
-    default: return 0;
-    }
-}
-#undef XROWS
 
 /* The 8 scales (bytes 0..7) and 8 minimums (8..15) of a Q4_K / Q5_K super-block, 6 bits each,
  * from its 12 packed bytes (ggml's get_scale_min_k4 for all eight at once, on 32-bit words). */
@@ -247,25 +116,18 @@ LP_INLINE float row1_q6_k(const uint8_t *row, int64_t nsb, const lp_xrows *xr, i
     return hsum(_mm256_add_ps(a0, a1));
 }
 
-/* Weight rows per pass of lp_dot_row1xk: 4 for the 32-element types at the AVX-512 level
- * (row1z_x86.c), else 2. */
+/* Weight rows per pass of lp_dot_row1xk: 4 for the 32-element types (row1z_x86.c), else 2. */
 int lp_row1_pass(int type) { return lp_row1z_covers(type) ? 4 : 2; }
 
 /* k (lp_row1_pass) consecutive weight rows from w0 (rb bytes each) against activation row r,
- * read together (each activation load feeds all) where that pays: the 32-element types at the
- * AVX-512 level, four rows; elsewhere two, the 4- and 5-bit types (Q8_0's rows are read one at
- * a time at AVX2: two interleaved streams of its 34-byte blocks halved the bandwidth the
- * prefetchers reached there). */
+ * read together (each activation load feeds all): the 32-element types four rows
+ * (row1z_x86.c), the K-quants two. */
 int lp_dot_row1xk(int type, int k, const uint8_t *w0, int64_t rb, int64_t n_in, const lp_xrows *xr, int64_t r,
                   int64_t pf, float *y) {
-    if (lp_row1z(type, k, w0, rb, n_in, xr, r, pf, y)) return 1; /* AVX-512: 512-bit blocks */
+    if (lp_row1z(type, k, w0, rb, n_in, xr, r, pf, y)) return 1;
     const uint8_t *w1 = w0 + rb;
     if (k != 2) return 0;
     switch (type) {
-    case LP_Q4_0: rows_32(LP_Q4_0, 2, w0, w1, n_in / 32, xr, r, pf, y); return 1;
-    case LP_Q4_1: rows_32(LP_Q4_1, 2, w0, w1, n_in / 32, xr, r, pf, y); return 1;
-    case LP_Q5_0: rows_32(LP_Q5_0, 2, w0, w1, n_in / 32, xr, r, pf, y); return 1;
-    case LP_Q5_1: rows_32(LP_Q5_1, 2, w0, w1, n_in / 32, xr, r, pf, y); return 1;
     case LP_Q4_K:
     case LP_Q5_K:
         if (!xr->qh) return 0;
@@ -285,20 +147,15 @@ int lp_dot_row1xk(int type, int k, const uint8_t *w0, int64_t rb, int64_t n_in, 
  * for in one burst before the row (mm.c prefetch_ahead) left memory idle while a long row
  * computed (Q4_K 2048 x 8192, 4.6 KB rows read two a pass, streamed at 17 GB/s where
  * 16384 x 2048 streamed at 30).  So do row1z_x86.c's passes of four rows for one activation
- * row (a burst of four 4 KB rows: Q4_0 4096 x 4096 streamed 0.70x the 256-bit form's pairs),
- * and the 256-bit form's rows (rows_32) where AVX2 reads them. */
+ * row at both x86 levels (a burst of four 4 KB rows before each pass: Q4_0 4096 x 4096
+ * streamed 0.70x the 256-bit pairs that came before). */
 int lp_row1_prefetches(int type, const lp_xrows *xr) {
-    return ((type == LP_Q4_K || type == LP_Q5_K || type == LP_Q6_K) && xr->qh) || (types32(type) && xr->n == 1);
+    return ((type == LP_Q4_K || type == LP_Q5_K || type == LP_Q6_K) && xr->qh) || (lp_row1z_covers(type) && xr->n == 1);
 }
 
 int lp_dot_row1(int type, const uint8_t *row, int64_t n_in, const lp_xrows *xr, int64_t r, int64_t pf, float *y) {
-    if (lp_row1z(type, 1, row, 0, n_in, xr, r, pf, y)) return 1; /* AVX-512: 512-bit blocks */
+    if (lp_row1z(type, 1, row, 0, n_in, xr, r, pf, y)) return 1; /* the 32-element types */
     switch (type) {
-    case LP_Q4_0: rows_32(LP_Q4_0, 1, row, row, n_in / 32, xr, r, pf, y); return 1;
-    case LP_Q4_1: rows_32(LP_Q4_1, 1, row, row, n_in / 32, xr, r, pf, y); return 1;
-    case LP_Q5_0: rows_32(LP_Q5_0, 1, row, row, n_in / 32, xr, r, pf, y); return 1;
-    case LP_Q5_1: rows_32(LP_Q5_1, 1, row, row, n_in / 32, xr, r, pf, y); return 1;
-    case LP_Q8_0: rows_32(LP_Q8_0, 1, row, row, n_in / 32, xr, r, pf, y); return 1;
     case LP_Q4_K:
         if (xr->q8 && xr->q8on[r]) lp_rows_q8k(LP_Q4_K, 1, row, row, n_in / 256, xr, r, pf, y);
         else *y = xr->qh ? lp_row1_k45_split(LP_Q4_K, row, n_in / 256, xr, r, pf) : row1_k45(LP_Q4_K, row, n_in / 256, xr, r);
@@ -341,8 +198,4 @@ int lp_dot_row1(int type, const uint8_t *row, int64_t n_in, const lp_xrows *xr, 
     return 0;
 }
 
-int lp_dot_rows_x(int type, const uint8_t *row, int64_t n_in, const lp_xrows *xr, int64_t r0, int nx, float *y) {
-    (void)type, (void)row, (void)n_in, (void)xr, (void)r0, (void)nx, (void)y;
-    return 0;
-}
 #endif

@@ -9,10 +9,7 @@
  * weights as it computes (0: none); the others ignore it. */
 int lp_dot_row1(int type, const uint8_t *row, int64_t n_in, const lp_xrows *xr, int64_t r, int64_t pf, float *y);
 int lp_row1_prefetches(int type, const lp_xrows *xr);
-/* One weight row against activation rows r0..r0+nx-1 (nx 2..4) of the 32-element block types,
- * each block decoded once: y[0..nx); 0 where not available. */
-int lp_dot_rows_x(int type, const uint8_t *row, int64_t n_in, const lp_xrows *xr, int64_t r0, int nx, float *y);
-/* k (lp_row1_pass: 2, or 4 for the 32-element types at AVX-512) consecutive weight rows from w0
+/* k (lp_row1_pass: 4 for the 32-element types, row1z_x86.c; else 2) consecutive weight rows from w0
  * (rb bytes each) against activation row r, read together: y[0..k); 0 where the type has no
  * such path. */
 int lp_row1_pass(int type);

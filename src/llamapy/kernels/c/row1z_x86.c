@@ -1,28 +1,34 @@
 /* The 32-element block types (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0) against one to four int16
- * activation rows on 512-bit vectors (the AVX-512 level): a block's 32 weights widened to one
- * zmm of int16, its dot with the row's 32 int16 in one vpmaddwd, the block's d * s in one FMA;
- * one activation row reads four weight rows a pass, each with its own accumulator, so no FMA
- * chain waits on itself (row1_x86.c's 256-bit form took two dot instructions a block and one
- * accumulator: 7 cycles a Q8_0 block on a Zen 5, Gemma 3's 262144 x 640 output product
- * compute-bound at 20 GB/s on one thread).  The same integers, scales and minimums as
- * row1_x86.c (lp.h's canonical products); the fp32 sums in another order.  Two to four
- * activation rows (lp_row1z_rows): each row's sums in the same order as alone, so a row's bits
- * do not depend on how many rows share the weights (tests/test_row1z.py). */
+ * activation rows (x86): a block's 32 weights widened to int16 -- at the AVX-512 level one zmm,
+ * its dot with the row's 32 int16 in one vpmaddwd; at AVX2 two ymm (lp_dot32x: vpdpwssd with
+ * AVX-VNNI) -- and the block's d * s in one FMA.  One activation row reads four weight rows a
+ * pass, each with its own accumulator, so no FMA chain waits on itself (the 256-bit form before
+ * took two rows a pass on one accumulator each: 7 cycles a Q8_0 block on a Zen 5, Gemma 3's
+ * 262144 x 640 output product compute-bound at 20 GB/s on one thread); the four rows' d
+ * gathered in a general register, one conversion.  The same integers, scales and minimums as
+ * lp.h's canonical products (Q4_0 as q - 8 with no minimum: the same integer sum); the fp32 sums
+ * in another order.  Two to four activation rows (lp_row1z_rows): each row's sums in the same
+ * order as alone, so a row's bits do not depend on how many rows share the weights
+ * (tests/test_row1z.py). */
 #include "row1z_x86.h"
 
-#if defined(LP_AVX512)
+#if defined(LP_AVX512) || defined(LP_AVX2)
 #include "blocks_x86.h"
 
-/* Per lane: shift the first 16 int16 by 0, the last 16 by 4 (the high nibbles). */
-LP_INLINE __m512i nib_shifts(void) {
-    return _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(4), 1);
-}
+#if defined(LP_AVX512)
+typedef __m512 vz;   /* a block's 16 pair products as floats, an accumulator */
+typedef __m512i wz;  /* a block's 32 weights as int16 */
+#define VZ_ZERO _mm512_setzero_ps
+#define VZ_FMA _mm512_fmadd_ps
+#define VZ_SET1 _mm512_set1_ps
 
 /* Block bp of a 32-element type as 32 int16 (element order); its d (and Q4_1 / Q5_1's m) are
  * read by halves_z.  Q4_0's values as q - 8, with no minimum: the same integer sum as
- * row1_x86.c's q with its minimum of -8 d. */
-LP_INLINE __m512i block_z(const int type, const uint8_t *bp, __m512i sh) {
+ * row1_x86.c's q with its minimum of -8 d.  (sh: per lane, the first 16 shifted by 0, the last
+ * 16 by 4: the high nibbles.) */
+LP_INLINE wz block_z(const int type, const uint8_t *bp) {
     if (type == LP_Q8_0) return _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)(bp + 2)));
+    const __m512i sh = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(4), 1);
     const int off = type == LP_Q4_0 ? 2 : type == LP_Q4_1 ? 4 : type == LP_Q5_0 ? 6 : 8;
     const __m512i b = _mm512_cvtepu8_epi16(_mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(bp + off))));
     const __m512i w = _mm512_and_si512(_mm512_srlv_epi16(b, sh), _mm512_set1_epi16(15)); /* nibbles 0..15, then 16..31 */
@@ -34,6 +40,40 @@ LP_INLINE __m512i block_z(const int type, const uint8_t *bp, __m512i sh) {
     return w;
 }
 
+/* The pair products of a block's int16 weights and activations, as 16 floats. */
+LP_INLINE vz dot_z(wz w, const int16_t *xq) {
+    return _mm512_cvtepi32_ps(_mm512_madd_epi16(w, _mm512_loadu_si512((const void *)xq)));
+}
+
+/* v's 16 lanes summed to 8: the 256-bit halves added. */
+LP_INLINE __m256 half_z(vz v) { return _mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1)); }
+#else
+typedef __m256 vz;
+typedef struct {
+    __m256i l, h; /* elements 0..15, 16..31 */
+} wz;
+#define VZ_ZERO _mm256_setzero_ps
+#define VZ_FMA _mm256_fmadd_ps
+#define VZ_SET1 _mm256_set1_ps
+
+/* As the AVX-512 block_z, in two halves (blocks_x86.h block16; Q4_0 as q - 8). */
+LP_INLINE wz block_z(const int type, const uint8_t *bp) {
+    wz w;
+    float d, m;
+    block16(type, bp, &w.l, &w.h, &d, &m);
+    if (type == LP_Q4_0) w.l = _mm256_sub_epi16(w.l, _mm256_set1_epi16(8)), w.h = _mm256_sub_epi16(w.h, _mm256_set1_epi16(8));
+    return w;
+}
+
+/* The pair products of a block, as 8 floats (lp_dot32x: vpdpwssd with AVX-VNNI). */
+LP_INLINE vz dot_z(wz w, const int16_t *xq) {
+    return _mm256_cvtepi32_ps(lp_dot32x(w.l, w.h, _mm256_loadu_si256((const __m256i *)xq),
+                                        _mm256_loadu_si256((const __m256i *)(xq + 16))));
+}
+
+LP_INLINE __m256 half_z(vz v) { return v; }
+#endif
+
 /* The f16 at byte off of rows w[0..n) as floats in lanes 0..n-1: the halves gathered in a
  * general register, one conversion. */
 LP_INLINE __m128 halves_z(const int n, const uint8_t *const *w, int64_t off) {
@@ -43,20 +83,11 @@ LP_INLINE __m128 halves_z(const int n, const uint8_t *const *w, int64_t off) {
     return _mm_cvtph_ps(_mm_cvtsi64_si128((long long)u));
 }
 
-/* The pair products of a block's int16 weights and activations, as 16 floats. */
-LP_INLINE __m512 dot_z(__m512i w, const int16_t *xq) {
-    return _mm512_cvtepi32_ps(_mm512_madd_epi16(w, _mm512_loadu_si512((const void *)xq)));
-}
-
-/* lane 0..3: the sums of a, b, c, d, each reduced by the same tree (256-bit halves, then
- * adjacent pairs), so a vector's sum does not depend on the vectors beside it. */
-LP_INLINE __m128 reduce4(__m512 a, __m512 b, __m512 c, __m512 d) {
-    const __m256 a8 = _mm256_add_ps(_mm512_castps512_ps256(a), _mm512_extractf32x8_ps(a, 1));
-    const __m256 b8 = _mm256_add_ps(_mm512_castps512_ps256(b), _mm512_extractf32x8_ps(b, 1));
-    const __m256 c8 = _mm256_add_ps(_mm512_castps512_ps256(c), _mm512_extractf32x8_ps(c, 1));
-    const __m256 d8 = _mm256_add_ps(_mm512_castps512_ps256(d), _mm512_extractf32x8_ps(d, 1));
-    const __m256 h = _mm256_hadd_ps(_mm256_hadd_ps(a8, b8), _mm256_hadd_ps(c8, d8)); /* a0123 b0123 c0123 d0123 | 4567 */
-    return _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+/* lane 0..3: the sums of a, b, c, d, each reduced by the same tree (AVX-512: the 256-bit
+ * halves added; then adjacent pairs), so a vector's sum does not depend on the vectors beside it. */
+LP_INLINE __m128 reduce4(vz a, vz b, vz c, vz d) {
+    const __m256 h = _mm256_hadd_ps(_mm256_hadd_ps(half_z(a), half_z(b)), _mm256_hadd_ps(half_z(c), half_z(d)));
+    return _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1)); /* (h: a0123 b0123 c0123 d0123 | 4567) */
 }
 
 /* NW weight rows (1 or 4: w[0..NW)) against NX activation rows (NX 1 where NW > 1, else
@@ -69,8 +100,7 @@ LP_INLINE void rows_z(const int type, const int NW, const int NX, const uint8_t 
     const int bb = bytes32(type), mins = type == LP_Q4_1 || type == LP_Q5_1;
     const int64_t n_in = xr->n_in;
     const float *s = xr->s + r0 * nb, *sum = xr->sum32 + r0 * nb;
-    const __m512i sh = nib_shifts();
-    __m512 a[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
+    vz a[4] = {VZ_ZERO(), VZ_ZERO(), VZ_ZERO(), VZ_ZERO()};
     __m128 mv = _mm_setzero_ps(); /* lane k: pair k's minimums */
     for (int64_t b = 0; b < nb; b++) {
         float sc[4] __attribute__((aligned(16)));
@@ -91,11 +121,11 @@ LP_INLINE void rows_z(const int type, const int NW, const int NX, const uint8_t 
 #pragma GCC unroll 4
         for (int j = 0; j < NW; j++) {
             if (pf) LP_PREFETCH_W(w[j] + o + pf + bb - 1); /* (every line holds a block's last byte) */
-            const __m512i wz = block_z(type, w[j] + o, sh);
+            const wz wj = block_z(type, w[j] + o);
 #pragma GCC unroll 4
             for (int i = 0; i < NX; i++) {
                 const int k = j + i; /* (NW or NX is 1) */
-                a[k] = _mm512_fmadd_ps(dot_z(wz, xr->q + (r0 + i) * n_in + 32 * b), _mm512_set1_ps(sc[k]), a[k]);
+                a[k] = VZ_FMA(dot_z(wj, xr->q + (r0 + i) * n_in + 32 * b), VZ_SET1(sc[k]), a[k]);
             }
         }
     }

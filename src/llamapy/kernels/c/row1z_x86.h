@@ -1,11 +1,11 @@
-/* row1z_x86.c: the 32-element block types against one to four int16 activation rows on
- * 512-bit vectors (the AVX-512 level). */
+/* row1z_x86.c: the 32-element block types against one to four int16 activation rows (x86:
+ * 512-bit vectors at the AVX-512 level, 256-bit at AVX2). */
 #ifndef LP_ROW1Z_X86_H
 #define LP_ROW1Z_X86_H
 
 #include "quants.h"
 
-/* Does this level have the path for this type (the 32-element types at AVX-512)? */
+/* Does this level have the path for this type (the 32-element types on x86)? */
 int lp_row1z_covers(int type);
 /* nw (1 or 4) consecutive weight rows from w0 (rb bytes each, n_in wide) against activation
  * row r of xr: y[0..nw); pf (0: none): the distance in bytes at which each block's line is
