@@ -6,6 +6,7 @@
  * the outputs (a vector FMA is fmaf per lane):
  *   acc = fmaf((float)i, d_w * d_x, acc)    and with a minimum    acc = fmaf(sum_x, m_w, acc). */
 #include "det8_row_x86.h"
+#include "det16_row_x86.h"
 
 #if defined(LP_AVX512) || defined(LP_AVX2)
 /* acc + the block's 32 products u s, 4 to an int32 lane (exact) */
@@ -204,6 +205,10 @@ void lp_det8_rows(int type, const uint8_t *w, int64_t o0, int64_t o1, int64_t n_
 
 void lp_det8_row(int type, const uint8_t *w, int64_t o0, int64_t o1, int64_t n_out, const lp_x8 *p, float *y,
                  int accumulate) {
+#if defined(LP_AVX512) /* 16 rows a pass on zmm (det16_row_x86.c), the same bits */
+    lp_det16_row(type, w, o0, o1, n_out, p, y, accumulate);
+    return;
+#endif
     switch (type) {
 #if defined(LP_DET8_Q8_SIGNED)
     case LP_Q4_0: rowsn(LP_Q4_0, 1, w, o0, o1, n_out, p, y, 0, accumulate); break;
