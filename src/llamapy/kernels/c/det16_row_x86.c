@@ -1,11 +1,12 @@
 /* Deterministic mode's one-row products of Q4_0, Q4_1, Q5_0, Q5_1 and Q8_0 at the AVX-512 level
  * (det8_row_x86.c dispatches here; det8_x86.h: the contract): 16 outputs a pass.  Per block of 32
- * two weight rows a zmm (rows 0..3 and 8..11 in the low 256 bits, 4 more in the high: sum16; the weights as unsigned
- * bytes q + off), x's 32 int8 in both halves, one vpdpbusd zmm a pair (8 for the 16 rows), the 16
- * rows' partials summed into one zmm in row order (a transpose-add, exact), less off x the
- * block's integer sum of q_x (exact), the 16 d's as one zmm (their halves gathered in general
- * registers, one conversion), then the float steps as vector operations across the outputs (a
- * vector FMA is fmaf per lane), the same as det8_row_x86.c's row8:
+ * two weight rows a zmm (the weights as unsigned bytes q + off; rows 0..3 and 8..11 in the low
+ * 256 bits, each with row + 4 in the high: sum16), x's 32 int8 in both halves, one vpdpbusd zmm a
+ * pair (8 for the 16 rows), the 16 rows' partials summed into one zmm in row order (a
+ * transpose-add, exact), less off x the block's integer sum of q_x (exact), the 16 d's (and m's)
+ * as one zmm (each row's first 4 bytes broadcast, then blended: heads16; one conversion), then the
+ * float steps as vector operations across the outputs (a vector FMA is fmaf per lane), those of
+ * det8_row_x86.c's row8:
  *   acc = fmaf((float)i, d_w * d_x, acc)    and with a minimum    acc = fmaf(sum_x, m_w, acc). */
 #include "det16_row_x86.h"
 
@@ -44,8 +45,10 @@ LP_INLINE __m512i pair_bytes(const int type, const uint8_t *a, const uint8_t *c)
  * bits) and lo(k) + 4 (high), lo(k) = k + 4 (k / 4): v[0..3] rows 0..3 | 4..7, v[4..7] 8..11 | 12..15. */
 LP_INLINE __m512i sum16(const __m512i v[8]) {
     __m512i a[4];
-    for (int k = 0; k < 4; k++) /* lanes by 128: v[2k] (0 + 2), v[2k + 1] (0 + 2), v[2k] (1 + 3), v[2k + 1] (1 + 3) */
-        a[k] = _mm512_add_epi32(_mm512_unpacklo_epi32(v[2 * k], v[2 * k + 1]), _mm512_unpackhi_epi32(v[2 * k], v[2 * k + 1]));
+    for (int k = 0; k < 4; k++) { /* lanes by 128: v[2k] (0 + 2), v[2k + 1] (0 + 2), v[2k] (1 + 3), v[2k + 1] (1 + 3) */
+        const __m512i e = v[2 * k], f = v[2 * k + 1];
+        a[k] = _mm512_add_epi32(_mm512_unpacklo_epi32(e, f), _mm512_unpackhi_epi32(e, f));
+    }
     /* by 128: v[0..3]'s sums over the lane (b0), v[4..7]'s (b1) */
     const __m512i b0 = _mm512_add_epi32(_mm512_unpacklo_epi64(a[0], a[1]), _mm512_unpackhi_epi64(a[0], a[1]));
     const __m512i b1 = _mm512_add_epi32(_mm512_unpacklo_epi64(a[2], a[3]), _mm512_unpackhi_epi64(a[2], a[3]));
@@ -53,15 +56,19 @@ LP_INLINE __m512i sum16(const __m512i v[8]) {
     return _mm512_add_epi32(_mm512_shuffle_i32x4(b0, b1, 0x88), _mm512_shuffle_i32x4(b0, b1, 0xDD));
 }
 
-/* The 16 rows' f16 at byte 'at' of their blocks (d: 0; Q4_1 / Q5_1's m: 2) as floats, lane l row l:
- * four halves a general register, two vmovq / vpinsrq, one conversion. */
-LP_INLINE __m512 f16x16(const uint8_t *const *rows, int64_t at) {
-    uint64_t u[4];
-    for (int g = 0; g < 4; g++)
-        u[g] = (uint64_t)lp_rd16(rows[4 * g] + at) | (uint64_t)lp_rd16(rows[4 * g + 1] + at) << 16 |
-               (uint64_t)lp_rd16(rows[4 * g + 2] + at) << 32 | (uint64_t)lp_rd16(rows[4 * g + 3] + at) << 48;
-    const __m128i lo = _mm_set_epi64x((long long)u[1], (long long)u[0]), hi = _mm_set_epi64x((long long)u[3], (long long)u[2]);
-    return _mm512_cvtph_ps(_mm256_inserti128_si256(_mm256_castsi128_si256(lo), hi, 1));
+/* lane l: the 4 bytes at rows[l] + at (d, then m or the next bytes): sum16's pairs each as one
+ * broadcast (row lo(k) to lanes 0..3 and 8..11, lo(k) + 4 to 4..7 and 12..15), then a tree of blends
+ * (lane l from pair l % 4 + 4 (l / 8)) */
+LP_INLINE __m512i heads16(const uint8_t *const *rows, int64_t at) {
+    __m512i h[8];
+    for (int k = 0; k < 8; k++) {
+        const int r = k + 4 * (k / 4);
+        h[k] = _mm512_mask_broadcastd_epi32(_mm512_broadcastd_epi32(_mm_loadu_si32(rows[r] + at)), 0xF0F0,
+                                            _mm_loadu_si32(rows[r + 4] + at));
+    }
+    for (int k = 0; k < 8; k += 2) h[k] = _mm512_mask_blend_epi32(0xAAAA, h[k], h[k + 1]);
+    h[0] = _mm512_mask_blend_epi32(0xCCCC, h[0], h[2]), h[4] = _mm512_mask_blend_epi32(0xCCCC, h[4], h[6]);
+    return _mm512_mask_blend_epi32(0xFF00, h[0], h[4]);
 }
 
 /* 16 weight rows from o (the last one repeated past o1: rows[16]) and the next 16 rows' cache
@@ -80,7 +87,8 @@ LP_INLINE int rows16(const uint8_t *w, int64_t o, int64_t o1, int64_t n_out, int
 /* Outputs o0 .. o1 of n_out, 16 at a time (a last short group repeats its last row, not stored). */
 LP_INLINE void row16(const int type, const uint8_t *w, int64_t o0, int64_t o1, int64_t n_out, const lp_x8 *p, float *y,
                      int accumulate) {
-    const int bb = bytes32(type), has_min = type == LP_Q4_1 || type == LP_Q5_1, off = lp_det8_offset(type);
+    const int bb = bytes32(type), has_min = type == LP_Q4_1 || type == LP_Q5_1;
+    const int off = type == LP_Q4_0 ? 8 : type == LP_Q5_0 ? 16 : type == LP_Q8_0 ? 128 : 0; /* lp_det8_offset */
     const int64_t nb = p->n_in / 32, rb = bb * nb;
     for (int64_t o = o0; o < o1; o += 16) {
         const uint8_t *rows[16];
@@ -98,9 +106,13 @@ LP_INLINE void row16(const int type, const uint8_t *w, int64_t o0, int64_t o1, i
             }
             __m512i is = sum16(ps);
             if (off) is = _mm512_sub_epi32(is, _mm512_set1_epi32(off * p->qs[b]));
-            const __m512 dw = f16x16(rows, at);
+            const __m512i hd = heads16(rows, at); /* d | m << 16 */
+            const __m512 dw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(hd));
             acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is), _mm512_mul_ps(dw, _mm512_set1_ps(p->d[b])), acc);
-            if (has_min) acc = _mm512_fmadd_ps(_mm512_set1_ps(p->sum[b]), f16x16(rows, at + 2), acc);
+            if (has_min) {
+                const __m512 mw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(hd, 16)));
+                acc = _mm512_fmadd_ps(_mm512_set1_ps(p->sum[b]), mw, acc);
+            }
         }
         const __mmask16 mk = (__mmask16)((1u << nw) - 1);
         float *yo = y + o;
