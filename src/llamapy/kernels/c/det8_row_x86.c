@@ -1,4 +1,5 @@
-/* Deterministic mode's one-row products at the AVX-512 and AVX2 levels with int8 activations (det8_x86.h:
+/* Deterministic mode's one-row products at the AVX2 level (AVX-512: det16_row_x86.c, 16 outputs a
+ * pass, the same bits) with int8 activations (det8_x86.h:
  * the contract; det8_x86.c: two rows or more, the same bits).  8 outputs at once: per block of
  * 32 each output's 32 products one ymm vpdpbusd (the weights as unsigned bytes q + off, the
  * row's int8), the 8 outputs' partials summed into one vector (a transpose-add, exact), less
@@ -6,6 +7,7 @@
  * the outputs (a vector FMA is fmaf per lane):
  *   acc = fmaf((float)i, d_w * d_x, acc)    and with a minimum    acc = fmaf(sum_x, m_w, acc). */
 #include "det8_row_x86.h"
+#include "det16_row_x86.h"
 
 #if defined(LP_AVX512) || defined(LP_AVX2)
 /* acc + the block's 32 products u s, 4 to an int32 lane (exact) */
@@ -204,6 +206,9 @@ void lp_det8_rows(int type, const uint8_t *w, int64_t o0, int64_t o1, int64_t n_
 
 void lp_det8_row(int type, const uint8_t *w, int64_t o0, int64_t o1, int64_t n_out, const lp_x8 *p, float *y,
                  int accumulate) {
+#if defined(LP_AVX512) /* 16 rows a pass on zmm (det16_row_x86.c), the same bits; row8: AVX2 */
+    lp_det16_row(type, w, o0, o1, n_out, p, y, accumulate);
+#else
     switch (type) {
 #if defined(LP_DET8_Q8_SIGNED)
     case LP_Q4_0: rowsn(LP_Q4_0, 1, w, o0, o1, n_out, p, y, 0, accumulate); break;
@@ -218,6 +223,7 @@ void lp_det8_row(int type, const uint8_t *w, int64_t o0, int64_t o1, int64_t n_o
 #endif
     default: row8(LP_Q8_0, w, o0, o1, n_out, p, y, accumulate); break;
     }
+#endif
 }
 #else
 void lp_det8_row(int type, const uint8_t *w, int64_t o0, int64_t o1, int64_t n_out, const lp_x8 *p, float *y,
