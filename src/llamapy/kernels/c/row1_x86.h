@@ -17,8 +17,9 @@ int lp_dot_row1xk(int type, int k, const uint8_t *w0, int64_t rb, int64_t n_in, 
                   int64_t pf, float *y);
 
 /* Does a one-row product of this type read the row in int8 per block of 32 (ggml's Q8_0 / Q8_1,
- * as llama.cpp does), through --deterministic's one-row kernel (det8_row_x86.c: one vpdpbusd a
- * block, where the int16 form here takes two vpdpwssd and the widening)?  The 32-element types
+ * as llama.cpp does), through --deterministic's one-row kernel (det8_row_x86.c, det16_row_x86.c at
+ * AVX-512: a vpdpbusd per 64 products, where the int16 form, row1z_x86.c, takes one vpmaddwd per
+ * 32 and the widening)?  The 32-element types
  * det8 covers (Q4_0, Q4_1, Q5_0, Q5_1; Q8_0 with VNNI or at AVX2), on x86; 0 elsewhere.  The
  * default decode's products then are --deterministic's bits for these types (lp_mm one row,
  * layers.c).  By default (lp_row1_i8_set(-1)) ON at the AVX2 level without VNNI (LP_LANES8) for
