@@ -61,5 +61,9 @@ def _decode_logits(path, monkeypatch, c_on: bool) -> torch.Tensor:
 def test_decode_with_and_without_the_c_row(tmp_path, monkeypatch):
     path = write_tiny_family(tmp_path / "m.gguf", "qwen3moe", T.Q8_0, n_expert=16, n_expert_used=4)
     on, off = _decode_logits(path, monkeypatch, True), _decode_logits(path, monkeypatch, False)
-    torch.testing.assert_close(on, off, rtol=1e-4, atol=1e-4)
+    # within 1e-4 of the largest logit: token 2's second layer routes 0.99974 / 0.00014 / 6e-05 / 6e-05,
+    # its third and fourth experts tied to the router's last digits, so the products' fp32 order (the
+    # C path's norm and router against torch's) may pick another expert of weight 6e-05 (4e-4 here
+    # at the AVX2 level, of logits up to 17)
+    torch.testing.assert_close(on, off, rtol=1e-4, atol=1e-4 * off.abs().max().item())
     assert torch.equal(on.argmax(-1), off.argmax(-1))
