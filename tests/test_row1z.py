@@ -35,7 +35,7 @@ def _int16_rounded(x: torch.Tensor) -> torch.Tensor:
 
 
 @pytest.mark.parametrize("qtype", TYPES, ids=lambda t: t.name)
-@pytest.mark.parametrize("n_out", [68, 37, 66, 131])  # a chunk's tail past passes of four: 0, 1, 2, 3 (chunks of 16 or 32 rows)
+@pytest.mark.parametrize("n_out", [68, 37, 66, 131])  # a 16-row chunk's tail past passes of four: 0, 1, 2, 3
 def test_few_rows_each_as_alone(lib, qtype, n_out):
     n_in = 7 * 32  # an odd number of blocks
     raw, W = _matrix(qtype, (n_out, n_in), seed=n_out)
