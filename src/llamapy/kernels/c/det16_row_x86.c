@@ -71,20 +71,6 @@ LP_INLINE __m512i heads16(const uint8_t *const *rows, int64_t at) {
     return _mm512_mask_blend_epi32(0xFF00, h[0], h[4]);
 }
 
-/* 16 weight rows from o (the last one repeated past o1: rows[16]) and the cache lines of the 16
- * rows after the next 16 (the chunk after next: the weights streamed from memory arrive in time) to
- * prefetch over the n_steps blocks (lp_det8_rows8 for 16). */
-LP_INLINE int rows16(const uint8_t *w, int64_t o, int64_t o1, int64_t n_out, int64_t rb, int64_t n_steps,
-                     const uint8_t **rows, lp_det8_next *nx) {
-    const int nw = (int)(o1 - o < 16 ? o1 - o : 16);
-    for (int j = 0; j < 16; j++) rows[j] = w + (o + (j < nw ? j : nw - 1)) * rb;
-    const int64_t pe = o + 48 < n_out ? o + 48 : n_out;
-    nx->pf = (const char *)(((uintptr_t)(w + (o + 32) * rb)) & ~(uintptr_t)63);
-    nx->lines = pe > o + 32 ? ((const char *)(w + pe * rb) - nx->pf + 63) / 64 : 0;
-    nx->per = (nx->lines + n_steps - 1) / n_steps;
-    return nw;
-}
-
 /* Outputs o0 .. o1 of n_out, 16 at a time (a last short group repeats its last row, not stored). */
 LP_INLINE void row16(const int type, const uint8_t *w, int64_t o0, int64_t o1, int64_t n_out, const lp_x8 *p, float *y,
                      int accumulate) {
@@ -94,7 +80,8 @@ LP_INLINE void row16(const int type, const uint8_t *w, int64_t o0, int64_t o1, i
     for (int64_t o = o0; o < o1; o += 16) {
         const uint8_t *rows[16];
         lp_det8_next nx;
-        const int nw = rows16(w, o, o1, n_out, rb, nb, rows, &nx);
+        /* (the chunk after next prefetched: the weights streamed from memory arrive in time) */
+        const int nw = lp_det8_rows_n(w, o, o1, n_out, rb, nb, 16, 2, rows, &nx);
         __m512 acc = _mm512_setzero_ps();
         for (int64_t b = 0; b < nb; b++) {
             for (int64_t i = b * nx.per; i < (b + 1) * nx.per && i < nx.lines; i++) /* lp_det8_prefetch, into L1 */

@@ -40,22 +40,28 @@ int lp_det8_offset(int type);
 void lp_det8_chunk(int type, const uint8_t *w, int64_t o0, int64_t o1, int64_t n_out, const lp_x8 *p, float *y,
                    int64_t ldy, int accumulate, void *scratch);
 
-/* The one-row kernels' walk: 8 weight rows from o (the last one repeated past o1: rows[8]), and
- * the next 8 rows' cache lines to prefetch, spread over the n_steps steps of a row's walk. */
+/* The one-row kernels' walk: nr (8 or 16) weight rows from o (the last one repeated past o1:
+ * rows[nr]), and the cache lines of the nr rows `ahead` groups on (1: the next group; det16's 2:
+ * the one after) to prefetch, spread over the n_steps steps of a row's walk. */
 typedef struct {
     const char *pf;
     int64_t lines, per;
 } lp_det8_next;
 
-LP_INLINE int lp_det8_rows8(const uint8_t *w, int64_t o, int64_t o1, int64_t n_out, int64_t rb, int64_t n_steps,
-                            const uint8_t **rows, lp_det8_next *nx) {
-    const int nw = (int)(o1 - o < 8 ? o1 - o : 8);
-    for (int j = 0; j < 8; j++) rows[j] = w + (o + (j < nw ? j : nw - 1)) * rb;
-    const int64_t pe = o + 16 < n_out ? o + 16 : n_out;
-    nx->pf = (const char *)(((uintptr_t)(w + (o + 8) * rb)) & ~(uintptr_t)63);
-    nx->lines = pe > o + 8 ? ((const char *)(w + pe * rb) - nx->pf + 63) / 64 : 0;
+LP_INLINE int lp_det8_rows_n(const uint8_t *w, int64_t o, int64_t o1, int64_t n_out, int64_t rb, int64_t n_steps,
+                             const int nr, const int ahead, const uint8_t **rows, lp_det8_next *nx) {
+    const int nw = (int)(o1 - o < nr ? o1 - o : nr);
+    for (int j = 0; j < nr; j++) rows[j] = w + (o + (j < nw ? j : nw - 1)) * rb;
+    const int64_t p0 = o + (int64_t)nr * ahead, p1 = p0 + nr, pe = p1 < n_out ? p1 : n_out;
+    nx->pf = (const char *)(((uintptr_t)(w + p0 * rb)) & ~(uintptr_t)63);
+    nx->lines = pe > p0 ? ((const char *)(w + pe * rb) - nx->pf + 63) / 64 : 0;
     nx->per = (nx->lines + n_steps - 1) / n_steps;
     return nw;
+}
+
+LP_INLINE int lp_det8_rows8(const uint8_t *w, int64_t o, int64_t o1, int64_t n_out, int64_t rb, int64_t n_steps,
+                            const uint8_t **rows, lp_det8_next *nx) {
+    return lp_det8_rows_n(w, o, o1, n_out, rb, n_steps, 8, 1, rows, nx);
 }
 
 /* step s's share of the next rows' lines */
